@@ -1,0 +1,41 @@
+.DEFAULT_GOAL := help
+VENV := .venv/bin
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## Install Java/Maven if missing, uv, and the locked .venv
+	@bash scripts/setup.sh
+
+demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark, Delta, Dagster)
+	$(VENV)/dynamic-kafka demo
+
+test: setup ## Set up and run the whole test suite (lint, types, unit, integration, e2e)
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/mypy
+	$(VENV)/pytest
+
+lint: setup ## ruff check + format check + mypy
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/mypy
+
+fmt: setup ## Format and auto-fix
+	$(VENV)/ruff format .
+	$(VENV)/ruff check --fix .
+
+unit: setup ## Fast tests only (no JVM, no brokers)
+	$(VENV)/pytest tests/unit
+
+bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mode)
+	$(VENV)/python -m bench $(if $(QUICK),--quick,)
+
+ui: setup ## Start dagster dev on the demo workspace
+	$(VENV)/dagster dev -w workspace.yaml
+
+clean: ## Stop local clusters and remove local data (keeps the jar caches)
+	-$(VENV)/dynamic-kafka local-kafka down
+	rm -rf .local-kafka data .dagster-home
+
+.PHONY: help setup demo test lint fmt unit bench ui clean

@@ -1,0 +1,165 @@
+"""The whole exception hierarchy of dynamic-kafka.
+
+Every error says what happened, where (cluster, topic, partition, offsets, file, key) and what to do.
+``retriable`` tells an orchestrator whether running again without a change can help. Foreign exceptions
+(confluent-kafka, py4j, delta) are wrapped at the module that calls them, always with ``raise ... from e``.
+No message ever contains a secret: callers pass redacted values only.
+"""
+
+from __future__ import annotations
+
+
+class DynamicKafkaError(Exception):
+    """Root of every error raised by dynamic-kafka."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.hint = hint
+        super().__init__(f"{message} {hint}" if hint else message)
+
+
+class ConfigError(DynamicKafkaError):
+    """A config or metadata file is invalid. Nothing was read or written.
+
+    Attributes:
+        source: the file (or other origin) that holds the bad value.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, hint: str | None = None) -> None:
+        self.source = source
+        prefix = f"{source}: " if source else ""
+        super().__init__(f"{prefix}{message}", hint=hint)
+
+
+class UnknownStreamError(ConfigError):
+    """A subscriber names a stream id that the metadata service does not know."""
+
+    def __init__(self, stream_ids: list[str], known: list[str], *, source: str | None = None) -> None:
+        self.stream_ids = stream_ids
+        self.known = known
+        shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "")
+        super().__init__(
+            f"unknown stream id(s) {', '.join(stream_ids)}; the metadata service knows: {shown or '(none)'}.",
+            source=source,
+            hint="Fix the pipeline's `streams` list or add the stream to the metadata.",
+        )
+
+
+class LocalKafkaError(DynamicKafkaError):
+    """The local Kafka tooling could not start, stop or find a broker."""
+
+
+class MetadataServiceError(DynamicKafkaError):
+    """The Kafka metadata service could not be reached or returned something unusable."""
+
+    retriable = True
+
+
+class KafkaClientError(DynamicKafkaError):
+    """A Kafka call failed on one cluster.
+
+    Attributes:
+        cluster_id: the logical cluster the call went to.
+        kafka_error: the string form of the underlying Kafka error code, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cluster_id: str,
+        retriable: bool = True,
+        kafka_error: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.kafka_error = kafka_error
+        self.retriable = retriable
+        super().__init__(f"cluster {cluster_id!r}: {message}", hint=hint)
+
+
+class ClusterUnreachableError(KafkaClientError):
+    """An active cluster did not answer within the timeout."""
+
+
+class KafkaAuthenticationError(KafkaClientError):
+    """The cluster refused the client's credentials."""
+
+    def __init__(self, message: str, *, cluster_id: str, kafka_error: str | None = None) -> None:
+        super().__init__(
+            message,
+            cluster_id=cluster_id,
+            retriable=False,
+            kafka_error=kafka_error,
+            hint="Check the cluster's sasl.* properties and the secret they reference.",
+        )
+
+
+class PlanningError(DynamicKafkaError):
+    """The planner found a condition that the pipeline's policy says must stop the run."""
+
+
+class DataLossError(PlanningError):
+    """Committed offsets are below the earliest offset the broker still has (retention or deleted records).
+
+    Attributes:
+        losses: one ``(cluster_id, topic, partition, committed_offset, earliest_offset)`` per partition.
+    """
+
+    def __init__(self, losses: list[tuple[str, str, int, int, int]]) -> None:
+        self.losses = losses
+        described = "; ".join(
+            f"{c}/{t}[{p}] lost offsets [{lo}, {hi})" for c, t, p, lo, hi in losses
+        )
+        super().__init__(
+            f"data loss: records below the committed offsets were deleted before they were read: {described}.",
+            hint="Nothing was written. To continue from the earliest available offsets and record the gap, "
+            "set `on_data_loss: skip` on the pipeline.",
+        )
+
+
+class TopicRecreatedError(PlanningError):
+    """A topic's id changed, or its latest offset fell below the committed offset: it was deleted and recreated.
+
+    Attributes:
+        cluster_id: the cluster of the topic.
+        topic: the topic name.
+    """
+
+    def __init__(self, cluster_id: str, topic: str, reason: str) -> None:
+        self.cluster_id = cluster_id
+        self.topic = topic
+        super().__init__(
+            f"topic {topic!r} on cluster {cluster_id!r} was recreated ({reason}).",
+            hint="Nothing was written. To read the new topic from its earliest offset, "
+            "set `on_topic_recreated: reset` on the pipeline.",
+        )
+
+
+class RunInProgressError(DynamicKafkaError):
+    """Another run of the same pipeline holds the next run_seq."""
+
+    retriable = True
+
+    def __init__(self, pipeline_id: str, run_seq: int) -> None:
+        self.pipeline_id = pipeline_id
+        self.run_seq = run_seq
+        super().__init__(
+            f"another run is in progress for pipeline {pipeline_id!r} (it planned run_seq {run_seq} first).",
+            hint="Wait for it to finish; this run wrote nothing.",
+        )
+
+
+class StateError(DynamicKafkaError):
+    """The pipeline's Delta state is missing, unreadable or inconsistent."""
+
+
+class SparkJobError(DynamicKafkaError):
+    """The Spark read or the Delta write failed. The state was not committed; the next run recovers."""
+
+    retriable = True
+
+
+class DecodeError(DynamicKafkaError):
+    """Values could not be decoded and the pipeline's policy is to fail rather than dead-letter them."""

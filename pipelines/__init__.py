@@ -1,0 +1,1 @@
+"""Dagster definitions for dynamic-kafka. A thin layer over the `dynamic_kafka` library."""

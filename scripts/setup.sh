@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh machine, idempotently:
+# Java 17 and Maven (Debian packages, only if missing), uv (from PyPI), and the locked
+# virtual environment at .venv with the project installed in it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+UV_VERSION="0.13.9"
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if ((${#need_apt[@]})); then
+  echo "setup: installing ${need_apt[*]} from Debian's packages"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+"$PY" - <<'PYCHECK'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"setup: Python 3.11+ is required, found {sys.version.split()[0]}; set PYTHON=/path/to/python3.11")
+PYCHECK
+
+UV=".cache/uv/bin/uv"
+if ! [ -x "$UV" ] || [ "$("$UV" --version | awk '{print $2}')" != "$UV_VERSION" ]; then
+  echo "setup: installing uv $UV_VERSION"
+  "$PY" -m venv .cache/uv
+  .cache/uv/bin/pip install -q "uv==$UV_VERSION"
+fi
+
+"$UV" sync --frozen --python "$PY" --quiet
+echo "setup: ready (.venv/bin/dynamic-kafka)"
