@@ -1,0 +1,299 @@
+"""Project configuration: the metadata service, Spark, and the pipelines (``dynamic_kafka.yaml``).
+
+Every model is frozen and rejects unknown keys. :func:`load_project_config` turns any problem into one
+:class:`~dynamic_kafka.errors.ConfigError` naming the file, the key path and the fix, before any work starts.
+Relative paths in the file are relative to the file's own directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, StartingOffsets, StoppingOffsets
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FileMetadataServiceConfig(_Config):
+    """Streams and clusters from a YAML metadata file, re-read on every call."""
+
+    type: Literal["file"] = "file"
+    path: Path = Field(description="The metadata file (see README, 'Metadata file').")
+
+
+class SingleClusterMetadataServiceConfig(_Config):
+    """Every topic of one cluster is a stream named after the topic (internal topics excluded)."""
+
+    type: Literal["single_cluster"] = "single_cluster"
+    cluster_id: str = Field(min_length=1)
+    bootstrap_servers: str = Field(min_length=1)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class PythonMetadataServiceConfig(_Config):
+    """A user's own ``KafkaMetadataService``, built by calling ``module:attribute`` with ``args``."""
+
+    type: Literal["python"] = "python"
+    import_path: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="'package.module:factory_or_class'.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory.")
+
+
+MetadataServiceConfig = Annotated[
+    FileMetadataServiceConfig | SingleClusterMetadataServiceConfig | PythonMetadataServiceConfig,
+    Field(discriminator="type"),
+]
+
+
+class SparkConfig(_Config):
+    """How the Spark session is built. ``conf`` is passed to the builder as is."""
+
+    master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
+    app_name: str = "dynamic-kafka"
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf.")
+    ui_enabled: bool = Field(False, description="Start the Spark UI (off by default for batch runs).")
+
+
+class SinkConfig(_Config):
+    """The Delta table the pipeline lands rows in, and its dead-letter table."""
+
+    path: Path = Field(description="Delta table path (local path or URI).")
+    dead_letter_path: Path | None = Field(None, description="Default: '<path>_dead_letter'.")
+
+    @property
+    def resolved_dead_letter_path(self) -> Path:
+        return self.dead_letter_path or self.path.with_name(self.path.name + "_dead_letter")
+
+
+class SensorConfig(_Config):
+    """The metadata-change sensor."""
+
+    interval_seconds: int = Field(30, ge=1, description="How often the sensor polls the metadata service.")
+    failure_threshold: int = Field(
+        1, ge=1, description="Consecutive metadata-service failures tolerated before the sensor fails."
+    )
+
+
+class BackfillConfig(_Config):
+    """Time-window partitions for backfills."""
+
+    start: str = Field(description="First partition's start, ISO-8601, e.g. '2026-01-01T00:00:00Z'.")
+    granularity: Literal["hourly", "daily"] = "hourly"
+
+
+class RetryConfig(_Config):
+    """Retries of transient metadata-service errors before a run fails."""
+
+    attempts: int = Field(3, ge=1)
+    backoff_seconds: float = Field(0.5, ge=0)
+
+
+ValueFormat = Literal["bytes", "string", "json"]
+
+
+class PipelineConfig(_Config):
+    """One pipeline: which streams, from where, into which table, with which policies."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", description="Unique pipeline id.")
+    streams: tuple[str, ...] | None = Field(None, description="Stream ids to read (or use stream_pattern).")
+    stream_pattern: str | None = Field(None, description="Regex over stream ids, full match (re.fullmatch).")
+    starting_offsets: StartingOffsets = Field(default_factory=EarliestOffsets)
+    stopping_offsets: StoppingOffsets = Field(default_factory=LatestOffsets)
+    max_records_per_partition: int | None = Field(None, ge=1, description="Cap per partition per run.")
+    max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
+    sink: SinkConfig
+    state_path: Path | None = Field(None, description="Delta state location. Default: '<sink.path>_state'.")
+    value_format: ValueFormat = "bytes"
+    value_schema: str | None = Field(
+        None, description="Spark DDL schema of JSON values (value_format: json)."
+    )
+    key_format: Literal["bytes", "string"] = "bytes"
+    on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    on_topic_recreated: Literal["fail", "reset"] = "fail"
+    drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
+    skip_unreachable_clusters: bool = Field(
+        False, description="Skip (and record) unreachable active clusters."
+    )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    consumer_group: str | None = Field(
+        None, description="Also commit offsets to this group (monitoring only)."
+    )
+    min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
+    schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
+    sensor: SensorConfig = Field(default_factory=SensorConfig)
+    backfill: BackfillConfig | None = None
+    max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
+    metadata_retries: RetryConfig = Field(default_factory=RetryConfig)
+
+    @field_validator("stream_pattern")
+    @classmethod
+    def _valid_regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"invalid regular expression {value!r}: {e}") from e
+        return value
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> PipelineConfig:
+        if (self.streams is None) == (self.stream_pattern is None):
+            raise ValueError(
+                "set exactly one of `streams` (a list of stream ids) or `stream_pattern` (a regex)"
+            )
+        if self.streams is not None and not self.streams:
+            raise ValueError("`streams` is empty; list at least one stream id")
+        if self.value_format == "json" and not self.value_schema:
+            raise ValueError(
+                "value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')"
+            )
+        return self
+
+    @property
+    def resolved_state_path(self) -> Path:
+        return self.state_path or self.sink.path.with_name(self.sink.path.name + "_state")
+
+
+class ProjectConfig(_Config):
+    """The whole project: one metadata service, one Spark setup, any number of pipelines."""
+
+    metadata_service: MetadataServiceConfig
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    pipelines: tuple[PipelineConfig, ...] = ()
+    source: Path | None = Field(None, description="The file this config was loaded from.")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> ProjectConfig:
+        ids = [p.id for p in self.pipelines]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"pipeline ids must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def pipeline(self, pipeline_id: str) -> PipelineConfig:
+        """The pipeline named ``pipeline_id``.
+
+        Raises:
+            ConfigError: no such pipeline; the message lists the configured ones.
+        """
+        for p in self.pipelines:
+            if p.id == pipeline_id:
+                return p
+        known = ", ".join(p.id for p in self.pipelines) or "(none)"
+        raise ConfigError(
+            f"no pipeline {pipeline_id!r}; configured pipelines: {known}.",
+            source=str(self.source) if self.source else None,
+            hint="Pass one of them with --pipeline.",
+        )
+
+
+def load_yaml(path: Path) -> Any:
+    """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path."
+        ) from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(
+            f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax."
+        ) from e
+
+
+def describe_validation_error(error: ValidationError, source: str) -> ConfigError:
+    """One ConfigError listing every invalid key as ``a.b[0].c: problem``, with the fix for unknown keys."""
+    lines = []
+    for item in error.errors():
+        loc = _format_location(item["loc"])
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{loc}: unknown key; remove it or check its spelling")
+        elif item["type"] == "missing":
+            lines.append(f"{loc}: required key is missing")
+        else:
+            lines.append(f"{loc}: {item['msg']} (got {_short(item.get('input'))})")
+    return ConfigError(
+        "invalid configuration:\n  " + "\n  ".join(lines), source=source, hint="\nFix the keys listed above."
+    )
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif part.startswith(("function-", "tagged-union")) or part in {"file", "single_cluster", "python"}:
+            continue
+        else:
+            parts.append(("." if parts else "") + part)
+    return "".join(parts) or "(top level)"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Makes relative paths in the raw config relative to the config file's directory."""
+
+    def rebase(value: Any) -> Any:
+        if isinstance(value, str) and "://" not in value and not Path(value).is_absolute():
+            return str(base / value)
+        return value
+
+    service = data.get("metadata_service")
+    if isinstance(service, dict) and "path" in service:
+        data["metadata_service"] = {**service, "path": rebase(service["path"])}
+    pipelines = data.get("pipelines")
+    if isinstance(pipelines, list):
+        rebased = []
+        for p in pipelines:
+            if isinstance(p, dict):
+                p = dict(p)
+                if isinstance(p.get("sink"), dict):
+                    p["sink"] = {k: (rebase(v) if k.endswith("path") else v) for k, v in p["sink"].items()}
+                if "state_path" in p:
+                    p["state_path"] = rebase(p["state_path"])
+            rebased.append(p)
+        data["pipelines"] = rebased
+    return data
+
+
+def load_project_config(path: str | Path) -> ProjectConfig:
+    """Loads and validates a project config file.
+
+    Raises:
+        ConfigError: unreadable file, malformed YAML, unknown keys, wrong types or invalid values; the message
+            names the file and every bad key.
+
+    Example:
+        >>> config = load_project_config("dynamic_kafka.yaml")  # doctest: +SKIP
+        >>> config.pipeline("orders").sink.path  # doctest: +SKIP
+    """
+    path = Path(path)
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            "the file must be a mapping with keys metadata_service, spark and pipelines.",
+            source=str(path),
+            hint="See the README's 'Project config' section.",
+        )
+    data = _resolve_relative(dict(raw), path.resolve().parent)
+    try:
+        return ProjectConfig.model_validate({**data, "source": str(path)})
+    except ValidationError as e:
+        raise describe_validation_error(e, str(path)) from None

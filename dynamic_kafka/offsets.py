@@ -1,0 +1,135 @@
+"""Offsets initializers: how a partition with no committed state gets a concrete start (or stop) offset.
+
+Initializers are specifications, not numbers. The broker snapshot resolves the lookups they need (offsets for a
+timestamp, a consumer group's committed offsets) in one batched call per cluster, and the planner turns them into
+resolved offsets. In config files they are written in their short forms::
+
+    starting_offsets: earliest
+    starting_offsets: latest
+    starting_offsets: {timestamp: "2026-01-01T00:00:00Z"}     # or epoch milliseconds
+    starting_offsets: {committed: {group_id: g, reset: earliest}}
+    starting_offsets: {specific: {offsets: {orders: {0: 42}}, fallback: earliest}}
+
+Example:
+    >>> from dynamic_kafka import offsets
+    >>> offsets.timestamp(1_700_000_000_000).timestamp_ms
+    1700000000000
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+ResetStrategy = Literal["earliest", "latest", "none"]
+
+
+class _Initializer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EarliestOffsets(_Initializer):
+    """The earliest offset the broker still has."""
+
+    kind: Literal["earliest"] = "earliest"
+
+
+class LatestOffsets(_Initializer):
+    """The latest offset; under ``read_committed`` (the default) the last stable offset."""
+
+    kind: Literal["latest"] = "latest"
+
+
+class TimestampOffsets(_Initializer):
+    """The first offset whose record timestamp is >= ``timestamp_ms``; latest when there is none."""
+
+    kind: Literal["timestamp"] = "timestamp"
+    timestamp_ms: int = Field(ge=0, description="Epoch milliseconds, inclusive.")
+
+    @field_validator("timestamp_ms", mode="before")
+    @classmethod
+    def _parse_time(cls, value: Any) -> Any:
+        if isinstance(value, datetime | str) and not isinstance(value, bool):
+            return to_epoch_ms(value)
+        return value
+
+
+class CommittedOffsets(_Initializer):
+    """The consumer group's committed offset; ``reset`` applies where the group has none."""
+
+    kind: Literal["committed"] = "committed"
+    group_id: str = Field(min_length=1, description="Consumer group whose committed offsets are used.")
+    reset: ResetStrategy = Field("earliest", description="Where to start when the group has no offset.")
+
+
+class SpecificOffsets(_Initializer):
+    """Explicit offsets per topic and partition; ``fallback`` applies to partitions not listed."""
+
+    kind: Literal["specific"] = "specific"
+    offsets: dict[str, dict[int, Annotated[int, Field(ge=0)]]] = Field(
+        description="{topic: {partition: offset}}; offsets are non-negative."
+    )
+    fallback: ResetStrategy = Field("earliest", description="For partitions not listed.")
+
+
+def _expand_short_form(value: Any) -> Any:
+    """Accepts the config file's short forms (``earliest``, ``{timestamp: ...}``) as well as the full form."""
+    if isinstance(value, str):
+        return {"kind": value}
+    if isinstance(value, dict) and "kind" not in value and len(value) == 1:
+        ((kind, body),) = value.items()
+        if kind == "timestamp":
+            return {"kind": "timestamp", "timestamp_ms": body}
+        if isinstance(body, dict):
+            return {"kind": kind, **body}
+    return value
+
+
+StartingOffsets = Annotated[
+    EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets,
+    Field(discriminator="kind"),
+    BeforeValidator(_expand_short_form),
+]
+StoppingOffsets = Annotated[
+    LatestOffsets | TimestampOffsets | SpecificOffsets,
+    Field(discriminator="kind"),
+    BeforeValidator(_expand_short_form),
+]
+AnyInitializer = EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets
+
+
+def earliest() -> EarliestOffsets:
+    """Start (or stop) at the earliest available offset."""
+    return EarliestOffsets()
+
+
+def latest() -> LatestOffsets:
+    """Start (or stop) at the latest (last stable) offset."""
+    return LatestOffsets()
+
+
+def timestamp(ms: int | str | datetime) -> TimestampOffsets:
+    """The first offset with a record timestamp >= ``ms`` (epoch ms, ISO-8601 text, or an aware datetime)."""
+    return TimestampOffsets(timestamp_ms=to_epoch_ms(ms) if not isinstance(ms, int) else ms)
+
+
+def committed(group_id: str, reset: ResetStrategy = "earliest") -> CommittedOffsets:
+    """The consumer group's committed offsets, ``reset`` where it has none."""
+    return CommittedOffsets(group_id=group_id, reset=reset)
+
+
+def specific(offsets: dict[str, dict[int, int]], fallback: ResetStrategy = "earliest") -> SpecificOffsets:
+    """Explicit ``{topic: {partition: offset}}``, ``fallback`` elsewhere."""
+    return SpecificOffsets(offsets=offsets, fallback=fallback)
+
+
+def to_epoch_ms(value: int | str | datetime) -> int:
+    """Converts epoch milliseconds, ISO-8601 text (``Z`` allowed; naive means UTC) or a datetime to epoch ms."""
+    if isinstance(value, int):
+        return value
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)

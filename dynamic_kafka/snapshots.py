@@ -1,0 +1,146 @@
+"""The three snapshots the planner reads: metadata, committed state and broker offsets.
+
+Taking them is I/O (the metadata service, the Delta state, confluent-kafka); planning from them is not. Keeping
+them as plain frozen values makes the planner a pure function that unit tests drive without any broker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.split import Finding, Plan, TopicPartition
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MetadataSnapshot(_Frozen):
+    """The subscribed streams as resolved once for a run."""
+
+    streams: dict[str, KafkaStream] = Field(default_factory=dict, description="By stream_id.")
+    fingerprint: str = ""
+
+    def clusters(self) -> dict[str, ClusterMetadata]:
+        """Each cluster's connection (first stream in stream-id order wins if streams disagree)."""
+        found: dict[str, ClusterMetadata] = {}
+        for stream_id in sorted(self.streams):
+            for cid, cluster in self.streams[stream_id].clusters.items():
+                found.setdefault(cid, cluster.connection())
+        return found
+
+    def topics(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """``(cluster_id, topic) -> sorted stream ids`` containing it. A topic in two streams is read once."""
+        found: dict[tuple[str, str], set[str]] = {}
+        for stream_id, stream in self.streams.items():
+            for cid, cluster in stream.clusters.items():
+                for topic in cluster.topics:
+                    found.setdefault((cid, topic), set()).add(stream_id)
+        return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
+
+    def cluster_overrides(self, cluster_id: str) -> ClusterMetadata | None:
+        """The metadata of ``cluster_id`` carrying per-cluster initializer overrides, if any stream sets them."""
+        for stream_id in sorted(self.streams):
+            cluster = self.streams[stream_id].clusters.get(cluster_id)
+            if cluster is not None and (cluster.starting_offsets or cluster.stopping_offsets):
+                return cluster
+        return None
+
+
+class PartitionOffsets(_Frozen):
+    """A partition's offsets on the broker: ``earliest`` available and ``latest`` (LSO under read_committed)."""
+
+    earliest: int = Field(ge=0)
+    latest: int = Field(ge=0)
+
+
+class TopicSnapshot(_Frozen):
+    """One topic on one cluster. ``exists`` is False when the broker does not have it."""
+
+    topic: str
+    exists: bool = True
+    topic_id: str | None = None
+    partitions: dict[int, PartitionOffsets] = Field(default_factory=dict)
+    start_lookups: dict[int, int | None] = Field(
+        default_factory=dict,
+        description="Per partition, the offset the starting initializer's lookup found (timestamp or "
+        "committed group offset); None where the lookup found nothing.",
+    )
+    stop_lookups: dict[int, int | None] = Field(
+        default_factory=dict,
+        description="Per partition, the stopping timestamp lookup's offset (None: none).",
+    )
+
+
+class ClusterSnapshot(_Frozen):
+    """What one cluster answered, or why it could not."""
+
+    cluster_id: str
+    reachable: bool = True
+    error: str | None = Field(None, description="Why the cluster could not be reached (no secrets).")
+    topics: dict[str, TopicSnapshot] = Field(default_factory=dict)
+
+
+class BrokerSnapshot(_Frozen):
+    """Offsets of every subscribed (and every removed-but-tracked) topic, one batched query per cluster."""
+
+    clusters: dict[str, ClusterSnapshot] = Field(default_factory=dict)
+    taken_at: datetime
+
+
+PartitionStatus = Literal["active", "removed"]
+
+
+class PartitionState(_Frozen):
+    """The committed position of one partition: the next offset to read."""
+
+    cluster_id: str
+    topic: str
+    partition: int
+    next_offset: int = Field(ge=0)
+    topic_id: str | None = None
+    bootstrap_servers: str = ""
+    stream_ids: tuple[str, ...] = ()
+    status: PartitionStatus = "active"
+    removed_at: datetime | None = None
+    updated_run_seq: int = 0
+
+    @property
+    def key(self) -> TopicPartition:
+        return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
+
+
+RunStatus = Literal["planned", "committed"]
+
+
+class RunRecord(_Frozen):
+    """One run in the state: its plan while planned, and its summary once committed."""
+
+    pipeline_id: str
+    run_seq: int
+    status: RunStatus
+    plan: Plan
+    planned_at: datetime
+    committed_at: datetime | None = None
+    summary_json: str | None = Field(None, description="The run summary, as JSON, once committed.")
+    findings: tuple[Finding, ...] = ()
+
+
+class StateSnapshot(_Frozen):
+    """A pipeline's committed state as read at one Delta table version."""
+
+    pipeline_id: str
+    table_version: int | None = Field(None, description="Delta version read; None when no state exists yet.")
+    last_run: RunRecord | None = None
+    partitions: dict[TopicPartition, PartitionState] = Field(default_factory=dict)
+
+    @property
+    def next_run_seq(self) -> int:
+        return (self.last_run.run_seq if self.last_run else 0) + 1
+
+    def topic_partitions(self, cluster_id: str, topic: str) -> list[PartitionState]:
+        return [p for k, p in self.partitions.items() if k.cluster_id == cluster_id and k.topic == topic]

@@ -1,0 +1,140 @@
+"""Splits and plans.
+
+A split is one planned range of one partition: ``[start_offset, stop_offset)``, start inclusive, stop exclusive,
+both resolved numbers (never sentinels such as -1/-2). A plan is the set of splits of one run, plus what the run
+will record in the state besides offsets (partitions to mark removed, findings).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class TopicPartition(BaseModel):
+    """A partition of a topic on a cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    partition: int = Field(ge=0)
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.topic}[{self.partition}]"
+
+
+class Split(BaseModel):
+    """One planned range ``[start_offset, stop_offset)`` of one partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    partition: int = Field(ge=0)
+    start_offset: int = Field(ge=0, description="First offset to read (inclusive).")
+    stop_offset: int = Field(ge=0, description="First offset not to read (exclusive).")
+    stream_ids: tuple[str, ...] = Field(description="Subscribed streams that contain this topic, sorted.")
+    topic_id: str | None = Field(None, description="Kafka topic id when planned; detects recreation.")
+    bootstrap_servers: str = Field(description="Where the cluster was reached when planned (not secret).")
+    draining: bool = Field(False, description="Last read of a partition removed from the metadata.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Split:
+        if self.stop_offset < self.start_offset:
+            raise ValueError(f"stop_offset {self.stop_offset} < start_offset {self.start_offset}")
+        return self
+
+    @property
+    def key(self) -> TopicPartition:
+        return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
+
+    @property
+    def record_count(self) -> int:
+        """Offsets in the range (an upper bound on records: compaction and transaction markers leave gaps)."""
+        return self.stop_offset - self.start_offset
+
+    @property
+    def stream_id(self) -> str:
+        """The value of the output's ``stream`` column: the first subscribed stream containing the topic."""
+        return self.stream_ids[0]
+
+
+FindingKind = Literal[
+    "data_loss",
+    "topic_recreated",
+    "new_partition",
+    "new_topic",
+    "resumed",
+    "removed",
+    "removed_unread",
+    "cluster_skipped",
+    "topic_missing",
+    "offset_clamped",
+    "capped",
+    "empty_metadata",
+]
+
+
+class Finding(BaseModel):
+    """Something the planner noticed and the run records (in its summary and the state's run history)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FindingKind
+    cluster_id: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    from_offset: int | None = Field(None, description="Start of the affected range, when there is one.")
+    to_offset: int | None = Field(
+        None, description="End (exclusive) of the affected range, when there is one."
+    )
+    message: str
+
+    @property
+    def is_warning(self) -> bool:
+        return self.kind in {
+            "data_loss",
+            "topic_recreated",
+            "removed_unread",
+            "cluster_skipped",
+            "topic_missing",
+            "offset_clamped",
+            "empty_metadata",
+        }
+
+
+class Plan(BaseModel):
+    """Everything one run will do. Written to the state before any read, so a crashed run is finished exactly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    run_seq: int = Field(ge=1)
+    kind: Literal["incremental"] = "incremental"
+    splits: tuple[Split, ...] = Field(description="Every partition's position, including empty ranges.")
+    removals: tuple[TopicPartition, ...] = Field((), description="Partitions to mark removed on commit.")
+    skipped_clusters: tuple[str, ...] = Field((), description="Unreachable clusters skipped by policy.")
+    findings: tuple[Finding, ...] = ()
+    metadata_fingerprint: str = ""
+    planned_at: datetime
+
+    @property
+    def read_splits(self) -> tuple[Split, ...]:
+        """The splits that have something to read."""
+        return tuple(s for s in self.splits if s.stop_offset > s.start_offset)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.read_splits
+
+    @property
+    def planned_records(self) -> int:
+        return sum(s.record_count for s in self.splits)
+
+    @property
+    def capped(self) -> bool:
+        """A cap left records behind: the next run has more to read right away."""
+        return any(f.kind == "capped" for f in self.findings)
