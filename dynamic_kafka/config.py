@@ -111,21 +111,15 @@ class PipelineConfig(_Config):
     sink: SinkConfig
     state_path: Path | None = Field(None, description="Delta state location. Default: '<sink.path>_state'.")
     value_format: ValueFormat = "bytes"
-    value_schema: str | None = Field(
-        None, description="Spark DDL schema of JSON values (value_format: json)."
-    )
+    value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
     key_format: Literal["bytes", "string"] = "bytes"
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
     on_data_loss: Literal["fail", "skip"] = "fail"
     on_topic_recreated: Literal["fail", "reset"] = "fail"
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
-    skip_unreachable_clusters: bool = Field(
-        False, description="Skip (and record) unreachable active clusters."
-    )
+    skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
-    consumer_group: str | None = Field(
-        None, description="Also commit offsets to this group (monitoring only)."
-    )
+    consumer_group: str | None = Field(None, description="Also commit offsets to this group (monitoring only).")
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
     sensor: SensorConfig = Field(default_factory=SensorConfig)
@@ -146,15 +140,11 @@ class PipelineConfig(_Config):
     @model_validator(mode="after")
     def _one_subscription(self) -> PipelineConfig:
         if (self.streams is None) == (self.stream_pattern is None):
-            raise ValueError(
-                "set exactly one of `streams` (a list of stream ids) or `stream_pattern` (a regex)"
-            )
+            raise ValueError("set exactly one of `streams` (a list of stream ids) or `stream_pattern` (a regex)")
         if self.streams is not None and not self.streams:
             raise ValueError("`streams` is empty; list at least one stream id")
         if self.value_format == "json" and not self.value_schema:
-            raise ValueError(
-                "value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')"
-            )
+            raise ValueError("value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')")
         return self
 
     @property
@@ -200,18 +190,14 @@ def load_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(
-            f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path."
-        ) from e
+        raise ConfigError(f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path.") from e
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(
-            f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax."
-        ) from e
+        raise ConfigError(f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax.") from e
 
 
 def describe_validation_error(error: ValidationError, source: str) -> ConfigError:

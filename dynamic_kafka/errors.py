@@ -109,9 +109,7 @@ class DataLossError(PlanningError):
 
     def __init__(self, losses: list[tuple[str, str, int, int, int]]) -> None:
         self.losses = losses
-        described = "; ".join(
-            f"{c}/{t}[{p}] lost offsets [{lo}, {hi})" for c, t, p, lo, hi in losses
-        )
+        described = "; ".join(f"{c}/{t}[{p}] lost offsets [{lo}, {hi})" for c, t, p, lo, hi in losses)
         super().__init__(
             f"data loss: records below the committed offsets were deleted before they were read: {described}.",
             hint="Nothing was written. To continue from the earliest available offsets and record the gap, "

@@ -88,9 +88,7 @@ class Finding(BaseModel):
     topic: str | None = None
     partition: int | None = None
     from_offset: int | None = Field(None, description="Start of the affected range, when there is one.")
-    to_offset: int | None = Field(
-        None, description="End (exclusive) of the affected range, when there is one."
-    )
+    to_offset: int | None = Field(None, description="End (exclusive) of the affected range, when there is one.")
     message: str
 
     @property

@@ -30,9 +30,7 @@ class ClusterMetadata(BaseModel):
     cluster_id: str = Field(min_length=1, description="Stable logical name of the cluster.")
     bootstrap_servers: str = Field(min_length=1, description="Comma-separated host:port list.")
     properties: dict[str, str] = Field(default_factory=dict, description="Kafka client properties.")
-    topics: frozenset[str] = Field(
-        default_factory=frozenset, description="Topics of the stream on this cluster."
-    )
+    topics: frozenset[str] = Field(default_factory=frozenset, description="Topics of the stream on this cluster.")
     starting_offsets: StartingOffsets | None = Field(
         None, description="Overrides the pipeline's starting offsets for this cluster."
     )

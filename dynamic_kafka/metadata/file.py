@@ -1,0 +1,138 @@
+"""The file-based metadata service: a YAML file of clusters and streams, re-read on every call.
+
+Shape::
+
+    clusters:
+      east:
+        bootstrap_servers: "127.0.0.1:19092"
+        properties: {security.protocol: SASL_PLAINTEXT, sasl.password: "${env:EAST_KAFKA_PASSWORD}"}
+        starting_offsets: latest        # optional per-cluster override
+    streams:
+      orders:
+        east: [orders]
+        west: [orders-v2]
+
+Editing the file is how an operator migrates a stream: the next call sees the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dynamic_kafka.config import describe_validation_error, load_yaml
+from dynamic_kafka.errors import ConfigError, MetadataServiceError
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.service import KafkaMetadataService
+from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+
+
+class ClusterEntry(BaseModel):
+    """One entry of the file's ``clusters`` section."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = Field(min_length=1)
+    properties: dict[str, Any] = Field(default_factory=dict)
+    starting_offsets: StartingOffsets | None = None
+    stopping_offsets: StoppingOffsets | None = None
+
+
+class MetadataFile(BaseModel):
+    """The whole metadata file: clusters by id, and per stream, the topics on each cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
+    streams: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _clusters_defined(self) -> MetadataFile:
+        for stream_id, placements in self.streams.items():
+            for cluster_id, topics in placements.items():
+                if cluster_id not in self.clusters:
+                    defined = ", ".join(sorted(self.clusters)) or "(none)"
+                    raise ValueError(
+                        f"stream {stream_id!r} uses cluster {cluster_id!r}, which is not defined under `clusters` "
+                        f"(defined: {defined}); add it there or fix the name"
+                    )
+                if not topics:
+                    raise ValueError(f"stream {stream_id!r} lists no topics on cluster {cluster_id!r}")
+        return self
+
+    def cluster(self, cluster_id: str, topics: Collection[str] = ()) -> ClusterMetadata:
+        entry = self.clusters[cluster_id]
+        return ClusterMetadata.model_validate(
+            {
+                "cluster_id": cluster_id,
+                "bootstrap_servers": entry.bootstrap_servers,
+                "properties": entry.properties,
+                "topics": frozenset(topics),
+                "starting_offsets": entry.starting_offsets,
+                "stopping_offsets": entry.stopping_offsets,
+            }
+        )
+
+    def to_streams(self) -> dict[str, KafkaStream]:
+        return {
+            stream_id: KafkaStream(
+                stream_id=stream_id,
+                clusters={cid: self.cluster(cid, topics) for cid, topics in placements.items()},
+            )
+            for stream_id, placements in self.streams.items()
+        }
+
+
+def parse_metadata_file(path: Path) -> MetadataFile:
+    """Reads and validates a metadata file.
+
+    Raises:
+        MetadataServiceError: the file cannot be read now (it may be being replaced; retrying can help).
+        ConfigError: the file is malformed or invalid; the message names the key and the fix.
+    """
+    if not path.exists():
+        raise MetadataServiceError(
+            f"metadata file {str(path)!r} does not exist.", hint="Create it or fix metadata_service.path."
+        )
+    raw = load_yaml(path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("the metadata file must be a mapping with `clusters` and `streams`.", source=str(path))
+    try:
+        return MetadataFile.model_validate(raw)
+    except ValidationError as e:
+        raise describe_validation_error(e, str(path)) from None
+
+
+class FileMetadataService(KafkaMetadataService):
+    """Streams from a YAML file, re-read on every call so edits take effect at the next run.
+
+    Example:
+        >>> service = FileMetadataService("metadata.yaml")  # doctest: +SKIP
+        >>> service.describe_streams(["orders"])["orders"].clusters.keys()  # doctest: +SKIP
+        dict_keys(['east', 'west'])
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _read(self) -> MetadataFile:
+        return parse_metadata_file(self.path)
+
+    def get_all_streams(self) -> set[KafkaStream]:
+        return set(self._read().to_streams().values())
+
+    def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        streams = self._read().to_streams()
+        return {i: streams[i] for i in stream_ids if i in streams}
+
+    def is_cluster_active(self, cluster_id: str) -> bool:
+        return any(cluster_id in placements for placements in self._read().streams.values())
+
+    def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        parsed = self._read()
+        return parsed.cluster(cluster_id) if cluster_id in parsed.clusters else None

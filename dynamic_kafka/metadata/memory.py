@@ -1,0 +1,65 @@
+"""An in-memory metadata service for programs and tests: mutable, with a switch that makes it fail."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+
+from dynamic_kafka.errors import MetadataServiceError
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.service import KafkaMetadataService, clusters_in_use
+
+
+class InMemoryMetadataService(KafkaMetadataService):
+    """Holds streams in memory. ``set_streams`` replaces them; ``fail_next(n)`` makes the next n calls fail.
+
+    Example:
+        >>> service = InMemoryMetadataService()
+        >>> service.set_streams([])
+        >>> service.get_all_streams()
+        set()
+    """
+
+    def __init__(self, streams: Collection[KafkaStream] = (), clusters: Collection[ClusterMetadata] = ()) -> None:
+        self._lock = threading.Lock()
+        self._streams = {s.stream_id: s for s in streams}
+        self._known_clusters = {c.cluster_id: c.connection() for c in clusters}
+        self._failures_left = 0
+
+    def set_streams(self, streams: Collection[KafkaStream]) -> None:
+        """Replaces every stream at once (a metadata change)."""
+        with self._lock:
+            self._streams = {s.stream_id: s for s in streams}
+            for s in streams:
+                for cid, c in s.clusters.items():
+                    self._known_clusters[cid] = c.connection()
+
+    def fail_next(self, calls: int = 1) -> None:
+        """Makes the next ``calls`` calls raise MetadataServiceError, as an unreachable service would."""
+        with self._lock:
+            self._failures_left = calls
+
+    def _check(self) -> None:
+        with self._lock:
+            if self._failures_left > 0:
+                self._failures_left -= 1
+                raise MetadataServiceError("in-memory metadata service: simulated failure.")
+
+    def get_all_streams(self) -> set[KafkaStream]:
+        self._check()
+        with self._lock:
+            return set(self._streams.values())
+
+    def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        self._check()
+        with self._lock:
+            return {i: self._streams[i] for i in stream_ids if i in self._streams}
+
+    def is_cluster_active(self, cluster_id: str) -> bool:
+        self._check()
+        with self._lock:
+            return cluster_id in clusters_in_use(list(self._streams.values()))
+
+    def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        with self._lock:
+            return self._known_clusters.get(cluster_id)

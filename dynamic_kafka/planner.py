@@ -1,0 +1,455 @@
+"""The planner: a pure function from (metadata, state, broker offsets, pipeline config) to a plan.
+
+No I/O happens here, so every rule is unit-tested without a broker. The rules, per subscribed partition:
+
+* start is the committed next offset when the state has one (also for a removed-then-re-added partition, which
+  resumes where it stopped), else ``earliest`` for a new partition of a known topic, else the starting initializer
+  (the cluster's override first, then the pipeline's);
+* a committed offset below the broker's earliest is data loss: ``on_data_loss: fail`` raises naming every lost
+  range; ``skip`` starts at earliest and records the gap;
+* a changed topic id, a committed offset beyond latest, or a vanished partition means the topic was recreated:
+  ``on_topic_recreated: fail`` raises; ``reset`` starts the new topic at earliest and records it;
+* stop is the stopping initializer (default latest, the last stable offset under read_committed), never beyond
+  latest, then capped by ``max_records_per_partition`` and ``max_records_per_run``;
+* partitions in the state that the metadata no longer lists are marked removed (offsets kept); with
+  ``drain_removed`` they are first read up to their latest offset when reachable, and marked removed only once
+  fully read.
+
+Every planned partition appears in the plan, also with an empty range, so the state pins its position: a topic
+that started at ``latest`` must not jump forward again at the next run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.offsets import (
+    AnyInitializer,
+    CommittedOffsets,
+    EarliestOffsets,
+    LatestOffsets,
+    SpecificOffsets,
+    TimestampOffsets,
+)
+from dynamic_kafka.snapshots import (
+    BrokerSnapshot,
+    MetadataSnapshot,
+    PartitionOffsets,
+    PartitionState,
+    StateSnapshot,
+    TopicSnapshot,
+)
+from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
+
+
+def effective_initializers(
+    pipeline: PipelineConfig, metadata: MetadataSnapshot, cluster_id: str
+) -> tuple[AnyInitializer, AnyInitializer]:
+    """The (starting, stopping) initializers for ``cluster_id``: the cluster's override first, then the pipeline's."""
+    override = metadata.cluster_overrides(cluster_id)
+    starting = (override.starting_offsets if override else None) or pipeline.starting_offsets
+    stopping = (override.stopping_offsets if override else None) or pipeline.stopping_offsets
+    return starting, stopping
+
+
+def plan_run(
+    *,
+    pipeline: PipelineConfig,
+    metadata: MetadataSnapshot,
+    state: StateSnapshot,
+    brokers: BrokerSnapshot,
+    run_seq: int,
+    now: datetime,
+) -> Plan:
+    """Plans one incremental run.
+
+    Raises:
+        DataLossError: committed offsets below earliest and ``on_data_loss: fail``; names every lost range.
+        TopicRecreatedError: a topic was recreated and ``on_topic_recreated: fail``.
+        ClusterUnreachableError: an active cluster did not answer and ``skip_unreachable_clusters`` is off.
+        PlanningError: an initializer cannot resolve a partition (e.g. no committed offset and ``reset: none``).
+    """
+    builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
+    builder.plan_subscribed()
+    builder.plan_removed()
+    if builder.losses:
+        raise DataLossError(builder.losses)
+    splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
+    removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
+    return Plan(
+        pipeline_id=pipeline.id,
+        run_seq=run_seq,
+        splits=tuple(splits),
+        removals=tuple(removals),
+        skipped_clusters=tuple(builder.skipped),
+        findings=tuple(builder.findings),
+        metadata_fingerprint=metadata.fingerprint,
+        planned_at=now,
+    )
+
+
+class _PlanBuilder:
+    def __init__(
+        self,
+        pipeline: PipelineConfig,
+        metadata: MetadataSnapshot,
+        state: StateSnapshot,
+        brokers: BrokerSnapshot,
+        now: datetime,
+    ) -> None:
+        self.pipeline = pipeline
+        self.metadata = metadata
+        self.state = state
+        self.brokers = brokers
+        self.now = now
+        self.splits: list[Split] = []
+        self.findings: list[Finding] = []
+        self.losses: list[tuple[str, str, int, int, int]] = []
+        self.skipped: list[str] = []
+        self.covered: set[TopicPartition] = set()
+        self.removals: list[tuple[TopicPartition, int | None]] = []
+
+    def note(self, kind: str, message: str, **where: object) -> None:
+        self.findings.append(Finding.model_validate({"kind": kind, "message": message, **where}))
+
+    def plan_subscribed(self) -> None:
+        topics = self.metadata.topics()
+        if not topics:
+            self.note("empty_metadata", "the subscription resolved to no cluster and no topic; nothing to read")
+        clusters = self.metadata.clusters()
+        for (cluster_id, topic), stream_ids in topics.items():
+            known = self.state.topic_partitions(cluster_id, topic)
+            cluster = self.brokers.clusters.get(cluster_id)
+            if cluster is None or not cluster.reachable:
+                self._unreachable(cluster_id, cluster.error if cluster else None)
+                self.covered.update(p.key for p in known)
+                continue
+            snapshot = cluster.topics.get(topic)
+            if snapshot is None or not snapshot.exists:
+                self.note(
+                    "topic_missing",
+                    f"topic {topic!r} is listed in the metadata but does not exist on cluster {cluster_id!r}",
+                    cluster_id=cluster_id,
+                    topic=topic,
+                )
+                self.covered.update(p.key for p in known)
+                continue
+            bootstrap = clusters[cluster_id].bootstrap_servers
+            self._plan_topic(cluster_id, topic, stream_ids, snapshot, known, bootstrap)
+
+    def _unreachable(self, cluster_id: str, error: str | None) -> None:
+        if cluster_id in self.skipped:
+            return
+        if not self.pipeline.skip_unreachable_clusters:
+            raise ClusterUnreachableError(
+                f"cannot be reached ({error or 'no answer'}); nothing was written.",
+                cluster_id=cluster_id,
+                hint="Fix connectivity, or set `skip_unreachable_clusters: true` to read the other clusters.",
+            )
+        self.skipped.append(cluster_id)
+        self.note(
+            "cluster_skipped",
+            f"cluster {cluster_id!r} is unreachable ({error or 'no answer'}); skipped, offsets untouched",
+            cluster_id=cluster_id,
+        )
+
+    def _recreation(self, topic: str, snapshot: TopicSnapshot, known: list[PartitionState]) -> str | None:
+        known_ids = {p.topic_id for p in known if p.topic_id}
+        if snapshot.topic_id and known_ids and snapshot.topic_id not in known_ids:
+            return f"topic id changed from {sorted(known_ids)[0]} to {snapshot.topic_id}"
+        for p in sorted(known, key=lambda p: p.partition):
+            offsets = snapshot.partitions.get(p.partition)
+            if offsets is None:
+                return f"partition {p.partition} no longer exists"
+            if p.next_offset > offsets.latest:
+                return f"committed offset {p.next_offset} of partition {p.partition} is beyond latest {offsets.latest}"
+        return None
+
+    def _plan_topic(
+        self,
+        cluster_id: str,
+        topic: str,
+        stream_ids: tuple[str, ...],
+        snapshot: TopicSnapshot,
+        known: list[PartitionState],
+        bootstrap: str,
+    ) -> None:
+        reason = self._recreation(topic, snapshot, known)
+        if reason is not None:
+            if self.pipeline.on_topic_recreated == "fail":
+                raise TopicRecreatedError(cluster_id, topic, reason)
+            self.note(
+                "topic_recreated",
+                f"topic {topic!r} on cluster {cluster_id!r} was recreated ({reason}); reading it from earliest",
+                cluster_id=cluster_id,
+                topic=topic,
+            )
+        starting, stopping = effective_initializers(self.pipeline, self.metadata, cluster_id)
+        by_partition = {p.partition: p for p in known}
+        if not known and snapshot.partitions:
+            self.note(
+                "new_topic",
+                f"new topic {topic!r} on cluster {cluster_id!r}: starting at {starting.kind}",
+                cluster_id=cluster_id,
+                topic=topic,
+            )
+        for partition, offsets in sorted(snapshot.partitions.items()):
+            key = TopicPartition(cluster_id=cluster_id, topic=topic, partition=partition)
+            self.covered.add(key)
+            committed = by_partition.get(partition)
+            if reason is not None:
+                start: int | None = offsets.earliest
+            elif committed is not None:
+                start = self._resume(key, committed, offsets)
+            elif known:
+                self.note(
+                    "new_partition",
+                    f"new partition {key}: reading from earliest {offsets.earliest}",
+                    cluster_id=cluster_id,
+                    topic=topic,
+                    partition=partition,
+                )
+                start = offsets.earliest
+            else:
+                start = self._initial_start(key, starting, snapshot, offsets)
+            if start is None:
+                continue
+            stop = self._stop(key, stopping, snapshot, offsets, start)
+            self.splits.append(
+                Split(
+                    cluster_id=cluster_id,
+                    topic=topic,
+                    partition=partition,
+                    start_offset=start,
+                    stop_offset=stop,
+                    stream_ids=stream_ids,
+                    topic_id=snapshot.topic_id,
+                    bootstrap_servers=bootstrap,
+                )
+            )
+
+    def _resume(self, key: TopicPartition, committed: PartitionState, offsets: PartitionOffsets) -> int | None:
+        start = committed.next_offset
+        if committed.status == "removed":
+            self.note(
+                "resumed",
+                f"{key} is back in the metadata; resuming at its kept offset {start}",
+                cluster_id=key.cluster_id,
+                topic=key.topic,
+                partition=key.partition,
+            )
+        if start >= offsets.earliest:
+            return start
+        if self.pipeline.on_data_loss == "fail":
+            self.losses.append((key.cluster_id, key.topic, key.partition, start, offsets.earliest))
+            return None
+        self.note(
+            "data_loss",
+            f"{key}: offsets [{start}, {offsets.earliest}) were deleted before they were read; skipped",
+            cluster_id=key.cluster_id,
+            topic=key.topic,
+            partition=key.partition,
+            from_offset=start,
+            to_offset=offsets.earliest,
+        )
+        return offsets.earliest
+
+    def _initial_start(
+        self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets
+    ) -> int:
+        wanted: int | None
+        if isinstance(starting, EarliestOffsets):
+            return offsets.earliest
+        if isinstance(starting, LatestOffsets):
+            return offsets.latest
+        if isinstance(starting, TimestampOffsets):
+            found = snapshot.start_lookups.get(key.partition)
+            return offsets.latest if found is None else self._clamp(key, found, offsets, "timestamp")
+        if isinstance(starting, CommittedOffsets):
+            wanted = snapshot.start_lookups.get(key.partition)
+            if wanted is None:
+                return self._fallback(key, starting.reset, offsets, f"consumer group {starting.group_id!r}")
+            return self._clamp(key, wanted, offsets, f"consumer group {starting.group_id!r}")
+        assert isinstance(starting, SpecificOffsets)
+        wanted = starting.offsets.get(key.topic, {}).get(key.partition)
+        if wanted is None:
+            return self._fallback(key, starting.fallback, offsets, "specific offsets")
+        return self._clamp(key, wanted, offsets, "specific offsets")
+
+    def _fallback(self, key: TopicPartition, strategy: str, offsets: PartitionOffsets, what: str) -> int:
+        if strategy == "earliest":
+            return offsets.earliest
+        if strategy == "latest":
+            return offsets.latest
+        raise PlanningError(
+            f"{what} has no offset for {key} and the reset strategy is 'none'.",
+            hint="Commit an offset for it, list it explicitly, or set reset/fallback to earliest or latest.",
+        )
+
+    def _clamp(self, key: TopicPartition, wanted: int, offsets: PartitionOffsets, what: str) -> int:
+        clamped = min(max(wanted, offsets.earliest), offsets.latest)
+        if clamped != wanted:
+            self.note(
+                "offset_clamped",
+                f"{key}: {what} gave offset {wanted}, outside the available "
+                f"[{offsets.earliest}, {offsets.latest}]; using {clamped}",
+                cluster_id=key.cluster_id,
+                topic=key.topic,
+                partition=key.partition,
+                from_offset=wanted,
+                to_offset=clamped,
+            )
+        return clamped
+
+    def _stop(
+        self,
+        key: TopicPartition,
+        stopping: AnyInitializer,
+        snapshot: TopicSnapshot,
+        offsets: PartitionOffsets,
+        start: int,
+    ) -> int:
+        stop: int | None = offsets.latest
+        if isinstance(stopping, TimestampOffsets):
+            stop = snapshot.stop_lookups.get(key.partition)
+        elif isinstance(stopping, SpecificOffsets):
+            stop = stopping.offsets.get(key.topic, {}).get(key.partition)
+        bounded = max(start, min(offsets.latest if stop is None else stop, offsets.latest))
+        return self._cap_partition(key, start, bounded)
+
+    def _cap_partition(self, key: TopicPartition, start: int, stop: int) -> int:
+        cap = self.pipeline.max_records_per_partition
+        if cap is None or stop - start <= cap:
+            return stop
+        self.note(
+            "capped",
+            f"{key}: {stop - start} records pending, reading {cap} (max_records_per_partition)",
+            cluster_id=key.cluster_id,
+            topic=key.topic,
+            partition=key.partition,
+            from_offset=start + cap,
+            to_offset=stop,
+        )
+        return start + cap
+
+    def plan_removed(self) -> None:
+        for key, committed in sorted(self.state.partitions.items(), key=lambda kv: str(kv[0])):
+            if key in self.covered or committed.status == "removed":
+                continue
+            offsets = self._removed_offsets(committed)
+            if self.pipeline.drain_removed and offsets is not None:
+                self._drain(key, committed, offsets)
+                continue
+            self.removals.append((key, None))
+            if offsets is not None and offsets.latest > committed.next_offset:
+                self.note(
+                    "removed_unread",
+                    f"{key} was removed from the metadata with offsets [{committed.next_offset}, {offsets.latest}) "
+                    "unread; set `drain_removed: true` to read them before removal",
+                    cluster_id=key.cluster_id,
+                    topic=key.topic,
+                    partition=key.partition,
+                    from_offset=committed.next_offset,
+                    to_offset=offsets.latest,
+                )
+            elif offsets is None and self.pipeline.drain_removed:
+                self.note(
+                    "removed_unread",
+                    f"{key} was removed from the metadata and cannot be reached to drain it; records after offset "
+                    f"{committed.next_offset} may be unread",
+                    cluster_id=key.cluster_id,
+                    topic=key.topic,
+                    partition=key.partition,
+                    from_offset=committed.next_offset,
+                )
+            else:
+                self.note(
+                    "removed",
+                    f"{key} was removed from the metadata; its offset {committed.next_offset} is kept",
+                    cluster_id=key.cluster_id,
+                    topic=key.topic,
+                    partition=key.partition,
+                )
+
+    def _removed_offsets(self, committed: PartitionState) -> PartitionOffsets | None:
+        """The broker offsets of a removed partition, if its cluster answered and it is still the same topic."""
+        cluster = self.brokers.clusters.get(committed.cluster_id)
+        if cluster is None or not cluster.reachable:
+            return None
+        snapshot = cluster.topics.get(committed.topic)
+        if snapshot is None or not snapshot.exists:
+            return None
+        if committed.topic_id and snapshot.topic_id and committed.topic_id != snapshot.topic_id:
+            return None
+        offsets = snapshot.partitions.get(committed.partition)
+        if offsets is None or offsets.latest < committed.next_offset:
+            return None
+        return offsets
+
+    def _drain(self, key: TopicPartition, committed: PartitionState, offsets: PartitionOffsets) -> None:
+        start = self._resume(key, committed, offsets)
+        if start is None:
+            return
+        stop = self._cap_partition(key, start, offsets.latest)
+        split = Split(
+            cluster_id=key.cluster_id,
+            topic=key.topic,
+            partition=key.partition,
+            start_offset=start,
+            stop_offset=stop,
+            stream_ids=committed.stream_ids or ("(removed)",),
+            topic_id=committed.topic_id,
+            bootstrap_servers=committed.bootstrap_servers,
+            draining=True,
+        )
+        self.splits.append(split)
+        self.removals.append((key, offsets.latest))
+        self.note(
+            "removed",
+            f"{key} was removed from the metadata; draining [{start}, {offsets.latest}) before marking it removed",
+            cluster_id=key.cluster_id,
+            topic=key.topic,
+            partition=key.partition,
+            from_offset=start,
+            to_offset=offsets.latest,
+        )
+
+
+def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Split]) -> bool:
+    """A drained partition is marked removed only once this run reads it up to its latest offset; a capped drain
+    leaves it active (but unlisted), so the next run drains the rest."""
+    if drain_target is None:
+        return True
+    return any(s.key == key and s.stop_offset == drain_target for s in splits)
+
+
+def _apply_run_cap(splits: list[Split], cap: int | None, findings: list[Finding]) -> list[Split]:
+    """Shares ``max_records_per_run`` fairly: every split with pending records gets an equal share, repeatedly,
+    until the cap is used up. Deterministic, and no partition starves behind a larger one."""
+    sizes = [s.record_count for s in splits]
+    if cap is None or sum(sizes) <= cap:
+        return splits
+    granted = [0] * len(splits)
+    open_splits = [i for i, size in enumerate(sizes) if size > 0]
+    remaining = cap
+    while remaining > 0 and open_splits:
+        share = max(1, remaining // len(open_splits))
+        for i in list(open_splits):
+            give = min(share, sizes[i] - granted[i], remaining)
+            granted[i] += give
+            remaining -= give
+            if granted[i] == sizes[i]:
+                open_splits.remove(i)
+            if remaining == 0:
+                break
+    findings.append(
+        Finding(
+            kind="capped",
+            message=f"{sum(sizes)} records pending, reading {cap} (max_records_per_run)",
+            from_offset=cap,
+            to_offset=sum(sizes),
+        )
+    )
+    return [s.model_copy(update={"stop_offset": s.start_offset + g}) for s, g in zip(splits, granted, strict=True)]

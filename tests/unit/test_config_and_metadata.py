@@ -1,0 +1,166 @@
+"""Config parsing, metadata files, subscribers and redaction: bad input fails fast with a clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.errors import ConfigError, MetadataServiceError, UnknownStreamError
+from dynamic_kafka.metadata.file import FileMetadataService
+from dynamic_kafka.metadata.memory import InMemoryMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
+from dynamic_kafka.secrets import resolve_properties
+from dynamic_kafka.subscriber import StreamIdSubscriber, StreamPatternSubscriber
+
+METADATA = """
+clusters:
+  east: {bootstrap_servers: "127.0.0.1:19092", starting_offsets: latest}
+  west:
+    bootstrap_servers: "127.0.0.1:29092"
+    properties: {sasl.password: "${env:WEST_PW}", enable.ssl.certificate.verification: false}
+streams:
+  orders: {east: [orders], west: [orders-v2]}
+  orders-eu: {west: [eu]}
+  old-orders: {east: [legacy]}
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def project(tmp_path: Path, pipeline_yaml: str) -> Path:
+    return write(
+        tmp_path,
+        "dynamic_kafka.yaml",
+        f"metadata_service: {{type: file, path: metadata.yaml}}\npipelines:\n{pipeline_yaml}",
+    )
+
+
+class TestProjectConfig:
+    def test_valid_config_resolves_relative_paths_and_short_forms(self, tmp_path: Path) -> None:
+        path = project(
+            tmp_path,
+            "  - id: orders\n    streams: [orders]\n    sink: {path: data/orders}\n"
+            "    starting_offsets: {committed: {group_id: g, reset: latest}}\n"
+            "    stopping_offsets: {timestamp: '2026-01-01T00:00:00Z'}\n",
+        )
+        config = load_project_config(path)
+        p = config.pipeline("orders")
+        assert p.sink.path == tmp_path / "data/orders"
+        assert p.resolved_state_path == tmp_path / "data/orders_state"
+        assert p.starting_offsets == CommittedOffsets(group_id="g", reset="latest")
+        assert p.stopping_offsets == TimestampOffsets(timestamp_ms=1767225600000)
+        assert config.metadata_service.path == tmp_path / "metadata.yaml"  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize(
+        ("pipeline_yaml", "expected"),
+        [
+            (
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    colour: red\n",
+                r"pipelines\[0\]\.colour: unknown key",
+            ),
+            ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    on_data_loss: ignore\n", r"on_data_loss"),
+            ("  - id: o\n    stream_pattern: '(['\n    sink: {path: s}\n", r"invalid regular expression"),
+            ("  - id: o\n    sink: {path: s}\n", r"exactly one of `streams`"),
+            (
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    starting_offsets: {specific: {offsets: {t: {0: -1}}}}\n",
+                r"greater than or equal to 0",
+            ),
+            ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    max_records_per_run: 0\n", r"max_records_per_run"),
+            ("  - id: o\n    streams: [a]\n", r"pipelines\[0\]\.sink: required key is missing"),
+        ],
+    )
+    def test_invalid_configs_name_file_and_key(self, tmp_path: Path, pipeline_yaml: str, expected: str) -> None:
+        path = project(tmp_path, pipeline_yaml)
+        with pytest.raises(ConfigError, match=expected) as info:
+            load_project_config(path)
+        assert str(path) in str(info.value)
+
+    def test_malformed_yaml_names_line(self, tmp_path: Path) -> None:
+        path = write(tmp_path, "bad.yaml", "pipelines:\n  - id: [unclosed\n")
+        with pytest.raises(ConfigError, match=r"bad\.yaml: malformed YAML at line \d+"):
+            load_project_config(path)
+
+    def test_missing_file_and_unknown_pipeline(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError, match="cannot read the file"):
+            load_project_config(tmp_path / "nope.yaml")
+        path = project(tmp_path, "  - id: orders\n    streams: [orders]\n    sink: {path: s}\n")
+        with pytest.raises(ConfigError, match="no pipeline 'x'; configured pipelines: orders"):
+            load_project_config(path).pipeline("x")
+
+
+class TestMetadataFile:
+    def test_streams_and_overrides(self, tmp_path: Path) -> None:
+        service = FileMetadataService(write(tmp_path, "metadata.yaml", METADATA))
+        orders = service.describe_streams(["orders", "nope"])
+        assert list(orders) == ["orders"]
+        assert orders["orders"].clusters["east"].topics == frozenset({"orders"})
+        assert orders["orders"].clusters["east"].starting_offsets is not None
+        assert orders["orders"].clusters["west"].properties["enable.ssl.certificate.verification"] == "false"
+        assert service.is_cluster_active("west")
+        assert not service.is_cluster_active("north")
+
+    def test_reread_on_every_call(self, tmp_path: Path) -> None:
+        path = write(tmp_path, "metadata.yaml", METADATA)
+        service = FileMetadataService(path)
+        assert "east" in service.describe_streams(["orders"])["orders"].clusters
+        path.write_text(METADATA.replace("orders: {east: [orders], west: [orders-v2]}", "orders: {west: [orders-v2]}"))
+        assert list(service.describe_streams(["orders"])["orders"].clusters) == ["west"]
+        assert service.describe_cluster("east") is not None
+
+    def test_undefined_cluster_is_a_config_error(self, tmp_path: Path) -> None:
+        path = write(tmp_path, "m.yaml", "clusters: {east: {bootstrap_servers: 'a:1'}}\nstreams: {s: {north: [t]}}\n")
+        with pytest.raises(ConfigError, match="uses cluster 'north', which is not defined under `clusters`"):
+            FileMetadataService(path).get_all_streams()
+
+    def test_missing_file_is_a_retriable_service_error(self, tmp_path: Path) -> None:
+        with pytest.raises(MetadataServiceError) as info:
+            FileMetadataService(tmp_path / "gone.yaml").get_all_streams()
+        assert info.value.retriable
+
+
+class TestSubscribers:
+    def test_ids_and_full_match_regex(self, tmp_path: Path) -> None:
+        service = FileMetadataService(write(tmp_path, "metadata.yaml", METADATA))
+        assert set(StreamPatternSubscriber("orders.*").subscribe(service)) == {"orders", "orders-eu"}
+        assert set(StreamPatternSubscriber("orders").subscribe(service)) == {"orders"}
+        assert StreamPatternSubscriber("nothing-.*").subscribe(service) == {}
+        with pytest.raises(UnknownStreamError, match="unknown stream id.*ordres.*knows: old-orders, orders") as info:
+            StreamIdSubscriber(["ordres"]).subscribe(service)
+        assert info.value.stream_ids == ["ordres"]
+
+    def test_in_memory_service_failure_switch(self) -> None:
+        s = KafkaStream(stream_id="a", clusters={"c": ClusterMetadata(cluster_id="c", bootstrap_servers="x:1")})
+        service = InMemoryMetadataService([s])
+        service.fail_next(2)
+        for _ in range(2):
+            with pytest.raises(MetadataServiceError):
+                service.get_all_streams()
+        assert service.get_all_streams() == {s}
+
+
+class TestSecrets:
+    def test_secret_reference_is_resolved_only_on_demand_and_never_shown(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("WEST_PW", "s3cret-value")
+        secret_file = write(tmp_path, "pw", "file-secret\n")
+        cluster = ClusterMetadata(
+            cluster_id="west",
+            bootstrap_servers="w:1",
+            properties={"sasl.password": "${env:WEST_PW}", "ssl.key.password": f"${{file:{secret_file}}}"},
+        )
+        assert "s3cret-value" not in repr(cluster) + str(cluster) + cluster.model_dump_json()
+        assert cluster.client_properties() == {"sasl.password": "s3cret-value", "ssl.key.password": "file-secret"}
+        literal = ClusterMetadata(cluster_id="c", bootstrap_servers="x:1", properties={"sasl.password": "hunter2"})
+        assert "hunter2" not in repr(literal) + str(literal)
+
+    def test_unset_variable_names_reference_not_value(self) -> None:
+        with pytest.raises(ConfigError, match="environment variable 'NOPE_PW', which is not set"):
+            resolve_properties({"sasl.password": "${env:NOPE_PW}"}, cluster_id="c")
