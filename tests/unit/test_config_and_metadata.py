@@ -69,7 +69,8 @@ class TestProjectConfig:
             ("  - id: o\n    stream_pattern: '(['\n    sink: {path: s}\n", r"invalid regular expression"),
             ("  - id: o\n    sink: {path: s}\n", r"exactly one of `streams`"),
             (
-                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    starting_offsets: {specific: {offsets: {t: {0: -1}}}}\n",
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n"
+                "    starting_offsets: {specific: {offsets: {t: {0: -1}}}}\n",
                 r"greater than or equal to 0",
             ),
             ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    max_records_per_run: 0\n", r"max_records_per_run"),
@@ -131,7 +132,7 @@ class TestSubscribers:
         assert set(StreamPatternSubscriber("orders.*").subscribe(service)) == {"orders", "orders-eu"}
         assert set(StreamPatternSubscriber("orders").subscribe(service)) == {"orders"}
         assert StreamPatternSubscriber("nothing-.*").subscribe(service) == {}
-        with pytest.raises(UnknownStreamError, match="unknown stream id.*ordres.*knows: old-orders, orders") as info:
+        with pytest.raises(UnknownStreamError, match=r"unknown stream id.*ordres.*knows: old-orders, orders") as info:
             StreamIdSubscriber(["ordres"]).subscribe(service)
         assert info.value.stream_ids == ["ordres"]
 

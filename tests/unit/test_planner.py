@@ -48,7 +48,7 @@ def topic(name: str, ranges: dict[int, tuple[int, int]], topic_id: str = "id-1",
     return TopicSnapshot(
         topic=name,
         topic_id=topic_id,
-        partitions={p: PartitionOffsets(earliest=e, latest=l) for p, (e, l) in ranges.items()},
+        partitions={p: PartitionOffsets(earliest=lo, latest=hi) for p, (lo, hi) in ranges.items()},
         **lookups,
     )
 
