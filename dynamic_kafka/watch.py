@@ -1,0 +1,72 @@
+"""Watching metadata for changes, with a tolerance for a flaky metadata service.
+
+The watch is a pure step over a serializable cursor, so an orchestrator (the Dagster sensor) can keep the cursor
+across daemon restarts: ``check_metadata(poll, cursor, threshold)`` polls once and says whether the resolved layout
+changed. Up to ``threshold`` consecutive failures are tolerated (the result says so); the next one raises; any
+success resets the count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+
+
+class WatchCursor(BaseModel):
+    """What the watch remembers between polls."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fingerprint: str | None = Field(None, description="The last fingerprint seen; None before the first poll.")
+    consecutive_failures: int = Field(0, ge=0)
+
+
+class WatchResult(BaseModel):
+    """One poll's outcome."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cursor: WatchCursor
+    changed: bool = Field(description="The fingerprint differs from the cursor's (a run should be requested).")
+    fingerprint: str | None = None
+    reason: str = Field(description="Why a run is or is not requested, for people reading sensor ticks.")
+
+
+def check_metadata(poll: Callable[[], str], cursor: WatchCursor, *, failure_threshold: int) -> WatchResult:
+    """Polls once.
+
+    Args:
+        poll: returns the current metadata fingerprint, raising DynamicKafkaError when the service fails.
+        cursor: the previous cursor.
+        failure_threshold: consecutive failures tolerated before raising.
+
+    Raises:
+        MetadataServiceError: the service failed more than ``failure_threshold`` times in a row.
+    """
+    try:
+        fingerprint = poll()
+    except DynamicKafkaError as e:
+        failures = cursor.consecutive_failures + 1
+        if failures > failure_threshold:
+            raise MetadataServiceError(
+                f"the metadata service failed {failures} times in a row (threshold {failure_threshold}): {e}",
+                hint="Check the metadata service; the sensor resets after one successful poll.",
+            ) from e
+        return WatchResult(
+            cursor=cursor.model_copy(update={"consecutive_failures": failures}),
+            changed=False,
+            reason=f"metadata service failed ({failures} of {failure_threshold} tolerated): {e}",
+        )
+    new_cursor = WatchCursor(fingerprint=fingerprint, consecutive_failures=0)
+    if fingerprint == cursor.fingerprint:
+        return WatchResult(cursor=new_cursor, changed=False, fingerprint=fingerprint, reason="metadata unchanged")
+    previous = cursor.fingerprint or "none"
+    return WatchResult(
+        cursor=new_cursor,
+        changed=True,
+        fingerprint=fingerprint,
+        reason=f"metadata fingerprint changed from {previous} to {fingerprint}",
+    )
