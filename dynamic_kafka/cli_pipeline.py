@@ -1,0 +1,121 @@
+"""The ``plan``, ``run`` and ``status`` commands: one pipeline of a project config.
+
+Each prints a readable report, or with ``--json`` one JSON document on stdout for machines. Failures print one
+paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.split import Finding, Plan
+from dynamic_kafka.summary import RunSummary
+
+DEFAULT_CONFIG = "dynamic_kafka.yaml"
+
+
+def add_pipeline_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Registers ``plan``, ``run`` and ``status``."""
+    commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+        ("plan", "show the splits the next run would read, reading and writing nothing", _plan),
+        ("run", "execute one incremental run and print its summary", _run),
+        ("status", "show per partition the committed offset, latest offset, lag, and the last run", _status),
+    ]
+    for name, help_text, handler in commands:
+        parser = subparsers.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+        parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+        parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        parser.set_defaults(handler=handler)
+
+
+def _runner(args: argparse.Namespace) -> PipelineRunner:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return PipelineRunner(load_project_config(args.config), args.pipeline)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> int:
+    print(json.dumps(data, indent=2, default=str) if args.json else text())
+    return 0
+
+
+def _findings_text(findings: tuple[Finding, ...]) -> list[str]:
+    return [f"  {'WARNING' if f.is_warning else 'note'}: {f.message}" for f in findings]
+
+
+def _plan(args: argparse.Namespace) -> int:
+    plan, _, _ = _runner(args).plan()
+    return _emit(args, plan.model_dump(mode="json"), lambda: format_plan(plan))
+
+
+def format_plan(plan: Plan) -> str:
+    """A plan as a table of splits."""
+    lines = [f"pipeline {plan.pipeline_id}: run {plan.run_seq} would read {plan.planned_records} offsets"]
+    lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'start':>12} {'stop':>12} {'records':>10}  stream")
+    for s in plan.splits:
+        flag = " (draining)" if s.draining else ""
+        lines.append(
+            f"  {s.cluster_id:<12} {s.topic:<24} {s.partition:>4} {s.start_offset:>12} {s.stop_offset:>12} "
+            f"{s.record_count:>10}  {s.stream_id}{flag}"
+        )
+    lines += [f"  marks removed: {k}" for k in plan.removals]
+    lines += _findings_text(plan.findings)
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    summary = _runner(args).run()
+    return _emit(args, summary.model_dump(mode="json"), lambda: format_summary(summary))
+
+
+def format_summary(summary: RunSummary) -> str:
+    """A run summary as a short report."""
+    lines = [
+        f"pipeline {summary.pipeline_id}: run {summary.run_seq} {summary.status}: {summary.records} records, "
+        f"{summary.bytes} bytes from {summary.splits} splits in {summary.total_seconds:.1f}s "
+        f"(plan {summary.plan_seconds:.1f}s, spark {summary.spark_seconds:.1f}s, commit {summary.commit_seconds:.1f}s; "
+        f"spark {'started' if summary.spark_started else 'not started'})"
+    ]
+    if summary.recovered_run_seq is not None:
+        lines.append(f"  recovered run {summary.recovered_run_seq} first")
+    lines += [f"  {t.cluster_id}/{t.topic}: {t.records} records, {t.bytes} bytes" for t in summary.topics]
+    if summary.dead_letters:
+        lines.append(f"  {summary.dead_letters} undecodable records went to the dead-letter table")
+    if summary.lag_after:
+        lines.append(f"  {summary.lag_after} records pending after this run{' (capped)' if summary.capped else ''}")
+    lines += _findings_text(summary.findings)
+    return "\n".join(lines)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dynamic_kafka.status import pipeline_status
+
+    status = pipeline_status(_runner(args))
+
+    def text() -> str:
+        lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
+        lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'next':>12} {'latest':>12} {'lag':>10}  status")
+        for p in status.partitions:
+            latest = "?" if p.latest_offset is None else str(p.latest_offset)
+            lag = "?" if p.lag is None else str(p.lag)
+            lines.append(
+                f"  {p.cluster_id:<12} {p.topic:<24} {p.partition:>4} {p.next_offset:>12} {latest:>12} {lag:>10}  "
+                f"{p.status}"
+            )
+        if status.unreachable_clusters:
+            lines.append(f"  unreachable: {', '.join(status.unreachable_clusters)}")
+        if status.last_run:
+            lines.append(
+                f"  last run: {status.last_run['run_seq']} {status.last_run_status}, "
+                f"{status.last_run['records']} records"
+            )
+        lines += _findings_text(status.warnings)
+        return "\n".join(lines)
+
+    return _emit(args, status.model_dump(mode="json"), text)

@@ -1,0 +1,50 @@
+"""The single-cluster metadata service: every topic of one cluster is a stream named after the topic.
+
+For teams with one cluster today who want the same pipelines, state and orchestration that a multi-cluster
+setup gets later. Internal topics (names starting with ``__``) are not streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from dynamic_kafka.errors import KafkaClientError, MetadataServiceError
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.service import KafkaMetadataService
+
+
+class SingleClusterMetadataService(KafkaMetadataService):
+    """Lists the cluster's topics on every call; each topic ``t`` is the stream ``t`` on that cluster."""
+
+    def __init__(self, cluster: ClusterMetadata) -> None:
+        self.cluster = cluster.connection()
+
+    def _streams(self) -> dict[str, KafkaStream]:
+        from dynamic_kafka.kafka_admin import KafkaAdmin
+
+        try:
+            with KafkaAdmin(self.cluster) as admin:
+                names = admin.list_topic_names()
+        except KafkaClientError as e:
+            raise MetadataServiceError(f"single-cluster metadata service: {e}") from e
+        return {
+            name: KafkaStream(
+                stream_id=name,
+                clusters={self.cluster.cluster_id: self.cluster.model_copy(update={"topics": frozenset({name})})},
+            )
+            for name in sorted(names)
+            if not name.startswith("__")
+        }
+
+    def get_all_streams(self) -> set[KafkaStream]:
+        return set(self._streams().values())
+
+    def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        streams = self._streams()
+        return {i: streams[i] for i in stream_ids if i in streams}
+
+    def is_cluster_active(self, cluster_id: str) -> bool:
+        return cluster_id == self.cluster.cluster_id
+
+    def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        return self.cluster if cluster_id == self.cluster.cluster_id else None

@@ -1,0 +1,74 @@
+"""What a run reports: the run summary printed by the CLI, stored in the state and shown by Dagster."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.split import Finding, Plan
+
+
+class TopicStats(BaseModel):
+    """Records and bytes (key + value) landed from one topic of one cluster in one run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    records: int = 0
+    bytes: int = 0
+
+
+class RunSummary(BaseModel):
+    """One run, as it finished."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    run_seq: int
+    status: str = Field(description="'committed', or 'empty' when there was nothing to read.")
+    recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
+    records: int = 0
+    bytes: int = 0
+    dead_letters: int = 0
+    topics: tuple[TopicStats, ...] = ()
+    clusters: tuple[str, ...] = ()
+    splits: int = Field(0, description="Splits read (non-empty ranges).")
+    partitions: int = Field(0, description="Partitions whose position the run recorded.")
+    planned_records: int = 0
+    lag_after: int = Field(0, description="Records known to be pending after the run (caps, stopping offsets).")
+    capped: bool = Field(False, description="A cap left records behind; the next run has work right away.")
+    spark_started: bool = False
+    min_event_time: datetime | None = None
+    max_event_time: datetime | None = None
+    sink_version: int | None = None
+    skipped_clusters: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    metadata_fingerprint: str = ""
+    plan_seconds: float = 0.0
+    spark_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.is_warning)
+
+
+def base_summary(plan: Plan, lag_after: int) -> dict[str, object]:
+    """The summary fields that come from the plan alone."""
+    read = plan.read_splits
+    return {
+        "pipeline_id": plan.pipeline_id,
+        "run_seq": plan.run_seq,
+        "clusters": tuple(sorted({s.cluster_id for s in plan.splits})),
+        "splits": len(read),
+        "partitions": len(plan.splits),
+        "planned_records": plan.planned_records,
+        "lag_after": lag_after,
+        "capped": plan.capped,
+        "skipped_clusters": plan.skipped_clusters,
+        "findings": plan.findings,
+        "metadata_fingerprint": plan.metadata_fingerprint,
+    }
