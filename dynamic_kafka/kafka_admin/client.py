@@ -1,0 +1,239 @@
+"""``KafkaAdmin``: the driver's questions to one Kafka cluster, each answered with one batched admin call.
+
+Example:
+    >>> with KafkaAdmin(cluster, timeout_s=5) as admin:  # doctest: +SKIP
+    ...     described = admin.describe_topics(["orders"])
+    ...     parts = [("orders", p) for p in described["orders"].partitions]
+    ...     latest = admin.list_offsets(parts, "latest")  # the last stable offsets
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future
+from typing import Any, Literal
+
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
+
+# OffsetSpec is documented under confluent_kafka.admin, which re-exports it only implicitly (hence the ignore).
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.kafka_admin.connection import RETRY_PAUSE_S, AdminConnection, future_error
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["read_committed", "read_uncommitted"]
+OffsetQuery = Literal["earliest", "latest"] | int
+"""``"earliest"``, ``"latest"``, or a timestamp in epoch milliseconds."""
+Partition = tuple[str, int]
+
+_ISOLATION = {"read_committed": IsolationLevel.READ_COMMITTED, "read_uncommitted": IsolationLevel.READ_UNCOMMITTED}
+# OffsetSpec's factories are not annotated.
+_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+_METADATA_ATTEMPT_S = 0.5
+
+
+class TopicDescription(BaseModel):
+    """A topic as the broker describes it. ``exists`` is False when the broker does not know it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str = Field(description="Topic name.")
+    exists: bool = Field(description="Whether the broker has the topic.")
+    topic_id: str | None = Field(
+        None, description="Kafka's topic id, URL-safe base64 as Kafka prints it; None when the topic does not exist."
+    )
+    partitions: tuple[int, ...] = Field((), description="Partition ids, ascending.")
+
+
+class KafkaAdmin(AdminConnection):
+    """Admin questions to one cluster. A context manager; the librdkafka client is created on first use.
+
+    Every method raises :class:`~dynamic_kafka.errors.KafkaClientError` (or its subclasses
+    ``KafkaAuthenticationError`` and ``ClusterUnreachableError``) and never a confluent-kafka exception.
+
+    Args:
+        cluster: the cluster; its secret references are resolved only when the client is created.
+        timeout_s: the deadline of each call.
+    """
+
+    def list_topic_names(self) -> list[str]:
+        """The cluster's topics, sorted, without Kafka's internal ones (names starting with ``__``)."""
+        operation = "listing topics"
+        admin = self._client()
+        deadline = self._deadline()
+        while True:
+            # list_topics blocks in C; short attempts let the error callback be served in between.
+            attempt_s = max(0.01, min(_METADATA_ATTEMPT_S, deadline - time.monotonic()))
+            try:
+                metadata = admin.list_topics(timeout=attempt_s)
+                break
+            except KafkaException as e:
+                self._await([], operation, deadline)
+                if time.monotonic() >= deadline:
+                    raise self._wrap_exception(e, operation) from None
+        return sorted(name for name in metadata.topics if not name.startswith("__"))
+
+    def describe_topics(self, topics: Collection[str]) -> dict[str, TopicDescription]:
+        """Partitions and topic ids of ``topics``, in one call; a missing topic gives ``exists=False``."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        operation = f"describing {len(names)} topic(s)"
+        futures = self._submit(
+            operation, lambda admin: admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
+        )
+        self._await(futures.values(), operation, self._deadline())
+        found: dict[str, TopicDescription] = {}
+        for name, future in futures.items():
+            error = future_error(future)
+            if error is None:
+                described = future.result()
+                found[name] = TopicDescription(
+                    topic=name,
+                    exists=True,
+                    topic_id=kafka_topic_id(described.topic_id),
+                    partitions=tuple(sorted(p.id for p in described.partitions)),
+                )
+            elif error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                found[name] = TopicDescription(topic=name, exists=False)
+            else:
+                raise self._wrap(error, f"describing topic {name!r}")
+        return found
+
+    def list_offsets(
+        self,
+        partitions: Collection[Partition],
+        spec: OffsetQuery,
+        *,
+        isolation_level: Isolation = "read_committed",
+    ) -> dict[Partition, int | None]:
+        """One offset per partition, in one batched call.
+
+        ``"earliest"``: the first available offset. ``"latest"``: the high watermark, or under ``read_committed``
+        the last stable offset (the first offset of the oldest open transaction). A timestamp (epoch ms): the first
+        offset whose record timestamp is >= it, or None when the partition has no such record.
+        """
+        return self.list_offsets_many(partitions, {"query": spec}, isolation_level=isolation_level)["query"]
+
+    def list_offsets_many(
+        self,
+        partitions: Collection[Partition],
+        specs: Mapping[str, OffsetQuery],
+        *,
+        isolation_level: Isolation = "read_committed",
+    ) -> dict[str, dict[Partition, int | None]]:
+        """Several :meth:`list_offsets` queries over the same partitions, in flight together: one admin call per
+        named query. Returns ``{name: {partition: offset}}``."""
+        wanted = sorted(set(partitions))
+        results: dict[str, dict[Partition, int | None]] = {name: {} for name in specs}
+        if not wanted:
+            return results
+        isolation = _ISOLATION[isolation_level]
+        operation = f"listing offsets of {len(wanted)} partition(s)"
+        deadline = self._deadline()
+        pending = {name: wanted for name in specs}
+        while pending:
+            futures: dict[tuple[str, Partition], Future[Any]] = {}
+            for name, todo in pending.items():
+                request = {TopicPartition(t, p): _offset_spec(specs[name]) for t, p in todo}
+                submitted = self._submit(operation, _list_offsets_call(request, isolation, self.timeout_s))
+                futures.update({(name, (tp.topic, tp.partition)): f for tp, f in submitted.items()})
+            self._await(futures.values(), operation, deadline)
+            retry: dict[str, list[Partition]] = {}
+            for (name, part), future in futures.items():
+                error = future_error(future)
+                if error is None:
+                    offset = future.result().offset
+                    results[name][part] = offset if offset >= 0 else None
+                elif self._may_retry(error, deadline):
+                    retry.setdefault(name, []).append(part)
+                else:
+                    raise self._wrap(error, f"listing {name} offsets of {part[0]}[{part[1]}]")
+            if retry:
+                count = sum(len(v) for v in retry.values())
+                logger.debug("cluster %r: retrying %d offset lookup(s)", self.cluster.cluster_id, count)
+                time.sleep(RETRY_PAUSE_S)
+            pending = retry
+        return results
+
+    def committed_offsets(self, group_id: str, partitions: Collection[Partition]) -> dict[Partition, int | None]:
+        """The consumer group's committed offsets, in one call; None where the group has none."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
+        request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in wanted])]
+        answered = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in self._group_call(
+                f"reading committed offsets of group {group_id!r}",
+                lambda admin: admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group_id],
+            )
+        }
+        # A negative offset is librdkafka's OFFSET_INVALID: the group has no offset for the partition.
+        return {part: (offset if (offset := answered.get(part, -1)) >= 0 else None) for part in wanted}
+
+    def commit_group_offsets(self, group_id: str, offsets: Mapping[Partition, int]) -> None:
+        """Sets the consumer group's committed offsets, in one call (for lag monitoring; the Delta state is the
+        truth). The broker refuses this while the group has active members."""
+        if not offsets:
+            return
+        parts = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        request = [ConsumerGroupTopicPartitions(group_id, parts)]
+        self._group_call(
+            f"committing offsets of group {group_id!r}",
+            lambda admin: admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group_id],
+        )
+
+    def _group_call(self, operation: str, call: Callable[[Any], Future[Any]]) -> list[TopicPartition]:
+        """Runs a consumer-group call, retrying while the group coordinator is loading or moving."""
+        deadline = self._deadline()
+        while True:
+            future = self._submit(operation, lambda admin: {"group": call(admin)})["group"]
+            self._await([future], operation, deadline)
+            error = future_error(future)
+            answered: list[TopicPartition] = [] if error is not None else future.result().topic_partitions or []
+            if error is None:
+                error = next((tp.error for tp in answered if tp.error is not None), None)
+            if error is None:
+                return answered
+            if not self._may_retry(error, deadline):
+                raise self._wrap(error, operation)
+            logger.debug("cluster %r: retrying %s after %s", self.cluster.cluster_id, operation, error.name())
+            time.sleep(RETRY_PAUSE_S)
+
+
+def kafka_topic_id(uuid: object) -> str:
+    """A topic id in Kafka's own text form (what brokers log and ``kafka-topics.sh`` shows).
+
+    ``str()`` of a confluent-kafka ``Uuid`` is standard base64 (``+``, ``/``); Kafka writes the URL-safe
+    alphabet (``-``, ``_``), so the same id would otherwise have two spellings.
+    """
+    return str(uuid).replace("+", "-").replace("/", "_").rstrip("=")
+
+
+def _list_offsets_call(
+    request: dict[Any, Any], isolation: IsolationLevel, timeout_s: float
+) -> Callable[[Any], dict[Any, Future[Any]]]:
+    return lambda admin: admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
+
+
+def _offset_spec(query: OffsetQuery) -> Any:
+    if query == "earliest":
+        return _EARLIEST
+    if query == "latest":
+        return _LATEST
+    if isinstance(query, int) and not isinstance(query, bool) and query >= 0:
+        return OffsetSpec.for_timestamp(query)
+    raise ValueError(f"an offset query is 'earliest', 'latest' or a timestamp in epoch ms >= 0, got {query!r}")

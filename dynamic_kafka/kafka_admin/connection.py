@@ -1,0 +1,196 @@
+"""One librdkafka admin client per cluster, with deadlines, fast authentication failures and wrapped errors.
+
+librdkafka reports authentication failures only through the client's error callback (the request itself just
+times out while librdkafka keeps reconnecting). Every wait here therefore serves the callback (``poll``) between
+short waits on the request's futures, and ends the call as soon as an authentication error arrives. Each call has
+a deadline: ``timeout_s``, also given to librdkafka as ``request_timeout`` so that its own timeout (with the better
+message) usually fires first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from types import TracebackType
+from typing import Any, Self
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from dynamic_kafka.errors import ClusterUnreachableError, KafkaClientError
+from dynamic_kafka.kafka_admin.failures import (
+    UNREACHABLE_HINT,
+    ScrubbingLogger,
+    classify,
+    describe_error,
+    kafka_error_of,
+    secret_values,
+    to_client_error,
+)
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.secrets import scrub
+
+logger = logging.getLogger(__name__)
+_librdkafka_logger = logging.getLogger("dynamic_kafka.librdkafka")
+
+# Errors that clear up on their own within seconds (a leader moving, a topic just created, the group coordinator
+# loading __consumer_offsets on a fresh broker); librdkafka's admin calls return them without retrying.
+RETRY_CODES = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+RETRY_PAUSE_S = 0.1
+_POLL_S = 0.05
+# Our deadline only guards against a hang; librdkafka's request timeout fires first.
+_DEADLINE_GRACE_S = 1.0
+
+
+class _ErrorSink:
+    """Receives librdkafka's error callback. Kept apart from the connection so that the C client holds no
+    reference back to its owner: dropping the owner destroys the client at once, without waiting for the GC."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.authentication: KafkaError | None = None
+        self.transport: KafkaError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        kind = classify(error)
+        with self._lock:
+            if kind == "authentication" and self.authentication is None:
+                self.authentication = error
+            elif kind == "unreachable" and (
+                # "1/1 brokers are down" says less than the connection error before it.
+                self.transport is None or error.code() != KafkaError._ALL_BROKERS_DOWN
+            ):
+                self.transport = error
+
+
+class AdminConnection:
+    """The librdkafka admin client of one cluster, created on first use. A context manager.
+
+    Args:
+        cluster: the cluster; its secret references are resolved only when the client is created.
+        timeout_s: the deadline of each call.
+    """
+
+    def __init__(self, cluster: ClusterMetadata, *, timeout_s: float = 10.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.cluster = cluster
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._errors = _ErrorSink()
+        self._secrets: list[str] = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Destroys the librdkafka client, if one was created. Safe to call twice."""
+        # AdminClient has no close(); the last reference going away destroys the librdkafka handle.
+        self._admin = None
+
+    def _client(self) -> Any:
+        if self._admin is None:
+            resolved = self.cluster.client_properties()
+            self._secrets = secret_values(self.cluster.properties, resolved)
+            conf: dict[str, Any] = {
+                "client.id": f"dynamic-kafka-{self.cluster.cluster_id}",
+                **resolved,
+                "bootstrap.servers": self.cluster.bootstrap_servers,
+                "error_cb": self._errors,
+            }
+            try:
+                self._admin = AdminClient(conf, logger=ScrubbingLogger(_librdkafka_logger, self._secrets))
+            except KafkaException as e:
+                raise self._wrap_exception(e, "creating the admin client") from None
+        return self._admin
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout_s + _DEADLINE_GRACE_S
+
+    def _submit(self, operation: str, call: Callable[[Any], dict[Any, Future[Any]]]) -> dict[Any, Future[Any]]:
+        """Starts an admin call (``call(admin_client)``); returns its futures."""
+        admin = self._client()
+        try:
+            return call(admin)
+        except KafkaException as e:
+            raise self._wrap_exception(e, operation) from None
+
+    def _await(self, futures: Iterable[Future[Any]], operation: str, deadline: float) -> None:
+        """Waits for ``futures`` while serving the error callback; fails fast on an authentication error."""
+        pending = set(futures)
+        while True:
+            self._admin.poll(0)
+            if self._errors.authentication is not None:
+                raise self._wrap(self._errors.authentication, operation)
+            if not pending:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._unreachable(operation)
+            _, pending = wait(pending, timeout=min(_POLL_S, remaining), return_when=FIRST_COMPLETED)
+
+    def _may_retry(self, error: KafkaError, deadline: float) -> bool:
+        return error.code() in RETRY_CODES and time.monotonic() + RETRY_PAUSE_S < deadline
+
+    def _wrap_exception(self, exc: KafkaException, operation: str) -> KafkaClientError:
+        error = kafka_error_of(exc)
+        if error is None:
+            return KafkaClientError(
+                f"{operation} failed: {scrub(str(exc), self._secrets)}",
+                cluster_id=self.cluster.cluster_id,
+            )
+        return self._wrap(error, operation)
+
+    def _wrap(self, error: KafkaError, operation: str) -> KafkaClientError:
+        # After an authentication failure requests only time out; the cause worth reporting is the authentication.
+        if self._errors.authentication is not None and classify(error) == "unreachable":
+            error = self._errors.authentication
+        return to_client_error(
+            error,
+            cluster_id=self.cluster.cluster_id,
+            bootstrap_servers=self.cluster.bootstrap_servers,
+            operation=operation,
+            secrets=self._secrets,
+            last_connection_error=self._errors.transport,
+        )
+
+    def _unreachable(self, operation: str) -> ClusterUnreachableError:
+        last = self._errors.transport
+        detail = f"; last connection error: {describe_error(last, self._secrets)}" if last is not None else ""
+        return ClusterUnreachableError(
+            f"brokers {self.cluster.bootstrap_servers} did not answer within {self.timeout_s:g}s "
+            f"while {operation}{detail}",
+            cluster_id=self.cluster.cluster_id,
+            kafka_error=last.name() if last is not None else None,
+            hint=UNREACHABLE_HINT,
+        )
+
+
+def future_error(future: Future[Any]) -> KafkaError | None:
+    """The Kafka error a finished future failed with, None if it succeeded. Other exceptions propagate."""
+    exc = future.exception(timeout=0)
+    if exc is None:
+        return None
+    error = kafka_error_of(exc)
+    if error is None:
+        raise exc
+    return error

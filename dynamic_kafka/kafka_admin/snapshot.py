@@ -1,0 +1,152 @@
+"""The broker snapshot: every cluster's topics, offsets and initializer lookups, all clusters at once.
+
+Per cluster: one describe call for its topics, then one ``list_offsets`` call per offset kind (earliest, latest,
+and the starting / stopping timestamps when the initializers need them), in flight together, and one committed
+offsets call when the starting initializer reads a consumer group. Clusters are queried concurrently, one thread
+each, so a snapshot takes as long as the slowest cluster, not the sum.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
+from dynamic_kafka.kafka_admin.client import Isolation, KafkaAdmin, OffsetQuery, Partition
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.offsets import (
+    CommittedOffsets,
+    EarliestOffsets,
+    LatestOffsets,
+    StartingOffsets,
+    StoppingOffsets,
+    TimestampOffsets,
+)
+from dynamic_kafka.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterRequest(BaseModel):
+    """What to ask one cluster for a run's broker snapshot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster: ClusterMetadata = Field(description="The cluster to query (its connection; topics come below).")
+    topics: frozenset[str] = Field(description="Topics to describe and query.")
+    starting: StartingOffsets = Field(
+        default_factory=EarliestOffsets,
+        description="The effective starting initializer for this cluster (per-cluster override already applied). "
+        "A timestamp or committed initializer adds start lookups.",
+    )
+    stopping: StoppingOffsets = Field(
+        default_factory=LatestOffsets,
+        description="The effective stopping initializer for this cluster. A timestamp adds stop lookups.",
+    )
+    required: bool = Field(
+        True,
+        description="True for active clusters: a failure raises (unless skip_unreachable and the cluster is "
+        "unreachable). False for best-effort snapshots of removed clusters: any failure gives reachable=False.",
+    )
+    skip_unreachable: bool = Field(
+        False, description="For a required cluster, record an unreachable cluster instead of raising."
+    )
+
+
+def take_broker_snapshot(
+    requests: Sequence[ClusterRequest],
+    *,
+    isolation_level: Isolation,
+    now: datetime,
+    timeout_s: float = 10.0,
+) -> BrokerSnapshot:
+    """Queries every cluster concurrently and returns their answers as one snapshot.
+
+    Args:
+        requests: one per cluster (cluster ids must be distinct).
+        isolation_level: ``read_committed`` makes ``latest`` the last stable offset.
+        now: recorded as the snapshot's ``taken_at``.
+        timeout_s: the deadline of each admin call.
+
+    Raises:
+        KafkaClientError: a required cluster failed (the first one in request order, once all have finished);
+            a skipped unreachable cluster is recorded as ``reachable=False`` instead.
+    """
+    ids = [r.cluster.cluster_id for r in requests]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"one request per cluster; repeated: {', '.join(duplicates)}")
+    if not requests:
+        return BrokerSnapshot(taken_at=now)
+    with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="kafka-snapshot") as pool:
+        futures = [pool.submit(_snapshot_cluster, r, isolation_level, timeout_s) for r in requests]
+        outcomes = [f.exception() or f.result() for f in futures]
+    clusters: dict[str, ClusterSnapshot] = {}
+    for request, outcome in zip(requests, outcomes, strict=True):
+        if isinstance(outcome, ClusterSnapshot):
+            clusters[outcome.cluster_id] = outcome
+        elif _tolerated(request, outcome):
+            cluster_id = request.cluster.cluster_id
+            logger.warning("cluster %r skipped: %s", cluster_id, outcome)
+            clusters[cluster_id] = ClusterSnapshot(cluster_id=cluster_id, reachable=False, error=str(outcome))
+        else:
+            raise outcome
+    return BrokerSnapshot(clusters=clusters, taken_at=now)
+
+
+def _tolerated(request: ClusterRequest, error: BaseException) -> bool:
+    if not request.required:
+        # A removed cluster is best effort: whatever went wrong (down, credentials gone), record it and go on.
+        return isinstance(error, DynamicKafkaError)
+    return request.skip_unreachable and isinstance(error, ClusterUnreachableError)
+
+
+def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeout_s: float) -> ClusterSnapshot:
+    cluster_id = request.cluster.cluster_id
+    with KafkaAdmin(request.cluster, timeout_s=timeout_s) as admin:
+        described = admin.describe_topics(request.topics)
+        partitions: list[Partition] = [(t, p) for t, d in sorted(described.items()) if d.exists for p in d.partitions]
+        queries: dict[str, OffsetQuery] = {"earliest": "earliest", "latest": "latest"}
+        if isinstance(request.starting, TimestampOffsets):
+            queries["start"] = request.starting.timestamp_ms
+        if isinstance(request.stopping, TimestampOffsets):
+            queries["stop"] = request.stopping.timestamp_ms
+        offsets = admin.list_offsets_many(partitions, queries, isolation_level=isolation_level)
+        if isinstance(request.starting, CommittedOffsets):
+            offsets["start"] = dict(admin.committed_offsets(request.starting.group_id, partitions))
+
+    topics: dict[str, TopicSnapshot] = {}
+    for name in sorted(request.topics):
+        description = described[name]
+        if not description.exists:
+            topics[name] = TopicSnapshot(topic=name, exists=False)
+            continue
+        keys = [(name, p) for p in description.partitions]
+        topics[name] = TopicSnapshot(
+            topic=name,
+            topic_id=description.topic_id,
+            partitions={
+                p: PartitionOffsets(
+                    earliest=_known(offsets["earliest"], (name, p), cluster_id),
+                    latest=_known(offsets["latest"], (name, p), cluster_id),
+                )
+                for _, p in keys
+            },
+            start_lookups={p: offsets["start"][(name, p)] for _, p in keys} if "start" in offsets else {},
+            stop_lookups={p: offsets["stop"][(name, p)] for _, p in keys} if "stop" in offsets else {},
+        )
+    return ClusterSnapshot(cluster_id=cluster_id, topics=topics)
+
+
+def _known(found: dict[Partition, int | None], partition: Partition, cluster_id: str) -> int:
+    offset = found.get(partition)
+    if offset is None:
+        raise KafkaClientError(
+            f"the broker gave no earliest/latest offset for {partition[0]}[{partition[1]}]",
+            cluster_id=cluster_id,
+        )
+    return offset

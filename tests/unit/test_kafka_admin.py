@@ -1,0 +1,246 @@
+"""KafkaAdmin's argument handling and the broker snapshot's assembly and failure policy, without a broker.
+
+The snapshot tests replace KafkaAdmin (our own interface) with a fake; the real client is covered by
+tests/integration/test_kafka_admin.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+from dynamic_kafka import offsets
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    ConfigError,
+    KafkaAuthenticationError,
+    KafkaClientError,
+)
+from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
+from dynamic_kafka.kafka_admin import snapshot as snapshot_module
+from dynamic_kafka.kafka_admin.client import _offset_spec
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.snapshots import PartitionOffsets
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+# Nothing listens there; the tests below must fail or return before any connection matters.
+DEAD = "127.0.0.1:9"
+
+
+def _cluster(cluster_id: str = "east", **properties: str) -> ClusterMetadata:
+    return ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=DEAD, properties=properties)
+
+
+# -- KafkaAdmin ------------------------------------------------------------------------------------------------
+
+
+def test_empty_questions_create_no_client() -> None:
+    with KafkaAdmin(_cluster()) as admin:
+        assert admin.describe_topics([]) == {}
+        assert admin.list_offsets([], "latest") == {}
+        assert admin.list_offsets_many([], {"a": "earliest", "b": 5}) == {"a": {}, "b": {}}
+        assert admin.committed_offsets("g", []) == {}
+        admin.commit_group_offsets("g", {})
+        assert admin._admin is None
+
+
+def test_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        KafkaAdmin(_cluster(), timeout_s=0)
+
+
+@pytest.mark.parametrize("query", [-1, True, "newest", 1.5])
+def test_offset_query_is_validated(query: Any) -> None:
+    with pytest.raises(ValueError, match="offset query"):
+        _offset_spec(query)
+
+
+def test_unset_secret_reference_fails_before_any_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KA_TEST_UNSET_PW", raising=False)
+    admin = KafkaAdmin(_cluster(**{"sasl.password": "${env:KA_TEST_UNSET_PW}"}))
+    with pytest.raises(ConfigError, match="KA_TEST_UNSET_PW"):
+        admin.describe_topics(["orders"])
+    assert admin._admin is None
+
+
+def test_bad_client_property_is_a_non_retriable_client_error_without_the_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KA_TEST_PW", "pw-from-env-123")
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="jaas-pw-456";'
+    admin = KafkaAdmin(_cluster(**{"sasl.password": "${env:KA_TEST_PW}", "sasl.jaas.config": jaas}))
+    with pytest.raises(KafkaClientError) as caught:
+        admin.describe_topics(["orders"])
+    assert caught.value.retriable is False
+    assert caught.value.cluster_id == "east"
+    assert caught.value.kafka_error == "_INVALID_ARG"
+    assert "pw-from-env-123" not in str(caught.value)
+    assert "jaas-pw-456" not in str(caught.value)
+
+
+# -- take_broker_snapshot --------------------------------------------------------------------------------------
+
+
+class FakeAdmin:
+    """Answers like KafkaAdmin from canned data, per cluster id; a cluster id in ``failures`` raises."""
+
+    topics: dict[str, dict[str, list[tuple[int, int, int]]]] = {}  # cluster -> topic -> [(partition, lo, hi)]
+    failures: dict[str, Exception] = {}
+    calls: list[tuple[str, str, object]] = []
+
+    def __init__(self, cluster: ClusterMetadata, *, timeout_s: float = 10.0) -> None:
+        self.cluster_id = cluster.cluster_id
+
+    def __enter__(self) -> FakeAdmin:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        return None
+
+    def describe_topics(self, topics: Collection[str]) -> dict[str, TopicDescription]:
+        if self.cluster_id in self.failures:
+            raise self.failures[self.cluster_id]
+        known = self.topics[self.cluster_id]
+        return {
+            t: TopicDescription(topic=t, exists=True, topic_id=f"id-{t}", partitions=tuple(p for p, _, _ in known[t]))
+            if t in known
+            else TopicDescription(topic=t, exists=False)
+            for t in topics
+        }
+
+    def list_offsets_many(
+        self, partitions: Collection[tuple[str, int]], specs: Mapping[str, object], *, isolation_level: str
+    ) -> dict[str, dict[tuple[str, int], int | None]]:
+        self.calls.append((self.cluster_id, "list_offsets", (sorted(specs.values(), key=str), isolation_level)))
+        bounds = {(t, p): (lo, hi) for t, parts in self.topics[self.cluster_id].items() for p, lo, hi in parts}
+        answers: dict[str, dict[tuple[str, int], int | None]] = {}
+        for name, spec in specs.items():
+            if spec == "earliest":
+                answers[name] = {k: bounds[k][0] for k in partitions}
+            elif spec == "latest":
+                answers[name] = {k: bounds[k][1] for k in partitions}
+            else:  # a timestamp: pretend offset == timestamp, None past the end
+                assert isinstance(spec, int)
+                answers[name] = {k: spec if spec < bounds[k][1] else None for k in partitions}
+        return answers
+
+    def committed_offsets(self, group_id: str, partitions: Collection[tuple[str, int]]) -> dict[Any, int | None]:
+        self.calls.append((self.cluster_id, "committed", group_id))
+        return {k: (7 if k[1] == 0 else None) for k in partitions}
+
+
+@pytest.fixture
+def fake_admin(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdmin]:
+    monkeypatch.setattr(snapshot_module, "KafkaAdmin", FakeAdmin)
+    FakeAdmin.topics = {
+        "east": {"orders": [(0, 0, 10), (1, 5, 20)]},
+        "west": {"orders-v2": [(0, 2, 3)]},
+    }
+    FakeAdmin.failures = {}
+    FakeAdmin.calls = []
+    return FakeAdmin
+
+
+def _request(cluster_id: str, *topics: str, **fields: Any) -> ClusterRequest:
+    return ClusterRequest(cluster=_cluster(cluster_id), topics=frozenset(topics), **fields)
+
+
+def test_snapshot_offsets_and_missing_topics(fake_admin: type[FakeAdmin]) -> None:
+    snap = take_broker_snapshot(
+        [_request("east", "orders", "gone"), _request("west", "orders-v2")], isolation_level="read_committed", now=NOW
+    )
+    assert snap.taken_at == NOW
+    east = snap.clusters["east"]
+    assert east.reachable
+    assert east.topics["orders"].topic_id == "id-orders"
+    assert east.topics["orders"].partitions == {
+        0: PartitionOffsets(earliest=0, latest=10),
+        1: PartitionOffsets(earliest=5, latest=20),
+    }
+    assert east.topics["orders"].start_lookups == {}
+    assert east.topics["orders"].stop_lookups == {}
+    assert not east.topics["gone"].exists
+    assert east.topics["gone"].partitions == {}
+    assert snap.clusters["west"].topics["orders-v2"].partitions == {0: PartitionOffsets(earliest=2, latest=3)}
+    assert ("east", "list_offsets", (["earliest", "latest"], "read_committed")) in fake_admin.calls
+
+
+def test_snapshot_timestamp_lookups(fake_admin: type[FakeAdmin]) -> None:
+    request = _request("east", "orders", starting=offsets.timestamp(8), stopping=offsets.timestamp(15))
+    topic = (
+        take_broker_snapshot([request], isolation_level="read_uncommitted", now=NOW).clusters["east"].topics["orders"]
+    )
+    assert topic.start_lookups == {0: 8, 1: 8}
+    assert topic.stop_lookups == {0: None, 1: 15}
+    # One list_offsets round for all kinds together.
+    assert fake_admin.calls == [("east", "list_offsets", ([15, 8, "earliest", "latest"], "read_uncommitted"))]
+
+
+def test_snapshot_committed_lookups(fake_admin: type[FakeAdmin]) -> None:
+    request = _request("east", "orders", starting=offsets.committed("grp"))
+    topic = take_broker_snapshot([request], isolation_level="read_committed", now=NOW).clusters["east"].topics["orders"]
+    assert topic.start_lookups == {0: 7, 1: None}
+    assert ("east", "committed", "grp") in fake_admin.calls
+
+
+def test_required_cluster_failure_raises(fake_admin: type[FakeAdmin]) -> None:
+    fake_admin.failures["west"] = ClusterUnreachableError("down", cluster_id="west")
+    with pytest.raises(ClusterUnreachableError) as caught:
+        take_broker_snapshot(
+            [_request("east", "orders"), _request("west", "orders-v2")], isolation_level="read_committed", now=NOW
+        )
+    assert caught.value.cluster_id == "west"
+
+
+def test_skip_unreachable_records_the_skip(fake_admin: type[FakeAdmin]) -> None:
+    fake_admin.failures["west"] = ClusterUnreachableError("brokers 127.0.0.1:9 did not answer", cluster_id="west")
+    snap = take_broker_snapshot(
+        [_request("east", "orders"), _request("west", "orders-v2", skip_unreachable=True)],
+        isolation_level="read_committed",
+        now=NOW,
+    )
+    assert snap.clusters["east"].reachable
+    west = snap.clusters["west"]
+    assert not west.reachable
+    assert west.topics == {}
+    assert west.error is not None
+    assert "did not answer" in west.error
+
+
+def test_skip_unreachable_does_not_hide_bad_credentials(fake_admin: type[FakeAdmin]) -> None:
+    fake_admin.failures["west"] = KafkaAuthenticationError("refused", cluster_id="west")
+    with pytest.raises(KafkaAuthenticationError):
+        take_broker_snapshot(
+            [_request("west", "orders-v2", skip_unreachable=True)], isolation_level="read_committed", now=NOW
+        )
+
+
+def test_best_effort_cluster_failure_is_recorded(fake_admin: type[FakeAdmin]) -> None:
+    fake_admin.failures["west"] = KafkaAuthenticationError("refused", cluster_id="west")
+    snap = take_broker_snapshot(
+        [_request("west", "orders-v2", required=False)], isolation_level="read_committed", now=NOW
+    )
+    assert not snap.clusters["west"].reachable
+    assert "refused" in (snap.clusters["west"].error or "")
+
+
+def test_one_request_per_cluster(fake_admin: type[FakeAdmin]) -> None:
+    with pytest.raises(ValueError, match="repeated: east"):
+        take_broker_snapshot([_request("east", "a"), _request("east", "b")], isolation_level="read_committed", now=NOW)
+
+
+def test_no_requests_no_clusters() -> None:
+    assert take_broker_snapshot([], isolation_level="read_committed", now=NOW).clusters == {}
+
+
+def test_cluster_request_accepts_config_short_forms() -> None:
+    request = ClusterRequest.model_validate(
+        {"cluster": _cluster(), "topics": ["t"], "starting": {"timestamp": 5}, "stopping": "latest"}
+    )
+    assert request.starting == offsets.timestamp(5)
+    assert request.required is True
+    assert request.skip_unreachable is False
