@@ -1,0 +1,57 @@
+"""Dagster names for a pipeline's definitions, in one place so the UI, tests and docs agree.
+
+Pipeline ids may contain ``-``; Dagster names may not, so ``-`` becomes ``_`` in job, schedule, sensor and check
+names. Asset keys keep the id as written (``["dynamic_kafka", "<pipeline id>"]``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from dagster import AssetKey
+
+ASSET_PREFIX = "dynamic_kafka"
+GROUP_NAME = "dynamic_kafka"
+RESOURCE_KEY = "dynamic_kafka"
+LAG_CHECK_NAME = "lag_and_data_loss"
+
+# Run tags. Every run of a pipeline carries PIPELINE_TAG; KIND_TAG says incremental or backfill.
+PIPELINE_TAG = "dynamic_kafka/pipeline"
+KIND_TAG = "dynamic_kafka/kind"
+TRIGGER_TAG = "dynamic_kafka/trigger"
+AFTER_RUN_TAG = "dynamic_kafka/after_run"
+
+
+def dagster_name(pipeline_id: str) -> str:
+    """The pipeline id as a valid Dagster name (letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", pipeline_id)
+
+
+def asset_key(pipeline_id: str) -> AssetKey:
+    """The sink table's asset key."""
+    return AssetKey([ASSET_PREFIX, pipeline_id])
+
+
+def pool_name(pipeline_id: str) -> str:
+    """The concurrency pool shared by the pipeline's incremental and backfill steps (limit 1 per pool)."""
+    return f"{ASSET_PREFIX}/{pipeline_id}"
+
+
+def incremental_job_name(pipeline_id: str) -> str:
+    return f"{dagster_name(pipeline_id)}_incremental"
+
+
+def backfill_job_name(pipeline_id: str) -> str:
+    return f"{dagster_name(pipeline_id)}_backfill"
+
+
+def schedule_name(pipeline_id: str) -> str:
+    return f"{dagster_name(pipeline_id)}_schedule"
+
+
+def metadata_sensor_name(pipeline_id: str) -> str:
+    return f"{dagster_name(pipeline_id)}_metadata_sensor"
+
+
+def catch_up_sensor_name(pipeline_id: str) -> str:
+    return f"{dagster_name(pipeline_id)}_catch_up_sensor"

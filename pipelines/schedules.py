@@ -1,0 +1,42 @@
+"""Per pipeline with a ``schedule`` (cron, UTC): the incremental job on that cron. Pipelines without one get none."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
+
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import ConfigError
+from pipelines.names import TRIGGER_TAG, schedule_name
+
+if TYPE_CHECKING:
+    # Not exported by the dagster package; what define_asset_job returns.
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+
+def build_schedule(
+    pipeline: PipelineConfig, job: UnresolvedAssetJobDefinition, *, source: str | None = None
+) -> ScheduleDefinition | None:
+    """The pipeline's schedule, or None when it has no ``schedule``.
+
+    Raises:
+        ConfigError: the cron expression is invalid; names the pipeline and the value.
+    """
+    if pipeline.schedule is None:
+        return None
+    try:
+        return ScheduleDefinition(
+            name=schedule_name(pipeline.id),
+            cron_schedule=pipeline.schedule,
+            job=job,
+            execution_timezone="UTC",
+            tags={TRIGGER_TAG: "schedule"},
+            description=f"Incremental runs of {pipeline.id!r} on '{pipeline.schedule}' (UTC).",
+        )
+    except DagsterInvalidDefinitionError as e:
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: schedule {pipeline.schedule!r} is not a valid cron expression.",
+            source=source,
+            hint="Use five fields, e.g. '*/15 * * * *'.",
+        ) from e
