@@ -23,9 +23,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-
-# OffsetSpec is documented under confluent_kafka.admin, which re-exports it only implicitly (hence the ignore).
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _AdminClientImpl
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka_admin.connection import RETRY_PAUSE_S, AdminConnection, future_error
@@ -38,9 +36,9 @@ OffsetQuery = Literal["earliest", "latest"] | int
 Partition = tuple[str, int]
 
 _ISOLATION = {"read_committed": IsolationLevel.READ_COMMITTED, "read_uncommitted": IsolationLevel.READ_UNCOMMITTED}
-# OffsetSpec's factories are not annotated.
-_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+# librdkafka's ListOffsets cost grows faster than linearly with the partitions of one call (5,000 partitions in
+# one call: 0.2 s; in five calls of 1,000: 0.04 s), so large batches go as several calls, all in flight at once.
+LIST_OFFSETS_CHUNK = 1000
 _METADATA_ATTEMPT_S = 0.5
 
 
@@ -80,7 +78,7 @@ class KafkaAdmin(AdminConnection):
                 metadata = admin.list_topics(timeout=attempt_s)
                 break
             except KafkaException as e:
-                self._await([], operation, deadline)
+                self._await([], operation, deadline)  # serves the error callback; raises on authentication
                 if time.monotonic() >= deadline:
                     raise self._wrap_exception(e, operation) from None
         return sorted(name for name in metadata.topics if not name.startswith("__"))
@@ -94,7 +92,7 @@ class KafkaAdmin(AdminConnection):
         futures = self._submit(
             operation, lambda admin: admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
         )
-        self._await(futures.values(), operation, self._deadline())
+        self._await([futures.values()], operation, self._deadline())
         found: dict[str, TopicDescription] = {}
         for name, future in futures.items():
             error = future_error(future)
@@ -134,38 +132,43 @@ class KafkaAdmin(AdminConnection):
         *,
         isolation_level: Isolation = "read_committed",
     ) -> dict[str, dict[Partition, int | None]]:
-        """Several :meth:`list_offsets` queries over the same partitions, in flight together: one admin call per
-        named query. Returns ``{name: {partition: offset}}``."""
+        """Several :meth:`list_offsets` queries over the same partitions, all in flight together. Returns
+        ``{name: {partition: offset}}``."""
         wanted = sorted(set(partitions))
         results: dict[str, dict[Partition, int | None]] = {name: {} for name in specs}
         if not wanted:
             return results
+        values = {name: _offset_spec_value(spec) for name, spec in specs.items()}
         isolation = _ISOLATION[isolation_level]
         operation = f"listing offsets of {len(wanted)} partition(s)"
         deadline = self._deadline()
         pending = {name: wanted for name in specs}
         while pending:
-            futures: dict[tuple[str, Partition], Future[Any]] = {}
+            calls: list[tuple[str, Future[Any]]] = []
             for name, todo in pending.items():
-                request = {TopicPartition(t, p): _offset_spec(specs[name]) for t, p in todo}
-                submitted = self._submit(operation, _list_offsets_call(request, isolation, self.timeout_s))
-                futures.update({(name, (tp.topic, tp.partition)): f for tp, f in submitted.items()})
-            self._await(futures.values(), operation, deadline)
+                for start in range(0, len(todo), LIST_OFFSETS_CHUNK):
+                    chunk = [TopicPartition(t, p, values[name]) for t, p in todo[start : start + LIST_OFFSETS_CHUNK]]
+                    submitted = self._submit(operation, _list_offsets_call(chunk, isolation, self.timeout_s))
+                    calls.append((name, submitted["all"]))
+            self._await([[future] for _, future in calls], operation, deadline)
             retry: dict[str, list[Partition]] = {}
-            for (name, part), future in futures.items():
+            for name, future in calls:
                 error = future_error(future)
-                if error is None:
-                    offset = future.result().offset
-                    results[name][part] = offset if offset >= 0 else None
-                elif self._may_retry(error, deadline):
-                    retry.setdefault(name, []).append(part)
-                else:
-                    raise self._wrap(error, f"listing {name} offsets of {part[0]}[{part[1]}]")
+                if error is not None:
+                    raise self._wrap(error, operation)
+                for tp, answer in future.result().items():
+                    part = (tp.topic, tp.partition)
+                    if not isinstance(answer, KafkaError):
+                        results[name][part] = answer.offset if answer.offset >= 0 else None
+                    elif self._may_retry(answer, deadline):
+                        retry.setdefault(name, []).append(part)
+                    else:
+                        raise self._wrap(answer, f"listing {name} offsets of {part[0]}[{part[1]}]")
             if retry:
                 count = sum(len(v) for v in retry.values())
                 logger.debug("cluster %r: retrying %d offset lookup(s)", self.cluster.cluster_id, count)
                 time.sleep(RETRY_PAUSE_S)
-            pending = retry
+            pending = {name: sorted(parts) for name, parts in retry.items()}
         return results
 
     def committed_offsets(self, group_id: str, partitions: Collection[Partition]) -> dict[Partition, int | None]:
@@ -201,7 +204,7 @@ class KafkaAdmin(AdminConnection):
         deadline = self._deadline()
         while True:
             future = self._submit(operation, lambda admin: {"group": call(admin)})["group"]
-            self._await([future], operation, deadline)
+            self._await([[future]], operation, deadline)
             error = future_error(future)
             answered: list[TopicPartition] = [] if error is not None else future.result().topic_partitions or []
             if error is None:
@@ -224,16 +227,33 @@ def kafka_topic_id(uuid: object) -> str:
 
 
 def _list_offsets_call(
-    request: dict[Any, Any], isolation: IsolationLevel, timeout_s: float
-) -> Callable[[Any], dict[Any, Future[Any]]]:
-    return lambda admin: admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
+    chunk: list[TopicPartition], isolation: IsolationLevel, timeout_s: float
+) -> Callable[[Any], dict[str, Future[Any]]]:
+    """One ListOffsets call for ``chunk`` (each TopicPartition's offset holds its query), answered by one future
+    whose result maps each TopicPartition to a ``ListOffsetsResultInfo`` or a ``KafkaError``.
+
+    This is the call ``AdminClient.list_offsets`` makes after wrapping every partition in a Python future of its
+    own; for thousands of partitions those futures cost several times the call itself (20,000 lookups: 1.1 s of
+    CPU through the wrapper, 0.25 s direct), so the binding's method is called directly.
+    """
+
+    def call(admin: Any) -> dict[str, Future[Any]]:
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+        _AdminClientImpl.list_offsets(
+            admin, chunk, future, isolation_level_value=isolation.value, request_timeout=timeout_s
+        )
+        return {"all": future}
+
+    return call
 
 
-def _offset_spec(query: OffsetQuery) -> Any:
+def _offset_spec_value(query: OffsetQuery) -> int:
+    """The value librdkafka reads from a TopicPartition's offset in a ListOffsets call."""
     if query == "earliest":
-        return _EARLIEST
+        return OFFSET_SPEC_EARLIEST
     if query == "latest":
-        return _LATEST
+        return OFFSET_SPEC_LATEST
     if isinstance(query, int) and not isinstance(query, bool) and query >= 0:
-        return OffsetSpec.for_timestamp(query)
+        return query
     raise ValueError(f"an offset query is 'earliest', 'latest' or a timestamp in epoch ms >= 0, got {query!r}")

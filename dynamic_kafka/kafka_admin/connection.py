@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from types import TracebackType
 from typing import Any, Self
@@ -134,19 +134,22 @@ class AdminConnection:
         except KafkaException as e:
             raise self._wrap_exception(e, operation) from None
 
-    def _await(self, futures: Iterable[Future[Any]], operation: str, deadline: float) -> None:
-        """Waits for ``futures`` while serving the error callback; fails fast on an authentication error."""
-        pending = set(futures)
+    def _await(self, calls: Iterable[Collection[Future[Any]]], operation: str, deadline: float) -> None:
+        """Waits for the futures of admin ``calls`` while serving the error callback; fails fast on an
+        authentication error and raises :class:`ClusterUnreachableError` at ``deadline``."""
+        pending = [list(call) for call in calls if call]
         while True:
             self._admin.poll(0)
             if self._errors.authentication is not None:
                 raise self._wrap(self._errors.authentication, operation)
+            pending = [rest for call in pending if (rest := _unfinished(call))]
             if not pending:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._unreachable(operation)
-            _, pending = wait(pending, timeout=min(_POLL_S, remaining), return_when=FIRST_COMPLETED)
+            # One future per call is watched: waiting on thousands (one per partition) costs more than the call.
+            wait([call[0] for call in pending], timeout=min(_POLL_S, remaining), return_when=FIRST_COMPLETED)
 
     def _may_retry(self, error: KafkaError, deadline: float) -> bool:
         return error.code() in RETRY_CODES and time.monotonic() + RETRY_PAUSE_S < deadline
@@ -183,6 +186,14 @@ class AdminConnection:
             kafka_error=last.name() if last is not None else None,
             hint=UNREACHABLE_HINT,
         )
+
+
+def _unfinished(call: list[Future[Any]]) -> list[Future[Any]]:
+    # The futures of one admin call are answered together by one response, so until the first is done the rest
+    # need no look; after that, a single pass finds any stragglers.
+    if not call[0].done():
+        return call
+    return [f for f in call if not f.done()]
 
 
 def future_error(future: Future[Any]) -> KafkaError | None:

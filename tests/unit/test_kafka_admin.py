@@ -22,7 +22,7 @@ from dynamic_kafka.errors import (
 )
 from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
 from dynamic_kafka.kafka_admin import snapshot as snapshot_module
-from dynamic_kafka.kafka_admin.client import _offset_spec
+from dynamic_kafka.kafka_admin.client import _offset_spec_value
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.snapshots import PartitionOffsets
 
@@ -56,7 +56,7 @@ def test_timeout_must_be_positive() -> None:
 @pytest.mark.parametrize("query", [-1, True, "newest", 1.5])
 def test_offset_query_is_validated(query: Any) -> None:
     with pytest.raises(ValueError, match="offset query"):
-        _offset_spec(query)
+        _offset_spec_value(query)
 
 
 def test_unset_secret_reference_fails_before_any_connection(monkeypatch: pytest.MonkeyPatch) -> None:
