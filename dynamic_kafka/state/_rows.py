@@ -1,0 +1,178 @@
+"""The state table's schema and the conversion between its rows and the snapshot models.
+
+One Delta table per pipeline, partitioned by ``kind``:
+
+* ``kind='partition'``: one row per (cluster_id, topic, partition) ever committed, active or removed. Its
+  ``next_offset`` is the first offset the next run reads. Rewritten whole by every commit, so it never grows
+  with the number of runs.
+* ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON.
+* ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
+
+Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from dynamic_kafka.snapshots import PartitionState, RunRecord, RunStatus
+from dynamic_kafka.split import Plan, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["partition", "head", "run"]
+
+_TS = pa.timestamp("us", tz="UTC")
+
+SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("pipeline_id", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        # kind = 'partition'
+        pa.field("cluster_id", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("next_offset", pa.int64()),
+        pa.field("topic_id", pa.string()),
+        pa.field("bootstrap_servers", pa.string()),
+        pa.field("stream_ids", pa.list_(pa.string())),
+        pa.field("removed_at", _TS),
+        pa.field("updated_run_seq", pa.int64()),
+        # kind = 'head' | 'run'
+        pa.field("run_seq", pa.int64()),
+        pa.field("planned_at", _TS),
+        pa.field("committed_at", _TS),
+        pa.field("plan_json", pa.string()),
+        pa.field("summary_json", pa.string()),
+    ]
+)
+
+PARTITION_BY = ["kind"]
+
+# Min/max statistics only where they prune (run_seq lets a commit skip the history files); the JSON columns
+# would only bloat every log entry and checkpoint that load() replays.
+STATS_COLUMNS = "pipeline_id,status,cluster_id,topic,partition,run_seq"
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` in UTC; a naive datetime is taken to be UTC already."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+def _row(kind: Kind, pipeline_id: str, status: str, **values: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
+    row.update(kind=kind, pipeline_id=pipeline_id, status=status, **values)
+    return row
+
+
+def apply_plan(plan: Plan, partitions: Mapping[TopicPartition, PartitionState], now: datetime) -> list[PartitionState]:
+    """The partition rows after committing ``plan`` over ``partitions``, sorted by key.
+
+    Every split (empty ranges included) moves its partition to the split's stop offset and makes it active;
+    then every removal marks its partition removed, keeping its offset (a drained partition's is the stop just
+    set) and the date of an earlier removal. Partitions the plan does not mention are unchanged.
+    """
+    rows = dict(partitions)
+    for split in plan.splits:
+        rows[split.key] = PartitionState(
+            cluster_id=split.cluster_id,
+            topic=split.topic,
+            partition=split.partition,
+            next_offset=split.stop_offset,
+            topic_id=split.topic_id,
+            bootstrap_servers=split.bootstrap_servers,
+            stream_ids=split.stream_ids,
+            status="active",
+            removed_at=None,
+            updated_run_seq=plan.run_seq,
+        )
+    for key in plan.removals:
+        current = rows.get(key)
+        if current is None:
+            logger.warning("run %d removes %s, which has no committed offset: nothing to mark", plan.run_seq, key)
+            continue
+        removed_at = current.removed_at if current.status == "removed" else now
+        rows[key] = current.model_copy(
+            update={"status": "removed", "removed_at": removed_at, "updated_run_seq": plan.run_seq}
+        )
+    return sorted(rows.values(), key=lambda p: (p.cluster_id, p.topic, p.partition))
+
+
+def partition_row(pipeline_id: str, state: PartitionState) -> dict[str, Any]:
+    return _row(
+        "partition",
+        pipeline_id,
+        state.status,
+        cluster_id=state.cluster_id,
+        topic=state.topic,
+        partition=state.partition,
+        next_offset=state.next_offset,
+        topic_id=state.topic_id,
+        bootstrap_servers=state.bootstrap_servers,
+        stream_ids=list(state.stream_ids),
+        removed_at=_utc_or_none(state.removed_at),
+        updated_run_seq=state.updated_run_seq,
+    )
+
+
+def run_row(
+    kind: Literal["head", "run"],
+    plan: Plan,
+    status: RunStatus,
+    *,
+    committed_at: datetime | None = None,
+    summary_json: str | None = None,
+) -> dict[str, Any]:
+    return _row(
+        kind,
+        plan.pipeline_id,
+        status,
+        run_seq=plan.run_seq,
+        planned_at=utc(plan.planned_at),
+        committed_at=_utc_or_none(committed_at),
+        plan_json=plan.model_dump_json(),
+        summary_json=summary_json,
+    )
+
+
+def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=SCHEMA)
+
+
+def partition_from_row(row: dict[str, Any]) -> PartitionState:
+    return PartitionState(
+        cluster_id=row["cluster_id"],
+        topic=row["topic"],
+        partition=row["partition"],
+        next_offset=row["next_offset"],
+        topic_id=row["topic_id"],
+        bootstrap_servers=row["bootstrap_servers"] or "",
+        stream_ids=tuple(row["stream_ids"] or ()),
+        status=row["status"],
+        removed_at=_utc_or_none(row["removed_at"]),
+        updated_run_seq=row["updated_run_seq"] or 0,
+    )
+
+
+def run_from_row(row: dict[str, Any]) -> RunRecord:
+    plan = Plan.model_validate_json(row["plan_json"])
+    return RunRecord(
+        pipeline_id=row["pipeline_id"],
+        run_seq=row["run_seq"],
+        status=row["status"],
+        plan=plan,
+        planned_at=utc(row["planned_at"]),
+        committed_at=_utc_or_none(row["committed_at"]),
+        summary_json=row["summary_json"],
+        findings=plan.findings,
+    )
