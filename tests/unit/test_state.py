@@ -1,0 +1,576 @@
+"""The Delta state: write-ahead protocol, one row per partition, the exact-version guard, crash atomicity and
+bounded reads. Real Delta tables (delta-rs) on local disk; no JVM, no broker."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.snapshots import StateSnapshot
+from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.state import StateStore
+from dynamic_kafka.state import store as store_module
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+PID = "orders"
+
+
+def tp(partition: int, topic: str = "orders", cluster: str = "east") -> TopicPartition:
+    return TopicPartition(cluster_id=cluster, topic=topic, partition=partition)
+
+
+def split(partition: int, start: int, stop: int, topic: str = "orders", cluster: str = "east", **kw: Any) -> Split:
+    return Split(
+        cluster_id=cluster,
+        topic=topic,
+        partition=partition,
+        start_offset=start,
+        stop_offset=stop,
+        stream_ids=("orders",),
+        topic_id="tid-1",
+        bootstrap_servers=f"{cluster}:9092",
+        **kw,
+    )
+
+
+def plan(run_seq: int, splits: list[Split], removals: tuple[TopicPartition, ...] = (), **kw: Any) -> Plan:
+    return Plan(
+        pipeline_id=PID,
+        run_seq=run_seq,
+        splits=tuple(splits),
+        removals=removals,
+        planned_at=T0 + timedelta(minutes=run_seq),
+        **kw,
+    )
+
+
+def uniform_plan(run_seq: int, partitions: int, step: int = 10) -> Plan:
+    """Run n reads ``[(n-1)*step, n*step)`` of every partition."""
+    return plan(run_seq, [split(p, (run_seq - 1) * step, run_seq * step) for p in range(partitions)])
+
+
+def run_once(store: StateStore, make_plan: Callable[[int], Plan]) -> StateSnapshot:
+    state = store.load()
+    p = make_plan(state.next_run_seq)
+    version = store.begin_run(p, expected_version=state.table_version)
+    store.commit_run(p, summary_json=f'{{"run": {p.run_seq}}}', expected_version=version)
+    return state
+
+
+def rows_of_kind(path: Path, kind: str) -> list[dict[str, Any]]:
+    dt = DeltaTable(path)
+    rows: list[dict[str, Any]] = dt.to_pyarrow_dataset(file_pruning_predicate=f"kind = '{kind}'").to_table().to_pylist()
+    return rows
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StateStore:
+    return StateStore(tmp_path / "state", PID, clock=lambda: T0 + timedelta(hours=1))
+
+
+# ------------------------------------------------------------------------------------------------ round trips
+
+
+def test_missing_table_is_an_empty_state(store: StateStore) -> None:
+    state = store.load()
+    assert state == StateSnapshot(pipeline_id=PID, table_version=None)
+    assert state.next_run_seq == 1
+    assert store.run_history() == []
+    assert store.removed_partitions() == []
+    store.maintain()  # nothing to do, no error
+
+
+def test_begin_then_commit_round_trip(store: StateStore) -> None:
+    p = plan(1, [split(0, 0, 5), split(1, 0, 0), split(0, 3, 9, topic="audit", cluster="west")])
+    v0 = store.begin_run(p, expected_version=None)
+    assert v0 == 0
+
+    planned = store.load()
+    assert planned.table_version == 0
+    assert planned.partitions == {}
+    assert planned.last_run is not None
+    assert planned.last_run.status == "planned"
+    assert planned.last_run.plan == p  # the recovery view: exactly the plan written ahead
+    assert planned.last_run.committed_at is None
+
+    v1 = store.commit_run(p, summary_json='{"records": 11}', expected_version=v0)
+    assert v1 == 1
+    state = store.load()
+    assert state.table_version == 1
+    assert {k: v.next_offset for k, v in state.partitions.items()} == {
+        tp(0): 5,
+        tp(1): 0,  # empty ranges record their position too
+        tp(0, "audit", "west"): 9,
+    }
+    row = state.partitions[tp(0, "audit", "west")]
+    assert (row.status, row.topic_id, row.bootstrap_servers, row.stream_ids, row.updated_run_seq) == (
+        "active",
+        "tid-1",
+        "west:9092",
+        ("orders",),
+        1,
+    )
+    run = state.last_run
+    assert run is not None
+    assert (run.status, run.run_seq, run.summary_json, run.plan) == ("committed", 1, '{"records": 11}', p)
+    assert run.committed_at == T0 + timedelta(hours=1)
+    assert run.planned_at == p.planned_at
+    assert state.next_run_seq == 2
+    assert [r.run_seq for r in store.run_history()] == [1]
+
+
+def test_timestamps_are_utc_and_findings_are_kept(store: StateStore) -> None:
+    naive = datetime(2026, 11, 21, 8, 30)  # taken as UTC
+    finding = Finding(kind="new_topic", cluster_id="east", topic="orders", message="new topic orders")
+    p = Plan(pipeline_id=PID, run_seq=1, splits=(split(0, 0, 1),), planned_at=naive, findings=(finding,))
+    store.commit_run(p, summary_json="{}", expected_version=store.begin_run(p, expected_version=None))
+    run = store.run_history()[0]
+    assert run.planned_at == naive.replace(tzinfo=UTC)
+    assert run.committed_at is not None
+    assert run.committed_at.utcoffset() == timedelta(0)
+    assert run.findings == (finding,)
+
+
+def test_one_row_per_partition_over_many_runs(store: StateStore, tmp_path: Path) -> None:
+    for _ in range(25):
+        run_once(store, lambda seq: uniform_plan(seq, partitions=4))
+    state = store.load()
+    assert {k: v.next_offset for k, v in state.partitions.items()} == {tp(p): 250 for p in range(4)}
+    assert {v.updated_run_seq for v in state.partitions.values()} == {25}
+    assert len(rows_of_kind(tmp_path / "state", "partition")) == 4
+    assert len(rows_of_kind(tmp_path / "state", "head")) == 1
+    assert len(DeltaTable(tmp_path / "state").file_uris(file_pruning_predicate="kind = 'partition'")) == 1
+    assert [r.run_seq for r in store.run_history(limit=30)] == list(range(25, 0, -1))
+
+
+def test_partitions_the_plan_does_not_mention_keep_their_rows(store: StateStore) -> None:
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 5), split(1, 0, 7)]))
+    run_once(store, lambda seq: plan(seq, [split(0, 5, 8)], skipped_clusters=("west",)))
+    state = store.load()
+    assert (state.partitions[tp(0)].next_offset, state.partitions[tp(0)].updated_run_seq) == (8, 2)
+    assert (state.partitions[tp(1)].next_offset, state.partitions[tp(1)].updated_run_seq) == (7, 1)
+
+
+def test_removals_keep_offsets_and_readded_partitions_resume(tmp_path: Path) -> None:
+    now = [T0]
+    store = StateStore(tmp_path / "state", PID, clock=lambda: now[0])
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 5), split(1, 0, 6), split(2, 0, 7)]))
+
+    now[0] = T0 + timedelta(hours=2)
+    # partition 1 is removed; partition 2 is drained to 9 and removed in the same run; tp(7) was never seen.
+    run_once(
+        store,
+        lambda seq: plan(seq, [split(0, 5, 5), split(2, 7, 9, draining=True)], removals=(tp(1), tp(2), tp(7, "gone"))),
+    )
+    state = store.load()
+    assert {k: (v.status, v.next_offset, v.updated_run_seq) for k, v in state.partitions.items()} == {
+        tp(0): ("active", 5, 2),
+        tp(1): ("removed", 6, 2),
+        tp(2): ("removed", 9, 2),
+    }
+    assert state.partitions[tp(1)].removed_at == T0 + timedelta(hours=2)
+    assert [p.key for p in store.removed_partitions()] == [tp(1), tp(2)]
+
+    now[0] = T0 + timedelta(hours=3)
+    run_once(store, lambda seq: plan(seq, [split(0, 5, 5)], removals=(tp(1),)))  # removed again: date kept
+    assert store.load().partitions[tp(1)].removed_at == T0 + timedelta(hours=2)
+
+    run_once(store, lambda seq: plan(seq, [split(0, 5, 5), split(1, 6, 11)]))  # re-added: resumes at 6
+    row = store.load().partitions[tp(1)]
+    assert (row.status, row.next_offset, row.removed_at) == ("active", 11, None)
+
+
+def test_commit_empty_run_creates_the_state_in_one_commit(store: StateStore, tmp_path: Path) -> None:
+    p = plan(1, [split(0, 4, 4), split(1, 0, 0)])
+    assert store.commit_empty_run(p, summary_json='{"empty": true}', expected_version=None) == 0
+    state = store.load()
+    assert state.table_version == 0
+    assert {k: v.next_offset for k, v in state.partitions.items()} == {tp(0): 4, tp(1): 0}
+    assert state.last_run is not None
+    assert (state.last_run.status, state.last_run.summary_json) == ("committed", '{"empty": true}')
+    assert [r.run_seq for r in store.run_history()] == [1]
+    assert len(DeltaTable(tmp_path / "state").history()) == 1
+
+    p2 = plan(2, [split(0, 4, 4)], removals=(tp(1),))
+    assert store.commit_empty_run(p2, summary_json="{}", expected_version=0) == 1
+    assert store.load().partitions[tp(1)].status == "removed"
+
+
+def test_commit_empty_run_refuses_a_plan_with_records(store: StateStore) -> None:
+    with pytest.raises(StateError, match="without reading"):
+        store.commit_empty_run(plan(1, [split(0, 0, 3)]), summary_json="{}", expected_version=None)
+    assert store.load().table_version is None
+
+
+def test_run_history_is_newest_first_with_the_planned_head_on_top(store: StateStore) -> None:
+    for _ in range(5):
+        run_once(store, lambda seq: uniform_plan(seq, partitions=2))
+    state = store.load()
+    store.begin_run(uniform_plan(6, 2), expected_version=state.table_version)
+    history = store.run_history(limit=3)
+    assert [(r.run_seq, r.status) for r in history] == [(6, "planned"), (5, "committed"), (4, "committed")]
+    assert history[1].summary_json == '{"run": 5}'
+    assert store.run_history(limit=0) == []
+    assert len(store.run_history(limit=100)) == 6
+
+
+# ----------------------------------------------------------------------------------- protocol violations
+
+
+def test_commit_requires_the_plan_written_ahead(store: StateStore) -> None:
+    p = plan(1, [split(0, 0, 5)])
+    with pytest.raises(StateError, match="no state table"):
+        store.commit_run(p, summary_json="{}", expected_version=0)
+    v = store.begin_run(p, expected_version=None)
+    other = plan(1, [split(0, 0, 6)])
+    with pytest.raises(StateError, match="differs from the plan written ahead"):
+        store.commit_run(other, summary_json="{}", expected_version=v)
+    v = store.commit_run(p, summary_json="{}", expected_version=v)
+    with pytest.raises(StateError, match="run 1 committed"):
+        store.commit_run(p, summary_json="{}", expected_version=v)
+
+
+def test_begin_refuses_a_wrong_run_seq_or_an_unfinished_run(store: StateStore) -> None:
+    with pytest.raises(StateError, match="next run"):
+        store.begin_run(plan(2, [split(0, 0, 1)]), expected_version=None)
+    v = store.begin_run(plan(1, [split(0, 0, 1)]), expected_version=None)
+    with pytest.raises(StateError, match="Recover the planned run first"):
+        store.begin_run(plan(2, [split(0, 1, 2)]), expected_version=v)
+    with pytest.raises(RunInProgressError):  # run 1 is planned by someone else already
+        store.begin_run(plan(1, [split(0, 0, 1)]), expected_version=v)
+    with pytest.raises(StateError, match="plan of pipeline 'other'"):
+        store.begin_run(plan(2, [split(0, 0, 1)]).model_copy(update={"pipeline_id": "other"}), expected_version=v)
+
+
+def test_a_table_of_another_pipeline_is_refused(store: StateStore, tmp_path: Path) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 1))
+    with pytest.raises(StateError, match="belongs to pipeline 'orders', not 'payments'"):
+        StateStore(tmp_path / "state", "payments").load()
+
+
+def test_a_damaged_table_raises_state_error_naming_the_path(store: StateStore, tmp_path: Path) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    for uri in DeltaTable(tmp_path / "state").file_uris(file_pruning_predicate="kind = 'partition'"):
+        os.remove(uri)
+    with pytest.raises(StateError, match="is unreadable or corrupt") as info:
+        store.load()
+    assert str(tmp_path / "state") in str(info.value)
+    assert isinstance(info.value.__cause__, OSError | DeltaError)
+
+
+# ------------------------------------------------------------------------------------------------ the guard
+
+
+def test_stale_expected_version_fails_and_writes_nothing(store: StateStore, tmp_path: Path) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    stale = store.load()
+    run_once(store, lambda seq: uniform_plan(seq, 2))  # another run planned and committed run 2 meanwhile
+    before = store.load()
+
+    with pytest.raises(RunInProgressError) as info:
+        store.begin_run(uniform_plan(stale.next_run_seq, 2), expected_version=stale.table_version)
+    assert (info.value.pipeline_id, info.value.run_seq, info.value.retriable) == (PID, 2, True)
+    with pytest.raises(RunInProgressError):
+        store.commit_empty_run(plan(2, []), summary_json="{}", expected_version=stale.table_version)
+    with pytest.raises(RunInProgressError):  # the table exists: "no table yet" is stale too
+        store.begin_run(uniform_plan(1, 2), expected_version=None)
+    assert store.load() == before
+    assert DeltaTable(tmp_path / "state").version() == before.table_version
+
+
+def test_commit_against_a_moved_table_fails(store: StateStore) -> None:
+    p = uniform_plan(1, 2)
+    v = store.begin_run(p, expected_version=None)
+    other = StateStore(store.path, PID)
+    other.commit_run(p, summary_json='{"by": "recovery"}', expected_version=v)  # a recovering run got there first
+    with pytest.raises(RunInProgressError):
+        store.commit_run(p, summary_json='{"by": "first"}', expected_version=v)
+    run = store.load().last_run
+    assert run is not None
+    assert run.summary_json == '{"by": "recovery"}'
+
+
+def _race_begin(stores: list[StateStore], p: Plan, expected: int | None) -> list[str | int]:
+    barrier = threading.Barrier(len(stores))
+    results: list[str | int] = [""] * len(stores)
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = stores[i].begin_run(p, expected_version=expected)
+        except RunInProgressError:
+            results[i] = "conflict"
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.parametrize("existing_runs", [0, 1])
+def test_concurrent_begin_in_threads_exactly_one_wins(tmp_path: Path, existing_runs: int) -> None:
+    path = tmp_path / "state"
+    first = StateStore(path, PID)
+    for _ in range(existing_runs):
+        run_once(first, lambda seq: uniform_plan(seq, 3))
+    for round_ in range(8):
+        state = first.load()
+        stores = [StateStore(path, PID) for _ in range(4)]
+        p = uniform_plan(state.next_run_seq, 3)
+        results = _race_begin(stores, p, state.table_version)
+        winners = [r for r in results if r != "conflict"]
+        expected_version = 0 if state.table_version is None else state.table_version + 1
+        assert winners == [expected_version], (round_, results)
+        assert results.count("conflict") == 3
+        after = first.load()
+        assert after.table_version == expected_version
+        assert after.last_run is not None
+        assert (after.last_run.run_seq, after.last_run.status) == (p.run_seq, "planned")
+        assert len(rows_of_kind(path, "head")) == 1
+        first.commit_run(p, summary_json="{}", expected_version=expected_version)
+    begins = [h for h in DeltaTable(path).history() if h.get("dynamic_kafka.action") == "begin_run"]
+    assert len(begins) == 8 + existing_runs  # one per run_seq, never two
+
+
+def _process_racer(path: str, rounds: int, barrier: Any, results: Any) -> None:
+    store = StateStore(path, PID)
+    for _ in range(rounds):
+        barrier.wait()  # the parent has committed the previous run
+        state = store.load()
+        p = uniform_plan(state.next_run_seq, 3)
+        barrier.wait()  # everyone has read the same version: plan the same run_seq at the same moment
+        try:
+            results.put((p.run_seq, store.begin_run(p, expected_version=state.table_version)))
+        except RunInProgressError:
+            results.put((p.run_seq, "conflict"))
+        barrier.wait()
+
+
+def test_concurrent_begin_in_processes_exactly_one_wins(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    rounds, workers = 3, 3
+    ctx = multiprocessing.get_context("spawn")  # no fork: delta-rs runs a tokio thread pool
+    barrier = ctx.Barrier(workers + 1)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_process_racer, args=(str(path), rounds, barrier, results)) for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    store = StateStore(path, PID)
+    try:
+        for round_ in range(rounds):
+            barrier.wait(timeout=60)
+            barrier.wait(timeout=60)
+            barrier.wait(timeout=60)
+            outcomes = sorted((results.get(timeout=30) for _ in range(workers)), key=str)
+            seq = round_ + 1
+            wins = [o for o in outcomes if o[1] != "conflict"]
+            assert wins == [(seq, 0 if seq == 1 else 2 * (seq - 1))], outcomes
+            assert [o for o in outcomes if o[1] == "conflict"] == [(seq, "conflict")] * (workers - 1)
+            state = store.load()
+            assert state.last_run is not None
+            assert (state.last_run.run_seq, state.last_run.status) == (seq, "planned")
+            assert len(rows_of_kind(path, "head")) == 1
+            assert state.table_version is not None
+            store.commit_run(state.last_run.plan, summary_json="{}", expected_version=state.table_version)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    assert [proc.exitcode for proc in procs] == [0] * workers
+
+
+# ------------------------------------------------------------------------------------- crashes and failures
+
+CRASH_PARTITIONS = 20
+
+
+def _crash_writer(path: str, ready: Any) -> None:
+    """Runs forever: recover a planned run if any, else plan and commit the next one. Killed by the test."""
+    store = StateStore(
+        path,
+        PID,
+        checkpoint_interval=5,
+        maintain_every=4,
+        log_retention=timedelta(0),
+        deleted_file_retention=timedelta(0),
+    )
+    ready.set()
+    while True:
+        state = store.load()
+        if state.last_run is not None and state.last_run.status == "planned":
+            store.commit_run(state.last_run.plan, summary_json="{}", expected_version=state.table_version or 0)
+        else:
+            run_once(store, lambda seq: uniform_plan(seq, CRASH_PARTITIONS))
+        store.maintain()
+
+
+def _assert_consistent(store: StateStore) -> None:
+    state = store.load()
+    if state.last_run is None:  # killed before the first commit
+        assert state.partitions == {}
+        return
+    committed = state.last_run.run_seq - (state.last_run.status == "planned")
+    # All partitions moved together, to the last committed run's stops: never a mix of old and new rows.
+    assert len(state.partitions) == (CRASH_PARTITIONS if committed else 0)
+    assert {(p.next_offset, p.updated_run_seq) for p in state.partitions.values()} == {(10 * committed, committed)}
+    assert [r.run_seq for r in store.run_history(limit=1000) if r.status == "committed"] == list(
+        range(committed, 0, -1)
+    )
+
+
+def test_a_killed_writer_leaves_the_old_or_the_new_state(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    store = StateStore(path, PID, deleted_file_retention=timedelta(0), log_retention=timedelta(0))
+    rng = random.Random(7)
+    ctx = multiprocessing.get_context("spawn")
+    progress: list[int] = []
+    for _ in range(3):
+        ready = ctx.Event()
+        proc = ctx.Process(target=_crash_writer, args=(str(path), ready))
+        proc.start()
+        assert ready.wait(timeout=60)
+        time.sleep(rng.uniform(0.3, 0.9))
+        os.kill(proc.pid or 0, signal.SIGKILL)  # kill -9, wherever it is: mid-write, mid-commit, mid-vacuum
+        proc.join(timeout=30)
+        assert proc.exitcode == -signal.SIGKILL
+        _assert_consistent(store)
+        progress.append(store.load().table_version or -1)
+    assert progress == sorted(progress)
+    assert progress[-1] > 6  # the writers did commit between kills
+    store.maintain(force=True)  # the state stays readable and maintainable after kills
+    _assert_consistent(store)
+
+
+def test_leftovers_of_a_commit_killed_before_publishing_are_invisible(store: StateStore, tmp_path: Path) -> None:
+    """What a kill -9 can leave behind before the atomic publish (object_store stages the log entry as
+    ``<version>.json#<n>`` and hard-links it into place): new data files, a truncated staged log entry."""
+    path = tmp_path / "state"
+    run_once(store, lambda seq: uniform_plan(seq, 3))
+    before = store.load()
+    assert before.table_version == 1
+    (path / "kind=partition" / "part-00000-orphan-c000.snappy.parquet").write_bytes(b"PAR1 half a file")
+    (path / "kind=head" / "part-00000-orphan-c000.snappy.parquet").write_bytes(b"PAR1")
+    (path / "_delta_log" / "00000000000000000002.json#1").write_text('{"commitInfo":{"timestamp":1')
+    assert store.load() == before
+    run_once(store, lambda seq: uniform_plan(seq, 3))  # and the next run commits version 2 over it
+    assert store.load().table_version == 3
+    assert store.load().partitions[tp(0)].next_offset == 20
+
+
+def test_failure_before_the_commit_is_a_state_error_with_nothing_written(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    before = store.load()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(store_module, "write_deltalake", broken)
+    with pytest.raises(StateError, match="No space left on device") as info:
+        store.begin_run(uniform_plan(2, 2), expected_version=before.table_version)
+    assert "Nothing was committed" in str(info.value)
+    assert store.load() == before
+
+
+def test_failure_after_the_commit_is_recognized_as_ours(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = deltalake.write_deltalake
+
+    def fails_after_commit(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        raise DeltaError("post-commit hook: checkpoint failed")
+
+    monkeypatch.setattr(store_module, "write_deltalake", fails_after_commit)
+    p = uniform_plan(1, 2)
+    assert store.begin_run(p, expected_version=None) == 0
+    assert store.commit_run(p, summary_json="{}", expected_version=0) == 1
+    assert store.load().partitions[tp(0)].next_offset == 10
+
+
+def test_maintain_compacts_the_history_and_leaves_a_planned_run_alone(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    store = StateStore(path, PID, maintain_every=5)
+    for _ in range(12):
+        run_once(store, lambda seq: uniform_plan(seq, 3))
+        store.maintain()
+    assert len(DeltaTable(path).file_uris(file_pruning_predicate="kind = 'run'")) < 5
+    assert [r.run_seq for r in store.run_history(limit=100)] == list(range(12, 0, -1))
+    assert any(h["operation"] == "OPTIMIZE" for h in DeltaTable(path).history())
+
+    state = store.load()
+    version = store.begin_run(uniform_plan(13, 3), expected_version=state.table_version)
+    store.maintain(force=True)  # a run is in flight: no maintenance commit may move the table under it
+    assert DeltaTable(path).version() == version
+    store.commit_run(uniform_plan(13, 3), summary_json="{}", expected_version=version)
+
+
+# ------------------------------------------------------------------------------------------- bounded reads
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+def _measure_load(store: StateStore) -> tuple[int, float]:
+    """Bytes read by the process (every read syscall: log, checkpoint, data) and time of one load()."""
+    samples = []
+    for _ in range(3):
+        before, started = _bytes_read(), time.perf_counter()
+        store.load()
+        samples.append((_bytes_read() - before, time.perf_counter() - started))
+    return min(b for b, _ in samples), min(t for _, t in samples)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts bytes read through Linux /proc")
+def test_load_does_not_grow_with_the_number_of_runs(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    store = StateStore(
+        path,
+        PID,
+        checkpoint_interval=10,
+        maintain_every=20,
+        log_retention=timedelta(0),
+        deleted_file_retention=timedelta(0),
+    )
+
+    def runs(n: int) -> None:
+        for _ in range(n):
+            run_once(store, lambda seq: uniform_plan(seq, partitions=10))
+            store.maintain()
+
+    runs(20)
+    store.maintain(force=True)
+    early_bytes, early_time = _measure_load(store)
+    runs(180)
+    store.maintain(force=True)
+    late_bytes, late_time = _measure_load(store)
+
+    dt = DeltaTable(path)
+    current = dt.to_pyarrow_dataset(file_pruning_predicate="kind IN ('partition', 'head')")
+    assert len(current.files) == 2  # data files load() reads: one per kind, whatever the number of runs
+    assert current.count_rows() == 11  # rows scanned: partitions + head
+    history = dt.to_pyarrow_dataset(file_pruning_predicate="kind = 'run'").to_table()
+    assert pc.count_distinct(history.column("run_seq")).as_py() == 200  # the history is all there ...
+    assert len(os.listdir(path / "_delta_log")) <= 10 + 4  # ... and the log replayed on open is bounded
+    assert late_bytes <= early_bytes * 1.1 + 4096, (early_bytes, late_bytes)
+    print(f"\nload() after 20 runs: {early_bytes} B read, {1000 * early_time:.1f} ms")
+    print(f"load() after 200 runs: {late_bytes} B read, {1000 * late_time:.1f} ms")
