@@ -50,6 +50,13 @@ class LocalKafkaError(DynamicKafkaError):
     """The local Kafka tooling could not start, stop or find a broker."""
 
 
+class ToolchainError(LocalKafkaError):
+    """Java, Maven, or jars from Maven Central (for local brokers or Spark's connectors) are missing or unobtainable.
+
+    Running again helps only after the hint is followed (install, network, cache).
+    """
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 

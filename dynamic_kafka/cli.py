@@ -1,0 +1,54 @@
+"""The ``dynamic-kafka`` command: a small dispatcher over subcommand groups.
+
+Each group lives in its own module with a ``register(subparsers)`` function that adds its parser and sets a
+``handler`` (``Namespace -> exit code``) on every leaf command. To add a group, write its module and list its
+``register`` in ``_GROUPS``. Errors from the library (:class:`DynamicKafkaError`) become one paragraph on stderr
+and exit code 1; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from dynamic_kafka import cli_local_kafka
+from dynamic_kafka.errors import DynamicKafkaError
+
+Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
+
+# One registrar per subcommand group: it adds parsers to the top-level subparsers.
+_GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (cli_local_kafka.register,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser of the whole command, with every registered subcommand group."""
+    parser = argparse.ArgumentParser(
+        prog="dynamic-kafka",
+        description="Exactly-once batch landing of multi-cluster Kafka streams into Delta Lake.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every component's progress to stderr")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in _GROUPS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except DynamicKafkaError as e:
+        print(f"dynamic-kafka: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dynamic-kafka: interrupted", file=sys.stderr)
+        return 130

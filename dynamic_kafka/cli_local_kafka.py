@@ -1,0 +1,109 @@
+"""``dynamic-kafka local-kafka up|down|status``: real local Kafka clusters from the command line.
+
+The password given to ``--sasl-plain`` is passed to the broker's config and never printed or logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from dynamic_kafka.local_kafka import (
+    DEFAULT_KAFKA_VERSION,
+    LocalCluster,
+    cluster_status,
+    parse_cluster_spec,
+    parse_sasl_plain,
+    resolve_base_dir,
+    start_clusters,
+    stop_clusters,
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``local-kafka`` group to the top-level subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--base-dir",
+        type=Path,
+        default=None,
+        help="folder of the clusters (default: $DYNAMIC_KAFKA_LOCAL_DIR, else ./.local-kafka)",
+    )
+    group = subparsers.add_parser(
+        "local-kafka",
+        help="start, stop and list local single-node Kafka clusters (KRaft)",
+        description="Real Apache Kafka brokers on 127.0.0.1, one KRaft node per cluster, jars from Maven Central.",
+    )
+    commands = group.add_subparsers(dest="local_kafka_command", required=True, metavar="{up,down,status}")
+
+    up = commands.add_parser("up", parents=[common], help="start clusters (no-op for running ones)")
+    up.add_argument("clusters", nargs="+", metavar="NAME:PORT", help="cluster name and client port, e.g. east:19092")
+    up.add_argument(
+        "--sasl-plain",
+        metavar="USER:PASSWORD",
+        help="require SASL_PLAINTEXT with PLAIN for this user on the client listener",
+    )
+    up.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help="Kafka release (default: %(default)s)")
+    up.add_argument("--json", action="store_true", help='print {"NAME": "BOOTSTRAP"} instead of lines')
+    up.set_defaults(handler=_up)
+
+    down = commands.add_parser("down", parents=[common], help="stop clusters, keeping their data unless --purge")
+    down.add_argument("names", nargs="*", metavar="NAME", help="clusters to stop (default: all)")
+    down.add_argument("--purge", action="store_true", help="also delete the clusters' data, config and logs")
+    down.set_defaults(handler=_down)
+
+    status = commands.add_parser("status", parents=[common], help="list clusters: running or stopped, bootstrap")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(handler=_status)
+
+
+def _up(args: argparse.Namespace) -> int:
+    # Starting brokers (and the first jar download) takes a while: show progress even without --verbose.
+    for name in ("dynamic_kafka.local_kafka", "dynamic_kafka.maven"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    specs = [parse_cluster_spec(s) for s in args.clusters]
+    sasl = parse_sasl_plain(args.sasl_plain) if args.sasl_plain is not None else None
+    clusters = start_clusters(specs, base_dir=args.base_dir, sasl_plain=sasl, kafka_version=args.kafka_version)
+    if args.json:
+        print(json.dumps({name: c.bootstrap_servers for name, c in clusters.items()}))
+    else:
+        for cluster in clusters.values():
+            print(f"{cluster.name}\t{cluster.bootstrap_servers}{_security(cluster)}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = stop_clusters(args.names or None, base_dir=args.base_dir, purge=args.purge)
+    for name in stopped:
+        print(f"{name}\tstopped{' (data deleted)' if args.purge else ''}")
+    if not stopped:
+        print(f"no local clusters under {resolve_base_dir(args.base_dir)}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    statuses = cluster_status(args.base_dir)
+    if args.json:
+        payload = {
+            s.cluster.name: {
+                "running": s.running,
+                "bootstrap_servers": s.cluster.bootstrap_servers,
+                "sasl_user": s.cluster.sasl_user,
+                "cluster_id": s.cluster.cluster_id,
+            }
+            for s in statuses
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    if not statuses:
+        print(f"no local clusters under {resolve_base_dir(args.base_dir)}")
+    for s in statuses:
+        state = "running" if s.running else "stopped"
+        print(f"{s.cluster.name}\t{state}\t{s.cluster.bootstrap_servers}{_security(s.cluster)}")
+    return 0
+
+
+def _security(cluster: LocalCluster) -> str:
+    return f"\tSASL_PLAINTEXT/PLAIN user {cluster.sasl_user}" if cluster.sasl_user else ""

@@ -1,0 +1,434 @@
+"""Start, stop and list real local Kafka clusters (one KRaft node each) under a base folder.
+
+Layout of a cluster NAME under the base folder (``./.local-kafka`` unless ``$DYNAMIC_KAFKA_LOCAL_DIR`` or an
+argument says otherwise)::
+
+    NAME/cluster.json       the LocalCluster, as JSON (never a password)
+    NAME/kafka.pid          the broker's pid while it runs
+    NAME/server.properties  the broker config (mode 0600: it holds the SASL password, if any)
+    NAME/log4j2.properties  the broker's logging config
+    NAME/kafka.log          the broker's log (stdout and stderr)
+    NAME/data/              partitions and the KRaft metadata log
+
+Invariants: a cluster keeps its Kafka cluster id for the life of its data folder; ``start_clusters`` on a running
+cluster with the same settings changes nothing; a password is written only into server.properties.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.errors import LocalKafkaError
+from dynamic_kafka.filelock import exclusive_lock
+from dynamic_kafka.local_kafka import process
+from dynamic_kafka.local_kafka.jars import find_java, resolve_kafka_jars
+from dynamic_kafka.local_kafka.properties import (
+    client_facing,
+    new_cluster_id,
+    parse_properties,
+    render_log4j2_properties,
+    render_properties,
+    server_settings,
+    validate_sasl_plain,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KAFKA_VERSION = "4.1.1"
+LOCAL_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_DIR"
+BROKER_JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+_LOG_ROTATE_BYTES = 64 * 1024 * 1024
+_STATE_FILE = "cluster.json"
+_PID_FILE = "kafka.pid"
+
+
+class ClusterEndpoint(BaseModel):
+    """How clients reach one Kafka cluster: a name, its bootstrap servers and the SASL/PLAIN user it requires."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Logical name of the cluster.")
+    bootstrap_servers: str = Field(description="What clients pass as bootstrap.servers.")
+    sasl_user: str | None = Field(default=None, description="SASL/PLAIN user the client listener requires, if any.")
+
+    def client_config(self, password: str | None = None) -> dict[str, str]:
+        """Return confluent-kafka client settings for this cluster.
+
+        Args:
+            password: the SASL password; required when the cluster has a ``sasl_user``.
+
+        Raises:
+            LocalKafkaError: the cluster requires SASL and no password was given.
+        """
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.sasl_user is None:
+            return config
+        if password is None:
+            raise LocalKafkaError(f"cluster {self.name!r} requires SASL/PLAIN; pass the password.")
+        config.update(
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": self.sasl_user,
+                "sasl.password": password,
+            }
+        )
+        return config
+
+
+class LocalCluster(ClusterEndpoint):
+    """One local single-node Kafka cluster, as recorded in its ``cluster.json``.
+
+    Example:
+        >>> clusters = start_clusters([("east", 19092)])  # doctest: +SKIP
+        >>> clusters["east"].bootstrap_servers  # doctest: +SKIP
+        '127.0.0.1:19092'
+    """
+
+    port: int = Field(description="Client listener port on 127.0.0.1.")
+    controller_port: int = Field(description="KRaft controller listener port on 127.0.0.1.")
+    cluster_id: str = Field(description="Kafka cluster id, fixed when the data folder was formatted.")
+    pid: int | None = Field(default=None, description="Broker process id at the last start.")
+    kafka_version: str = Field(description="Kafka release the broker runs.")
+    cluster_dir: Path = Field(description="The cluster's folder (config, pid, log, data).")
+    log_file: Path = Field(description="The broker's log file.")
+
+
+class ClusterStatus(BaseModel):
+    """A local cluster and whether its broker process is running now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster: LocalCluster = Field(description="The recorded cluster.")
+    running: bool = Field(description="True if the recorded broker process is alive.")
+
+
+def resolve_base_dir(base_dir: Path | None = None) -> Path:
+    """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_LOCAL_DIR``, else ``./.local-kafka``."""
+    if base_dir is not None:
+        return Path(base_dir).absolute()
+    env = os.environ.get(LOCAL_DIR_ENV)
+    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-kafka"
+
+
+def start_clusters(
+    specs: list[tuple[str, int]],
+    *,
+    base_dir: Path | None = None,
+    sasl_plain: tuple[str, str] | None = None,
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> dict[str, LocalCluster]:
+    """Start one single-node KRaft cluster per ``(name, port)`` and wait until each accepts clients.
+
+    A cluster that already runs with the same settings is left alone. A stopped cluster restarts on its kept
+    data with its cluster id. If any broker fails to come up, the brokers this call started are stopped again.
+
+    Args:
+        specs: ``(name, port)`` pairs; the client listener binds ``127.0.0.1:port``.
+        base_dir: folder holding the clusters (see :func:`resolve_base_dir`).
+        sasl_plain: ``(user, password)``: the client listener then requires SASL_PLAINTEXT with PLAIN.
+        kafka_version: the Kafka release, fetched from Maven Central on first use.
+        start_timeout_s: how long each broker may take to accept clients.
+
+    Returns:
+        The clusters by name.
+
+    Raises:
+        LocalKafkaError: bad specs, no Java 17+, jars not obtainable, a port in use, a cluster running with other
+            settings, or a broker that did not come up in time (the message holds the end of its log).
+
+    Example:
+        >>> start_clusters([("east", 19092), ("west", 29092)])["west"].bootstrap_servers  # doctest: +SKIP
+        '127.0.0.1:29092'
+    """
+    _check_specs(specs)
+    if sasl_plain is not None:
+        validate_sasl_plain(*sasl_plain)
+    base = resolve_base_dir(base_dir)
+    result: dict[str, LocalCluster] = {}
+    with exclusive_lock(base / ".lock"):
+        to_start = []
+        for name, port in specs:
+            running = _running_cluster(base / name, port, sasl_plain)
+            if running is not None:
+                logger.info("local cluster %s already runs at %s", name, running.bootstrap_servers)
+                result[name] = running
+            else:
+                to_start.append((name, port))
+        if to_start:
+            result.update(_start_new(base, to_start, sasl_plain, kafka_version, start_timeout_s))
+    return {name: result[name] for name, _ in specs}
+
+
+def stop_clusters(
+    names: list[str] | None = None,
+    *,
+    base_dir: Path | None = None,
+    purge: bool = False,
+    stop_timeout_s: float = STOP_TIMEOUT_S,
+) -> list[str]:
+    """Stop local clusters (SIGTERM, then SIGKILL after ``stop_timeout_s``), keeping their data unless ``purge``.
+
+    Args:
+        names: the clusters to stop; None stops every cluster under the base folder.
+        base_dir: folder holding the clusters (see :func:`resolve_base_dir`).
+        purge: also delete each cluster's folder (data, config, log).
+        stop_timeout_s: how long a broker may take to shut down cleanly before it is killed.
+
+    Returns:
+        The names of the clusters handled, whether they were running or not.
+
+    Raises:
+        LocalKafkaError: a named cluster does not exist under the base folder.
+    """
+    base = resolve_base_dir(base_dir)
+    with exclusive_lock(base / ".lock"):
+        known = {c.name: c for c in _load_all(base)}
+        chosen = sorted(known) if names is None else list(dict.fromkeys(names))
+        unknown = [n for n in chosen if n not in known]
+        if unknown:
+            raise LocalKafkaError(
+                f"no local cluster named {', '.join(unknown)} under {base}; "
+                f"known: {', '.join(sorted(known)) or '(none)'}."
+            )
+        for name in chosen:
+            _stop_one(known[name], stop_timeout_s)
+            if purge:
+                shutil.rmtree(known[name].cluster_dir, ignore_errors=True)
+                logger.info("local cluster %s: data deleted", name)
+    if purge and names is None:
+        with contextlib.suppress(OSError):
+            (base / ".lock").unlink()
+            base.rmdir()
+    return chosen
+
+
+def cluster_status(base_dir: Path | None = None) -> list[ClusterStatus]:
+    """List the clusters under the base folder, sorted by name, with whether each is running."""
+    base = resolve_base_dir(base_dir)
+    return [ClusterStatus(cluster=c, running=_is_running(c)) for c in sorted(_load_all(base), key=lambda c: c.name)]
+
+
+def _check_specs(specs: list[tuple[str, int]]) -> None:
+    if not specs:
+        raise LocalKafkaError("no clusters given; expected at least one NAME:PORT.")
+    names = [n for n, _ in specs]
+    ports = [str(p) for _, p in specs]
+    for label, values in (("name", names), ("port", ports)):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise LocalKafkaError(f"each cluster needs its own {label}; repeated: {', '.join(repeated)}.")
+
+
+def _running_cluster(cluster_dir: Path, port: int, sasl_plain: tuple[str, str] | None) -> LocalCluster | None:
+    cluster = _load(cluster_dir)
+    if cluster is None or not _is_running(cluster):
+        return None
+    wanted = server_settings(
+        port=port, controller_port=cluster.controller_port, log_dir=cluster_dir / "data", sasl_plain=sasl_plain
+    )
+    props = cluster_dir / "server.properties"
+    current = parse_properties(props.read_text()) if props.is_file() else {}
+    # Only what clients see counts: a newer dynamic-kafka with other tuning still reuses a running broker.
+    if client_facing(current) != client_facing(wanted):
+        security = f"SASL user {cluster.sasl_user!r}" if cluster.sasl_user else "no SASL"
+        raise LocalKafkaError(
+            f"local cluster {cluster.name!r} already runs with other settings (port {cluster.port}, {security}).",
+            hint=f"Stop it first: `dynamic-kafka local-kafka down {cluster.name}`.",
+        )
+    return cluster
+
+
+def _start_new(
+    base: Path,
+    specs: list[tuple[str, int]],
+    sasl_plain: tuple[str, str] | None,
+    kafka_version: str,
+    start_timeout_s: float,
+) -> dict[str, LocalCluster]:
+    busy = [f"{port} (cluster {name})" for name, port in specs if not process.port_is_free(port)]
+    if busy:
+        raise LocalKafkaError(
+            f"port {', '.join(busy)} is already in use on 127.0.0.1 by another process.",
+            hint="Pick another port or stop what holds it (`ss -ltnp` shows it).",
+        )
+    java = find_java()
+    libs = resolve_kafka_jars(kafka_version)
+    started: list[LocalCluster] = []
+    try:
+        for name, port in specs:
+            started.append(_launch(base / name, name, port, sasl_plain, kafka_version, java, libs))
+        deadline = time.monotonic() + start_timeout_s
+        for cluster in started:
+            _wait_until_serving(cluster, sasl_plain, deadline)
+    except BaseException:
+        for cluster in started:
+            _stop_one(cluster, STOP_TIMEOUT_S)
+        raise
+    return {c.name: c for c in started}
+
+
+def _launch(
+    cluster_dir: Path,
+    name: str,
+    port: int,
+    sasl_plain: tuple[str, str] | None,
+    kafka_version: str,
+    java: Path,
+    libs: Path,
+) -> LocalCluster:
+    previous = _load(cluster_dir)
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = cluster_dir / "data"
+    # Keep the controller port across restarts: the KRaft voter set recorded at format time names it. A
+    # single-voter quorum still elects itself on a new port, so a taken port is replaced rather than fatal.
+    if previous and process.port_is_free(previous.controller_port):
+        controller_port = previous.controller_port
+    else:
+        controller_port = process.free_port()
+    props = cluster_dir / "server.properties"
+    props.touch(mode=0o600)
+    props.chmod(0o600)
+    props.write_text(
+        render_properties(
+            server_settings(port=port, controller_port=controller_port, log_dir=data_dir, sasl_plain=sasl_plain)
+        )
+    )
+    log4j = cluster_dir / "log4j2.properties"
+    log4j.write_text(render_log4j2_properties())
+    jvm_base = [str(java), f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
+    cluster_id = previous.cluster_id if previous else new_cluster_id()
+    if not (data_dir / "meta.properties").exists():
+        _format_storage(jvm_base, cluster_id, props, name)
+    log_file = cluster_dir / "kafka.log"
+    _rotate(log_file)
+    pid = process.spawn_detached(
+        [*jvm_base, *BROKER_JVM_OPTS, "kafka.Kafka", str(props)], log_file=log_file, cwd=cluster_dir
+    )
+    (cluster_dir / _PID_FILE).write_text(f"{pid}\n")
+    cluster = LocalCluster(
+        name=name,
+        port=port,
+        bootstrap_servers=f"127.0.0.1:{port}",
+        sasl_user=sasl_plain[0] if sasl_plain else None,
+        controller_port=controller_port,
+        cluster_id=cluster_id,
+        pid=pid,
+        kafka_version=kafka_version,
+        cluster_dir=cluster_dir,
+        log_file=log_file,
+    )
+    (cluster_dir / _STATE_FILE).write_text(cluster.model_dump_json(indent=2) + "\n")
+    logger.info("local cluster %s: started pid %d for %s", name, pid, cluster.bootstrap_servers)
+    return cluster
+
+
+def _format_storage(jvm_base: list[str], cluster_id: str, props: Path, name: str) -> None:
+    # --standalone formats a single-voter dynamic quorum (KIP-853) from controller.quorum.bootstrap.servers.
+    argv = [*jvm_base, "-Xmx256m", "kafka.tools.StorageTool", "format"]
+    argv += ["--cluster-id", cluster_id, "--config", str(props), "--standalone"]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired as e:
+        raise LocalKafkaError(f"local cluster {name!r}: formatting its storage took over 120s.") from e
+    if result.returncode != 0:
+        raise LocalKafkaError(
+            f"local cluster {name!r}: `kafka-storage format` failed (exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr).strip()[-3000:]}"
+        )
+
+
+def _wait_until_serving(cluster: LocalCluster, sasl_plain: tuple[str, str] | None, deadline: float) -> None:
+    password = sasl_plain[1] if sasl_plain else None
+    config: dict[str, Any] = {
+        **cluster.client_config(password),
+        "socket.connection.setup.timeout.ms": 2000,
+        "reconnect.backoff.ms": 100,
+        "reconnect.backoff.max.ms": 500,
+        # Route librdkafka's "connection refused" chatter during startup to a debug logger, not stderr.
+        "logger": logging.getLogger(f"{__name__}.librdkafka"),
+    }
+    last_error = "the port never accepted a connection"
+    admin: AdminClient | None = None
+    while time.monotonic() < deadline:
+        if not _is_running(cluster):
+            code = process.exit_code(cluster.pid) if cluster.pid else None
+            raise _not_serving(cluster, f"its process exited (code {code})")
+        # A plain TCP probe first: a client started before the listener opens only logs connection failures.
+        if admin is None:
+            if not process.accepts_connections(cluster.port):
+                time.sleep(0.1)
+                continue
+            admin = AdminClient(config)
+        try:
+            metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except KafkaException as e:
+            last_error = str(e.args[0]) if e.args else repr(e)
+        else:
+            if metadata.brokers:
+                logger.info("local cluster %s: serving at %s", cluster.name, cluster.bootstrap_servers)
+                return
+            last_error = "metadata lists no broker yet"
+        admin.poll(0)
+    raise _not_serving(cluster, f"it did not accept clients before the deadline (last error: {last_error})")
+
+
+def _not_serving(cluster: LocalCluster, reason: str) -> LocalKafkaError:
+    return LocalKafkaError(
+        f"local cluster {cluster.name!r} at {cluster.bootstrap_servers} did not come up: {reason}. "
+        f"Last lines of {cluster.log_file}:\n{process.tail(cluster.log_file, 30)}"
+    )
+
+
+def _stop_one(cluster: LocalCluster, timeout_s: float) -> None:
+    pid_file = cluster.cluster_dir / _PID_FILE
+    if cluster.pid is not None and _is_running(cluster):
+        clean = process.terminate(cluster.pid, _marker(cluster), timeout_s=timeout_s)
+        logger.info("local cluster %s: %s pid %d", cluster.name, "stopped" if clean else "killed", cluster.pid)
+    pid_file.unlink(missing_ok=True)
+
+
+def _is_running(cluster: LocalCluster) -> bool:
+    return cluster.pid is not None and process.is_alive(cluster.pid, _marker(cluster))
+
+
+def _marker(cluster: LocalCluster) -> str:
+    return str(cluster.cluster_dir / "server.properties")
+
+
+def _load(cluster_dir: Path) -> LocalCluster | None:
+    state = cluster_dir / _STATE_FILE
+    if not state.is_file():
+        return None
+    try:
+        return LocalCluster.model_validate_json(state.read_text())
+    except ValueError as e:
+        raise LocalKafkaError(
+            f"unreadable local cluster state {state}: {e}",
+            hint=f"Delete {cluster_dir} to start that cluster afresh.",
+        ) from e
+
+
+def _load_all(base: Path) -> list[LocalCluster]:
+    if not base.is_dir():
+        return []
+    return [c for d in sorted(base.iterdir()) if d.is_dir() and (c := _load(d)) is not None]
+
+
+def _rotate(log_file: Path) -> None:
+    if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
+        log_file.replace(log_file.with_name(log_file.name + ".1"))
