@@ -31,11 +31,18 @@ unit: setup ## Fast tests only (no JVM, no brokers)
 bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mode)
 	$(VENV)/python -m bench $(if $(QUICK),--quick,)
 
+ui: export DYNAMIC_KAFKA_CONFIG ?= examples/demo/dynamic_kafka.yaml
+ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace
+	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
 	$(VENV)/dagster dev -w workspace.yaml
+
+screenshot: setup ## Screenshot the demo's asset graph into docs/asset-graph.png (headless Chromium)
+	bash examples/demo/screenshot.sh docs/asset-graph.png
 
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka local-kafka down
 	rm -rf .local-kafka data .dagster-home
 
 .PHONY: help setup demo test lint fmt unit bench ui clean
+.PHONY: screenshot

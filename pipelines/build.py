@@ -1,0 +1,91 @@
+"""Builds the Dagster definitions of a project config.
+
+Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced by ``_``):
+
+- asset ``dynamic_kafka/<id>`` (the sink table) with the check ``lag_and_data_loss``;
+- job ``<name>_incremental`` (materializes the asset), schedule ``<name>_schedule`` when ``schedule`` is set;
+- sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
+- job ``<name>_backfill``, partitioned by ``backfill.granularity`` from ``backfill.start``, when ``backfill`` is set.
+
+Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from dagster import (
+    AssetChecksDefinition,
+    AssetsDefinition,
+    Definitions,
+    JobDefinition,
+    ScheduleDefinition,
+    SensorDefinition,
+)
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition  # not exported
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.errors import ConfigError
+from pipelines.assets import build_lag_check, build_sink_asset
+from pipelines.jobs import build_backfill_job, build_incremental_job
+from pipelines.names import RESOURCE_KEY, dagster_name
+from pipelines.resources import DynamicKafkaResource
+from pipelines.schedules import build_schedule
+from pipelines.sensors import build_catch_up_sensor, build_metadata_sensor
+
+CONFIG_ENV = "DYNAMIC_KAFKA_CONFIG"
+DEFAULT_CONFIG = "dynamic_kafka.yaml"
+
+
+def config_path_from_env() -> Path:
+    """``$DYNAMIC_KAFKA_CONFIG``, else ``dynamic_kafka.yaml`` in the working directory, made absolute."""
+    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).resolve()
+
+
+def build_definitions(config_path: str | Path) -> Definitions:
+    """Every pipeline's Dagster definitions.
+
+    Raises:
+        ConfigError: the config is invalid, two pipeline ids map to one Dagster name, or a schedule is not cron.
+
+    Example:
+        >>> defs = build_definitions("examples/demo/dynamic_kafka.yaml")  # doctest: +SKIP
+        >>> defs.get_job_def("orders_incremental")  # doctest: +SKIP
+    """
+    path = Path(config_path).resolve()
+    project = load_project_config(path)
+    source = str(path)
+    clashes = sorted(name for name, n in Counter(dagster_name(p.id) for p in project.pipelines).items() if n > 1)
+    if clashes:
+        raise ConfigError(
+            f"pipeline ids that differ only in '-' and '_' would share Dagster names: {', '.join(clashes)}.",
+            source=source,
+            hint="Rename one of them.",
+        )
+    assets: list[AssetsDefinition] = []
+    checks: list[AssetChecksDefinition] = []
+    jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = []
+    schedules: list[ScheduleDefinition] = []
+    sensors: list[SensorDefinition] = []
+    for pipeline in project.pipelines:
+        incremental = build_incremental_job(pipeline)
+        assets.append(build_sink_asset(pipeline))
+        checks.append(build_lag_check(pipeline))
+        jobs.append(incremental)
+        backfill = build_backfill_job(pipeline, source=source)
+        if backfill is not None:
+            jobs.append(backfill)
+        schedule = build_schedule(pipeline, incremental, source=source)
+        if schedule is not None:
+            schedules.append(schedule)
+        sensors.extend([build_metadata_sensor(pipeline, incremental), build_catch_up_sensor(pipeline, incremental)])
+    return Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        schedules=schedules,
+        sensors=sensors,
+        resources={RESOURCE_KEY: DynamicKafkaResource(config_path=source)},
+    )

@@ -1,0 +1,144 @@
+"""Helpers for the Dagster end-to-end tests: per-test project files, topics, producing, reading the sink.
+
+The clusters (``kafka_clusters``) and the Spark session (``spark``) are the session fixtures of tests/conftest.py.
+Every test writes its own config and metadata file under ``tmp_path`` and uses topics named ``<prefix>-<uuid>``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from dagster import Definitions  # noqa: TID251 (e2e tests drive Dagster)
+
+from pipelines.build import build_definitions
+from pipelines.names import RESOURCE_KEY
+from pipelines.resources import DynamicKafkaResource
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 30.0
+
+
+def unique_topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(timeout=TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record to produce; ``timestamp_ms`` None lets the producer stamp it now."""
+
+    partition: int
+    value: str
+    key: str | None = None
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, order=True)
+class Landed:
+    """A produced record's identity in the sink: its coordinates and value."""
+
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+    value: str
+
+
+def produce(cluster_id: str, bootstrap_servers: str, topic: str, records: Iterable[Record]) -> list[Landed]:
+    """Produces ``records`` in order, waits for every ack, and returns where each landed."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 0})
+    landed: list[Landed] = []
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            landed.append(Landed(cluster_id, msg.topic(), msg.partition(), msg.offset(), msg.value().decode()))
+
+    for r in records:
+        kwargs: dict[str, Any] = {"partition": r.partition, "value": r.value.encode(), "on_delivery": on_delivery}
+        if r.key is not None:
+            kwargs["key"] = r.key.encode()
+        if r.timestamp_ms is not None:
+            kwargs["timestamp"] = r.timestamp_ms
+        producer.produce(topic, **kwargs)
+        # One record in flight at a time keeps the offsets in the order given (idempotence keeps it anyway).
+        producer.flush(TIMEOUT_S)
+    remaining = producer.flush(TIMEOUT_S)
+    assert not errors, f"produce failed: {errors}"
+    assert remaining == 0, f"{remaining} record(s) not acknowledged"
+    return landed
+
+
+def sink_rows(path: Path) -> list[Landed]:
+    """Every row of a sink table (via delta-rs, no Spark job), in sink order."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["cluster", "topic", "partition", "offset", "value"])
+    return [Landed(r["cluster"], r["topic"], r["partition"], r["offset"], r["value"]) for r in table.to_pylist()]
+
+
+@dataclass
+class Project:
+    """One test's project: a config file and a metadata file in a temporary folder."""
+
+    root: Path
+    clusters: Mapping[str, str]  # cluster id -> bootstrap servers
+    pipelines: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "dynamic_kafka.yaml"
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.root / "metadata.yaml"
+
+    def sink_path(self, pipeline_id: str) -> Path:
+        return self.root / "data" / pipeline_id
+
+    def write_metadata(self, streams: Mapping[str, Mapping[str, list[str]]]) -> None:
+        clusters = {cid: {"bootstrap_servers": servers} for cid, servers in self.clusters.items()}
+        text = yaml.safe_dump({"clusters": clusters, "streams": {k: dict(v) for k, v in streams.items()}})
+        self.metadata_path.write_text(text, encoding="utf-8")
+
+    def add_pipeline(self, pipeline_id: str, streams: list[str], **settings: Any) -> None:
+        self.pipelines.append(
+            {
+                "id": pipeline_id,
+                "streams": streams,
+                "value_format": "string",
+                "sink": {"path": f"data/{pipeline_id}"},
+                # One attempt: tests that break the metadata file should not wait for backoffs.
+                "metadata_retries": {"attempts": 1, "backoff_seconds": 0},
+                **settings,
+            }
+        )
+        self.write_config()
+
+    def write_config(self) -> None:
+        config = {
+            "metadata_service": {"type": "file", "path": "metadata.yaml"},
+            "spark": {"master": "local[2]"},
+            "pipelines": self.pipelines,
+        }
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    def definitions(self) -> Definitions:
+        return build_definitions(self.config_path)
+
+    def resources(self) -> dict[str, Any]:
+        return {RESOURCE_KEY: DynamicKafkaResource(config_path=str(self.config_path))}

@@ -1,0 +1,174 @@
+"""The demo workspace through Dagster's own tools: `dagster definitions validate` and a running webserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import REPO_ROOT
+
+from dynamic_kafka.config import load_project_config
+from pipelines.names import (
+    backfill_job_name,
+    catch_up_sensor_name,
+    incremental_job_name,
+    metadata_sensor_name,
+    schedule_name,
+)
+
+pytestmark = pytest.mark.e2e
+
+DEMO_CONFIG = REPO_ROOT / "examples" / "demo" / "dynamic_kafka.yaml"
+BIN = REPO_ROOT / ".venv" / "bin"
+STARTUP_TIMEOUT_S = 120.0
+
+WORKSPACE_QUERY = """
+{
+  repositoriesOrError {
+    __typename
+    ... on RepositoryConnection {
+      nodes {
+        name
+        jobs { name }
+        schedules { name }
+        sensors { name }
+        assetNodes { assetKey { path } }
+      }
+    }
+  }
+  workspaceOrError {
+    ... on Workspace {
+      locationEntries {
+        name
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+  }
+}
+"""
+
+
+def demo_env(dagster_home: Path) -> dict[str, str]:
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "examples" / "demo" / "dagster.yaml", dagster_home / "dagster.yaml")
+    return {**os.environ, "DAGSTER_HOME": str(dagster_home), "DYNAMIC_KAFKA_CONFIG": str(DEMO_CONFIG)}
+
+
+def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]]:
+    project = load_project_config(DEMO_CONFIG)
+    assets = {("dynamic_kafka", p.id) for p in project.pipelines}
+    jobs = {incremental_job_name(p.id) for p in project.pipelines}
+    jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}
+    schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}
+    sensors = {metadata_sensor_name(p.id) for p in project.pipelines}
+    sensors |= {catch_up_sensor_name(p.id) for p in project.pipelines}
+    return assets, jobs, schedules, sensors
+
+
+def test_dagster_definitions_validate_passes_for_the_demo_workspace(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO_ROOT,
+        env=demo_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Validation successful" in done.stdout + done.stderr
+
+
+def test_dagster_definitions_validate_names_a_broken_config(tmp_path: Path) -> None:
+    broken = tmp_path / "dynamic_kafka.yaml"
+    broken.write_text("metadata_service: {type: file, path: m.yaml}\npipelines:\n  - id: orders\n    sink: {}\n")
+    env = {**demo_env(tmp_path / "home"), "DYNAMIC_KAFKA_CONFIG": str(broken)}
+
+    done = subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 1
+    output = done.stdout + done.stderr
+    assert str(broken) in output
+    assert "pipelines[0].sink.path: required key is missing" in output
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def graphql(port: int, query: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (loopback, our own server)
+        answer: dict[str, Any] = json.load(response)
+    assert "errors" not in answer, answer
+    return answer["data"]
+
+
+def test_webserver_lists_every_pipelines_asset_job_schedule_and_sensor(tmp_path: Path) -> None:
+    port = free_port()
+    log = (tmp_path / "webserver.log").open("w")
+    server = subprocess.Popen(
+        [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO_ROOT,
+        env=demo_env(tmp_path / "home"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        data: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            assert server.poll() is None, (tmp_path / "webserver.log").read_text()
+            try:
+                data = graphql(port, WORKSPACE_QUERY)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                data = {}
+            if data.get("repositoriesOrError", {}).get("nodes"):
+                break
+            errors = [
+                e["locationOrLoadError"]
+                for e in data.get("workspaceOrError", {}).get("locationEntries", [])
+                if (e.get("locationOrLoadError") or {}).get("__typename") == "PythonError"
+            ]
+            assert not errors, errors
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the webserver listed no repository within {STARTUP_TIMEOUT_S}s: {data}")
+
+        (repo,) = data["repositoriesOrError"]["nodes"]
+        assets, jobs, schedules, sensors = expected_names()
+        assert {tuple(a["assetKey"]["path"]) for a in repo["assetNodes"]} == assets
+        assert {j["name"] for j in repo["jobs"] if not j["name"].startswith("__")} == jobs
+        assert {s["name"] for s in repo["schedules"]} == schedules
+        assert {s["name"] for s in repo["sensors"]} == sensors
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
+        log.close()

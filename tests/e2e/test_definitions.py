@@ -1,0 +1,143 @@
+"""Definitions shape, loading without side effects, and the one error mapping."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import (  # noqa: TID251 (e2e tests drive Dagster)
+    AssetKey,
+    DagsterInstance,
+    Failure,
+    RetryRequested,
+    TimeWindowPartitionsDefinition,
+)
+from e2e_support import REPO_ROOT, Project
+
+from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
+from pipelines.errors import MAX_RETRIES, to_dagster
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Project) -> None:
+    project.write_metadata({"orders": {"east": ["orders"]}, "payments": {"west": ["payments"]}})
+    project.add_pipeline(
+        "orders",
+        ["orders"],
+        schedule="*/15 * * * *",
+        backfill={"start": "2026-01-01T00:00:00Z", "granularity": "hourly"},
+    )
+    project.add_pipeline("pay-ments", ["payments"], backfill={"start": "2026-01-01T00:00:00Z", "granularity": "daily"})
+    project.add_pipeline("plain", ["orders"])
+
+    repo = project.definitions().get_repository_def()
+
+    assert set(repo.asset_graph.get_all_asset_keys()) == {
+        AssetKey(["dynamic_kafka", "orders"]),
+        AssetKey(["dynamic_kafka", "pay-ments"]),
+        AssetKey(["dynamic_kafka", "plain"]),
+    }
+    assert {(k.asset_key.path[-1], k.name) for k in repo.asset_graph.asset_check_keys} == {
+        ("orders", "lag_and_data_loss"),
+        ("pay-ments", "lag_and_data_loss"),
+        ("plain", "lag_and_data_loss"),
+    }
+    jobs = {j.name for j in repo.get_all_jobs() if not j.name.startswith("__")}
+    assert jobs == {
+        "orders_incremental",
+        "orders_backfill",
+        "pay_ments_incremental",
+        "pay_ments_backfill",
+        "plain_incremental",
+    }
+    assert {s.name: s.cron_schedule for s in repo.schedule_defs} == {"orders_schedule": "*/15 * * * *"}
+    assert {s.name for s in repo.sensor_defs} == {
+        f"{p}_{kind}_sensor" for p in ("orders", "pay_ments", "plain") for kind in ("metadata", "catch_up")
+    }
+    hourly = repo.get_job("orders_backfill").partitions_def
+    daily = repo.get_job("pay_ments_backfill").partitions_def
+    assert isinstance(hourly, TimeWindowPartitionsDefinition)
+    assert isinstance(daily, TimeWindowPartitionsDefinition)
+    assert hourly.get_first_partition_key() == "2026-01-01-00:00"
+    assert daily.get_first_partition_key() == "2026-01-01"
+    incremental = repo.get_job("orders_incremental")
+    assert incremental.tags["dynamic_kafka/pipeline"] == "orders"
+    assert set().union(*(n.definition.pools for n in incremental.graph.node_dict.values())) == {"dynamic_kafka/orders"}
+    assert repo.get_job("orders_backfill").graph.node_dict["orders_backfill_window"].definition.pools == {
+        "dynamic_kafka/orders"
+    }
+
+
+def test_runs_of_one_pipeline_share_one_pool_limited_to_one_by_the_demo_instance(tmp_path: Path) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        settings = instance.get_concurrency_config().pool_config
+        assert settings.pool_granularity is not None
+        assert settings.pool_granularity.value == "run"
+        assert settings.default_pool_limit == 1
+
+
+def test_loading_definitions_reads_only_the_config_file(project: Project) -> None:
+    # The metadata file does not exist and its clusters would be unreachable: loading must not care, and must not
+    # import pyspark (let alone start a JVM).
+    project.add_pipeline("orders", ["orders"], schedule="0 * * * *")
+    env = {**os.environ, "DYNAMIC_KAFKA_CONFIG": str(project.config_path)}
+    code = (
+        "import sys; from pipelines.definitions import defs; "
+        "defs.get_repository_def(); "
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'pyspark', 'delta', 'py4j'}); "
+        "assert not loaded, loaded; print('ok')"
+    )
+
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_a_bad_schedule_fails_loading_with_the_pipeline_and_file_named(project: Project) -> None:
+    project.add_pipeline("orders", ["orders"], schedule="every hour")
+
+    with pytest.raises(ConfigError, match=r"pipeline 'orders': schedule 'every hour' is not a valid cron") as caught:
+        project.definitions()
+
+    assert caught.value.source == str(project.config_path)
+
+
+def test_retriable_errors_become_bounded_retries_and_others_failures_with_metadata() -> None:
+    retry = to_dagster(RunInProgressError("orders", 7), "orders")
+    assert isinstance(retry, RetryRequested)
+    assert retry.max_retries == MAX_RETRIES
+
+    failure = to_dagster(DataLossError([("east", "orders", 0, 10, 25)]), "orders")
+    assert isinstance(failure, Failure)
+    assert "data loss" in (failure.description or "")
+    assert failure.metadata["error"].value == "DataLossError"
+    assert failure.metadata["retriable"].value is False
+    assert failure.metadata["lost_ranges"].value == [
+        {"cluster_id": "east", "topic": "orders", "partition": 0, "from_offset": 10, "to_offset": 25}
+    ]
+    assert "on_data_loss: skip" in failure.metadata["hint"].value
+
+
+def test_a_non_retriable_error_fails_the_run_with_failure_metadata(project: Project, instance: DagsterInstance) -> None:
+    project.write_metadata({"orders": {"east": ["orders"]}})
+    project.add_pipeline("orders", ["no-such-stream"])
+    job = project.definitions().resolve_job_def("orders_incremental")
+
+    result = job.execute_in_process(instance=instance, raise_on_error=False)
+
+    assert not result.success
+    (failed,) = result.get_step_failure_events()
+    data = failed.step_failure_data
+    assert data.user_failure_data is not None
+    assert "unknown stream id(s) no-such-stream" in (data.user_failure_data.description or "")
+    assert data.user_failure_data.metadata["error"].value == "UnknownStreamError"
+    assert data.user_failure_data.metadata["source"].value == str(project.config_path)

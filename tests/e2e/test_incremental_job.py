@@ -1,0 +1,144 @@
+"""The incremental job, executed in process against real clusters, Spark and Delta."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from dagster import (  # noqa: TID251 (e2e tests drive Dagster)
+    DagsterEventType,
+    DagsterInstance,
+    ExecuteInProcessResult,
+    RunRequest,
+    SkipReason,
+    build_run_status_sensor_context,
+)
+from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
+
+pytestmark = pytest.mark.e2e
+
+
+def materialization(result: ExecuteInProcessResult) -> dict[str, Any]:
+    (event,) = result.get_asset_materialization_events()
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def topics_table(metadata: dict[str, Any]) -> dict[tuple[str, str], tuple[int, int]]:
+    return {
+        (r.data["cluster_id"], r.data["topic"]): (r.data["records"], r.data["bytes"])
+        for r in metadata["topics"].records
+    }
+
+
+def value_bytes(landed: list[Landed]) -> int:
+    return sum(len(r.value.encode()) for r in landed)
+
+
+def test_incremental_job_lands_every_record_once_and_reports_it(
+    project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    east, west = project.clusters["east"], project.clusters["west"]
+    east_topic, west_topic = unique_topic("orders-east"), unique_topic("orders-west")
+    create_topic(east, east_topic, partitions=2)
+    create_topic(west, west_topic, partitions=1)
+    project.write_metadata({"orders": {"east": [east_topic], "west": [west_topic]}})
+    project.add_pipeline("orders", ["orders"], max_lag_records=100)
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    east_1 = produce("east", east, east_topic, [Record(i % 2, f"east-{i}") for i in range(5)])
+    west_1 = produce("west", west, west_topic, [Record(0, f"west-{i}") for i in range(3)])
+    job = project.definitions().resolve_job_def("orders_incremental")
+
+    first = job.execute_in_process(instance=instance)
+
+    assert first.success
+    assert sorted(sink_rows(project.sink_path("orders"))) == sorted(east_1 + west_1)
+    meta = materialization(first)
+    assert meta["run_seq"] == 1
+    assert meta["status"] == "committed"
+    assert meta["records"] == 8
+    assert meta["bytes"] == value_bytes(east_1 + west_1)
+    assert topics_table(meta) == {
+        ("east", east_topic): (5, value_bytes(east_1)),
+        ("west", west_topic): (3, value_bytes(west_1)),
+    }
+    assert meta["cluster_count"] == 2
+    assert meta["clusters"] == "east, west"
+    assert meta["lag_after"] == 0
+    assert meta["capped"] is False
+    assert meta["spark_started"] is True
+    assert isinstance(meta["sink_version"], int)
+    assert before.timestamp() <= meta["min_event_time"] <= meta["max_event_time"] <= datetime.now(UTC).timestamp()
+    assert meta["event_time_lag_seconds"] >= 0
+    assert meta["warnings"] == []
+    (check,) = first.get_asset_check_evaluations()
+    assert check.passed
+    assert check.metadata["total_lag"].value == 0
+
+    east_2 = produce("east", east, east_topic, [Record(1, "east-5"), Record(0, "east-6")])
+    second = job.execute_in_process(instance=instance)
+
+    assert second.success
+    assert sorted(sink_rows(project.sink_path("orders"))) == sorted(east_1 + west_1 + east_2)
+    meta = materialization(second)
+    assert (meta["run_seq"], meta["records"]) == (2, 2)
+    assert topics_table(meta) == {("east", east_topic): (2, value_bytes(east_2))}
+    assert meta["sink_version"] > materialization(first)["sink_version"]
+
+    third = job.execute_in_process(instance=instance)
+
+    assert third.success
+    meta = materialization(third)
+    assert (meta["run_seq"], meta["status"], meta["records"], meta["spark_started"]) == (3, "empty", 0, False)
+    assert "sink_version" not in meta
+    assert len(sink_rows(project.sink_path("orders"))) == 10
+
+
+def run_success_context(instance: DagsterInstance, run_id: str, sensor_name: str) -> Any:
+    (record,) = instance.get_records_for_run(run_id=run_id, of_type=DagsterEventType.RUN_SUCCESS).records
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    assert record.event_log_entry.dagster_event is not None
+    return build_run_status_sensor_context(
+        sensor_name=sensor_name,
+        dagster_event=record.event_log_entry.dagster_event,
+        dagster_instance=instance,
+        dagster_run=run,
+    )
+
+
+def test_capped_run_fails_the_lag_check_and_the_catch_up_sensor_runs_again(
+    project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    east = project.clusters["east"]
+    topic = unique_topic("capped")
+    create_topic(east, topic, partitions=1)
+    project.write_metadata({"events": {"east": [topic]}})
+    project.add_pipeline("capped-events", ["events"], max_records_per_run=3, max_lag_records=1)
+    produced = produce("east", east, topic, [Record(0, f"event-{i}") for i in range(5)])
+    defs = project.definitions()
+    job = defs.resolve_job_def("capped_events_incremental")
+    catch_up = defs.resolve_sensor_def("capped_events_catch_up_sensor")
+
+    first = job.execute_in_process(instance=instance)
+
+    meta = materialization(first)
+    assert (meta["records"], meta["capped"], meta["lag_after"]) == (3, True, 2)
+    assert sorted(sink_rows(project.sink_path("capped-events"))) == produced[:3]
+    (check,) = first.get_asset_check_evaluations()
+    assert not check.passed
+    assert check.metadata["total_lag"].value == 2
+    assert "exceeds max_lag_records 1" in (check.description or "")
+
+    request = catch_up(run_success_context(instance, first.run_id, catch_up.name))
+
+    assert isinstance(request, RunRequest)
+    assert request.run_key == f"catch-up:{first.run_id}"
+    second = job.execute_in_process(instance=instance, tags=request.tags)
+
+    meta = materialization(second)
+    assert (meta["records"], meta["capped"], meta["lag_after"]) == (2, False, 0)
+    assert sorted(sink_rows(project.sink_path("capped-events"))) == produced
+    (check,) = second.get_asset_check_evaluations()
+    assert check.passed
+    assert isinstance(catch_up(run_success_context(instance, second.run_id, catch_up.name)), SkipReason)

@@ -1,0 +1,83 @@
+"""The metadata sensor, ticked against a real metadata file (the file service contacts no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, SensorResult, build_sensor_context  # noqa: TID251 (e2e tests drive Dagster)
+from e2e_support import Project
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.errors import MetadataServiceError
+from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.watch import WatchCursor
+
+pytestmark = pytest.mark.e2e
+
+EAST_ONLY = {"orders": {"east": ["orders"]}}
+EAST_AND_WEST = {"orders": {"east": ["orders"], "west": ["orders-v2"]}}
+
+
+def fingerprint(project: Project) -> str:
+    return PipelineRunner(load_project_config(project.config_path), "orders").resolve().fingerprint
+
+
+def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
+    project: Project, instance: DagsterInstance
+) -> None:
+    project.write_metadata(EAST_ONLY)
+    project.add_pipeline("orders", ["orders"], sensor={"interval_seconds": 7, "failure_threshold": 2})
+    sensor = project.definitions().resolve_sensor_def("orders_metadata_sensor")
+    assert sensor.minimum_interval_seconds == 7
+    cursor: str | None = None
+
+    def tick() -> SensorResult[Any]:
+        nonlocal cursor
+        result = sensor(build_sensor_context(instance=instance, cursor=cursor, resources=project.resources()))
+        assert isinstance(result, SensorResult)
+        cursor = result.cursor
+        return result
+
+    def skipped(result: SensorResult[Any]) -> str:
+        assert not result.run_requests
+        assert result.skip_reason is not None
+        return result.skip_reason.skip_message or ""
+
+    first_fp = fingerprint(project)
+    baseline = tick()
+    assert [r.run_key for r in baseline.run_requests or []] == [first_fp]
+    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=first_fp)
+
+    assert skipped(tick()) == "metadata unchanged"
+
+    project.write_metadata(EAST_AND_WEST)
+    second_fp = fingerprint(project)
+    assert second_fp != first_fp
+    changed = tick()
+    (request,) = changed.run_requests or []
+    assert request.run_key == second_fp
+    assert skipped(tick()) == "metadata unchanged"  # the repeated tick requests nothing more
+
+    project.metadata_path.write_text("clusters: [not, closed\n", encoding="utf-8")
+    assert "metadata service failed (1 of 2 tolerated)" in skipped(tick())
+    project.metadata_path.unlink()
+    assert "metadata service failed (2 of 2 tolerated)" in skipped(tick())
+    with pytest.raises(MetadataServiceError, match="failed 3 times in a row"):
+        tick()
+    assert WatchCursor.model_validate_json(cursor or "").consecutive_failures == 2  # a failed tick keeps its cursor
+
+    project.write_metadata(EAST_AND_WEST)
+    assert skipped(tick()) == "metadata unchanged"
+    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=second_fp)
+
+
+def test_metadata_sensor_survives_an_unreadable_cursor(project: Project, instance: DagsterInstance) -> None:
+    project.write_metadata(EAST_ONLY)
+    project.add_pipeline("orders", ["orders"])
+    sensor = project.definitions().resolve_sensor_def("orders_metadata_sensor")
+
+    result = sensor(build_sensor_context(instance=instance, cursor="not json", resources=project.resources()))
+
+    assert isinstance(result, SensorResult)
+    assert [r.run_key for r in result.run_requests or []] == [fingerprint(project)]
