@@ -43,6 +43,9 @@ _SMALL_MACHINE_SETTINGS: dict[str, str] = {
     "delete.topic.enable": "true",
     # Not 0: retention running while the log cleaner starts throws "Compaction ... cannot be resumed".
     "log.initial.task.delay.ms": "5000",
+    # Keep records forever unless a topic sets retention.ms: tests and demos produce records with old explicit
+    # timestamps, which the default 7-day retention (checked every second here) would delete within seconds.
+    "log.retention.ms": "-1",
     "log.retention.check.interval.ms": "1000",
     # The broker-level name of the topic config file.delete.delay.ms.
     "log.segment.delete.delay.ms": "1000",

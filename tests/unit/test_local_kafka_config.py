@@ -120,6 +120,7 @@ def test_plaintext_broker_settings_are_a_small_single_node_kraft_combined_server
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
+        "log.retention.ms": "-1",
         "log.retention.check.interval.ms": "1000",
         "log.segment.delete.delay.ms": "1000",
     }

@@ -1,0 +1,164 @@
+"""The process-wide Spark session, with Delta Lake and the Kafka connector.
+
+Importing this module starts no JVM and imports no pyspark: the session is built on the first call to
+:func:`build_spark_session`, so loading Dagster definitions and runs with nothing to read stay JVM-free.
+
+The connector and Delta jars come from Maven Central through ``spark.jars.packages`` into an Ivy cache under the
+dynamic-kafka cache folder, so only the first session on a machine downloads them. The Kafka connector's version
+always equals pyspark's (its token provider is the exception, see ``KAFKA_TOKENPROVIDER_VERSION``). Spark redacts
+every setting and data source option whose key looks secret (including ``kafka.sasl.jaas.config``) in its UI, logs
+and plans.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.cache import cache_dir
+from dynamic_kafka.maven import resolve_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+# Spark's default (?i)secret|password|token|access[.]?key plus the Kafka client keys that carry credentials.
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|sasl[.]jaas[.]config|ssl[.]key"
+# spark-sql-kafka-0-10 depends on spark-token-provider-kafka-0-10 of its own version, but Maven Central (as this
+# project reaches it) serves the token provider only up to 4.0.0: 4.0.1 and later are 404, so Ivy cannot resolve
+# the connector. The token provider's public API is the same in 4.0.0 and the 4.1 line (compared with javap), so
+# Ivy skips it and 4.0.0's jar, fetched by Maven with checksums, joins the classpath instead.
+KAFKA_TOKENPROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
+KAFKA_TOKENPROVIDER_VERSION = "4.0.0"
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+_session_settings: SparkSettings | None = None
+
+
+class SparkSettings(BaseModel):
+    """How to build the Spark session.
+
+    Example:
+        >>> SparkSettings(master="local[2]", conf={"spark.driver.memory": "2g"}).master
+        'local[2]'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    master: str = Field(default="local[*]", description="Spark master URL.")
+    app_name: str = Field(default="dynamic-kafka", description="Spark application name.")
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark settings; they win over dynamic-kafka's defaults. Packages listed in "
+        "spark.jars.packages are added to Delta's and the Kafka connector's.",
+    )
+    ui_enabled: bool = Field(default=False, description="Serve the Spark UI (port 4040 and up).")
+
+
+def spark_conf(
+    settings: SparkSettings, *, spark_version: str, extra_jars: list[Path]
+) -> tuple[dict[str, str], list[str]]:
+    """Return the Spark settings and the extra Maven packages for a session (pure; no JVM).
+
+    Args:
+        settings: the user's settings.
+        spark_version: pyspark's version; the Kafka connector must match it exactly.
+        extra_jars: local jars to put on the classpath (the Kafka token provider).
+
+    Returns:
+        ``(conf, extra_packages)``: ``conf`` without ``spark.jars.packages``, which Delta's helper sets from
+        ``extra_packages`` plus its own artifact.
+    """
+    conf = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": "4",
+        # Delta log replay defaults to 50 tasks: mostly scheduling overhead for tables of a few files.
+        "spark.databricks.delta.snapshotPartitions": "4",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "1g",
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.jars.ivy": str(cache_dir() / "ivy"),
+        "spark.redaction.regex": REDACTION_REGEX,
+        **settings.conf,
+    }
+    conf["spark.jars"] = _join_list(*map(str, extra_jars), conf.get("spark.jars", ""))
+    conf["spark.jars.excludes"] = _join_list(KAFKA_TOKENPROVIDER, conf.get("spark.jars.excludes", ""))
+    packages = [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"]
+    packages += _join_list(conf.pop("spark.jars.packages", "")).split(",")
+    return conf, [p for p in packages if p]
+
+
+def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
+    """Return the process-wide Spark session, building it on first use.
+
+    Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
+    with other settings than the running session's gets the running session (and a warning).
+
+    Args:
+        settings: how to build the session; defaults to ``SparkSettings()``.
+
+    Returns:
+        A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
+
+    Example:
+        >>> spark = build_spark_session(SparkSettings(master="local[2]"))  # doctest: +SKIP
+        >>> spark.read.format("delta").load("data/orders").count()  # doctest: +SKIP
+    """
+    global _session, _session_settings
+    settings = settings or SparkSettings()
+    with _lock:
+        if _session is not None and _is_active(_session):
+            if settings != _session_settings:
+                logger.warning("a Spark session already runs with other settings; reusing it unchanged")
+            return _session
+        import pyspark
+        from delta.pip_utils import configure_spark_with_delta_pip
+        from pyspark.sql import SparkSession
+
+        token_provider = resolve_jars(
+            f"spark-token-provider-{KAFKA_TOKENPROVIDER_VERSION}",
+            [f"{KAFKA_TOKENPROVIDER}:{KAFKA_TOKENPROVIDER_VERSION}"],
+            transitive=False,
+        )
+        extra_jars = sorted(token_provider.glob("*.jar"))
+        conf, packages = spark_conf(settings, spark_version=pyspark.__version__, extra_jars=extra_jars)
+        builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
+        logger.info(
+            "starting Spark %s (%s); jars cached in %s", pyspark.__version__, settings.master, conf["spark.jars.ivy"]
+        )
+        _session = builder.getOrCreate()
+        _session.sparkContext.setLogLevel("WARN")
+        _session_settings = settings
+        return _session
+
+
+def stop_spark_session() -> None:
+    """Stop the process-wide session, if any; the next :func:`build_spark_session` starts a new one."""
+    global _session, _session_settings
+    with _lock:
+        if _session is not None:
+            _session.stop()
+        _session = None
+        _session_settings = None
+
+
+def _join_list(*items: str) -> str:
+    """Join comma-separated Spark list settings, dropping blanks."""
+    return ",".join(part.strip() for item in items for part in item.split(",") if part.strip())
+
+
+def _is_active(session: SparkSession) -> bool:
+    # A stopped SparkContext drops its Java handle; the Python object lingers.
+    return session.sparkContext._jsc is not None

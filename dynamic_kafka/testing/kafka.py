@@ -1,0 +1,133 @@
+"""Kafka helpers for tests: unique topic names, topic creation, producing exact records, waiting with a deadline.
+
+Every function takes either bootstrap servers (``"127.0.0.1:19092"``) or a full confluent-kafka client config
+(for SASL clusters, from :meth:`ClusterEndpoint.client_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+T = TypeVar("T")
+Client = str | Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One Kafka record. ``partition`` and ``timestamp_ms`` steer the produce; ``offset`` is set once written."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+def unique_name(prefix: str = "t") -> str:
+    """Return ``prefix`` plus a random suffix: a topic (or group, or table) name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def client_config(client: Client) -> dict[str, Any]:
+    """Return a confluent-kafka config from bootstrap servers or an existing config (copied)."""
+    return {"bootstrap.servers": client} if isinstance(client, str) else dict(client)
+
+
+def wait_for(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.2, what: str) -> T:
+    """Poll ``condition`` until it returns a truthy value, and return that value.
+
+    Raises:
+        TimeoutError: ``condition`` stayed falsy for ``timeout_s``; the message says ``what`` was awaited.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def create_topic(
+    client: Client,
+    name: str,
+    partitions: int = 1,
+    *,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create a topic (replication factor 1) and wait until every partition has a leader.
+
+    Args:
+        client: bootstrap servers or a client config.
+        name: the topic.
+        partitions: how many partitions.
+        config: topic configs, e.g. ``{"cleanup.policy": "compact"}``.
+        timeout_s: deadline for creation and leadership.
+    """
+    admin = AdminClient(client_config(client))
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+    admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
+
+    def has_leaders() -> bool:
+        described = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+        if described is None or described.error is not None or len(described.partitions) != partitions:
+            return False
+        return all(p.leader >= 0 for p in described.partitions.values())
+
+    wait_for(has_leaders, timeout_s=timeout_s, what=f"leaders for every partition of {name}")
+
+
+def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s: float = 30.0) -> list[Record]:
+    """Produce records in order (idempotent producer, acks=all) and return them with partition, offset, timestamp.
+
+    Raises:
+        KafkaException: a record was not delivered before ``timeout_s``.
+    """
+    producer = Producer({**client_config(client), "enable.idempotence": True, "linger.ms": 5})
+    sent = list(records)
+    delivered: dict[int, Record] = {}
+    errors: list[str] = []
+
+    def on_delivery(index: int) -> Callable[[Any, Any], None]:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+                return
+            delivered[index] = dataclasses.replace(
+                sent[index], partition=msg.partition(), offset=msg.offset(), timestamp_ms=msg.timestamp()[1]
+            )
+
+        return report
+
+    for index, record in enumerate(sent):
+        extra: dict[str, Any] = {}
+        if record.partition is not None:
+            extra["partition"] = record.partition
+        if record.timestamp_ms is not None:
+            extra["timestamp"] = record.timestamp_ms
+        producer.produce(
+            topic,
+            value=record.value,
+            key=record.key,
+            headers=list(record.headers),
+            on_delivery=on_delivery(index),
+            **extra,
+        )
+        producer.poll(0)
+    remaining = producer.flush(timeout_s)
+    if errors or remaining or len(delivered) != len(sent):
+        raise KafkaException(
+            f"produced {len(delivered)} of {len(sent)} records to {topic}; errors: {errors[:5] or 'timed out'}"
+        )
+    return [delivered[i] for i in range(len(sent))]

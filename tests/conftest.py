@@ -1,0 +1,54 @@
+"""Session fixtures shared by every test suite: real local Kafka clusters and one Spark session.
+
+Both start only when a test asks for them, so unit tests start no broker and no JVM. Set
+``DYNAMIC_KAFKA_TEST_CLUSTERS='{"east": "host:port", "west": "host:port"}'`` to use existing clusters instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+from dynamic_kafka.spark import SparkSettings, build_spark_session, stop_spark_session
+from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
+
+
+@pytest.fixture(scope="session")
+def kafka_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ClusterEndpoint]]:
+    """Two clusters, "east" and "west" (``LocalCluster``s unless brought by $DYNAMIC_KAFKA_TEST_CLUSTERS)."""
+    brought = clusters_from_env()
+    if brought is not None:
+        yield brought
+        return
+    with local_test_clusters(["east", "west"], tmp_path_factory.mktemp("local-kafka")) as clusters:
+        yield dict(clusters)
+
+
+@pytest.fixture(scope="session")
+def sasl_password() -> str:
+    """The random password of ``sasl_cluster``'s user ``ingest``."""
+    return secrets.token_urlsafe(18)
+
+
+@pytest.fixture(scope="session")
+def sasl_cluster(tmp_path_factory: pytest.TempPathFactory, sasl_password: str) -> Iterator[LocalCluster]:
+    """One more local cluster whose client listener requires SASL/PLAIN (user ``ingest``, ``sasl_password``)."""
+    if clusters_from_env() is not None:
+        pytest.skip("bring-your-own clusters ($DYNAMIC_KAFKA_TEST_CLUSTERS) include no SASL cluster")
+    base_dir = tmp_path_factory.mktemp("local-kafka-sasl")
+    with local_test_clusters(["secured"], base_dir, sasl_plain=("ingest", sasl_password)) as clusters:
+        yield clusters["secured"]
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The process-wide Spark session (Delta + Kafka connector, UI off), stopped at the end of the session."""
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    settings = SparkSettings(master="local[2]", ui_enabled=False, conf={"spark.sql.warehouse.dir": str(warehouse)})
+    session = build_spark_session(settings)
+    yield session
+    stop_spark_session()

@@ -1,0 +1,68 @@
+"""Spark session settings, without starting Spark: defaults, overrides, jar lists, redaction, lazy import."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynamic_kafka.spark import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SparkSettings, spark_conf
+
+
+def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
+    conf, packages = spark_conf(SparkSettings(), spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.jars.ivy"] == str(tmp_path / "ivy")
+    assert conf["spark.jars"] == str(tmp_path / "tp.jar")
+    assert conf["spark.jars.excludes"] == KAFKA_TOKENPROVIDER
+    assert "spark.jars.packages" not in conf
+    assert packages == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
+
+
+def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
+    settings = SparkSettings(
+        master="local[2]",
+        ui_enabled=True,
+        conf={
+            "spark.sql.shuffle.partitions": "8",
+            "spark.jars.packages": "g:a:1, g:b:2",
+            "spark.jars": "/opt/x.jar",
+            "spark.jars.excludes": "g:c",
+        },
+    )
+    conf, packages = spark_conf(settings, spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
+    assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.ui.enabled"] == "true"
+    assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},/opt/x.jar"
+    assert conf["spark.jars.excludes"] == f"{KAFKA_TOKENPROVIDER},g:c"
+    assert packages == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["kafka.sasl.jaas.config", "kafka.ssl.key.password", "kafka.ssl.keystore.password", "sasl.password", "my.token"],
+)
+def test_redaction_covers_kafka_credential_keys(key: str) -> None:
+    assert re.search(REDACTION_REGEX, key)
+
+
+def test_settings_are_frozen_and_strict() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        SparkSettings.model_validate({"master": "local", "unknown": 1})
+
+
+def test_importing_the_module_loads_no_pyspark() -> None:
+    code = (
+        "import sys, dynamic_kafka.spark; "
+        "sys.exit(any(m.split('.')[0] in {'pyspark', 'py4j', 'delta'} for m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
