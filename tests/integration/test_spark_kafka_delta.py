@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 
 pytestmark = pytest.mark.integration
@@ -91,3 +91,30 @@ def test_exact_offset_ranges_of_two_clusters_land_in_delta(
     }
     assert len(rows) == len(landed) == 24
     assert landed == expected
+
+
+def test_spark_reads_a_sasl_cluster_without_showing_the_password(
+    sasl_cluster: LocalCluster, sasl_password: str, spark: Any
+) -> None:
+    config = sasl_cluster.client_config(sasl_password)
+    topic = unique_name("secured")
+    create_topic(config, topic, 1)
+    produce(config, topic, [Record(value=b"only")])
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{sasl_cluster.sasl_user}" password="{sasl_password}";'
+    )
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", sasl_cluster.bootstrap_servers)
+        .option("kafka.security.protocol", "SASL_PLAINTEXT")
+        .option("kafka.sasl.mechanism", "PLAIN")
+        .option("kafka.sasl.jaas.config", jaas)
+        .option("subscribe", topic)
+        .load()
+    )
+    assert [bytes(row.value) for row in frame.collect()] == [b"only"]
+    plans = frame._jdf.queryExecution().toString()
+    assert topic in plans
+    assert sasl_password not in plans
+    assert all(sasl_password not in value for _, value in spark.sparkContext.getConf().getAll())
