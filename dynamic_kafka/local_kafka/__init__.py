@@ -14,14 +14,12 @@ Example:
 
 from dynamic_kafka.local_kafka.cluster import (
     DEFAULT_KAFKA_VERSION,
-    ClusterEndpoint,
-    ClusterStatus,
-    LocalCluster,
     cluster_status,
     resolve_base_dir,
     start_clusters,
     stop_clusters,
 )
+from dynamic_kafka.local_kafka.models import ClusterEndpoint, ClusterStatus, LocalCluster
 from dynamic_kafka.local_kafka.properties import parse_cluster_spec, parse_sasl_plain
 
 __all__ = [

@@ -27,12 +27,12 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.filelock import exclusive_lock
 from dynamic_kafka.local_kafka import process
 from dynamic_kafka.local_kafka.jars import find_java, resolve_kafka_jars
+from dynamic_kafka.local_kafka.models import ClusterStatus, LocalCluster
 from dynamic_kafka.local_kafka.properties import (
     client_facing,
     new_cluster_id,
@@ -53,67 +53,6 @@ STOP_TIMEOUT_S = 30.0
 _LOG_ROTATE_BYTES = 64 * 1024 * 1024
 _STATE_FILE = "cluster.json"
 _PID_FILE = "kafka.pid"
-
-
-class ClusterEndpoint(BaseModel):
-    """How clients reach one Kafka cluster: a name, its bootstrap servers and the SASL/PLAIN user it requires."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(description="Logical name of the cluster.")
-    bootstrap_servers: str = Field(description="What clients pass as bootstrap.servers.")
-    sasl_user: str | None = Field(default=None, description="SASL/PLAIN user the client listener requires, if any.")
-
-    def client_config(self, password: str | None = None) -> dict[str, str]:
-        """Return confluent-kafka client settings for this cluster.
-
-        Args:
-            password: the SASL password; required when the cluster has a ``sasl_user``.
-
-        Raises:
-            LocalKafkaError: the cluster requires SASL and no password was given.
-        """
-        config = {"bootstrap.servers": self.bootstrap_servers}
-        if self.sasl_user is None:
-            return config
-        if password is None:
-            raise LocalKafkaError(f"cluster {self.name!r} requires SASL/PLAIN; pass the password.")
-        config.update(
-            {
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": self.sasl_user,
-                "sasl.password": password,
-            }
-        )
-        return config
-
-
-class LocalCluster(ClusterEndpoint):
-    """One local single-node Kafka cluster, as recorded in its ``cluster.json``.
-
-    Example:
-        >>> clusters = start_clusters([("east", 19092)])  # doctest: +SKIP
-        >>> clusters["east"].bootstrap_servers  # doctest: +SKIP
-        '127.0.0.1:19092'
-    """
-
-    port: int = Field(description="Client listener port on 127.0.0.1.")
-    controller_port: int = Field(description="KRaft controller listener port on 127.0.0.1.")
-    cluster_id: str = Field(description="Kafka cluster id, fixed when the data folder was formatted.")
-    pid: int | None = Field(default=None, description="Broker process id at the last start.")
-    kafka_version: str = Field(description="Kafka release the broker runs.")
-    cluster_dir: Path = Field(description="The cluster's folder (config, pid, log, data).")
-    log_file: Path = Field(description="The broker's log file.")
-
-
-class ClusterStatus(BaseModel):
-    """A local cluster and whether its broker process is running now."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cluster: LocalCluster = Field(description="The recorded cluster.")
-    running: bool = Field(description="True if the recorded broker process is alive.")
 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
@@ -196,6 +135,8 @@ def stop_clusters(
         LocalKafkaError: a named cluster does not exist under the base folder.
     """
     base = resolve_base_dir(base_dir)
+    if names is None and not base.is_dir():
+        return []
     with exclusive_lock(base / ".lock"):
         known = {c.name: c for c in _load_all(base)}
         chosen = sorted(known) if names is None else list(dict.fromkeys(names))
@@ -269,9 +210,13 @@ def _start_new(
     java = find_java()
     libs = resolve_kafka_jars(kafka_version)
     started: list[LocalCluster] = []
+    # Client ports are not bound yet while controller ports are picked: keep every chosen port out of the draw.
+    taken = {port for _, port in specs}
     try:
         for name, port in specs:
-            started.append(_launch(base / name, name, port, sasl_plain, kafka_version, java, libs))
+            controller_port = _controller_port(base / name, taken)
+            taken.add(controller_port)
+            started.append(_launch(base / name, name, (port, controller_port), sasl_plain, kafka_version, java, libs))
         deadline = time.monotonic() + start_timeout_s
         for cluster in started:
             _wait_until_serving(cluster, sasl_plain, deadline)
@@ -282,24 +227,30 @@ def _start_new(
     return {c.name: c for c in started}
 
 
+def _controller_port(cluster_dir: Path, taken: set[int]) -> int:
+    # Keep the controller port across restarts: the KRaft voter set recorded at format time names it. A
+    # single-voter quorum still elects itself on a new port, so a taken port is replaced rather than fatal.
+    previous = _load(cluster_dir)
+    if previous and previous.controller_port not in taken and process.port_is_free(previous.controller_port):
+        return previous.controller_port
+    while (port := process.free_port()) in taken:
+        pass
+    return port
+
+
 def _launch(
     cluster_dir: Path,
     name: str,
-    port: int,
+    ports: tuple[int, int],
     sasl_plain: tuple[str, str] | None,
     kafka_version: str,
     java: Path,
     libs: Path,
 ) -> LocalCluster:
+    port, controller_port = ports
     previous = _load(cluster_dir)
     cluster_dir.mkdir(parents=True, exist_ok=True)
     data_dir = cluster_dir / "data"
-    # Keep the controller port across restarts: the KRaft voter set recorded at format time names it. A
-    # single-voter quorum still elects itself on a new port, so a taken port is replaced rather than fatal.
-    if previous and process.port_is_free(previous.controller_port):
-        controller_port = previous.controller_port
-    else:
-        controller_port = process.free_port()
     props = cluster_dir / "server.properties"
     props.touch(mode=0o600)
     props.chmod(0o600)
