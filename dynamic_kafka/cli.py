@@ -13,13 +13,16 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from dynamic_kafka import cli_local_kafka
+from dynamic_kafka import cli_local_kafka, cli_pipeline
 from dynamic_kafka.errors import DynamicKafkaError
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
 
 # One registrar per subcommand group: it adds parsers to the top-level subparsers.
-_GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (cli_local_kafka.register,)
+_GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
+    cli_local_kafka.register,
+    cli_pipeline.register,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,3 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dynamic-kafka: interrupted", file=sys.stderr)
         return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

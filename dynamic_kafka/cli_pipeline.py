@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from dynamic_kafka.summary import RunSummary
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
 
 
-def add_pipeline_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``plan``, ``run`` and ``status``."""
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
         ("plan", "show the splits the next run would read, reading and writing nothing", _plan),
@@ -36,7 +35,6 @@ def add_pipeline_commands(subparsers: argparse._SubParsersAction[argparse.Argume
 
 
 def _runner(args: argparse.Namespace) -> PipelineRunner:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return PipelineRunner(load_project_config(args.config), args.pipeline)
 
 

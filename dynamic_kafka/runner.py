@@ -131,7 +131,7 @@ class PipelineRunner:
             self.store.commit_empty_run(
                 plan, summary_json=summary.model_dump_json(), expected_version=state.table_version
             )
-            self.store.maintain()
+            self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
@@ -185,12 +185,13 @@ class PipelineRunner:
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
         self._commit_consumer_group(plan, clusters)
-        self.store.maintain()
+        self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
 
     def _recover(self, state: StateSnapshot) -> int:
         """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq."""
-        assert state.last_run is not None and state.table_version is not None
+        assert state.last_run is not None
+        assert state.table_version is not None
         plan = state.last_run.plan
         written = committed_txn_version(str(self.pipeline.sink.path), self.pipeline.id)
         log.warning(
@@ -219,6 +220,14 @@ class PipelineRunner:
                 cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers
             )
         return found
+
+    def _maintain(self) -> None:
+        """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
+        example a concurrent run's commit winning the race) is a warning, and the next run tries again."""
+        try:
+            self.store.maintain()
+        except DynamicKafkaError as e:
+            log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
 
     def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> None:
         group = self.pipeline.consumer_group
