@@ -70,8 +70,8 @@ def pipeline_status(runner: PipelineRunner, *, history: int = 20) -> PipelineSta
     brokers = take_broker_snapshot(requests, isolation_level=runner.pipeline.isolation_level, now=datetime.now(UTC))
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
-        cluster = brokers.clusters.get(key.cluster_id)
-        topic = cluster.topics.get(key.topic) if cluster and cluster.reachable else None
+        answered = brokers.clusters.get(key.cluster_id)
+        topic = answered.topics.get(key.topic) if answered and answered.reachable else None
         offsets = topic.partitions.get(key.partition) if topic else None
         latest = offsets.latest if offsets else None
         rows.append(
