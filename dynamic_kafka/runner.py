@@ -135,7 +135,7 @@ class PipelineRunner:
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
-        summary = self._execute(plan, version, metadata.clusters(), lag=lag, recovered=recovered)
+        summary = self._execute(plan, version, self._connections(plan, metadata), lag=lag, recovered=recovered)
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
@@ -203,21 +203,24 @@ class PipelineRunner:
         if written is not None and written >= plan.run_seq:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=state.table_version)
-            self._commit_consumer_group(plan, self._clusters_for(plan))
+            self._commit_consumer_group(plan, self._connections(plan))
         else:
-            self._execute(plan, state.table_version, self._clusters_for(plan), lag=0, recovered=plan.run_seq)
+            self._execute(plan, state.table_version, self._connections(plan), lag=0, recovered=plan.run_seq)
         return plan.run_seq
 
-    def _clusters_for(self, plan: Plan) -> dict[str, ClusterMetadata]:
-        """Connections for a recovered plan's clusters: the service's current ones (credentials may have been
-        rotated since), else the bootstrap servers the plan recorded."""
+    def _connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
+        """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
+        drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
+        else the bootstrap servers the plan recorded."""
+        active = metadata.clusters() if metadata is not None else {}
         found: dict[str, ClusterMetadata] = {}
         for split in plan.splits:
             if split.cluster_id in found:
                 continue
-            known = self.service.describe_cluster(split.cluster_id)
-            found[split.cluster_id] = known or ClusterMetadata(
-                cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers
+            found[split.cluster_id] = (
+                active.get(split.cluster_id)
+                or self.service.describe_cluster(split.cluster_id)
+                or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
             )
         return found
 
