@@ -8,7 +8,7 @@ setup: ## Install Java/Maven if missing, uv, and the locked .venv
 	@bash scripts/setup.sh
 
 demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark, Delta, Dagster)
-	$(VENV)/dynamic-kafka demo
+	$(VENV)/python -m pipelines.demo
 
 test: setup ## Set up and run the whole test suite (lint, types, unit, integration, e2e)
 	$(VENV)/ruff check .
@@ -31,7 +31,7 @@ unit: setup ## Fast tests only (no JVM, no brokers)
 bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mode)
 	$(VENV)/python -m bench $(if $(QUICK),--quick,)
 
-ui: export DYNAMIC_KAFKA_CONFIG ?= examples/demo/dynamic_kafka.yaml
+ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace
 	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
@@ -42,7 +42,7 @@ screenshot: setup ## Screenshot the demo's asset graph into docs/asset-graph.png
 
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka local-kafka down
-	rm -rf .local-kafka data .dagster-home
+	rm -rf .local-kafka data .dagster-home .demo
 
 .PHONY: help setup demo test lint fmt unit bench ui clean
 .PHONY: screenshot
