@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, ExecuteInProcessResult  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import DagsterInstance, Definitions, ExecuteInProcessResult  # noqa: TID251 (e2e tests drive Dagster)
 from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 pytestmark = pytest.mark.e2e
@@ -14,6 +14,7 @@ pytestmark = pytest.mark.e2e
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
+MS = timedelta(milliseconds=1)
 
 
 def rec(partition: int, value: str, moment: datetime) -> Record:
@@ -25,73 +26,111 @@ def materialized(result: ExecuteInProcessResult) -> dict[str, Any]:
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
-def test_backfill_lands_exactly_the_window_once_whatever_ran_before(
+class Clicks:
+    """A pipeline "clicks" over a 2-partition topic on east and a 1-partition topic on west, with hourly backfill
+    partitions; ``hour`` is the first of the three hours the tests backfill (five hours ago)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.east, self.west = project.clusters["east"], project.clusters["west"]
+        self.east_topic, self.west_topic = unique_topic("clicks-east"), unique_topic("clicks-west")
+        create_topic(self.east, self.east_topic, partitions=2)
+        create_topic(self.west, self.west_topic, partitions=1)
+        project.write_metadata({"clicks": {"east": [self.east_topic], "west": [self.west_topic]}})
+        self.hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 5 * H
+        start = (self.hour - 24 * H).isoformat()
+        project.add_pipeline("clicks", ["clicks"], backfill={"start": start, "granularity": "hourly"})
+        defs: Definitions = project.definitions()
+        self.incremental = defs.resolve_job_def("clicks_incremental")
+        self.backfill = defs.resolve_job_def("clicks_backfill")
+        self.keys = [(self.hour + i * H).strftime(PARTITION_FORMAT) for i in range(3)]
+
+    def produce(self, east: list[Record], west: list[Record]) -> list[Landed]:
+        return produce("east", self.east, self.east_topic, east) + produce("west", self.west, self.west_topic, west)
+
+    def rows(self) -> list[Landed]:
+        return sorted(sink_rows(self.project.sink_path("clicks")))
+
+
+def test_backfill_lands_exactly_the_windows_records_once_after_an_incremental_run(
     project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
 ) -> None:
-    east, west = project.clusters["east"], project.clusters["west"]
-    east_topic, west_topic = unique_topic("clicks-east"), unique_topic("clicks-west")
-    create_topic(east, east_topic, partitions=2)
-    create_topic(west, west_topic, partitions=1)
-    project.write_metadata({"clicks": {"east": [east_topic], "west": [west_topic]}})
-    # The window is hours 0, 1 and 2 starting five hours ago.
-    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 5 * H
-    project.add_pipeline("clicks", ["clicks"], backfill={"start": (hour - 24 * H).isoformat(), "granularity": "hourly"})
-    defs = project.definitions()
-    incremental = defs.resolve_job_def("clicks_incremental")
-    backfill = defs.resolve_job_def("clicks_backfill")
-    keys = [(hour + i * H).strftime(PARTITION_FORMAT) for i in range(3)]
-    sink = project.sink_path("clicks")
-
-    def rows() -> list[Landed]:
-        return sorted(sink_rows(sink))
-
-    # An incremental run lands hour 0 and the hour before the window.
-    early = produce(
-        "east",
-        east,
-        east_topic,
-        [rec(0, "a-h0-1", hour + 10 * M), rec(0, "a-before-1", hour - H + 30 * M), rec(1, "a-h0-2", hour + 5 * M)],
-    ) + produce("west", west, west_topic, [rec(0, "a-before-2", hour - H + 50 * M), rec(0, "a-h0-3", hour + 40 * M)])
-    assert incremental.execute_in_process(instance=instance).success
-    assert rows() == sorted(early)
-
-    # Then come hours 1 and 2, late records of hour 0 and of the hour before, and records after the window, with
-    # timestamps out of order inside partitions and on both window edges.
-    late = produce(
-        "east",
-        east,
-        east_topic,
-        [
+    clicks = Clicks(project)
+    hour = clicks.hour
+    # An incremental run lands the first records of hour 0 and some of the hour before the window.
+    early = clicks.produce(
+        east=[rec(0, "a-before-1", hour - H + 30 * M), rec(0, "a-h0-1", hour + 10 * M), rec(1, "a-h0-2", hour + 5 * M)],
+        west=[rec(0, "a-before-2", hour - H + 50 * M), rec(0, "a-h0-3", hour + 40 * M)],
+    )
+    assert clicks.incremental.execute_in_process(instance=instance).success
+    assert clicks.rows() == sorted(early)
+    # Later records: the rest of hour 0, hours 1 and 2 (on both window edges), and records after the window.
+    late = clicks.produce(
+        east=[
+            rec(0, "b-h0", hour + 50 * M),
             rec(0, "b-h1-1", hour + H + 5 * M),
             rec(0, "b-h2-1", hour + 2 * H + 10 * M),
-            rec(0, "b-before", hour - H + M),
             rec(0, "b-after-1", hour + 3 * H + M),
             rec(1, "b-h1-2", hour + H + 30 * M),
-            rec(1, "b-h0-late", hour + 15 * M),
-            rec(1, "b-h2-2", hour + 3 * H - timedelta(milliseconds=1)),
+            rec(1, "b-h2-2", hour + 3 * H - MS),
         ],
-    ) + produce("west", west, west_topic, [rec(0, "b-h2-3", hour + 2 * H), rec(0, "b-after-0", hour + 3 * H)])
-    window = [r for r in late if not r.value.startswith(("b-before", "b-after"))]
-    assert len(window) == 6
+        west=[rec(0, "b-h2-3", hour + 2 * H), rec(0, "b-after-2", hour + 3 * H)],
+    )
+    window = [r for r in late if not r.value.startswith("b-after")]
 
-    results = [backfill.execute_in_process(partition_key=key, instance=instance) for key in keys]
+    results = [clicks.backfill.execute_in_process(partition_key=key, instance=instance) for key in clicks.keys]
 
     assert all(r.success for r in results)
-    assert rows() == sorted(early + window)
+    assert clicks.rows() == sorted(early + window)
     meta = materialized(results[1])
-    assert meta["partition"] == keys[1]
+    assert meta["partition"] == clicks.keys[1]
     assert (meta["window_start"], meta["window_end"]) == ((hour + H).timestamp(), (hour + 2 * H).timestamp())
+    assert meta["records"] == 2
     assert "run_seq" not in meta
 
-    again = backfill.execute_in_process(partition_key=keys[1], instance=instance)
+    again = clicks.backfill.execute_in_process(partition_key=clicks.keys[1], instance=instance)
 
     assert again.success
-    assert rows() == sorted(early + window)
+    assert clicks.rows() == sorted(early + window)
 
-    # The backfills did not move the incremental offsets: the next incremental run reads every later record,
-    # and the ones the backfills already merged do not land twice.
-    caught_up = incremental.execute_in_process(instance=instance)
 
-    assert caught_up.success
-    assert materialized(caught_up)["records"] == len(late)
-    assert rows() == sorted(early + late)
+@pytest.mark.xfail(
+    strict=True,
+    reason="library gap: incremental runs blind-append (sink.write_incremental), so records a backfill already "
+    "merged beyond the incremental offsets land twice (DESIGN section 5 says they never duplicate)",
+)
+def test_an_incremental_run_after_a_backfill_does_not_duplicate_its_records(
+    project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    clicks = Clicks(project)
+    produced = clicks.produce(
+        east=[rec(0, "h0-1", clicks.hour + M), rec(1, "h0-2", clicks.hour + 2 * M)],
+        west=[rec(0, "h0-3", clicks.hour + 3 * M)],
+    )
+    assert clicks.backfill.execute_in_process(partition_key=clicks.keys[0], instance=instance).success
+    assert clicks.rows() == sorted(produced)
+
+    result = clicks.incremental.execute_in_process(instance=instance)
+
+    assert result.success  # the backfill did not move the incremental offsets: this run reads all three again
+    assert clicks.rows() == sorted(produced)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="library gap: run_backfill does not filter rows on their timestamp (backfill.py's docstring says it "
+    "does), so a record outside the window that sits inside the window's offset range lands",
+)
+def test_a_backfill_skips_out_of_order_records_outside_its_window(
+    project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    clicks = Clicks(project)
+    hour = clicks.hour
+    produced = clicks.produce(
+        east=[rec(0, "h0-1", hour + M), rec(0, "late-before", hour - H), rec(0, "h0-2", hour + 2 * M)],
+        west=[rec(0, "h0-3", hour + 3 * M), rec(0, "h1", hour + H)],
+    )
+
+    assert clicks.backfill.execute_in_process(partition_key=clicks.keys[0], instance=instance).success
+
+    assert clicks.rows() == sorted(r for r in produced if r.value.startswith("h0"))

@@ -18,6 +18,7 @@ from dagster import (  # noqa: TID251 (e2e tests drive Dagster)
 from e2e_support import REPO_ROOT, Project
 
 from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
+from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
 
 pytestmark = pytest.mark.e2e
@@ -76,12 +77,18 @@ def test_runs_of_one_pipeline_share_one_pool_limited_to_one_by_the_demo_instance
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
+    defs = build_definitions(REPO_ROOT / "examples/demo/dynamic_kafka.yaml")
 
     with DagsterInstance.from_config(str(home)) as instance:
         settings = instance.get_concurrency_config().pool_config
         assert settings.pool_granularity is not None
-        assert settings.pool_granularity.value == "run"
+        assert settings.pool_granularity.value == "run"  # the run queue holds a run until its pool has a slot
         assert settings.default_pool_limit == 1
+        for name in ("orders_incremental", "orders_backfill"):
+            run = instance.create_run_for_job(job_def=defs.resolve_job_def(name))
+            assert run.run_op_concurrency is not None
+            assert run.run_op_concurrency.all_pools == {"dynamic_kafka/orders"}
+        assert instance.event_log_storage.get_concurrency_info("dynamic_kafka/orders").limit == 1
 
 
 def test_loading_definitions_reads_only_the_config_file(project: Project) -> None:
