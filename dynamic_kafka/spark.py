@@ -140,6 +140,7 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
         )
         _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
+        _ship_submitted_jars(_session)
         _session_settings = settings
         return _session
 
@@ -152,6 +153,24 @@ def stop_spark_session() -> None:
             _session.stop()
         _session = None
         _session_settings = None
+
+
+def _ship_submitted_jars(session: SparkSession) -> None:
+    """Make executors get every jar spark-submit resolved, not only the ``spark.jars`` we set.
+
+    spark-submit merges ``spark.jars`` with the jars it resolved for ``spark.jars.packages`` (the Kafka connector,
+    Delta) and puts them all on the driver's classpath, but pyspark then sets the builder's own ``spark.jars`` over
+    that merged list, so the context ships only our jars: local mode works (executors share the driver's
+    classpath) while executors of a cluster fail with ``ClassNotFoundException`` for the Kafka source.
+    """
+    context = session.sparkContext
+    if (context.master or "local").startswith("local") or context._jvm is None:
+        return
+    submitted = context._jvm.System.getProperty("spark.jars") or ""
+    shipped = {uri.rsplit("/", 1)[-1] for uri in _join_list(context._jsc.sc().listJars().mkString(",")).split(",")}
+    for jar in _join_list(submitted).split(","):
+        if jar and jar.rsplit("/", 1)[-1] not in shipped:
+            context._jsc.addJar(jar)
 
 
 def _join_list(*items: str) -> str:
