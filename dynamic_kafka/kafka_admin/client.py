@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -19,7 +20,6 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
-    KafkaException,
     TopicCollection,
     TopicPartition,
 )
@@ -36,10 +36,10 @@ OffsetQuery = Literal["earliest", "latest"] | int
 Partition = tuple[str, int]
 
 _ISOLATION = {"read_committed": IsolationLevel.READ_COMMITTED, "read_uncommitted": IsolationLevel.READ_UNCOMMITTED}
-# librdkafka's ListOffsets cost grows faster than linearly with the partitions of one call (5,000 partitions in
-# one call: 0.2 s; in five calls of 1,000: 0.04 s), so large batches go as several calls, all in flight at once.
-LIST_OFFSETS_CHUNK = 1000
-_METADATA_ATTEMPT_S = 0.5
+# librdkafka's cost for ListOffsets and OffsetFetch grows faster than linearly with the partitions of one request
+# (ListOffsets of 5,000 partitions: 0.2 s in one call, 0.04 s in five calls of 1,000; committed offsets of 5,000
+# partitions: 0.6 s against 0.02 s), so large batches go as several calls of at most CHUNK partitions.
+CHUNK = 1000
 
 
 class TopicDescription(BaseModel):
@@ -68,19 +68,8 @@ class KafkaAdmin(AdminConnection):
 
     def list_topic_names(self) -> list[str]:
         """The cluster's topics, sorted, without Kafka's internal ones (names starting with ``__``)."""
-        operation = "listing topics"
         admin = self._client()
-        deadline = self._deadline()
-        while True:
-            # list_topics blocks in C; short attempts let the error callback be served in between.
-            attempt_s = max(0.01, min(_METADATA_ATTEMPT_S, deadline - time.monotonic()))
-            try:
-                metadata = admin.list_topics(timeout=attempt_s)
-                break
-            except KafkaException as e:
-                self._await([], operation, deadline)  # serves the error callback; raises on authentication
-                if time.monotonic() >= deadline:
-                    raise self._wrap_exception(e, operation) from None
+        metadata = self._blocking("listing topics", admin, lambda timeout_s: admin.list_topics(timeout=timeout_s))
         return sorted(name for name in metadata.topics if not name.startswith("__"))
 
     def describe_topics(self, topics: Collection[str]) -> dict[str, TopicDescription]:
@@ -146,8 +135,8 @@ class KafkaAdmin(AdminConnection):
         while pending:
             calls: list[tuple[str, Future[Any]]] = []
             for name, todo in pending.items():
-                for start in range(0, len(todo), LIST_OFFSETS_CHUNK):
-                    chunk = [TopicPartition(t, p, values[name]) for t, p in todo[start : start + LIST_OFFSETS_CHUNK]]
+                for start in range(0, len(todo), CHUNK):
+                    chunk = [TopicPartition(t, p, values[name]) for t, p in todo[start : start + CHUNK]]
                     submitted = self._submit(operation, _list_offsets_call(chunk, isolation, self.timeout_s))
                     calls.append((name, submitted["all"]))
             self._await([[future] for _, future in calls], operation, deadline)
@@ -172,20 +161,26 @@ class KafkaAdmin(AdminConnection):
         return results
 
     def committed_offsets(self, group_id: str, partitions: Collection[Partition]) -> dict[Partition, int | None]:
-        """The consumer group's committed offsets, in one call; None where the group has none."""
+        """The consumer group's committed offsets, in one call; None where the group has none.
+
+        Read through a consumer of the group that never joins it (see ``_consumer`` for why not the admin API).
+        """
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
-        request = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in wanted])]
-        answered = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in self._group_call(
-                f"reading committed offsets of group {group_id!r}",
-                lambda admin: admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group_id],
-            )
-        }
-        # A negative offset is librdkafka's OFFSET_INVALID: the group has no offset for the partition.
-        return {part: (offset if (offset := answered.get(part, -1)) >= 0 else None) for part in wanted}
+        operation = f"reading committed offsets of group {group_id!r}"
+        consumer = self._consumer(group_id)
+        answered: list[TopicPartition] = []
+        for start in range(0, len(wanted), CHUNK):
+            chunk = [TopicPartition(t, p) for t, p in wanted[start : start + CHUNK]]
+            answered += self._blocking(operation, consumer, functools.partial(_committed, consumer, chunk))
+        found: dict[Partition, int | None] = {}
+        for tp in answered:
+            if tp.error is not None:
+                raise self._wrap(tp.error, f"{operation} ({tp.topic}[{tp.partition}])")
+            # A negative offset is librdkafka's OFFSET_INVALID: the group has no offset for the partition.
+            found[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return {part: found.get(part) for part in wanted}
 
     def commit_group_offsets(self, group_id: str, offsets: Mapping[Partition, int]) -> None:
         """Sets the consumer group's committed offsets, in one call (for lag monitoring; the Delta state is the
@@ -246,6 +241,11 @@ def _list_offsets_call(
         return {"all": future}
 
     return call
+
+
+def _committed(consumer: Any, chunk: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:
+    answered: list[TopicPartition] = consumer.committed(chunk, timeout=timeout_s)
+    return answered
 
 
 def _offset_spec_value(query: OffsetQuery) -> int:

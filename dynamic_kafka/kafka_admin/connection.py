@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaClientError
@@ -50,8 +50,10 @@ RETRY_CODES = frozenset(
         KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
+T = TypeVar("T")
 RETRY_PAUSE_S = 0.1
 _POLL_S = 0.05
+_BLOCKING_ATTEMPT_S = 0.5
 # Our deadline only guards against a hang; librdkafka's request timeout fires first.
 _DEADLINE_GRACE_S = 1.0
 
@@ -91,6 +93,7 @@ class AdminConnection:
         self.cluster = cluster
         self.timeout_s = timeout_s
         self._admin: Any = None
+        self._consumers: dict[str, Any] = {}
         self._errors = _ErrorSink()
         self._secrets: list[str] = []
 
@@ -103,25 +106,68 @@ class AdminConnection:
         self.close()
 
     def close(self) -> None:
-        """Destroys the librdkafka client, if one was created. Safe to call twice."""
+        """Destroys the librdkafka clients, if any were created. Safe to call twice."""
+        consumers, self._consumers = self._consumers, {}
+        for consumer in consumers.values():
+            consumer.close()
         # AdminClient has no close(); the last reference going away destroys the librdkafka handle.
         self._admin = None
 
+    def _conf(self) -> dict[str, Any]:
+        """librdkafka settings shared by this cluster's clients; resolves the secret references."""
+        resolved = self.cluster.client_properties()
+        self._secrets = secret_values(self.cluster.properties, resolved)
+        return {
+            "client.id": f"dynamic-kafka-{self.cluster.cluster_id}",
+            **resolved,
+            "bootstrap.servers": self.cluster.bootstrap_servers,
+            "error_cb": self._errors,
+            "logger": ScrubbingLogger(_librdkafka_logger, self._secrets),
+        }
+
     def _client(self) -> Any:
         if self._admin is None:
-            resolved = self.cluster.client_properties()
-            self._secrets = secret_values(self.cluster.properties, resolved)
-            conf: dict[str, Any] = {
-                "client.id": f"dynamic-kafka-{self.cluster.cluster_id}",
-                **resolved,
-                "bootstrap.servers": self.cluster.bootstrap_servers,
-                "error_cb": self._errors,
-            }
             try:
-                self._admin = AdminClient(conf, logger=ScrubbingLogger(_librdkafka_logger, self._secrets))
+                self._admin = AdminClient(self._conf())
             except KafkaException as e:
                 raise self._wrap_exception(e, "creating the admin client") from None
         return self._admin
+
+    def _consumer(self, group_id: str) -> Any:
+        """A consumer of ``group_id`` that never joins the group: it only reads the group's committed offsets.
+
+        The admin client's ListConsumerGroupOffsets crashes the process (a NULL consumer-group handle in
+        librdkafka's OffsetFetch response handler) when the coordinator answers NOT_COORDINATOR or is still
+        loading, as on a freshly started cluster; a consumer has that handle, and retries such answers itself.
+        """
+        if group_id not in self._consumers:
+            conf = {**self._conf(), "group.id": group_id, "enable.auto.commit": False}
+            try:
+                self._consumers[group_id] = Consumer(conf)
+            except KafkaException as e:
+                raise self._wrap_exception(e, "creating a consumer") from None
+        return self._consumers[group_id]
+
+    def _blocking(self, operation: str, client: Any, call: Callable[[float], T]) -> T:
+        """Runs a blocking librdkafka call (``call(timeout_s)``) in short attempts until the deadline, serving
+        ``client``'s error callback in between, so that an authentication failure ends it at once."""
+        deadline = self._deadline()
+        while True:
+            attempt_s = max(0.05, min(_BLOCKING_ATTEMPT_S, deadline - time.monotonic()))
+            try:
+                return call(attempt_s)
+            except KafkaException as e:
+                self._serve(client, operation)
+                error = kafka_error_of(e)
+                retry = error is not None and (classify(error) == "unreachable" or error.code() in RETRY_CODES)
+                if not retry or time.monotonic() >= deadline:
+                    raise self._wrap_exception(e, operation) from None
+
+    def _serve(self, client: Any, operation: str) -> None:
+        """Serves ``client``'s queued callbacks (errors, logs); raises if an authentication error arrived."""
+        client.poll(0)
+        if self._errors.authentication is not None:
+            raise self._wrap(self._errors.authentication, operation)
 
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout_s + _DEADLINE_GRACE_S
@@ -139,9 +185,7 @@ class AdminConnection:
         authentication error and raises :class:`ClusterUnreachableError` at ``deadline``."""
         pending = [list(call) for call in calls if call]
         while True:
-            self._admin.poll(0)
-            if self._errors.authentication is not None:
-                raise self._wrap(self._errors.authentication, operation)
+            self._serve(self._admin, operation)
             pending = [rest for call in pending if (rest := _unfinished(call))]
             if not pending:
                 return

@@ -1,0 +1,358 @@
+"""KafkaAdmin and the broker snapshot against real local Kafka clusters (the session fixtures of tests/conftest.py).
+
+Every test uses its own topics (``prefix + uuid``) and waits for broker-side conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from dynamic_kafka import offsets
+from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationError
+from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, take_broker_snapshot
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.snapshots import PartitionOffsets
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+
+pytestmark = pytest.mark.integration
+
+BASE_TS = 1_700_000_000_000
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def _recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Creates ``topic``, retrying while a deletion of the same name is still finishing."""
+
+    def created() -> bool:
+        try:
+            create_topic(bootstrap, topic, partitions)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            return False
+        return True
+
+    wait_for(created, what=f"re-creation of {topic}")
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    # Keep the client referenced until its futures are done: a destroyed client never completes them.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(topics, operation_timeout=60).values():
+        future.result(timeout=90)
+    wait_for(
+        lambda: not set(topics) & set(admin.list_topics(timeout=10).topics), what=f"deletion of {', '.join(topics)}"
+    )
+
+
+def _records(*partitions_and_timestamps: tuple[int, int | None]) -> list[Record]:
+    return [
+        Record(value=f"v{i}".encode(), partition=p, timestamp_ms=ts)
+        for i, (p, ts) in enumerate(partitions_and_timestamps)
+    ]
+
+
+def _cluster(cluster_id: str, bootstrap: str, **properties: str) -> ClusterMetadata:
+    return ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=bootstrap, properties=properties)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def east(kafka_clusters: Any) -> str:
+    return str(kafka_clusters["east"].bootstrap_servers)
+
+
+@pytest.fixture
+def west(kafka_clusters: Any) -> str:
+    return str(kafka_clusters["west"].bootstrap_servers)
+
+
+@pytest.fixture
+def topic(east: str) -> Iterator[str]:
+    name = unique_name("admin")
+    create_topic(east, name, 3)
+    yield name
+    _delete_topics(east, [name])
+
+
+# -- describe / list -------------------------------------------------------------------------------------------
+
+
+def test_describe_topics_ids_and_missing_topics(east: str, topic: str) -> None:
+    missing = unique_name("missing")
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        described = admin.describe_topics([topic, missing])
+        assert topic in admin.list_topic_names()
+        assert not any(name.startswith("__") for name in admin.list_topic_names())
+    assert described[topic].exists
+    assert described[topic].partitions == (0, 1, 2)
+    topic_id = described[topic].topic_id
+    # Kafka's own spelling: 22 characters of URL-safe base64.
+    assert topic_id is not None
+    assert len(topic_id) == 22
+    assert set(topic_id) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    assert not described[missing].exists
+    assert described[missing].topic_id is None
+    assert described[missing].partitions == ()
+
+
+def test_a_recreated_topic_gets_a_new_id(east: str) -> None:
+    name = unique_name("recreated")
+    create_topic(east, name, 1)
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        first = admin.describe_topics([name])[name].topic_id
+        _delete_topics(east, [name])
+        assert not admin.describe_topics([name])[name].exists
+        _recreate_topic(east, name, 2)
+        second = admin.describe_topics([name])[name]
+    _delete_topics(east, [name])
+    assert second.exists
+    assert second.partitions == (0, 1)
+    assert first is not None
+    assert second.topic_id is not None
+    assert second.topic_id != first
+
+
+def test_earliest_and_latest_after_producing(east: str, topic: str) -> None:
+    produce(east, topic, _records(*[(0, None)] * 5, *[(1, None)] * 2))
+    parts = [(topic, p) for p in range(3)]
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        assert admin.list_offsets(parts, "earliest") == {(topic, 0): 0, (topic, 1): 0, (topic, 2): 0}
+        assert admin.list_offsets(parts, "latest") == {(topic, 0): 5, (topic, 1): 2, (topic, 2): 0}
+        assert admin.list_offsets(parts, "latest", isolation_level="read_uncommitted") == {
+            (topic, 0): 5,
+            (topic, 1): 2,
+            (topic, 2): 0,
+        }
+
+
+def test_delete_records_moves_earliest(east: str, topic: str) -> None:
+    produce(east, topic, _records(*[(0, None)] * 6))
+    # Keep the client referenced until its futures are done: a destroyed client never completes them.
+    deleter = AdminClient({"bootstrap.servers": east})
+    for future in deleter.delete_records([TopicPartition(topic, 0, 4)], operation_timeout=30).values():
+        future.result(timeout=60)
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        assert admin.list_offsets([(topic, 0)], "earliest") == {(topic, 0): 4}
+        assert admin.list_offsets([(topic, 0)], "latest") == {(topic, 0): 6}
+
+
+def test_latest_under_read_committed_is_the_last_stable_offset(east: str, topic: str) -> None:
+    produce(east, topic, _records(*[(0, None)] * 3))
+    producer = Producer({"bootstrap.servers": east, "transactional.id": unique_name("txn")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(topic, value=f"t{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    part = (topic, 0)
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        # The open transaction's records are written (high watermark 7) but not stable (LSO 3).
+        assert admin.list_offsets([part], "latest", isolation_level="read_uncommitted") == {part: 7}
+        assert admin.list_offsets([part], "latest", isolation_level="read_committed") == {part: 3}
+        producer.commit_transaction(30)
+        # The commit marker takes offset 7; the LSO moves past it once the coordinator has written it.
+        wait_for(lambda: admin.list_offsets([part], "latest") == {part: 8}, what="the LSO after the commit")
+
+
+def test_offsets_for_timestamps(east: str, topic: str) -> None:
+    produce(east, topic, _records((0, BASE_TS + 1000), (0, BASE_TS + 2000), (0, BASE_TS + 3000), (1, BASE_TS + 500)))
+    parts = [(topic, 0), (topic, 1), (topic, 2)]
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        assert admin.list_offsets(parts, BASE_TS + 1000) == {(topic, 0): 0, (topic, 1): None, (topic, 2): None}
+        assert admin.list_offsets(parts, BASE_TS + 1500) == {(topic, 0): 1, (topic, 1): None, (topic, 2): None}
+        assert admin.list_offsets(parts, BASE_TS) == {(topic, 0): 0, (topic, 1): 0, (topic, 2): None}
+        # After every record: no such offset.
+        assert admin.list_offsets(parts, BASE_TS + 3001) == {(topic, 0): None, (topic, 1): None, (topic, 2): None}
+
+
+def test_committed_offsets_and_commit_round_trip(east: str, topic: str) -> None:
+    produce(east, topic, _records(*[(0, None)] * 5, *[(1, None)] * 5))
+    group = unique_name("group")
+    parts = [(topic, p) for p in range(3)]
+    with KafkaAdmin(_cluster("east", east)) as admin:
+        assert admin.committed_offsets(group, parts) == {(topic, 0): None, (topic, 1): None, (topic, 2): None}
+        admin.commit_group_offsets(group, {(topic, 0): 4, (topic, 1): 2})
+        assert admin.committed_offsets(group, parts) == {(topic, 0): 4, (topic, 1): 2, (topic, 2): None}
+        admin.commit_group_offsets(group, {(topic, 0): 5})
+        assert admin.committed_offsets(group, parts)[(topic, 0)] == 5
+
+
+# -- the snapshot ----------------------------------------------------------------------------------------------
+
+
+def test_snapshot_of_two_clusters_with_lookups(east: str, west: str) -> None:
+    east_topic, west_topic = unique_name("snap-east"), unique_name("snap-west")
+    create_topic(east, east_topic, 2)
+    create_topic(west, west_topic, 1)
+    try:
+        produce(east, east_topic, _records((0, BASE_TS + 10), (0, BASE_TS + 20), (1, BASE_TS + 30)))
+        produce(west, west_topic, _records(*[(0, BASE_TS + 10)] * 4))
+        group = unique_name("group")
+        with KafkaAdmin(_cluster("west", west)) as admin:
+            admin.commit_group_offsets(group, {(west_topic, 0): 3})
+        requests = [
+            ClusterRequest(
+                cluster=_cluster("east", east),
+                topics=frozenset({east_topic, "no-such-topic"}),
+                starting=offsets.timestamp(BASE_TS + 15),
+                stopping=offsets.timestamp(BASE_TS + 25),
+            ),
+            ClusterRequest(
+                cluster=_cluster("west", west), topics=frozenset({west_topic}), starting=offsets.committed(group)
+            ),
+        ]
+        snap = take_broker_snapshot(requests, isolation_level="read_committed", now=NOW)
+    finally:
+        _delete_topics(east, [east_topic])
+        _delete_topics(west, [west_topic])
+    assert snap.taken_at == NOW
+    e = snap.clusters["east"].topics
+    assert e[east_topic].partitions == {
+        0: PartitionOffsets(earliest=0, latest=2),
+        1: PartitionOffsets(earliest=0, latest=1),
+    }
+    assert e[east_topic].start_lookups == {0: 1, 1: 0}
+    assert e[east_topic].stop_lookups == {0: None, 1: 0}
+    assert not e["no-such-topic"].exists
+    w = snap.clusters["west"].topics[west_topic]
+    assert w.partitions == {0: PartitionOffsets(earliest=0, latest=4)}
+    assert w.start_lookups == {0: 3}
+    assert w.stop_lookups == {}
+
+
+# -- failures --------------------------------------------------------------------------------------------------
+
+
+def test_dead_port_is_unreachable_within_the_timeout(east: str) -> None:
+    dead = f"127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ClusterUnreachableError) as caught, KafkaAdmin(_cluster("gone", dead), timeout_s=2) as admin:
+        admin.describe_topics(["orders"])
+    elapsed = time.monotonic() - started
+    assert elapsed < 2 + 1.5  # the timeout plus the deadline's grace
+    assert caught.value.retriable
+    assert caught.value.cluster_id == "gone"
+    assert dead in str(caught.value)
+
+    live = ClusterRequest(cluster=_cluster("east", east), topics=frozenset({"no-such-topic"}))
+    gone = ClusterRequest(cluster=_cluster("gone", dead), topics=frozenset({"orders"}), required=False)
+    snap = take_broker_snapshot([live, gone], isolation_level="read_committed", now=NOW, timeout_s=2)
+    assert snap.clusters["east"].reachable
+    assert not snap.clusters["gone"].reachable
+    assert dead in (snap.clusters["gone"].error or "")
+
+    skipped = gone.model_copy(update={"required": True, "skip_unreachable": True})
+    assert (
+        not take_broker_snapshot([skipped], isolation_level="read_committed", now=NOW, timeout_s=2)
+        .clusters["gone"]
+        .reachable
+    )
+    with pytest.raises(ClusterUnreachableError):
+        take_broker_snapshot(
+            [gone.model_copy(update={"required": True})], isolation_level="read_committed", now=NOW, timeout_s=2
+        )
+
+
+def test_wrong_sasl_password_fails_fast_without_showing_it(
+    sasl_cluster: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KA_IT_SASL_PASSWORD", wrong)
+    cluster = _cluster(
+        "secure",
+        sasl_cluster.bootstrap_servers,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": sasl_cluster.sasl_user,
+            "sasl.password": "${env:KA_IT_SASL_PASSWORD}",
+        },
+    )
+    started = time.monotonic()
+    with (
+        caplog.at_level(logging.DEBUG),
+        pytest.raises(KafkaAuthenticationError) as caught,
+        KafkaAdmin(cluster, timeout_s=20) as admin,
+    ):
+        admin.describe_topics(["orders"])
+    assert time.monotonic() - started < 10  # detected from the error callback, not by timing out
+    error = caught.value
+    assert error.retriable is False
+    assert error.cluster_id == "secure"
+    assert sasl_cluster.bootstrap_servers in str(error)
+    for text in [str(error), repr(error), repr(error.args), str(error.__cause__), caplog.text]:
+        assert wrong not in text
+
+
+def test_right_sasl_password_works(sasl_cluster: Any, sasl_password: str) -> None:
+    cluster = _cluster(
+        "secure",
+        sasl_cluster.bootstrap_servers,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": sasl_cluster.sasl_user,
+            "sasl.password": sasl_password,
+        },
+    )
+    with KafkaAdmin(cluster, timeout_s=20) as admin:
+        assert not admin.describe_topics(["no-such-topic"])["no-such-topic"].exists
+
+
+# -- benchmark -------------------------------------------------------------------------------------------------
+
+
+def test_snapshot_of_two_clusters_with_5000_partitions_each(
+    east: str, west: str, record_property: Callable[[str, object], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a timed assertion: records and prints how long the snapshot takes (the target is well under 3 s)."""
+    topics = [unique_name(f"bench{i}") for i in range(5)]
+    servers = {"east": east, "west": west}
+    for bootstrap in servers.values():
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(t, 1000, 1) for t in topics], operation_timeout=120).values():
+            future.result(timeout=180)
+    try:
+        requests = [
+            ClusterRequest(
+                cluster=_cluster(cid, bootstrap),
+                topics=frozenset(topics),
+                starting=offsets.timestamp(BASE_TS),
+                stopping=offsets.timestamp(BASE_TS + 1),
+            )
+            for cid, bootstrap in servers.items()
+        ]
+        # The first snapshot also waits for 10,000 new partitions to get leaders.
+        take_broker_snapshot(requests, isolation_level="read_committed", now=NOW, timeout_s=60)
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            snap = take_broker_snapshot(requests, isolation_level="read_committed", now=NOW, timeout_s=60)
+            timings.append(time.perf_counter() - started)
+    finally:
+        for bootstrap in servers.values():
+            _delete_topics(bootstrap, topics)
+    assert sum(len(t.partitions) for c in snap.clusters.values() for t in c.topics.values()) == 10_000
+    record_property("snapshot_10000_partitions_s", [round(t, 3) for t in timings])
+    with capsys.disabled():
+        print(f"\nsnapshot of 2 clusters x 5,000 partitions: {', '.join(f'{t:.2f}s' for t in timings)}")
