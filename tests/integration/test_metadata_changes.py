@@ -1,0 +1,277 @@
+"""Acceptance tests of the "Dynamic metadata" issue: the metadata changes between runs (README, "Semantics of
+metadata changes"; DESIGN.md section 6), on the real "east"/"west" clusters, Spark and Delta.
+
+Every test compares the sink with exactly the rows the produced records must become (values, partition, offset
+and the ``cluster`` column), duplicates kept, so a lost or twice-read record fails it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
+from metadata_changes_support import (
+    finding_ranges,
+    harness,
+    numbered,
+    orders_stream,
+    positions,
+    rows,
+    sink_streams,
+    unread_ranges,
+)
+
+from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.status import pipeline_status
+from dynamic_kafka.summary import RunSummary
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+pytestmark = pytest.mark.integration
+
+Clusters = dict[str, ClusterEndpoint]
+
+
+@dataclasses.dataclass
+class Migration:
+    """A stream moved from east to west in three runs; what the runs read and what east kept after the last."""
+
+    topic_a: str
+    topic_b: str
+    read: list[Row]
+    left_on_a: list[Record]
+    last: RunSummary
+
+
+def migrate(h: PipelineHarness, clusters: Clusters, *, left_on_a: range = range(0)) -> Migration:
+    """Stream "orders" on east only, then on east + west, then on west only, with a run at each step: 0..14 to east
+    before run 1, 15..29 to east before run 2, 30..44 to west (and ``left_on_a`` to east) before run 3."""
+    east, west = clusters["east"].bootstrap_servers, clusters["west"].bootstrap_servers
+    topic_a, topic_b = unique_name("orders-a"), unique_name("orders-b")
+    create_topic(east, topic_a, 2)
+    create_topic(west, topic_b, 2)
+
+    h.set_streams({"orders": {"east": [topic_a]}})
+    read = rows("east", topic_a, produce(east, topic_a, numbered(range(15), partitions=2)))
+    assert h.runner().run().records == 15
+
+    h.set_streams({"orders": {"east": [topic_a], "west": [topic_b]}})
+    read += rows("east", topic_a, produce(east, topic_a, numbered(range(15, 30), partitions=2)))
+    assert h.runner().run().records == 15
+    assert h.sink_rows() == sorted(read)
+
+    read += rows("west", topic_b, produce(west, topic_b, numbered(range(30, 45), partitions=2)))
+    left = produce(east, topic_a, numbered(left_on_a, partitions=2))
+    h.set_streams({"orders": {"west": [topic_b]}})
+    last = h.runner().run()
+    return Migration(topic_a, topic_b, read, left, last)
+
+
+def test_migration_between_clusters_lands_every_record_once_with_its_cluster(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    h = harness(tmp_path, kafka_clusters, spark)
+
+    m = migrate(h, kafka_clusters)
+
+    assert m.last.records == 15
+    assert {(t.cluster_id, t.topic): t.records for t in m.last.topics} == {("west", m.topic_b): 15}
+    assert h.sink_rows() == sorted(m.read)
+    assert sorted(int(v) for *_, v in h.sink_rows() if v is not None) == list(range(45))
+    # east left the metadata fully read: marked removed at its offsets (15 per partition), nothing unread.
+    assert positions(h, "east") == {("east", m.topic_a, 0): ("removed", 15), ("east", m.topic_a, 1): ("removed", 15)}
+    assert finding_ranges(m.last.findings, "removed") == {
+        ("east", m.topic_a, 0, None, None),
+        ("east", m.topic_a, 1, None, None),
+    }
+    assert not finding_ranges(m.last.findings, "removed_unread")
+
+
+def test_migration_with_drain_removed_reads_what_the_old_cluster_got_after_its_last_run(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    h = harness(tmp_path, kafka_clusters, spark, drain_removed=True)
+
+    m = migrate(h, kafka_clusters, left_on_a=range(45, 50))
+
+    drained = unread_ranges("east", m.topic_a, m.left_on_a)
+    assert m.last.records == 20
+    assert {(t.cluster_id, t.topic): t.records for t in m.last.topics} == {
+        ("east", m.topic_a): 5,
+        ("west", m.topic_b): 15,
+    }
+    assert h.sink_rows() == sorted(m.read + rows("east", m.topic_a, m.left_on_a))
+    assert sorted(int(v) for *_, v in h.sink_rows() if v is not None) == list(range(50))
+    assert finding_ranges(m.last.findings, "removed") == drained
+    assert positions(h, "east") == {(c, t, p): ("removed", stop) for c, t, p, _, stop in drained}
+
+    # Drained and removed: the next run neither reads east again nor starts Spark.
+    again = h.runner().run()
+    assert again.status == "empty"
+    assert not again.spark_started
+    assert h.sink_rows() == sorted(m.read + rows("east", m.topic_a, m.left_on_a))
+
+
+def test_migration_reports_records_left_unread_on_the_removed_cluster(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    h = harness(tmp_path, kafka_clusters, spark)
+
+    m = migrate(h, kafka_clusters, left_on_a=range(45, 50))
+
+    unread = unread_ranges("east", m.topic_a, m.left_on_a)
+    assert {r[3] for r in unread} == {15}, "45..49 follow the 15 records per partition already read"
+    assert h.sink_rows() == sorted(m.read)
+    assert finding_ranges(m.last.findings, "removed_unread") == unread
+    assert set(m.last.warnings) >= {f for f in m.last.findings if f.kind == "removed_unread"}
+    assert positions(h, "east") == {(c, t, p): ("removed", start) for c, t, p, start, _ in unread}
+
+    status = pipeline_status(h.runner())
+    assert finding_ranges(status.warnings, "removed_unread") == unread
+    lag = {(p.cluster_id, p.topic, p.partition): (p.status, p.next_offset, p.latest_offset) for p in status.partitions}
+    assert {k: v for k, v in lag.items() if k[0] == "east"} == {
+        (c, t, p): ("removed", start, stop) for c, t, p, start, stop in unread
+    }
+
+
+def test_removed_then_readded_topic_resumes_where_it_stopped(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    moving, staying = unique_name("orders-moving"), unique_name("orders-staying")
+    create_topic(east, moving, 2)
+    create_topic(east, staying, 1)
+    h = harness(tmp_path, kafka_clusters, spark)
+    h.set_streams({"orders": {"east": [moving, staying]}})
+    expected = rows("east", moving, produce(east, moving, numbered(range(10), partitions=2)))
+    expected += rows("east", staying, produce(east, staying, numbered(range(100, 105))))
+    assert h.runner().run().records == 15
+
+    before_removal = produce(east, moving, numbered(range(10, 14), partitions=2))
+    h.set_streams({"orders": {"east": [staying]}})
+    removal = h.runner().run()
+    assert removal.status == "empty"
+    assert finding_ranges(removal.findings, "removed_unread") == unread_ranges("east", moving, before_removal)
+    assert positions(h) == {
+        ("east", moving, 0): ("removed", 5),
+        ("east", moving, 1): ("removed", 5),
+        ("east", staying, 0): ("active", 5),
+    }
+    while_absent = produce(east, moving, numbered(range(14, 20), partitions=2))
+
+    h.set_streams({"orders": {"east": [moving, staying]}})
+    back = h.runner().run()
+
+    resumed = before_removal + while_absent
+    assert back.records == len(resumed)
+    assert finding_ranges(back.findings, "resumed") == {("east", moving, p, None, None) for p in (0, 1)}
+    assert h.sink_rows() == sorted(expected + rows("east", moving, resumed))
+    assert positions(h) == {
+        ("east", moving, 0): ("active", 10),
+        ("east", moving, 1): ("active", 10),
+        ("east", staying, 0): ("active", 5),
+    }
+
+
+def test_cluster_flapping_in_the_metadata_loses_and_duplicates_nothing(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1, "west": 2})
+    t_east, t_west = topics["east"], topics["west"]
+    both = {"orders": {"east": [t_east], "west": [t_west]}}
+    expected: list[Row] = []
+
+    def produce_both(numbers: range) -> None:
+        nonlocal expected
+        expected += rows("east", t_east, produce(east, t_east, numbered(numbers)))
+        expected += rows("west", t_west, produce(west, t_west, numbered(numbers, partitions=2)))
+
+    produce_both(range(6))
+    assert h.runner().run().records == 12
+
+    produce_both(range(6, 12))
+    h.set_streams({"orders": {"east": [t_east]}})
+    absent = h.runner().run()
+    assert {t.cluster_id: t.records for t in absent.topics} == {"east": 6}
+    assert {(c, s) for (c, _, _), (s, _) in positions(h).items()} == {("east", "active"), ("west", "removed")}
+
+    produce_both(range(12, 18))
+    h.set_streams(both)
+    present = h.runner().run()
+
+    assert {t.cluster_id: t.records for t in present.topics} == {"east": 6, "west": 12}
+    assert h.sink_rows() == sorted(expected)
+    assert sorted(int(v) for c, *_, v in h.sink_rows() if c == "west" and v is not None) == list(range(18))
+    assert sorted(int(v) for c, *_, v in h.sink_rows() if c == "east" and v is not None) == list(range(18))
+
+
+def test_new_stream_matching_the_pattern_is_read_from_the_starting_initializer(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    t_eu, t_us, t_old = unique_name("orders-eu"), unique_name("orders-us"), unique_name("old-orders-x")
+    for bootstrap, topic in ((east, t_eu), (west, t_us), (west, t_old)):
+        create_topic(bootstrap, topic, 1)
+    # Every topic not listed starts at earliest; the new stream's topic at offset 3, to show its start comes
+    # from the starting initializer.
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        streams=None,
+        stream_pattern="orders-.*",
+        starting_offsets={"specific": {"offsets": {t_us: {0: 3}}, "fallback": "earliest"}},
+    )
+    h.set_streams({"orders-eu": {"east": [t_eu]}})
+    eu = produce(east, t_eu, numbered(range(5)))
+    assert h.runner().run().records == 5
+
+    eu += produce(east, t_eu, numbered(range(5, 8)))
+    us = produce(west, t_us, numbered(range(100, 110)))
+    produce(west, t_old, numbered(range(200, 205)))
+    h.set_streams({"orders-eu": {"east": [t_eu]}, "orders-us": {"west": [t_us]}, "old-orders-x": {"west": [t_old]}})
+    second = h.runner().run()
+
+    assert second.records == 3 + 7
+    assert finding_ranges(second.findings, "new_topic") == {("west", t_us, -1, None, None)}
+    assert h.sink_rows() == sorted(rows("east", t_eu, eu) + rows("west", t_us, us[3:]))
+    assert sink_streams(h) == sorted(
+        [("orders-eu", "east", t_eu, r.value or b"") for r in eu]
+        + [("orders-us", "west", t_us, r.value or b"") for r in us[3:]]
+    )
+    assert not any(topic == t_old for _, topic, _ in positions(h))
+
+
+def test_partitions_added_between_runs_are_read_from_earliest(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1}, starting_offsets="latest")
+    topic = topics["east"]
+    produce(east, topic, numbered(range(5)))
+    first = h.runner().run()
+    assert first.status == "empty"
+    assert positions(h) == {("east", topic, 0): ("active", 5)}, "latest pins partition 0 after the 5 old records"
+
+    new_on_0 = produce(east, topic, numbered(range(5, 8)))
+    admin = AdminClient({"bootstrap.servers": east})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+
+    def grown() -> bool:
+        described = admin.list_topics(topic=topic, timeout=10).topics[topic]
+        return len(described.partitions) == 3 and all(p.leader >= 0 for p in described.partitions.values())
+
+    wait_for(grown, what=f"3 partitions with leaders for {topic}")
+    before_discovery = produce(east, topic, [Record(value=str(i).encode(), partition=1 + i % 2) for i in range(8, 14)])
+
+    second = h.runner().run()
+
+    assert second.records == 9
+    assert finding_ranges(second.findings, "new_partition") == {("east", topic, p, None, None) for p in (1, 2)}
+    assert h.sink_rows() == sorted(rows("east", topic, new_on_0 + before_discovery))
+    assert positions(h) == {("east", topic, p): ("active", n) for p, n in ((0, 8), (1, 3), (2, 3))}
