@@ -60,6 +60,8 @@ def plan_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> Pla
 
 def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunSummary:
     """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
+    from pyspark.sql import functions as sf
+
     from dynamic_kafka.reader import read_splits
     from dynamic_kafka.sink import merge_backfill
 
@@ -76,8 +78,11 @@ def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunS
         isolation_level=runner.pipeline.isolation_level,
         min_partitions=runner.pipeline.min_partitions,
     )
+    # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
+    # also filtered on event time.
+    in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
     pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-    result = merge_backfill(frame, runner.pipeline, pairs, start=start, end=end)
+    result = merge_backfill(in_window, runner.pipeline, pairs, start=start, end=end)
     done = time.monotonic()
     return RunSummary(
         **base_summary(plan, 0),

@@ -116,11 +116,6 @@ def test_an_incremental_run_after_a_backfill_does_not_duplicate_its_records(
     assert clicks.rows() == sorted(produced)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library gap: run_backfill does not filter rows on their timestamp (backfill.py's docstring says it "
-    "does), so a record outside the window that sits inside the window's offset range lands",
-)
 def test_a_backfill_skips_out_of_order_records_outside_its_window(
     project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
 ) -> None:
