@@ -73,7 +73,7 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     }
 
 
-def test_runs_of_one_pipeline_share_one_pool_limited_to_one_by_the_demo_instance(tmp_path: Path) -> None:
+def test_the_demo_instance_runs_one_run_per_pipeline_at_a_time(tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
@@ -84,8 +84,12 @@ def test_runs_of_one_pipeline_share_one_pool_limited_to_one_by_the_demo_instance
         assert settings.pool_granularity is not None
         assert settings.pool_granularity.value == "run"  # the run queue holds a run until its pool has a slot
         assert settings.default_pool_limit == 1
+        (limit,) = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert limit == {"key": "dynamic_kafka/pipeline", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
         for name in ("orders_incremental", "orders_backfill"):
-            run = instance.create_run_for_job(job_def=defs.resolve_job_def(name))
+            job = defs.resolve_job_def(name)
+            assert job.run_tags["dynamic_kafka/pipeline"] == "orders"  # what the run queue's tag limit counts
+            run = instance.create_run_for_job(job_def=job)
             assert run.run_op_concurrency is not None
             assert run.run_op_concurrency.all_pools == {"dynamic_kafka/orders"}
         assert instance.event_log_storage.get_concurrency_info("dynamic_kafka/orders").limit == 1
