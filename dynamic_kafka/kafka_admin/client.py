@@ -1,4 +1,8 @@
-"""``KafkaAdmin``: the driver's questions to one Kafka cluster, each answered with one batched admin call.
+"""``KafkaAdmin``: the driver's questions to one Kafka cluster, each answered with batched calls.
+
+Offsets of thousands of partitions go as one ListOffsets call per offset kind and CHUNK partitions, all in
+flight together; committed offsets as one OffsetFetch per CHUNK partitions. Not thread-safe: one instance per
+thread (the broker snapshot gives each cluster its own thread and instance).
 
 Example:
     >>> with KafkaAdmin(cluster, timeout_s=5) as admin:  # doctest: +SKIP
@@ -59,7 +63,8 @@ class KafkaAdmin(AdminConnection):
     """Admin questions to one cluster. A context manager; the librdkafka client is created on first use.
 
     Every method raises :class:`~dynamic_kafka.errors.KafkaClientError` (or its subclasses
-    ``KafkaAuthenticationError`` and ``ClusterUnreachableError``) and never a confluent-kafka exception.
+    ``KafkaAuthenticationError`` and ``ClusterUnreachableError``) and never a confluent-kafka exception; an unset
+    secret reference raises :class:`~dynamic_kafka.errors.ConfigError` before anything is sent.
 
     Args:
         cluster: the cluster; its secret references are resolved only when the client is created.
@@ -78,10 +83,12 @@ class KafkaAdmin(AdminConnection):
         if not names:
             return {}
         operation = f"describing {len(names)} topic(s)"
+        deadline = self._deadline()
+        timeout_s = self._request_timeout(deadline)
         futures = self._submit(
-            operation, lambda admin: admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
+            operation, lambda admin: admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
         )
-        self._await([futures.values()], operation, self._deadline())
+        self._await([futures.values()], operation, deadline)
         found: dict[str, TopicDescription] = {}
         for name, future in futures.items():
             error = future_error(future)
@@ -134,11 +141,12 @@ class KafkaAdmin(AdminConnection):
         pending = {name: wanted for name in specs}
         while pending:
             calls: list[tuple[str, Future[Any]]] = []
+            timeout_s = self._request_timeout(deadline)
             for name, todo in pending.items():
                 for start in range(0, len(todo), CHUNK):
                     chunk = [TopicPartition(t, p, values[name]) for t, p in todo[start : start + CHUNK]]
-                    submitted = self._submit(operation, _list_offsets_call(chunk, isolation, self.timeout_s))
-                    calls.append((name, submitted["all"]))
+                    submitted = self._submit(operation, _list_offsets_call(chunk, isolation, timeout_s))
+                    calls.append((name, submitted))
             self._await([[future] for _, future in calls], operation, deadline)
             retry: dict[str, list[Partition]] = {}
             for name, future in calls:
@@ -191,14 +199,16 @@ class KafkaAdmin(AdminConnection):
         request = [ConsumerGroupTopicPartitions(group_id, parts)]
         self._group_call(
             f"committing offsets of group {group_id!r}",
-            lambda admin: admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group_id],
+            lambda admin, timeout_s: admin.alter_consumer_group_offsets(request, request_timeout=timeout_s)[group_id],
         )
 
-    def _group_call(self, operation: str, call: Callable[[Any], Future[Any]]) -> list[TopicPartition]:
-        """Runs a consumer-group call, retrying while the group coordinator is loading or moving."""
+    def _group_call(self, operation: str, call: Callable[[Any, float], Future[Any]]) -> list[TopicPartition]:
+        """Runs a consumer-group admin call (``call(admin, request_timeout)``), retrying while the group
+        coordinator is loading or moving."""
         deadline = self._deadline()
         while True:
-            future = self._submit(operation, lambda admin: {"group": call(admin)})["group"]
+            timeout_s = self._request_timeout(deadline)
+            future = self._submit(operation, functools.partial(_apply, call, timeout_s=timeout_s))
             self._await([[future]], operation, deadline)
             error = future_error(future)
             answered: list[TopicPartition] = [] if error is not None else future.result().topic_partitions or []
@@ -223,7 +233,7 @@ def kafka_topic_id(uuid: object) -> str:
 
 def _list_offsets_call(
     chunk: list[TopicPartition], isolation: IsolationLevel, timeout_s: float
-) -> Callable[[Any], dict[str, Future[Any]]]:
+) -> Callable[[Any], Future[Any]]:
     """One ListOffsets call for ``chunk`` (each TopicPartition's offset holds its query), answered by one future
     whose result maps each TopicPartition to a ``ListOffsetsResultInfo`` or a ``KafkaError``.
 
@@ -232,15 +242,19 @@ def _list_offsets_call(
     CPU through the wrapper, 0.25 s direct), so the binding's method is called directly.
     """
 
-    def call(admin: Any) -> dict[str, Future[Any]]:
+    def call(admin: Any) -> Future[Any]:
         future: Future[Any] = Future()
         future.set_running_or_notify_cancel()
         _AdminClientImpl.list_offsets(
             admin, chunk, future, isolation_level_value=isolation.value, request_timeout=timeout_s
         )
-        return {"all": future}
+        return future
 
     return call
+
+
+def _apply(call: Callable[[Any, float], Future[Any]], admin: Any, *, timeout_s: float) -> Future[Any]:
+    return call(admin, timeout_s)
 
 
 def _committed(consumer: Any, chunk: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:

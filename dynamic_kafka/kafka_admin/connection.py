@@ -51,6 +51,7 @@ RETRY_CODES = frozenset(
     }
 )
 T = TypeVar("T")
+R = TypeVar("R")
 RETRY_PAUSE_S = 0.1
 _POLL_S = 0.05
 _BLOCKING_ATTEMPT_S = 0.5
@@ -151,17 +152,18 @@ class AdminConnection:
     def _blocking(self, operation: str, client: Any, call: Callable[[float], T]) -> T:
         """Runs a blocking librdkafka call (``call(timeout_s)``) in short attempts until the deadline, serving
         ``client``'s error callback in between, so that an authentication failure ends it at once."""
-        deadline = self._deadline()
+        deadline = time.monotonic() + self.timeout_s
         while True:
             attempt_s = max(0.05, min(_BLOCKING_ATTEMPT_S, deadline - time.monotonic()))
             try:
                 return call(attempt_s)
             except KafkaException as e:
-                self._serve(client, operation)
-                error = kafka_error_of(e)
-                retry = error is not None and (classify(error) == "unreachable" or error.code() in RETRY_CODES)
-                if not retry or time.monotonic() >= deadline:
-                    raise self._wrap_exception(e, operation) from None
+                failure = e
+            self._serve(client, operation)
+            error = kafka_error_of(failure)
+            retry = error is not None and (classify(error) == "unreachable" or error.code() in RETRY_CODES)
+            if not retry or time.monotonic() >= deadline:
+                raise self._wrap_exception(failure, operation)
 
     def _serve(self, client: Any, operation: str) -> None:
         """Serves ``client``'s queued callbacks (errors, logs); raises if an authentication error arrived."""
@@ -172,8 +174,14 @@ class AdminConnection:
     def _deadline(self) -> float:
         return time.monotonic() + self.timeout_s + _DEADLINE_GRACE_S
 
-    def _submit(self, operation: str, call: Callable[[Any], dict[Any, Future[Any]]]) -> dict[Any, Future[Any]]:
-        """Starts an admin call (``call(admin_client)``); returns its futures."""
+    @staticmethod
+    def _request_timeout(deadline: float) -> float:
+        """librdkafka's timeout for a request sent now: it gives up (and resolves the futures) before our
+        deadline, so no request is left in flight when the client is destroyed."""
+        return max(0.1, deadline - _DEADLINE_GRACE_S - time.monotonic())
+
+    def _submit(self, operation: str, call: Callable[[Any], R]) -> R:
+        """Starts an admin call (``call(admin_client)``); returns its future(s)."""
         admin = self._client()
         try:
             return call(admin)

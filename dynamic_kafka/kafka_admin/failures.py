@@ -10,7 +10,8 @@ Pure functions (no client, no broker), so unit tests cover every mapping:
 - anything else -> :class:`~dynamic_kafka.errors.KafkaClientError`, retriable when librdkafka says so.
 
 Every text that came from librdkafka passes through :func:`dynamic_kafka.secrets.scrub` with the cluster's resolved
-secret values before it reaches a message or a log line.
+secret values before it reaches a message or a log line. For the same reason the wrapped errors do not chain the
+confluent-kafka exception (``from None``): its text is not scrubbed. Its error code stays in ``kafka_error``.
 """
 
 from __future__ import annotations

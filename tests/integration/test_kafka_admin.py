@@ -65,6 +65,20 @@ def _records(*partitions_and_timestamps: tuple[int, int | None]) -> list[Record]
     ]
 
 
+def _leaders(admin: AdminClient, topics: list[str]) -> int:
+    """How many partitions of ``topics`` have a leader."""
+    described = admin.list_topics(timeout=30).topics
+    return sum(1 for t in topics if t in described for p in described[t].partitions.values() if p.leader >= 0)
+
+
+def _try_snapshot(requests: list[ClusterRequest]) -> bool:
+    try:
+        take_broker_snapshot(requests, isolation_level="read_committed", now=NOW, timeout_s=60)
+    except ClusterUnreachableError:
+        return False
+    return True
+
+
 def _cluster(cluster_id: str, bootstrap: str, **properties: str) -> ClusterMetadata:
     return ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=bootstrap, properties=properties)
 
@@ -332,6 +346,9 @@ def test_snapshot_of_two_clusters_with_5000_partitions_each(
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for future in admin.create_topics([NewTopic(t, 1000, 1) for t in topics], operation_timeout=120).values():
             future.result(timeout=180)
+        wait_for(
+            lambda admin=admin: _leaders(admin, topics) == 5000, timeout_s=300, what="leaders of 5,000 new partitions"
+        )
     try:
         requests = [
             ClusterRequest(
@@ -342,8 +359,9 @@ def test_snapshot_of_two_clusters_with_5000_partitions_each(
             )
             for cid, bootstrap in servers.items()
         ]
-        # The first snapshot also waits for 10,000 new partitions to get leaders.
-        take_broker_snapshot(requests, isolation_level="read_committed", now=NOW, timeout_s=60)
+        # Warm-up: the broker's first offset lookups on thousands of fresh partitions are slow (their indexes are
+        # loaded on first use), tens of seconds on a busy machine.
+        wait_for(lambda: _try_snapshot(requests), timeout_s=300, interval_s=1, what="a first snapshot")
         timings = []
         for _ in range(3):
             started = time.perf_counter()

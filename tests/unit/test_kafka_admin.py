@@ -6,12 +6,14 @@ tests/integration/test_kafka_admin.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from dynamic_kafka import offsets
 from dynamic_kafka.errors import (
@@ -23,6 +25,7 @@ from dynamic_kafka.errors import (
 from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
 from dynamic_kafka.kafka_admin import snapshot as snapshot_module
 from dynamic_kafka.kafka_admin.client import _offset_spec_value
+from dynamic_kafka.kafka_admin.connection import _ErrorSink
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.snapshots import PartitionOffsets
 
@@ -46,6 +49,7 @@ def test_empty_questions_create_no_client() -> None:
         assert admin.committed_offsets("g", []) == {}
         admin.commit_group_offsets("g", {})
         assert admin._admin is None
+        assert admin._consumers == {}
 
 
 def test_timeout_must_be_positive() -> None:
@@ -91,6 +95,7 @@ class FakeAdmin:
     topics: dict[str, dict[str, list[tuple[int, int, int]]]] = {}  # cluster -> topic -> [(partition, lo, hi)]
     failures: dict[str, Exception] = {}
     calls: list[tuple[str, str, object]] = []
+    delay_s = 0.0
 
     def __init__(self, cluster: ClusterMetadata, *, timeout_s: float = 10.0) -> None:
         self.cluster_id = cluster.cluster_id
@@ -102,6 +107,7 @@ class FakeAdmin:
         return None
 
     def describe_topics(self, topics: Collection[str]) -> dict[str, TopicDescription]:
+        time.sleep(self.delay_s)
         if self.cluster_id in self.failures:
             raise self.failures[self.cluster_id]
         known = self.topics[self.cluster_id]
@@ -142,6 +148,7 @@ def fake_admin(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdmin]:
     }
     FakeAdmin.failures = {}
     FakeAdmin.calls = []
+    FakeAdmin.delay_s = 0.0
     return FakeAdmin
 
 
@@ -167,6 +174,15 @@ def test_snapshot_offsets_and_missing_topics(fake_admin: type[FakeAdmin]) -> Non
     assert east.topics["gone"].partitions == {}
     assert snap.clusters["west"].topics["orders-v2"].partitions == {0: PartitionOffsets(earliest=2, latest=3)}
     assert ("east", "list_offsets", (["earliest", "latest"], "read_committed")) in fake_admin.calls
+
+
+def test_snapshot_queries_clusters_concurrently(fake_admin: type[FakeAdmin]) -> None:
+    fake_admin.delay_s = 0.5
+    started = time.monotonic()
+    take_broker_snapshot(
+        [_request("east", "orders"), _request("west", "orders-v2")], isolation_level="read_committed", now=NOW
+    )
+    assert time.monotonic() - started < 0.95  # not 1.0: one thread per cluster
 
 
 def test_snapshot_timestamp_lookups(fake_admin: type[FakeAdmin]) -> None:
@@ -244,3 +260,83 @@ def test_cluster_request_accepts_config_short_forms() -> None:
     assert request.starting == offsets.timestamp(5)
     assert request.required is True
     assert request.skip_unreachable is False
+
+
+# -- waiting and error callback ---------------------------------------------------------------------------------
+
+
+class _NoClient:
+    """Stands in for a librdkafka client in the waiting logic: polling serves nothing."""
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+
+def _kafka_exception(code: int, text: str = "x") -> KafkaException:
+    return KafkaException(KafkaError(code, text))
+
+
+def test_error_sink_keeps_the_first_authentication_error_and_the_most_telling_connection_error() -> None:
+    sink = _ErrorSink()
+    sink(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9 failed: Connection refused"))
+    sink(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    sink(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: first"))
+    sink(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: second"))
+    assert sink.transport is not None
+    assert sink.transport.code() == KafkaError._TRANSPORT
+    assert sink.authentication is not None
+    assert sink.authentication.str().endswith("first")
+
+
+def test_blocking_call_retries_timeouts_until_the_deadline() -> None:
+    admin = KafkaAdmin(_cluster(), timeout_s=0.3)
+    attempts: list[float] = []
+
+    def call(timeout_s: float) -> None:
+        attempts.append(timeout_s)
+        time.sleep(timeout_s)
+        raise _kafka_exception(KafkaError._TIMED_OUT, "Local: Timed out")
+
+    started = time.monotonic()
+    with pytest.raises(ClusterUnreachableError, match=DEAD):
+        admin._blocking("listing topics", _NoClient(), call)
+    assert 0.3 <= time.monotonic() - started < 1.5
+    assert len(attempts) >= 1
+    assert all(a <= 0.5 for a in attempts)
+
+
+def test_blocking_call_stops_at_an_authentication_error() -> None:
+    admin = KafkaAdmin(_cluster(), timeout_s=30)
+    calls = 0
+
+    def call(timeout_s: float) -> None:
+        nonlocal calls
+        calls += 1
+        admin._errors(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Invalid password"))
+        raise _kafka_exception(KafkaError._TIMED_OUT)
+
+    with pytest.raises(KafkaAuthenticationError):
+        admin._blocking("listing topics", _NoClient(), call)
+    assert calls == 1
+
+
+def test_blocking_call_does_not_retry_other_errors() -> None:
+    admin = KafkaAdmin(_cluster(), timeout_s=30)
+    calls = 0
+
+    def call(timeout_s: float) -> None:
+        nonlocal calls
+        calls += 1
+        raise _kafka_exception(KafkaError.GROUP_AUTHORIZATION_FAILED, "Broker: Group authorization failed")
+
+    with pytest.raises(KafkaClientError) as caught:
+        admin._blocking("reading committed offsets", _NoClient(), call)
+    assert calls == 1
+    assert caught.value.retriable is False
+    assert caught.value.__cause__ is None
+
+
+def test_request_timeout_ends_before_the_deadline() -> None:
+    deadline = time.monotonic() + 5
+    assert 3.5 < KafkaAdmin._request_timeout(deadline) <= 4.0
+    assert KafkaAdmin._request_timeout(time.monotonic()) == 0.1
