@@ -21,14 +21,17 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
-from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
 from dynamic_kafka.faults import arm_timer, crash_point
+from dynamic_kafka.filelock import try_exclusive_lock
 from dynamic_kafka.kafka_admin import KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+# A scheme such as s3:/ or abfss:/ (pathlib keeps one slash of "://").
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 class PipelineRunner:
@@ -109,9 +115,27 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Executes one incremental run (finishing a crashed one first) and returns its summary.
 
+        A run holds a lock file next to a local state table for its whole duration (the OS releases it even on
+        ``kill -9``), so a run started meanwhile on the same machine stops at once instead of taking the first
+        one's planned run for a crashed one and executing it again. Runs elsewhere lose at the state's
+        exact-version commit.
+
         Raises:
-            DynamicKafkaError: any failure; nothing is half written, and the next run recovers.
+            RunInProgressError: another run of this pipeline holds the lock or planned first; nothing written.
+            DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
+        lock = _run_lock_path(self.pipeline.resolved_state_path)
+        if lock is None:
+            return self._run()
+        with try_exclusive_lock(lock) as taken:
+            if not taken:
+                state = self.store.load()
+                head = state.last_run
+                in_flight = head.run_seq if head is not None and head.status == "planned" else state.next_run_seq
+                raise RunInProgressError(self.pipeline.id, in_flight)
+            return self._run()
+
+    def _run(self) -> RunSummary:
         started = time.monotonic()
         state = self.store.load()
         recovered: int | None = None
@@ -262,6 +286,13 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
         if offsets is not None:
             lag += max(0, offsets.latest - s.stop_offset)
     return lag
+
+
+def _run_lock_path(state_path: Path) -> Path | None:
+    """The run lock of a local state table (a hidden file beside it); None for object-store URIs."""
+    if _URI.match(str(state_path)):
+        return None
+    return state_path.with_name(f".{state_path.name}.run.lock")
 
 
 def _now() -> datetime:
