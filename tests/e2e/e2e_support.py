@@ -29,8 +29,13 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+def _client(cluster: str | Mapping[str, str]) -> dict[str, str]:
+    """Bootstrap servers, or a whole confluent-kafka config (SASL clusters), as a client config."""
+    return {"bootstrap.servers": cluster} if isinstance(cluster, str) else dict(cluster)
+
+
+def create_topic(cluster: str | Mapping[str, str], topic: str, partitions: int) -> None:
+    admin = AdminClient(_client(cluster))
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=TIMEOUT_S)
 
@@ -56,9 +61,9 @@ class Landed:
     value: str
 
 
-def produce(cluster_id: str, bootstrap_servers: str, topic: str, records: Iterable[Record]) -> list[Landed]:
+def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, records: Iterable[Record]) -> list[Landed]:
     """Produces ``records`` in order, waits for every ack, and returns where each landed."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 0})
+    producer = Producer({**_client(cluster), "enable.idempotence": True, "linger.ms": 0})
     landed: list[Landed] = []
     errors: list[str] = []
 
@@ -98,6 +103,7 @@ class Project:
     root: Path
     clusters: Mapping[str, str]  # cluster id -> bootstrap servers
     pipelines: list[dict[str, Any]] = field(default_factory=list)
+    properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # cluster id -> client properties
 
     @property
     def config_path(self) -> Path:
@@ -111,7 +117,9 @@ class Project:
         return self.root / "data" / pipeline_id
 
     def write_metadata(self, streams: Mapping[str, Mapping[str, list[str]]]) -> None:
-        clusters = {cid: {"bootstrap_servers": servers} for cid, servers in self.clusters.items()}
+        clusters: dict[str, dict[str, Any]] = {cid: {"bootstrap_servers": s} for cid, s in self.clusters.items()}
+        for cid, properties in self.properties.items():
+            clusters[cid]["properties"] = dict(properties)
         text = yaml.safe_dump({"clusters": clusters, "streams": {k: dict(v) for k, v in streams.items()}})
         self.metadata_path.write_text(text, encoding="utf-8")
 
