@@ -39,6 +39,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+class _NoPy4jCommandTraces(logging.Filter):
+    """Drops py4j's DEBUG records: py4j logs every command it sends to the JVM in clear text, and the Kafka read
+    options carry the resolved ``kafka.sasl.jaas.config``, so with DEBUG logging on the password would be logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG
+
+
+for _py4j_logger in ("py4j.clientserver", "py4j.java_gateway"):
+    logging.getLogger(_py4j_logger).addFilter(_NoPy4jCommandTraces())
+
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 OUTPUT_COLUMNS = (*KAFKA_COLUMNS, "cluster", "stream")
 
