@@ -21,7 +21,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from dynamic_kafka.config import describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
@@ -49,19 +49,25 @@ class MetadataFile(BaseModel):
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
     streams: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _clusters_defined(self) -> MetadataFile:
-        for stream_id, placements in self.streams.items():
+    # A field validator, not a model validator: the error then names the key `streams` and shows only that
+    # section, never the start of the whole file (which can hold cluster properties).
+    @field_validator("streams")
+    @classmethod
+    def _clusters_defined(
+        cls, streams: dict[str, dict[str, list[str]]], info: ValidationInfo
+    ) -> dict[str, dict[str, list[str]]]:
+        clusters = info.data.get("clusters")  # absent when `clusters` itself is invalid (reported on its own)
+        for stream_id, placements in streams.items():
             for cluster_id, topics in placements.items():
-                if cluster_id not in self.clusters:
-                    defined = ", ".join(sorted(self.clusters)) or "(none)"
+                if clusters is not None and cluster_id not in clusters:
+                    defined = ", ".join(sorted(clusters)) or "(none)"
                     raise ValueError(
                         f"stream {stream_id!r} uses cluster {cluster_id!r}, which is not defined under `clusters` "
                         f"(defined: {defined}); add it there or fix the name"
                     )
                 if not topics:
                     raise ValueError(f"stream {stream_id!r} lists no topics on cluster {cluster_id!r}")
-        return self
+        return streams
 
     def cluster(self, cluster_id: str, topics: Collection[str] = ()) -> ClusterMetadata:
         entry = self.clusters[cluster_id]
