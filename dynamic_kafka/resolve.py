@@ -103,8 +103,9 @@ def cluster_requests(
 ) -> list[ClusterRequest]:
     """What to ask each cluster: active clusters for their subscribed topics (required), and, best effort, the
     clusters of partitions that left the metadata, to drain them or report what was left unread."""
+    subscribed = metadata.topics()  # built once: the state loop below looks every partition up in it
     topics_by_cluster: dict[str, set[str]] = {}
-    for cluster_id, topic in metadata.topics():
+    for cluster_id, topic in subscribed:
         topics_by_cluster.setdefault(cluster_id, set()).add(topic)
     clusters = metadata.clusters()
     requests = []
@@ -123,7 +124,7 @@ def cluster_requests(
     removed: dict[str, set[str]] = {}
     bootstrap: dict[str, str] = {}
     for key, row in state.partitions.items():
-        if row.status == "active" and (key.cluster_id, key.topic) not in metadata.topics():
+        if row.status == "active" and (key.cluster_id, key.topic) not in subscribed:
             removed.setdefault(key.cluster_id, set()).add(key.topic)
             bootstrap.setdefault(key.cluster_id, row.bootstrap_servers)
     for cluster_id, topics in sorted(removed.items()):
