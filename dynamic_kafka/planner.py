@@ -119,8 +119,12 @@ class _PlanBuilder:
         if not topics:
             self.note("empty_metadata", "the subscription resolved to no cluster and no topic; nothing to read")
         clusters = self.metadata.clusters()
+        # Grouped once: looking each topic up in the whole state is O(topics x partitions).
+        by_topic: dict[tuple[str, str], list[PartitionState]] = {}
+        for key, committed in self.state.partitions.items():
+            by_topic.setdefault((key.cluster_id, key.topic), []).append(committed)
         for (cluster_id, topic), stream_ids in topics.items():
-            known = self.state.topic_partitions(cluster_id, topic)
+            known = by_topic.get((cluster_id, topic), [])
             cluster = self.brokers.clusters.get(cluster_id)
             if cluster is None or not cluster.reachable:
                 self._unreachable(cluster_id, cluster.error if cluster else None)
