@@ -1,9 +1,11 @@
 """Per pipeline: the incremental job (materializes the sink asset and runs its check) and the partitioned
 backfill job (merges one time window into the sink; never moves the incremental offsets).
 
-Both run in process (one step, one Spark session per run process) and share the pipeline's concurrency pool, so
-with a pool limit of 1 (``examples/demo/dagster.yaml``) a pipeline's runs never overlap; the library's state guard
-(``RunInProgressError``) is the backstop where no limit is configured.
+Both run in process (one step, one Spark session per run process). At most one run per pipeline at a time: every
+run carries the tag ``dynamic_kafka/pipeline=<id>``, which the instance's run queue limits to one per value
+(``examples/demo/dagster.yaml``); the steps also share the pool ``dynamic_kafka/<id>``. Where no limit is
+configured, the library's state guard is the backstop: a second run fails with ``RunInProgressError``, which
+``pipelines.errors`` turns into a bounded retry.
 """
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.

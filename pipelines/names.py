@@ -15,7 +15,8 @@ GROUP_NAME = "dynamic_kafka"
 RESOURCE_KEY = "dynamic_kafka"
 LAG_CHECK_NAME = "lag_and_data_loss"
 
-# Run tags. Every run of a pipeline carries PIPELINE_TAG; KIND_TAG says incremental or backfill.
+# Run tags. Every run of a pipeline carries PIPELINE_TAG (the run queue's one-run-per-pipeline limit counts it);
+# KIND_TAG says incremental or backfill; TRIGGER_TAG says what requested the run.
 PIPELINE_TAG = "dynamic_kafka/pipeline"
 KIND_TAG = "dynamic_kafka/kind"
 TRIGGER_TAG = "dynamic_kafka/trigger"
