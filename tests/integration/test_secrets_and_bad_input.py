@@ -1,0 +1,272 @@
+"""Secrets never leak, and bad input fails before any work: through the CLI in fresh processes and PipelineRunner.
+
+The SASL tests use a cluster whose client listener requires SASL/PLAIN; the password reaches the pipeline only as
+``${env:...}`` in the metadata file. Every output that could carry it (CLI stdout and stderr with ``-v`` logs, the
+library's log records, exception chains, the state and sink tables as files and as rows) is searched for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from dynamic_kafka.errors import KafkaAuthenticationError
+from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+pytestmark = pytest.mark.integration
+
+PASSWORD_VAR = "DYNAMIC_KAFKA_TEST_SECURED_PASSWORD"
+
+
+def sasl_harness(folder: Path, cluster: LocalCluster, topic: str, **pipeline: Any) -> PipelineHarness:
+    harness = PipelineHarness(
+        folder,
+        clusters={
+            "secured": {
+                "bootstrap_servers": cluster.bootstrap_servers,
+                "properties": {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": "ingest",
+                    "sasl.password": f"${{env:{PASSWORD_VAR}}}",
+                },
+            }
+        },
+        value_format="string",
+        **pipeline,
+    )
+    harness.set_streams({"orders": {"secured": [topic]}})
+    return harness
+
+
+def secured_topic(cluster: LocalCluster, password: str, count: int) -> tuple[str, list[Record]]:
+    client = cluster.client_config(password)
+    topic = unique_name("secured")
+    create_topic(client, topic, 2)
+    return topic, produce(client, topic, [Record(value=f"s{i}".encode(), key=b"k") for i in range(count)])
+
+
+def expected_rows(topic: str, records: list[Record]) -> list[Row]:
+    return sorted(("secured", topic, r.partition or 0, r.offset or 0, r.value) for r in records)
+
+
+def table_texts(path: Path) -> Iterator[tuple[str, bytes]]:
+    """Every file of a Delta table as bytes, then every row as text (Parquet pages may be compressed)."""
+    for file in sorted(path.rglob("*")):
+        if file.is_file():
+            yield str(file), file.read_bytes()
+    yield f"{path} rows", repr(DeltaTable(str(path)).to_pyarrow_table().to_pylist()).encode()
+
+
+def assert_absent(secrets: list[str], texts: dict[str, str | bytes]) -> None:
+    for secret in secrets:
+        for where, text in texts.items():
+            found = secret.encode() in text if isinstance(text, bytes) else secret in text
+            assert not found, f"the password appears in {where}"
+
+
+def exception_texts(error: BaseException) -> str:
+    """The formatted traceback of ``error`` with its whole chain, plus every ``repr`` and ``args`` in it."""
+    texts = ["".join(traceback.format_exception(error))]
+    seen: BaseException | None = error
+    while seen is not None:
+        texts += [repr(seen), repr(seen.args), repr(vars(seen))]
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(texts)
+
+
+CLI_COMMANDS = [
+    ("-v", "plan"),
+    ("-v", "plan", "--json"),
+    ("-v", "run", "--json"),
+    ("-v", "run"),
+    ("-v", "status"),
+    ("-v", "status", "--json"),
+]
+
+
+# --- 9. SASL secrets ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(480)
+def test_sasl_run_through_the_cli_works_and_the_password_appears_nowhere(
+    sasl_cluster: LocalCluster, sasl_password: str, tmp_path: Path
+) -> None:
+    topic, sent = secured_topic(sasl_cluster, sasl_password, 5)
+    harness = sasl_harness(tmp_path, sasl_cluster, topic)
+
+    outputs: dict[str, str | bytes] = {}
+    results = {}
+    for command in CLI_COMMANDS:
+        result = harness.cli(*command, env={PASSWORD_VAR: sasl_password})
+        assert result.returncode == 0, result.stderr
+        results[command] = result
+        outputs[f"{' '.join(command)} stdout"] = result.stdout
+        outputs[f"{' '.join(command)} stderr"] = result.stderr
+
+    plan = json.loads(results[("-v", "plan", "--json")].stdout)
+    assert sum(s["stop_offset"] - s["start_offset"] for s in plan["splits"]) == len(sent)
+    first = json.loads(results[("-v", "run", "--json")].stdout)
+    assert (first["status"], first["records"], first["spark_started"]) == ("committed", len(sent), True)
+    assert "run 2 empty" in results[("-v", "run")].stdout
+    assert json.loads(results[("-v", "status", "--json")].stdout)["total_lag"] == 0
+    # -v really logged (the library's INFO lines and Spark's own output), so the search below means something.
+    assert "INFO dynamic_kafka" in results[("-v", "run", "--json")].stderr
+    assert harness.sink_rows() == expected_rows(topic, sent)
+    outputs.update(table_texts(tmp_path / "sink_state"))
+    outputs.update(table_texts(harness.sink_path))
+    assert_absent([sasl_password], outputs)
+
+
+@pytest.mark.timeout(480)
+def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_password(
+    sasl_cluster: LocalCluster,
+    sasl_password: str,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    topic, sent = secured_topic(sasl_cluster, sasl_password, 3)
+    harness = sasl_harness(tmp_path, sasl_cluster, topic)
+    harness.spark = lambda: spark
+    monkeypatch.setenv(PASSWORD_VAR, sasl_password)
+    assert harness.runner().run().records == len(sent)  # a state whose partitions `status` asks the cluster about
+    produce(sasl_cluster.client_config(sasl_password), topic, [Record(value=b"later")])
+    wrong = "wrong-" + sasl_password[::-1]
+    monkeypatch.setenv(PASSWORD_VAR, wrong)
+    state_before = harness.runner().store.load().table_version
+
+    with pytest.raises(KafkaAuthenticationError) as raised:
+        harness.runner().run()
+
+    assert raised.value.cluster_id == "secured"
+    assert not raised.value.retriable
+    assert "sasl" in str(raised.value).lower()
+    assert harness.runner().store.load().table_version == state_before
+    assert harness.sink_rows() == expected_rows(topic, sent)
+    outputs: dict[str, str | bytes] = {"exception": exception_texts(raised.value), "logs": caplog.text}
+    for command in CLI_COMMANDS:
+        result = harness.cli(*command, env={PASSWORD_VAR: wrong})
+        name = " ".join(command)
+        outputs[f"{name} stdout"], outputs[f"{name} stderr"] = result.stdout, result.stderr
+        if "status" in command:
+            # Best effort: the cluster that refuses the credentials is reported unreachable, not a failure.
+            assert result.returncode == 0, result.stderr
+            assert "secured" in result.stdout
+            continue
+        assert result.returncode != 0
+        assert result.stderr.startswith("dynamic-kafka: error: cluster 'secured':"), result.stderr
+        assert "authentication" in result.stderr.lower(), result.stderr
+        assert "Traceback" not in result.stderr
+    assert json.loads(outputs["-v status --json stdout"])["unreachable_clusters"] == ["secured"]
+    assert harness.runner().store.load().table_version == state_before
+    outputs.update(table_texts(tmp_path / "sink_state"))
+    assert_absent([wrong, sasl_password], outputs)
+
+
+# --- 10. bad input -----------------------------------------------------------------------------------------------
+
+Mutation = Callable[[PipelineHarness, str], object]
+
+
+def write_config(text: str) -> Mutation:
+    return lambda h, _topic: h.config_path.write_text(text)
+
+
+def write_metadata(text: str) -> Mutation:
+    return lambda h, _topic: h.metadata_path.write_text(text)
+
+
+BAD_INPUT_CASES: list[tuple[str, Mutation, str, list[str]]] = [
+    (
+        "malformed-yaml-config",
+        write_config("metadata_service: {type: file, path: metadata.yaml}\npipelines:\n  - id: p\n    streams: [a\n"),
+        "config",
+        ["malformed YAML", "line"],
+    ),
+    (
+        "malformed-yaml-metadata",
+        write_metadata("clusters:\n  east: {bootstrap_servers: x\nstreams: {}\n"),
+        "metadata",
+        ["malformed YAML", "line"],
+    ),
+    (
+        "unknown-pipeline-key",
+        lambda h, _t: h.configure(max_records_per_partiton=5),
+        "config",
+        ["pipelines[0].max_records_per_partiton", "unknown key"],
+    ),
+    (
+        "unknown-cluster-key",
+        lambda h, _t: h.set_cluster("east", **h.clusters["east"], bootstrap_server="x"),
+        "metadata",
+        ["clusters.east.bootstrap_server", "unknown key"],
+    ),
+    ("unknown-stream", lambda h, _t: h.configure(streams=["payments"]), "config", ["payments", "`streams`"]),
+    (
+        "invalid-regex",
+        lambda h, _t: h.configure(streams=None, stream_pattern="orders-("),
+        "config",
+        ["pipelines[0].stream_pattern", "invalid regular expression"],
+    ),
+    (
+        "undefined-cluster",
+        lambda h, t: h.set_streams({"orders": {"north": [t]}}),
+        "metadata",
+        ["streams: ", "'north'", "`clusters`"],
+    ),
+    (
+        "negative-offset",
+        lambda h, t: h.configure(starting_offsets={"specific": {"offsets": {t: {0: -5}}}}),
+        "config",
+        ["pipelines[0].starting_offsets", "greater than or equal to 0", "-5"],
+    ),
+    (
+        "negative-offset-cluster-override",
+        lambda h, t: h.set_cluster(
+            "east", **h.clusters["east"], starting_offsets={"specific": {"offsets": {t: {0: -1}}}}
+        ),
+        "metadata",
+        ["clusters.east.starting_offsets", "greater than or equal to 0"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "culprit", "expected"),
+    [c[1:] for c in BAD_INPUT_CASES],
+    ids=[c[0] for c in BAD_INPUT_CASES],
+)
+def test_bad_input_fails_fast_with_a_clear_message_and_writes_nothing(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, mutate: Mutation, culprit: str, expected: list[str]
+) -> None:
+    topic = unique_name("never-read")
+    harness = PipelineHarness(tmp_path, clusters={"east": kafka_clusters["east"].bootstrap_servers})
+    harness.set_streams({"orders": {"east": [topic]}})
+    mutate(harness, topic)
+    files_before = set(tmp_path.rglob("*"))
+
+    result = harness.cli("run")
+
+    assert result.returncode != 0
+    path = harness.config_path if culprit == "config" else harness.metadata_path
+    assert result.stderr.startswith(f"dynamic-kafka: error: {path}: "), result.stderr
+    for fragment in expected:
+        assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    # Errors found while resolving the metadata come after the run took its lock: an empty file that holds no data.
+    lock = tmp_path / ".sink_state.run.lock"
+    assert set(tmp_path.rglob("*")) - files_before <= {lock}
+    assert not lock.exists() or lock.stat().st_size == 0
