@@ -3,8 +3,12 @@
 The window's offsets come from ``offsets_for_times`` (first offset with timestamp >= start, first with timestamp
 >= end) through the same planner as incremental runs, over an empty state and without caps or per-cluster
 overrides. Rows are also filtered on their timestamp, because timestamps inside a partition need not be ordered.
-They are merged on (cluster, topic, partition, offset), so overlapping backfills and incremental runs never
-duplicate a record. A backfill never reads or moves the incremental offsets.
+They are merged on (cluster, topic, partition, offset), so overlapping backfills never duplicate a record. A
+backfill never reads or moves the incremental offsets: before it writes the sink it raises the state's backfill
+frontier (``StateStore.record_backfill``: per partition, the highest stop offset a backfill covered), and the
+incremental runs dedupe the part of their ranges below the frontier against the sink. Recorded first, the frontier
+is seen by every run that can append after the merge (a run planned before it must commit before it is recorded);
+a backfill that then fails leaves a frontier that only costs those runs a check.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunS
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
     metadata = runner.resolve()
+    runner.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
     frame = read_splits(
         runner._spark(),
         plan.read_splits,

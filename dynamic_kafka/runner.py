@@ -7,7 +7,8 @@ The protocol (DESIGN.md section 5):
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
 4. the plan is written as ``planned`` against the exact state version read (a concurrent run loses here);
-5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion);
+5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
+   skipping records a backfill already landed below the state's backfill frontier;
 6. the offsets and the run's ``committed`` status change in one Delta commit; the consumer-group commit that may
    follow is monitoring only.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from dynamic_kafka.planner import plan_run
 from dynamic_kafka.resolve import build_metadata_service, cluster_requests, resolve_metadata
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
-from dynamic_kafka.split import Plan
+from dynamic_kafka.split import Plan, Split
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.summary import RunSummary, TopicStats, base_summary
 
@@ -159,7 +160,14 @@ class PipelineRunner:
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
-        summary = self._execute(plan, version, self._connections(plan, metadata), lag=lag, recovered=recovered)
+        summary = self._execute(
+            plan,
+            version,
+            self._connections(plan, metadata),
+            lag=lag,
+            recovered=recovered,
+            overlaps=state.backfill_overlaps(plan.read_splits),
+        )
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
@@ -172,6 +180,7 @@ class PipelineRunner:
         *,
         lag: int,
         recovered: int | None,
+        overlaps: Sequence[Split],
     ) -> RunSummary:
         from dynamic_kafka.reader import read_splits
         from dynamic_kafka.sink import write_incremental
@@ -187,7 +196,7 @@ class PipelineRunner:
             min_partitions=self.pipeline.min_partitions,
         )
         pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-        result = write_incremental(frame, self.pipeline, plan.run_seq, pairs)
+        result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps)
         crash_point("after_sink")
         committing = time.monotonic()
         summary = RunSummary(
@@ -229,7 +238,14 @@ class PipelineRunner:
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=state.table_version)
             self._commit_consumer_group(plan, self._connections(plan))
         else:
-            self._execute(plan, state.table_version, self._connections(plan), lag=0, recovered=plan.run_seq)
+            self._execute(
+                plan,
+                state.table_version,
+                self._connections(plan),
+                lag=0,
+                recovered=plan.run_seq,
+                overlaps=state.backfill_overlaps(plan.read_splits),
+            )
         return plan.run_seq
 
     def _connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:

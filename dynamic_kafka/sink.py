@@ -5,6 +5,10 @@ Invariants:
 - Incremental runs append with Delta's idempotent-write options ``txnAppId`` = pipeline id and ``txnVersion`` =
   ``run_seq``: Delta skips a write whose ``(app id, version)`` its log already holds, so re-executing a run after
   a crash never duplicates rows.
+- Where a run's ranges overlap what a backfill covered (``overlaps``, from the state's backfill frontier), the
+  run's rows are left-anti-joined with the sink's (and dead-letter table's) rows in those ranges only, inside the
+  same job and the sink's own write transaction (so Delta also checks that read against a concurrent MERGE).
+  Without overlaps the append is blind: no sink read at all.
 - The dead-letter table is written first, the sink last (both with the same txn), so "the sink holds txn
   ``run_seq``" means the whole run's data is in (:func:`committed_txn_version`, JVM-free, is the recovery check).
 - Undecodable records never vanish: they go to the dead-letter table (``on_decode_error: dead_letter``) or the
@@ -43,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, UndecodableRecordError, can_fail, decode
 from dynamic_kafka.errors import DecodeError, SparkJobError
+from dynamic_kafka.split import Split
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -91,15 +96,18 @@ _SECRET_IN_TEXT = re.compile(
 
 
 class WriteResult(BaseModel):
-    """What one write did. Counts are records read; ``records = sink_records + dead_letters``."""
+    """What one write did. For an incremental write, counts are records landed (``records = sink_records +
+    dead_letters``); ``deduplicated`` more were read but already in the sink (or dead-letter table) from a backfill,
+    and were not written again. For a merge, ``records``, ``bytes`` and ``per_topic`` count the records read and
+    ``sink_records`` / ``dead_letters`` the rows inserted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    records: int = Field(ge=0, description="Records read from Kafka.")
-    bytes: int = Field(ge=0, description="Key plus value bytes read from Kafka.")
+    records: int = Field(ge=0, description="Records read from Kafka (an incremental write: and landed).")
+    bytes: int = Field(ge=0, description="Key plus value bytes of those records.")
     per_topic: dict[tuple[str, str], tuple[int, int]] = Field(
         default_factory=dict,
-        description="(records, bytes) read per planned (cluster_id, topic), zeros included; bytes are key + value.",
+        description="(records, bytes) landed per planned (cluster_id, topic), zeros included; bytes are key + value.",
     )
     sink_records: int = Field(ge=0, description="Rows appended to (or, for a merge, inserted into) the sink.")
     dead_letters: int = Field(ge=0, description="Undecodable records written to the dead-letter table.")
@@ -109,6 +117,9 @@ class WriteResult(BaseModel):
     dead_letter_version: int | None = Field(None, description="Dead-letter table version holding this write.")
     already_committed: bool = Field(
         False, description="The sink already held this run (txn); nothing was written and the counts are zero."
+    )
+    deduplicated: int = Field(
+        0, ge=0, description="Records read that a backfill had already landed; not written again, not counted above."
     )
 
 
@@ -137,7 +148,11 @@ def committed_txn_version(sink_path: str | Path, app_id: str) -> int | None:
 
 
 def write_incremental(
-    df: DataFrame, pipeline: PipelineConfig, run_seq: int, planned_pairs: Sequence[tuple[str, str]]
+    df: DataFrame,
+    pipeline: PipelineConfig,
+    run_seq: int,
+    planned_pairs: Sequence[tuple[str, str]],
+    overlaps: Sequence[Split] = (),
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -146,6 +161,9 @@ def write_incremental(
         pipeline: formats, policy and table paths.
         run_seq: the run; becomes the Delta ``txnVersion`` and the ``_run_seq`` column.
         planned_pairs: the ``(cluster_id, topic)`` pairs of the plan; the result has stats for each of them.
+        overlaps: the ranges (parts of the read splits) a backfill may already have landed
+            (:meth:`~dynamic_kafka.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
+            dead-letter table already holds there are skipped. Empty (the common case): a blind append.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -173,6 +191,12 @@ def write_incremental(
         if prior is not None and prior >= run_seq:
             return _already_committed(sink_path, app_id, run_seq, prior)
         decoded = decode(df, pipeline)
+        read_count = None
+        if overlaps:
+            read_count = Observation(f"dynamic_kafka_{app_id}_{run_seq}_read_{uuid.uuid4().hex[:8]}")
+            decoded = decoded.observe(read_count, sf.count(sf.lit(1)).alias("read"))
+            dead_lettering = can_fail(pipeline) and pipeline.on_decode_error == "dead_letter"
+            decoded = _without_present(decoded, [sink_path, *([dead_letter_path] if dead_lettering else [])], overlaps)
         observation = Observation(f"dynamic_kafka_{app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
         observed = decoded.observe(observation, *_metrics(planned_pairs))
         dead_letter_version = None
@@ -193,6 +217,11 @@ def write_incremental(
                 bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
                 _append(_dead_letter_rows(bad, run_seq), dead_letter_path, app_id, run_seq)
                 good = cached.where(sf.col(DECODE_ERROR).isNull())
+                if overlaps:
+                    # The cached rows were deduped before the sink's transaction began: dedupe again inside it, so
+                    # Delta checks that read against a concurrent backfill MERGE (a MERGE committed in between
+                    # is skipped here, though then the counts still include its rows).
+                    good = _without_present(good, [sink_path], overlaps)
                 _append(_sink_rows(good, run_seq), sink_path, app_id, run_seq)
             finally:
                 cached.unpersist()
@@ -211,8 +240,12 @@ def write_incremental(
             sink_version=_txn_commit_version(sink_path, app_id, run_seq),
             dead_letter_version=dead_letter_version,
         )
+        read = _observed(read_count) if read_count is not None else None
+        if read is not None:
+            result = result.model_copy(update={"deduplicated": max(0, int(read["read"]) - result.records)})
     logger.info(
-        "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters",
+        "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "
+        "from a backfill (%d ranges checked)",
         run_seq,
         app_id,
         result.sink_records,
@@ -220,6 +253,8 @@ def write_incremental(
         sink_path,
         result.sink_version,
         result.dead_letters,
+        result.deduplicated,
+        len(overlaps),
     )
     return result
 
@@ -491,6 +526,40 @@ def _merge(spark: SparkSession, rows: DataFrame, path: str, scope: str) -> int:
         .collect()
     )
     return int(metrics[0]["num_inserted_rows"]) if metrics else 0
+
+
+def _without_present(rows: DataFrame, paths: Sequence[str], overlaps: Sequence[Split]) -> DataFrame:
+    """``rows`` minus those whose coordinates a table at ``paths`` already holds, looking only inside
+    ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them."""
+    from pyspark.sql import functions as sf
+
+    if not overlaps:
+        return rows
+    in_ranges = _any_of(
+        [
+            (sf.col("cluster") == sf.lit(s.cluster_id))
+            & (sf.col("topic") == sf.lit(s.topic))
+            & (sf.col("partition") == sf.lit(s.partition))
+            & (sf.col("offset") >= sf.lit(s.start_offset))
+            & (sf.col("offset") < sf.lit(s.stop_offset))
+            for s in overlaps
+        ]
+    )
+    present: DataFrame | None = None
+    for path in paths:
+        if not _exists(path):
+            continue
+        keys = rows.sparkSession.read.format("delta").load(path).where(in_ranges).select(*MERGE_KEYS)
+        present = keys if present is None else present.unionByName(keys)
+    return rows if present is None else rows.join(present, on=list(MERGE_KEYS), how="left_anti")
+
+
+def _any_of(conditions: Sequence[Column]) -> Column:
+    """The disjunction of ``conditions`` as a balanced tree (a left-deep chain of thousands overflows the stack)."""
+    if len(conditions) == 1:
+        return conditions[0]
+    middle = len(conditions) // 2
+    return _any_of(conditions[:middle]) | _any_of(conditions[middle:])
 
 
 def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> str:

@@ -6,13 +6,14 @@ them as plain frozen values makes the planner a pure function that unit tests dr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.split import Finding, Plan, TopicPartition
+from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
 
 
 class _Frozen(BaseModel):
@@ -137,10 +138,25 @@ class StateSnapshot(_Frozen):
     table_version: int | None = Field(None, description="Delta version read; None when no state exists yet.")
     last_run: RunRecord | None = None
     partitions: dict[TopicPartition, PartitionState] = Field(default_factory=dict)
+    backfilled: dict[TopicPartition, int] = Field(
+        default_factory=dict,
+        description="Per partition, the backfill frontier: the highest stop offset a time-window backfill "
+        "merged into the sink (or is merging). Separate from, and never moving, the incremental offsets.",
+    )
 
     @property
     def next_run_seq(self) -> int:
         return (self.last_run.run_seq if self.last_run else 0) + 1
+
+    def backfill_overlaps(self, splits: Iterable[Split]) -> tuple[Split, ...]:
+        """The parts of ``splits`` a backfill may already have put in the sink: ``[start, min(stop, frontier))``
+        for each split that starts below its partition's frontier. Empty in the common case (no backfill)."""
+        overlaps = []
+        for split in splits:
+            frontier = self.backfilled.get(split.key, 0)
+            if frontier > split.start_offset and split.stop_offset > split.start_offset:
+                overlaps.append(split.model_copy(update={"stop_offset": min(split.stop_offset, frontier)}))
+        return tuple(overlaps)
 
     def topic_partitions(self, cluster_id: str, topic: str) -> list[PartitionState]:
         return [p for k, p in self.partitions.items() if k.cluster_id == cluster_id and k.topic == topic]

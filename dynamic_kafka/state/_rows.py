@@ -7,6 +7,10 @@ One Delta table per pipeline, partitioned by ``kind``:
   with the number of runs.
 * ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON.
 * ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
+* ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
+  ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised).
+  Incremental runs dedupe the part of their ranges below it against the sink. Rewritten whole by each backfill;
+  runs never touch these rows (nor backfills the others).
 
 Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
 """
@@ -25,7 +29,7 @@ from dynamic_kafka.split import Plan, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-Kind = Literal["partition", "head", "run"]
+Kind = Literal["partition", "head", "run", "backfill"]
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -145,6 +149,19 @@ def run_row(
     )
 
 
+def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime) -> dict[str, Any]:
+    return _row(
+        "backfill",
+        pipeline_id,
+        "recorded",
+        cluster_id=key.cluster_id,
+        topic=key.topic,
+        partition=key.partition,
+        next_offset=frontier,
+        committed_at=utc(recorded_at),
+    )
+
+
 def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=SCHEMA)
 
@@ -162,6 +179,13 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
         removed_at=_utc_or_none(row["removed_at"]),
         updated_run_seq=row["updated_run_seq"] or 0,
     )
+
+
+def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
+    if row["next_offset"] is None:
+        raise ValueError(f"backfill row without an offset: {row}")
+    key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
+    return key, int(row["next_offset"])
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:

@@ -8,8 +8,10 @@ Invariants:
 * Offsets and the head run change together: ``commit_run`` rewrites the partition rows and flips the head to
   "committed" in the same commit, so a reader sees either the old offsets with the run planned, or the new
   offsets with the run committed.
-* ``load`` reads the partition rows and the head row only (partition pruning on ``kind``): O(partitions),
+* ``load`` reads the partition, head and backfill rows only (partition pruning on ``kind``): O(partitions),
   whatever the number of runs. The history is read by ``run_history`` alone.
+* The backfill frontier (``record_backfill``) lives in rows of its own that runs never rewrite; it is only
+  raised, never while a run is planned, and never moves the incremental offsets.
 
 Why a crash cannot leave a partial state: delta-rs first writes the new Parquet files (invisible: no log entry
 references them), then publishes the commit as one log file ``_delta_log/<version>.json`` with an atomic
@@ -45,10 +47,15 @@ logger = logging.getLogger(__name__)
 
 _COMMIT_ID_KEY = "dynamic_kafka.commit_id"
 _CURRENT = "kind IN ('partition', 'head')"
+_LOADED = "kind IN ('partition', 'head', 'backfill')"
 # History files smaller than this are compacted by maintain(); bigger ones are left alone.
 _SMALL_FILE_BYTES = 32 * 1024 * 1024
 _MIN_VACUUM_AGE = timedelta(hours=1)
 _FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
+
+
+class _LostRaceError(Exception):
+    """A state write that belongs to no run (a backfill frontier) lost the race for its version."""
 
 
 class StateStore:
@@ -109,18 +116,23 @@ class StateStore:
     # ----------------------------------------------------------------------------------------------- reads
 
     def load(self) -> StateSnapshot:
-        """The current partition rows (active and removed) and the last run, at the latest table version.
+        """The current partition rows (active and removed), the last run and the backfill frontier, at the latest
+        table version.
 
-        Reads the log (bounded by checkpoints) and the ``partition`` and ``head`` files only, never the history.
-        A missing table gives an empty snapshot with ``table_version=None``.
+        Reads the log (bounded by checkpoints) and the ``partition``, ``head`` and ``backfill`` files only, never
+        the history. A missing table gives an empty snapshot with ``table_version=None``.
         """
         started = time.perf_counter()
         dt = self._open()
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions = self._read_current(dt)
+        head, partitions, backfilled = self._read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
-            pipeline_id=self.pipeline_id, table_version=dt.version(), last_run=head, partitions=partitions
+            pipeline_id=self.pipeline_id,
+            table_version=dt.version(),
+            last_run=head,
+            partitions=partitions,
+            backfilled=backfilled,
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -247,6 +259,65 @@ class StateStore:
         rows = self._commit_rows(plan, partitions, summary_json)
         return self._overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
 
+    def record_backfill(
+        self, frontier: Mapping[TopicPartition, int], *, attempts: int = 5, retry_delay: float = 0.5
+    ) -> int | None:
+        """Raise the backfill frontier of every partition in ``frontier`` (to the highest stop offset a backfill
+        covers) in one commit. Call it BEFORE the backfill writes the sink: a run planned after this commit
+        dedupes against the sink, and one planned before it has committed (see below), so no incremental run
+        can blind-append a record the backfill merges.
+
+        Only ``backfill`` rows change (the maximum of the old and new frontier): the incremental offsets, the
+        head run and the history are untouched. The commit uses the exact-version guard; losing the race to
+        another commit is retried (a max-merge is safe to redo). A planned run is waited for (it may be in
+        flight, and moving the table under it would fail its commit): this is also retried.
+
+        Args:
+            frontier: per partition, the stop offset (exclusive) of the backfill's range.
+            attempts: how many times to try before giving up.
+            retry_delay: the first wait between attempts, in seconds; doubled after each.
+
+        Returns:
+            The table version holding the frontier; None when ``frontier`` is empty and no state exists.
+
+        Raises:
+            RunInProgressError: a run was still planned after the last attempt (in flight, or crashed: the next
+                incremental run recovers it); nothing was written. Retry the backfill.
+            StateError: the table is unreadable, or every attempt lost the race to another commit.
+        """
+        delay = retry_delay
+        for attempt in range(1, attempts + 1):
+            last = attempt == attempts
+            dt = self._open()
+            head, _, recorded = self._read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {})
+            if head is not None and head.status == "planned":
+                if last:
+                    raise RunInProgressError(self.pipeline_id, head.run_seq)
+                logger.info("backfill frontier of %s waits for planned run %d", self.pipeline_id, head.run_seq)
+            else:
+                merged = dict(recorded)
+                for key, offset in frontier.items():
+                    merged[key] = max(offset, merged.get(key, 0))
+                if merged == recorded:
+                    return None if dt is None else dt.version()
+                now = self._clock()
+                rows = [_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)]
+                try:
+                    if dt is None:
+                        return self._create(rows, None, "record_backfill")
+                    return self._overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
+                except _LostRaceError:
+                    if last:
+                        break
+                    logger.info("backfill frontier of %s lost a race (attempt %d), retrying", self.pipeline_id, attempt)
+            time.sleep(delay)
+            delay *= 2
+        raise StateError(
+            f"could not record the backfill frontier of pipeline {self.pipeline_id!r} in the state table at "
+            f"{self.path}: other commits won the race {attempts} times.",
+            hint="Nothing was recorded and the sink was not written; retry the backfill.",
+        )
+
     # ------------------------------------------------------------------------------------------ maintenance
 
     def maintain(self, *, force: bool = False) -> None:
@@ -361,6 +432,13 @@ class StateStore:
     def _read_current(
         self, dt: DeltaTable, predicate: str = _CURRENT
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
+        head, partitions, _ = self._read_rows(dt, predicate)
+        return head, partitions
+
+    def _read_rows(
+        self, dt: DeltaTable, predicate: str
+    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
+        backfilled: dict[TopicPartition, int] = {}
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -370,6 +448,9 @@ class StateStore:
                     raise ValueError(f"row of pipeline {row['pipeline_id']!r}")
                 if row["kind"] == "partition":
                     found.append(_rows.partition_from_row(row))
+                elif row["kind"] == "backfill":
+                    key, offset = _rows.backfill_from_row(row)
+                    backfilled[key] = offset
                 elif head is not None:
                     raise ValueError("more than one head row")
                 else:
@@ -377,7 +458,7 @@ class StateStore:
         except (*_FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
             raise self._unreadable(e) from e
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return head, {p.key: p for p in found}
+        return head, {p.key: p for p in found}, backfilled
 
     def _unreadable(self, e: Exception) -> StateError:
         return StateError(
@@ -448,7 +529,7 @@ class StateStore:
             "delta.dataSkippingStatsColumns": _rows.STATS_COLUMNS,
         }
 
-    def _create(self, rows: list[dict[str, Any]], plan: Plan, action: str) -> int:
+    def _create(self, rows: list[dict[str, Any]], plan: Plan | None, action: str) -> int:
         commit_id = uuid.uuid4().hex
         try:
             write_deltalake(
@@ -464,12 +545,12 @@ class StateStore:
             )
         except _FOREIGN_ERRORS as e:
             return self._after_failed_commit(e, 0, commit_id, plan, action)
-        logger.info(
-            "created the state table of %s at %s (%s run %d)", self.pipeline_id, self.path, action, plan.run_seq
-        )
+        logger.info("created the state table of %s at %s (%s)", self.pipeline_id, self.path, _what(action, plan))
         return 0
 
-    def _overwrite(self, dt: DeltaTable, rows: list[dict[str, Any]], predicate: str, plan: Plan, action: str) -> int:
+    def _overwrite(
+        self, dt: DeltaTable, rows: list[dict[str, Any]], predicate: str, plan: Plan | None, action: str
+    ) -> int:
         target = dt.version() + 1
         commit_id = uuid.uuid4().hex
         try:
@@ -482,11 +563,12 @@ class StateStore:
             )
         except _FOREIGN_ERRORS as e:
             return self._after_failed_commit(e, target, commit_id, plan, action)
-        logger.info("state of %s: %s run %d at version %d", self.pipeline_id, action, plan.run_seq, target)
+        logger.info("state of %s: %s at version %d", self.pipeline_id, _what(action, plan), target)
         return target
 
-    def _after_failed_commit(self, e: Exception, target: int, commit_id: str, plan: Plan, action: str) -> int:
-        """Tell a lost race (``RunInProgressError``) from a failure (``StateError``) after a failed write.
+    def _after_failed_commit(self, e: Exception, target: int, commit_id: str, plan: Plan | None, action: str) -> int:
+        """Tell a lost race (``RunInProgressError``; ``_LostRaceError`` without a plan) from a failure (``StateError``)
+        after a failed write.
 
         delta-rs can raise after publishing the commit (its post-commit checkpoint or log cleanup failed); the
         commit id in the commit info at ``target`` tells whether the commit there is ours.
@@ -498,12 +580,13 @@ class StateStore:
                     "state of %s: %s committed version %d, then failed: %s", self.pipeline_id, action, target, e
                 )
                 return target
-            logger.info(
-                "state of %s: %s run %d lost the race for version %d", self.pipeline_id, action, plan.run_seq, target
-            )
+            logger.info("state of %s: %s lost the race for version %d", self.pipeline_id, _what(action, plan), target)
+            if plan is None:
+                raise _LostRaceError() from e
             raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
         raise StateError(
-            f"could not {action.replace('_', ' ')} {plan.run_seq} of pipeline {self.pipeline_id!r} in the state "
+            f"could not {action.replace('_', ' ')}{'' if plan is None else f' {plan.run_seq}'} of pipeline "
+            f"{self.pipeline_id!r} in the state "
             f"table at {self.path}: {e}",
             hint="Nothing was committed. Check that the path is writable and has space, then run again.",
         ) from e
@@ -515,3 +598,8 @@ class StateStore:
             return None
         found = history[0].get(_COMMIT_ID_KEY) if history else None
         return found if isinstance(found, str) else None
+
+
+def _what(action: str, plan: Plan | None) -> str:
+    """``action`` and its run for messages: "begin_run run 3", "record_backfill"."""
+    return action if plan is None else f"{action} run {plan.run_seq}"

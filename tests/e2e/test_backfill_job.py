@@ -94,11 +94,6 @@ def test_backfill_lands_exactly_the_windows_records_once_after_an_incremental_ru
     assert clicks.rows() == sorted(early + window)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library gap: incremental runs blind-append (sink.write_incremental), so records a backfill already "
-    "merged beyond the incremental offsets land twice (DESIGN section 5 says they never duplicate)",
-)
 def test_an_incremental_run_after_a_backfill_does_not_duplicate_its_records(
     project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
 ) -> None:

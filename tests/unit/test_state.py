@@ -522,6 +522,190 @@ def test_maintain_compacts_the_history_and_leaves_a_planned_run_alone(tmp_path: 
     store.commit_run(uniform_plan(13, 3), summary_json="{}", expected_version=version)
 
 
+# --------------------------------------------------------------------------------------- backfill frontier
+
+
+class _Waits:
+    """Stands in for the store module's ``time``: records the waits of ``record_backfill`` and runs ``action`` on
+    the first one (what another process does meanwhile), so the tests need no real sleeping."""
+
+    perf_counter = staticmethod(time.perf_counter)
+
+    def __init__(self, action: Callable[[], object] = lambda: None) -> None:
+        self.seconds: list[float] = []
+        self._action = action
+
+    def sleep(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+        if len(self.seconds) == 1:
+            self._action()
+
+
+def test_backfill_frontier_is_a_max_merge_kept_apart_from_the_offsets(store: StateStore, tmp_path: Path) -> None:
+    west = tp(0, "audit", "west")
+    # A backfill on a fresh pipeline creates the state with the frontier alone: no run, no offsets.
+    assert store.record_backfill({tp(0): 40, tp(1): 7}) == 0
+    fresh = store.load()
+    assert (fresh.table_version, fresh.last_run, fresh.partitions) == (0, None, {})
+    assert fresh.backfilled == {tp(0): 40, tp(1): 7}
+    assert fresh.next_run_seq == 1
+
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 25), split(1, 0, 3)]))  # the first run plans from it
+    assert store.record_backfill({tp(0): 30, tp(1): 12, west: 5}) == 3  # lower for tp(0): kept at 40
+    # Nothing higher: no commit at all.
+    assert store.record_backfill({tp(0): 40, west: 1}) == 3
+    assert store.record_backfill({}) == 3
+
+    state = store.load()
+    assert state.table_version == 3
+    assert state.backfilled == {tp(0): 40, tp(1): 12, west: 5}
+    assert {k: v.next_offset for k, v in state.partitions.items()} == {tp(0): 25, tp(1): 3}  # never moved
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")
+    assert [r.run_seq for r in store.run_history()] == [1]
+    rows = rows_of_kind(tmp_path / "state", "backfill")
+    assert sorted((r["cluster_id"], r["topic"], r["partition"], r["next_offset"]) for r in rows) == [
+        ("east", "orders", 0, 40),
+        ("east", "orders", 1, 12),
+        ("west", "audit", 0, 5),
+    ]
+    assert {r["committed_at"] for r in rows} == {T0 + timedelta(hours=1)}
+
+
+def test_runs_and_maintenance_keep_the_backfill_frontier(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state", PID, maintain_every=2)
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    store.record_backfill({tp(0): 50, tp(1): 15})
+    frontier = {tp(0): 50, tp(1): 15}
+
+    run_once(store, lambda seq: uniform_plan(seq, 2))  # commit_run rewrites partition and head rows only
+    assert store.load().backfilled == frontier
+    state = store.load()
+    store.commit_empty_run(plan(3, [split(0, 20, 20)]), summary_json="{}", expected_version=state.table_version)
+    assert store.load().backfilled == frontier
+    store.maintain(force=True)  # compaction of the history, vacuum, checkpoint
+    after = store.load()
+    assert after.backfilled == frontier
+    assert any(h["operation"] == "OPTIMIZE" for h in DeltaTable(tmp_path / "state").history())
+    assert {k: v.next_offset for k, v in after.partitions.items()} == {tp(0): 20, tp(1): 20}
+    assert [r.run_seq for r in store.run_history()] == [3, 2, 1]
+
+
+def test_a_backfill_frontier_commit_is_guarded_like_a_run(store: StateStore) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    stale = store.load()
+    store.record_backfill({tp(0): 99})
+    with pytest.raises(RunInProgressError):  # a run planned from the state before the frontier loses
+        store.begin_run(uniform_plan(2, 2), expected_version=stale.table_version)
+    assert store.load().last_run == stale.last_run
+
+
+def test_a_backfill_frontier_waits_for_a_planned_run(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    state = store.load()
+    p = uniform_plan(2, 2)
+    version = store.begin_run(p, expected_version=state.table_version)
+    # The run in flight commits while the backfill waits: the frontier lands after it, not under it.
+    waits = _Waits(lambda: store.commit_run(p, summary_json="{}", expected_version=version))
+    monkeypatch.setattr(store_module, "time", waits)
+
+    assert store.record_backfill({tp(0): 30}, retry_delay=0.25) == version + 2
+
+    assert waits.seconds == [0.25]
+    after = store.load()
+    assert after.backfilled == {tp(0): 30}
+    assert after.last_run is not None
+    assert (after.last_run.run_seq, after.last_run.status) == (2, "committed")
+
+
+def test_a_backfill_frontier_gives_up_on_a_run_that_stays_planned(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    state = store.load()
+    version = store.begin_run(uniform_plan(2, 2), expected_version=state.table_version)  # crashed: never committed
+    waits = _Waits()
+    monkeypatch.setattr(store_module, "time", waits)
+
+    with pytest.raises(RunInProgressError) as info:
+        store.record_backfill({tp(0): 30}, attempts=3, retry_delay=0.5)
+
+    assert (info.value.pipeline_id, info.value.run_seq, info.value.retriable) == (PID, 2, True)
+    assert waits.seconds == [0.5, 1.0]
+    assert store.load().backfilled == {}
+    assert DeltaTable(store.path).version() == version
+
+
+def test_a_backfill_frontier_that_loses_a_race_is_merged_again(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    other = StateStore(store.path, PID)
+    waits = _Waits()
+    monkeypatch.setattr(store_module, "time", waits)
+    real = deltalake.write_deltalake
+    raced: list[bool] = []
+
+    def another_backfill_first(*args: Any, **kwargs: Any) -> None:
+        if not raced:  # another backfill commits between our read and our commit, once
+            raced.append(True)
+            other.record_backfill({tp(0): 80, tp(1): 4})
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "write_deltalake", another_backfill_first)
+
+    assert store.record_backfill({tp(0): 60, tp(1): 9}) == 3
+
+    assert len(waits.seconds) == 1
+    assert store.load().backfilled == {tp(0): 80, tp(1): 9}  # both backfills' maximum
+
+
+def test_a_backfill_frontier_that_always_loses_is_a_state_error(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_once(store, lambda seq: uniform_plan(seq, 2))
+    other = StateStore(store.path, PID)
+    monkeypatch.setattr(store_module, "time", _Waits())
+    real = deltalake.write_deltalake
+    competitor = iter(range(100, 200))
+    ours = threading.local()
+
+    def someone_always_first(*args: Any, **kwargs: Any) -> None:
+        if not getattr(ours, "inside", False):
+            ours.inside = True
+            try:
+                other.record_backfill({tp(1): next(competitor)})
+            finally:
+                ours.inside = False
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "write_deltalake", someone_always_first)
+
+    with pytest.raises(StateError, match="won the race 3 times") as info:
+        store.record_backfill({tp(0): 60}, attempts=3)
+
+    assert not isinstance(info.value, RunInProgressError)
+    assert "retry the backfill" in str(info.value)
+    assert store.load().backfilled == {tp(1): 102}  # the competitor's three commits; ours never landed
+
+
+def test_backfill_overlaps_are_the_split_parts_below_the_frontier() -> None:
+    state = StateSnapshot(pipeline_id=PID, backfilled={tp(0): 15, tp(1): 40, tp(2): 5, tp(3): 9})
+    splits = [
+        split(0, 10, 20),  # frontier inside: [10, 15)
+        split(1, 10, 20),  # frontier beyond the stop: the whole split
+        split(2, 10, 20),  # frontier below the start: nothing to dedupe
+        split(3, 9, 9),  # empty range
+        split(4, 0, 20),  # never backfilled
+    ]
+
+    overlaps = state.backfill_overlaps(splits)
+
+    assert [(s.partition, s.start_offset, s.stop_offset) for s in overlaps] == [(0, 10, 15), (1, 10, 20)]
+    assert overlaps[0].key == tp(0)
+    assert StateSnapshot(pipeline_id=PID).backfill_overlaps(splits) == ()
+
+
 # ------------------------------------------------------------------------------------------- bounded reads
 
 
