@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -57,5 +58,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The console script: runs :func:`main`, then leaves the process without native teardown.
+
+    Every result is durable (Delta commits) and printed by the time ``main`` returns. What is left is the
+    interpreter's shutdown, where the native thread pools of pyarrow, delta-rs and librdkafka were seen to abort the
+    process (``terminate called without an active exception``, exit -6) after a successful run, which a scheduler
+    would read as a failure. So Spark is stopped cleanly, output flushed, and the process exits with the real code.
+    """
+    code = main()
+    if "pyspark" in sys.modules:
+        from dynamic_kafka.spark import stop_spark_session
+
+        stop_spark_session()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import DagsterInstance
 from e2e_support import Project
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from dagster import Definitions  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import Definitions
 
 from pipelines.build import build_definitions
 from pipelines.names import RESOURCE_KEY

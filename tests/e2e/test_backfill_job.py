@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, Definitions, ExecuteInProcessResult  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import DagsterInstance, Definitions, ExecuteInProcessResult
 from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 pytestmark = pytest.mark.e2e

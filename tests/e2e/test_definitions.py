@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import (  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import (
     AssetKey,
     DagsterInstance,
     Failure,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dagster import (  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import (
     DagsterEventType,
     DagsterInstance,
     ExecuteInProcessResult,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, SensorResult, build_sensor_context  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import DagsterInstance, SensorResult, build_sensor_context
 from e2e_support import Project
 
 from dynamic_kafka.config import load_project_config

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance  # noqa: TID251 (e2e tests drive Dagster)
+from dagster import DagsterInstance
 from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
 
 pytestmark = pytest.mark.e2e

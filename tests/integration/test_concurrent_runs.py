@@ -1,0 +1,95 @@
+"""Concurrent launches of one pipeline: one run wins, the other stops with "another run is in progress".
+
+Both runs are CLI processes on the same state. Whichever takes the pipeline's run first executes; the other must
+exit non-zero at once, having written nothing, whether it starts at the same moment or while the first one is
+already in its Spark job (a planned run that is alive must not be taken for a crashed one and executed twice).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from exactly_once_support import (
+    TwoClusterStream,
+    assert_nothing_left,
+    cli_runs_together,
+    committed_offsets,
+    summary_of,
+    tail,
+)
+
+from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.testing.kafka import wait_for
+from dynamic_kafka.testing.pipeline import PipelineHarness
+
+pytestmark = pytest.mark.integration
+
+IN_PROGRESS = "another run is in progress for pipeline 'p'"
+
+
+def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path)
+    harness = stream.harness
+    stream.produce("together", east=30, west=20)
+
+    results = cli_runs_together(harness, 2)
+
+    winners = [r for r in results if r.returncode == 0]
+    losers = [r for r in results if r.returncode != 0]
+    assert len(winners) == 1, "\n---\n".join(tail(r.stderr) for r in results)
+    summary = summary_of(winners[0])
+    assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
+    assert summary["recovered_run_seq"] is None
+    _assert_refused(losers[0], run_seq=1)
+    _assert_consistent(harness, stream)
+
+
+def test_a_run_started_while_another_is_in_its_spark_job_is_refused_and_recovers_nothing(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path)
+    harness = stream.harness
+    stream.produce("first", east=30, west=20)
+    outcome: list[Any] = []
+    first = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
+    first.start()
+    try:
+
+        def planned() -> bool:
+            if not first.is_alive():
+                raise AssertionError("the first run ended before the second one was started")
+            head = harness.runner().store.load().last_run
+            return head is not None and head.status == "planned"
+
+        wait_for(planned, timeout_s=120, what="the first run to write its plan")
+
+        second = harness.cli("run", "--json")
+
+        assert first.is_alive(), "the second run was refused only after the first one had finished"
+        _assert_refused(second, run_seq=1)
+    finally:
+        first.join(timeout=600)
+    assert outcome, "the first run did not end"
+    summary = summary_of(outcome[0])
+    assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
+    _assert_consistent(harness, stream)
+
+
+def _assert_refused(result: Any, *, run_seq: int) -> None:
+    assert result.returncode == 1, tail(result.stderr)
+    assert result.stdout == ""
+    assert f"{IN_PROGRESS} (it planned run_seq {run_seq} first)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _assert_consistent(harness: PipelineHarness, stream: TwoClusterStream) -> None:
+    """Every record once in the sink, every offset committed, one committed run, nothing left to recover."""
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
+    assert [(r.run_seq, r.status) for r in harness.runner().store.run_history()] == [(1, "committed")]
+    assert_nothing_left(harness)
