@@ -1,0 +1,224 @@
+"""The printed report: a few plain-text tables built from the results (the JSON report holds every run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench.suite import median_of
+
+Cell = str | int | float | None
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
+    """A table with a title; the first column is left-aligned, the others right-aligned."""
+    text = [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in text)) if text else len(h) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    rule = "-" * len(line(list(header)))
+    return "\n".join([title, rule, line(list(header)), rule, *(line(r) for r in text), ""])
+
+
+def _cell(value: Cell) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.2f}" if value < 100 else f"{value:.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return value
+
+
+def _cpu(runs: list[dict[str, Any]]) -> float | None:
+    driver, jvm = median_of(runs, "driver_cpu_s"), median_of(runs, "jvm_cpu_s")
+    return None if driver is None else driver + (jvm or 0.0)
+
+
+def _row(label: str, runs: list[dict[str, Any]]) -> list[Cell]:
+    return [
+        label,
+        len(runs),
+        median_of(runs, "wall_s"),
+        median_of(runs, "records_per_s"),
+        median_of(runs, "mb_per_s"),
+        median_of(runs, "driver_peak_mb"),
+        median_of(runs, "jvm_peak_mb"),
+        _cpu(runs),
+    ]
+
+
+def _verdict(passed: bool | None) -> str:
+    return "-" if passed is None else ("PASS" if passed else "MISS")
+
+
+def render(results: dict[str, Any]) -> str:
+    """Every table for the benchmarks that ran."""
+    b = results["benchmarks"]
+    out = [_header(results)]
+    rows: list[list[Cell]] = []
+    targets: list[list[Cell]] = []
+    if "e2e" in b:
+        e = b["e2e"]
+        rows.append(_row(f"1 end to end {e['records']:,}: ours (dynamic-kafka run)", e["ours"]))
+        rows.append(_row(f"1 end to end {e['records']:,}: baseline (hand-written)", e["baseline"]))
+        targets.append(["1 ours / baseline, wall (median)", f"{e['wall_ratio']:.2f}", "<= 1.10", _verdict(e["passed"])])
+        targets.append(["1 ours / baseline, CPU (median)", f"{e['cpu_ratio']:.2f}", "-", "-"])
+    if "ceiling" in b:
+        c = b["ceiling"]
+        runs = [{**r, "records_per_s": r["consume_records_per_s"]} for r in c["runs"]]
+        rows.append(_row(f"2 ceiling {c['records']:,}: confluent-kafka consume", runs))
+        fraction = c["fraction"]
+        targets.append(["2 ours / ceiling, records/s", f"{fraction:.2f}" if fraction else "-", "(report)", "-"])
+    if "idle" in b:
+        i = b["idle"]
+        rows.append(_row("3 nothing to do: ours", i["runs"]))
+        jvm = "no JVM" if i["no_jvm"] else "JVM STARTED"
+        targets.append(
+            ["3 nothing to do, wall (median)", f"{i['wall_s']:.2f}s, {jvm}", "< 2 s, no JVM", _verdict(i["passed"])]
+        )
+    if "growth" in b:
+        for p in b["growth"]["points"]:
+            rows.append(_row(f"5 growth {p['records']:,}: ours", p["runs"]))
+    if "scale" in b:
+        for p in b["scale"]["points"]:
+            rows.append(_row(f"4 plan {p['partitions']:,} partitions, no state", p["plan_no_state"]))
+            rows.append(_row(f"4 plan {p['partitions']:,} partitions, with state", p["plan_with_state"]))
+        s = b["scale"]
+        last = s["points"][-1]
+        worst = max(last["plan_no_state_s"], last["plan_with_state_s"])
+        targets.append(
+            [f"4 plan {last['partitions']:,} partitions, wall", f"{worst:.2f}s", "< 3 s", _verdict(s["passed"])]
+        )
+    header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
+    out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
+    if "growth" in b:
+        g = b["growth"]
+        grow = [
+            [
+                f"{p['records']:,}",
+                p["wall_s"],
+                p["us_per_record"],
+                p["read_write_us_per_record"],
+                p["driver_peak_mb"],
+                p["jvm_peak_mb"],
+            ]
+            for p in g["points"]
+        ]
+        out.append(
+            table(
+                "5 Growth with data (ours, medians)",
+                ["records", "wall s", "us/record", "read+write us/record", "driver MB", "JVM MB"],
+                grow,
+            )
+        )
+        targets.append(
+            [
+                "5 time per record flat or falling",
+                _yes(g["time_flat_or_falling"]),
+                "yes",
+                _verdict(g["time_flat_or_falling"]),
+            ]
+        )
+        targets.append(
+            ["5 driver memory flat", _yes(g["driver_memory_flat"]), "yes", _verdict(g["driver_memory_flat"])]
+        )
+    if "e2e" in b:
+        out.append(_phases(b["e2e"]))
+    if "scale" in b:
+        s = b["scale"]
+        scale_rows = [
+            [
+                f"{p['partitions']:,}",
+                p["plan_no_state_s"],
+                p["run"]["wall_s"],
+                p["run"]["summary_plan_s"],
+                p["plan_with_state_s"],
+            ]
+            for p in s["points"]
+        ]
+        out.append(
+            table(
+                "4 Planning at scale (empty topics; the run commits every position without a JVM)",
+                ["partitions", "plan s (no state)", "run s (empty)", "run's plan s", "plan s (with state)"],
+                scale_rows,
+            )
+        )
+        brokers = ", ".join(
+            f"{c}: peak RSS {m['peak_rss_mb']:.0f} MB, heap used {m['heap_used_mb']:.0f} MB"
+            if m["peak_rss_mb"] and m["heap_used_mb"]
+            else f"{c}: {m}"
+            for c, m in s["brokers"].items()
+        )
+        out.append(f"  brokers after planning (-Xmx512m each): {brokers}\n")
+    if "state" in b:
+        st = b["state"]
+        state_rows = [
+            [
+                p["runs"],
+                p["run_s"],
+                p["plan_s"],
+                1000 * p["load_s"],
+                p["load_bytes"],
+                p["state_files"],
+                p["log_entries"],
+                p["sink_log_entries"],
+            ]
+            for p in st["checkpoints"]
+        ]
+        out.append(
+            table(
+                f"6 State growth ({st['runs']} runs in one process; plan/load best of 3)",
+                ["after run", "run s", "plan s", "load ms", "load bytes", "state files", "state log", "sink log"],
+                state_rows,
+            )
+        )
+        out.append(
+            f"  run wall: median {st['run_s_median']:.2f}s (first 10: {st['run_s_first_10']:.2f}s, "
+            f"last 10: {st['run_s_last_10']:.2f}s)\n"
+        )
+        targets.append(
+            ["6 bytes read per load flat", _yes(st["load_bytes_flat"]), "yes", _verdict(st["load_bytes_flat"])]
+        )
+        targets.append(["6 planning time flat", _yes(st["plan_time_flat"]), "yes", _verdict(st["plan_time_flat"])])
+    out.append(table("Targets", ["target", "measured", "wanted", "result"], targets))
+    return "\n".join(out)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _phases(e2e: dict[str, Any]) -> str:
+    ours, base = e2e["ours"], e2e["baseline"]
+    rows: list[list[Cell]] = [
+        [
+            "Python start-up, config, plan (state written ahead)",
+            median_of(ours, "startup_plan_s"),
+            median_of(base, "import_s"),
+        ],
+        ["Spark session (JVM, jars, Delta)", median_of(ours, "spark_start_s"), median_of(base, "spark_start_s")],
+        ["read Kafka + write Delta (one job)", median_of(ours, "read_write_s"), median_of(base, "job_s")],
+        ["commit offsets to the state", median_of(ours, "commit_s"), None],
+        ["exit (JVM shutdown)", median_of(ours, "exit_s"), None],
+        ["whole process", median_of(ours, "wall_s"), median_of(base, "wall_s")],
+    ]
+    return table("1 Where the time goes (medians, seconds)", ["phase", "ours", "baseline"], rows)
+
+
+def _header(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    mode = "quick" if results["settings"]["quick"] else "default"
+    return (
+        f"dynamic-kafka benchmarks, {mode} mode, {results['started_at']} (commit {results['commit']})\n"
+        f"machine: {m['cores']} cores, {m['memory_gb']:.0f} GB; load average {m['load_before'][0]:.1f} before, "
+        f"{m['load_after'][0]:.1f} after; CPUs busy {100 * m['busy_before']:.0f}% just before the run "
+        f"(other work included)\n"
+        f"whole run: {results['total_wall_s']:.0f}s (setup {results['setup_s']:.0f}s: clusters, topics, data)\n"
+    )

@@ -1,0 +1,355 @@
+"""The six benchmarks. Each takes the environment and the settings and returns plain data (for the JSON report);
+:mod:`bench.report` turns that into the printed tables.
+
+Every measured command runs in a fresh process, alternating ours and the baseline where both exist
+(ours-baseline, then baseline-ours, ...), so slow drifts of a shared machine hit both alike.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.env import CLUSTERS, BenchEnv, DataSet, fresh_dir, write_project
+from bench.measure import Measured, run_measured
+from bench.runs import PYTHON, run_baseline, run_ceiling, run_ours, run_plan
+
+SCALE_PREFIX = "scale"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to run and how big. ``defaults(quick)`` gives the two modes; the CLI flags override fields."""
+
+    quick: bool
+    records: int
+    partitions: int
+    value_bytes: int
+    repeats: int
+    growth_sizes: tuple[int, ...]
+    growth_repeats: int
+    scale_topics: tuple[int, ...]
+    scale_partitions: int
+    idle_repeats: int
+    state_runs: int
+    state_checkpoints: tuple[int, ...]
+    only: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def defaults(cls, quick: bool) -> Settings:
+        if quick:
+            return cls(
+                quick=True,
+                records=200_000,
+                partitions=8,
+                value_bytes=200,
+                repeats=2,
+                growth_sizes=(50_000, 200_000, 400_000),
+                growth_repeats=1,
+                scale_topics=(2, 10),
+                scale_partitions=100,
+                idle_repeats=3,
+                state_runs=20,
+                state_checkpoints=(1, 5, 10, 20),
+            )
+        return cls(
+            quick=False,
+            records=1_000_000,
+            partitions=8,
+            value_bytes=200,
+            repeats=3,
+            growth_sizes=(250_000, 1_000_000, 4_000_000),
+            growth_repeats=2,
+            scale_topics=(5, 50),
+            scale_partitions=100,
+            idle_repeats=5,
+            state_runs=200,
+            state_checkpoints=(1, 50, 100, 200),
+        )
+
+    def wants(self, name: str) -> bool:
+        return not self.only or name in self.only
+
+    def data_set(self, records: int | None = None) -> DataSet:
+        return DataSet(records or self.records, self.partitions, self.value_bytes)
+
+
+def figures(m: Measured, *, records: int = 0, size: int = 0) -> dict[str, Any]:
+    """One measured run as plain data: wall, throughput, memory, CPU and the phases it reported."""
+    return {
+        "wall_s": m.wall_s,
+        "records": records,
+        "bytes": size,
+        "records_per_s": records / m.wall_s if records else None,
+        "mb_per_s": size / 1e6 / m.wall_s if size else None,
+        "driver_peak_mb": m.driver_peak_mb,
+        "jvm_peak_mb": m.jvm_peak_mb,
+        "driver_cpu_s": m.driver_cpu_s,
+        "jvm_cpu_s": m.jvm_cpu_s,
+        "java_started": m.java_started,
+        **m.extra,
+    }
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+def _topics(data: DataSet) -> dict[str, list[str]]:
+    return {c: [data.topic] for c in CLUSTERS}
+
+
+def ours_once(env: BenchEnv, data: DataSet, label: str) -> dict[str, Any]:
+    """One of our runs from empty state to committed, in a fresh CLI process."""
+    folder = fresh_dir(label)
+    measured, summary = run_ours(write_project(folder, env, _topics(data)))
+    if summary["status"] != "committed" or summary["records"] != data.records:
+        raise RuntimeError(f"our run read {summary['records']} records ({summary['status']}), not {data.records}")
+    return {
+        **figures(measured, records=summary["records"], size=summary["bytes"]),
+        "summary_plan_s": summary["plan_seconds"],
+        "summary_spark_s": summary["spark_seconds"],
+        "summary_commit_s": summary["commit_seconds"],
+        "summary_total_s": summary["total_seconds"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- benchmarks
+
+
+def bench_e2e(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """1. One ``dynamic-kafka run`` against the hand-written PySpark job, same ranges, alternating."""
+    data = settings.data_set()
+    ours: list[dict[str, Any]] = []
+    baseline: list[dict[str, Any]] = []
+    for rep in range(settings.repeats):
+        order = ("ours", "baseline") if rep % 2 == 0 else ("baseline", "ours")
+        for variant in order:
+            if variant == "ours":
+                ours.append(ours_once(env, data, "e2e-ours"))
+                _progress(f"e2e ours #{rep + 1}: {ours[-1]['wall_s']:.1f}s")
+            else:
+                measured = run_baseline(env, data.topic, fresh_dir("e2e-baseline"))
+                size = ours[-1]["bytes"] if ours else 0
+                baseline.append(figures(measured, records=data.records, size=size))
+                _progress(f"e2e baseline #{rep + 1}: {baseline[-1]['wall_s']:.1f}s")
+    size = ours[0]["bytes"]
+    for run in baseline:  # the baseline counts nothing: it read what ours read
+        run.update(bytes=size, mb_per_s=size / 1e6 / run["wall_s"])
+    ratio = median_of(ours, "wall_s") / median_of(baseline, "wall_s")  # type: ignore[operator]
+    cpu_ratio = _cpu(ours) / _cpu(baseline)
+    return {
+        "records": data.records,
+        "bytes": size,
+        "topic": data.topic,
+        "ours": ours,
+        "baseline": baseline,
+        "wall_ratio": ratio,
+        "cpu_ratio": cpu_ratio,
+        "target": 1.10,
+        "passed": ratio <= 1.10,
+    }
+
+
+def _cpu(runs: list[dict[str, Any]]) -> float:
+    return statistics.median((r["driver_cpu_s"] or 0) + (r["jvm_cpu_s"] or 0) for r in runs)
+
+
+def bench_ceiling(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) -> dict[str, Any]:
+    """2. The same ranges consumed by confluent-kafka in one Python process, values discarded."""
+    data = settings.data_set()
+    runs = []
+    for rep in range(settings.repeats):
+        measured = run_ceiling(env, data.topic, fresh_dir("ceiling"))
+        if measured.extra["records"] != data.records:
+            raise RuntimeError(f"the ceiling consumer read {measured.extra['records']} records, not {data.records}")
+        run = figures(measured, records=data.records, size=measured.extra["bytes"])
+        run["consume_records_per_s"] = data.records / measured.extra["consume_s"]
+        runs.append(run)
+        _progress(f"ceiling #{rep + 1}: {measured.extra['consume_s']:.1f}s consuming")
+    ceiling = median_of(runs, "consume_records_per_s")
+    ours = median_of(e2e["ours"], "records_per_s") if e2e else None
+    return {
+        "records": data.records,
+        "runs": runs,
+        "ceiling_records_per_s": ceiling,
+        "ours_records_per_s": ours,
+        "fraction": ours / ceiling if ours and ceiling else None,
+    }
+
+
+def bench_idle(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """3. A run with nothing new to read: the state is at the latest offsets of a topic full of records."""
+    data = settings.data_set()
+    folder = fresh_dir("idle")
+    config = write_project(folder, env, _topics(data), pipeline={"starting_offsets": "latest"})
+    _, first = run_ours(config)  # no state yet: positions at latest are committed, nothing read
+    if first["status"] != "empty":
+        raise RuntimeError(f"the first idle run was {first['status']}, not empty")
+    runs = []
+    for _ in range(settings.idle_repeats):
+        measured, summary = run_ours(config)
+        runs.append(
+            {
+                **figures(measured),
+                "status": summary["status"],
+                "spark_started": summary["spark_started"],
+                "summary_total_s": summary["total_seconds"],
+            }
+        )
+    wall = median_of(runs, "wall_s")
+    no_jvm = not any(r["spark_started"] or r["java_started"] for r in runs)
+    all_empty = all(r["status"] == "empty" for r in runs)
+    _progress(f"idle: {wall:.2f}s median")
+    return {
+        "runs": runs,
+        "wall_s": wall,
+        "no_jvm": no_jvm,
+        "all_empty": all_empty,
+        "target_s": 2.0,
+        "passed": bool(wall is not None and wall < 2.0 and no_jvm and all_empty),
+    }
+
+
+def bench_scale(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """4. ``dynamic-kafka plan`` over thousands of (empty) partitions, without and with committed state."""
+    names = [f"{SCALE_PREFIX}-{i:02d}" for i in range(max(settings.scale_topics))]
+    created = env.ensure_topics(names, settings.scale_partitions)
+    points = []
+    for count in settings.scale_topics:
+        partitions = count * settings.scale_partitions * len(CLUSTERS)
+        folder = fresh_dir(f"scale-{partitions}")
+        config = write_project(folder, env, {c: names[:count] for c in CLUSTERS})
+        cold = [_plan_once(config, partitions) for _ in range(settings.repeats)]
+        measured, summary = run_ours(config)  # empty topics: commits every position, starts no JVM
+        if summary["partitions"] != partitions or summary["spark_started"]:
+            raise RuntimeError(f"the scale run recorded {summary['partitions']} partitions, not {partitions}")
+        warm = [_plan_once(config, partitions) for _ in range(settings.repeats)]
+        points.append(
+            {
+                "partitions": partitions,
+                "plan_no_state": cold,
+                "plan_no_state_s": median_of(cold, "wall_s"),
+                "run": {**figures(measured), "summary_plan_s": summary["plan_seconds"]},
+                "plan_with_state": warm,
+                "plan_with_state_s": median_of(warm, "wall_s"),
+            }
+        )
+        _progress(
+            f"scale {partitions}: plan {points[-1]['plan_no_state_s']:.2f}s / {points[-1]['plan_with_state_s']:.2f}s"
+        )
+    largest = points[-1]
+    worst = max(largest["plan_no_state_s"], largest["plan_with_state_s"])
+    return {
+        "points": points,
+        "topics_created_s": created,
+        "brokers": env.broker_memory(),
+        "target_s": 3.0,
+        "passed": worst < 3.0,
+    }
+
+
+def _plan_once(config: Path, partitions: int) -> dict[str, Any]:
+    measured, splits = run_plan(config)
+    if splits != partitions:
+        raise RuntimeError(f"the plan lists {splits} splits, not {partitions}")
+    return figures(measured)
+
+
+def bench_growth(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) -> dict[str, Any]:
+    """5. Our run at growing record counts: time per record and driver memory."""
+    points = []
+    for records in settings.growth_sizes:
+        data = settings.data_set(records)
+        if e2e and records == e2e["records"]:
+            runs = e2e["ours"]
+        else:
+            env.ensure_data_set(data)
+            repeats = settings.growth_repeats if records <= settings.records else 1
+            runs = [ours_once(env, data, f"growth-{records}") for _ in range(repeats)]
+        wall = median_of(runs, "wall_s")
+        read_write = median_of(runs, "read_write_s")
+        points.append(
+            {
+                "records": records,
+                "runs": runs,
+                "wall_s": wall,
+                "us_per_record": 1e6 * wall / records if wall else None,
+                "read_write_us_per_record": 1e6 * read_write / records if read_write else None,
+                "driver_peak_mb": median_of(runs, "driver_peak_mb"),
+                "jvm_peak_mb": median_of(runs, "jvm_peak_mb"),
+            }
+        )
+        _progress(f"growth {records}: {wall:.1f}s")
+    first, last = points[0], points[-1]
+    flat_time = last["us_per_record"] <= first["us_per_record"] * 1.10
+    flat_memory = last["driver_peak_mb"] <= first["driver_peak_mb"] * 1.10 + 16
+    return {"points": points, "time_flat_or_falling": flat_time, "driver_memory_flat": flat_memory}
+
+
+def bench_state(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """6. Many small runs in one process; planning time and state bytes read per load by run count."""
+    data = DataSet(records=0, partitions=2, value_bytes=0)
+    topic = f"state-growth-{settings.state_runs}"
+    for c in CLUSTERS:
+        env.delete_topics(c, [t for t in env.offsets(c, [topic])])
+        env.create_topics(c, [topic], data.partitions)
+    folder = fresh_dir("state-growth")
+    config = write_project(folder, env, {c: [topic] for c in CLUSTERS})
+    spec = {
+        "config": str(config),
+        "bootstrap": {c: env.bootstrap(c) for c in CLUSTERS},
+        "topic": topic,
+        "partitions": data.partitions,
+        "records_per_run": 3,
+        "runs": settings.state_runs,
+        "checkpoints": [c for c in settings.state_checkpoints if c <= settings.state_runs],
+    }
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    measured = run_measured([PYTHON, "-m", "bench.state_growth", str(spec_path)], timeout_s=3600).check()
+    result = json.loads(measured.stdout.strip().splitlines()[-1])
+    for c in CLUSTERS:
+        env.delete_topics(c, [topic])
+    points = result["checkpoints"]
+    first, last = points[0], points[-1]
+    bytes_flat = last["load_bytes"] <= first["load_bytes"] * 1.10 + 4096
+    plan_flat = last["plan_s"] <= max(first["plan_s"] * 1.5, first["plan_s"] + 0.05)
+    _progress(f"state growth: {len(result['runs'])} runs in {measured.wall_s:.0f}s")
+    return {
+        "runs": settings.state_runs,
+        "process": figures(measured),
+        "checkpoints": points,
+        "run_s_median": statistics.median(r["run_s"] for r in result["runs"]),
+        "run_s_first_10": statistics.median(r["run_s"] for r in result["runs"][:10]),
+        "run_s_last_10": statistics.median(r["run_s"] for r in result["runs"][-10:]),
+        "load_bytes_flat": bytes_flat,
+        "plan_time_flat": plan_flat,
+        "passed": bytes_flat and plan_flat,
+    }
+
+
+BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
+    "e2e": bench_e2e,
+    "ceiling": bench_ceiling,
+    "idle": bench_idle,
+    "scale": bench_scale,
+    "growth": bench_growth,
+    "state": bench_state,
+}
+
+
+def settings_dict(settings: Settings) -> dict[str, Any]:
+    data = asdict(settings)
+    data["only"] = sorted(settings.only)
+    return data
