@@ -30,31 +30,33 @@ pytestmark = pytest.mark.integration
 IN_PROGRESS = "another run is in progress for pipeline 'p'"
 
 
-def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
-    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
-) -> None:
+@pytest.fixture
+def stream(kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path) -> TwoClusterStream:
+    """A fresh two-cluster stream with 50 records waiting for the pipeline's first run."""
     stream = TwoClusterStream(kafka_clusters, tmp_path)
+    stream.produce("first", east=30, west=20)
+    return stream
+
+
+def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
+    stream: TwoClusterStream,
+) -> None:
     harness = stream.harness
-    stream.produce("together", east=30, west=20)
 
     results = cli_runs_together(harness, 2)
 
     winners = [r for r in results if r.returncode == 0]
     losers = [r for r in results if r.returncode != 0]
     assert len(winners) == 1, "\n---\n".join(tail(r.stderr) for r in results)
-    summary = summary_of(winners[0])
-    assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
-    assert summary["recovered_run_seq"] is None
+    _assert_first_run_landed_everything(winners[0])
     _assert_refused(losers[0], run_seq=1)
     _assert_consistent(harness, stream)
 
 
 def test_a_run_started_while_another_is_in_its_spark_job_is_refused_and_recovers_nothing(
-    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+    stream: TwoClusterStream,
 ) -> None:
-    stream = TwoClusterStream(kafka_clusters, tmp_path)
     harness = stream.harness
-    stream.produce("first", east=30, west=20)
     outcome: list[Any] = []
     first = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
     first.start()
@@ -75,9 +77,14 @@ def test_a_run_started_while_another_is_in_its_spark_job_is_refused_and_recovers
     finally:
         first.join(timeout=600)
     assert outcome, "the first run did not end"
-    summary = summary_of(outcome[0])
-    assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
+    _assert_first_run_landed_everything(outcome[0])
     _assert_consistent(harness, stream)
+
+
+def _assert_first_run_landed_everything(result: Any) -> None:
+    summary = summary_of(result)
+    assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
+    assert summary["recovered_run_seq"] is None
 
 
 def _assert_refused(result: Any, *, run_seq: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -86,14 +87,14 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
     assert harness.sink_rows() == stream.expected_rows()
 
 
-def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> Any:
+def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> subprocess.CompletedProcess[str]:
     return harness.cli("run", "--json", env={FAULT_ENV: fault})
 
 
-def _kill_during_write(harness: PipelineHarness) -> Any:
+def _kill_during_write(harness: PipelineHarness) -> subprocess.CompletedProcess[str]:
     """Runs the CLI and SIGKILLs its process and the Spark JVM once an uncommitted data file is in the sink."""
     referenced = _referenced_files(harness.sink_path)
-    outcome: list[Any] = []
+    outcome: list[subprocess.CompletedProcess[str]] = []
     runner = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
     runner.start()
     try:
