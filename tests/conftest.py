@@ -6,7 +6,9 @@ Both start only when a test asks for them, so unit tests start no broker and no 
 
 from __future__ import annotations
 
+import os
 import secrets
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,3 +54,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session = build_spark_session(settings)
     yield session
     stop_spark_session()
+
+
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leaves with pytest's own exit code once everything is reported.
+
+    The native thread pools of pyarrow and delta-rs (which the tests use to read Delta tables) were seen to abort
+    an interpreter's shutdown now and then (``terminate called without an active exception``): after a green run
+    that would turn into a failed CI. The CLI exits the same way (see ``dynamic_kafka.cli.run``).
+    """
+    if _exit_status:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[0])
