@@ -54,6 +54,12 @@ for _py4j_logger in ("py4j.clientserver", "py4j.java_gateway"):
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 OUTPUT_COLUMNS = (*KAFKA_COLUMNS, "cluster", "stream")
 
+# The Java consumer's fetch.max.wait.ms (default 500) unless the cluster's properties set it. Every Spark Kafka
+# task of a bounded read spent one full wait idle (measured: 6 records in 4 tasks on 2 cores, 1.2 s -> 0.2 s;
+# 1,000,000 records in 16 tasks, 6-8 s -> 2-3 s, same CPU). The planned ranges exist on the broker, so a short
+# wait costs nothing: fetches return as soon as any data is there.
+FETCH_MAX_WAIT_MS = 10
+
 # librdkafka name -> Java client name, where only the name differs.
 _RENAMED = {
     "sasl.mechanisms": "sasl.mechanism",
@@ -306,6 +312,7 @@ def kafka_read_options(
             "failOnDataLoss": "true",
         }
     )
+    options.setdefault("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
     if min_partitions is not None:
         options["minPartitions"] = str(min_partitions)
     return options
