@@ -90,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
             if not settings.wants(name):
                 continue
             print(f"benchmark {name} ...", file=sys.stderr, flush=True)
-            if name in ("ceiling", "growth"):
-                done[name] = bench(env, settings, done.get("e2e"))
-            else:
-                done[name] = bench(env, settings)
+            try:
+                if name in ("ceiling", "growth"):
+                    done[name] = bench(env, settings, done.get("e2e"))
+                else:
+                    done[name] = bench(env, settings)
+            except Exception as e:  # one broken benchmark must not lose the others' figures
+                logging.exception("benchmark %s failed", name)
+                results.setdefault("failed", {})[name] = str(e)[-2000:]
     finally:
         if not args.keep_clusters:
             BenchEnv.stop()

@@ -188,6 +188,8 @@ def render(results: dict[str, Any]) -> str:
         )
         targets.append(["6 planning time flat", _yes(st["plan_time_flat"]), "yes", _verdict(st["plan_time_flat"])])
     out.append(table("Targets", ["target", "measured", "wanted", "result"], targets))
+    for name, error in results.get("failed", {}).items():
+        out.append(f"FAILED: benchmark {name}: {error.strip().splitlines()[-1] if error.strip() else '?'}")
     return "\n".join(out)
 
 
