@@ -38,8 +38,8 @@ def _consume(bootstrap: str, topic: str, ranges: dict[int, list[int]], out: dict
             if message.error():
                 raise RuntimeError(f"{bootstrap} {topic}: {message.error()}")
             partition, offset = message.partition(), message.offset()
-            stop = todo.get(partition)
-            if stop is None or offset >= stop:
+            stop = todo.get(partition) if partition is not None else None
+            if partition is None or offset is None or stop is None or offset >= stop:
                 continue
             records += 1
             size += len(message.value() or b"") + len(message.key() or b"")

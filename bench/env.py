@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from dynamic_kafka.kafka_admin import KafkaAdmin
 from dynamic_kafka.local_kafka import LocalCluster, start_clusters, stop_clusters

@@ -1,11 +1,10 @@
 """Measuring one command in a fresh process: wall time, its output, and the peak memory of it and of its JVM.
 
-CPU time (user + system, from ``/proc/<pid>/stat``) is sampled the same way: on a shared machine it moves much
-less than wall time does. Peak memory is the kernel's high-water mark of resident memory
-(``VmHWM`` in ``/proc/<pid>/status``), read
-every 50 ms for the process and for every descendant; the JVM is the ``java`` descendant with the highest mark
-(pyspark runs ``spark-submit``, which execs the JVM in the process pyspark started). A high-water mark only
-grows, so the last reading before the process exits is its peak, give or take the last 50 ms.
+Peak memory is the kernel's high-water mark of resident memory (``VmHWM`` in ``/proc/<pid>/status``), read every
+50 ms for the process and for every descendant; the JVM is the ``java`` descendant with the highest mark (pyspark
+runs ``spark-submit``, which execs the JVM in the process pyspark started). A high-water mark only grows, so the
+last reading before the process exits is its peak, give or take the last 50 ms. CPU time (user + system, from
+``/proc/<pid>/stat``) is sampled the same way: on a shared machine it moves much less than wall time does.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from bench.measure import Measured, run_measured
 from bench.runs import PYTHON, run_baseline, run_ceiling, run_ours, run_plan
 
 SCALE_PREFIX = "scale"
+STATE_PARTITIONS = 2
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,13 @@ class Settings:
                 partitions=8,
                 value_bytes=200,
                 repeats=2,
-                growth_sizes=(50_000, 200_000, 400_000),
+                growth_sizes=(200_000, 400_000),
                 growth_repeats=1,
                 scale_topics=(2, 10),
                 scale_partitions=100,
                 idle_repeats=3,
-                state_runs=20,
-                state_checkpoints=(1, 5, 10, 20),
+                state_runs=10,
+                state_checkpoints=(1, 4, 7, 10),
             )
         return cls(
             quick=False,
@@ -64,7 +65,7 @@ class Settings:
             value_bytes=200,
             repeats=3,
             growth_sizes=(250_000, 1_000_000, 4_000_000),
-            growth_repeats=2,
+            growth_repeats=1,
             scale_topics=(5, 50),
             scale_partitions=100,
             idle_repeats=5,
@@ -173,7 +174,7 @@ def bench_ceiling(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None)
         measured = run_ceiling(env, data.topic, fresh_dir("ceiling"))
         if measured.extra["records"] != data.records:
             raise RuntimeError(f"the ceiling consumer read {measured.extra['records']} records, not {data.records}")
-        run = figures(measured, records=data.records, size=measured.extra["bytes"])
+        run = figures(measured, records=data.records, size=int(measured.extra["bytes"]))
         run["consume_records_per_s"] = data.records / measured.extra["consume_s"]
         runs.append(run)
         _progress(f"ceiling #{rep + 1}: {measured.extra['consume_s']:.1f}s consuming")
@@ -225,7 +226,7 @@ def bench_scale(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     """4. ``dynamic-kafka plan`` over thousands of (empty) partitions, without and with committed state."""
     names = [f"{SCALE_PREFIX}-{i:02d}" for i in range(max(settings.scale_topics))]
     created = env.ensure_topics(names, settings.scale_partitions)
-    points = []
+    points: list[dict[str, Any]] = []
     for count in settings.scale_topics:
         partitions = count * settings.scale_partitions * len(CLUSTERS)
         folder = fresh_dir(f"scale-{partitions}")
@@ -275,7 +276,7 @@ def bench_growth(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) 
             runs = e2e["ours"]
         else:
             env.ensure_data_set(data)
-            repeats = settings.growth_repeats if records <= settings.records else 1
+            repeats = settings.growth_repeats
             runs = [ours_once(env, data, f"growth-{records}") for _ in range(repeats)]
         wall = median_of(runs, "wall_s")
         read_write = median_of(runs, "read_write_s")
@@ -299,18 +300,17 @@ def bench_growth(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) 
 
 def bench_state(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     """6. Many small runs in one process; planning time and state bytes read per load by run count."""
-    data = DataSet(records=0, partitions=2, value_bytes=0)
     topic = f"state-growth-{settings.state_runs}"
     for c in CLUSTERS:
-        env.delete_topics(c, [t for t in env.offsets(c, [topic])])
-        env.create_topics(c, [topic], data.partitions)
+        env.delete_topics(c, list(env.offsets(c, [topic])))
+        env.create_topics(c, [topic], STATE_PARTITIONS)
     folder = fresh_dir("state-growth")
     config = write_project(folder, env, {c: [topic] for c in CLUSTERS})
     spec = {
         "config": str(config),
         "bootstrap": {c: env.bootstrap(c) for c in CLUSTERS},
         "topic": topic,
-        "partitions": data.partitions,
+        "partitions": STATE_PARTITIONS,
         "records_per_run": 3,
         "runs": settings.state_runs,
         "checkpoints": [c for c in settings.state_checkpoints if c <= settings.state_runs],

@@ -157,6 +157,3 @@ class StateSnapshot(_Frozen):
             if frontier > split.start_offset and split.stop_offset > split.start_offset:
                 overlaps.append(split.model_copy(update={"stop_offset": min(split.stop_offset, frontier)}))
         return tuple(overlaps)
-
-    def topic_partitions(self, cluster_id: str, topic: str) -> list[PartitionState]:
-        return [p for k, p in self.partitions.items() if k.cluster_id == cluster_id and k.topic == topic]
