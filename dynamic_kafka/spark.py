@@ -4,7 +4,8 @@ Importing this module starts no JVM and imports no pyspark: the session is built
 :func:`build_spark_session`, so loading Dagster definitions and runs with nothing to read stay JVM-free.
 
 The connector and Delta jars come from Maven Central through ``spark.jars.packages`` into an Ivy cache under the
-dynamic-kafka cache folder, so only the first session on a machine downloads them. The Kafka connector's version
+dynamic-kafka cache folder, so only the first session on a machine downloads them, and only the first session
+with a given set of packages runs Ivy at all (see :mod:`dynamic_kafka.spark_packages`). The Kafka connector's version
 always equals pyspark's (its token provider is the exception, see ``KAFKA_TOKENPROVIDER_VERSION``). Spark redacts
 every setting and data source option whose key looks secret (including ``kafka.sasl.jaas.config``) in its UI, logs
 and plans.
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.cache import cache_dir
 from dynamic_kafka.maven import resolve_jars
+from dynamic_kafka.spark_packages import ResolvedJars, delta_package
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,8 +74,8 @@ def spark_conf(
         extra_jars: local jars to put on the classpath (the Kafka token provider).
 
     Returns:
-        ``(conf, extra_packages)``: ``conf`` without ``spark.jars.packages``, which Delta's helper sets from
-        ``extra_packages`` plus its own artifact.
+        ``(conf, packages)``: ``conf`` without ``spark.jars.packages``; ``packages`` are Delta's, the Kafka
+        connector's and the user's Maven coordinates.
     """
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -92,7 +94,7 @@ def spark_conf(
     }
     conf["spark.jars"] = _join_list(*map(str, extra_jars), conf.get("spark.jars", ""))
     conf["spark.jars.excludes"] = _join_list(KAFKA_TOKENPROVIDER, conf.get("spark.jars.excludes", ""))
-    packages = [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"]
+    packages = [delta_package(spark_version), f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"]
     packages += _join_list(conf.pop("spark.jars.packages", "")).split(",")
     return conf, [p for p in packages if p]
 
@@ -121,7 +123,6 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
                 logger.warning("a Spark session already runs with other settings; reusing it unchanged")
             return _session
         import pyspark
-        from delta.pip_utils import configure_spark_with_delta_pip
         from pyspark.sql import SparkSession
 
         token_provider = resolve_jars(
@@ -131,15 +132,26 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
         )
         extra_jars = sorted(token_provider.glob("*.jar"))
         conf, packages = spark_conf(settings, spark_version=pyspark.__version__, extra_jars=extra_jars)
+        own_jars = conf["spark.jars"]
+        resolution = ResolvedJars(packages, conf)
+        resolved = resolution.load()
+        if resolved is None:
+            conf["spark.jars.packages"] = ",".join(packages)
+        else:
+            conf["spark.jars"] = _join_list(own_jars, *resolved)
         builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
         for key, value in conf.items():
             builder = builder.config(key, value)
-        builder = configure_spark_with_delta_pip(builder, extra_packages=packages)
         logger.info(
-            "starting Spark %s (%s); jars cached in %s", pyspark.__version__, settings.master, conf["spark.jars.ivy"]
+            "starting Spark %s (%s); %s",
+            pyspark.__version__,
+            settings.master,
+            f"jars resolved into {conf['spark.jars.ivy']}" if resolved is None else f"{len(resolved)} cached jars",
         )
         _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
+        if resolved is None and _session.sparkContext._jvm is not None:
+            resolution.save(_session.sparkContext._jvm.System.getProperty("spark.jars") or "", own_jars)
         _ship_submitted_jars(_session)
         _session_settings = settings
         return _session

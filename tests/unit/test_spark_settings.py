@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dynamic_kafka.spark import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SparkSettings, spark_conf
+from dynamic_kafka.spark_packages import ResolvedJars, delta_package
 
 
 def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,7 +26,8 @@ def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monke
     assert conf["spark.jars"] == str(tmp_path / "tp.jar")
     assert conf["spark.jars.excludes"] == KAFKA_TOKENPROVIDER
     assert "spark.jars.packages" not in conf
-    assert packages == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
+    assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
+    assert packages[0].startswith("io.delta:delta-spark_4.1_2.13:")
 
 
 def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
@@ -44,7 +46,7 @@ def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
     assert conf["spark.ui.enabled"] == "true"
     assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},/opt/x.jar"
     assert conf["spark.jars.excludes"] == f"{KAFKA_TOKENPROVIDER},g:c"
-    assert packages == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
+    assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
 
 
 @pytest.mark.parametrize(
@@ -66,3 +68,32 @@ def test_importing_the_module_loads_no_pyspark() -> None:
         "sys.exit(any(m.split('.')[0] in {'pyspark', 'py4j', 'delta'} for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_resolved_jars_are_recorded_and_reused_while_every_jar_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
+    jars = [tmp_path / "a b.jar", tmp_path / "c.jar"]
+    for jar in jars:
+        jar.write_bytes(b"jar")
+    own = str(tmp_path / "tp.jar")
+    conf = {"spark.jars.ivy": "/ivy", "spark.jars": own}
+    resolution = ResolvedJars(["g:a:1"], conf)
+    assert resolution.load() is None
+    resolution.save(f"file://{own},file://{tmp_path}/a%20b.jar,{jars[1]}", own)
+    assert ResolvedJars(["g:a:1"], conf).load() == [str(j) for j in jars]
+    assert ResolvedJars(["g:a:2"], conf).load() is None
+    assert ResolvedJars(["g:a:1"], {**conf, "spark.jars.excludes": "g:b"}).load() is None
+    jars[1].unlink()
+    assert ResolvedJars(["g:a:1"], conf).load() is None
+
+
+def test_nothing_is_recorded_when_spark_reports_no_resolved_jars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
+    resolution = ResolvedJars(["g:a:1"], {})
+    resolution.save(str(tmp_path / "tp.jar"), str(tmp_path / "tp.jar"))
+    resolution.save(str(tmp_path / "missing.jar"), "")
+    assert not resolution.path.exists()
