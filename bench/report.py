@@ -222,5 +222,6 @@ def _header(results: dict[str, Any]) -> str:
         f"machine: {m['cores']} cores, {m['memory_gb']:.0f} GB; load average {m['load_before'][0]:.1f} before, "
         f"{m['load_after'][0]:.1f} after; CPUs busy {100 * m['busy_before']:.0f}% just before the run "
         f"(other work included)\n"
-        f"whole run: {results['total_wall_s']:.0f}s (setup {results['setup_s']:.0f}s: clusters, topics, data)\n"
+        f"whole run: {results['total_wall_s']:.0f}s (setup {results['setup_s']:.0f}s: clusters, topics, data; "
+        f"of it Spark's one-time jar record and class archive {results.get('spark_warm_up_s', 0.0):.0f}s)\n"
     )

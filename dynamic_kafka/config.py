@@ -59,6 +59,9 @@ class SparkConfig(_Config):
     app_name: str = "dynamic-kafka"
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf.")
     ui_enabled: bool = Field(False, description="Start the Spark UI (off by default for batch runs).")
+    class_data_sharing: bool = Field(
+        True, description="Start the driver's JVM from a class data sharing archive (recorded once in the background)."
+    )
 
 
 class SinkConfig(_Config):

@@ -14,6 +14,7 @@ and plans.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.cache import cache_dir
 from dynamic_kafka.maven import resolve_jars
+from dynamic_kafka.spark_cds import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark_packages import ResolvedJars, delta_package
 
 if TYPE_CHECKING:
@@ -61,6 +63,11 @@ class SparkSettings(BaseModel):
         "spark.jars.packages are added to Delta's and the Kafka connector's.",
     )
     ui_enabled: bool = Field(default=False, description="Serve the Spark UI (port 4040 and up).")
+    class_data_sharing: bool = Field(
+        default=True,
+        description="Start the driver's JVM from a class data sharing archive, recorded once per set of jars "
+        "in the background (see dynamic_kafka.spark_cds).",
+    )
 
 
 def spark_conf(
@@ -122,8 +129,59 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
             if settings != _session_settings:
                 logger.warning("a Spark session already runs with other settings; reusing it unchanged")
             return _session
-        import pyspark
         from pyspark.sql import SparkSession
+
+        launch = _Launch.prepare(settings)
+        conf = dict(launch.conf)
+        recording = os.environ.get(RECORD_ENV)
+        if recording:
+            java_options = ClassArchive.record_options(recording)
+        elif launch.archive is not None and launch.archive.ready:
+            java_options = launch.archive.use_options()
+        else:
+            java_options = ""
+        if java_options:
+            conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {java_options}"
+        builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+        for key, value in conf.items():
+            builder = builder.config(key, value.strip())
+        logger.info(
+            "starting Spark (%s); %s%s",
+            settings.master,
+            f"jars resolved into {conf['spark.jars.ivy']}" if launch.resolved is None else "cached jars",
+            ", class data sharing archive" if java_options and not recording else "",
+        )
+        _session = builder.getOrCreate()
+        _session.sparkContext.setLogLevel("WARN")
+        if launch.resolved is None and _session.sparkContext._jvm is not None:
+            submitted = _session.sparkContext._jvm.System.getProperty("spark.jars") or ""
+            launch.resolution.save(submitted, launch.own_jars)
+        elif launch.archive is not None and not launch.archive.ready and not recording:
+            launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
+        _ship_submitted_jars(_session)
+        _session_settings = settings
+        return _session
+
+
+def session_class_archive(settings: SparkSettings) -> ClassArchive | None:
+    """The class data sharing archive a session with ``settings`` would use; None when it would use none
+    (switched off, or the jars are not resolved yet)."""
+    return _Launch.prepare(settings).archive
+
+
+class _Launch:
+    """Everything decided before the JVM starts: settings, jars, and the class data sharing archive."""
+
+    def __init__(self, conf: dict[str, str], own_jars: str, resolution: ResolvedJars, resolved: list[str] | None):
+        self.conf = conf
+        self.own_jars = own_jars
+        self.resolution = resolution
+        self.resolved = resolved
+        self.archive: ClassArchive | None = None
+
+    @classmethod
+    def prepare(cls, settings: SparkSettings) -> _Launch:
+        import pyspark
 
         token_provider = resolve_jars(
             f"spark-token-provider-{KAFKA_TOKENPROVIDER_VERSION}",
@@ -135,26 +193,14 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
         own_jars = conf["spark.jars"]
         resolution = ResolvedJars(packages, conf)
         resolved = resolution.load()
+        launch = cls(conf, own_jars, resolution, resolved)
         if resolved is None:
             conf["spark.jars.packages"] = ",".join(packages)
         else:
             conf["spark.jars"] = _join_list(own_jars, *resolved)
-        builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        logger.info(
-            "starting Spark %s (%s); %s",
-            pyspark.__version__,
-            settings.master,
-            f"jars resolved into {conf['spark.jars.ivy']}" if resolved is None else f"{len(resolved)} cached jars",
-        )
-        _session = builder.getOrCreate()
-        _session.sparkContext.setLogLevel("WARN")
-        if resolved is None and _session.sparkContext._jvm is not None:
-            resolution.save(_session.sparkContext._jvm.System.getProperty("spark.jars") or "", own_jars)
-        _ship_submitted_jars(_session)
-        _session_settings = settings
-        return _session
+            if settings.class_data_sharing:
+                launch.archive = ClassArchive(conf["spark.jars"].split(","), spark_version=pyspark.__version__)
+        return launch
 
 
 def stop_spark_session() -> None:

@@ -53,14 +53,21 @@ def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def spawn_detached(argv: list[str], *, log_file: Path, cwd: Path) -> int:
+def spawn_detached(argv: list[str], *, log_file: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
     """Start ``argv`` in a new session with stdout and stderr appended to ``log_file``; return its pid.
 
-    The new session keeps the process alive when the caller's terminal or process group goes away.
+    The new session keeps the process alive when the caller's terminal or process group goes away. ``env``
+    defaults to this process's environment.
     """
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
-            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     _children[proc.pid] = proc
     return proc.pid
