@@ -6,11 +6,11 @@ and the Kafka connector. Java 13 and later can record the classes a JVM loaded i
 (2 cores, Java 17): the session starts ~2.5 s sooner and its first Delta write takes ~2.5 s less.
 
 An archive only fits the JVM binary and the classpath it was recorded with, so its key is the java binary,
-pyspark's version and the session's jars. It is recorded once per key by a background process at low priority
-(``python -m dynamic_kafka.spark_cds KEY``): it starts a session, writes and reads a tiny Delta table, closes the JVM's
-stdin so that it exits and writes the archive, and renames the archive into place only after that JVM exited
-with status 0, so no run maps a half-written file. A JVM that finds the archive unusable runs without it (Java's
-default ``-Xshare:auto``), so the archive can only make a start faster.
+pyspark's version and install folder, and the session's jars. It is recorded once per key by a background process
+at low priority (``python -m dynamic_kafka.spark_cds KEY``): it starts a session, writes and reads a tiny Delta
+table, closes the JVM's stdin so that it exits and writes the archive, and renames the archive into place only
+after that JVM exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
+runs without it (Java's default ``-Xshare:auto``), so the archive can only make a start faster.
 """
 
 from __future__ import annotations
@@ -41,13 +41,17 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 class ClassArchive:
     """The CDS archive for a session with ``jars`` on the given java and pyspark."""
 
-    def __init__(self, jars: Sequence[str], *, spark_version: str, java: str | None = None) -> None:
+    def __init__(
+        self, jars: Sequence[str], *, spark_version: str, spark_home: str | None = None, java: str | None = None
+    ) -> None:
         java = java or _java_binary()
         stat = Path(java).stat() if java and Path(java).exists() else None
         what = {
             "java": java,
             "java_build": [stat.st_size, stat.st_mtime_ns] if stat else None,
             "spark": spark_version,
+            # The JVM's own classpath is Spark's jars folder: an archive recorded with another one is ignored.
+            "spark_home": spark_home or _spark_home(),
             "jars": sorted(jars),
         }
         self.key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
@@ -155,6 +159,12 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
         os.replace(partial, probe.path)
         logger.info("class data sharing archive ready: %s", probe.path)
         return 0
+
+
+def _spark_home() -> str:
+    import pyspark
+
+    return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.realpath(pyspark.__file__))
 
 
 def _java_binary() -> str | None:

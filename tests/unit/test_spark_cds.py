@@ -25,6 +25,9 @@ def test_the_key_follows_the_jars_spark_and_java(tmp_path: Path) -> None:
     assert ClassArchive(["/j/b.jar", "/j/a.jar"], spark_version="4.1.3", java=str(java)).key == base.key
     assert ClassArchive(["/j/a.jar"], spark_version="4.1.3", java=str(java)).key != base.key
     assert ClassArchive(["/j/a.jar", "/j/b.jar"], spark_version="4.1.4", java=str(java)).key != base.key
+    assert (
+        ClassArchive(["/j/a.jar", "/j/b.jar"], spark_version="4.1.3", java=str(java), spark_home="/x").key != base.key
+    )
     java.write_text("a newer build")
     assert ClassArchive(["/j/a.jar", "/j/b.jar"], spark_version="4.1.3", java=str(java)).key != base.key
 
