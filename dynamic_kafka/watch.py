@@ -22,6 +22,11 @@ class WatchCursor(BaseModel):
 
     fingerprint: str | None = Field(None, description="The last fingerprint seen; None before the first poll.")
     consecutive_failures: int = Field(0, ge=0)
+    changes: int = Field(
+        0,
+        ge=0,
+        description="How many changes were seen, so a layout that comes back (A -> B -> A) is a new change.",
+    )
 
 
 class WatchResult(BaseModel):
@@ -33,6 +38,14 @@ class WatchResult(BaseModel):
     changed: bool = Field(description="The fingerprint differs from the cursor's (a run should be requested).")
     fingerprint: str | None = None
     reason: str = Field(description="Why a run is or is not requested, for people reading sensor ticks.")
+
+    @property
+    def run_key(self) -> str | None:
+        """A key unique to this change: the same for a repeated poll of it (an orchestrator that dedupes run
+        requests by key requests it once), different for a later change back to an earlier layout."""
+        if not self.changed or self.fingerprint is None:
+            return None
+        return f"{self.fingerprint}#{self.cursor.changes}"
 
 
 def check_metadata(poll: Callable[[], str], cursor: WatchCursor, *, failure_threshold: int) -> WatchResult:
@@ -60,12 +73,12 @@ def check_metadata(poll: Callable[[], str], cursor: WatchCursor, *, failure_thre
             changed=False,
             reason=f"metadata service failed ({failures} of {failure_threshold} tolerated): {e}",
         )
-    new_cursor = WatchCursor(fingerprint=fingerprint, consecutive_failures=0)
     if fingerprint == cursor.fingerprint:
-        return WatchResult(cursor=new_cursor, changed=False, fingerprint=fingerprint, reason="metadata unchanged")
+        unchanged = WatchCursor(fingerprint=fingerprint, changes=cursor.changes)
+        return WatchResult(cursor=unchanged, changed=False, fingerprint=fingerprint, reason="metadata unchanged")
     previous = cursor.fingerprint or "none"
     return WatchResult(
-        cursor=new_cursor,
+        cursor=WatchCursor(fingerprint=fingerprint, changes=cursor.changes + 1),
         changed=True,
         fingerprint=fingerprint,
         reason=f"metadata fingerprint changed from {previous} to {fingerprint}",

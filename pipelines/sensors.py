@@ -2,8 +2,9 @@
 
 Metadata sensor: each tick polls ``runner.resolve().fingerprint`` through the library's ``check_metadata``. The
 cursor is the library's ``WatchCursor`` as JSON, so the last fingerprint and the count of consecutive metadata
-service failures survive daemon restarts. A change requests one run keyed by the new fingerprint (Dagster never
-launches two runs with one key, so a repeated tick cannot duplicate it); up to ``sensor.failure_threshold``
+service failures survive daemon restarts. A change requests one run keyed by the new fingerprint and the count of
+changes seen (Dagster never launches two runs with one key, so a repeated tick cannot duplicate it, while a layout
+that comes back, A -> B -> A, is a new key); up to ``sensor.failure_threshold``
 consecutive failures are skipped ticks that say why; the next one fails the tick until the service answers again.
 The first tick (no cursor) requests a run, which records the baseline fingerprint.
 
@@ -76,10 +77,10 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "UnresolvedAssetJobDefi
             lambda: runner.resolve().fingerprint, read_cursor(context.cursor), failure_threshold=threshold
         )
         cursor = result.cursor.model_dump_json()
-        if not result.changed or result.fingerprint is None:
+        if result.run_key is None:
             return SensorResult(skip_reason=SkipReason(result.reason), cursor=cursor)
         context.log.info(result.reason)
-        request = RunRequest(run_key=result.fingerprint, tags={TRIGGER_TAG: "metadata_change"})
+        request = RunRequest(run_key=result.run_key, tags={TRIGGER_TAG: "metadata_change"})
         return SensorResult(run_requests=[request], cursor=cursor)
 
     return metadata_sensor

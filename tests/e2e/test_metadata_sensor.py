@@ -46,8 +46,8 @@ def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
 
     first_fp = fingerprint(project)
     baseline = tick()
-    assert [r.run_key for r in baseline.run_requests or []] == [first_fp]
-    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=first_fp)
+    assert [r.run_key for r in baseline.run_requests or []] == [f"{first_fp}#1"]
+    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=first_fp, changes=1)
 
     assert skipped(tick()) == "metadata unchanged"
 
@@ -56,7 +56,7 @@ def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
     assert second_fp != first_fp
     changed = tick()
     (request,) = changed.run_requests or []
-    assert request.run_key == second_fp
+    assert request.run_key == f"{second_fp}#2"
     assert skipped(tick()) == "metadata unchanged"  # the repeated tick requests nothing more
 
     project.metadata_path.write_text("clusters: [not, closed\n", encoding="utf-8")
@@ -69,7 +69,11 @@ def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
 
     project.write_metadata(EAST_AND_WEST)
     assert skipped(tick()) == "metadata unchanged"
-    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=second_fp)
+    assert WatchCursor.model_validate_json(cursor or "") == WatchCursor(fingerprint=second_fp, changes=2)
+
+    project.write_metadata(EAST_ONLY)  # back to the first layout: a change of its own
+    (back,) = tick().run_requests or []
+    assert back.run_key == f"{first_fp}#3"
 
 
 def test_metadata_sensor_survives_an_unreadable_cursor(project: Project, instance: DagsterInstance) -> None:
@@ -80,4 +84,4 @@ def test_metadata_sensor_survives_an_unreadable_cursor(project: Project, instanc
     result = sensor(build_sensor_context(instance=instance, cursor="not json", resources=project.resources()))
 
     assert isinstance(result, SensorResult)
-    assert [r.run_key for r in result.run_requests or []] == [fingerprint(project)]
+    assert [r.run_key for r in result.run_requests or []] == [f"{fingerprint(project)}#1"]

@@ -19,9 +19,29 @@ def test_change_detection() -> None:
     same = check_metadata(lambda: "a", first.cursor, failure_threshold=1)
     assert not same.changed
     assert same.reason == "metadata unchanged"
+    assert same.run_key is None
     moved = check_metadata(lambda: "b", same.cursor, failure_threshold=1)
     assert moved.changed
     assert "from a to b" in moved.reason
+
+
+def test_every_change_has_its_own_run_key_also_back_to_an_earlier_layout() -> None:
+    first = check_metadata(lambda: "a", WatchCursor(), failure_threshold=1)
+    to_b = check_metadata(lambda: "b", first.cursor, failure_threshold=1)
+    back_to_a = check_metadata(lambda: "a", to_b.cursor, failure_threshold=1)
+    keys = [first.run_key, to_b.run_key, back_to_a.run_key]
+    assert keys == ["a#1", "b#2", "a#3"]
+    # A repeated poll of the same change (the orchestrator lost the new cursor) asks with the same key.
+    assert check_metadata(lambda: "b", first.cursor, failure_threshold=1).run_key == to_b.run_key
+    failed = check_metadata(failing, back_to_a.cursor, failure_threshold=1)
+    assert failed.cursor.changes == 3
+    assert check_metadata(lambda: "a", failed.cursor, failure_threshold=1).run_key is None
+
+
+def test_a_cursor_of_an_earlier_version_still_reads() -> None:
+    cursor = WatchCursor.model_validate_json('{"fingerprint": "a", "consecutive_failures": 0}')
+    assert cursor.changes == 0
+    assert check_metadata(lambda: "b", cursor, failure_threshold=1).run_key == "b#1"
 
 
 def test_threshold_five_tolerates_five_then_raises_and_success_resets() -> None:
