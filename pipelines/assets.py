@@ -71,7 +71,8 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
 
 
 def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
-    """Fails when the pending records exceed ``max_lag_records`` or the last run found data loss."""
+    """Fails when the pending records exceed ``max_lag_records`` (or, with a limit, cannot be known because a
+    cluster is unreachable) or the last run found data loss."""
     pipeline_id = pipeline.id
     limit = pipeline.max_lag_records
 
@@ -98,6 +99,10 @@ def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
             )
         if too_far_behind:
             problems.append(f"lag {status.total_lag} records exceeds max_lag_records {limit}")
+        if limit is not None and status.unreachable_clusters:
+            # Their lag is unknown, not zero: a limit cannot be said to hold.
+            unknown = ", ".join(status.unreachable_clusters)
+            problems.append(f"lag unknown on unreachable cluster(s) {unknown} (known lag {status.total_lag} records)")
         metadata: dict[str, MetadataValue] = {
             "total_lag": MetadataValue.int(status.total_lag),
             "data_loss_ranges": MetadataValue.json(losses),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -142,3 +143,26 @@ def test_capped_run_fails_the_lag_check_and_the_catch_up_sensor_runs_again(
     (check,) = second.get_asset_check_evaluations()
     assert check.passed
     assert isinstance(catch_up(run_success_context(instance, second.run_id, catch_up.name)), SkipReason)
+
+
+def test_lag_check_does_not_pass_while_a_cluster_is_unreachable(
+    tmp_path: Path, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    # "gone" is in the metadata, but nothing listens there: its lag is unknown, which must not read as zero.
+    project = Project(root=tmp_path, clusters={"east": kafka_clusters["east"].bootstrap_servers, "gone": "127.0.0.1:1"})
+    east = project.clusters["east"]
+    topic = unique_topic("partly-gone")
+    create_topic(east, topic, partitions=1)
+    project.write_metadata({"events": {"east": [topic], "gone": [topic]}})
+    project.add_pipeline("events", ["events"], max_lag_records=100, skip_unreachable_clusters=True)
+    produced = produce("east", east, topic, [Record(0, f"event-{i}") for i in range(3)])
+
+    result = project.definitions().resolve_job_def("events_incremental").execute_in_process(instance=instance)
+
+    assert result.success
+    assert sorted(sink_rows(project.sink_path("events"))) == produced
+    (check,) = result.get_asset_check_evaluations()
+    assert not check.passed
+    assert check.metadata["total_lag"].value == 0
+    assert check.metadata["unreachable_clusters"].value == "gone"
+    assert "lag unknown on unreachable cluster(s) gone" in (check.description or "")
