@@ -85,6 +85,8 @@ def format_summary(summary: RunSummary) -> str:
     lines += [f"  {t.cluster_id}/{t.topic}: {t.records} records, {t.bytes} bytes" for t in summary.topics]
     if summary.dead_letters:
         lines.append(f"  {summary.dead_letters} undecodable records went to the dead-letter table")
+    if summary.deduplicated:
+        lines.append(f"  {summary.deduplicated} records read were already in the sink from a backfill (not written)")
     if summary.lag_after:
         lines.append(f"  {summary.lag_after} records pending after this run{' (capped)' if summary.capped else ''}")
     lines += _findings_text(summary.findings)

@@ -206,6 +206,7 @@ class PipelineRunner:
             records=result.records,
             bytes=result.bytes,
             dead_letters=result.dead_letters,
+            deduplicated=result.deduplicated,
             topics=tuple(
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
                 for (c, t), (r, b) in sorted(result.per_topic.items())

@@ -32,6 +32,9 @@ class RunSummary(BaseModel):
     records: int = 0
     bytes: int = 0
     dead_letters: int = 0
+    deduplicated: int = Field(
+        0, description="Records read that a time-window backfill had already landed: not written again, not counted."
+    )
     topics: tuple[TopicStats, ...] = ()
     clusters: tuple[str, ...] = ()
     splits: int = Field(0, description="Splits read (non-empty ranges).")

@@ -35,6 +35,7 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         "records": MetadataValue.int(summary.records),
         "bytes": MetadataValue.int(summary.bytes),
         "dead_letters": MetadataValue.int(summary.dead_letters),
+        "deduplicated": MetadataValue.int(summary.deduplicated),
         "topics": MetadataValue.table(
             records=[
                 TableRecord({"cluster_id": t.cluster_id, "topic": t.topic, "records": t.records, "bytes": t.bytes})

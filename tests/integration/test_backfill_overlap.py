@@ -122,6 +122,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     second = orders.harness.runner().run()
 
     assert (second.run_seq, second.records, second.dead_letters) == (2, 2, 0)  # c0 and c1 only
+    assert second.deduplicated == 3  # read again, already landed by the backfill
     assert [(t.topic, t.records) for t in second.topics] == [(orders.topic, 2)]
     assert orders.harness.sink_rows() == orders.rows(first + window[:2] + after)
     dead = DeltaTable(str(orders.harness.runner().pipeline.sink.resolved_dead_letter_path)).to_pyarrow_table()
@@ -150,7 +151,7 @@ def test_the_first_run_after_a_backfill_on_a_fresh_pipeline_lands_each_record_on
 
     first = orders.harness.runner().run()  # from earliest: reads all four records
 
-    assert (first.run_seq, first.records) == (1, 1)
+    assert (first.run_seq, first.records, first.deduplicated) == (1, 1, 3)
     assert orders.harness.sink_rows() == orders.rows(window + later)
     ((overlaps, result),) = writes
     assert orders.ranges(overlaps) == [(0, 0, 2), (1, 0, 1)]
