@@ -10,7 +10,8 @@ pyspark's version and install folder, and the session's jars. It is recorded onc
 at low priority (``python -m dynamic_kafka.spark_cds KEY``): it starts a session, writes and reads a tiny Delta
 table, closes the JVM's stdin so that it exits and writes the archive, and renames the archive into place only
 after that JVM exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
-runs without it (Java's default ``-Xshare:auto``), so the archive can only make a start faster.
+runs without it (Java's default ``-Xshare:auto``), so the archive can only make a start faster. Each recording
+also deletes the archives no JVM can use any more (their java or pyspark folder is gone), ~180 MB each.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class ClassArchive:
         self.key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
         self.path = cache_dir() / "spark-cds" / f"{self.key}.jsa"
         self._lock = self.path.with_suffix(".lock")
+        self.description = what
 
     @property
     def ready(self) -> bool:
@@ -156,9 +158,31 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
             partial.unlink(missing_ok=True)
             logger.warning("recording the class data sharing archive failed (JVM exit status %s)", status)
             return 1
+        probe.path.with_suffix(".json").write_text(json.dumps(probe.description, indent=2) + "\n")
         os.replace(partial, probe.path)
         logger.info("class data sharing archive ready: %s", probe.path)
-        return 0
+    prune_archives(probe.path.parent)
+    return 0
+
+
+def prune_archives(folder: Path) -> list[Path]:
+    """Delete the archives whose java binary or pyspark folder no longer exists (a removed virtualenv or JDK):
+    no JVM can use them again, and each takes ~180 MB. Returns the deleted archives."""
+    pruned = []
+    for described in folder.glob("*.json"):
+        try:
+            what = json.loads(described.read_text())
+            needed = [what["java"], what["spark_home"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if all(isinstance(p, str) and Path(p).exists() for p in needed):
+            continue
+        archive = described.with_suffix(".jsa")
+        archive.unlink(missing_ok=True)
+        described.unlink(missing_ok=True)
+        described.with_suffix(".log").unlink(missing_ok=True)
+        pruned.append(archive)
+    return pruned
 
 
 def _spark_home() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.spark_cds import ClassArchive
+from dynamic_kafka.spark_cds import ClassArchive, prune_archives
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +48,14 @@ def test_one_recorder_at_a_time_and_a_dead_holder_is_replaced() -> None:
     archive = ClassArchive(["/j/a.jar"], spark_version="4.1.3", java="/usr/bin/java")
     lock = archive.path.with_suffix(".lock")
     # A stand-in recorder: the lock names a live process whose command line is the recorder module's.
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "dynamic_kafka.spark_cds"])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", "dynamic_kafka.spark_cds"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "up\n"  # exec'd: its command line is readable now
         lock.parent.mkdir(parents=True)
         lock.write_text(str(holder.pid))
         assert archive.recording
@@ -63,3 +70,21 @@ def test_one_recorder_at_a_time_and_a_dead_holder_is_replaced() -> None:
         assert held
         assert lock.read_text() == str(os.getpid())
     assert not lock.exists()
+
+
+def test_archives_of_a_removed_pyspark_or_java_are_pruned(tmp_path: Path) -> None:
+    java = tmp_path / "java"
+    java.write_text("a")
+    (tmp_path / "pyspark-kept").mkdir()
+    kept = ClassArchive(["/j/a.jar"], spark_version="4.1.3", java=str(java), spark_home=str(tmp_path / "pyspark-kept"))
+    gone = ClassArchive(["/j/a.jar"], spark_version="4.1.3", java=str(java), spark_home=str(tmp_path / "removed"))
+    for archive in (kept, gone):
+        archive.path.parent.mkdir(parents=True, exist_ok=True)
+        archive.path.write_bytes(b"archive")
+        archive.path.with_suffix(".json").write_text(json.dumps(archive.description))
+
+    assert prune_archives(kept.path.parent) == [gone.path]
+
+    assert kept.ready
+    assert not gone.ready
+    assert not gone.path.with_suffix(".json").exists()
