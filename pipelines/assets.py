@@ -72,7 +72,7 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
 
 def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
     """Fails when the pending records exceed ``max_lag_records`` (or, with a limit, cannot be known because a
-    cluster is unreachable) or the last run found data loss."""
+    cluster is unreachable or was skipped) or the last run found data loss."""
     pipeline_id = pipeline.id
     limit = pipeline.max_lag_records
 
@@ -99,10 +99,14 @@ def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
             )
         if too_far_behind:
             problems.append(f"lag {status.total_lag} records exceeds max_lag_records {limit}")
-        if limit is not None and status.unreachable_clusters:
-            # Their lag is unknown, not zero: a limit cannot be said to hold.
-            unknown = ", ".join(status.unreachable_clusters)
-            problems.append(f"lag unknown on unreachable cluster(s) {unknown} (known lag {status.total_lag} records)")
+        # Clusters unreachable now, or skipped by the last run (never read, so possibly absent from the state):
+        # their lag is unknown, not zero, and a limit cannot be said to hold.
+        unknown = ", ".join(sorted({*status.unreachable_clusters, *last.get("skipped_clusters", ())}))
+        if limit is not None and unknown:
+            problems.append(
+                f"lag unknown on cluster(s) {unknown}, unreachable or skipped by the last run "
+                f"(known lag {status.total_lag} records)"
+            )
         metadata: dict[str, MetadataValue] = {
             "total_lag": MetadataValue.int(status.total_lag),
             "data_loss_ranges": MetadataValue.json(losses),
@@ -112,6 +116,8 @@ def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
             metadata["max_lag_records"] = MetadataValue.int(limit)
         if status.unreachable_clusters:
             metadata["unreachable_clusters"] = MetadataValue.text(", ".join(status.unreachable_clusters))
+        if unknown:
+            metadata["lag_unknown_clusters"] = MetadataValue.text(unknown)
         return AssetCheckResult(
             passed=not problems,
             severity=AssetCheckSeverity.ERROR if losses else AssetCheckSeverity.WARN,
