@@ -153,14 +153,23 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
         )
         _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
-        if launch.resolved is None and _session.sparkContext._jvm is not None:
-            submitted = _session.sparkContext._jvm.System.getProperty("spark.jars") or ""
-            launch.resolution.save(submitted, launch.own_jars)
-        elif launch.archive is not None and not launch.archive.ready and not recording:
-            launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
+        _record_start_up_aids(launch, settings, _session, recording=bool(recording))
         _ship_submitted_jars(_session)
         _session_settings = settings
         return _session
+
+
+def _record_start_up_aids(launch: _Launch, settings: SparkSettings, session: SparkSession, *, recording: bool) -> None:
+    """After a start: record the jars Ivy resolved, or have the class archive recorded. Both only speed up later
+    starts, so a cache folder that cannot be written costs speed, never the run."""
+    try:
+        if launch.resolved is None and session.sparkContext._jvm is not None:
+            submitted = session.sparkContext._jvm.System.getProperty("spark.jars") or ""
+            launch.resolution.save(submitted, launch.own_jars)
+        elif launch.archive is not None and not launch.archive.ready and not recording:
+            launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
+    except OSError as e:
+        logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
 
 def session_class_archive(settings: SparkSettings) -> ClassArchive | None:

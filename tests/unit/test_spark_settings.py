@@ -97,3 +97,22 @@ def test_nothing_is_recorded_when_spark_reports_no_resolved_jars(
     resolution.save(str(tmp_path / "tp.jar"), str(tmp_path / "tp.jar"))
     resolution.save(str(tmp_path / "missing.jar"), "")
     assert not resolution.path.exists()
+
+
+def test_an_unwritable_cache_costs_speed_not_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from dynamic_kafka import spark as spark_module
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(blocker / "cache"))
+    jar = tmp_path / "resolved.jar"
+    jar.write_bytes(b"jar")
+    launch = spark_module._Launch({}, "", ResolvedJars(["g:a:1"], {}), None)
+    system = SimpleNamespace(getProperty=lambda _key: str(jar))
+    session = SimpleNamespace(sparkContext=SimpleNamespace(_jvm=SimpleNamespace(System=system)))
+
+    spark_module._record_start_up_aids(launch, SparkSettings(), session, recording=False)  # type: ignore[arg-type]
+
+    assert not (blocker / "cache").exists()
