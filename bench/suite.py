@@ -11,7 +11,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,24 +43,7 @@ class Settings:
 
     @classmethod
     def defaults(cls, quick: bool) -> Settings:
-        if quick:
-            return cls(
-                quick=True,
-                records=200_000,
-                partitions=8,
-                value_bytes=200,
-                # One run of each variant: at this size each run is ~20 s of mostly fixed cost, and three minutes
-                # do not hold two pairs. The default mode gives medians.
-                repeats=1,
-                growth_sizes=(200_000, 400_000),
-                growth_repeats=1,
-                scale_topics=(2, 10),
-                scale_partitions=100,
-                idle_repeats=3,
-                state_runs=10,
-                state_checkpoints=(1, 4, 7, 10),
-            )
-        return cls(
+        full = cls(
             quick=False,
             records=1_000_000,
             partitions=8,
@@ -73,6 +56,21 @@ class Settings:
             idle_repeats=5,
             state_runs=200,
             state_checkpoints=(1, 50, 100, 200),
+        )
+        if not quick:
+            return full
+        return replace(
+            full,
+            quick=True,
+            records=200_000,
+            # One run of each variant: at this size each run is ~20 s of mostly fixed cost, and three minutes
+            # do not hold two pairs. The default mode gives medians.
+            repeats=1,
+            growth_sizes=(200_000, 400_000),
+            scale_topics=(2, 10),
+            idle_repeats=3,
+            state_runs=10,
+            state_checkpoints=(1, 4, 7, 10),
         )
 
     def wants(self, name: str) -> bool:

@@ -240,7 +240,7 @@ class _PlanBuilder:
             self.note(
                 "resumed",
                 f"{key} is back in the metadata; resuming at its kept offset {start}",
-                **_at(key),
+                **key.model_dump(),
             )
         if start >= offsets.earliest:
             return start
@@ -250,7 +250,7 @@ class _PlanBuilder:
         self.note(
             "data_loss",
             f"{key}: offsets [{start}, {offsets.earliest}) were deleted before they were read; skipped",
-            **_at(key),
+            **key.model_dump(),
             from_offset=start,
             to_offset=offsets.earliest,
         )
@@ -295,7 +295,7 @@ class _PlanBuilder:
                 "offset_clamped",
                 f"{key}: {what} gave offset {wanted}, outside the available "
                 f"[{offsets.earliest}, {offsets.latest}]; using {clamped}",
-                **_at(key),
+                **key.model_dump(),
                 from_offset=wanted,
                 to_offset=clamped,
             )
@@ -324,7 +324,7 @@ class _PlanBuilder:
         self.note(
             "capped",
             f"{key}: {stop - start} records pending, reading {cap} (max_records_per_partition)",
-            **_at(key),
+            **key.model_dump(),
             from_offset=start + cap,
             to_offset=stop,
         )
@@ -344,7 +344,7 @@ class _PlanBuilder:
                     "removed_unread",
                     f"{key} was removed from the metadata with offsets [{committed.next_offset}, {offsets.latest}) "
                     "unread; set `drain_removed: true` to read them before removal",
-                    **_at(key),
+                    **key.model_dump(),
                     from_offset=committed.next_offset,
                     to_offset=offsets.latest,
                 )
@@ -353,14 +353,14 @@ class _PlanBuilder:
                     "removed_unread",
                     f"{key} was removed from the metadata and cannot be reached to drain it; records after offset "
                     f"{committed.next_offset} may be unread",
-                    **_at(key),
+                    **key.model_dump(),
                     from_offset=committed.next_offset,
                 )
             else:
                 self.note(
                     "removed",
                     f"{key} was removed from the metadata; its offset {committed.next_offset} is kept",
-                    **_at(key),
+                    **key.model_dump(),
                 )
 
     def _removed_offsets(self, committed: PartitionState) -> PartitionOffsets | None:
@@ -384,7 +384,7 @@ class _PlanBuilder:
             return
         stop = self._cap_partition(key, start, offsets.latest)
         split = Split(
-            **_at(key),
+            **key.model_dump(),
             start_offset=start,
             stop_offset=stop,
             stream_ids=committed.stream_ids or ("(removed)",),
@@ -397,15 +397,10 @@ class _PlanBuilder:
         self.note(
             "removed",
             f"{key} was removed from the metadata; draining [{start}, {offsets.latest}) before marking it removed",
-            **_at(key),
+            **key.model_dump(),
             from_offset=start,
             to_offset=offsets.latest,
         )
-
-
-def _at(key: TopicPartition) -> dict[str, object]:
-    """A finding's coordinates for one partition."""
-    return {"cluster_id": key.cluster_id, "topic": key.topic, "partition": key.partition}
 
 
 def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Split]) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka_admin import ClusterRequest, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -39,6 +39,11 @@ class PipelineStatus(BaseModel):
     partitions: tuple[PartitionLag, ...]
     total_lag: int
     unreachable_clusters: tuple[str, ...]
+    lag_unknown_clusters: tuple[str, ...] = Field(
+        (),
+        description="Clusters whose lag ``total_lag`` cannot include: unreachable now, or skipped by the last run "
+        "(a cluster never read has no state to ask about).",
+    )
     last_run: dict[str, Any] | None
     last_run_status: str | None
     warnings: tuple[Finding, ...]
@@ -89,12 +94,15 @@ def pipeline_status(runner: PipelineRunner, *, history: int = 20) -> PipelineSta
     runs = runner.store.run_history(limit=history)
     warnings = tuple(f for run in runs for f in run.plan.findings if f.is_warning)
     last = state.last_run
+    last_run = summary_from_json(last.summary_json) if last else None
+    unreachable = tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable)
     return PipelineStatus(
         pipeline_id=runner.pipeline.id,
         partitions=tuple(rows),
         total_lag=sum(r.lag or 0 for r in rows if r.status == "active"),
-        unreachable_clusters=tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable),
-        last_run=summary_from_json(last.summary_json) if last else None,
+        unreachable_clusters=unreachable,
+        lag_unknown_clusters=tuple(sorted({*unreachable, *(last_run or {}).get("skipped_clusters", ())})),
+        last_run=last_run,
         last_run_status=last.status if last else None,
         warnings=warnings,
     )

@@ -99,9 +99,8 @@ def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
             )
         if too_far_behind:
             problems.append(f"lag {status.total_lag} records exceeds max_lag_records {limit}")
-        # Clusters unreachable now, or skipped by the last run (never read, so possibly absent from the state):
-        # their lag is unknown, not zero, and a limit cannot be said to hold.
-        unknown = ", ".join(sorted({*status.unreachable_clusters, *last.get("skipped_clusters", ())}))
+        # Their lag is unknown, not zero: a limit cannot be said to hold.
+        unknown = ", ".join(status.lag_unknown_clusters)
         if limit is not None and unknown:
             problems.append(
                 f"lag unknown on cluster(s) {unknown}, unreachable or skipped by the last run "
