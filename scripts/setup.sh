@@ -30,5 +30,5 @@ if ! [ -x "$UV" ] || [ "$("$UV" --version | awk '{print $2}')" != "$UV_VERSION" 
   .cache/uv/bin/pip install -q "uv==$UV_VERSION"
 fi
 
-"$UV" sync --frozen --python "$PY" --quiet
+"$UV" sync --frozen --all-extras --python "$PY" --quiet
 echo "setup: ready (.venv/bin/dynamic-kafka)"
