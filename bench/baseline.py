@@ -26,7 +26,7 @@ def main(spec_path: str) -> None:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.spark import SparkSettings, build_spark_session
+    from dynamic_kafka.spark.session import SparkSettings, build_spark_session
 
     imported = time.perf_counter()
     spark = build_spark_session(SparkSettings.model_validate(spec["spark"]))

@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from dynamic_kafka.kafka_admin import KafkaAdmin
+from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.local_kafka import LocalCluster, start_clusters, stop_clusters
 from dynamic_kafka.metadata.models import ClusterMetadata
 
@@ -323,22 +323,23 @@ def bench_environ() -> dict[str, str]:
 def warm_spark_start() -> float:
     """Record the resolved Spark jars and the driver's class data sharing archive before anything is measured.
 
-    Both are one-time costs of a machine (see ``dynamic_kafka.spark_packages`` and ``dynamic_kafka.spark_cds``);
-    left to the measured runs, the first would pay Ivy and the next would compete with the background recorder.
+    Both are one-time costs of a machine (see ``dynamic_kafka.spark.packages`` and
+    ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay Ivy and the next would
+    compete with the background recorder.
     Returns the seconds spent (0 when both were ready).
     """
-    from dynamic_kafka.spark import SparkSettings, session_class_archive
+    from dynamic_kafka.spark.session import SparkSettings, session_class_archive
 
     began = time.monotonic()
     settings = SparkSettings.model_validate(spark_settings())
     if session_class_archive(settings) is None:
         code = (
-            "import sys; from dynamic_kafka.spark import SparkSettings, build_spark_session; "
+            "import sys; from dynamic_kafka.spark.session import SparkSettings, build_spark_session; "
             "build_spark_session(SparkSettings.model_validate_json(sys.argv[1]))"
         )
         subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
     archive = session_class_archive(settings)
     if archive is not None and not archive.ready:
-        recorder = [sys.executable, "-m", "dynamic_kafka.spark_cds", archive.key]
+        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key]
         subprocess.run(recorder, check=True, capture_output=True)
     return time.monotonic() - began

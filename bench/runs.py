@@ -23,9 +23,9 @@ PYTHON = sys.executable
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
 # A phase ends at the first log line of this logger containing this text.
 _MARKS = (
-    ("startup_plan_s", "dynamic_kafka.spark", "starting Spark"),
-    ("spark_start_s", "dynamic_kafka.reader", "partition range(s)"),
-    ("read_write_s", "dynamic_kafka.sink", "landed in"),
+    ("startup_plan_s", "dynamic_kafka.spark.session", "starting Spark"),
+    ("spark_start_s", "dynamic_kafka.spark.reader", "partition range(s)"),
+    ("read_write_s", "dynamic_kafka.sink.incremental", "landed in"),
     ("commit_s", "dynamic_kafka.state.store", "commit_run run"),
 )
 
@@ -35,7 +35,18 @@ def run_ours(config: Path, *, pipeline: str = "bench") -> tuple[Measured, dict[s
     phases) and the run summary."""
     began = time.time()
     measured = run_measured(
-        [PYTHON, "-m", "dynamic_kafka.cli", "-v", "run", "--config", str(config), "--pipeline", pipeline, "--json"],
+        [
+            PYTHON,
+            "-m",
+            "dynamic_kafka.cli.main",
+            "-v",
+            "run",
+            "--config",
+            str(config),
+            "--pipeline",
+            pipeline,
+            "--json",
+        ],
         cwd=config.parent,
         env=bench_environ(),
     ).check()
@@ -47,7 +58,7 @@ def run_plan(config: Path, *, pipeline: str = "bench") -> tuple[Measured, int]:
     """``dynamic-kafka plan`` (the readable table an operator asks for) in a fresh process; returns the
     measurement and the number of splits listed."""
     measured = run_measured(
-        [PYTHON, "-m", "dynamic_kafka.cli", "plan", "--config", str(config), "--pipeline", pipeline],
+        [PYTHON, "-m", "dynamic_kafka.cli.main", "plan", "--config", str(config), "--pipeline", pipeline],
         cwd=config.parent,
         env=bench_environ(),
     ).check()

@@ -48,7 +48,7 @@ def main(spec_path: str) -> None:
 
     from dynamic_kafka.config import load_project_config
     from dynamic_kafka.runner import PipelineRunner
-    from dynamic_kafka.spark import SparkSettings, build_spark_session
+    from dynamic_kafka.spark.session import SparkSettings, build_spark_session
 
     spec = json.loads(Path(spec_path).read_text())
     project = load_project_config(spec["config"])

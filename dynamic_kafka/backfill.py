@@ -17,14 +17,14 @@ import time
 from datetime import UTC, datetime
 
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.kafka_admin import take_broker_snapshot
+from dynamic_kafka.kafka import take_broker_snapshot
+from dynamic_kafka.metadata.resolve import cluster_requests
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
-from dynamic_kafka.planner import plan_run
-from dynamic_kafka.resolve import cluster_requests
+from dynamic_kafka.plan.model import Plan
+from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.snapshots import MetadataSnapshot, StateSnapshot
+from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.snapshots import MetadataSnapshot, StateSnapshot
-from dynamic_kafka.split import Plan
-from dynamic_kafka.summary import RunSummary, TopicStats, base_summary
 
 
 def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -66,8 +66,8 @@ def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunS
     """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.reader import read_splits
-    from dynamic_kafka.sink import merge_backfill
+    from dynamic_kafka.sink.incremental import merge_backfill
+    from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()
     plan = plan_backfill(runner, start, end)

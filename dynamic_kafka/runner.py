@@ -29,20 +29,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
 from dynamic_kafka.faults import arm_timer, crash_point
-from dynamic_kafka.filelock import try_exclusive_lock
-from dynamic_kafka.kafka_admin import KafkaAdmin, take_broker_snapshot
+from dynamic_kafka.kafka import KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.metadata.resolve import build_metadata_service, cluster_requests, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
-from dynamic_kafka.planner import plan_run
-from dynamic_kafka.resolve import build_metadata_service, cluster_requests, resolve_metadata
-from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
-from dynamic_kafka.split import Plan, Split
+from dynamic_kafka.plan.model import Plan, Split
+from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
+from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.sink.incremental import committed_txn_version
 from dynamic_kafka.state import StateStore
-from dynamic_kafka.summary import RunSummary, TopicStats, base_summary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +84,7 @@ class PipelineRunner:
         return self._service
 
     def _default_spark(self) -> SparkSession:
-        from dynamic_kafka.spark import SparkSettings, build_spark_session
+        from dynamic_kafka.spark.session import SparkSettings, build_spark_session
 
         return build_spark_session(SparkSettings.model_validate(self.project.spark.model_dump()))
 
@@ -182,8 +182,8 @@ class PipelineRunner:
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.reader import read_splits
-        from dynamic_kafka.sink import write_incremental
+        from dynamic_kafka.sink.incremental import write_incremental
+        from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()
         spark = self._spark()

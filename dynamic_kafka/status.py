@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.kafka_admin import ClusterRequest, take_broker_snapshot
+from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets
+from dynamic_kafka.plan.model import Finding
 from dynamic_kafka.runner import PipelineRunner, summary_from_json
-from dynamic_kafka.split import Finding
 
 
 class PartitionLag(BaseModel):

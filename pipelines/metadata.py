@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from dynamic_kafka.summary import RunSummary
+from dynamic_kafka.plan.summary import RunSummary
 
 TOPICS_SCHEMA = TableSchema(
     columns=[

@@ -1,9 +1,9 @@
 """The one Dagster resource: where the project config is. Everything else comes from the library.
 
 The config file is re-read whenever a runner is built, so a run or sensor tick always sees the file as it is now.
-Spark is not a resource: the library's runner builds it lazily (``dynamic_kafka.spark.build_spark_session``, cached
-per process) only when a plan has something to read, so loading definitions, sensor ticks, asset checks and empty
-runs never start a JVM.
+Spark is not a resource: the library's runner builds it lazily
+(``dynamic_kafka.spark.session.build_spark_session``, cached per process) only when a plan has something to read,
+so loading definitions, sensor ticks, asset checks and empty runs never start a JVM.
 """
 
 from __future__ import annotations

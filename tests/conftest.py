@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-from dynamic_kafka.spark import SparkSettings, build_spark_session, stop_spark_session
+from dynamic_kafka.spark.session import SparkSettings, build_spark_session, stop_spark_session
 from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
 
 
@@ -69,7 +69,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     The native thread pools of pyarrow and delta-rs (which the tests use to read Delta tables) were seen to abort
     an interpreter's shutdown now and then (``terminate called without an active exception``): after a green run
-    that would turn into a failed CI. The CLI exits the same way (see ``dynamic_kafka.cli.run``).
+    that would turn into a failed CI. The CLI exits the same way (see ``dynamic_kafka.cli.main.run``).
     """
     if _exit_status:
         sys.stdout.flush()

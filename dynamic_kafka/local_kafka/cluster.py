@@ -28,9 +28,9 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.filelock import exclusive_lock
-from dynamic_kafka.local_kafka import process
 from dynamic_kafka.local_kafka.jars import find_java, resolve_kafka_jars
 from dynamic_kafka.local_kafka.models import ClusterStatus, LocalCluster
 from dynamic_kafka.local_kafka.properties import (

@@ -1,7 +1,7 @@
 """Java and Kafka's jars for the local brokers.
 
-The broker's classpath is Kafka's own runtime dependencies from Maven Central (see :mod:`dynamic_kafka.maven`),
-plus an SLF4J binding so its logs reach log4j2 and the cluster's log file.
+The broker's classpath is Kafka's own runtime dependencies from Maven Central (see
+:mod:`dynamic_kafka._toolchain.maven`), plus an SLF4J binding so its logs reach log4j2 and the cluster's log file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from dynamic_kafka._toolchain.maven import resolve_jars
 from dynamic_kafka.errors import ToolchainError
-from dynamic_kafka.maven import resolve_jars
 
 MIN_JAVA_MAJOR = 17
 # Kafka 4.x logs through SLF4J 1.7 and ships no binding in its pom; log4j-slf4j-impl (the SLF4J 1.x binding, not

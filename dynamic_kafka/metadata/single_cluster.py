@@ -20,7 +20,7 @@ class SingleClusterMetadataService(KafkaMetadataService):
         self.cluster = cluster.connection()
 
     def _streams(self) -> dict[str, KafkaStream]:
-        from dynamic_kafka.kafka_admin import KafkaAdmin
+        from dynamic_kafka.kafka import KafkaAdmin
 
         try:
             with KafkaAdmin(self.cluster) as admin:

@@ -39,9 +39,9 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.snapshots import PartitionState, RunRecord, StateSnapshot
-from dynamic_kafka.split import Plan, TopicPartition
-from dynamic_kafka.state import _rows
+from dynamic_kafka.plan.model import Plan, TopicPartition
+from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
+from dynamic_kafka.state import rows as _rows
 
 logger = logging.getLogger(__name__)
 

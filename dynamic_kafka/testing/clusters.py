@@ -12,9 +12,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, start_clusters, stop_clusters
-from dynamic_kafka.local_kafka.process import free_port
 
 TEST_CLUSTERS_ENV = "DYNAMIC_KAFKA_TEST_CLUSTERS"
 

@@ -98,7 +98,7 @@ class PipelineHarness:
         command = [
             sys.executable,
             "-m",
-            "dynamic_kafka.cli",
+            "dynamic_kafka.cli.main",
             *args,
             "--config",
             str(self.config_path),

@@ -10,8 +10,8 @@ from e2e_support import Project
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import MetadataServiceError
+from dynamic_kafka.metadata.watch import WatchCursor
 from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.watch import WatchCursor
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.snapshots import PartitionState
-from dynamic_kafka.split import Finding
+from dynamic_kafka.plan.model import Finding
+from dynamic_kafka.plan.snapshots import PartitionState
 from dynamic_kafka.testing.kafka import Record, create_topic, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 

@@ -31,7 +31,7 @@ from exactly_once_support import TwoClusterStream, assert_nothing_left, committe
 
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.incremental import committed_txn_version
 from dynamic_kafka.testing.kafka import wait_for
 from dynamic_kafka.testing.pipeline import PipelineHarness
 
@@ -140,7 +140,7 @@ def _referenced_files(sink: Path) -> set[str]:
 
 
 def _cli_pid(config_path: Path) -> int | None:
-    """The process running ``dynamic_kafka.cli ... --config config_path``, if it runs."""
+    """The process running ``dynamic_kafka.cli.main ... --config config_path``, if it runs."""
     wanted = str(config_path).encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -149,7 +149,7 @@ def _cli_pid(config_path: Path) -> int | None:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dynamic_kafka.cli" in argv and wanted in argv:
+        if b"dynamic_kafka.cli.main" in argv and wanted in argv:
             return int(entry.name)
     return None
 

@@ -19,9 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from dynamic_kafka import offsets
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationError
-from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, take_broker_snapshot
+from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.snapshots import PartitionOffsets
+from dynamic_kafka.plan.snapshots import PartitionOffsets
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
 
 pytestmark = pytest.mark.integration

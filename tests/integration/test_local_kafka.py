@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from dynamic_kafka.cli import main
+from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, cluster_status, start_clusters, stop_clusters
 from dynamic_kafka.testing.clusters import distinct_free_ports

@@ -26,8 +26,8 @@ from metadata_changes_support import (
 )
 
 from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.status import pipeline_status
-from dynamic_kafka.summary import RunSummary
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 

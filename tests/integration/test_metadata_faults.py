@@ -14,10 +14,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from metadata_changes_support import finding_ranges, harness, numbered, orders_stream, positions, rows, state_rows
 
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError, TopicRecreatedError
 from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.local_kafka.process import free_port
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.runner import PipelineRunner

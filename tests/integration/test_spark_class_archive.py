@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dynamic_kafka.spark import SparkSettings, session_class_archive
+from dynamic_kafka.spark.session import SparkSettings, session_class_archive
 
 SETTINGS = SparkSettings(master="local[1]")
 # Run in a fresh interpreter: one JVM per process.
 ROUND_TRIP = """
 import json, sys
-from dynamic_kafka.spark import SparkSettings, build_spark_session
+from dynamic_kafka.spark.session import SparkSettings, build_spark_session
 settings = SparkSettings.model_validate_json(sys.argv[1])
 spark = build_spark_session(settings)
 spark.range(5).write.format("delta").save(sys.argv[2])
@@ -32,7 +32,7 @@ def test_a_recorded_archive_is_mapped_by_the_next_driver_jvm(spark: Any, tmp_pat
     archive = session_class_archive(SETTINGS)
     assert archive is not None, "the session fixture's start should have recorded the resolved jars"
     recorder = subprocess.run(
-        [sys.executable, "-m", "dynamic_kafka.spark_cds", archive.key],
+        [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key],
         capture_output=True,
         text=True,
         timeout=600,

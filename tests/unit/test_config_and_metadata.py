@@ -11,9 +11,9 @@ from dynamic_kafka.errors import ConfigError, MetadataServiceError, UnknownStrea
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.subscriber import StreamIdSubscriber, StreamPatternSubscriber
 from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.secrets import resolve_properties
-from dynamic_kafka.subscriber import StreamIdSubscriber, StreamPatternSubscriber
 
 METADATA = """
 clusters:

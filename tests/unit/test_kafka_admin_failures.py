@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Uuid
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationError, KafkaClientError
-from dynamic_kafka.kafka_admin.client import kafka_topic_id
-from dynamic_kafka.kafka_admin.failures import (
+from dynamic_kafka.kafka.client import kafka_topic_id
+from dynamic_kafka.kafka.failures import (
     ScrubbingLogger,
     classify,
     kafka_error_of,

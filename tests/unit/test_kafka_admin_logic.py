@@ -22,12 +22,12 @@ from dynamic_kafka.errors import (
     KafkaAuthenticationError,
     KafkaClientError,
 )
-from dynamic_kafka.kafka_admin import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
-from dynamic_kafka.kafka_admin import snapshot as snapshot_module
-from dynamic_kafka.kafka_admin.client import _offset_spec_value
-from dynamic_kafka.kafka_admin.connection import _ErrorSink
+from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
+from dynamic_kafka.kafka import snapshot as snapshot_module
+from dynamic_kafka.kafka.client import _offset_spec_value
+from dynamic_kafka.kafka.connection import _ErrorSink
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.snapshots import PartitionOffsets
+from dynamic_kafka.plan.snapshots import PartitionOffsets
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 # Nothing listens there; the tests below must fail or return before any connection matters.

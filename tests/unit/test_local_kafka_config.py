@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.cli import main
+from dynamic_kafka._toolchain.maven import render_pom, resolve_jars
+from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalKafkaError, ToolchainError
 from dynamic_kafka.local_kafka import (
     cluster_status,
@@ -30,7 +31,6 @@ from dynamic_kafka.local_kafka.properties import (
     render_properties,
     server_settings,
 )
-from dynamic_kafka.maven import render_pom, resolve_jars
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 

@@ -11,8 +11,9 @@ from dynamic_kafka import offsets
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
-from dynamic_kafka.planner import plan_run
-from dynamic_kafka.snapshots import (
+from dynamic_kafka.plan.model import Plan, TopicPartition
+from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
     MetadataSnapshot,
@@ -21,7 +22,6 @@ from dynamic_kafka.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.split import Plan, TopicPartition
 
 NOW = datetime(2026, 11, 21, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.spark_cds import ClassArchive, prune_archives
+from dynamic_kafka.spark.class_archive import ClassArchive, prune_archives
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,12 @@ def test_one_recorder_at_a_time_and_a_dead_holder_is_replaced() -> None:
     lock = archive.path.with_suffix(".lock")
     # A stand-in recorder: the lock names a live process whose command line is the recorder module's.
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", "dynamic_kafka.spark_cds"],
+        [
+            sys.executable,
+            "-c",
+            "import time; print('up', flush=True); time.sleep(60)",
+            "dynamic_kafka.spark.class_archive",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.spark import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SparkSettings, spark_conf
-from dynamic_kafka.spark_packages import ResolvedJars, delta_package
+from dynamic_kafka.spark.packages import ResolvedJars, delta_package
+from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SparkSettings, spark_conf
 
 
 def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +64,7 @@ def test_settings_are_frozen_and_strict() -> None:
 
 def test_importing_the_module_loads_no_pyspark() -> None:
     code = (
-        "import sys, dynamic_kafka.spark; "
+        "import sys, dynamic_kafka.spark.session; "
         "sys.exit(any(m.split('.')[0] in {'pyspark', 'py4j', 'delta'} for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
@@ -102,7 +102,7 @@ def test_nothing_is_recorded_when_spark_reports_no_resolved_jars(
 def test_an_unwritable_cache_costs_speed_not_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from dynamic_kafka import spark as spark_module
+    from dynamic_kafka.spark import session as spark_module
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")

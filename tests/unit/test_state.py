@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.snapshots import StateSnapshot
-from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import store as store_module
 
@@ -447,7 +447,12 @@ def test_a_killed_writer_leaves_the_old_or_the_new_state(tmp_path: Path) -> None
         proc = ctx.Process(target=_crash_writer, args=(str(path), ready))
         proc.start()
         assert ready.wait(timeout=60)
-        time.sleep(rng.uniform(0.3, 0.9))
+        # On a loaded machine the writer may need seconds for its first commit: kill only once it has moved on.
+        before = progress[-1] if progress else -1
+        deadline = time.monotonic() + 60
+        while (store.load().table_version or -1) < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.5))
         os.kill(proc.pid or 0, signal.SIGKILL)  # kill -9, wherever it is: mid-write, mid-commit, mid-vacuum
         proc.join(timeout=30)
         assert proc.exitcode == -signal.SIGKILL

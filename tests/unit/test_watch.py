@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dynamic_kafka.errors import MetadataServiceError
-from dynamic_kafka.watch import WatchCursor, check_metadata
+from dynamic_kafka.metadata.watch import WatchCursor, check_metadata
 
 
 def failing() -> str:

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
 
 
 class _Frozen(BaseModel):

@@ -14,7 +14,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from dynamic_kafka import cli_local_kafka, cli_pipeline
+from dynamic_kafka.cli import local_kafka as cli_local_kafka
+from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.errors import DynamicKafkaError
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
@@ -68,7 +69,7 @@ def run() -> None:
     """
     code = main()
     if "pyspark" in sys.modules:
-        from dynamic_kafka.spark import stop_spark_session
+        from dynamic_kafka.spark.session import stop_spark_session
 
         stop_spark_session()
     logging.shutdown()

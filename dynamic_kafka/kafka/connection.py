@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaClientError
-from dynamic_kafka.kafka_admin.failures import (
+from dynamic_kafka.kafka.failures import (
     UNREACHABLE_HINT,
     ScrubbingLogger,
     classify,

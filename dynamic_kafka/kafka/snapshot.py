@@ -16,7 +16,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
-from dynamic_kafka.kafka_admin.client import Isolation, KafkaAdmin, OffsetQuery, Partition
+from dynamic_kafka.kafka.client import Isolation, KafkaAdmin, OffsetQuery, Partition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import (
     CommittedOffsets,
@@ -26,7 +26,7 @@ from dynamic_kafka.offsets import (
     StoppingOffsets,
     TimestampOffsets,
 )
-from dynamic_kafka.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
+from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dynamic_kafka.config import load_project_config
+from dynamic_kafka.plan.model import Finding, Plan
+from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.split import Finding, Plan
-from dynamic_kafka.summary import RunSummary
 
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
 

@@ -7,8 +7,8 @@ and the Kafka connector. Java 13 and later can record the classes a JVM loaded i
 
 An archive only fits the JVM binary and the classpath it was recorded with, so its key is the java binary,
 pyspark's version and install folder, and the session's jars. It is recorded once per key by a background process
-at low priority (``python -m dynamic_kafka.spark_cds KEY``): it starts a session, writes and reads a tiny Delta
-table, closes the JVM's stdin so that it exits and writes the archive, and renames the archive into place only
+at low priority (``python -m dynamic_kafka.spark.class_archive KEY``): it starts a session, writes and reads a tiny
+Delta table, closes the JVM's stdin so that it exits and writes the archive, and renames the archive into place only
 after that JVM exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
 runs without it (Java's default ``-Xshare:auto``), so the archive can only make a start faster. Each recording
 also deletes the archives no JVM can use any more (their java or pyspark folder is gone), ~180 MB each.
@@ -27,13 +27,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from dynamic_kafka.cache import cache_dir
-from dynamic_kafka.local_kafka.process import is_alive, spawn_detached
+from dynamic_kafka._toolchain.cache import cache_dir
+from dynamic_kafka._toolchain.process import is_alive, spawn_detached
 
 logger = logging.getLogger(__name__)
 
 RECORD_ENV = "DYNAMIC_KAFKA_CDS_RECORD"
-_MODULE = "dynamic_kafka.spark_cds"
+_MODULE = "dynamic_kafka.spark.class_archive"
 _SETTINGS_ENV = "DYNAMIC_KAFKA_CDS_JAR_SETTINGS"
 # The JVM's warnings about classes it cannot archive (signed jars, old bytecode) are noise for a user.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -129,7 +129,7 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
     """
     from pyspark import SparkContext
 
-    from dynamic_kafka.spark import SparkSettings, build_spark_session, session_class_archive
+    from dynamic_kafka.spark.session import SparkSettings, build_spark_session, session_class_archive
 
     settings = SparkSettings(master="local[1]", conf=jar_settings)
     probe = session_class_archive(settings)

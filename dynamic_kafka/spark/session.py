@@ -5,7 +5,7 @@ Importing this module starts no JVM and imports no pyspark: the session is built
 
 The connector and Delta jars come from Maven Central through ``spark.jars.packages`` into an Ivy cache under the
 dynamic-kafka cache folder, so only the first session on a machine downloads them, and only the first session
-with a given set of packages runs Ivy at all (see :mod:`dynamic_kafka.spark_packages`). The Kafka connector's version
+with a given set of packages runs Ivy at all (see :mod:`dynamic_kafka.spark.packages`). The Kafka connector's version
 always equals pyspark's (its token provider is the exception, see ``KAFKA_TOKENPROVIDER_VERSION``). Spark redacts
 every setting and data source option whose key looks secret (including ``kafka.sasl.jaas.config``) in its UI, logs
 and plans.
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.cache import cache_dir
-from dynamic_kafka.maven import resolve_jars
-from dynamic_kafka.spark_cds import RECORD_ENV, ClassArchive
-from dynamic_kafka.spark_packages import ResolvedJars, delta_package
+from dynamic_kafka._toolchain.cache import cache_dir
+from dynamic_kafka._toolchain.maven import resolve_jars
+from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
+from dynamic_kafka.spark.packages import ResolvedJars, delta_package
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,7 +66,7 @@ class SparkSettings(BaseModel):
     class_data_sharing: bool = Field(
         default=True,
         description="Start the driver's JVM from a class data sharing archive, recorded once per set of jars "
-        "in the background (see dynamic_kafka.spark_cds).",
+        "in the background (see dynamic_kafka.spark.class_archive).",
     )
 
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dynamic_kafka.cache import cache_dir
+from dynamic_kafka._toolchain.cache import cache_dir
+from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import ToolchainError
-from dynamic_kafka.filelock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 

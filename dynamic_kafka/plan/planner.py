@@ -33,7 +33,8 @@ from dynamic_kafka.offsets import (
     SpecificOffsets,
     TimestampOffsets,
 )
-from dynamic_kafka.snapshots import (
+from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     MetadataSnapshot,
     PartitionOffsets,
@@ -41,7 +42,6 @@ from dynamic_kafka.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.split import Finding, Plan, Split, TopicPartition
 
 
 def effective_initializers(

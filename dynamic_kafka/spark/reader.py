@@ -10,7 +10,7 @@ Invariants:
 - Nothing is collected to the driver; the result is lazy.
 - Resolved client properties (secrets) exist only inside the reader's options. They are never logged, and Spark
   redacts every option whose key or value matches ``spark.redaction.regex`` (the JAAS config carries
-  ``password=``, which Spark's default pattern already matches; :mod:`dynamic_kafka.spark` adds
+  ``password=``, which Spark's default pattern already matches; :mod:`dynamic_kafka.spark.session` adds
   ``sasl.jaas.config`` explicitly).
 
 Output columns, in order: ``key, value, topic, partition, offset, timestamp, timestampType, headers, cluster,
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.split import Split
+from dynamic_kafka.plan.model import Split
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, UndecodableRecordError, can_fail, decode
 from dynamic_kafka.errors import DecodeError, SparkJobError
-from dynamic_kafka.split import Split
+from dynamic_kafka.plan.model import Split
+from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, UndecodableRecordError, can_fail, decode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -157,12 +157,12 @@ def write_incremental(
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
     Args:
-        df: the reader's output (:func:`dynamic_kafka.reader.read_splits`).
+        df: the reader's output (:func:`dynamic_kafka.spark.reader.read_splits`).
         pipeline: formats, policy and table paths.
         run_seq: the run; becomes the Delta ``txnVersion`` and the ``_run_seq`` column.
         planned_pairs: the ``(cluster_id, topic)`` pairs of the plan; the result has stats for each of them.
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
-            (:meth:`~dynamic_kafka.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
+            (:meth:`~dynamic_kafka.plan.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
 
     Returns:

@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # Starting brokers (and the first jar download) takes a while: show progress even without --verbose.
-    for name in ("dynamic_kafka.local_kafka", "dynamic_kafka.maven"):
+    for name in ("dynamic_kafka.local_kafka", "dynamic_kafka._toolchain.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     specs = [parse_cluster_spec(s) for s in args.clusters]
     sasl = parse_sasl_plain(args.sasl_plain) if args.sasl_plain is not None else None

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from dynamic_kafka.snapshots import PartitionState, RunRecord, RunStatus
-from dynamic_kafka.split import Plan, TopicPartition
+from dynamic_kafka.plan.model import Plan, TopicPartition
+from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, RunStatus
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from dynamic_kafka.cache import cache_dir
+from dynamic_kafka._toolchain.cache import cache_dir
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.split import Finding, Plan
+from dynamic_kafka.plan.model import Finding, Plan
 
 
 class TopicStats(BaseModel):

@@ -30,7 +30,7 @@ from confluent_kafka import (
 from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _AdminClientImpl
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.kafka_admin.connection import RETRY_PAUSE_S, AdminConnection, future_error
+from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
 
 logger = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from dynamic_kafka.config import (
     SingleClusterMetadataServiceConfig,
 )
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
-from dynamic_kafka.kafka_admin import ClusterRequest
+from dynamic_kafka.kafka import ClusterRequest
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, metadata_fingerprint
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
-from dynamic_kafka.planner import effective_initializers
-from dynamic_kafka.snapshots import MetadataSnapshot, StateSnapshot
-from dynamic_kafka.subscriber import subscriber_for
+from dynamic_kafka.metadata.subscriber import subscriber_for
+from dynamic_kafka.plan.planner import effective_initializers
+from dynamic_kafka.plan.snapshots import MetadataSnapshot, StateSnapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
