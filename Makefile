@@ -8,18 +8,20 @@ setup: ## Install Java/Maven if missing, uv, and the locked .venv
 	@bash scripts/setup.sh
 
 demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark, Delta, Dagster)
-	$(VENV)/python -m pipelines.demo
+	$(VENV)/python examples/demo/demo.py
 
 test: setup ## Set up and run the whole test suite (lint, types, unit, integration, e2e)
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
+	$(VENV)/mypy examples
 	$(VENV)/pytest
 
 lint: setup ## ruff check + format check + mypy
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
+	$(VENV)/mypy examples
 
 fmt: setup ## Format and auto-fix
 	$(VENV)/ruff format .

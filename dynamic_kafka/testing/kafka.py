@@ -7,6 +7,7 @@ Every function takes either bootstrap servers (``"127.0.0.1:19092"``) or a full 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -15,6 +16,9 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+
+# librdkafka's own log lines (e.g. retries while a fresh broker elects coordinators) go here, not to stderr.
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Client = str | Mapping[str, Any]
@@ -75,7 +79,8 @@ def create_topic(
         config: topic configs, e.g. ``{"cleanup.policy": "compact"}``.
         timeout_s: deadline for creation and leadership.
     """
-    admin = AdminClient(client_config(client))
+    admin_config: dict[str, Any] = {**client_config(client), "logger": logger}
+    admin = AdminClient(admin_config)
     topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
     admin.create_topics([topic], operation_timeout=timeout_s)[name].result(timeout=timeout_s)
 
@@ -94,7 +99,7 @@ def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s:
     Raises:
         KafkaException: a record was not delivered before ``timeout_s``.
     """
-    producer = Producer({**client_config(client), "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({**client_config(client), "enable.idempotence": True, "linger.ms": 5, "logger": logger})
     sent = list(records)
     delivered: dict[int, Record] = {}
     errors: list[str] = []
