@@ -1,6 +1,7 @@
 """``dynamic-kafka local-kafka up|down|status``: real local Kafka clusters from the command line.
 
-The password given to ``--sasl-plain`` is passed to the broker's config and never printed or logged.
+The password of ``--sasl-plain USER`` comes from ``$DYNAMIC_KAFKA_SASL_PASSWORD`` or stdin, never from the command
+line (which every user sees in the process list); it is passed to the broker's config and never printed or logged.
 """
 
 from __future__ import annotations
@@ -8,15 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 from pathlib import Path
 
 from dynamic_kafka.local_kafka import (
     DEFAULT_KAFKA_VERSION,
+    SASL_PASSWORD_ENV,
     LocalCluster,
     cluster_status,
     parse_cluster_spec,
-    parse_sasl_plain,
     resolve_base_dir,
+    sasl_plain_credentials,
     start_clusters,
     stop_clusters,
 )
@@ -42,8 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("clusters", nargs="+", metavar="NAME:PORT", help="cluster name and client port, e.g. east:19092")
     up.add_argument(
         "--sasl-plain",
-        metavar="USER:PASSWORD",
-        help="require SASL_PLAINTEXT with PLAIN for this user on the client listener",
+        metavar="USER",
+        help=f"require SASL_PLAINTEXT with PLAIN for this user on the client listener; its password comes from "
+        f"${SASL_PASSWORD_ENV} or, when that is unset, the first line of stdin",
     )
     up.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help="Kafka release (default: %(default)s)")
     up.add_argument("--json", action="store_true", help='print {"NAME": "BOOTSTRAP"} instead of lines')
@@ -64,7 +69,7 @@ def _up(args: argparse.Namespace) -> int:
     for name in ("dynamic_kafka.local_kafka", "dynamic_kafka._toolchain.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     specs = [parse_cluster_spec(s) for s in args.clusters]
-    sasl = parse_sasl_plain(args.sasl_plain) if args.sasl_plain is not None else None
+    sasl = sasl_plain_credentials(args.sasl_plain, _sasl_password) if args.sasl_plain is not None else None
     clusters = start_clusters(specs, base_dir=args.base_dir, sasl_plain=sasl, kafka_version=args.kafka_version)
     if args.json:
         print(json.dumps({name: c.bootstrap_servers for name, c in clusters.items()}))
@@ -72,6 +77,13 @@ def _up(args: argparse.Namespace) -> int:
         for cluster in clusters.values():
             print(f"{cluster.name}\t{cluster.bootstrap_servers}{_security(cluster)}")
     return 0
+
+
+def _sasl_password() -> str | None:
+    password = os.environ.get(SASL_PASSWORD_ENV)
+    if password is None and not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+    return password
 
 
 def _down(args: argparse.Namespace) -> int:

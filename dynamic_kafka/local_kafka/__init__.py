@@ -20,17 +20,18 @@ from dynamic_kafka.local_kafka.cluster import (
     stop_clusters,
 )
 from dynamic_kafka.local_kafka.models import ClusterEndpoint, ClusterStatus, LocalCluster
-from dynamic_kafka.local_kafka.properties import parse_cluster_spec, parse_sasl_plain
+from dynamic_kafka.local_kafka.properties import SASL_PASSWORD_ENV, parse_cluster_spec, sasl_plain_credentials
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
+    "SASL_PASSWORD_ENV",
     "ClusterEndpoint",
     "ClusterStatus",
     "LocalCluster",
     "cluster_status",
     "parse_cluster_spec",
-    "parse_sasl_plain",
     "resolve_base_dir",
+    "sasl_plain_credentials",
     "start_clusters",
     "stop_clusters",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from dynamic_kafka.errors import LocalKafkaError
@@ -76,16 +77,27 @@ def parse_cluster_spec(spec: str) -> tuple[str, int]:
     return name, int(port_text)
 
 
-def parse_sasl_plain(value: str) -> tuple[str, str]:
-    """Parse ``USER:PASSWORD`` (split at the first ``:``) and validate both parts.
+SASL_PASSWORD_ENV = "DYNAMIC_KAFKA_SASL_PASSWORD"  # noqa: S105 (the variable's name, not a password)
+
+
+def sasl_plain_credentials(user: str, read_password: Callable[[], str | None]) -> tuple[str, str]:
+    """Validate the user of ``--sasl-plain`` and its password, taken from the environment or stdin.
+
+    The password never comes from the command line: every user of the machine can read a process's arguments.
+    ``read_password`` is called only after the user was checked for an inline password, so that refusal reads nothing.
 
     Raises:
-        LocalKafkaError: a part is empty or holds characters the broker's JAAS config cannot carry. The message
-            never contains the password.
+        LocalKafkaError: ``user`` holds a ``:`` (a password given on the command line), no password was given, or
+            either part fails :func:`validate_sasl_plain`. The message never contains the password.
     """
-    user, sep, password = value.partition(":")
-    if not sep:
-        raise LocalKafkaError("invalid --sasl-plain value; expected USER:PASSWORD.")
+    if ":" in user:
+        raise LocalKafkaError(
+            "--sasl-plain takes the user only: a password on the command line is visible to every user in the "
+            f"process list. Put the password in ${SASL_PASSWORD_ENV} or pipe it on stdin."
+        )
+    password = read_password()
+    if not password:
+        raise LocalKafkaError(f"no SASL password for user {user!r}: set ${SASL_PASSWORD_ENV} or pipe it on stdin.")
     validate_sasl_plain(user, password)
     return user, password
 

@@ -19,7 +19,7 @@ from dynamic_kafka.errors import LocalKafkaError, ToolchainError
 from dynamic_kafka.local_kafka import (
     cluster_status,
     parse_cluster_spec,
-    parse_sasl_plain,
+    sasl_plain_credentials,
     start_clusters,
     stop_clusters,
 )
@@ -50,25 +50,25 @@ def test_bad_cluster_spec_is_rejected_with_the_expected_form(spec: str) -> None:
     assert repr(spec) in str(info.value)
 
 
-def test_sasl_plain_splits_at_the_first_colon() -> None:
-    assert parse_sasl_plain("ingest:pa:ss-word") == ("ingest", "pa:ss-word")
+def test_sasl_plain_takes_the_password_apart_from_the_user() -> None:
+    assert sasl_plain_credentials("ingest", lambda: "pa:ss-word") == ("ingest", "pa:ss-word")
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("user", "password", "message"),
     [
-        ("ingest", "expected USER:PASSWORD"),
-        ("in gest:pw", "invalid SASL user"),
-        (":pw", "invalid SASL user"),
-        ('ingest:se"cret', "invalid SASL password"),
-        ("ingest:se\\cret", "invalid SASL password"),
-        ("ingest:", "invalid SASL password"),
+        ("ingest:pw", "pw", "takes the user only"),
+        ("ingest", None, "no SASL password for user 'ingest'"),
+        ("ingest", "", "no SASL password"),
+        ("in gest", "pw", "invalid SASL user"),
+        ("", "pw", "invalid SASL user"),
+        ("ingest", 'se"cret', "invalid SASL password"),
+        ("ingest", "se\\cret", "invalid SASL password"),
     ],
 )
-def test_bad_sasl_plain_is_rejected_without_showing_the_password(value: str, message: str) -> None:
+def test_bad_sasl_plain_is_rejected_without_showing_the_password(user: str, password: str | None, message: str) -> None:
     with pytest.raises(LocalKafkaError, match=message) as info:
-        parse_sasl_plain(value)
-    password = value.partition(":")[2]
+        sasl_plain_credentials(user, lambda: password)
     if password:
         assert password not in str(info.value)
 
@@ -259,12 +259,22 @@ def test_cli_reports_a_bad_spec_in_one_paragraph(capsys: pytest.CaptureFixture[s
     assert captured.err.count("\n") == 1
 
 
-def test_cli_never_prints_a_password(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    argv = ["local-kafka", "up", "east:1", "--sasl-plain", 'ingest:top"secret', "--base-dir", str(tmp_path)]
-    assert main(argv) == 1
+def test_cli_takes_the_password_from_the_environment_and_never_prints_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNAMIC_KAFKA_SASL_PASSWORD", 'top"secret')
+    assert main(["local-kafka", "up", "east:1", "--sasl-plain", "ingest", "--base-dir", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert "invalid SASL password" in captured.err
     assert "secret" not in captured.out + captured.err
+
+
+def test_cli_refuses_a_password_on_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["local-kafka", "up", "east:1", "--sasl-plain", "ingest:topsecret", "--base-dir", str(tmp_path)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "takes the user only" in captured.err
+    assert "topsecret" not in captured.out + captured.err
 
 
 def test_cli_status_of_an_empty_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
