@@ -33,7 +33,15 @@ unit: setup ## Fast tests only (no JVM, no brokers)
 bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mode)
 	$(VENV)/python -m bench $(if $(QUICK),--quick,)
 
+soak: setup ## Long randomized exactly-once checks: the protocol model (thousands of examples) and kill -9 on real clusters
+	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
+	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
+
 ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
+soak: setup ## Long randomized exactly-once checks: the protocol model (thousands of examples) and kill -9 on real clusters
+	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
+	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
+
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace
 	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
@@ -46,5 +54,5 @@ clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka local-kafka down
 	rm -rf .local-kafka data .dagster-home .demo
 
-.PHONY: help setup demo test lint fmt unit bench ui clean
+.PHONY: help setup demo test lint fmt unit bench soak ui clean
 .PHONY: screenshot
