@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import DecodeError, SparkJobError
+from dynamic_kafka.errors import DecodeError, SparkJobError, UndecodableRecordError
 from dynamic_kafka.plan.model import Split
-from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, UndecodableRecordError, can_fail, decode
+from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, can_fail, decode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.config import PipelineConfig, SinkConfig
-from dynamic_kafka.errors import DecodeError
+from dynamic_kafka.errors import DecodeError, UndecodableRecordError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
@@ -28,7 +28,7 @@ from dynamic_kafka.sink.incremental import (
     merge_backfill,
     write_incremental,
 )
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, UndecodableRecordError, decode
+from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
 from dynamic_kafka.spark.reader import OUTPUT_COLUMNS, read_splits
 from dynamic_kafka.testing.kafka import Client, Record, create_topic, produce, unique_name
 

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ConfigError, DecodeError
+from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.incremental import _decode_error_from, _merge_scope, _safe_text
-from dynamic_kafka.spark.decode import UndecodableRecordError, can_fail
+from dynamic_kafka.spark.decode import can_fail
 from dynamic_kafka.spark.reader import java_client_properties, kafka_read_options
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
