@@ -41,7 +41,7 @@ from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
-from dynamic_kafka.sink.incremental import committed_txn_version
+from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ class PipelineRunner:
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.sink.incremental import write_incremental
+        from dynamic_kafka.sink import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()

@@ -9,11 +9,14 @@ import pytest
 
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
+from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
-from dynamic_kafka.sink.incremental import _decode_error_from, _merge_scope, _safe_text
+from dynamic_kafka.sink.incremental import _decode_error_from
+from dynamic_kafka.sink.merge import _merge_scope
+from dynamic_kafka.sink.tables import safe_text
 from dynamic_kafka.spark.decode import can_fail
-from dynamic_kafka.spark.reader import java_client_properties, kafka_read_options
+from dynamic_kafka.spark.reader import kafka_read_options
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -238,10 +241,10 @@ def test_foreign_error_text_is_bounded_and_masks_credentials() -> None:
     error = RuntimeError(
         'Login failed for sasl.jaas.config=PlainLoginModule required username="u" password="hunter2"; more\nstack'
     )
-    text = _safe_text(error)
+    text = safe_text(error)
     assert "hunter2" not in text
     assert "stack" not in text
-    assert len(_safe_text(RuntimeError("x" * 5000))) == 600
+    assert len(safe_text(RuntimeError("x" * 5000))) == 600
 
 
 def test_merge_scope_covers_every_source_row_from_its_statistics() -> None:
