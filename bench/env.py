@@ -340,6 +340,6 @@ def warm_spark_start() -> float:
         subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
     archive = session_class_archive(settings)
     if archive is not None and not archive.ready:
-        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key]
+        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
         subprocess.run(recorder, check=True, capture_output=True)
     return time.monotonic() - began

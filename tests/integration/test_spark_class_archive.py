@@ -32,7 +32,7 @@ def test_a_recorded_archive_is_mapped_by_the_next_driver_jvm(spark: Any, tmp_pat
     archive = session_class_archive(SETTINGS)
     assert archive is not None, "the session fixture's start should have recorded the resolved jars"
     recorder = subprocess.run(
-        [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key],
+        [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key],
         capture_output=True,
         text=True,
         timeout=600,
