@@ -84,9 +84,9 @@ class PipelineRunner:
         return self._service
 
     def _default_spark(self) -> SparkSession:
-        from dynamic_kafka.spark.session import SparkSettings, build_spark_session
+        from dynamic_kafka.spark.session import build_spark_session
 
-        return build_spark_session(SparkSettings.model_validate(self.project.spark.model_dump()))
+        return build_spark_session(self.project.spark)
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""

@@ -15,8 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.class_archive import JAR_SETTINGS_ENV, RECORD_ENV, prune_archives
-from dynamic_kafka.spark.session import SparkSettings, build_spark_session, session_class_archive
+from dynamic_kafka.spark.session import build_spark_session, session_class_archive
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
     """
     from pyspark import SparkContext
 
-    settings = SparkSettings(master="local[1]", conf=jar_settings)
+    settings = SparkConfig(master="local[1]", conf=jar_settings)
     probe = session_class_archive(settings)
     if probe is None or probe.key != key:
         logger.warning("the session's jars changed since the archive was asked for; not recording")

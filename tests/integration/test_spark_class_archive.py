@@ -13,14 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dynamic_kafka.spark.session import SparkSettings, session_class_archive
+from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.spark.session import session_class_archive
 
-SETTINGS = SparkSettings(master="local[1]")
+SETTINGS = SparkConfig(master="local[1]")
 # Run in a fresh interpreter: one JVM per process.
 ROUND_TRIP = """
 import json, sys
-from dynamic_kafka.spark.session import SparkSettings, build_spark_session
-settings = SparkSettings.model_validate_json(sys.argv[1])
+from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.spark.session import build_spark_session
+settings = SparkConfig.model_validate_json(sys.argv[1])
 spark = build_spark_session(settings)
 spark.range(5).write.format("delta").save(sys.argv[2])
 args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
