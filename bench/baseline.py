@@ -26,10 +26,11 @@ def main(spec_path: str) -> None:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.spark.session import SparkSettings, build_spark_session
+    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.spark.session import build_spark_session
 
     imported = time.perf_counter()
-    spark = build_spark_session(SparkSettings.model_validate(spec["spark"]))
+    spark = build_spark_session(SparkConfig.model_validate(spec["spark"]))
     started = time.perf_counter()
     frames = []
     for cluster, source in sorted(spec["sources"].items()):

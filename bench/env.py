@@ -328,18 +328,20 @@ def warm_spark_start() -> float:
     compete with the background recorder.
     Returns the seconds spent (0 when both were ready).
     """
-    from dynamic_kafka.spark.session import SparkSettings, session_class_archive
+    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.spark.session import session_class_archive
 
     began = time.monotonic()
-    settings = SparkSettings.model_validate(spark_settings())
+    settings = SparkConfig.model_validate(spark_settings())
     if session_class_archive(settings) is None:
         code = (
-            "import sys; from dynamic_kafka.spark.session import SparkSettings, build_spark_session; "
-            "build_spark_session(SparkSettings.model_validate_json(sys.argv[1]))"
+            "import sys; from dynamic_kafka.config import SparkConfig; "
+            "from dynamic_kafka.spark.session import build_spark_session; "
+            "build_spark_session(SparkConfig.model_validate_json(sys.argv[1]))"
         )
         subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
     archive = session_class_archive(settings)
     if archive is not None and not archive.ready:
-        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key]
+        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
         subprocess.run(recorder, check=True, capture_output=True)
     return time.monotonic() - began

@@ -48,11 +48,11 @@ def main(spec_path: str) -> None:
 
     from dynamic_kafka.config import load_project_config
     from dynamic_kafka.runner import PipelineRunner
-    from dynamic_kafka.spark.session import SparkSettings, build_spark_session
+    from dynamic_kafka.spark.session import build_spark_session
 
     spec = json.loads(Path(spec_path).read_text())
     project = load_project_config(spec["config"])
-    settings = SparkSettings.model_validate(project.spark.model_dump())
+    settings = project.spark
     runner = PipelineRunner(project, "bench", spark=lambda: build_spark_session(settings))
     producers = {c: Producer({"bootstrap.servers": b, "linger.ms": 0}) for c, b in spec["bootstrap"].items()}
     checkpoints = set(spec["checkpoints"])

@@ -66,7 +66,7 @@ def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunS
     """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.sink.incremental import merge_backfill
+    from dynamic_kafka.sink import merge_backfill
     from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()

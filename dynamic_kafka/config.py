@@ -53,14 +53,26 @@ MetadataServiceConfig = Annotated[
 
 
 class SparkConfig(_Config):
-    """How the Spark session is built. ``conf`` is passed to the builder as is."""
+    """How the Spark session is built: the project file's ``spark`` section, and what
+    :func:`dynamic_kafka.spark.session.build_spark_session` takes.
+
+    Example:
+        >>> SparkConfig(master="local[2]", conf={"spark.driver.memory": "2g"}).master
+        'local[2]'
+    """
 
     master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
-    app_name: str = "dynamic-kafka"
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf.")
-    ui_enabled: bool = Field(False, description="Start the Spark UI (off by default for batch runs).")
+    app_name: str = Field("dynamic-kafka", description="Spark application name.")
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark settings; they win over dynamic-kafka's defaults. Packages listed in "
+        "spark.jars.packages are added to Delta's and the Kafka connector's.",
+    )
+    ui_enabled: bool = Field(False, description="Serve the Spark UI (port 4040 and up; off by default for batch runs).")
     class_data_sharing: bool = Field(
-        True, description="Start the driver's JVM from a class data sharing archive (recorded once in the background)."
+        True,
+        description="Start the driver's JVM from a class data sharing archive, recorded once per set of jars "
+        "in the background (see dynamic_kafka.spark.class_archive).",
     )
 
 

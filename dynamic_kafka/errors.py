@@ -168,3 +168,24 @@ class SparkJobError(DynamicKafkaError):
 
 class DecodeError(DynamicKafkaError):
     """Values could not be decoded and the pipeline's policy is to fail rather than dead-letter them."""
+
+
+class UndecodableRecordError(DecodeError):
+    """A record could not be decoded and the pipeline's ``on_decode_error`` is ``fail``. Nothing was written.
+
+    Attributes:
+        cluster_id, topic, partition, offset: the record's coordinates.
+        reason: what was wrong (e.g. ``value is not valid UTF-8``).
+    """
+
+    def __init__(self, *, cluster_id: str, topic: str, partition: int, offset: int, reason: str) -> None:
+        self.cluster_id = cluster_id
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"undecodable record at {cluster_id}/{topic}[{partition}] offset {offset}: {reason}; nothing was written.",
+            hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
+            "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
+        )

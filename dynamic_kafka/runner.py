@@ -41,7 +41,7 @@ from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
-from dynamic_kafka.sink.incremental import committed_txn_version
+from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
@@ -84,9 +84,9 @@ class PipelineRunner:
         return self._service
 
     def _default_spark(self) -> SparkSession:
-        from dynamic_kafka.spark.session import SparkSettings, build_spark_session
+        from dynamic_kafka.spark.session import build_spark_session
 
-        return build_spark_session(SparkSettings.model_validate(self.project.spark.model_dump()))
+        return build_spark_session(self.project.spark)
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""
@@ -182,7 +182,7 @@ class PipelineRunner:
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.sink.incremental import write_incremental
+        from dynamic_kafka.sink import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()

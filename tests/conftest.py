@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-from dynamic_kafka.spark.session import SparkSettings, build_spark_session, stop_spark_session
+from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
 
 
@@ -50,7 +51,7 @@ def sasl_cluster(tmp_path_factory: pytest.TempPathFactory, sasl_password: str) -
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The process-wide Spark session (Delta + Kafka connector, UI off), stopped at the end of the session."""
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    settings = SparkSettings(master="local[2]", ui_enabled=False, conf={"spark.sql.warehouse.dir": str(warehouse)})
+    settings = SparkConfig(master="local[2]", ui_enabled=False, conf={"spark.sql.warehouse.dir": str(warehouse)})
     session = build_spark_session(settings)
     yield session
     stop_spark_session()

@@ -7,9 +7,10 @@ and the Kafka connector. Java 13 and later can record the classes a JVM loaded i
 
 An archive only fits the JVM binary and the classpath it was recorded with, so its key is the java binary,
 pyspark's version and install folder, and the session's jars. It is recorded once per key by a background process
-at low priority (``python -m dynamic_kafka.spark.class_archive KEY``): it starts a session, writes and reads a tiny
-Delta table, closes the JVM's stdin so that it exits and writes the archive, and renames the archive into place only
-after that JVM exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
+at low priority (``python -m dynamic_kafka.spark.class_archive_recorder KEY``, see
+:mod:`dynamic_kafka.spark.class_archive_recorder`): it starts a session, writes and reads a tiny Delta table, closes
+the JVM's stdin so that it exits and writes the archive, and renames the archive into place only after that JVM
+exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
 runs without it (Java's default ``-Xshare:auto``), so the archive can only make a start faster. Each recording
 also deletes the archives no JVM can use any more (their java or pyspark folder is gone), ~180 MB each.
 """
@@ -23,7 +24,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -33,8 +33,9 @@ from dynamic_kafka._toolchain.process import is_alive, spawn_detached
 logger = logging.getLogger(__name__)
 
 RECORD_ENV = "DYNAMIC_KAFKA_CDS_RECORD"
-_MODULE = "dynamic_kafka.spark.class_archive"
-_SETTINGS_ENV = "DYNAMIC_KAFKA_CDS_JAR_SETTINGS"
+# The recorder's module (named, not imported: it imports the session, which imports this module).
+RECORDER_MODULE = "dynamic_kafka.spark.class_archive_recorder"
+JAR_SETTINGS_ENV = "DYNAMIC_KAFKA_CDS_JAR_SETTINGS"
 # The JVM's warnings about classes it cannot archive (signed jars, old bytecode) are noise for a user.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
@@ -90,10 +91,10 @@ class ClassArchive:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         spawn_detached(
-            [sys.executable, "-m", _MODULE, self.key],
+            [sys.executable, "-m", RECORDER_MODULE, self.key],
             log_file=self.path.parent / f"{self.key}.log",
             cwd=self.path.parent,
-            env={**os.environ, _SETTINGS_ENV: json.dumps(jar_settings)},
+            env={**os.environ, JAR_SETTINGS_ENV: json.dumps(jar_settings)},
         )
         logger.info("recording a class data sharing archive for faster Spark starts in the background: %s", self.path)
 
@@ -118,51 +119,6 @@ class ClassArchive:
                 self._lock.unlink(missing_ok=True)
             return
         yield False
-
-
-def record(key: str, jar_settings: dict[str, str]) -> int:
-    """Record the archive for a session with these ``spark.jars*`` settings: a tiny Delta round trip, then the
-    JVM's exit.
-
-    Returns:
-        0 when the archive is in place (or was already), 1 when recording failed (nothing is left behind).
-    """
-    from pyspark import SparkContext
-
-    from dynamic_kafka.spark.session import SparkSettings, build_spark_session, session_class_archive
-
-    settings = SparkSettings(master="local[1]", conf=jar_settings)
-    probe = session_class_archive(settings)
-    if probe is None or probe.key != key:
-        logger.warning("the session's jars changed since the archive was asked for; not recording")
-        return 1
-    with probe.lock() as held:
-        if not held or probe.ready:
-            return 0
-        for leftover in probe.path.parent.glob(f"{key}.*.partial"):
-            leftover.unlink()  # of a recorder killed while the JVM wrote; we hold the lock, so nobody writes it
-        partial = probe.path.with_name(f"{key}.{os.getpid()}.partial")
-        with tempfile.TemporaryDirectory(prefix="dynamic-kafka-cds-") as scratch:
-            os.environ[RECORD_ENV] = str(partial)
-            spark = build_spark_session(settings)
-            table = str(Path(scratch) / "table")
-            spark.range(10).selectExpr("id", "cast(id as string) as value").write.format("delta").save(table)
-            spark.read.format("delta").load(table).where("id > 3").count()
-            gateway = SparkContext._gateway
-            spark.stop()
-            if gateway is None or getattr(gateway, "proc", None) is None:
-                return 1
-            gateway.proc.stdin.close()
-            status = gateway.proc.wait(timeout=300)
-        if status != 0 or not partial.is_file():
-            partial.unlink(missing_ok=True)
-            logger.warning("recording the class data sharing archive failed (JVM exit status %s)", status)
-            return 1
-        probe.path.with_suffix(".json").write_text(json.dumps(probe.description, indent=2) + "\n")
-        os.replace(partial, probe.path)
-        logger.info("class data sharing archive ready: %s", probe.path)
-    prune_archives(probe.path.parent)
-    return 0
 
 
 def prune_archives(folder: Path) -> list[Path]:
@@ -202,10 +158,4 @@ def _lock_holder_alive(lock: Path) -> bool:
         pid = int(lock.read_text().strip() or "0")
     except (OSError, ValueError):
         return False
-    return pid > 0 and is_alive(pid, _MODULE)
-
-
-if __name__ == "__main__":
-    os.nice(10)  # here rather than in a preexec_fn: the parent may run threads
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(record(sys.argv[1], json.loads(os.environ.get(_SETTINGS_ENV, "{}"))))
+    return pid > 0 and is_alive(pid, RECORDER_MODULE)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ConfigError, DecodeError
+from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -39,27 +39,6 @@ VALUE_NOT_UTF8 = "value is not valid UTF-8"
 VALUE_NOT_JSON = "value is not a JSON object matching value_schema"
 
 _CORRUPT_FIELD = "_dk_corrupt_record"
-
-
-class UndecodableRecordError(DecodeError):
-    """A record could not be decoded and the pipeline's ``on_decode_error`` is ``fail``. Nothing was written.
-
-    Attributes:
-        cluster_id, topic, partition, offset: the record's coordinates.
-        reason: what was wrong (e.g. ``value is not valid UTF-8``).
-    """
-
-    def __init__(self, *, cluster_id: str, topic: str, partition: int, offset: int, reason: str) -> None:
-        self.cluster_id = cluster_id
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.reason = reason
-        super().__init__(
-            f"undecodable record at {cluster_id}/{topic}[{partition}] offset {offset}: {reason}; nothing was written.",
-            hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
-            "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
-        )
 
 
 def can_fail(pipeline: PipelineConfig) -> bool:

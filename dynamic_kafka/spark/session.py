@@ -19,10 +19,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.maven import resolve_jars
+from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import ResolvedJars, delta_package
 
@@ -42,36 +41,11 @@ KAFKA_TOKENPROVIDER_VERSION = "4.0.0"
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
-_session_settings: SparkSettings | None = None
-
-
-class SparkSettings(BaseModel):
-    """How to build the Spark session.
-
-    Example:
-        >>> SparkSettings(master="local[2]", conf={"spark.driver.memory": "2g"}).master
-        'local[2]'
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    master: str = Field(default="local[*]", description="Spark master URL.")
-    app_name: str = Field(default="dynamic-kafka", description="Spark application name.")
-    conf: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra Spark settings; they win over dynamic-kafka's defaults. Packages listed in "
-        "spark.jars.packages are added to Delta's and the Kafka connector's.",
-    )
-    ui_enabled: bool = Field(default=False, description="Serve the Spark UI (port 4040 and up).")
-    class_data_sharing: bool = Field(
-        default=True,
-        description="Start the driver's JVM from a class data sharing archive, recorded once per set of jars "
-        "in the background (see dynamic_kafka.spark.class_archive).",
-    )
+_session_settings: SparkConfig | None = None
 
 
 def spark_conf(
-    settings: SparkSettings, *, spark_version: str, extra_jars: list[Path]
+    settings: SparkConfig, *, spark_version: str, extra_jars: list[Path]
 ) -> tuple[dict[str, str], list[str]]:
     """Return the Spark settings and the extra Maven packages for a session (pure; no JVM).
 
@@ -106,24 +80,24 @@ def spark_conf(
     return conf, [p for p in packages if p]
 
 
-def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
+def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
     """Return the process-wide Spark session, building it on first use.
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
     with other settings than the running session's gets the running session (and a warning).
 
     Args:
-        settings: how to build the session; defaults to ``SparkSettings()``.
+        settings: how to build the session; defaults to ``SparkConfig()``.
 
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
 
     Example:
-        >>> spark = build_spark_session(SparkSettings(master="local[2]"))  # doctest: +SKIP
+        >>> spark = build_spark_session(SparkConfig(master="local[2]"))  # doctest: +SKIP
         >>> spark.read.format("delta").load("data/orders").count()  # doctest: +SKIP
     """
     global _session, _session_settings
-    settings = settings or SparkSettings()
+    settings = settings or SparkConfig()
     with _lock:
         if _session is not None and _is_active(_session):
             if settings != _session_settings:
@@ -159,7 +133,7 @@ def build_spark_session(settings: SparkSettings | None = None) -> SparkSession:
         return _session
 
 
-def _record_start_up_aids(launch: _Launch, settings: SparkSettings, session: SparkSession, *, recording: bool) -> None:
+def _record_start_up_aids(launch: _Launch, settings: SparkConfig, session: SparkSession, *, recording: bool) -> None:
     """After a start: record the jars Ivy resolved, or have the class archive recorded. Both only speed up later
     starts, so a cache folder that cannot be written costs speed, never the run."""
     try:
@@ -172,7 +146,7 @@ def _record_start_up_aids(launch: _Launch, settings: SparkSettings, session: Spa
         logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
 
-def session_class_archive(settings: SparkSettings) -> ClassArchive | None:
+def session_class_archive(settings: SparkConfig) -> ClassArchive | None:
     """The class data sharing archive a session with ``settings`` would use; None when it would use none
     (switched off, or the jars are not resolved yet)."""
     return _Launch.prepare(settings).archive
@@ -189,7 +163,7 @@ class _Launch:
         self.archive: ClassArchive | None = None
 
     @classmethod
-    def prepare(cls, settings: SparkSettings) -> _Launch:
+    def prepare(cls, settings: SparkConfig) -> _Launch:
         import pyspark
 
         token_provider = resolve_jars(

@@ -21,8 +21,8 @@ from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.plan.model import Split, TopicPartition
+from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
-from dynamic_kafka.sink.incremental import WriteResult
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 

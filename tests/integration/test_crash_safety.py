@@ -31,7 +31,7 @@ from exactly_once_support import TwoClusterStream, assert_nothing_left, committe
 
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.sink.incremental import committed_txn_version
+from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.testing.kafka import wait_for
 from dynamic_kafka.testing.pipeline import PipelineHarness
 

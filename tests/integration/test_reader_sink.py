@@ -16,20 +16,16 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.config import PipelineConfig, SinkConfig
-from dynamic_kafka.errors import DecodeError
+from dynamic_kafka.errors import DecodeError, UndecodableRecordError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
+from dynamic_kafka.sink import committed_txn_version, merge_backfill, tables, write_incremental
 from dynamic_kafka.sink import incremental as sink
-from dynamic_kafka.sink.incremental import (
-    DEAD_LETTER_COLUMNS,
-    SINK_COLUMNS,
-    committed_txn_version,
-    merge_backfill,
-    write_incremental,
-)
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, UndecodableRecordError, decode
-from dynamic_kafka.spark.reader import OUTPUT_COLUMNS, read_splits
+from dynamic_kafka.sink import metrics as sink_metrics
+from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
+from dynamic_kafka.spark.reader import read_splits
+from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 from dynamic_kafka.testing.kafka import Client, Record, create_topic, produce, unique_name
 
 pytestmark = pytest.mark.integration
@@ -236,7 +232,7 @@ def test_two_clusters_land_exactly_the_planned_ranges_once(
     real_check = sink.committed_txn_version
     calls = iter([None])
     monkeypatch.setattr(sink, "committed_txn_version", lambda *a: next(calls, real_check(*a)))
-    monkeypatch.setattr(sink, "_OBSERVATION_WAIT_S", 1.0)
+    monkeypatch.setattr(sink_metrics, "_OBSERVATION_WAIT_S", 1.0)
     raced = write_incremental(_read(spark, splits, clusters), pipeline, 1, _pairs(splits))
     monkeypatch.undo()
     assert raced.already_committed
@@ -331,8 +327,8 @@ def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
     pipeline = _pipeline(tmp_path, value_format="string")
     # The crashed attempt wrote its dead letters (with txn 3), then died before the sink append.
     decoded = decode(_read(spark, splits, _metadata(west)), pipeline)
-    sink._append(
-        sink._dead_letter_rows(decoded.where("_decode_error IS NOT NULL"), 3),
+    tables.append_idempotent(
+        tables.dead_letter_rows(decoded.where("_decode_error IS NOT NULL"), 3),
         str(pipeline.sink.resolved_dead_letter_path),
         pipeline.id,
         3,

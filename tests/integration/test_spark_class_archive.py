@@ -13,14 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dynamic_kafka.spark.session import SparkSettings, session_class_archive
+from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.spark.session import session_class_archive
 
-SETTINGS = SparkSettings(master="local[1]")
+SETTINGS = SparkConfig(master="local[1]")
 # Run in a fresh interpreter: one JVM per process.
 ROUND_TRIP = """
 import json, sys
-from dynamic_kafka.spark.session import SparkSettings, build_spark_session
-settings = SparkSettings.model_validate_json(sys.argv[1])
+from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.spark.session import build_spark_session
+settings = SparkConfig.model_validate_json(sys.argv[1])
 spark = build_spark_session(settings)
 spark.range(5).write.format("delta").save(sys.argv[2])
 args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
@@ -32,7 +34,7 @@ def test_a_recorded_archive_is_mapped_by_the_next_driver_jvm(spark: Any, tmp_pat
     archive = session_class_archive(SETTINGS)
     assert archive is not None, "the session fixture's start should have recorded the resolved jars"
     recorder = subprocess.run(
-        [sys.executable, "-m", "dynamic_kafka.spark.class_archive", archive.key],
+        [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key],
         capture_output=True,
         text=True,
         timeout=600,

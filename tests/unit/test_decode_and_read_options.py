@@ -8,12 +8,15 @@ import json
 import pytest
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ConfigError, DecodeError
+from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
+from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
-from dynamic_kafka.sink.incremental import _decode_error_from, _merge_scope, _safe_text
-from dynamic_kafka.spark.decode import UndecodableRecordError, can_fail
-from dynamic_kafka.spark.reader import java_client_properties, kafka_read_options
+from dynamic_kafka.sink.incremental import _decode_error_from
+from dynamic_kafka.sink.merge import _merge_scope
+from dynamic_kafka.sink.tables import safe_text
+from dynamic_kafka.spark.decode import can_fail
+from dynamic_kafka.spark.reader import kafka_read_options
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -37,113 +40,111 @@ def _pipeline(**settings: object) -> PipelineConfig:
 # --- property translation ---------------------------------------------------------------------------------------
 
 
-def test_sasl_username_and_password_become_a_plain_jaas_config() -> None:
-    props = java_client_properties(
-        {
-            "security.protocol": "sasl_ssl",
-            "sasl.mechanisms": "plain",
-            "sasl.username": "ingest",
-            "sasl.password": "p4ss",
-        },
-        cluster_id="east",
-    )
-    assert props == {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN",
-        "sasl.jaas.config": f'{PLAIN} required username="ingest" password="p4ss";',
-    }
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTH = "org.apache.kafka.common.security.oauthbearer"
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_scram_credentials_use_the_scram_login_module(mechanism: str) -> None:
-    props = java_client_properties(
-        {"sasl.mechanism": mechanism, "sasl.username": "u", "sasl.password": "p"}, cluster_id="east"
-    )
-    assert props["sasl.jaas.config"] == (
-        'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
-    )
-
-
-def test_quotes_and_backslashes_in_credentials_are_escaped_for_the_jaas_parser() -> None:
-    props = java_client_properties(
-        {"sasl.mechanism": "PLAIN", "sasl.username": "a", "sasl.password": 'x"y\\z'}, cluster_id="east"
-    )
-    assert props["sasl.jaas.config"] == f'{PLAIN} required username="a" password="x\\"y\\\\z";'
-
-
-def test_an_explicit_jaas_config_wins_over_username_and_password() -> None:
-    jaas = f'{PLAIN} required username="j" password="k";'
-    props = java_client_properties(
-        {"sasl.jaas.config": jaas, "sasl.username": "u", "sasl.password": "p"}, cluster_id="east"
-    )
-    assert props == {"sasl.jaas.config": jaas}
-
-
-def test_oidc_client_credentials_map_to_the_oauthbearer_login_module() -> None:
-    props = java_client_properties(
-        {
-            "sasl.mechanism": "OAUTHBEARER",
-            "sasl.oauthbearer.method": "oidc",
-            "sasl.oauthbearer.client.id": "app",
-            "sasl.oauthbearer.client.secret": "s3cret",
-            "sasl.oauthbearer.scope": "kafka",
-            "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
-        },
-        cluster_id="east",
-    )
-    assert props == {
-        "sasl.mechanism": "OAUTHBEARER",
-        "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
-        'clientId="app" clientSecret="s3cret" scope="kafka";',
-        "sasl.login.callback.handler.class": (
-            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+@pytest.mark.parametrize(
+    ("properties", "expected"),
+    [
+        pytest.param(
+            {
+                "security.protocol": "sasl_ssl",
+                "sasl.mechanisms": "plain",
+                "sasl.username": "ingest",
+                "sasl.password": "p4ss",
+            },
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": f'{PLAIN} required username="ingest" password="p4ss";',
+            },
+            id="username-and-password-become-a-plain-jaas-config",
         ),
-        "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
-    }
-
-
-def test_ssl_locations_and_renamed_settings_translate() -> None:
-    props = java_client_properties(
-        {
-            "ssl.ca.location": "/etc/ca.pem",
-            "ssl.certificate.location": "/etc/client.pem",
-            "ssl.key.location": "/etc/client.pem",
-            "ssl.key.password": "kp",
-            "ssl.endpoint.identification.algorithm": "none",
-            "enable.ssl.certificate.verification": "true",
-            "fetch.wait.max.ms": "100",
-            "socket.timeout.ms": "30000",
-            "client.id": "dk",
-        },
-        cluster_id="east",
-    )
-    assert props == {
-        "ssl.truststore.location": "/etc/ca.pem",
-        "ssl.truststore.type": "PEM",
-        "ssl.keystore.location": "/etc/client.pem",
-        "ssl.keystore.type": "PEM",
-        "ssl.key.password": "kp",
-        "ssl.endpoint.identification.algorithm": "",
-        "fetch.max.wait.ms": "100",
-        "request.timeout.ms": "30000",
-        "client.id": "dk",
-    }
-
-
-def test_keys_the_reader_or_spark_own_are_dropped() -> None:
-    props = java_client_properties(
-        {
-            "bootstrap.servers": "elsewhere:9092",
-            "group.id": "g",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": "true",
-            "isolation.level": "read_uncommitted",
-            "debug": "all",
-            "max.poll.records": "500",
-        },
-        cluster_id="east",
-    )
-    assert props == {"max.poll.records": "500"}
+        *(
+            pytest.param(
+                {"sasl.mechanism": mechanism, "sasl.username": "u", "sasl.password": "p"},
+                {"sasl.mechanism": mechanism, "sasl.jaas.config": f'{SCRAM} required username="u" password="p";'},
+                id=f"{mechanism}-uses-the-scram-login-module",
+            )
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+        ),
+        pytest.param(
+            {"sasl.mechanism": "PLAIN", "sasl.username": "a", "sasl.password": 'x"y\\z'},
+            {"sasl.mechanism": "PLAIN", "sasl.jaas.config": f'{PLAIN} required username="a" password="x\\"y\\\\z";'},
+            id="quotes-and-backslashes-are-escaped-for-the-jaas-parser",
+        ),
+        pytest.param(
+            {
+                "sasl.jaas.config": f'{PLAIN} required username="j" password="k";',
+                "sasl.username": "u",
+                "sasl.password": "p",
+            },
+            {"sasl.jaas.config": f'{PLAIN} required username="j" password="k";'},
+            id="an-explicit-jaas-config-wins-over-username-and-password",
+        ),
+        pytest.param(
+            {
+                "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.client.id": "app",
+                "sasl.oauthbearer.client.secret": "s3cret",
+                "sasl.oauthbearer.scope": "kafka",
+                "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            },
+            {
+                "sasl.mechanism": "OAUTHBEARER",
+                "sasl.jaas.config": f"{OAUTH}.OAuthBearerLoginModule required "
+                'clientId="app" clientSecret="s3cret" scope="kafka";',
+                "sasl.login.callback.handler.class": f"{OAUTH}.OAuthBearerLoginCallbackHandler",
+                "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+            },
+            id="oidc-client-credentials-map-to-the-oauthbearer-login-module",
+        ),
+        pytest.param(
+            {
+                "ssl.ca.location": "/etc/ca.pem",
+                "ssl.certificate.location": "/etc/client.pem",
+                "ssl.key.location": "/etc/client.pem",
+                "ssl.key.password": "kp",
+                "ssl.endpoint.identification.algorithm": "none",
+                "enable.ssl.certificate.verification": "true",
+                "fetch.wait.max.ms": "100",
+                "socket.timeout.ms": "30000",
+                "client.id": "dk",
+            },
+            {
+                "ssl.truststore.location": "/etc/ca.pem",
+                "ssl.truststore.type": "PEM",
+                "ssl.keystore.location": "/etc/client.pem",
+                "ssl.keystore.type": "PEM",
+                "ssl.key.password": "kp",
+                "ssl.endpoint.identification.algorithm": "",
+                "fetch.max.wait.ms": "100",
+                "request.timeout.ms": "30000",
+                "client.id": "dk",
+            },
+            id="ssl-locations-and-renamed-settings-translate",
+        ),
+        pytest.param(
+            {
+                "bootstrap.servers": "elsewhere:9092",
+                "group.id": "g",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": "true",
+                "isolation.level": "read_uncommitted",
+                "debug": "all",
+                "max.poll.records": "500",
+            },
+            {"max.poll.records": "500"},
+            id="keys-the-reader-or-spark-own-are-dropped",
+        ),
+    ],
+)
+def test_librdkafka_properties_translate_to_java_client_properties(
+    properties: dict[str, str], expected: dict[str, str]
+) -> None:
+    assert java_client_properties(properties, cluster_id="east") == expected
 
 
 @pytest.mark.parametrize(
@@ -238,10 +239,10 @@ def test_foreign_error_text_is_bounded_and_masks_credentials() -> None:
     error = RuntimeError(
         'Login failed for sasl.jaas.config=PlainLoginModule required username="u" password="hunter2"; more\nstack'
     )
-    text = _safe_text(error)
+    text = safe_text(error)
     assert "hunter2" not in text
     assert "stack" not in text
-    assert len(_safe_text(RuntimeError("x" * 5000))) == 600
+    assert len(safe_text(RuntimeError("x" * 5000))) == 600
 
 
 def test_merge_scope_covers_every_source_row_from_its_statistics() -> None:

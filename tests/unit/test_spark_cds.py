@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.spark.class_archive import ClassArchive, prune_archives
+from dynamic_kafka.spark.class_archive import RECORDER_MODULE, ClassArchive, prune_archives
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +53,7 @@ def test_one_recorder_at_a_time_and_a_dead_holder_is_replaced() -> None:
             sys.executable,
             "-c",
             "import time; print('up', flush=True); time.sleep(60)",
-            "dynamic_kafka.spark.class_archive",
+            RECORDER_MODULE,
         ],
         stdout=subprocess.PIPE,
         text=True,

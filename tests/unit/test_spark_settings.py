@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.packages import ResolvedJars, delta_package
-from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SparkSettings, spark_conf
+from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, spark_conf
 
 
 def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
-    conf, packages = spark_conf(SparkSettings(), spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
+    conf, packages = spark_conf(SparkConfig(), spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     assert conf["spark.sql.shuffle.partitions"] == "4"
@@ -31,7 +32,7 @@ def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monke
 
 
 def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
-    settings = SparkSettings(
+    settings = SparkConfig(
         master="local[2]",
         ui_enabled=True,
         conf={
@@ -59,7 +60,7 @@ def test_redaction_covers_kafka_credential_keys(key: str) -> None:
 
 def test_settings_are_frozen_and_strict() -> None:
     with pytest.raises(ValueError, match="extra"):
-        SparkSettings.model_validate({"master": "local", "unknown": 1})
+        SparkConfig.model_validate({"master": "local", "unknown": 1})
 
 
 def test_importing_the_module_loads_no_pyspark() -> None:
@@ -113,6 +114,6 @@ def test_an_unwritable_cache_costs_speed_not_the_run(tmp_path: Path, monkeypatch
     system = SimpleNamespace(getProperty=lambda _key: str(jar))
     session = SimpleNamespace(sparkContext=SimpleNamespace(_jvm=SimpleNamespace(System=system)))
 
-    spark_module._record_start_up_aids(launch, SparkSettings(), session, recording=False)  # type: ignore[arg-type]
+    spark_module._record_start_up_aids(launch, SparkConfig(), session, recording=False)  # type: ignore[arg-type]
 
     assert not (blocker / "cache").exists()

@@ -1,0 +1,170 @@
+"""Backfills: MERGE a time window's records into the sink, inserting only records it does not hold yet.
+
+Invariants:
+
+- Time-window backfills MERGE on ``(cluster, topic, partition, offset)``
+  (:data:`~dynamic_kafka.spark.schema.MERGE_KEYS`), inserting only unseen records, so overlapping backfills and
+  incremental runs never duplicate.
+- Undecodable records are merged the same way into the dead-letter table, or fail the backfill (per
+  ``on_decode_error``) before anything is written.
+- Kafka is read once: the read is persisted (memory, spilling to disk) and one aggregate over it gives both the
+  statistics and the bounds that keep the MERGE from scanning unrelated sink files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import UndecodableRecordError
+from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
+from dynamic_kafka.sink.tables import dead_letter_rows, ensure_table, latest_version, sink_rows, spark_failures
+from dynamic_kafka.spark.decode import DECODE_ERROR, decode
+from dynamic_kafka.spark.schema import MERGE_KEYS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+
+def merge_backfill(
+    df: DataFrame,
+    pipeline: PipelineConfig,
+    planned_pairs: Sequence[tuple[str, str]],
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    run_seq: int | None = None,
+) -> WriteResult:
+    """Merges a backfill's records into the sink, inserting only records it does not hold yet.
+
+    Matching is on ``(cluster, topic, partition, offset)``; undecodable records are merged the same way into the
+    dead-letter table (or fail the backfill, per policy, before anything is written). The read is persisted once
+    (memory, spilling to disk); one aggregate over the persisted copy gives the statistics and the bounds that
+    keep the MERGE from scanning unrelated sink files (the read's event-time range and, per (cluster, topic), its
+    offset range: a record already in the sink has the same coordinates and timestamp, so it is inside them).
+
+    Args:
+        df: the reader's output.
+        pipeline: formats, policy and table paths.
+        planned_pairs: the ``(cluster_id, topic)`` pairs of the backfill; the result has stats for each.
+        start: the event-time window's start (for the log line; the planner turned it into offsets).
+        end: the window's end (exclusive), likewise.
+        run_seq: stored in ``_run_seq`` (null when None); backfills do not take part in the txn protocol.
+
+    Returns:
+        Counts read, rows inserted into the sink (``sink_records``), dead letters inserted, and versions.
+
+    Raises:
+        UndecodableRecordError: ``on_decode_error: fail`` and a record did not decode (the first one by
+            coordinates is named); nothing was written.
+        SparkJobError: the Kafka read or a Delta operation failed (retriable; merging again is harmless).
+
+    Example:
+        >>> merge_backfill(df, pipeline, [("east", "orders")], start=t0, end=t1).sink_records  # doctest: +SKIP
+        0
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    sink_path = str(pipeline.sink.path)
+    dead_letter_path = str(pipeline.sink.resolved_dead_letter_path)
+    pairs = list(planned_pairs)
+    window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
+    with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}"):
+        spark = df.sparkSession
+        decoded = decode(df, pipeline).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            # One row of aggregates (not data) over the persisted read, which this action materializes.
+            metrics = decoded.agg(*metric_columns(pairs, offsets=True)).collect()[0].asDict()
+            bad_count = int(metrics["dead_letters"] or 0)
+            if bad_count and pipeline.on_decode_error == "fail":
+                raise _first_undecodable(decoded)
+            scope = _merge_scope(metrics, pairs)
+            dead_letter_version, dead_letters, inserted = None, 0, 0
+            if bad_count:
+                bad = dead_letter_rows(decoded.where(sf.col(DECODE_ERROR).isNotNull()), run_seq)
+                dead_letters = _merge(spark, bad, dead_letter_path, scope)
+                dead_letter_version = latest_version(dead_letter_path)
+            if int(metrics["records"] or 0) > bad_count:
+                good = sink_rows(decoded.where(sf.col(DECODE_ERROR).isNull()), run_seq)
+                inserted = _merge(spark, good, sink_path, scope)
+        finally:
+            decoded.unpersist()
+        result = write_result(
+            metrics,
+            pairs,
+            sink_version=latest_version(sink_path),
+            dead_letter_version=dead_letter_version,
+        ).model_copy(update={"sink_records": inserted, "dead_letters": dead_letters})
+    logger.info(
+        "backfill of pipeline %r%s: %d records read, %d new rows merged into %s (version %s), %d new dead letters",
+        pipeline.id,
+        window,
+        result.records,
+        inserted,
+        sink_path,
+        result.sink_version,
+        dead_letters,
+    )
+    return result
+
+
+def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
+    """The error naming the first undecodable record by coordinates (``decoded`` holds at least one)."""
+    from pyspark.sql import functions as sf
+
+    first = (
+        decoded.where(sf.col(DECODE_ERROR).isNotNull()).orderBy(*MERGE_KEYS).select(*MERGE_KEYS, DECODE_ERROR).first()
+    )
+    assert first is not None
+    return UndecodableRecordError(
+        cluster_id=first["cluster"],
+        topic=first["topic"],
+        partition=first["partition"],
+        offset=first["offset"],
+        reason=first[DECODE_ERROR],
+    )
+
+
+def _merge(spark: SparkSession, rows: DataFrame, path: str, scope: str) -> int:
+    """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted."""
+    from delta.tables import DeltaTable
+
+    ensure_table(spark, rows, path)
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
+    metrics = (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(rows.alias("s"), f"{on} AND ({scope})")
+        .whenNotMatchedInsertAll()
+        .execute()
+        .collect()
+    )
+    return int(metrics[0]["num_inserted_rows"]) if metrics else 0
+
+
+def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> str:
+    """A target-side predicate that holds for every sink row that can match a source row (same coordinates, so
+    same timestamp), built from the source's own statistics; MERGE uses it to skip unrelated files."""
+    if metrics.get("min_ts") is None:
+        return "false"
+    bounds = [f"t.`timestamp` BETWEEN timestamp_micros({metrics['min_ts']}) AND timestamp_micros({metrics['max_ts']})"]
+    covered = sum(int(metrics.get(f"records_{i}") or 0) for i in range(len(pairs)))
+    if covered == int(metrics["records"]):  # every source row belongs to a listed pair
+        ranges = [
+            f"(t.`cluster` = {_sql_string(c)} AND t.`topic` = {_sql_string(t)} AND t.`offset` BETWEEN "
+            f"{metrics[f'min_offset_{i}']} AND {metrics[f'max_offset_{i}']})"
+            for i, (c, t) in enumerate(pairs)
+            if metrics.get(f"min_offset_{i}") is not None
+        ]
+        bounds.append("(" + " OR ".join(ranges) + ")")
+    return " AND ".join(bounds)
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

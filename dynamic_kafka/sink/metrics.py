@@ -1,0 +1,114 @@
+"""What a write observed: record and byte counts (per planned topic), event-time range, dead letters.
+
+Statistics come from aggregates over the pass that writes (``DataFrame.observe`` for appends, one ``agg`` over
+the persisted read for merges), never from a second read of Kafka.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, Observation
+
+# How long an observation may lag behind the action that fills it (it is normally set before the action returns).
+_OBSERVATION_WAIT_S = 30.0
+
+
+class WriteResult(BaseModel):
+    """What one write did. For an incremental write, counts are records landed (``records = sink_records +
+    dead_letters``); ``deduplicated`` more were read but already in the sink (or dead-letter table) from a backfill,
+    and were not written again. For a merge, ``records``, ``bytes`` and ``per_topic`` count the records read and
+    ``sink_records`` / ``dead_letters`` the rows inserted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int = Field(ge=0, description="Records read from Kafka (an incremental write: and landed).")
+    bytes: int = Field(ge=0, description="Key plus value bytes of those records.")
+    per_topic: dict[tuple[str, str], tuple[int, int]] = Field(
+        default_factory=dict,
+        description="(records, bytes) landed per planned (cluster_id, topic), zeros included; bytes are key + value.",
+    )
+    sink_records: int = Field(ge=0, description="Rows appended to (or, for a merge, inserted into) the sink.")
+    dead_letters: int = Field(ge=0, description="Undecodable records written to the dead-letter table.")
+    min_event_time: datetime | None = Field(None, description="Smallest Kafka timestamp read (UTC).")
+    max_event_time: datetime | None = Field(None, description="Largest Kafka timestamp read (UTC).")
+    sink_version: int | None = Field(None, description="Sink Delta version holding this write.")
+    dead_letter_version: int | None = Field(None, description="Dead-letter table version holding this write.")
+    already_committed: bool = Field(
+        False, description="The sink already held this run (txn); nothing was written and the counts are zero."
+    )
+    deduplicated: int = Field(
+        0, ge=0, description="Records read that a backfill had already landed; not written again, not counted above."
+    )
+
+
+def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -> list[Column]:
+    """Aggregates for one pass: totals, per-pair conditional sums (and offset ranges), event-time range, dead
+    letters."""
+    from pyspark.sql import functions as sf
+
+    size = sf.coalesce(sf.octet_length(RAW_KEY), sf.lit(0)) + sf.coalesce(sf.octet_length(RAW_VALUE), sf.lit(0))
+    columns = [
+        sf.count(sf.lit(1)).alias("records"),
+        sf.sum(size.cast("long")).alias("bytes"),
+        sf.sum(sf.when(sf.col(DECODE_ERROR).isNotNull(), 1).otherwise(0)).alias("dead_letters"),
+        sf.min(sf.unix_micros("timestamp")).alias("min_ts"),
+        sf.max(sf.unix_micros("timestamp")).alias("max_ts"),
+    ]
+    for i, (cluster_id, topic) in enumerate(pairs):
+        match = (sf.col("cluster") == sf.lit(cluster_id)) & (sf.col("topic") == sf.lit(topic))
+        columns.append(sf.sum(sf.when(match, 1).otherwise(0)).alias(f"records_{i}"))
+        columns.append(sf.sum(sf.when(match, size).otherwise(0).cast("long")).alias(f"bytes_{i}"))
+        if offsets:
+            columns.append(sf.min(sf.when(match, sf.col("offset"))).alias(f"min_offset_{i}"))
+            columns.append(sf.max(sf.when(match, sf.col("offset"))).alias(f"max_offset_{i}"))
+    return columns
+
+
+def observed(observation: Observation) -> dict[str, Any] | None:
+    """The observation's metrics, or None if the observed plan never ran (Delta skipped the write)."""
+    future = observation._jo.future() if observation._jo is not None else None
+    deadline = time.monotonic() + _OBSERVATION_WAIT_S
+    while future is not None and not future.isCompleted():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return observation.get if future is not None else None
+
+
+def write_result(
+    metrics: dict[str, Any],
+    pairs: Sequence[tuple[str, str]],
+    *,
+    sink_version: int | None,
+    dead_letter_version: int | None,
+) -> WriteResult:
+    """The result of a write whose pass computed ``metrics`` (:func:`metric_columns` over ``pairs``)."""
+
+    def number(name: str) -> int:
+        return int(metrics.get(name) or 0)
+
+    records, dead_letters = number("records"), number("dead_letters")
+    return WriteResult(
+        records=records,
+        bytes=number("bytes"),
+        per_topic={pair: (number(f"records_{i}"), number(f"bytes_{i}")) for i, pair in enumerate(pairs)},
+        sink_records=records - dead_letters,
+        dead_letters=dead_letters,
+        min_event_time=_from_micros(metrics.get("min_ts")),
+        max_event_time=_from_micros(metrics.get("max_ts")),
+        sink_version=sink_version,
+        dead_letter_version=dead_letter_version,
+    )
+
+
+def _from_micros(value: int | None) -> datetime | None:
+    return None if value is None else datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))
