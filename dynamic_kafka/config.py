@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
 
 
 class _Config(BaseModel):
@@ -121,7 +121,7 @@ class PipelineConfig(_Config):
     on_topic_recreated: Literal["fail", "reset"] = "fail"
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    isolation_level: Isolation = "read_committed"
     consumer_group: str | None = Field(None, description="Also commit offsets to this group (monitoring only).")
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")

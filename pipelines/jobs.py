@@ -67,7 +67,7 @@ def build_backfill_job(pipeline: PipelineConfig, *, source: str | None = None) -
     def backfill_window(context: OpExecutionContext, dynamic_kafka: DynamicKafkaResource) -> None:
         window = context.partition_time_window
         with dagster_errors(pipeline_id):
-            summary = run_backfill(dynamic_kafka.runner(pipeline_id), window.start, window.end)
+            summary = run_backfill(dynamic_kafka.context(pipeline_id), window.start, window.end)
         for finding in summary.warnings:
             context.log.warning(f"{finding.kind}: {finding.message}")
         context.log.info(f"backfill [{window.start}, {window.end}): {summary.status}, {summary.records} records merged")
