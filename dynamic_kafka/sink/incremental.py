@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import DecodeError, SparkJobError
 from dynamic_kafka.plan.model import Split
+from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE, UndecodableRecordError, can_fail, decode
 
 if TYPE_CHECKING:
@@ -89,10 +90,6 @@ MERGE_KEYS = ("cluster", "topic", "partition", "offset")
 _OBSERVATION_WAIT_S = 30.0
 _DECODE_MARKER = "dynamic-kafka-undecodable"
 _DECODE_MARKER_RE = re.compile(_DECODE_MARKER + r"\[(?P<json>\{.*?\})\]" + _DECODE_MARKER)
-# Foreign error texts are shown in our messages; these patterns keep credentials out of them regardless.
-_SECRET_IN_TEXT = re.compile(
-    r"""(?i)((?:password|clientSecret|keyTab|sasl\.jaas\.config|secret|token)\s*[=:]\s*)("(?:[^"\\]|\\.)*"|\S+)"""
-)
 
 
 class WriteResult(BaseModel):
@@ -660,7 +657,7 @@ def _safe_text(error: BaseException, limit: int = 600) -> str:
     """A foreign error's first line, bounded, with anything that looks like a credential masked."""
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
-    first = _SECRET_IN_TEXT.sub(lambda m: m.group(1) + "***", first)
+    first = mask_secrets(first)
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
