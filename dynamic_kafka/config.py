@@ -8,6 +8,7 @@ Relative paths in the file are relative to the file's own directory.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -87,8 +88,29 @@ class SensorConfig(_Config):
 class BackfillConfig(_Config):
     """Time-window partitions for backfills."""
 
-    start: str = Field(description="First partition's start, ISO-8601, e.g. '2026-01-01T00:00:00Z'.")
+    start: datetime = Field(
+        description="First partition's start, ISO-8601, e.g. '2026-01-01T00:00:00Z'; without an offset it is UTC."
+    )
     granularity: Literal["hourly", "daily"] = "hourly"
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _iso_8601(cls, value: object) -> object:
+        # Only ISO-8601 text (or a datetime from a program): pydantic alone would also take a number as epoch
+        # seconds, which nobody writing `start: 2026` means.
+        if isinstance(value, datetime):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'")
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'") from None
+
+    @field_validator("start", mode="after")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class RetryConfig(_Config):
