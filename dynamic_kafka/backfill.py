@@ -16,15 +16,13 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.kafka import take_broker_snapshot
-from dynamic_kafka.metadata.resolve import cluster_requests
+from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.model import Plan
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import MetadataSnapshot, StateSnapshot
+from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
-from dynamic_kafka.runner import PipelineRunner
 
 
 def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -42,11 +40,12 @@ def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
     return metadata.model_copy(update={"streams": streams})
 
 
-def plan_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> Plan:
-    """The splits covering event time ``[start, end)`` on every subscribed partition. Writes nothing."""
+def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> tuple[Plan, MetadataSnapshot]:
+    """The splits covering event time ``[start, end)`` on every subscribed partition, and the metadata snapshot
+    they were planned from (the read must use the same connections). Writes nothing."""
     if end <= start:
-        raise ConfigError(f"backfill window [{start}, {end}) is empty.", hint="Give an end after the start.")
-    window = runner.pipeline.model_copy(
+        raise ValueError(f"backfill window [{start}, {end}) is empty: give an end after the start.")
+    window = context.pipeline.model_copy(
         update={
             "starting_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(start)),
             "stopping_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(end)),
@@ -55,14 +54,14 @@ def plan_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> Pla
             "drain_removed": False,
         }
     )
-    metadata = _without_overrides(runner.resolve())
+    metadata = _without_overrides(context.resolve())
     empty = StateSnapshot(pipeline_id=window.id)
-    requests = cluster_requests(window, metadata, empty, runner.service)
-    brokers = take_broker_snapshot(requests, isolation_level=window.isolation_level, now=datetime.now(UTC))
-    return plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
+    brokers = context.broker_snapshot(metadata, empty, pipeline=window)
+    plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
+    return plan, metadata
 
 
-def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunSummary:
+def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> RunSummary:
     """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
     from pyspark.sql import functions as sf
 
@@ -70,24 +69,23 @@ def run_backfill(runner: PipelineRunner, start: datetime, end: datetime) -> RunS
     from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()
-    plan = plan_backfill(runner, start, end)
+    plan, metadata = plan_backfill(context, start, end)
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
-    metadata = runner.resolve()
-    runner.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
     frame = read_splits(
-        runner._spark(),
+        context.spark(),
         plan.read_splits,
         metadata.clusters(),
-        isolation_level=runner.pipeline.isolation_level,
-        min_partitions=runner.pipeline.min_partitions,
+        isolation_level=context.pipeline.isolation_level,
+        min_partitions=context.pipeline.min_partitions,
     )
     # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
     # also filtered on event time.
     in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
     pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-    result = merge_backfill(in_window, runner.pipeline, pairs, start=start, end=end)
+    result = merge_backfill(in_window, context.pipeline, pairs, start=start, end=end)
     done = time.monotonic()
     return RunSummary(
         **base_summary(plan, 0),

@@ -8,6 +8,7 @@ Relative paths in the file are relative to the file's own directory.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
 
 
 class _Config(BaseModel):
@@ -99,8 +100,29 @@ class SensorConfig(_Config):
 class BackfillConfig(_Config):
     """Time-window partitions for backfills."""
 
-    start: str = Field(description="First partition's start, ISO-8601, e.g. '2026-01-01T00:00:00Z'.")
+    start: datetime = Field(
+        description="First partition's start, ISO-8601, e.g. '2026-01-01T00:00:00Z'; without an offset it is UTC."
+    )
     granularity: Literal["hourly", "daily"] = "hourly"
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _iso_8601(cls, value: object) -> object:
+        # Only ISO-8601 text (or a datetime from a program): pydantic alone would also take a number as epoch
+        # seconds, which nobody writing `start: 2026` means.
+        if isinstance(value, datetime):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'")
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'") from None
+
+    @field_validator("start", mode="after")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class RetryConfig(_Config):
@@ -133,7 +155,7 @@ class PipelineConfig(_Config):
     on_topic_recreated: Literal["fail", "reset"] = "fail"
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    isolation_level: Isolation = "read_committed"
     consumer_group: str | None = Field(None, description="Also commit offsets to this group (monitoring only).")
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")

@@ -8,6 +8,13 @@ No message ever contains a secret: callers pass redacted values only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Type-only: plan.model is a leaf (pydantic only), so this adds no import at run time and no cycle.
+    from dynamic_kafka.plan.model import LostRange
+
 
 class DynamicKafkaError(Exception):
     """Root of every error raised by dynamic-kafka."""
@@ -111,12 +118,12 @@ class DataLossError(PlanningError):
     """Committed offsets are below the earliest offset the broker still has (retention or deleted records).
 
     Attributes:
-        losses: one ``(cluster_id, topic, partition, committed_offset, earliest_offset)`` per partition.
+        losses: one lost range (committed offset to the broker's earliest) per partition.
     """
 
-    def __init__(self, losses: list[tuple[str, str, int, int, int]]) -> None:
-        self.losses = losses
-        described = "; ".join(f"{c}/{t}[{p}] lost offsets [{lo}, {hi})" for c, t, p, lo, hi in losses)
+    def __init__(self, losses: Sequence[LostRange]) -> None:
+        self.losses: tuple[LostRange, ...] = tuple(losses)
+        described = "; ".join(str(lost) for lost in self.losses)
         super().__init__(
             f"data loss: records below the committed offsets were deleted before they were read: {described}.",
             hint="Nothing was written. To continue from the earliest available offsets and record the gap, "

@@ -97,6 +97,10 @@ StoppingOffsets = Annotated[
     Field(discriminator="kind"),
     BeforeValidator(_expand_short_form),
 ]
+Isolation = Literal["read_committed", "read_uncommitted"]
+"""Which records a read sees: ``read_committed`` stops at the last stable offset and skips aborted transactions.
+The one isolation-level type: the pipeline config, the broker offsets and the Spark read all use it."""
+
 AnyInitializer = EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets
 
 

@@ -27,22 +27,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
+from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
 from dynamic_kafka.faults import arm_timer, crash_point
-from dynamic_kafka.kafka import KafkaAdmin, take_broker_snapshot
+from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.metadata.resolve import build_metadata_service, cluster_requests, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
+from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,7 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 class PipelineRunner:
-    """Runs, plans and reports one pipeline. Cheap to build: nothing is contacted until a method is called.
+    """Runs and plans one pipeline. Cheap to build: nothing is contacted until a method is called.
 
     Args:
         project: the project config.
@@ -71,38 +71,24 @@ class PipelineRunner:
         metadata_service: KafkaMetadataService | None = None,
         spark: Callable[[], SparkSession] | None = None,
     ) -> None:
+        self.context = PipelineContext(project, pipeline_id, metadata_service=metadata_service, spark=spark)
         self.project = project
-        self.pipeline: PipelineConfig = project.pipeline(pipeline_id)
-        self._service = metadata_service
-        self._spark = spark or self._default_spark
-        self.store = StateStore(self.pipeline.resolved_state_path, self.pipeline.id)
+        self.pipeline: PipelineConfig = self.context.pipeline
+        self.store = self.context.store
 
     @property
     def service(self) -> KafkaMetadataService:
-        if self._service is None:
-            self._service = build_metadata_service(self.project.metadata_service)
-        return self._service
-
-    def _default_spark(self) -> SparkSession:
-        from dynamic_kafka.spark.session import build_spark_session
-
-        return build_spark_session(self.project.spark)
+        return self.context.service
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""
-        source = str(self.project.source) if self.project.source else None
-        return resolve_metadata(self.service, self.pipeline, source=source)
-
-    def snapshot(self, metadata: MetadataSnapshot, state: StateSnapshot) -> BrokerSnapshot:
-        """Every cluster's offsets for this pipeline, one batched query per cluster."""
-        requests = cluster_requests(self.pipeline, metadata, state, self.service)
-        return take_broker_snapshot(requests, isolation_level=self.pipeline.isolation_level, now=_now())
+        return self.context.resolve()
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
         state = state or self.store.load()
-        metadata = self.resolve()
-        brokers = self.snapshot(metadata, state)
+        metadata = self.context.resolve()
+        brokers = self.context.broker_snapshot(metadata, state)
         plan = plan_run(
             pipeline=self.pipeline,
             metadata=metadata,
@@ -163,7 +149,7 @@ class PipelineRunner:
         summary = self._execute(
             plan,
             version,
-            self._connections(plan, metadata),
+            self.context.connections(plan, metadata),
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
@@ -186,7 +172,7 @@ class PipelineRunner:
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()
-        spark = self._spark()
+        spark = self.context.spark()
         arm_timer("during_write")
         frame = read_splits(
             spark,
@@ -237,33 +223,17 @@ class PipelineRunner:
         if written is not None and written >= plan.run_seq:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=state.table_version)
-            self._commit_consumer_group(plan, self._connections(plan))
+            self._commit_consumer_group(plan, self.context.connections(plan))
         else:
             self._execute(
                 plan,
                 state.table_version,
-                self._connections(plan),
+                self.context.connections(plan),
                 lag=0,
                 recovered=plan.run_seq,
                 overlaps=state.backfill_overlaps(plan.read_splits),
             )
         return plan.run_seq
-
-    def _connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
-        """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
-        drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
-        else the bootstrap servers the plan recorded."""
-        active = metadata.clusters() if metadata is not None else {}
-        found: dict[str, ClusterMetadata] = {}
-        for split in plan.splits:
-            if split.cluster_id in found:
-                continue
-            found[split.cluster_id] = (
-                active.get(split.cluster_id)
-                or self.service.describe_cluster(split.cluster_id)
-                or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
-            )
-        return found
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
@@ -314,8 +284,3 @@ def _run_lock_path(state_path: Path) -> Path | None:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def summary_from_json(text: str | None) -> dict[str, Any] | None:
-    """A stored run summary as plain data (for status output)."""
-    return None if text is None else RunSummary.model_validate_json(text).model_dump(mode="json")

@@ -4,20 +4,35 @@ Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references. T
 model, log line, error, state row and Dagster metadata value; :func:`resolve_properties` turns them into real
 values only where a Kafka or Spark client is built. Independently of references, any property whose key looks
 sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown either.
+
+What "sensitive" means is spelled once, :data:`SENSITIVE_KEY_PATTERN`: it decides which property keys are masked,
+which ``key=value`` assignments inside a text are masked (:func:`mask_secrets`, for foreign error texts and
+librdkafka logs) and, as ``spark.redaction.regex``, which options Spark masks in its UI and logs.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dynamic_kafka.errors import ConfigError
 
 REDACTED = "***"
 
-_SENSITIVE_KEY = re.compile(r"password|secret|token|sasl\.jaas\.config|ssl\.key|credential", re.IGNORECASE)
+SENSITIVE_KEY_PATTERN = r"password|secret|token|credential|access[.]?key|keytab|sasl[.]jaas[.]config|ssl[.]key"
+"""Key names that hold secrets (case-insensitive). Plain alternation, valid as a Python and a Java regex."""
+SPARK_REDACTION_REGEX = f"(?i){SENSITIVE_KEY_PATTERN}"
+"""``spark.redaction.regex``: Spark masks options whose key or value matches it."""
+
+_SENSITIVE_KEY = re.compile(SENSITIVE_KEY_PATTERN, re.IGNORECASE)
+# ``<sensitive key>[more key] = <value>`` (or ``:``) inside a text: a JAAS line, a foreign error message. The value
+# is a quoted string (group 2 or 3) or a bare word (group 4).
+_ASSIGNMENT = re.compile(
+    rf"""((?:{SENSITIVE_KEY_PATTERN})[\w.-]*\s*[=:]\s*)(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s"';,]+))""",
+    re.IGNORECASE,
+)
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 
 
@@ -67,9 +82,20 @@ def resolve_properties(properties: Mapping[str, str], *, cluster_id: str) -> dic
     return {k: resolve_value(v, key=k, cluster_id=cluster_id) for k, v in properties.items()}
 
 
-def scrub(text: str, secrets: list[str]) -> str:
-    """Removes known secret values from a text that came from a foreign library (an error message, a log)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
+def secrets_in_text(text: str) -> list[str]:
+    """The values a text assigns to sensitive keys (``password="p"`` in a JAAS line gives ``p``)."""
+    return [next(g for g in m.groups()[1:] if g is not None) for m in _ASSIGNMENT.finditer(text)]
+
+
+def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
+    """The one masking function for texts from foreign libraries (error messages, log lines): every ``known``
+    secret value (longest first, so a secret containing another is masked whole) and the value of every
+    sensitive ``key=value`` assignment become ``***``.
+
+    Example:
+        >>> mask_secrets('login failed: password="hunter2" user=u1', known=["u1"])
+        'login failed: password=*** user=***'
+    """
+    for secret in sorted((s for s in known if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)

@@ -1,18 +1,19 @@
 """A pipeline's status: per partition the committed next offset, the broker's latest offset and the lag, plus the
-last run and the warnings of recent runs (data-loss gaps, unread ranges of removed clusters, skipped clusters)."""
+last run and the warnings of recent runs (data-loss gaps, unread ranges of removed clusters, skipped clusters),
+and the verdict an orchestrator's health check shows (:func:`lag_verdict`)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets
-from dynamic_kafka.plan.model import Finding
-from dynamic_kafka.runner import PipelineRunner, summary_from_json
+from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.kafka import status_requests, take_broker_snapshot
+from dynamic_kafka.plan.model import Finding, LostRange
+from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
+from dynamic_kafka.plan.summary import RunSummary
 
 
 class PartitionLag(BaseModel):
@@ -23,7 +24,7 @@ class PartitionLag(BaseModel):
     cluster_id: str
     topic: str
     partition: int
-    status: str
+    status: PartitionStatus
     next_offset: int
     latest_offset: int | None
     lag: int | None
@@ -44,35 +45,17 @@ class PipelineStatus(BaseModel):
         description="Clusters whose lag ``total_lag`` cannot include: unreachable now, or skipped by the last run "
         "(a cluster never read has no state to ask about).",
     )
-    last_run: dict[str, Any] | None
-    last_run_status: str | None
+    last_run: RunSummary | None
+    last_run_status: RunStatus | None
     warnings: tuple[Finding, ...]
 
 
-def pipeline_status(runner: PipelineRunner, *, history: int = 20) -> PipelineStatus:
+def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
     shows no lag rather than failing the report)."""
-    state = runner.store.load()
-    by_cluster: dict[str, tuple[str, set[str]]] = {}
-    for row in state.partitions.values():
-        bootstrap, topics = by_cluster.setdefault(row.cluster_id, (row.bootstrap_servers, set()))
-        topics.add(row.topic)
-    requests = []
-    for cluster_id, (bootstrap, topics) in sorted(by_cluster.items()):
-        cluster = runner.service.describe_cluster(cluster_id) or ClusterMetadata(
-            cluster_id=cluster_id, bootstrap_servers=bootstrap
-        )
-        requests.append(
-            ClusterRequest(
-                cluster=cluster,
-                topics=frozenset(topics),
-                starting=EarliestOffsets(),
-                stopping=LatestOffsets(),
-                required=False,
-                skip_unreachable=True,
-            )
-        )
-    brokers = take_broker_snapshot(requests, isolation_level=runner.pipeline.isolation_level, now=datetime.now(UTC))
+    state = context.store.load()
+    requests = status_requests(state, context.service)
+    brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
         answered = brokers.clusters.get(key.cluster_id)
@@ -91,18 +74,67 @@ def pipeline_status(runner: PipelineRunner, *, history: int = 20) -> PipelineSta
                 removed_at=row.removed_at,
             )
         )
-    runs = runner.store.run_history(limit=history)
+    runs = context.store.run_history(limit=history)
     warnings = tuple(f for run in runs for f in run.plan.findings if f.is_warning)
     last = state.last_run
-    last_run = summary_from_json(last.summary_json) if last else None
+    last_run = RunSummary.model_validate_json(last.summary_json) if last and last.summary_json else None
     unreachable = tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable)
+    skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
-        pipeline_id=runner.pipeline.id,
+        pipeline_id=context.pipeline.id,
         partitions=tuple(rows),
         total_lag=sum(r.lag or 0 for r in rows if r.status == "active"),
         unreachable_clusters=unreachable,
-        lag_unknown_clusters=tuple(sorted({*unreachable, *(last_run or {}).get("skipped_clusters", ())})),
+        lag_unknown_clusters=tuple(sorted({*unreachable, *skipped})),
         last_run=last_run,
         last_run_status=last.status if last else None,
         warnings=warnings,
+    )
+
+
+class LagVerdict(BaseModel):
+    """Whether a pipeline is healthy: no data loss in its last run and, with a limit, its lag within it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    passed: bool
+    severity: Literal["error", "warning"] = Field(
+        description="'error' when the last run skipped lost records (data is missing), else 'warning' (lag)."
+    )
+    problems: tuple[str, ...] = Field(description="What is wrong, one sentence each; empty when passed.")
+    lost_ranges: tuple[LostRange, ...] = Field(description="The ranges the last run skipped as lost.")
+    description: str = Field(description="The problems joined, or a one-line all-clear.")
+
+
+def lag_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
+    """The health verdict on a status: data loss in the last run fails it; lag over ``max_lag_records`` fails it,
+    and so does a lag that cannot be known (an unreachable or skipped cluster) when a limit is set, because an
+    unknown lag is not zero.
+
+    Example:
+        >>> empty = PipelineStatus(
+        ...     pipeline_id="p", partitions=(), total_lag=5, unreachable_clusters=(), last_run=None,
+        ...     last_run_status=None, warnings=()
+        ... )
+        >>> lag_verdict(empty, 3).problems
+        ('lag 5 records exceeds max_lag_records 3',)
+    """
+    last = status.last_run
+    lost = tuple(r for f in (last.findings if last else ()) if (r := f.lost_range) is not None)
+    problems = []
+    if lost and last is not None:
+        problems.append(f"the last run (run_seq {last.run_seq}) skipped lost records: {len(lost)} range(s)")
+    if max_lag_records is not None and status.total_lag > max_lag_records:
+        problems.append(f"lag {status.total_lag} records exceeds max_lag_records {max_lag_records}")
+    if max_lag_records is not None and status.lag_unknown_clusters:
+        problems.append(
+            f"lag unknown on cluster(s) {', '.join(status.lag_unknown_clusters)}, unreachable or skipped by the last "
+            f"run (known lag {status.total_lag} records)"
+        )
+    return LagVerdict(
+        passed=not problems,
+        severity="error" if lost else "warning",
+        problems=tuple(problems),
+        lost_ranges=lost,
+        description="; ".join(problems) or f"lag {status.total_lag} records, no data loss",
     )

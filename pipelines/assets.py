@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.status import pipeline_status
+from dynamic_kafka.status import lag_verdict, pipeline_status
 from pipelines.errors import dagster_errors
 from pipelines.metadata import summary_metadata
 from pipelines.names import GROUP_NAME, LAG_CHECK_NAME, asset_key, pool_name
@@ -88,39 +88,23 @@ def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
     )
     def lag_check(dynamic_kafka: DynamicKafkaResource) -> AssetCheckResult:
         with dagster_errors(pipeline_id):
-            status = pipeline_status(dynamic_kafka.runner(pipeline_id))
-        last = status.last_run or {}
-        losses = [f for f in last.get("findings", []) if f.get("kind") == "data_loss"]
-        too_far_behind = limit is not None and status.total_lag > limit
-        problems = []
-        if losses:
-            problems.append(
-                f"the last run (run_seq {last.get('run_seq')}) skipped lost records: {len(losses)} range(s)"
-            )
-        if too_far_behind:
-            problems.append(f"lag {status.total_lag} records exceeds max_lag_records {limit}")
-        # Their lag is unknown, not zero: a limit cannot be said to hold.
-        unknown = ", ".join(status.lag_unknown_clusters)
-        if limit is not None and unknown:
-            problems.append(
-                f"lag unknown on cluster(s) {unknown}, unreachable or skipped by the last run "
-                f"(known lag {status.total_lag} records)"
-            )
+            status = pipeline_status(dynamic_kafka.context(pipeline_id))
+        verdict = lag_verdict(status, limit)
         metadata: dict[str, MetadataValue] = {
             "total_lag": MetadataValue.int(status.total_lag),
-            "data_loss_ranges": MetadataValue.json(losses),
+            "data_loss_ranges": MetadataValue.json([lost.model_dump() for lost in verdict.lost_ranges]),
             "partitions": MetadataValue.int(len(status.partitions)),
         }
         if limit is not None:
             metadata["max_lag_records"] = MetadataValue.int(limit)
         if status.unreachable_clusters:
             metadata["unreachable_clusters"] = MetadataValue.text(", ".join(status.unreachable_clusters))
-        if unknown:
-            metadata["lag_unknown_clusters"] = MetadataValue.text(unknown)
+        if status.lag_unknown_clusters:
+            metadata["lag_unknown_clusters"] = MetadataValue.text(", ".join(status.lag_unknown_clusters))
         return AssetCheckResult(
-            passed=not problems,
-            severity=AssetCheckSeverity.ERROR if losses else AssetCheckSeverity.WARN,
-            description="; ".join(problems) or f"lag {status.total_lag} records, no data loss",
+            passed=verdict.passed,
+            severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
+            description=verdict.description,
             metadata=metadata,
         )
 

@@ -24,12 +24,11 @@ from dagster import (
     ScheduleDefinition,
     SensorDefinition,
 )
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition  # not exported
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ConfigError
 from pipelines.assets import build_lag_check, build_sink_asset
-from pipelines.jobs import build_backfill_job, build_incremental_job
+from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job
 from pipelines.names import RESOURCE_KEY, dagster_name
 from pipelines.resources import DynamicKafkaResource
 from pipelines.schedules import build_schedule
@@ -66,7 +65,7 @@ def build_definitions(config_path: str | Path) -> Definitions:
         )
     assets: list[AssetsDefinition] = []
     checks: list[AssetChecksDefinition] = []
-    jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = []
+    jobs: list[JobDefinition | AssetJob] = []
     schedules: list[ScheduleDefinition] = []
     sensors: list[SensorDefinition] = []
     for pipeline in project.pipelines:
@@ -74,7 +73,7 @@ def build_definitions(config_path: str | Path) -> Definitions:
         assets.append(build_sink_asset(pipeline))
         checks.append(build_lag_check(pipeline))
         jobs.append(incremental)
-        backfill = build_backfill_job(pipeline, source=source)
+        backfill = build_backfill_job(pipeline)
         if backfill is not None:
             jobs.append(backfill)
         schedule = build_schedule(pipeline, incremental, source=source)

@@ -40,12 +40,7 @@ def failure_metadata(error: DynamicKafkaError, pipeline_id: str) -> dict[str, Me
         if value is not None:
             metadata[name] = MetadataValue.text(", ".join(value) if isinstance(value, list) else str(value))
     if isinstance(error, DataLossError):
-        metadata["lost_ranges"] = MetadataValue.json(
-            [
-                {"cluster_id": c, "topic": t, "partition": p, "from_offset": lo, "to_offset": hi}
-                for c, t, p, lo, hi in error.losses
-            ]
-        )
+        metadata["lost_ranges"] = MetadataValue.json([lost.model_dump() for lost in error.losses])
     return metadata
 
 

@@ -10,8 +10,6 @@ configured, the library's state guard is the backstop: a second run fails with `
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
 
-from typing import TYPE_CHECKING
-
 from dagster import (
     AssetMaterialization,
     AssetSelection,
@@ -23,6 +21,10 @@ from dagster import (
     job,
     op,
 )
+
+# What define_asset_job returns. The dagster package does not export the class; this is the one place the
+# pipelines layer names it (sensors, schedules and the definitions import AssetJob from here).
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import PipelineConfig
@@ -40,12 +42,10 @@ from pipelines.names import (
 from pipelines.partitions import backfill_partitions
 from pipelines.resources import DynamicKafkaResource
 
-if TYPE_CHECKING:
-    # Not exported by the dagster package; what define_asset_job returns.
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+AssetJob = UnresolvedAssetJobDefinition
 
 
-def build_incremental_job(pipeline: PipelineConfig) -> "UnresolvedAssetJobDefinition":
+def build_incremental_job(pipeline: PipelineConfig) -> AssetJob:
     """One incremental run of the pipeline: materializes its sink asset, then runs its check."""
     return define_asset_job(
         name=incremental_job_name(pipeline.id),
@@ -56,7 +56,7 @@ def build_incremental_job(pipeline: PipelineConfig) -> "UnresolvedAssetJobDefini
     )
 
 
-def build_backfill_job(pipeline: PipelineConfig, *, source: str | None = None) -> JobDefinition | None:
+def build_backfill_job(pipeline: PipelineConfig) -> JobDefinition | None:
     """The partitioned backfill job, or None when the pipeline has no ``backfill`` config."""
     if pipeline.backfill is None:
         return None
@@ -67,7 +67,7 @@ def build_backfill_job(pipeline: PipelineConfig, *, source: str | None = None) -
     def backfill_window(context: OpExecutionContext, dynamic_kafka: DynamicKafkaResource) -> None:
         window = context.partition_time_window
         with dagster_errors(pipeline_id):
-            summary = run_backfill(dynamic_kafka.runner(pipeline_id), window.start, window.end)
+            summary = run_backfill(dynamic_kafka.context(pipeline_id), window.start, window.end)
         for finding in summary.warnings:
             context.log.warning(f"{finding.kind}: {finding.message}")
         context.log.info(f"backfill [{window.start}, {window.end}): {summary.status}, {summary.records} records merged")
@@ -88,7 +88,7 @@ def build_backfill_job(pipeline: PipelineConfig, *, source: str | None = None) -
         name=backfill_job_name(pipeline_id),
         description=f"Merges one {pipeline.backfill.granularity} window of record timestamps into {pipeline_id!r}'s "
         "sink, without duplicates and without moving the incremental offsets.",
-        partitions_def=backfill_partitions(pipeline.backfill, source=source),
+        partitions_def=backfill_partitions(pipeline.backfill),
         tags={PIPELINE_TAG: pipeline_id, KIND_TAG: "backfill"},
         executor_def=in_process_executor,
     )

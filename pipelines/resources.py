@@ -12,6 +12,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from dynamic_kafka.config import ProjectConfig, load_project_config
+from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.runner import PipelineRunner
 
 
@@ -32,3 +33,7 @@ class DynamicKafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     def runner(self, pipeline_id: str) -> PipelineRunner:
         """A runner for one pipeline. Cheap: it contacts nothing until it is used."""
         return PipelineRunner(self.project(), pipeline_id)
+
+    def context(self, pipeline_id: str) -> PipelineContext:
+        """The shared context of one pipeline (for status and backfills). Cheap: it contacts nothing yet."""
+        return PipelineContext(self.project(), pipeline_id)

@@ -11,13 +11,10 @@ from dynamic_kafka.errors import ConfigError
 from pipelines.names import TRIGGER_TAG, schedule_name
 
 if TYPE_CHECKING:
-    # Not exported by the dagster package; what define_asset_job returns.
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+    from pipelines.jobs import AssetJob
 
 
-def build_schedule(
-    pipeline: PipelineConfig, job: UnresolvedAssetJobDefinition, *, source: str | None = None
-) -> ScheduleDefinition | None:
+def build_schedule(pipeline: PipelineConfig, job: AssetJob, *, source: str | None = None) -> ScheduleDefinition | None:
     """The pipeline's schedule, or None when it has no ``schedule``.
 
     Raises:

@@ -40,8 +40,7 @@ from pipelines.names import AFTER_RUN_TAG, TRIGGER_TAG, asset_key, catch_up_sens
 from pipelines.resources import DynamicKafkaResource
 
 if TYPE_CHECKING:
-    # Not exported by the dagster package; what define_asset_job returns.
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+    from pipelines.jobs import AssetJob
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def read_cursor(raw: str | None) -> WatchCursor:
         return WatchCursor()
 
 
-def build_metadata_sensor(pipeline: PipelineConfig, job: "UnresolvedAssetJobDefinition") -> SensorDefinition:
+def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDefinition:
     """Requests an incremental run when the pipeline's resolved clusters/topics/properties change."""
     pipeline_id = pipeline.id
     threshold = pipeline.sensor.failure_threshold
@@ -86,7 +85,7 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "UnresolvedAssetJobDefi
     return metadata_sensor
 
 
-def build_catch_up_sensor(pipeline: PipelineConfig, job: "UnresolvedAssetJobDefinition") -> RunStatusSensorDefinition:
+def build_catch_up_sensor(pipeline: PipelineConfig, job: "AssetJob") -> RunStatusSensorDefinition:
     """Requests the next incremental run right after a successful run that a cap left unfinished."""
     pipeline_id = pipeline.id
     key = asset_key(pipeline_id)

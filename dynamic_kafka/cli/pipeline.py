@@ -96,7 +96,7 @@ def format_summary(summary: RunSummary) -> str:
 def _status(args: argparse.Namespace) -> int:
     from dynamic_kafka.status import pipeline_status
 
-    status = pipeline_status(_runner(args))
+    status = pipeline_status(_runner(args).context)
 
     def text() -> str:
         lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
@@ -112,8 +112,7 @@ def _status(args: argparse.Namespace) -> int:
             lines.append(f"  unreachable: {', '.join(status.unreachable_clusters)}")
         if status.last_run:
             lines.append(
-                f"  last run: {status.last_run['run_seq']} {status.last_run_status}, "
-                f"{status.last_run['records']} records"
+                f"  last run: {status.last_run.run_seq} {status.last_run_status}, {status.last_run.records} records"
             )
         lines += _findings_text(status.warnings)
         return "\n".join(lines)

@@ -6,15 +6,18 @@ offsets, each batched into one admin call per cluster and offset kind. confluent
 or log line it emits contains a secret value.
 """
 
-from dynamic_kafka.kafka.client import Isolation, KafkaAdmin, OffsetQuery, Partition, TopicDescription
+from dynamic_kafka.kafka.client import KafkaAdmin, OffsetQuery, Partition, TopicDescription, list_topic_names
+from dynamic_kafka.kafka.requests import run_requests, status_requests
 from dynamic_kafka.kafka.snapshot import ClusterRequest, take_broker_snapshot
 
 __all__ = [
     "ClusterRequest",
-    "Isolation",
     "KafkaAdmin",
     "OffsetQuery",
     "Partition",
     "TopicDescription",
+    "list_topic_names",
+    "run_requests",
+    "status_requests",
     "take_broker_snapshot",
 ]

@@ -31,15 +31,19 @@ from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _Adm
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.offsets import Isolation
 
 logger = logging.getLogger(__name__)
 
-Isolation = Literal["read_committed", "read_uncommitted"]
 OffsetQuery = Literal["earliest", "latest"] | int
 """``"earliest"``, ``"latest"``, or a timestamp in epoch milliseconds."""
 Partition = tuple[str, int]
 
-_ISOLATION = {"read_committed": IsolationLevel.READ_COMMITTED, "read_uncommitted": IsolationLevel.READ_UNCOMMITTED}
+_ISOLATION: dict[Isolation, IsolationLevel] = {
+    "read_committed": IsolationLevel.READ_COMMITTED,
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+}
 # librdkafka's cost for ListOffsets and OffsetFetch grows faster than linearly with the partitions of one request
 # (ListOffsets of 5,000 partitions: 0.2 s in one call, 0.04 s in five calls of 1,000; committed offsets of 5,000
 # partitions: 0.6 s against 0.02 s), so large batches go as several calls of at most CHUNK partitions.
@@ -220,6 +224,12 @@ class KafkaAdmin(AdminConnection):
                 raise self._wrap(error, operation)
             logger.debug("cluster %r: retrying %s after %s", self.cluster.cluster_id, operation, error.name())
             time.sleep(RETRY_PAUSE_S)
+
+
+def list_topic_names(cluster: ClusterMetadata) -> list[str]:
+    """The cluster's topics, sorted, without Kafka's internal ones (one short-lived admin client)."""
+    with KafkaAdmin(cluster) as admin:
+        return admin.list_topic_names()
 
 
 def kafka_topic_id(uuid: object) -> str:

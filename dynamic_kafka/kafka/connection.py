@@ -31,7 +31,7 @@ from dynamic_kafka.kafka.failures import (
     to_client_error,
 )
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.secrets import scrub
+from dynamic_kafka.secrets import mask_secrets
 
 logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("dynamic_kafka.librdkafka")
@@ -210,7 +210,7 @@ class AdminConnection:
         error = kafka_error_of(exc)
         if error is None:
             return KafkaClientError(
-                f"{operation} failed: {scrub(str(exc), self._secrets)}",
+                f"{operation} failed: {mask_secrets(str(exc), self._secrets)}",
                 cluster_id=self.cluster.cluster_id,
             )
         return self._wrap(error, operation)

@@ -9,9 +9,9 @@ Pure functions (no client, no broker), so unit tests cover every mapping:
 - ACL denials -> :class:`~dynamic_kafka.errors.KafkaClientError`, not retriable;
 - anything else -> :class:`~dynamic_kafka.errors.KafkaClientError`, retriable when librdkafka says so.
 
-Every text that came from librdkafka passes through :func:`dynamic_kafka.secrets.scrub` with the cluster's resolved
-secret values before it reaches a message or a log line. For the same reason the wrapped errors do not chain the
-confluent-kafka exception (``from None``): its text is not scrubbed. Its error code stays in ``kafka_error``.
+Every text that came from librdkafka passes through :func:`dynamic_kafka.secrets.mask_secrets` with the cluster's
+resolved secret values before it reaches a message or a log line. For the same reason the wrapped errors do not
+chain the confluent-kafka exception (``from None``): its text is not scrubbed. Its error code stays in ``kafka_error``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationError, KafkaClientError
-from dynamic_kafka.secrets import is_sensitive_key, scrub
+from dynamic_kafka.secrets import is_sensitive_key, mask_secrets, secrets_in_text
 
 UNREACHABLE_HINT = "Check that the cluster is up and that bootstrap_servers and security.protocol are right."
 Failure = Literal["authentication", "unreachable", "authorization", "other"]
@@ -62,19 +62,17 @@ _AUTHORIZATION_CODES = frozenset(
 # librdkafka reports some SASL failures under generic codes (_TRANSPORT, _FAIL) with the cause only in the text,
 # e.g. "SASL handshake failed (start (-4)): SASL mechanism PLAIN not supported by broker".
 _SASL_TEXT = re.compile(r"\bSASL\b.*\b(authenticat\w*|handshake|mechanism)\b", re.IGNORECASE)
-# A password may also sit inside a larger value (a JAAS line someone kept in the properties).
-_EMBEDDED_PASSWORD = re.compile(r"""password\s*=\s*["']?([^"'\s;]+)""", re.IGNORECASE)
 
 
 def secret_values(raw: Mapping[str, str], resolved: Mapping[str, str]) -> list[str]:
     """The values that must never be shown: every resolved sensitive property, every value that came from a
-    ``${env:..}`` / ``${file:..}`` reference, and passwords embedded in larger values. Longest first, so a
-    secret containing another is scrubbed whole."""
+    ``${env:..}`` / ``${file:..}`` reference, and secrets assigned inside larger values (a JAAS line). Longest
+    first, so a secret containing another is scrubbed whole."""
     found: set[str] = set()
     for key, value in resolved.items():
         if is_sensitive_key(key) or raw.get(key, value) != value:
             found.add(value)
-        found.update(m.group(1) for m in _EMBEDDED_PASSWORD.finditer(value))
+        found.update(secrets_in_text(value))
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
@@ -101,7 +99,7 @@ def kafka_error_of(exc: BaseException) -> KafkaError | None:
 
 def describe_error(error: KafkaError, secrets: list[str]) -> str:
     """``"<reason> (<CODE>)"`` with secrets scrubbed."""
-    return scrub(f"{error.str()} ({error.name()})", secrets)
+    return mask_secrets(f"{error.str()} ({error.name()})", secrets)
 
 
 def to_client_error(
@@ -167,4 +165,4 @@ class ScrubbingLogger:
         if not self._target.isEnabledFor(logging.DEBUG):
             return
         text = msg % args if args else msg
-        self._target.debug("librdkafka %s: %s", logging.getLevelName(level), scrub(text, self._secrets))
+        self._target.debug("librdkafka %s: %s", logging.getLevelName(level), mask_secrets(text, self._secrets))

@@ -16,11 +16,12 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
-from dynamic_kafka.kafka.client import Isolation, KafkaAdmin, OffsetQuery, Partition
+from dynamic_kafka.kafka.client import KafkaAdmin, OffsetQuery, Partition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import (
     CommittedOffsets,
     EarliestOffsets,
+    Isolation,
     LatestOffsets,
     StartingOffsets,
     StoppingOffsets,

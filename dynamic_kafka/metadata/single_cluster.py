@@ -2,11 +2,15 @@
 
 For teams with one cluster today who want the same pipelines, state and orchestration that a multi-cluster
 setup gets later. Internal topics (names starting with ``__``) are not streams.
+
+The service is given the function that lists a cluster's topics (``dynamic_kafka.kafka.list_topic_names`` in
+production, wired by :mod:`dynamic_kafka.context`) rather than importing the Kafka client: the ``kafka`` package
+depends on ``metadata`` (a client is built from a :class:`ClusterMetadata`), so ``metadata`` must not depend on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from dynamic_kafka.errors import KafkaClientError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -16,15 +20,18 @@ from dynamic_kafka.metadata.service import KafkaMetadataService
 class SingleClusterMetadataService(KafkaMetadataService):
     """Lists the cluster's topics on every call; each topic ``t`` is the stream ``t`` on that cluster."""
 
-    def __init__(self, cluster: ClusterMetadata) -> None:
+    def __init__(self, cluster: ClusterMetadata, list_topics: Callable[[ClusterMetadata], list[str]]) -> None:
+        """
+        Args:
+            cluster: the one cluster.
+            list_topics: lists a cluster's topic names; raises KafkaClientError when the cluster cannot answer.
+        """
         self.cluster = cluster.connection()
+        self._list_topics = list_topics
 
     def _streams(self) -> dict[str, KafkaStream]:
-        from dynamic_kafka.kafka import KafkaAdmin
-
         try:
-            with KafkaAdmin(self.cluster) as admin:
-                names = admin.list_topic_names()
+            names = self._list_topics(self.cluster)
         except KafkaClientError as e:
             raise MetadataServiceError(f"single-cluster metadata service: {e}") from e
         return {

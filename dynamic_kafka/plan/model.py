@@ -62,6 +62,21 @@ class Split(BaseModel):
         return self.stream_ids[0]
 
 
+class LostRange(BaseModel):
+    """Offsets ``[from_offset, to_offset)`` of one partition that were deleted before they were read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    partition: int = Field(ge=0)
+    from_offset: int = Field(ge=0, description="The committed offset: first record that was lost.")
+    to_offset: int = Field(ge=0, description="The broker's earliest offset: first record still there.")
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.topic}[{self.partition}] lost offsets [{self.from_offset}, {self.to_offset})"
+
+
 FindingKind = Literal[
     "data_loss",
     "topic_recreated",
@@ -102,6 +117,16 @@ class Finding(BaseModel):
             "offset_clamped",
             "empty_metadata",
         }
+
+    @property
+    def lost_range(self) -> LostRange | None:
+        """The lost offsets of a ``data_loss`` finding; None for every other kind."""
+        if self.kind != "data_loss":
+            return None
+        # A data_loss finding always names its partition and range; validation says so loudly if one does not.
+        return LostRange.model_validate(
+            self.model_dump(include={"cluster_id", "topic", "partition", "from_offset", "to_offset"})
+        )
 
 
 class Plan(BaseModel):

@@ -25,6 +25,7 @@ from datetime import datetime
 
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import (
     AnyInitializer,
     CommittedOffsets,
@@ -33,25 +34,14 @@ from dynamic_kafka.offsets import (
     SpecificOffsets,
     TimestampOffsets,
 )
-from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
-    MetadataSnapshot,
     PartitionOffsets,
     PartitionState,
     StateSnapshot,
     TopicSnapshot,
 )
-
-
-def effective_initializers(
-    pipeline: PipelineConfig, metadata: MetadataSnapshot, cluster_id: str
-) -> tuple[AnyInitializer, AnyInitializer]:
-    """The (starting, stopping) initializers for ``cluster_id``: the cluster's override first, then the pipeline's."""
-    override = metadata.cluster_overrides(cluster_id)
-    starting = (override.starting_offsets if override else None) or pipeline.starting_offsets
-    stopping = (override.stopping_offsets if override else None) or pipeline.stopping_offsets
-    return starting, stopping
 
 
 def plan_run(
@@ -106,7 +96,7 @@ class _PlanBuilder:
         self.now = now
         self.splits: list[Split] = []
         self.findings: list[Finding] = []
-        self.losses: list[tuple[str, str, int, int, int]] = []
+        self.losses: list[LostRange] = []
         self.skipped: list[str] = []
         self.covered: set[TopicPartition] = set()
         self.removals: list[tuple[TopicPartition, int | None]] = []
@@ -190,7 +180,9 @@ class _PlanBuilder:
                 cluster_id=cluster_id,
                 topic=topic,
             )
-        starting, stopping = effective_initializers(self.pipeline, self.metadata, cluster_id)
+        starting, stopping = self.metadata.initializers(
+            cluster_id, self.pipeline.starting_offsets, self.pipeline.stopping_offsets
+        )
         by_partition = {p.partition: p for p in known}
         if not known and snapshot.partitions:
             self.note(
@@ -244,15 +236,14 @@ class _PlanBuilder:
             )
         if start >= offsets.earliest:
             return start
+        lost = LostRange(**key.model_dump(), from_offset=start, to_offset=offsets.earliest)
         if self.pipeline.on_data_loss == "fail":
-            self.losses.append((key.cluster_id, key.topic, key.partition, start, offsets.earliest))
+            self.losses.append(lost)
             return None
         self.note(
             "data_loss",
             f"{key}: offsets [{start}, {offsets.earliest}) were deleted before they were read; skipped",
-            **key.model_dump(),
-            from_offset=start,
-            to_offset=offsets.earliest,
+            **lost.model_dump(),
         )
         return offsets.earliest
 

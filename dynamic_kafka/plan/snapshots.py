@@ -1,4 +1,5 @@
-"""The three snapshots the planner reads: metadata, committed state and broker offsets.
+"""The snapshots the planner reads: committed state and broker offsets (the metadata snapshot is the metadata
+package's own, :class:`~dynamic_kafka.metadata.snapshot.MetadataSnapshot`, re-used here as the planner's input).
 
 Taking them is I/O (the metadata service, the Delta state, confluent-kafka); planning from them is not. Keeping
 them as plain frozen values makes the planner a pure function that unit tests drive without any broker.
@@ -12,44 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MetadataSnapshot(_Frozen):
-    """The subscribed streams as resolved once for a run."""
-
-    streams: dict[str, KafkaStream] = Field(default_factory=dict, description="By stream_id.")
-    fingerprint: str = ""
-
-    def clusters(self) -> dict[str, ClusterMetadata]:
-        """Each cluster's connection (first stream in stream-id order wins if streams disagree)."""
-        found: dict[str, ClusterMetadata] = {}
-        for stream_id in sorted(self.streams):
-            for cid, cluster in self.streams[stream_id].clusters.items():
-                found.setdefault(cid, cluster.connection())
-        return found
-
-    def topics(self) -> dict[tuple[str, str], tuple[str, ...]]:
-        """``(cluster_id, topic) -> sorted stream ids`` containing it. A topic in two streams is read once."""
-        found: dict[tuple[str, str], set[str]] = {}
-        for stream_id, stream in self.streams.items():
-            for cid, cluster in stream.clusters.items():
-                for topic in cluster.topics:
-                    found.setdefault((cid, topic), set()).add(stream_id)
-        return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
-
-    def cluster_overrides(self, cluster_id: str) -> ClusterMetadata | None:
-        """The metadata of ``cluster_id`` carrying per-cluster initializer overrides, if any stream sets them."""
-        for stream_id in sorted(self.streams):
-            cluster = self.streams[stream_id].clusters.get(cluster_id)
-            if cluster is not None and (cluster.starting_offsets or cluster.stopping_offsets):
-                return cluster
-        return None
 
 
 class PartitionOffsets(_Frozen):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +28,7 @@ class RunSummary(BaseModel):
 
     pipeline_id: str
     run_seq: int
-    status: str = Field(description="'committed', or 'empty' when there was nothing to read.")
+    status: Literal["committed", "empty"] = Field(description="'committed', or 'empty' when there was nothing to read.")
     recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
     records: int = 0
     bytes: int = 0

@@ -12,13 +12,13 @@ no JVM.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import SparkJobError
+from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"
-# Foreign error texts are shown in our messages; these patterns keep credentials out of them regardless.
-_SECRET_IN_TEXT = re.compile(
-    r"""(?i)((?:password|clientSecret|keyTab|sasl\.jaas\.config|secret|token)\s*[=:]\s*)("(?:[^"\\]|\\.)*"|\S+)"""
-)
 
 
 # --- rows -------------------------------------------------------------------------------------------------------
@@ -179,7 +175,7 @@ def safe_text(error: BaseException, limit: int = 600) -> str:
     """A foreign error's first line, bounded, with anything that looks like a credential masked."""
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
-    first = _SECRET_IN_TEXT.sub(lambda m: m.group(1) + "***", first)
+    first = mask_secrets(first)
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.maven import resolve_jars
 from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import ResolvedJars, delta_package
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Spark's default (?i)secret|password|token|access[.]?key plus the Kafka client keys that carry credentials.
-REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|sasl[.]jaas[.]config|ssl[.]key"
 # spark-sql-kafka-0-10 depends on spark-token-provider-kafka-0-10 of its own version, but Maven Central (as this
 # project reaches it) serves the token provider only up to 4.0.0: 4.0.1 and later are 404, so Ivy cannot resolve
 # the connector. The token provider's public API is the same in 4.0.0 and the 4.1 line (compared with javap), so

@@ -80,7 +80,7 @@ class Orders:
         return sorted(("east", self.topic, r.partition or 0, r.offset or 0, r.value) for r in records)
 
     def backfill(self, first_minute: int, end_minute: int) -> Any:
-        return run_backfill(self.harness.runner(), self.t0 + first_minute * M, self.t0 + end_minute * M)
+        return run_backfill(self.harness.runner().context, self.t0 + first_minute * M, self.t0 + end_minute * M)
 
     def tp(self, partition: int) -> TopicPartition:
         return TopicPartition(cluster_id="east", topic=self.topic, partition=partition)

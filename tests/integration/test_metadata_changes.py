@@ -130,7 +130,7 @@ def test_migration_reports_records_left_unread_on_the_removed_cluster(
     assert set(m.last.warnings) >= {f for f in m.last.findings if f.kind == "removed_unread"}
     assert positions(h, "east") == {(c, t, p): ("removed", start) for c, t, p, start, _ in unread}
 
-    status = pipeline_status(h.runner())
+    status = pipeline_status(h.runner().context)
     assert finding_ranges(status.warnings, "removed_unread") == unread
     lag = {(p.cluster_id, p.topic, p.partition): (p.status, p.next_offset, p.latest_offset) for p in status.partitions}
     assert {k: v for k, v in lag.items() if k[0] == "east"} == {

@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
@@ -297,7 +298,7 @@ def test_deleted_records_below_the_committed_offset_fail_the_run_or_are_skipped_
     with pytest.raises(DataLossError) as raised:
         harness.runner().run()
 
-    assert raised.value.losses == [("east", topic, 0, 5, 7)]
+    assert raised.value.losses == (LostRange(cluster_id="east", topic=topic, partition=0, from_offset=5, to_offset=7),)
     assert f"east/{topic}[0] lost offsets [5, 7)" in str(raised.value)
     assert "on_data_loss: skip" in str(raised.value)
     assert (sink_version(harness), state_version(harness)) == (sink_before, state_before)

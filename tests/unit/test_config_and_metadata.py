@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,14 @@ class TestProjectConfig:
             ),
             ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    max_records_per_run: 0\n", r"max_records_per_run"),
             ("  - id: o\n    streams: [a]\n", r"pipelines\[0\]\.sink: required key is missing"),
+            (
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    backfill: {start: 'first of may'}\n",
+                r"pipelines\[0\]\.backfill\.start: .*not an ISO-8601 timestamp",
+            ),
+            (
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    backfill: {start: 2026}\n",
+                r"pipelines\[0\]\.backfill\.start: .*not an ISO-8601 timestamp",
+            ),
         ],
     )
     def test_invalid_configs_name_file_and_key(self, tmp_path: Path, pipeline_yaml: str, expected: str) -> None:
@@ -82,6 +91,23 @@ class TestProjectConfig:
         with pytest.raises(ConfigError, match=expected) as info:
             load_project_config(path)
         assert str(path) in str(info.value)
+
+    @pytest.mark.parametrize(
+        ("start", "expected"),
+        [
+            ("2026-01-01T00:00:00Z", datetime(2026, 1, 1, tzinfo=UTC)),
+            ("2026-01-01T02:00:00+02:00", datetime(2026, 1, 1, tzinfo=UTC)),
+            ("2026-01-01", datetime(2026, 1, 1, tzinfo=UTC)),  # no offset: UTC
+        ],
+    )
+    def test_backfill_start_is_aware_utc_at_load(self, tmp_path: Path, start: str, expected: datetime) -> None:
+        path = project(
+            tmp_path, f"  - id: o\n    streams: [a]\n    sink: {{path: s}}\n    backfill: {{start: '{start}'}}\n"
+        )
+        backfill = load_project_config(path).pipeline("o").backfill
+        assert backfill is not None
+        assert backfill.start == expected
+        assert backfill.start.tzinfo is UTC
 
     def test_malformed_yaml_names_line(self, tmp_path: Path) -> None:
         path = write(tmp_path, "bad.yaml", "pipelines:\n  - id: [unclosed\n")

@@ -11,12 +11,12 @@ from dynamic_kafka import offsets
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
-from dynamic_kafka.plan.model import Plan, TopicPartition
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.plan.model import LostRange, Plan, TopicPartition
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
-    MetadataSnapshot,
     PartitionOffsets,
     PartitionState,
     StateSnapshot,
@@ -226,7 +226,9 @@ class TestPolicies:
                 brokers(east=[topic("orders", {0: (5, 10), 1: (8, 10)})]),
                 state(("east", "orders", 0, 2), ("east", "orders", 1, 9)),
             )
-        assert info.value.losses == [("east", "orders", 0, 2, 5)]
+        assert info.value.losses == (
+            LostRange(cluster_id="east", topic="orders", partition=0, from_offset=2, to_offset=5),
+        )
         assert "east/orders[0] lost offsets [2, 5)" in str(info.value)
 
     def test_data_loss_skip_starts_at_earliest_and_records_gap(self) -> None:

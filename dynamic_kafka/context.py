@@ -1,0 +1,153 @@
+"""What a run, a backfill and a status report of one pipeline share: the pipeline context.
+
+The project and pipeline config, the metadata service, the state store and the Spark session factory, plus the
+three steps every one of them takes the same way (resolve the metadata, snapshot the brokers, find how to reach a
+plan's clusters). This module is the composition root: it is where the Kafka client is wired into the
+single-cluster metadata service, so the ``metadata`` package never imports ``kafka``.
+
+Example:
+    >>> from dynamic_kafka.config import load_project_config
+    >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
+    >>> context.resolve().fingerprint  # doctest: +SKIP
+    '3f1c...'
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.config import (
+    FileMetadataServiceConfig,
+    MetadataServiceConfig,
+    PipelineConfig,
+    ProjectConfig,
+    PythonMetadataServiceConfig,
+    SingleClusterMetadataServiceConfig,
+)
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.kafka import list_topic_names, run_requests, take_broker_snapshot
+from dynamic_kafka.metadata.file import FileMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.metadata.resolve import resolve_metadata
+from dynamic_kafka.metadata.service import KafkaMetadataService
+from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
+from dynamic_kafka.state import StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+
+
+class PipelineContext:
+    """One pipeline's collaborators. Cheap to build: nothing is contacted until a method is called.
+
+    Args:
+        project: the project config.
+        pipeline_id: which pipeline of the project.
+        metadata_service: a service to use instead of the one the config names (programs and tests).
+        spark: returns the Spark session; called only when something has to be read.
+    """
+
+    def __init__(
+        self,
+        project: ProjectConfig,
+        pipeline_id: str,
+        *,
+        metadata_service: KafkaMetadataService | None = None,
+        spark: Callable[[], SparkSession] | None = None,
+    ) -> None:
+        self.project = project
+        self.pipeline: PipelineConfig = project.pipeline(pipeline_id)
+        self.store = StateStore(self.pipeline.resolved_state_path, self.pipeline.id)
+        self._service = metadata_service
+        self._spark = spark or self._default_spark
+
+    @property
+    def service(self) -> KafkaMetadataService:
+        """The metadata service (the one given, else built from the project config on first use)."""
+        if self._service is None:
+            self._service = build_metadata_service(self.project.metadata_service)
+        return self._service
+
+    def spark(self) -> SparkSession:
+        """The Spark session (started on first call by the default factory)."""
+        return self._spark()
+
+    def _default_spark(self) -> SparkSession:
+        from dynamic_kafka.spark.session import build_spark_session
+
+        return build_spark_session(self.project.spark)
+
+    def resolve(self) -> MetadataSnapshot:
+        """The pipeline's subscribed streams as the metadata service describes them now."""
+        source = str(self.project.source) if self.project.source else None
+        return resolve_metadata(self.service, self.pipeline, source=source)
+
+    def broker_snapshot(
+        self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None
+    ) -> BrokerSnapshot:
+        """Every cluster's offsets for the pipeline (or ``pipeline``, a variant of it such as a backfill window),
+        one batched query per cluster."""
+        pipeline = pipeline or self.pipeline
+        requests = run_requests(pipeline, metadata, state, self.service)
+        return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
+
+    def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
+        """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
+        drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
+        else the bootstrap servers the plan recorded."""
+        active = metadata.clusters() if metadata is not None else {}
+        found: dict[str, ClusterMetadata] = {}
+        for split in plan.splits:
+            if split.cluster_id in found:
+                continue
+            found[split.cluster_id] = (
+                active.get(split.cluster_id)
+                or self.service.describe_cluster(split.cluster_id)
+                or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
+            )
+        return found
+
+
+def build_metadata_service(config: MetadataServiceConfig) -> KafkaMetadataService:
+    """The metadata service a project config names.
+
+    Raises:
+        ConfigError: a Python import path that cannot be imported or does not build a KafkaMetadataService.
+    """
+    if isinstance(config, FileMetadataServiceConfig):
+        return FileMetadataService(config.path)
+    if isinstance(config, SingleClusterMetadataServiceConfig):
+        return SingleClusterMetadataService(
+            ClusterMetadata(
+                cluster_id=config.cluster_id, bootstrap_servers=config.bootstrap_servers, properties=config.properties
+            ),
+            list_topic_names,
+        )
+    assert isinstance(config, PythonMetadataServiceConfig)
+    module_name, _, attribute = config.import_path.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(
+            f"metadata_service.import_path {config.import_path!r} cannot be loaded: {e}.",
+            hint="Use 'package.module:factory' for an importable module on PYTHONPATH.",
+        ) from e
+    if not callable(target):
+        raise ConfigError(f"metadata_service.import_path {config.import_path!r} is not callable.")
+    service = target(**config.args)
+    if not isinstance(service, KafkaMetadataService):
+        raise ConfigError(
+            f"metadata_service.import_path {config.import_path!r} returned {type(service).__name__}, "
+            "not a KafkaMetadataService.",
+            hint="Subclass dynamic_kafka.metadata.service.KafkaMetadataService.",
+        )
+    return service
