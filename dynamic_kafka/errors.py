@@ -57,6 +57,10 @@ class LocalKafkaError(DynamicKafkaError):
     """The local Kafka tooling could not start, stop or find a broker."""
 
 
+class LocalS3Error(DynamicKafkaError):
+    """The local S3 API server (``dynamic-kafka local-s3``) could not start, stop or be found."""
+
+
 class ToolchainError(LocalKafkaError):
     """Java, Maven, or jars from Maven Central (for local brokers or Spark's connectors) are missing or unobtainable.
 

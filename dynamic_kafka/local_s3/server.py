@@ -1,0 +1,241 @@
+"""Start, stop and inspect one real local S3 API server (moto's standalone server) under a base folder.
+
+Layout under the base folder (``./.local-s3`` unless ``$DYNAMIC_KAFKA_LOCAL_S3_DIR`` or an argument says otherwise)::
+
+    server.json   the LocalS3Server, as JSON
+    s3.pid        the server's pid while it runs
+    s3.log        the server's log (stdout and stderr: one line per request)
+
+The server speaks the S3 HTTP API on 127.0.0.1 (path-style addressing, any credentials accepted) and keeps every
+bucket and object in memory: ``down`` loses them. That is a decision, not an accident: moto's only persistence is its
+request recorder, which appends every request body to one file and replays it on demand, doubling every byte
+written and making a restart as slow as the history is long. Tests and benchmarks want a clean store per start;
+a demo that must survive a restart keeps its tables on local disk.
+
+Invariants: ``start_server`` on a running server on the same port changes nothing (and creates any missing
+bucket it is asked for); a running server is never restarted on another port silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib import metadata
+from pathlib import Path
+
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
+from dynamic_kafka.errors import LocalS3Error
+from dynamic_kafka.local_s3.models import LocalS3Server, LocalS3Status
+
+logger = logging.getLogger(__name__)
+
+LOCAL_S3_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_S3_DIR"
+DEFAULT_PORT = 9000
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+_STATE_FILE = "server.json"
+_PID_FILE = "s3.pid"
+_LOG_FILE = "s3.log"
+_LOG_ROTATE_BYTES = 64 * 1024 * 1024
+_HTTP_TIMEOUT_S = 2.0
+
+
+def resolve_base_dir(base_dir: Path | None = None) -> Path:
+    """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_LOCAL_S3_DIR``, else ``./.local-s3``."""
+    if base_dir is not None:
+        return Path(base_dir).absolute()
+    env = os.environ.get(LOCAL_S3_DIR_ENV)
+    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-s3"
+
+
+def start_server(
+    *,
+    port: int | None = None,
+    base_dir: Path | None = None,
+    buckets: tuple[str, ...] | list[str] = (),
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> LocalS3Server:
+    """Start the local S3 API server on ``127.0.0.1:port`` (no-op if it runs there) and create ``buckets``.
+
+    Args:
+        port: the port; None reuses the running server's port, else ``DEFAULT_PORT``.
+        base_dir: folder of the server (see :func:`resolve_base_dir`).
+        buckets: buckets to create if missing.
+        start_timeout_s: how long the server may take to answer S3 requests.
+
+    Returns:
+        The running server.
+
+    Raises:
+        LocalS3Error: moto's server is not installed, the server already runs on another port, the port is in
+            use, the server did not answer in time (the message holds the end of its log), or a bucket could not
+            be created.
+
+    Example:
+        >>> server = start_server(port=19000, buckets=["lake"])  # doctest: +SKIP
+        >>> server.environment()["AWS_ENDPOINT_URL"]  # doctest: +SKIP
+        'http://127.0.0.1:19000'
+    """
+    base = resolve_base_dir(base_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(base / ".lock"):
+        current = _load(base)
+        if current is not None and _is_running(current):
+            if port is not None and port != current.port:
+                raise LocalS3Error(
+                    f"the local S3 server under {base} already runs on port {current.port}, not {port}.",
+                    hint="Stop it first (`dynamic-kafka local-s3 down`) or use its port.",
+                )
+            logger.info("local S3 server already runs at %s", current.endpoint)
+            server = current
+        else:
+            server = _launch(base, port if port is not None else DEFAULT_PORT, start_timeout_s)
+    for bucket in buckets:
+        create_bucket(server, bucket)
+    return server
+
+
+def stop_server(
+    *, base_dir: Path | None = None, purge: bool = False, stop_timeout_s: float = STOP_TIMEOUT_S
+) -> LocalS3Server | None:
+    """Stop the local S3 server (SIGTERM, then SIGKILL); its buckets and objects are gone with it.
+
+    Args:
+        base_dir: folder of the server (see :func:`resolve_base_dir`).
+        purge: also delete the server's folder (record and log).
+        stop_timeout_s: how long the server may take to exit before it is killed.
+
+    Returns:
+        The recorded server, or None if there was none under the base folder.
+    """
+    base = resolve_base_dir(base_dir)
+    if not base.is_dir():
+        return None
+    with exclusive_lock(base / ".lock"):
+        server = _load(base)
+        if server is not None and server.pid is not None and _is_running(server):
+            clean = process.terminate(server.pid, _marker(base), timeout_s=stop_timeout_s)
+            logger.info("local S3 server: %s pid %d", "stopped" if clean else "killed", server.pid)
+        (base / _PID_FILE).unlink(missing_ok=True)
+    if purge:
+        shutil.rmtree(base, ignore_errors=True)
+    return server
+
+
+def server_status(base_dir: Path | None = None) -> LocalS3Status | None:
+    """Return the recorded server and whether it runs, or None if none was ever started under the base folder."""
+    server = _load(resolve_base_dir(base_dir))
+    return None if server is None else LocalS3Status(server=server, running=_is_running(server))
+
+
+def create_bucket(server: LocalS3Server, bucket: str) -> None:
+    """Create ``bucket`` on the local server unless it exists (the local server accepts unsigned requests).
+
+    Raises:
+        LocalS3Error: the server refused (an invalid bucket name, for one).
+    """
+    url = f"{server.endpoint}/{bucket}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=_HTTP_TIMEOUT_S):  # noqa: S310
+            return
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise LocalS3Error(
+                f"local S3 server at {server.endpoint}: HEAD bucket {bucket!r} gave HTTP {e.code}."
+            ) from e
+    except OSError as e:
+        raise LocalS3Error(f"local S3 server at {server.endpoint} did not answer: {e}.") from e
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=_HTTP_TIMEOUT_S):  # noqa: S310
+            logger.info("local S3 server: bucket %s created", bucket)
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")[:500]
+        raise LocalS3Error(f"local S3 server could not create bucket {bucket!r}: HTTP {e.code} {detail}") from e
+    except OSError as e:
+        raise LocalS3Error(f"local S3 server at {server.endpoint} did not answer: {e}.") from e
+
+
+def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
+    try:
+        moto_version = metadata.version("moto")
+        import moto.server  # noqa: F401 - fails without the [server] extra's Flask and werkzeug
+    except (metadata.PackageNotFoundError, ImportError) as e:
+        raise LocalS3Error(
+            "the local S3 server needs moto's standalone server, which is not installed.",
+            hint="Install dynamic-kafka's `local` extra (`uv sync --extra local` or pip install 'moto[server]').",
+        ) from e
+    if not process.port_is_free(port):
+        raise LocalS3Error(
+            f"port {port} is already in use on 127.0.0.1 by another process.",
+            hint="Pick another port (`dynamic-kafka local-s3 up --port P`) or stop what holds it (`ss -ltnp`).",
+        )
+    log_file = base / _LOG_FILE
+    if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
+        log_file.replace(log_file.with_name(log_file.name + ".1"))
+    argv = [sys.executable, "-m", "dynamic_kafka.local_s3._serve", "--dir", _marker(base), "--port", str(port)]
+    # Credentials in the environment would only show up in the server's log lines: never pass them on.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    pid = process.spawn_detached(argv, log_file=log_file, cwd=base, env=env)
+    (base / _PID_FILE).write_text(f"{pid}\n")
+    server = LocalS3Server(port=port, pid=pid, server_dir=base, log_file=log_file, moto_version=moto_version)
+    (base / _STATE_FILE).write_text(server.model_dump_json(indent=2) + "\n")
+    try:
+        _wait_until_serving(server, time.monotonic() + start_timeout_s)
+    except BaseException:
+        process.terminate(pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
+        (base / _PID_FILE).unlink(missing_ok=True)
+        raise
+    logger.info("local S3 server: pid %d serving at %s (moto %s)", pid, server.endpoint, moto_version)
+    return server
+
+
+def _wait_until_serving(server: LocalS3Server, deadline: float) -> None:
+    last_error = "the port never accepted a connection"
+    while time.monotonic() < deadline:
+        if not _is_running(server):
+            code = process.exit_code(server.pid) if server.pid else None
+            raise _not_serving(server, f"its process exited (code {code})")
+        if process.accepts_connections(server.port):
+            try:
+                with urllib.request.urlopen(f"{server.endpoint}/", timeout=_HTTP_TIMEOUT_S) as response:  # noqa: S310
+                    body = response.read()
+                if b"ListAllMyBucketsResult" in body:
+                    return
+                last_error = f"GET / did not list buckets: {body[:200]!r}"
+            except OSError as e:
+                last_error = str(e)
+        time.sleep(0.1)
+    raise _not_serving(server, f"it did not answer S3 requests before the deadline (last error: {last_error})")
+
+
+def _not_serving(server: LocalS3Server, reason: str) -> LocalS3Error:
+    return LocalS3Error(
+        f"the local S3 server at {server.endpoint} did not come up: {reason}. "
+        f"Last lines of {server.log_file}:\n{process.tail(server.log_file, 30)}"
+    )
+
+
+def _is_running(server: LocalS3Server) -> bool:
+    return server.pid is not None and process.is_alive(server.pid, _marker(server.server_dir))
+
+
+def _marker(base: Path) -> str:
+    return str(base)
+
+
+def _load(base: Path) -> LocalS3Server | None:
+    state = base / _STATE_FILE
+    if not state.is_file():
+        return None
+    try:
+        return LocalS3Server.model_validate_json(state.read_text())
+    except ValueError as e:
+        raise LocalS3Error(
+            f"unreadable local S3 server record {state}: {e}", hint=f"Delete {base} to start afresh."
+        ) from e
