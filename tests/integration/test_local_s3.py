@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from dynamic_kafka.cli import main
+from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalS3Error
 from dynamic_kafka.local_s3 import LocalS3Server, server_status, start_server, stop_server
 from dynamic_kafka.testing.clusters import distinct_free_ports
