@@ -57,6 +57,10 @@ class ToolchainError(LocalKafkaError):
     """
 
 
+class LocalRegistryError(DynamicKafkaError):
+    """The local Schema Registry tooling could not download, start, stop or find a registry."""
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 
