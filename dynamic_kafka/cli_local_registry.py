@@ -1,4 +1,7 @@
-"""``dynamic-kafka local-registry up|down|status``: real local Schema Registries from the command line."""
+"""``dynamic-kafka local-registry up|down|status``: real local Schema Registries from the command line.
+
+The password given to ``--basic-auth`` goes to the registry's 0600 config file only, never to output or logs.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 from dynamic_kafka.local_registry import (
     DEFAULT_REGISTRY_VERSION,
+    parse_basic_auth,
     parse_registry_spec,
     registry_status,
     resolve_base_dir,
@@ -37,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up = commands.add_parser("up", parents=[common], help="start registries (no-op for running ones)")
     up.add_argument("registries", nargs="+", metavar="NAME:PORT", help="registry name and port, e.g. east:18081")
     up.add_argument(
+        "--basic-auth", metavar="USER:PASSWORD", help="require HTTP basic auth as this user on every API call"
+    )
+    up.add_argument(
         "--registry-version", default=DEFAULT_REGISTRY_VERSION, help="Apicurio Registry release (default: %(default)s)"
     )
     up.add_argument("--json", action="store_true", help='print {"NAME": "URL"} instead of lines')
@@ -56,7 +63,10 @@ def _up(args: argparse.Namespace) -> int:
     # Starting a registry (and the first download) takes a while: show progress even without --verbose.
     logging.getLogger("dynamic_kafka.local_registry").setLevel(logging.INFO)
     specs = [parse_registry_spec(s) for s in args.registries]
-    registries = start_registries(specs, base_dir=args.base_dir, registry_version=args.registry_version)
+    auth = parse_basic_auth(args.basic_auth) if args.basic_auth is not None else None
+    registries = start_registries(
+        specs, base_dir=args.base_dir, basic_auth=auth, registry_version=args.registry_version
+    )
     if args.json:
         print(json.dumps({name: r.url for name, r in registries.items()}))
     else:
@@ -83,5 +93,6 @@ def _status(args: argparse.Namespace) -> int:
     if not statuses:
         print(f"no local registries under {resolve_base_dir(args.base_dir)}")
     for s in statuses:
-        print(f"{s.registry.name}\t{'running' if s.running else 'stopped'}\t{s.registry.url}")
+        auth = f"\tbasic auth as {s.registry.basic_auth_user}" if s.registry.basic_auth_user else ""
+        print(f"{s.registry.name}\t{'running' if s.running else 'stopped'}\t{s.registry.url}{auth}")
     return 0

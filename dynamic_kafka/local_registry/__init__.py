@@ -16,6 +16,7 @@ Example:
 from dynamic_kafka.local_registry.distribution import DEFAULT_REGISTRY_VERSION, resolve_registry_distribution
 from dynamic_kafka.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
 from dynamic_kafka.local_registry.registry import (
+    parse_basic_auth,
     parse_registry_spec,
     registry_status,
     resolve_base_dir,
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_REGISTRY_VERSION",
     "LocalRegistry",
     "RegistryStatus",
+    "parse_basic_auth",
     "parse_registry_spec",
     "registry_status",
     "resolve_base_dir",

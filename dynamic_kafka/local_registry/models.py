@@ -23,6 +23,7 @@ class LocalRegistry(BaseModel):
     name: str = Field(description="Logical name of the registry.")
     port: int = Field(description="HTTP port on 127.0.0.1.")
     url: str = Field(description="The Confluent-compatible API's base URL, what clients pass as `url`.")
+    basic_auth_user: str | None = Field(default=None, description="User every API call must log in as, if any.")
     pid: int | None = Field(default=None, description="Registry process id at the last start.")
     registry_version: str = Field(description="Apicurio Registry release the process runs.")
     registry_dir: Path = Field(description="The registry's folder (state, pid, log, data).")

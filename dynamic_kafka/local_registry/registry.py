@@ -7,6 +7,8 @@ or an argument says otherwise)::
     NAME/registry.pid    the registry's pid while it runs
     NAME/registry.log    the registry's log (stdout and stderr)
     NAME/data/           the H2 database file: schemas and their ids survive ``down`` then ``up``
+    NAME/config/application.properties  basic-auth user and password, if any (mode 0600; Quarkus reads it
+                         from the working folder, so the password is in no command line or environment)
 
 Invariants: ``start_registries`` on a running registry with the same port changes nothing; a registry listens on
 127.0.0.1 only; its schema ids are Apicurio content ids, the ids Confluent serializers write into records.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -54,6 +57,26 @@ _LOG_ROTATE_BYTES = 64 * 1024 * 1024
 _STATE_FILE = "registry.json"
 _PID_FILE = "registry.pid"
 _MARKER_PROPERTY = "dynamic_kafka.registry.dir"
+_USER_RE = re.compile(r"[a-z][a-z0-9]{0,31}")
+# Printable ASCII without the characters a .properties value would need escaped.
+
+
+def parse_basic_auth(value: str) -> tuple[str, str]:
+    """Parse ``USER:PASSWORD`` (split at the first ``:``) for a registry that requires HTTP basic auth.
+
+    Raises:
+        LocalRegistryError: the user is not 1-32 of ``[a-z0-9]`` starting with a letter, or the password is not
+            1-256 printable ASCII characters other than ``\\``, ``:``, ``=`` and ``#``. The message never
+            contains the password.
+    """
+    user, sep, password = value.partition(":")
+    if not sep or not _USER_RE.fullmatch(user):
+        raise LocalRegistryError("invalid --basic-auth value; expected USER:PASSWORD, USER 1-32 of a-z and 0-9.")
+    if not re.fullmatch(r"[!-~]{1,256}", password) or any(c in password for c in "\\:=#"):
+        raise LocalRegistryError(
+            "invalid --basic-auth password; use 1-256 printable ASCII characters other than \\ : = # (not shown)."
+        )
+    return user, password
 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
@@ -83,6 +106,7 @@ def start_registries(
     specs: list[tuple[str, int]],
     *,
     base_dir: Path | None = None,
+    basic_auth: tuple[str, str] | None = None,
     registry_version: str = DEFAULT_REGISTRY_VERSION,
     start_timeout_s: float = START_TIMEOUT_S,
 ) -> dict[str, LocalRegistry]:
@@ -94,6 +118,7 @@ def start_registries(
     Args:
         specs: ``(name, port)`` pairs; the registry binds ``127.0.0.1:port``.
         base_dir: folder holding the registries (see :func:`resolve_base_dir`).
+        basic_auth: ``(user, password)``: every API call then requires HTTP basic auth as this user.
         registry_version: the Apicurio Registry release, fetched from Maven Central on first use.
         start_timeout_s: how long each registry may take to answer.
 
@@ -115,14 +140,14 @@ def start_registries(
     with exclusive_lock(base / ".lock"):
         to_start = []
         for name, port in specs:
-            running = _running_registry(base / name, port)
+            running = _running_registry(base / name, port, basic_auth)
             if running is not None:
                 logger.info("local registry %s already runs at %s", name, running.url)
                 result[name] = running
             else:
                 to_start.append((name, port))
         if to_start:
-            result.update(_start_new(base, to_start, registry_version, start_timeout_s))
+            result.update(_start_new(base, to_start, basic_auth, registry_version, start_timeout_s))
     return {name: result[name] for name, _ in specs}
 
 
@@ -188,20 +213,30 @@ def _check_specs(specs: list[tuple[str, int]]) -> None:
             raise LocalRegistryError(f"each registry needs its own {label}; repeated: {', '.join(repeated)}.")
 
 
-def _running_registry(registry_dir: Path, port: int) -> LocalRegistry | None:
+def _running_registry(registry_dir: Path, port: int, basic_auth: tuple[str, str] | None) -> LocalRegistry | None:
     registry = _load(registry_dir)
     if registry is None or not _is_running(registry):
         return None
-    if registry.port != port:
+    wanted_user = basic_auth[0] if basic_auth else None
+    if (
+        registry.port != port
+        or registry.basic_auth_user != wanted_user
+        or _auth_file(registry_dir, basic_auth) != (_read_auth_file(registry_dir))
+    ):
+        auth = f"basic-auth user {registry.basic_auth_user!r}" if registry.basic_auth_user else "no auth"
         raise LocalRegistryError(
-            f"local registry {registry.name!r} already runs on port {registry.port}, not {port}.",
+            f"local registry {registry.name!r} already runs with other settings (port {registry.port}, {auth}).",
             hint=f"Stop it first: `dynamic-kafka local-registry down {registry.name}`.",
         )
     return registry
 
 
 def _start_new(
-    base: Path, specs: list[tuple[str, int]], registry_version: str, start_timeout_s: float
+    base: Path,
+    specs: list[tuple[str, int]],
+    basic_auth: tuple[str, str] | None,
+    registry_version: str,
+    start_timeout_s: float,
 ) -> dict[str, LocalRegistry]:
     busy = [f"{port} (registry {name})" for name, port in specs if not process.port_is_free(port)]
     if busy:
@@ -214,7 +249,7 @@ def _start_new(
     started: list[LocalRegistry] = []
     try:
         for name, port in specs:
-            started.append(_launch(base / name, name, port, registry_version, java, dist))
+            started.append(_launch(base / name, name, port, basic_auth, registry_version, java, dist))
         deadline = time.monotonic() + start_timeout_s
         for registry in started:
             _wait_until_serving(registry, deadline)
@@ -225,8 +260,17 @@ def _start_new(
     return {r.name: r for r in started}
 
 
-def _launch(registry_dir: Path, name: str, port: int, registry_version: str, java: Path, dist: Path) -> LocalRegistry:
+def _launch(
+    registry_dir: Path,
+    name: str,
+    port: int,
+    basic_auth: tuple[str, str] | None,
+    registry_version: str,
+    java: Path,
+    dist: Path,
+) -> LocalRegistry:
     registry_dir.mkdir(parents=True, exist_ok=True)
+    _write_auth_file(registry_dir, basic_auth)
     data_dir = registry_dir / "data"
     data_dir.mkdir(exist_ok=True)
     log_file = registry_dir / "registry.log"
@@ -252,6 +296,7 @@ def _launch(registry_dir: Path, name: str, port: int, registry_version: str, jav
         port=port,
         url=f"http://127.0.0.1:{port}{CCOMPAT_PATH}",
         pid=pid,
+        basic_auth_user=basic_auth[0] if basic_auth else None,
         registry_version=registry_version,
         registry_dir=registry_dir,
         log_file=log_file,
@@ -259,6 +304,42 @@ def _launch(registry_dir: Path, name: str, port: int, registry_version: str, jav
     (registry_dir / _STATE_FILE).write_text(registry.model_dump_json(indent=2) + "\n")
     logger.info("local registry %s: started pid %d for %s", name, pid, registry.url)
     return registry
+
+
+def _auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> str:
+    if basic_auth is None:
+        return ""
+    user, password = basic_auth
+    # Quarkus' embedded users (the properties-file realm in Apicurio's lib/) plus a policy that every API path
+    # needs an authenticated user: Apicurio's own basic auth would need an OIDC token endpoint.
+    return "\n".join(
+        [
+            "quarkus.http.auth.basic=true",
+            "quarkus.security.users.embedded.enabled=true",
+            "quarkus.security.users.embedded.plain-text=true",
+            f"quarkus.security.users.embedded.users.{user}={password}",
+            f"quarkus.security.users.embedded.roles.{user}=sr-admin",
+            "quarkus.http.auth.permission.registry.paths=/apis/*",
+            "quarkus.http.auth.permission.registry.policy=authenticated",
+            "",
+        ]
+    )
+
+
+def _read_auth_file(registry_dir: Path) -> str:
+    path = registry_dir / "config" / "application.properties"
+    return path.read_text() if path.is_file() else ""
+
+
+def _write_auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> None:
+    path = registry_dir / "config" / "application.properties"
+    if basic_auth is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(_auth_file(registry_dir, basic_auth))
 
 
 def _wait_until_serving(registry: LocalRegistry, deadline: float) -> None:
@@ -277,6 +358,12 @@ def _wait_until_serving(registry: LocalRegistry, deadline: float) -> None:
                     logger.info("local registry %s: serving at %s", registry.name, registry.url)
                     return
                 last_error = f"HTTP {response.status}"
+        except urllib.error.HTTPError as e:
+            if e.code == 401 and registry.basic_auth_user:
+                # Answering "who are you?" on the API path means the registry is up and enforcing basic auth.
+                logger.info("local registry %s: serving at %s (basic auth)", registry.name, registry.url)
+                return
+            last_error = f"HTTP {e.code}"
         except (urllib.error.URLError, OSError) as e:
             last_error = str(e)
         time.sleep(0.2)

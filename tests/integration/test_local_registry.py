@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import stat
 import struct
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from dynamic_kafka.cli import main
-from dynamic_kafka.errors import LocalRegistryError
+from dynamic_kafka.errors import LocalRegistryError, SchemaRegistryError
 from dynamic_kafka.local_registry import LocalRegistry, registry_status, start_registries, stop_registries
+from dynamic_kafka.registry import RegistryClient, RegistryConfig
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import unique_name
 
@@ -114,3 +116,38 @@ def test_schemas_and_ids_survive_a_restart(schema_registries: dict[str, LocalReg
     client = SchemaRegistryClient({"url": west.url})
     assert json.loads(client.get_schema(schema_id).schema_str or "") == ORDER_V1
     assert client.get_versions(subject) == [1]
+
+
+def test_basic_auth_registry_refuses_anonymous_calls_and_hides_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (port,) = distinct_free_ports(1)
+    password = "pw-" + unique_name("s")
+    registry = start_registries([("secured", port)], base_dir=tmp_path, basic_auth=("svc", password))["secured"]
+    try:
+        assert registry.basic_auth_user == "svc"
+        with pytest.raises(SchemaRegistryError, match="HTTP 401") as caught:
+            RegistryClient(RegistryConfig(url=registry.url), owner="east").subject_versions("x-value")
+        assert caught.value.retriable is False
+
+        monkeypatch.setenv("DK_TEST_REGISTRY_PASSWORD", password)
+        config = RegistryConfig(url=registry.url, username="svc", password="${env:DK_TEST_REGISTRY_PASSWORD}")
+        schema_id = SchemaRegistryClient(
+            {"url": registry.url, "basic.auth.user.info": f"svc:{password}"}
+        ).register_schema("secured-value", Schema(json.dumps(ORDER_V1), "AVRO"))
+        assert RegistryClient(config, owner="east").writer_schema(schema_id).schema_type == "AVRO"
+
+        auth_file = registry.registry_dir / "config" / "application.properties"
+        assert stat.S_IMODE(auth_file.stat().st_mode) == 0o600
+        assert registry.pid is not None
+        command_line = Path(f"/proc/{registry.pid}/cmdline").read_bytes().decode()
+        for shown in (
+            command_line,
+            (registry.registry_dir / "registry.json").read_text(),
+            registry.log_file.read_text(),
+        ):
+            assert password not in shown
+        with pytest.raises(LocalRegistryError, match="already runs with other settings"):
+            start_registries([("secured", port)], base_dir=tmp_path)
+    finally:
+        stop_registries(base_dir=tmp_path, purge=True)
