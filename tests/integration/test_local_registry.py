@@ -82,7 +82,7 @@ def test_up_on_running_registries_changes_nothing_and_status_lists_them(
 
 def test_up_refuses_a_running_registry_on_another_port(schema_registries: dict[str, LocalRegistry]) -> None:
     east = schema_registries["east"]
-    with pytest.raises(LocalRegistryError, match=r"'east' already runs on port .*down east"):
+    with pytest.raises(LocalRegistryError, match=r"'east' already runs with other settings \(port .*down east"):
         start_registries([("east", east.port + 1)], base_dir=east.registry_dir.parent)
 
 
