@@ -68,6 +68,45 @@ class ToolchainError(LocalKafkaError):
     """
 
 
+class LocalRegistryError(DynamicKafkaError):
+    """The local Schema Registry tooling could not download, start, stop or find a registry."""
+
+
+class SchemaRegistryError(DynamicKafkaError):
+    """A Schema Registry call failed: the registry is unreachable, refused the credentials, or answered an error.
+
+    Attributes:
+        url: the registry's URL (never credentials).
+        status: the HTTP status the registry answered, if it answered.
+    """
+
+    def __init__(
+        self, message: str, *, url: str, status: int | None = None, retriable: bool = True, hint: str | None = None
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.retriable = retriable
+        super().__init__(f"schema registry {url}: {message}", hint=hint)
+
+
+class UnknownSchemaError(SchemaRegistryError):
+    """The registry has no schema with the id a record carries (deleted, or the record comes from another registry)."""
+
+    def __init__(self, schema_id: int, *, url: str) -> None:
+        self.schema_id = schema_id
+        super().__init__(
+            f"no schema with id {schema_id}.",
+            url=url,
+            status=404,
+            retriable=False,
+            hint="Check that the stream's cluster points at the registry its producers use.",
+        )
+
+
+class WireFormatError(DynamicKafkaError):
+    """Bytes are not a Confluent wire-format record (too short, unknown magic byte, bad Protobuf message indexes)."""
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 

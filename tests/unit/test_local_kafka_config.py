@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dynamic_kafka._toolchain.java import find_java, parse_java_major
 from dynamic_kafka._toolchain.maven import render_pom, resolve_jars
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalKafkaError, ToolchainError
@@ -23,7 +24,7 @@ from dynamic_kafka.local_kafka import (
     start_clusters,
     stop_clusters,
 )
-from dynamic_kafka.local_kafka.jars import find_java, kafka_coordinates, parse_java_major
+from dynamic_kafka.local_kafka.jars import kafka_coordinates
 from dynamic_kafka.local_kafka.properties import (
     client_facing,
     new_cluster_id,
