@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from dynamic_kafka import cli_local_kafka, cli_pipeline
+from dynamic_kafka import cli_local_kafka, cli_pipeline, cli_spark_connect
 from dynamic_kafka.errors import DynamicKafkaError
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
@@ -23,6 +23,7 @@ Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_
 _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_local_kafka.register,
     cli_pipeline.register,
+    cli_spark_connect.register,
 )
 
 

@@ -168,3 +168,14 @@ class SparkJobError(DynamicKafkaError):
 
 class DecodeError(DynamicKafkaError):
     """Values could not be decoded and the pipeline's policy is to fail rather than dead-letter them."""
+
+
+class LocalSparkConnectError(DynamicKafkaError):
+    """The local Spark Connect server could not be started, stopped or found."""
+
+
+class SparkConnectUnavailableError(SparkJobError):
+    """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
+
+    Retriable: start the server (``dynamic-kafka spark-connect up``) or wait for it, then run again.
+    """
