@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     up = commands.add_parser("up", parents=[common], help="start the server (no-op if it runs)")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC port on 127.0.0.1 (default: %(default)s)")
-    up.add_argument("--master", default=DEFAULT_MASTER, help="local[*], local[N] or spark://HOST:PORT (default: %(default)s)")
+    up.add_argument(
+        "--master", default=DEFAULT_MASTER, help="local[*], local[N] or spark://HOST:PORT (default: %(default)s)"
+    )
     up.add_argument("--driver-memory", default="2g", help="the server JVM's heap (default: %(default)s)")
     up.add_argument("--ui", action="store_true", help="serve Spark's UI (port 4040 and up)")
     up.add_argument("--json", action="store_true", help='print {"remote": "sc://127.0.0.1:PORT", ...}')

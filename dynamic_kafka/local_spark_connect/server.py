@@ -34,7 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.errors import DynamicKafkaError, LocalSparkConnectError
+from dynamic_kafka.errors import LocalSparkConnectError
 from dynamic_kafka.filelock import exclusive_lock
 from dynamic_kafka.local_kafka import process
 
@@ -104,7 +104,8 @@ class ServerStatus(BaseModel):
 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
-    """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else ``./.local-spark-connect``."""
+    """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else
+    ``./.local-spark-connect``."""
     if base_dir is not None:
         return Path(base_dir).absolute()
     env = os.environ.get(BASE_DIR_ENV)
@@ -207,15 +208,13 @@ def server_command(
     launch = _Launch.prepare(SparkSettings(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))
     settings = dict(launch.conf)
     settings.pop("spark.driver.memory", None)
-    settings.update(_SERVER_CONF)
+    # Python UDFs run in worker processes of the server; they need this interpreter's pyspark.
+    settings.update({**_SERVER_CONF, "spark.pyspark.python": sys.executable, **conf})
     settings["spark.connect.grpc.binding.port"] = str(port)
+    # The log4j config's path is also the marker that tells our server from a process that reused its pid.
     settings["spark.driver.extraJavaOptions"] = (
         f"-Dlog4j2.configurationFile=file:{base / _LOG4J_FILE} {settings.get('spark.driver.extraJavaOptions', '')}"
     ).strip()
-    # Python UDFs run in worker processes of the server; they need this interpreter's pyspark.
-    settings.setdefault("spark.pyspark.python", sys.executable)
-    for key, value in conf.items():
-        settings[key] = value
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     argv = [str(spark_submit), "--class", SERVER_CLASS, "--name", "dynamic-kafka-spark-connect"]
     argv += ["--master", master, "--driver-memory", driver_memory]
@@ -314,9 +313,7 @@ def _record_resolution(info: ServerInfo, conf: dict[str, str]) -> None:
         finally:
             client.stop()
         launch.resolution.save(submitted, launch.own_jars)
-    except (DynamicKafkaError, OSError, RuntimeError, ValueError) as e:
-        logger.warning("could not record the resolved Spark jars (later starts stay slower): %s", e)
-    except Exception as e:  # noqa: BLE001 - the Connect client raises many types; none may fail a started server
+    except Exception as e:  # the Connect client raises many types; none may fail a server that started
         logger.warning("could not record the resolved Spark jars (later starts stay slower): %s", e)
 
 
