@@ -239,3 +239,14 @@ class UndecodableRecordError(DecodeError):
             hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
             "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
         )
+
+
+class LocalSparkConnectError(DynamicKafkaError):
+    """The local Spark Connect server could not be started, stopped or found."""
+
+
+class SparkConnectUnavailableError(SparkJobError):
+    """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
+
+    Retriable: start the server (``dynamic-kafka spark-connect up``) or wait for it, then run again.
+    """

@@ -18,6 +18,7 @@ from dynamic_kafka.cli import local_kafka as cli_local_kafka
 from dynamic_kafka.cli import local_registry as cli_local_registry
 from dynamic_kafka.cli import local_s3 as cli_local_s3
 from dynamic_kafka.cli import pipeline as cli_pipeline
+from dynamic_kafka.cli import spark_connect as cli_spark_connect
 from dynamic_kafka.errors import DynamicKafkaError
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
@@ -28,6 +29,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_local_registry.register,
     cli_local_s3.register,
     cli_pipeline.register,
+    cli_spark_connect.register,
 )
 
 
