@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from dynamic_kafka import cli_local_kafka, cli_pipeline
+from dynamic_kafka import cli_local_kafka, cli_local_postgres, cli_pipeline
 from dynamic_kafka.errors import DynamicKafkaError
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
@@ -22,6 +22,7 @@ Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_
 # One registrar per subcommand group: it adds parsers to the top-level subparsers.
 _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_local_kafka.register,
+    cli_local_postgres.register,
     cli_pipeline.register,
 )
 

@@ -57,6 +57,10 @@ class ToolchainError(LocalKafkaError):
     """
 
 
+class LocalPostgresError(DynamicKafkaError):
+    """The local PostgreSQL tooling could not find, initialize, start or stop the server."""
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 
