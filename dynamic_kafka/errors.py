@@ -107,6 +107,10 @@ class WireFormatError(DynamicKafkaError):
     """Bytes are not a Confluent wire-format record (too short, unknown magic byte, bad Protobuf message indexes)."""
 
 
+class LocalPostgresError(DynamicKafkaError):
+    """The local PostgreSQL tooling could not find, initialize, start or stop the server."""
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 
