@@ -2,11 +2,16 @@
 
 The protocol (DESIGN.md section 5):
 
+0. a sink (or dead-letter table) holding a later run than the state knows is refused before anything is planned
+   (the state was restored or moved; ``dynamic-kafka realign`` repairs it);
 1. a run left ``planned`` by a crash is finished first, with exactly its plan: if the sink already holds its data
-   (Delta ``txn`` for this pipeline at that run_seq) only its offsets are committed, else it is executed again;
+   (Delta ``txn`` for this pipeline at exactly that run_seq) only its offsets are committed, else it is executed
+   again. A planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
-4. the plan is written as ``planned`` against the exact state version read (a concurrent run loses here);
+4. for a plan with something to read, ``value_schema`` and the sink's schema are checked (not retriable); the plan
+   is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
+   state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
    skipping records a backfill already landed below the state's backfill frontier;
 6. the offsets and the run's ``committed`` status change in one Delta commit; the consumer-group commit that may
