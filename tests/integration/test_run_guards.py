@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,22 @@ def test_a_sink_that_would_not_take_the_rows_is_refused_with_the_columns_named(
     state = orders.harness.runner().store.load()
     assert state.last_run is not None
     assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")  # no plan written
+
+
+def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark: Any) -> None:
+    """The runner's deadline (``max_run_seconds``) interrupts the Spark operations of its run, so a hung or endless
+    job cannot hold the run (and its lock) forever; the runner turns the failure into a retriable RunTimeoutError."""
+    from dynamic_kafka.runner import _Deadline
+
+    deadline = _Deadline("p", 3, hard_exit=False)
+    deadline.attach(spark)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match=r"(?i)cancel|interrupt"):
+            spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id * id)").collect()
+    finally:
+        deadline.cancel()
+    assert deadline.expired.is_set()
+    assert time.monotonic() - started < 180
+    assert deadline.error().retriable
+    assert spark.range(3).count() == 3  # the session is still usable
