@@ -126,11 +126,16 @@ class PipelineRunner:
 
         A run holds a lock file next to a local state table for its whole duration (the OS releases it even on
         ``kill -9``), so a run started meanwhile on the same machine stops at once instead of taking the first
-        one's planned run for a crashed one and executing it again. Runs elsewhere lose at the state's
-        exact-version commit.
+        one's planned run for a crashed one and executing it again. Runs on other hosts (or with another
+        ``$DYNAMIC_KAFKA_RUN_LOCK_DIR``) are stopped by the planned run's owner and lease, and lose at the state's
+        exact-version commit. The whole run is bounded by ``max_run_seconds``.
 
         Raises:
-            RunInProgressError: another run of this pipeline holds the lock or planned first; nothing written.
+            RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
+                written.
+            StateBehindSinkError: the sink holds a later run than the state (restored or moved); nothing written.
+            SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows.
+            RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
         lock = _run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)
@@ -182,6 +187,7 @@ class PipelineRunner:
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         self._check_schema()
+        self._deadline.check()
         version = self.store.begin_run(
             plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
         )
