@@ -17,6 +17,9 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
@@ -78,6 +81,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
     context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    crash_point("after_frontier")
     frame = read_splits(
         context.spark(),
         plan.read_splits,

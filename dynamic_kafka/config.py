@@ -159,10 +159,16 @@ class BackfillConfig(_Config):
 
 
 class RetryConfig(_Config):
-    """Retries of transient metadata-service errors before a run fails."""
+    """Retries of transient metadata-service errors before a run fails, and the deadline of each call."""
 
     attempts: int = Field(3, ge=1)
     backoff_seconds: float = Field(0.5, ge=0)
+    timeout_seconds: float = Field(
+        60,
+        gt=0,
+        description="Deadline of each metadata-service call; a call that has not answered by then counts as a "
+        "failed (retriable) attempt, so a hung service cannot hold the run forever.",
+    )
 
 
 ValueFormat = Literal["bytes", "string", "json"]
@@ -202,6 +208,18 @@ class PipelineConfig(_Config):
     backfill: BackfillConfig | None = None
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     metadata_retries: RetryConfig = Field(default_factory=RetryConfig)
+    max_run_seconds: int = Field(
+        4 * 3600,
+        ge=1,
+        description="A run (recovery included) that takes longer fails retriably: its Spark job is cancelled and "
+        "nothing is committed to the state (the next run recovers it).",
+    )
+    run_lease_seconds: int = Field(
+        600,
+        ge=3,
+        description="How long a running run holds its planned run against runs on other hosts without renewing; it "
+        "renews every third of this. A run whose owner stopped renewing is recovered after it expires.",
+    )
 
     @field_validator("stream_pattern")
     @classmethod

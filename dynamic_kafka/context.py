@@ -31,7 +31,7 @@ from dynamic_kafka.kafka import list_topic_names, run_requests, take_broker_snap
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.references import ReferenceGuard
-from dynamic_kafka.metadata.resolve import resolve_metadata
+from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
@@ -78,13 +78,17 @@ class PipelineContext:
 
     @property
     def service(self) -> KafkaMetadataService:
-        """The metadata service (the one given, else built from the project config on first use)."""
+        """The metadata service (the one given, else built from the project config on first use), every call
+        bounded by the pipeline's ``metadata_retries.timeout_seconds``.
+        """
         if self._service is None:
             config = self.project.metadata_service
             service = build_metadata_service(config)
             if isinstance(config, PythonMetadataServiceConfig):
                 service = guard_references(service, self.project, f"metadata service {config.import_path!r}")
             self._service = service
+        if not isinstance(self._service, BoundedMetadataService):
+            self._service = BoundedMetadataService(self._service, self.pipeline.metadata_retries.timeout_seconds)
         return self._service
 
     def spark(self) -> SparkSession:
