@@ -21,14 +21,16 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import re
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.context import PipelineContext
@@ -43,14 +45,15 @@ from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.storage import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-# A scheme such as s3:/ or abfss:/ (pathlib keeps one slash of "://").
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+# Where runs of pipelines whose state is on object storage take their per-machine run lock.
+RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
 
 
 class PipelineRunner:
@@ -102,19 +105,18 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Executes one incremental run (finishing a crashed one first) and returns its summary.
 
-        A run holds a lock file next to a local state table for its whole duration (the OS releases it even on
-        ``kill -9``), so a run started meanwhile on the same machine stops at once instead of taking the first
-        one's planned run for a crashed one and executing it again. Runs elsewhere lose at the state's
-        exact-version commit.
+        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``): next to a local
+        state table, or, for a state table on object storage, in the machine's run-lock folder
+        (``$DYNAMIC_KAFKA_RUN_LOCK_DIR``, default ``<cache>/run-locks``). So a run started meanwhile on the same
+        machine stops at once instead of taking the first one's planned run for a crashed one and executing it
+        again. Runs elsewhere (another host, another lock folder) lose at the state's exact-version commit, which
+        on S3 is delta-rs's conditional put of the next log entry.
 
         Raises:
             RunInProgressError: another run of this pipeline holds the lock or planned first; nothing written.
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
-        lock = _run_lock_path(self.pipeline.resolved_state_path)
-        if lock is None:
-            return self._run()
-        with try_exclusive_lock(lock) as taken:
+        with try_exclusive_lock(_run_lock_path(self.pipeline.resolved_state_path)) as taken:
             if not taken:
                 state = self.store.load()
                 head = state.last_run
@@ -213,7 +215,7 @@ class PipelineRunner:
         assert state.last_run is not None
         assert state.table_version is not None
         plan = state.last_run.plan
-        written = committed_txn_version(str(self.pipeline.sink.path), self.pipeline.id)
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
         log.warning(
             "pipeline %s: run %d was planned but not committed; %s",
             self.pipeline.id,
@@ -275,11 +277,17 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
     return lag
 
 
-def _run_lock_path(state_path: Path) -> Path | None:
-    """The run lock of a local state table (a hidden file beside it); None for object-store URIs."""
-    if _URI.match(str(state_path)):
-        return None
-    return state_path.with_name(f".{state_path.name}.run.lock")
+def _run_lock_path(state: TableLocation) -> Path:
+    """The run lock of a state table: a hidden file beside a local one; for one on object storage, a file named
+    after its URI in this machine's run-lock folder (it can only guard runs on this machine; the state's
+    conditional commit guards the rest)."""
+    if state.is_local:
+        path = state.local_path
+        return path.with_name(f".{path.name}.run.lock")
+    folder = Path(os.environ.get(RUN_LOCK_DIR_ENV) or cache_dir() / "run-locks").expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(state.delta_rs_uri.encode()).hexdigest()[:24]
+    return folder / f"{digest}.run.lock"
 
 
 def _now() -> datetime:

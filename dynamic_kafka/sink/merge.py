@@ -24,6 +24,7 @@ from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
 from dynamic_kafka.sink.tables import dead_letter_rows, ensure_table, latest_version, sink_rows, spark_failures
 from dynamic_kafka.spark.decode import DECODE_ERROR, decode
 from dynamic_kafka.spark.schema import MERGE_KEYS
+from dynamic_kafka.storage import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,11 +72,11 @@ def merge_backfill(
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    sink_path = str(pipeline.sink.path)
-    dead_letter_path = str(pipeline.sink.resolved_dead_letter_path)
+    sink_path = pipeline.sink_table
+    dead_letter_path = pipeline.dead_letter_table
     pairs = list(planned_pairs)
     window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
-    with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}"):
+    with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
         spark = df.sparkSession
         decoded = decode(df, pipeline).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -131,14 +132,14 @@ def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
     )
 
 
-def _merge(spark: SparkSession, rows: DataFrame, path: str, scope: str) -> int:
+def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> int:
     """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted."""
     from delta.tables import DeltaTable
 
     ensure_table(spark, rows, path)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
     metrics = (
-        DeltaTable.forPath(spark, path)
+        DeltaTable.forPath(spark, path.spark_uri)
         .alias("t")
         .merge(rows.alias("s"), f"{on} AND ({scope})")
         .whenNotMatchedInsertAll()

@@ -16,15 +16,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.maven import resolve_jars
 from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import ResolvedJars, delta_package
+from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,13 +42,27 @@ logger = logging.getLogger(__name__)
 KAFKA_TOKENPROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
 KAFKA_TOKENPROVIDER_VERSION = "4.0.0"
 
+# Hadoop's S3A connector for s3:// and s3a:// tables. hadoop-aws must match the Hadoop that pyspark bundles
+# (hadoop-client-api 3.4.2 in pyspark 4.1.3), and the AWS SDK the version hadoop-project 3.4.2 names
+# (aws-java-sdk-v2.version). The SDK's 641 MB bundle is excluded for the S3 client and its transfer manager:
+# 17 MB in all (docs/object-storage.md). Added only when a pipeline uses S3, so local users download none of it.
+HADOOP_AWS_VERSION = "3.4.2"
+AWS_SDK_VERSION = "2.29.52"
+S3A_PACKAGES = (
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
+    f"software.amazon.awssdk:s3:{AWS_SDK_VERSION}",
+    f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}",
+)
+S3A_EXCLUDES = ("software.amazon.awssdk:bundle",)
+_S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _session_settings: SparkConfig | None = None
 
 
 def spark_conf(
-    settings: SparkConfig, *, spark_version: str, extra_jars: list[Path]
+    settings: SparkConfig, *, spark_version: str, extra_jars: list[Path], s3a: bool = False
 ) -> tuple[dict[str, str], list[str]]:
     """Return the Spark settings and the extra Maven packages for a session (pure; no JVM).
 
@@ -53,6 +70,7 @@ def spark_conf(
         settings: the user's settings.
         spark_version: pyspark's version; the Kafka connector must match it exactly.
         extra_jars: local jars to put on the classpath (the Kafka token provider).
+        s3a: add Hadoop's S3A connector (:data:`S3A_PACKAGES`) for tables on S3.
 
     Returns:
         ``(conf, packages)``: ``conf`` without ``spark.jars.packages``; ``packages`` are Delta's, the Kafka
@@ -74,20 +92,70 @@ def spark_conf(
         **settings.conf,
     }
     conf["spark.jars"] = _join_list(*map(str, extra_jars), conf.get("spark.jars", ""))
-    conf["spark.jars.excludes"] = _join_list(KAFKA_TOKENPROVIDER, conf.get("spark.jars.excludes", ""))
+    excludes = [KAFKA_TOKENPROVIDER, *(S3A_EXCLUDES if s3a else ())]
+    conf["spark.jars.excludes"] = _join_list(*excludes, conf.get("spark.jars.excludes", ""))
     packages = [delta_package(spark_version), f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"]
+    packages += S3A_PACKAGES if s3a else ()
     packages += _join_list(conf.pop("spark.jars.packages", "")).split(",")
     return conf, [p for p in packages if p]
 
 
-def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
+def object_storage_conf(buckets: Mapping[str, StorageConfig | None]) -> dict[str, str]:
+    """The ``spark.hadoop.fs.s3a.bucket.<bucket>.*`` settings for ``buckets`` (resolves secret references).
+
+    Per-bucket settings let pipelines with different endpoints or credentials share one session.
+
+    Raises:
+        ConfigError: a referenced environment variable is unset or a referenced file unreadable.
+    """
+    conf: dict[str, str] = {}
+    for bucket, storage in sorted(buckets.items()):
+        conf.update(spark_s3a_conf(storage, owner=f"the storage of bucket {bucket!r}", bucket=bucket))
+    return conf
+
+
+def configure_object_storage(session: SparkSession, buckets: Mapping[str, StorageConfig | None]) -> None:
+    """Make a running session reach ``buckets``: their per-bucket S3A settings go into its Hadoop configuration.
+
+    A session serves every pipeline of the process, and a session started earlier (for another project, or a
+    test session) may not know a bucket yet. Settings of a bucket apply from its first use on (Hadoop caches one
+    file system per bucket), which is why two pipelines on one bucket must share one storage block.
+
+    Raises:
+        ConfigError: the session was started without Hadoop's S3A connector.
+    """
+    if not buckets or session.sparkContext._jsc is None or session.sparkContext._jvm is None:
+        return
+    try:
+        session.sparkContext._jvm.java.lang.Class.forName(_S3A_CLASS)
+    except Exception as e:  # py4j's error for a missing class; nothing secret in it
+        raise ConfigError(
+            f"the running Spark session has no S3A connector ({_S3A_CLASS}), so it cannot reach bucket(s) "
+            f"{', '.join(sorted(buckets))}.",
+            hint="Start the session with build_spark_session(..., s3a=True) or let dynamic-kafka start it.",
+        ) from e
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in object_storage_conf(buckets).items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+
+def build_spark_session(
+    settings: SparkConfig | None = None,
+    *,
+    object_storage: Mapping[str, StorageConfig | None] | None = None,
+    s3a: bool | None = None,
+) -> SparkSession:
     """Return the process-wide Spark session, building it on first use.
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
-    with other settings than the running session's gets the running session (and a warning).
+    with other settings than the running session's gets the running session (and a warning); the per-bucket
+    settings of ``object_storage`` are still applied to it (:func:`configure_object_storage`).
 
     Args:
         settings: how to build the session; defaults to ``SparkConfig()``.
+        object_storage: the S3 buckets the session must reach, each with its storage block (see
+            :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`).
+        s3a: add Hadoop's S3A connector; default: when ``object_storage`` names a bucket.
 
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
@@ -98,15 +166,17 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
     """
     global _session, _session_settings
     settings = settings or SparkConfig()
+    buckets = dict(object_storage or {})
     with _lock:
         if _session is not None and _is_active(_session):
             if settings != _session_settings:
                 logger.warning("a Spark session already runs with other settings; reusing it unchanged")
+            configure_object_storage(_session, buckets)
             return _session
         from pyspark.sql import SparkSession
 
-        launch = _Launch.prepare(settings)
-        conf = dict(launch.conf)
+        launch = _Launch.prepare(settings, s3a=bool(buckets) if s3a is None else s3a)
+        conf = {**launch.conf, **object_storage_conf(buckets)}
         recording = os.environ.get(RECORD_ENV)
         if recording:
             java_options = ClassArchive.record_options(recording)
@@ -146,10 +216,10 @@ def _record_start_up_aids(launch: _Launch, settings: SparkConfig, session: Spark
         logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
 
-def session_class_archive(settings: SparkConfig) -> ClassArchive | None:
+def session_class_archive(settings: SparkConfig, *, s3a: bool = False) -> ClassArchive | None:
     """The class data sharing archive a session with ``settings`` would use; None when it would use none
     (switched off, or the jars are not resolved yet)."""
-    return _Launch.prepare(settings).archive
+    return _Launch.prepare(settings, s3a=s3a).archive
 
 
 class _Launch:
@@ -163,7 +233,7 @@ class _Launch:
         self.archive: ClassArchive | None = None
 
     @classmethod
-    def prepare(cls, settings: SparkConfig) -> _Launch:
+    def prepare(cls, settings: SparkConfig, *, s3a: bool = False) -> _Launch:
         import pyspark
 
         token_provider = resolve_jars(
@@ -172,7 +242,7 @@ class _Launch:
             transitive=False,
         )
         extra_jars = sorted(token_provider.glob("*.jar"))
-        conf, packages = spark_conf(settings, spark_version=pyspark.__version__, extra_jars=extra_jars)
+        conf, packages = spark_conf(settings, spark_version=pyspark.__version__, extra_jars=extra_jars, s3a=s3a)
         own_jars = conf["spark.jars"]
         resolution = ResolvedJars(packages, conf)
         resolved = resolution.load()
