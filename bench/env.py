@@ -320,12 +320,12 @@ def bench_environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def warm_spark_start() -> float:
+def warm_spark_start(*, s3a: bool = False) -> float:
     """Record the resolved Spark jars and the driver's class data sharing archive before anything is measured.
 
     Both are one-time costs of a machine (see ``dynamic_kafka.spark.packages`` and
     ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay Ivy and the next would
-    compete with the background recorder.
+    compete with the background recorder. With ``s3a``, also for sessions with the S3A connector (benchmark 7).
     Returns the seconds spent (0 when both were ready).
     """
     from dynamic_kafka.config import SparkConfig
@@ -333,15 +333,17 @@ def warm_spark_start() -> float:
 
     began = time.monotonic()
     settings = SparkConfig.model_validate(spark_settings())
-    if session_class_archive(settings) is None:
-        code = (
-            "import sys; from dynamic_kafka.config import SparkConfig; "
-            "from dynamic_kafka.spark.session import build_spark_session; "
-            "build_spark_session(SparkConfig.model_validate_json(sys.argv[1]))"
-        )
-        subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
-    archive = session_class_archive(settings)
-    if archive is not None and not archive.ready:
-        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
-        subprocess.run(recorder, check=True, capture_output=True)
+    for with_s3a in (False, True) if s3a else (False,):
+        if session_class_archive(settings, s3a=with_s3a) is None:
+            code = (
+                "import sys; from dynamic_kafka.config import SparkConfig; "
+                "from dynamic_kafka.spark.session import build_spark_session; "
+                "build_spark_session(SparkConfig.model_validate_json(sys.argv[1]), s3a=sys.argv[2] == 'True')"
+            )
+            argv = [sys.executable, "-c", code, settings.model_dump_json(), str(with_s3a)]
+            subprocess.run(argv, check=True, capture_output=True)
+        archive = session_class_archive(settings, s3a=with_s3a)
+        if archive is not None and not archive.ready:
+            recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
+            subprocess.run(recorder, check=True, capture_output=True)
     return time.monotonic() - began

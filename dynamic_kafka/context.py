@@ -95,6 +95,22 @@ class PipelineContext:
 
         return build_spark_session(self.project.spark, object_storage=self.project.object_store_buckets())
 
+    def check_object_store(self) -> None:
+        """Fails before anything is written when the sink or dead-letter table's object store cannot be used
+        (missing bucket, refused credentials, unreachable endpoint): one listing per table on object storage,
+        nothing for local tables. The state table was checked already by reading it.
+
+        Raises:
+            ObjectStoreError: naming the table's location and the endpoint.
+        """
+        from dynamic_kafka.sink.tables import open_delta_rs
+
+        for role, table in self.pipeline.tables().items():
+            if role != "state" and not table.location.is_local:
+                open_delta_rs(
+                    table, doing=f"checking the {role.replace('_', '-')} table of pipeline {self.pipeline.id!r}"
+                )
+
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""
         source = str(self.project.source) if self.project.source else None

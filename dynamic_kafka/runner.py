@@ -146,6 +146,7 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+        self.context.check_object_store()
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
         summary = self._execute(

@@ -55,6 +55,8 @@ S3A_PACKAGES = (
 )
 S3A_EXCLUDES = ("software.amazon.awssdk:bundle",)
 _S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+# Tells the class archive recorder that the session it records has the S3A connector (so the same jars).
+S3A_RECORDER_FLAG = "dynamic_kafka.s3a"
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -211,7 +213,10 @@ def _record_start_up_aids(launch: _Launch, settings: SparkConfig, session: Spark
             submitted = session.sparkContext._jvm.System.getProperty("spark.jars") or ""
             launch.resolution.save(submitted, launch.own_jars)
         elif launch.archive is not None and not launch.archive.ready and not recording:
-            launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
+            jar_settings = {k: v for k, v in settings.conf.items() if k.startswith("spark.jars")}
+            if launch.s3a:
+                jar_settings[S3A_RECORDER_FLAG] = "true"
+            launch.archive.record_in_background(jar_settings)
     except OSError as e:
         logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
@@ -225,7 +230,15 @@ def session_class_archive(settings: SparkConfig, *, s3a: bool = False) -> ClassA
 class _Launch:
     """Everything decided before the JVM starts: settings, jars, and the class data sharing archive."""
 
-    def __init__(self, conf: dict[str, str], own_jars: str, resolution: ResolvedJars, resolved: list[str] | None):
+    def __init__(
+        self,
+        conf: dict[str, str],
+        own_jars: str,
+        resolution: ResolvedJars,
+        resolved: list[str] | None,
+        s3a: bool = False,
+    ):
+        self.s3a = s3a
         self.conf = conf
         self.own_jars = own_jars
         self.resolution = resolution
@@ -246,7 +259,7 @@ class _Launch:
         own_jars = conf["spark.jars"]
         resolution = ResolvedJars(packages, conf)
         resolved = resolution.load()
-        launch = cls(conf, own_jars, resolution, resolved)
+        launch = cls(conf, own_jars, resolution, resolved, s3a)
         if resolved is None:
             conf["spark.jars.packages"] = ",".join(packages)
         else:
