@@ -510,10 +510,17 @@ class TableRef:
     def failure(self, error: BaseException, doing: str) -> DynamicKafkaError | None:
         """The error to raise for an object-store failure while ``doing`` something with this table, or None
         when ``error`` is not a recognised storage problem (the caller wraps it its own way)."""
-        if self.location.is_local:
-            return None
-        message = storage_error_message(error, self.location, self.storage)
-        if message is None:
-            return None
-        retriable = classify_storage_error(error) == "unreachable"
-        return ObjectStoreError(f"{doing}: {message}.", retriable=retriable)
+        return object_store_failure(error, self.location, self.storage, doing)
+
+
+def object_store_failure(
+    error: BaseException, location: TableLocation, storage: StorageConfig | None, doing: str
+) -> ObjectStoreError | None:
+    """An :class:`ObjectStoreError` for a missing bucket, refused credentials or an unreachable store at
+    ``location`` while ``doing`` something; None for a local location or an unrecognised error."""
+    if location.is_local:
+        return None
+    message = storage_error_message(error, location, storage)
+    if message is None:
+        return None
+    return ObjectStoreError(f"{doing}: {message}.", retriable=classify_storage_error(error) == "unreachable")

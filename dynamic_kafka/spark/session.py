@@ -128,14 +128,13 @@ def configure_object_storage(session: SparkSession, buckets: Mapping[str, Storag
     """
     if not buckets or session.sparkContext._jsc is None or session.sparkContext._jvm is None:
         return
-    try:
-        session.sparkContext._jvm.java.lang.Class.forName(_S3A_CLASS)
-    except Exception as e:  # py4j's error for a missing class; nothing secret in it
+    # Spark's class loader, not the JVM's system one: jars given as spark.jars are only on the former.
+    if not session.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(_S3A_CLASS):
         raise ConfigError(
             f"the running Spark session has no S3A connector ({_S3A_CLASS}), so it cannot reach bucket(s) "
             f"{', '.join(sorted(buckets))}.",
             hint="Start the session with build_spark_session(..., s3a=True) or let dynamic-kafka start it.",
-        ) from e
+        )
     hadoop = session.sparkContext._jsc.hadoopConfiguration()
     for key, value in object_storage_conf(buckets).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)

@@ -38,10 +38,11 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pydantic import ValidationError
 
-from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError, RunInProgressError, StateError
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.state import rows as _rows
+from dynamic_kafka.storage import StorageConfig, object_store_failure, parse_location
 
 logger = logging.getLogger(__name__)
 
@@ -460,12 +461,26 @@ class StateStore:
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
         return head, {p.key: p for p in found}, backfilled
 
-    def _unreadable(self, e: Exception) -> StateError:
+    def _unreadable(self, e: Exception) -> DynamicKafkaError:
+        stored = self._object_store_failure(e, "reading the state")
+        if stored is not None:
+            return stored
         return StateError(
             f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is unreadable or corrupt: {e}",
             hint="Check the path and its permissions; restore the table from a backup or an earlier Delta "
             "version if it was damaged. Nothing was written.",
         )
+
+    def _object_store_failure(self, e: Exception, doing: str) -> ObjectStoreError | None:
+        """A missing bucket, refused credentials or an unreachable store, said plainly (endpoint, no secret)."""
+        options = self._storage_options or {}
+        endpoint = options.get("AWS_ENDPOINT_URL")
+        storage = StorageConfig(endpoint=endpoint) if endpoint else None
+        try:
+            location = parse_location(self.path)
+        except ConfigError:
+            return None
+        return object_store_failure(e, location, storage, f"{doing} of pipeline {self.pipeline_id!r}")
 
     def _check_pipeline(self, plan: Plan) -> None:
         if plan.pipeline_id != self.pipeline_id:
@@ -584,6 +599,9 @@ class StateStore:
             if plan is None:
                 raise _LostRaceError() from e
             raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
+        stored = self._object_store_failure(e, f"writing the state ({action.replace('_', ' ')})")
+        if stored is not None:
+            raise stored from e
         raise StateError(
             f"could not {action.replace('_', ' ')}{'' if plan is None else f' {plan.run_seq}'} of pipeline "
             f"{self.pipeline_id!r} in the state "

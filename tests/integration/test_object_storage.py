@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3_SECRET_ENV
 from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, summary_of, tail
 
 from dynamic_kafka.backfill import run_backfill
@@ -31,7 +30,10 @@ from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.testing.clusters import distinct_free_ports
 
-pytestmark = pytest.mark.integration
+# Exported by the local_s3 fixture (tests/conftest.py).
+S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
+# Each test is a few Spark jobs on S3: well under a minute on an idle machine, but ten on a loaded shared one.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 IN_PROGRESS = "another run is in progress for pipeline 'p'"
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3_KEY_ENV, S3_SECRET_ENV
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import KafkaAuthenticationError, ObjectStoreError
@@ -26,6 +25,9 @@ from dynamic_kafka.local_s3 import LocalS3Server
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
+# Exported by the local_s3 fixture (tests/conftest.py).
+S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"
+S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
 pytestmark = pytest.mark.integration
 
 PASSWORD_VAR = "DYNAMIC_KAFKA_TEST_SECURED_PASSWORD"
@@ -299,7 +301,7 @@ def s3_table_texts(local_s3: LocalS3Server, prefix: str) -> dict[str, str | byte
     return texts
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
     kafka_clusters: dict[str, ClusterEndpoint],
     spark: Any,
