@@ -105,6 +105,7 @@ class SinkConfig(_Config):
 
     @property
     def resolved_dead_letter_path(self) -> TableLocation:
+        """Return the dead-letter table's location: ``dead_letter_path``, else ``<path>_dead_letter``."""
         return self.dead_letter_path or self.path.sibling("_dead_letter")
 
 
@@ -213,6 +214,7 @@ class PipelineConfig(_Config):
 
     @property
     def resolved_state_path(self) -> TableLocation:
+        """Return the state table's location: ``state_path``, else ``<sink.path>_state``."""
         return self.state_path or self.sink.path.sibling("_state")
 
     @property
@@ -254,7 +256,8 @@ class ProjectConfig(_Config):
 
     def object_store_buckets(self) -> dict[str, StorageConfig | None]:
         """Every S3 bucket a pipeline of the project uses, with the storage block that reaches it (Spark gets one
-        set of per-bucket S3A settings per bucket, so a session serves every pipeline)."""
+        set of per-bucket S3A settings per bucket, so a session serves every pipeline).
+        """
         buckets: dict[str, StorageConfig | None] = {}
         for p in self.pipelines:
             for table in p.tables().values():

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -38,6 +37,8 @@ from dynamic_kafka.state import StateStore
 from dynamic_kafka.storage import check_environment
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -81,7 +82,8 @@ class PipelineContext:
 
     def spark(self) -> SparkSession:
         """The Spark session (started on first call by the default factory), set up to reach the project's S3
-        buckets (per-bucket S3A settings, whoever built the session)."""
+        buckets (per-bucket S3A settings, whoever built the session).
+        """
         session = self._spark()
         buckets = self.project.object_store_buckets()
         if buckets:
@@ -120,7 +122,8 @@ class PipelineContext:
         self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None
     ) -> BrokerSnapshot:
         """Every cluster's offsets for the pipeline (or ``pipeline``, a variant of it such as a backfill window),
-        one batched query per cluster."""
+        one batched query per cluster.
+        """
         pipeline = pipeline or self.pipeline
         requests = run_requests(pipeline, metadata, state, self.service)
         return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
@@ -128,7 +131,8 @@ class PipelineContext:
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
         """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
         drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
-        else the bootstrap servers the plan recorded."""
+        else the bootstrap servers the plan recorded.
+        """
         active = metadata.clusters() if metadata is not None else {}
         found: dict[str, ClusterMetadata] = {}
         for split in plan.splits:

@@ -8,11 +8,12 @@ No message ever contains a secret: callers pass redacted values only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Type-only: plan.model is a leaf (pydantic only), so this adds no import at run time and no cycle.
+    from collections.abc import Sequence
+
     from dynamic_kafka.plan.model import LostRange
 
 
@@ -66,6 +67,49 @@ class ToolchainError(LocalKafkaError):
 
     Running again helps only after the hint is followed (install, network, cache).
     """
+
+
+class LocalRegistryError(DynamicKafkaError):
+    """The local Schema Registry tooling could not download, start, stop or find a registry."""
+
+
+class SchemaRegistryError(DynamicKafkaError):
+    """A Schema Registry call failed: the registry is unreachable, refused the credentials, or answered an error.
+
+    Attributes:
+        url: the registry's URL (never credentials).
+        status: the HTTP status the registry answered, if it answered.
+    """
+
+    def __init__(
+        self, message: str, *, url: str, status: int | None = None, retriable: bool = True, hint: str | None = None
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.retriable = retriable
+        super().__init__(f"schema registry {url}: {message}", hint=hint)
+
+
+class UnknownSchemaError(SchemaRegistryError):
+    """The registry has no schema with the id a record carries (deleted, or the record comes from another registry)."""
+
+    def __init__(self, schema_id: int, *, url: str) -> None:
+        self.schema_id = schema_id
+        super().__init__(
+            f"no schema with id {schema_id}.",
+            url=url,
+            status=404,
+            retriable=False,
+            hint="Check that the stream's cluster points at the registry its producers use.",
+        )
+
+
+class WireFormatError(DynamicKafkaError):
+    """Bytes are not a Confluent wire-format record (too short, unknown magic byte, bad Protobuf message indexes)."""
+
+
+class LocalPostgresError(DynamicKafkaError):
+    """The local PostgreSQL tooling could not find, initialize, start or stop the server."""
 
 
 class MetadataServiceError(DynamicKafkaError):
@@ -212,3 +256,14 @@ class UndecodableRecordError(DecodeError):
             hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
             "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
         )
+
+
+class LocalSparkConnectError(DynamicKafkaError):
+    """The local Spark Connect server could not be started, stopped or found."""
+
+
+class SparkConnectUnavailableError(SparkJobError):
+    """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
+
+    Retriable: start the server (``dynamic-kafka spark-connect up``) or wait for it, then run again.
+    """

@@ -25,30 +25,32 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.metadata.service import KafkaMetadataService
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.storage import TableLocation
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
     from pyspark.sql import SparkSession
+
+    from dynamic_kafka.config import PipelineConfig, ProjectConfig
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.metadata.service import KafkaMetadataService
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+    from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class PipelineRunner:
 
     @property
     def service(self) -> KafkaMetadataService:
+        """Return the pipeline's metadata service."""
         return self.context.service
 
     def resolve(self) -> MetadataSnapshot:
@@ -171,7 +174,7 @@ class PipelineRunner:
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.sink import write_incremental
+        from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()
@@ -240,7 +243,8 @@ class PipelineRunner:
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
-        example a concurrent run's commit winning the race) is a warning, and the next run tries again."""
+        example a concurrent run's commit winning the race) is a warning, and the next run tries again.
+        """
         try:
             self.store.maintain()
         except DynamicKafkaError as e:
@@ -281,7 +285,8 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
 def _run_lock_path(state: TableLocation) -> Path:
     """The run lock of a state table: a hidden file beside a local one; for one on object storage, a file named
     after its URI in this machine's run-lock folder (it can only guard runs on this machine; the state's
-    conditional commit guards the rest)."""
+    conditional commit guards the rest).
+    """
     if state.is_local:
         path = state.local_path
         return path.with_name(f".{path.name}.run.lock")

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 S3_SCHEMES = frozenset({"s3", "s3a"})
 # Schemes both engines reach: Spark through a Hadoop connector (s3a for S3, gcs-connector for gs, hadoop-azure for
@@ -436,7 +438,8 @@ def classify_storage_error(error: BaseException) -> StorageProblem:
 
 def storage_error_message(error: BaseException, location: TableLocation, storage: StorageConfig | None) -> str | None:
     """A clear sentence for an object-store failure at ``location`` (naming the location and the endpoint, never a
-    credential), or None when ``error`` is not one of the recognised problems."""
+    credential), or None when ``error`` is not one of the recognised problems.
+    """
     endpoint = storage.endpoint if storage and storage.endpoint else "the store's default endpoint"
     problem = classify_storage_error(error)
     if problem == "missing_bucket":
@@ -493,10 +496,12 @@ class TableRef:
 
     @property
     def spark_uri(self) -> str:
+        """The URI Spark is given (``s3a://`` for S3)."""
         return self.location.spark_uri
 
     @property
     def delta_rs_uri(self) -> str:
+        """The URI delta-rs is given (``s3://`` for S3)."""
         return self.location.delta_rs_uri
 
     def storage_options(self) -> dict[str, str] | None:
@@ -509,7 +514,8 @@ class TableRef:
 
     def failure(self, error: BaseException, doing: str) -> DynamicKafkaError | None:
         """The error to raise for an object-store failure while ``doing`` something with this table, or None
-        when ``error`` is not a recognised storage problem (the caller wraps it its own way)."""
+        when ``error`` is not a recognised storage problem (the caller wraps it its own way).
+        """
         return object_store_failure(error, self.location, self.storage, doing)
 
 
@@ -517,7 +523,8 @@ def object_store_failure(
     error: BaseException, location: TableLocation, storage: StorageConfig | None, doing: str
 ) -> ObjectStoreError | None:
     """An :class:`ObjectStoreError` for a missing bucket, refused credentials or an unreachable store at
-    ``location`` while ``doing`` something; None for a local location or an unrecognised error."""
+    ``location`` while ``doing`` something; None for a local location or an unrecognised error.
+    """
     if location.is_local:
         return None
     message = storage_error_message(error, location, storage)

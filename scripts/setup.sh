@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh machine, idempotently:
-# Java 17 and Maven (Debian packages, only if missing), uv (from PyPI), and the locked
+# Java 17, Maven and PostgreSQL (Debian packages, only if missing), uv (from PyPI), and the locked
 # virtual environment at .venv with the project installed in it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,8 @@ UV_VERSION="0.13.9"
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+# PostgreSQL for Dagster's storage (`dynamic-kafka local-postgres`); Debian keeps initdb/pg_ctl off PATH.
+compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} from Debian's packages"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

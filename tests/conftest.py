@@ -9,16 +9,21 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-from dynamic_kafka.local_s3 import LocalS3Server
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
+from dynamic_kafka.testing.registries import local_test_registries
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from dynamic_kafka.local_registry import LocalRegistry
+    from dynamic_kafka.local_s3 import LocalS3Server
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +51,13 @@ def sasl_cluster(tmp_path_factory: pytest.TempPathFactory, sasl_password: str) -
     base_dir = tmp_path_factory.mktemp("local-kafka-sasl")
     with local_test_clusters(["secured"], base_dir, sasl_plain=("ingest", sasl_password)) as clusters:
         yield clusters["secured"]
+
+
+@pytest.fixture(scope="session")
+def schema_registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalRegistry]]:
+    """Two local Schema Registries (Apicurio, Confluent-compatible API), "east" and "west", on free ports."""
+    with local_test_registries(["east", "west"], tmp_path_factory.mktemp("local-registry")) as registries:
+        yield registries
 
 
 @pytest.fixture(scope="session")

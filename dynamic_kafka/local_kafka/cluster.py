@@ -30,8 +30,9 @@ from confluent_kafka.admin import AdminClient
 
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
+from dynamic_kafka._toolchain.java import find_java
 from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.local_kafka.jars import find_java, resolve_kafka_jars
+from dynamic_kafka.local_kafka.jars import resolve_kafka_jars
 from dynamic_kafka.local_kafka.models import ClusterStatus, LocalCluster
 from dynamic_kafka.local_kafka.properties import (
     client_facing,

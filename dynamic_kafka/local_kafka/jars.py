@@ -1,4 +1,4 @@
-"""Java and Kafka's jars for the local brokers.
+"""Kafka's jars for the local brokers.
 
 The broker's classpath is Kafka's own runtime dependencies from Maven Central (see
 :mod:`dynamic_kafka._toolchain.maven`), plus an SLF4J binding so its logs reach log4j2 and the cluster's log file.
@@ -6,16 +6,13 @@ The broker's classpath is Kafka's own runtime dependencies from Maven Central (s
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.maven import resolve_jars
-from dynamic_kafka.errors import ToolchainError
 
-MIN_JAVA_MAJOR = 17
+if TYPE_CHECKING:
+    from pathlib import Path
+
 # Kafka 4.x logs through SLF4J 1.7 and ships no binding in its pom; log4j-slf4j-impl (the SLF4J 1.x binding, not
 # log4j-slf4j2-impl) routes it to the log4j-core that kafka-server already depends on, at the same version.
 LOG4J_VERSION = "2.24.3"
@@ -36,42 +33,3 @@ def resolve_kafka_jars(kafka_version: str) -> Path:
         ToolchainError: Maven is missing, Maven Central is unreachable and nothing is cached, or a download failed.
     """
     return resolve_jars(f"kafka-{kafka_version}", kafka_coordinates(kafka_version))
-
-
-def parse_java_major(version_output: str) -> int | None:
-    """Return the major version from ``java -version`` output (``"1.8.0_292"`` is 8), or None if absent."""
-    match = re.search(r'version "([0-9]+)(?:\.([0-9]+))?', version_output)
-    if not match:
-        return None
-    major = int(match.group(1))
-    if major == 1 and match.group(2):
-        return int(match.group(2))
-    return major
-
-
-def find_java() -> Path:
-    """Return a Java 17+ executable: ``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH.
-
-    Raises:
-        ToolchainError: no Java, or a Java older than 17.
-    """
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = Path(java_home) / "bin" / "java" if java_home else None
-    found = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
-    if not found:
-        raise ToolchainError(
-            "Java was not found (no $JAVA_HOME/bin/java, no `java` on PATH); local Kafka brokers need Java 17+.",
-            hint="Run `make setup` (installs openjdk-17-jre-headless) or set JAVA_HOME.",
-        )
-    try:
-        result = subprocess.run([found, "-version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolchainError(f"could not run `{found} -version`: {e}.") from e
-    major = parse_java_major(result.stderr + result.stdout)
-    if major is None or major < MIN_JAVA_MAJOR:
-        seen = (result.stderr or result.stdout).strip().splitlines()
-        raise ToolchainError(
-            f"{found} is not Java {MIN_JAVA_MAJOR}+ (it reports: {seen[0] if seen else 'nothing'}).",
-            hint="Install Java 17 (`make setup`) or point JAVA_HOME at one.",
-        )
-    return Path(found)

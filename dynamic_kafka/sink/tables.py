@@ -12,7 +12,6 @@ no JVM.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,8 @@ from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMN
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -103,7 +104,8 @@ def ensure_table(spark: SparkSession, rows: DataFrame, table: Table) -> None:
 
 def _nullable(data_type: Any) -> Any:
     """``data_type`` with every field and element nullable: Delta enforces NOT NULL, and a column that happens
-    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's)."""
+    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's).
+    """
     from pyspark.sql.types import ArrayType, MapType, StructField, StructType
 
     if isinstance(data_type, StructType):
@@ -117,7 +119,8 @@ def _nullable(data_type: Any) -> Any:
 
 def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int) -> None:
     """Appends with Delta's idempotent-write txn. A new table is created by this same commit (``delta.*`` write
-    options become its properties), so a failed first write leaves no table behind."""
+    options become its properties), so a failed first write leaves no table behind.
+    """
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     if not table_exists(table):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
@@ -186,9 +189,12 @@ def safe_text(error: BaseException, limit: int = 600) -> str:
 
 @contextmanager
 def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
-    """Turns py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path), or
-    into ObjectStoreError when ``table``'s object store could not be used (missing bucket, credentials...)."""
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
+    """Turn py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path).
+
+    When ``table``'s object store could not be used (missing bucket, refused credentials, unreachable), the
+    error is an ObjectStoreError instead.
+    """
+    from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     try:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from dynamic_kafka.config import PipelineConfig
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import AssetKey, DagsterInstance
@@ -14,6 +13,9 @@ from e2e_support import Project, Record, create_topic, produce, sink_rows, uniqu
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Exported by the local_s3 fixture (tests/conftest.py).
 S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"

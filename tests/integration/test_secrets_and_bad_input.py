@@ -13,17 +13,20 @@ import os
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import KafkaAuthenticationError, ObjectStoreError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-from dynamic_kafka.local_s3 import LocalS3Server
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from dynamic_kafka.local_s3 import LocalS3Server
 
 # Exported by the local_s3 fixture (tests/conftest.py).
 S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"

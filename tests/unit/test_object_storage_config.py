@@ -3,8 +3,7 @@ the storage error messages (phase 2 of issue 14)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -12,7 +11,7 @@ import yaml
 from dynamic_kafka.config import ProjectConfig, SparkConfig, load_project_config
 from dynamic_kafka.errors import ConfigError, ObjectStoreError
 from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
-from dynamic_kafka.spark.session import S3A_EXCLUDES, S3A_PACKAGES, object_storage_conf, spark_conf
+from dynamic_kafka.spark.session import S3A_EXCLUDES, S3A_PACKAGES, object_storage_conf, requested_packages
 from dynamic_kafka.storage import (
     StorageConfig,
     TableRef,
@@ -20,6 +19,9 @@ from dynamic_kafka.storage import (
     classify_storage_error,
     parse_location,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SECRET = "wJalrXUtnFEMI-phase2-secret"
 STORAGE = {"endpoint": "http://127.0.0.1:9000", "region": "us-east-1", "path_style": True}
@@ -151,12 +153,12 @@ def test_spark_gets_per_bucket_s3a_settings_and_the_connector_only_for_s3(
     assert conf["spark.hadoop.fs.s3a.bucket.other-lake.connection.ssl.enabled"] == "true"
     assert "spark.hadoop.fs.s3a.bucket.other-lake.secret.key" not in conf
     assert not any(k.startswith("spark.hadoop.fs.s3a.endpoint") for k in conf)  # nothing global
-    local_conf, local_packages = spark_conf(SparkConfig(), spark_version="4.1.3", extra_jars=[])
-    s3_conf, s3_packages = spark_conf(SparkConfig(), spark_version="4.1.3", extra_jars=[], s3a=True)
+    local_packages, local_exclusions = requested_packages(SparkConfig(), "4.1.3")
+    s3_packages, s3_exclusions = requested_packages(SparkConfig(), "4.1.3", s3a=True)
     assert not set(S3A_PACKAGES) & set(local_packages)
     assert set(S3A_PACKAGES) <= set(s3_packages)
-    assert S3A_EXCLUDES[0] in s3_conf["spark.jars.excludes"]
-    assert S3A_EXCLUDES[0] not in local_conf["spark.jars.excludes"]
+    assert S3A_EXCLUDES[0] in s3_exclusions
+    assert S3A_EXCLUDES[0] not in local_exclusions
 
 
 def test_object_store_run_locks_live_in_the_lock_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

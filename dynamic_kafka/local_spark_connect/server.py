@@ -1,0 +1,343 @@
+"""Start, stop and inspect a local Spark Connect server under a base folder.
+
+Layout of the base folder (``./.local-spark-connect`` unless ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR`` or an argument
+says otherwise)::
+
+    server.json         the running server (ServerInfo as JSON; never a secret)
+    server.pid          the server's pid while it runs
+    log4j2.properties   the server's logging config (WARN, with the Connect service's start line)
+    server.log          the server's stdout and stderr
+    work/               the server's working folder (Spark's scratch space, Derby files)
+
+The server is pyspark's own ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``, so
+its Spark is exactly the client's (same version, same jars). The Kafka connector and Delta come from the same
+resolved jars the in-process session uses (:class:`dynamic_kafka.spark.session.SessionLaunch`), so neither mode
+downloads them twice. The process is identified by its pid and by the path of its log4j config in its
+command line, so a reused pid never counts as our server.
+
+Secrets: clients send Kafka credentials as data source options inside query plans. The server redacts every key
+matching :data:`dynamic_kafka.secrets.SPARK_REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
+and plan strings, logs only warnings (Kafka's client config dumps and Connect's request traces are INFO/DEBUG),
+and its command line holds no secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
+from dynamic_kafka.errors import LocalSparkConnectError
+
+logger = logging.getLogger(__name__)
+
+BASE_DIR_ENV = "DYNAMIC_KAFKA_SPARK_CONNECT_DIR"
+DEFAULT_PORT = 15002
+DEFAULT_MASTER = "local[*]"
+DEFAULT_DRIVER_MEMORY = "2g"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 30.0
+_STATE_FILE = "server.json"
+_PID_FILE = "server.pid"
+_LOG_FILE = "server.log"
+_LOG4J_FILE = "log4j2.properties"
+_LOCK_FILE = ".lock"
+# Spark Connect's own defaults for these are fine for one user; the bounds keep a long-lived server's memory flat.
+_SERVER_CONF = {
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    # A session idle this long is closed by the server: Dagster runs are short, fresh processes.
+    "spark.connect.session.manager.defaultSessionTimeout": "15min",
+    "spark.sql.connect.ui.retainedSessions": "50",
+    "spark.sql.connect.ui.retainedStatements": "50",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.eventLog.enabled": "false",
+}
+
+
+class ServerInfo(BaseModel):
+    """A local Spark Connect server, as recorded in ``server.json``.
+
+    Example:
+        >>> ServerInfo(pid=1, port=15002, master="local[*]", log_file="/tmp/x.log", ui=False,
+        ...            started_at="2026-01-01T00:00:00+00:00").remote
+        'sc://127.0.0.1:15002'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pid: int = Field(description="The server's JVM process id.")
+    port: int = Field(description="The gRPC port clients connect to, on 127.0.0.1.")
+    master: str = Field(description="The Spark master the server runs its jobs on.")
+    log_file: str = Field(description="The server's log (stdout and stderr).")
+    ui: bool = Field(description="Whether the server serves Spark's UI.")
+    started_at: str = Field(description="When the server was started (ISO 8601, UTC).")
+
+    @property
+    def remote(self) -> str:
+        """The Spark Connect URL for ``SparkSession.builder.remote``."""
+        return f"sc://127.0.0.1:{self.port}"
+
+    def as_json(self, *, running: bool) -> dict[str, object]:
+        """What ``spark-connect status --json`` prints."""
+        return {"remote": self.remote, "running": running, **self.model_dump()}
+
+
+class ServerStatus(BaseModel):
+    """A recorded server and whether it runs now."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    info: ServerInfo
+    running: bool
+
+
+def resolve_base_dir(base_dir: Path | None = None) -> Path:
+    """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else
+    ``./.local-spark-connect``.
+    """
+    if base_dir is not None:
+        return Path(base_dir).absolute()
+    env = os.environ.get(BASE_DIR_ENV)
+    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-spark-connect"
+
+
+def start_server(
+    *,
+    base_dir: Path | None = None,
+    port: int = DEFAULT_PORT,
+    master: str = DEFAULT_MASTER,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+    ui: bool = False,
+    conf: dict[str, str] | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> ServerInfo:
+    """Start the local Spark Connect server and wait until it accepts clients; a running one is left alone.
+
+    Args:
+        base_dir: the server's folder (see :func:`resolve_base_dir`).
+        port: the gRPC port on 127.0.0.1.
+        master: ``local[*]``, ``local[N]`` or a standalone cluster's ``spark://host:port``.
+        driver_memory: the server JVM's heap (the driver of every client's jobs).
+        ui: serve Spark's UI (port 4040 and up); off by default.
+        conf: extra Spark settings; they win over dynamic-kafka's defaults. No secret belongs here: settings are
+            on the server's command line.
+        start_timeout_s: how long to wait for the port to accept connections.
+
+    Returns:
+        The running server.
+
+    Raises:
+        LocalSparkConnectError: another server of this folder runs with other settings, the port is taken, or the
+            server did not come up (the message has its log's tail).
+        ToolchainError: no Java 17+, or the jars cannot be fetched.
+    """
+    base = resolve_base_dir(base_dir)
+    with exclusive_lock(base / _LOCK_FILE):
+        current = _load(base)
+        if current is not None and _running(current):
+            if current.port != port or current.master != master:
+                raise LocalSparkConnectError(
+                    f"a Spark Connect server already runs from {base} on port {current.port} with master "
+                    f"{current.master}; asked for port {port} with master {master}.",
+                    hint="Stop it first (`dynamic-kafka spark-connect down`) or use another --base-dir.",
+                )
+            logger.info("Spark Connect server already runs at %s (pid %d)", current.remote, current.pid)
+            return current
+        return _start(
+            base,
+            port=port,
+            master=master,
+            driver_memory=driver_memory,
+            ui=ui,
+            conf=conf or {},
+            start_timeout_s=start_timeout_s,
+        )
+
+
+def stop_server(*, base_dir: Path | None = None, timeout_s: float = STOP_TIMEOUT_S) -> ServerInfo | None:
+    """Stop the local server if it runs; return what was stopped, None if none ran."""
+    base = resolve_base_dir(base_dir)
+    with exclusive_lock(base / _LOCK_FILE):
+        current = _load(base)
+        if current is None:
+            return None
+        was_running = _running(current)
+        if was_running:
+            logger.info("stopping Spark Connect server (pid %d)", current.pid)
+            process.terminate(current.pid, _marker(base), timeout_s=timeout_s)
+        (base / _PID_FILE).unlink(missing_ok=True)
+        return current if was_running else None
+
+
+def server_status(base_dir: Path | None = None) -> ServerStatus | None:
+    """Return the recorded server of ``base_dir`` and whether it runs, or None if none was ever started there."""
+    base = resolve_base_dir(base_dir)
+    current = _load(base)
+    return None if current is None else ServerStatus(info=current, running=_running(current))
+
+
+def server_command(
+    base: Path,
+    *,
+    port: int,
+    master: str,
+    driver_memory: str,
+    ui: bool,
+    conf: dict[str, str],
+) -> list[str]:
+    """The server's command line (argv). It holds no secret: ``ps`` shows it.
+
+    Raises:
+        ToolchainError: the session's jars are not cached and cannot be downloaded.
+    """
+    import pyspark
+
+    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.spark.session import SessionLaunch
+
+    launch = SessionLaunch.prepare(SparkConfig(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))
+    settings = dict(launch.conf)
+    settings.pop("spark.driver.memory", None)
+    # Python UDFs run in worker processes of the server; they need this interpreter's pyspark.
+    settings.update({**_SERVER_CONF, "spark.pyspark.python": sys.executable, **conf})
+    settings["spark.connect.grpc.binding.port"] = str(port)
+    # The log4j config's path is also the marker that tells our server from a process that reused its pid.
+    settings["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile=file:{base / _LOG4J_FILE} {settings.get('spark.driver.extraJavaOptions', '')}"
+    ).strip()
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    argv = [str(spark_submit), "--class", SERVER_CLASS, "--name", "dynamic-kafka-spark-connect"]
+    argv += ["--master", master, "--driver-memory", driver_memory]
+    for key, value in sorted(settings.items()):
+        argv += ["--conf", f"{key}={value}"]
+    # spark-submit needs a primary resource; Spark's own start-connect-server.sh passes the internal marker.
+    argv.append("spark-internal")
+    return argv
+
+
+def _start(
+    base: Path,
+    *,
+    port: int,
+    master: str,
+    driver_memory: str,
+    ui: bool,
+    conf: dict[str, str],
+    start_timeout_s: float,
+) -> ServerInfo:
+    from dynamic_kafka._toolchain.java import find_java
+
+    if not master.startswith(("local", "spark://")):
+        raise LocalSparkConnectError(
+            f"unsupported Spark master {master!r}.", hint="Use local[*], local[N] or spark://HOST:PORT."
+        )
+    java = find_java()
+    if not process.port_is_free(port):
+        raise LocalSparkConnectError(
+            f"port {port} on 127.0.0.1 is in use by another process; the Spark Connect server cannot bind it.",
+            hint="Stop that process or pick another port (--port).",
+        )
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "work").mkdir(exist_ok=True)
+    (base / _LOG4J_FILE).write_text(_LOG4J2)
+    log_file = base / _LOG_FILE
+    if log_file.exists() and log_file.stat().st_size > 64 * 1024 * 1024:
+        log_file.replace(log_file.with_suffix(".log.1"))
+    argv = server_command(base, port=port, master=master, driver_memory=driver_memory, ui=ui, conf=conf)
+    env = {**os.environ, "JAVA_HOME": str(java.resolve().parent.parent), "SPARK_LOG_DIR": str(base)}
+    # PYSPARK_* variables of a calling pyspark process must not leak into the server's launcher.
+    for key in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        env.pop(key, None)
+    if master.startswith("local"):
+        # Executors share the driver's JVM: bind every Spark port (UI, block manager) to loopback only.
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    begun = time.monotonic()
+    pid = process.spawn_detached(argv, log_file=log_file, cwd=base / "work", env=env)
+    (base / _PID_FILE).write_text(f"{pid}\n")
+    info = ServerInfo(
+        pid=pid,
+        port=port,
+        master=master,
+        log_file=str(log_file),
+        ui=ui,
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+    logger.info("starting Spark Connect server on 127.0.0.1:%d (master %s, pid %d)", port, master, pid)
+    deadline = begun + start_timeout_s
+    while not process.accepts_connections(port):
+        if not process.is_alive(pid, _marker(base)):
+            code = process.exit_code(pid)
+            (base / _PID_FILE).unlink(missing_ok=True)
+            raise LocalSparkConnectError(
+                f"the Spark Connect server exited during start-up (exit code {code}); last lines of {log_file}:\n"
+                f"{process.tail(log_file)}"
+            )
+        if time.monotonic() >= deadline:
+            process.terminate(pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
+            (base / _PID_FILE).unlink(missing_ok=True)
+            raise LocalSparkConnectError(
+                f"the Spark Connect server did not accept connections on port {port} within {start_timeout_s:.0f} s; "
+                f"it was stopped. Last lines of {log_file}:\n{process.tail(log_file)}"
+            )
+        time.sleep(0.2)
+    _save(base, info)
+    logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
+    return info
+
+
+def _marker(base: Path) -> str:
+    return str(base / _LOG4J_FILE)
+
+
+def _running(info: ServerInfo) -> bool:
+    base = Path(info.log_file).parent
+    return process.is_alive(info.pid, _marker(base))
+
+
+def _load(base: Path) -> ServerInfo | None:
+    with contextlib.suppress(FileNotFoundError):
+        try:
+            return ServerInfo.model_validate_json((base / _STATE_FILE).read_text())
+        except ValueError as e:
+            raise LocalSparkConnectError(
+                f"{base / _STATE_FILE} is not a server record ({e.__class__.__name__}).",
+                hint="Stop any server started from this folder by hand and delete the file.",
+            ) from e
+    return None
+
+
+def _save(base: Path, info: ServerInfo) -> None:
+    partial = base / f"{_STATE_FILE}.{os.getpid()}.tmp"
+    partial.write_text(json.dumps(info.model_dump(), indent=2) + "\n")
+    os.replace(partial, base / _STATE_FILE)
+
+
+# WARN everywhere (Kafka's client config dumps and Connect's per-request traces are INFO/DEBUG), plus the two
+# INFO lines that say the server is up and where.
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer
+logger.connect.level = info
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = warn
+logger.grpc.name = org.sparkproject.connect.grpc
+logger.grpc.level = warn
+"""

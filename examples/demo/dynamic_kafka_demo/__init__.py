@@ -1,0 +1,1 @@
+"""The demo project as a dg project (Dagster Components): see ``defs/pipelines/defs.yaml``."""

@@ -1,0 +1,405 @@
+"""Dagster as a team deploys it, for end-to-end tests: PostgreSQL storage, ``dagster-webserver`` and
+``dagster-daemon run`` as separate processes on the repository's ``workspace.yaml``, the default run launcher
+(every run in its own process), driven through the webserver's GraphQL API.
+
+Usage (session fixtures, see test_deployment.py)::
+
+    with local_postgres_server() as server, run_deployment(project.config_path, home, server) as deployment:
+        run_id = deployment.launch_run("orders_incremental")
+        deployment.wait_for_run(run_id)  # "SUCCESS", or fails with the run's error events
+
+What the deployment loads is fixed when it starts: the daemon re-reads the workspace only every 60 s
+(``RELOAD_WORKSPACE_INTERVAL`` in dagster/_daemon/controller.py), so every pipeline the tests need must be in the
+project config before :func:`run_deployment`. Metadata files are re-read on every call, so tests change those freely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from e2e_support import REPO_ROOT
+
+from dynamic_kafka._toolchain.process import free_port
+from dynamic_kafka.local_postgres import LocalPostgres, start_postgres, stop_postgres
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+log = logging.getLogger(__name__)
+
+BIN = REPO_ROOT / ".venv" / "bin"
+STARTUP_TIMEOUT_S = 180.0
+RUN_TIMEOUT_S = 600.0  # a run starts its own Spark JVM; on a loaded 2-core machine that took minutes
+PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
+FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
+
+
+@contextmanager
+def local_postgres_server(database: str = "dagster") -> Iterator[LocalPostgres]:
+    """A fresh local PostgreSQL on a free port, purged at the end.
+
+    The folder is made with ``mkdtemp`` directly under the system temp folder, not under pytest's ``tmp_path``:
+    as root the server runs as the ``postgres`` user, who cannot enter pytest's 0700 ``/tmp/pytest-of-root``.
+    """
+    base = Path(tempfile.mkdtemp(prefix="dynamic-kafka-pg-"))
+    base.chmod(0o755)
+    try:
+        yield start_postgres(base_dir=base, port=free_port(), database=database)
+    finally:
+        stop_postgres(base_dir=base, purge=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def write_dagster_home(home: Path, server: LocalPostgres) -> Path:
+    """A DAGSTER_HOME whose dagster.yaml is the demo's (run queue limits) plus dagster-postgres storage.
+
+    The password is read from ``$DAGSTER_PG_PASSWORD`` when Dagster starts; it is not in the file.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, Any] = yaml.safe_load((REPO_ROOT / "examples" / "demo" / "dagster.yaml").read_text())
+    settings["storage"] = {
+        "postgres": {
+            "postgres_db": {
+                "username": server.user,
+                "password": {"env": PASSWORD_ENV},
+                "hostname": server.host,
+                "db_name": server.database,
+                "port": server.port,
+                # SQLAlchemy 2.1 maps plain "postgresql" to psycopg 3, which is not installed; dagster-postgres
+                # brings psycopg2.
+                "scheme": "postgresql+psycopg2",
+            }
+        }
+    }
+    path = home / "dagster.yaml"
+    path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class GraphQLError(AssertionError):
+    """The webserver answered with errors, or with a result type that is not the success type."""
+
+
+@dataclass
+class Deployment:
+    """A running webserver + daemon pair and GraphQL helpers against the webserver."""
+
+    home: Path
+    port: int
+    env: Mapping[str, str]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    location: str = ""
+    repository: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def log_path(self, name: str) -> Path:
+        return self.home / f"{name}.log"
+
+    def logs(self, lines: int = 40) -> str:
+        """The last lines of each process's log, for assertion messages."""
+        out = []
+        for name in self.processes:
+            text = self.log_path(name).read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {name} ---\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def graphql(self, query: str, variables: Mapping[str, Any] | None = None, *, timeout_s: float = 30) -> Any:
+        """POSTs a GraphQL document; returns ``data`` or raises :class:`GraphQLError` on ``errors``."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": dict(variables or {})}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (loopback, our server)
+            answer: dict[str, Any] = json.load(response)
+        if answer.get("errors"):
+            raise GraphQLError(f"GraphQL errors: {answer['errors']}")
+        return answer["data"]
+
+    def _check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {proc.returncode}:\n{self.logs()}")
+
+    def wait_until_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Until the webserver lists the code location and the daemon's run queue and sensor daemons are healthy."""
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                last = self.graphql(_READY_QUERY, timeout_s=10)
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                last = repr(e)
+                time.sleep(0.5)
+                continue
+            entries = last["workspaceOrError"].get("locationEntries", [])
+            errors = [e for e in entries if (e["locationOrLoadError"] or {}).get("__typename") == "PythonError"]
+            if errors:
+                raise AssertionError(f"the code location failed to load: {errors}")
+            loaded = [e for e in entries if (e["locationOrLoadError"] or {}).get("__typename") == "RepositoryLocation"]
+            daemons = {d["daemonType"]: d["healthy"] for d in last["instance"]["daemonHealth"]["allDaemonStatuses"]}
+            if loaded and daemons.get("QUEUED_RUN_COORDINATOR") and daemons.get("SENSOR"):
+                self.location = loaded[0]["name"]
+                self.repository = loaded[0]["locationOrLoadError"]["repositories"][0]["name"]
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the deployment was not ready within {timeout_s}s: {last}\n{self.logs()}")
+
+    def launch_run(self, job_name: str, *, tags: Mapping[str, str] | None = None) -> str:
+        """Launches a run of ``job_name`` (the run queue, then the daemon, start it); returns its run id."""
+        params = {
+            "selector": {
+                "repositoryLocationName": self.location,
+                "repositoryName": self.repository,
+                "jobName": job_name,
+            },
+            "runConfigData": {},
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]},
+        }
+        result = self.graphql(_LAUNCH_RUN, {"executionParams": params})["launchRun"]
+        if result["__typename"] != "LaunchRunSuccess":
+            raise GraphQLError(f"launchRun of {job_name}: {result}")
+        run_id: str = result["run"]["runId"]
+        return run_id
+
+    def start_sensor(self, sensor_name: str) -> str:
+        """Turns a sensor on (as the UI's toggle does); returns its new status (``RUNNING``)."""
+        selector = {
+            "repositoryLocationName": self.location,
+            "repositoryName": self.repository,
+            "sensorName": sensor_name,
+        }
+        result = self.graphql(_START_SENSOR, {"selector": selector})["startSensor"]
+        if result["__typename"] != "Sensor":
+            raise GraphQLError(f"startSensor {sensor_name}: {result}")
+        status: str = result["sensorState"]["status"]
+        return status
+
+    def stop_sensor(self, sensor_name: str) -> None:
+        selector = {
+            "repositoryLocationName": self.location,
+            "repositoryName": self.repository,
+            "sensorName": sensor_name,
+        }
+        result = self.graphql(_STOP_SENSOR, {"selector": selector})["stopSensor"]
+        if result["__typename"] != "StopSensorMutationResult":
+            raise GraphQLError(f"stopSensor {sensor_name}: {result}")
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """The run's id, status, tags and start/end times."""
+        result: dict[str, Any] = self.graphql(_RUN, {"runId": run_id})["runOrError"]
+        if result["__typename"] != "Run":
+            raise GraphQLError(f"run {run_id}: {result}")
+        return result
+
+    def runs(self, job_name: str) -> list[dict[str, Any]]:
+        """Every run of ``job_name``, newest first."""
+        result = self.graphql(_RUNS, {"filter": {"pipelineName": job_name}})["runsOrError"]
+        if result["__typename"] != "Runs":
+            raise GraphQLError(f"runs of {job_name}: {result}")
+        runs: list[dict[str, Any]] = result["results"]
+        return runs
+
+    def run_messages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's event log (type, message, level), oldest first."""
+        events: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            result = self.graphql(_LOGS, {"runId": run_id, "cursor": cursor})["logsForRun"]
+            if result["__typename"] != "EventConnection":
+                raise GraphQLError(f"logs of {run_id}: {result}")
+            events.extend(result["events"])
+            if not result["hasMore"]:
+                return events
+            cursor = result["cursor"]
+
+    def wait_for_run(self, run_id: str, status: str = "SUCCESS", *, timeout_s: float = RUN_TIMEOUT_S) -> dict[str, Any]:
+        """Waits until the run is finished and asserts it ended in ``status``; the run's errors are in the message."""
+        deadline = time.monotonic() + timeout_s
+        run = self.run(run_id)
+        while run["status"] not in FINISHED and time.monotonic() < deadline:
+            self._check_alive()
+            time.sleep(0.5)
+            run = self.run(run_id)
+        if run["status"] != status:
+            errors = [e for e in self.run_messages(run_id) if e.get("level") in ("ERROR", "CRITICAL")]
+            raise AssertionError(
+                f"run {run_id} is {run['status']} (wanted {status}) after {timeout_s}s; error events: {errors}\n"
+                f"{self.logs()}"
+            )
+        return run
+
+    def wait_for_runs(self, job_name: str, count: int, *, timeout_s: float = RUN_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Waits until ``job_name`` has at least ``count`` runs and all are finished; returns them oldest first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive()
+            runs = self.runs(job_name)
+            if len(runs) >= count and all(r["status"] in FINISHED for r in runs):
+                return list(reversed(runs))
+            time.sleep(0.5)
+        raise AssertionError(f"{job_name}: wanted {count} finished runs, have {self.runs(job_name)}\n{self.logs()}")
+
+
+def _start(name: str, argv: list[str], home: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    with (home / f"{name}.log").open("ab") as log_file:
+        # Own session: at the end the whole group (the process and the code servers it spawned) is signalled.
+        return subprocess.Popen(
+            argv,
+            cwd=REPO_ROOT,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout_s)
+    # Whatever is left of the group (code servers, a run worker): killed, so nothing outlives the session.
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout_s)
+
+
+@contextmanager
+def run_deployment(
+    config_path: Path, home: Path, server: LocalPostgres, *, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Deployment]:
+    """Starts the webserver and the daemon on ``workspace.yaml`` for ``config_path``; stops both at the end."""
+    write_dagster_home(home, server)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DYNAMIC_KAFKA_CONFIG": str(config_path),
+        PASSWORD_ENV: server.password(),
+        **(extra_env or {}),
+    }
+    deployment = Deployment(home=home, port=free_port(), env=env)
+    started = time.monotonic()
+    try:
+        deployment.processes["webserver"] = _start(
+            "webserver",
+            [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(deployment.port)],
+            home,
+            env,
+        )
+        deployment.processes["daemon"] = _start(
+            "daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], home, env
+        )
+        deployment.wait_until_ready()
+        deployment.timings["startup_s"] = time.monotonic() - started
+        log.info("deployment ready in %.1fs on port %d", deployment.timings["startup_s"], deployment.port)
+        yield deployment
+    finally:
+        for proc in deployment.processes.values():
+            _stop(proc)
+
+
+_READY_QUERY = """
+{
+  workspaceOrError {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        locationOrLoadError {
+          __typename
+          ... on RepositoryLocation { repositories { name } }
+          ... on PythonError { message }
+        }
+      }
+    }
+  }
+  instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } }
+}
+"""
+
+_LAUNCH_RUN = """
+mutation Launch($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId status } }
+    ... on PythonError { message stack }
+    ... on Error { message }
+  }
+}
+"""
+
+_START_SENSOR = """
+mutation Start($selector: SensorSelector!) {
+  startSensor(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { name sensorState { status } }
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+
+_STOP_SENSOR = """
+mutation Stop($selector: SensorSelector!) {
+  stopSensor(sensorSelector: $selector) {
+    __typename
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+
+_RUN_FIELDS = "runId status jobName startTime endTime tags { key value }"
+
+_RUN = f"""
+query Run($runId: ID!) {{
+  runOrError(runId: $runId) {{
+    __typename
+    ... on Run {{ {_RUN_FIELDS} }}
+    ... on Error {{ message }}
+  }}
+}}
+"""
+
+_RUNS = f"""
+query Runs($filter: RunsFilter) {{
+  runsOrError(filter: $filter) {{
+    __typename
+    ... on Runs {{ results {{ {_RUN_FIELDS} }} }}
+    ... on Error {{ message }}
+  }}
+}}
+"""
+
+_LOGS = """
+query Logs($runId: ID!, $cursor: String) {
+  logsForRun(runId: $runId, afterCursor: $cursor) {
+    __typename
+    ... on EventConnection {
+      cursor
+      hasMore
+      events { __typename ... on MessageEvent { message level } }
+    }
+    ... on Error { message }
+  }
+}
+"""
