@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
@@ -94,10 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     print("setting up (clusters under .cache/bench/, data sets) ...", file=sys.stderr, flush=True)
     env = BenchEnv.start()
     try:
-        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle"))
+        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle", "s3"))
         # Setup, not measured: Spark's one-time recording (one JVM) overlaps the producing (brokers and librdkafka).
         with ThreadPoolExecutor(max_workers=1) as pool:
-            warm_up = pool.submit(warm_spark_start) if any(settings.wants(n) for n in SPARK_BENCHMARKS) else None
+            warm_up = (
+                pool.submit(warm_spark_start, s3a=settings.wants("s3"))
+                if any(settings.wants(n) for n in SPARK_BENCHMARKS)
+                else None
+            )
             results["produced_s"] = env.ensure_data_set(settings.data_set()) if needs_data else 0.0
             results["spark_warm_up_s"] = warm_up.result() if warm_up else 0.0
         results["setup_s"] = time.monotonic() - began

@@ -8,6 +8,7 @@ produced once and reused while its offsets still say it is complete.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -332,20 +333,24 @@ def bench_environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def warm_spark_start() -> float:
+def warm_spark_start(*, s3a: bool = False) -> float:
     """Resolve the Spark jars and record the driver's class data sharing archive before anything is measured.
 
     Both are one-time costs of a machine (see ``dynamic_kafka.spark.packages`` and
     ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay the download and the
-    next would compete with the background recorder. Returns the seconds spent (0 when both were ready).
+    next would compete with the background recorder. With ``s3a``, also for sessions with the S3A connector
+    (benchmark 7). Returns the seconds spent (0 when both were ready).
     """
     from dynamic_kafka.config import SparkConfig
-    from dynamic_kafka.spark.session import session_class_archive
+    from dynamic_kafka.spark.class_archive import JAR_SETTINGS_ENV
+    from dynamic_kafka.spark.session import S3A_RECORDER_FLAG, session_class_archive
 
     began = time.monotonic()
     settings = SparkConfig.model_validate(spark_settings())
-    archive = session_class_archive(settings)
-    if archive is not None and not archive.ready:
-        recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
-        subprocess.run(recorder, check=True, capture_output=True)
+    for with_s3a in (False, True) if s3a else (False,):
+        archive = session_class_archive(settings, s3a=with_s3a)
+        if archive is not None and not archive.ready:
+            recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]
+            flags = json.dumps({S3A_RECORDER_FLAG: "true"} if with_s3a else {})
+            subprocess.run(recorder, check=True, capture_output=True, env={**os.environ, JAR_SETTINGS_ENV: flags})
     return time.monotonic() - began

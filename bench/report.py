@@ -98,6 +98,11 @@ def render(results: dict[str, Any]) -> str:
         targets.append(
             [f"4 plan {last['partitions']:,} partitions, wall", f"{worst:.2f}s", "< 3 s", _verdict(s["passed"])]
         )
+    if "s3" in b:
+        o = b["s3"]
+        rows.append(_row(f"7 end to end {o['records']:,}: local disk", o["local"]))
+        rows.append(_row(f"7 end to end {o['records']:,}: S3 (local server)", o["s3"]))
+        targets.append(["7 S3 / local disk, wall (median)", f"{o['wall_ratio']:.2f}", "(report)", "-"])
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
     out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
     if "growth" in b:

@@ -77,7 +77,7 @@ def main(spec_path: str) -> None:
             load_s, load_bytes = _best_of(3, runner.store.load)
             files, size = _tree(state_path)
             log_entries = len(os.listdir(state_path / "_delta_log"))
-            sink_log_entries = len(os.listdir(Path(runner.pipeline.sink.path) / "_delta_log"))
+            sink_log_entries = len(os.listdir(runner.pipeline.sink.path.local_path / "_delta_log"))
             measured.append(
                 {
                     "runs": run,

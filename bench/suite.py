@@ -11,6 +11,7 @@ import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.env import CLUSTERS, BenchEnv, DataSet, fresh_dir, write_project
@@ -19,7 +20,6 @@ from bench.runs import PYTHON, run_baseline, run_ceiling, run_ours, run_plan
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
 SCALE_PREFIX = "scale"
 STATE_PARTITIONS = 2
@@ -41,6 +41,7 @@ class Settings:
     idle_repeats: int
     state_runs: int
     state_checkpoints: tuple[int, ...]
+    s3_repeats: int = 2
     only: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
@@ -74,6 +75,7 @@ class Settings:
             idle_repeats=3,
             state_runs=10,
             state_checkpoints=(1, 4, 7, 10),
+            s3_repeats=1,
         )
 
     def wants(self, name: str) -> bool:
@@ -350,6 +352,68 @@ def bench_state(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     }
 
 
+def bench_s3(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """7. The end-to-end run with sink and state on S3 (the local S3 server on loopback) beside the same run to
+    local disk, alternating, each from empty state in a fresh CLI process.
+    """
+    from dynamic_kafka.local_s3 import start_server, stop_server
+    from dynamic_kafka.testing.clusters import distinct_free_ports
+
+    data = settings.data_set()
+    base = fresh_dir("local-s3")
+    (port,) = distinct_free_ports(1)
+    server = start_server(port=port, base_dir=base, buckets=["bench"])
+    credentials = server.environment()
+    storage = {
+        "endpoint": server.endpoint,
+        "region": credentials["AWS_REGION"],
+        "path_style": True,
+        "access_key_id": credentials["AWS_ACCESS_KEY_ID"],
+        "secret_access_key": credentials["AWS_SECRET_ACCESS_KEY"],
+    }
+    local: list[dict[str, Any]] = []
+    s3: list[dict[str, Any]] = []
+    server_peak_mb = 0.0
+    try:
+        for rep in range(settings.s3_repeats):
+            order = ("local", "s3") if rep % 2 == 0 else ("s3", "local")
+            for variant in order:
+                folder = fresh_dir(f"s3-{variant}")
+                pipeline = None
+                if variant == "s3":
+                    pipeline = {"sink": {"path": f"s3://bench/run-{rep}/sink"}, "storage": storage}
+                measured, summary = run_ours(write_project(folder, env, _topics(data), pipeline=pipeline))
+                if summary["status"] != "committed" or summary["records"] != data.records:
+                    raise RuntimeError(f"{variant} run read {summary['records']} records, not {data.records}")
+                (s3 if variant == "s3" else local).append(
+                    {**figures(measured, records=summary["records"], size=summary["bytes"]), **measured.extra}
+                )
+                server_peak_mb = max(server_peak_mb, _rss_mb(server.pid or 0))
+                _progress(f"s3 {variant} #{rep + 1}: {(s3 if variant == 's3' else local)[-1]['wall_s']:.1f}s")
+    finally:
+        stop_server(base_dir=base, purge=True)
+    ratio = median_of(s3, "wall_s") / median_of(local, "wall_s")  # type: ignore[operator]
+    return {
+        "records": data.records,
+        "local": local,
+        "s3": s3,
+        "wall_ratio": ratio,
+        "server_rss_mb": server_peak_mb,
+        "moto": server.moto_version,
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` now (the S3 server holds every object in memory, up to its spill size)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -357,6 +421,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "scale": bench_scale,
     "growth": bench_growth,
     "state": bench_state,
+    "s3": bench_s3,
 }
 
 

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
+
+_HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,16 +114,33 @@ class SparkConfig(_Config):
     )
 
 
-class SinkConfig(_Config):
-    """The Delta table the pipeline lands rows in, and its dead-letter table."""
+def _location(value: object) -> object:
+    """Table locations are written as text (a path or URI); parse them into :class:`TableLocation`."""
+    if isinstance(value, str | Path):
+        try:
+            return parse_location(value)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+    return value
 
-    path: Path = Field(description="Delta table path (local path or URI).")
-    dead_letter_path: Path | None = Field(None, description="Default: '<path>_dead_letter'.")
+
+class SinkConfig(_Config):
+    """The Delta table the pipeline lands rows in, and its dead-letter table.
+
+    Example:
+        >>> SinkConfig(path="s3://lake/orders").resolved_dead_letter_path.uri
+        's3://lake/orders_dead_letter'
+    """
+
+    path: TableLocation = Field(description="Delta table location: a local path, or a URI such as s3://bucket/t.")
+    dead_letter_path: TableLocation | None = Field(None, description="Default: '<path>_dead_letter'.")
+
+    _parse = field_validator("path", "dead_letter_path", mode="before")(_location)
 
     @property
-    def resolved_dead_letter_path(self) -> Path:
+    def resolved_dead_letter_path(self) -> TableLocation:
         """Return the dead-letter table's location: ``dead_letter_path``, else ``<path>_dead_letter``."""
-        return self.dead_letter_path or self.path.with_name(self.path.name + "_dead_letter")
+        return self.dead_letter_path or self.path.sibling("_dead_letter")
 
 
 class SensorConfig(_Config):
@@ -185,7 +207,12 @@ class PipelineConfig(_Config):
     max_records_per_partition: int | None = Field(None, ge=1, description="Cap per partition per run.")
     max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
     sink: SinkConfig
-    state_path: Path | None = Field(None, description="Delta state location. Default: '<sink.path>_state'.")
+    state_path: TableLocation | None = Field(
+        None, description="Delta state location (path or URI). Default: '<sink.path>_state'."
+    )
+    storage: StorageConfig | None = Field(
+        None, description="How the tables on object storage are reached (endpoint, region, credentials)."
+    )
     value_format: ValueFormat = "bytes"
     value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
     key_format: Literal["bytes", "string"] = "bytes"
@@ -221,6 +248,8 @@ class PipelineConfig(_Config):
         "renews every third of this. A run whose owner stopped renewing is recovered after it expires.",
     )
 
+    _parse_state = field_validator("state_path", mode="before")(_location)
+
     @field_validator("stream_pattern")
     @classmethod
     def _valid_regex(cls, value: str | None) -> str | None:
@@ -242,9 +271,28 @@ class PipelineConfig(_Config):
         return self
 
     @property
-    def resolved_state_path(self) -> Path:
-        """Return the state table's location: ``state_path``, else ``<sink path>_state``."""
-        return self.state_path or self.sink.path.with_name(self.sink.path.name + "_state")
+    def resolved_state_path(self) -> TableLocation:
+        """Return the state table's location: ``state_path``, else ``<sink.path>_state``."""
+        return self.state_path or self.sink.path.sibling("_state")
+
+    @property
+    def sink_table(self) -> TableRef:
+        """The sink as both engines reach it (location + storage block)."""
+        return TableRef(self.sink.path, self.storage, owner=f"pipeline {self.id!r}")
+
+    @property
+    def dead_letter_table(self) -> TableRef:
+        """The dead-letter table as both engines reach it."""
+        return TableRef(self.sink.resolved_dead_letter_path, self.storage, owner=f"pipeline {self.id!r}")
+
+    @property
+    def state_table(self) -> TableRef:
+        """The state table as delta-rs reaches it."""
+        return TableRef(self.resolved_state_path, self.storage, owner=f"pipeline {self.id!r}")
+
+    def tables(self) -> dict[str, TableRef]:
+        """Every table of the pipeline by role: ``sink``, ``dead_letter``, ``state``."""
+        return {"sink": self.sink_table, "dead_letter": self.dead_letter_table, "state": self.state_table}
 
 
 class ProjectConfig(_Config):
@@ -265,7 +313,19 @@ class ProjectConfig(_Config):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"pipeline ids must be unique; repeated: {', '.join(duplicates)}")
+        _check_object_store_tables(self.pipelines)
         return self
+
+    def object_store_buckets(self) -> dict[str, StorageConfig | None]:
+        """Every S3 bucket a pipeline of the project uses, with the storage block that reaches it (Spark gets one
+        set of per-bucket S3A settings per bucket, so a session serves every pipeline).
+        """
+        buckets: dict[str, StorageConfig | None] = {}
+        for p in self.pipelines:
+            for table in p.tables().values():
+                if table.location.is_s3 and table.location.bucket is not None:
+                    buckets[table.location.bucket] = p.storage
+        return buckets
 
     def pipeline(self, pipeline_id: str) -> PipelineConfig:
         """The pipeline named ``pipeline_id``.
@@ -323,6 +383,39 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
+def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
+    """Refuses what would break the commit guard on S3 (docs/design.md, "Object storage").
+
+    Spark's Delta log store on S3 (S3SingleDriverLogStore) is safe with one writer per table only: the state table
+    lets one run of a pipeline write its sink, so a table on S3 must belong to one pipeline and one role. The same
+    table spelled ``s3://`` and ``s3a://`` counts as one. Two pipelines on one bucket must reach it the same way:
+    Spark's S3A settings are per bucket.
+    """
+    owners: dict[str, str] = {}
+    reached: dict[str, tuple[str, StorageConfig | None]] = {}
+    for p in pipelines:
+        for role, table in p.tables().items():
+            location = table.location
+            if not location.is_s3:
+                continue
+            key = location.delta_rs_uri
+            owner = f"the {role.replace('_', '-')} table of pipeline {p.id!r}"
+            if key in owners:
+                raise ValueError(
+                    f"{location.uri} is {owner} and also {owners[key]}; on S3 Spark's Delta log store "
+                    "(S3SingleDriverLogStore) is safe only with one writer per table. Give each pipeline its own "
+                    "sink, dead-letter and state locations"
+                )
+            owners[key] = owner
+            bucket = location.bucket or ""
+            if bucket in reached and reached[bucket][1] != p.storage:
+                raise ValueError(
+                    f"bucket {bucket!r} is used by pipelines {reached[bucket][0]!r} and {p.id!r} with different "
+                    "storage blocks; Spark reaches a bucket with one set of settings. Give them the same storage"
+                )
+            reached.setdefault(bucket, (p.id, p.storage))
+
+
 def load_yaml(path: Path) -> Any:
     """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line.
 
@@ -356,6 +449,9 @@ def describe_validation_error(error: ValidationError, source: str) -> ConfigErro
             lines.append(f"{loc}: unknown key; remove it or check its spelling")
         elif item["type"] == "missing":
             lines.append(f"{loc}: required key is missing")
+        elif "storage" in item["loc"] or isinstance(item.get("input"), dict | list):
+            # A storage block may hold credentials, and a whole model's input holds the storage block: never echo.
+            lines.append(f"{loc}: {item['msg']}")
         else:
             message = item["msg"].removeprefix("Value error, ")
             if _may_show(item["loc"], item.get("input")):
@@ -401,7 +497,8 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
     """Makes relative paths in the raw config relative to the config file's directory."""
 
     def rebase(value: Any) -> Any:
-        if isinstance(value, str) and "://" not in value and not Path(value).is_absolute():
+        # Anything with a scheme ("s3://", or the mistyped "s3:/") is left for the location parser.
+        if isinstance(value, str) and not _HAS_SCHEME.match(value) and not Path(value).is_absolute():
             return str(base / value)
         return value
 

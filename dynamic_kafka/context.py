@@ -35,6 +35,7 @@ from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metad
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
+from dynamic_kafka.storage import check_environment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -68,7 +69,10 @@ class PipelineContext:
     ) -> None:
         self.project = project
         self.pipeline: PipelineConfig = project.pipeline(pipeline_id)
-        self.store = StateStore(self.pipeline.resolved_state_path, self.pipeline.id)
+        state = self.pipeline.state_table
+        if any(not table.location.is_local for table in self.pipeline.tables().values()):
+            check_environment()
+        self.store = StateStore(state.delta_rs_uri, self.pipeline.id, storage_options=state.storage_options())
         self._service = (
             None
             if metadata_service is None
@@ -92,13 +96,37 @@ class PipelineContext:
         return self._service
 
     def spark(self) -> SparkSession:
-        """The Spark session (started on first call by the default factory)."""
-        return self._spark()
+        """The Spark session (started on first call by the default factory), set up to reach the project's S3
+        buckets (per-bucket S3A settings, whoever built the session).
+        """
+        session = self._spark()
+        buckets = self.project.object_store_buckets()
+        if buckets:
+            from dynamic_kafka.spark.session import configure_object_storage
+
+            configure_object_storage(session, buckets)
+        return session
 
     def _default_spark(self) -> SparkSession:
         from dynamic_kafka.spark.session import build_spark_session
 
-        return build_spark_session(self.project.spark)
+        return build_spark_session(self.project.spark, object_storage=self.project.object_store_buckets())
+
+    def check_object_store(self) -> None:
+        """Fails before anything is written when the sink or dead-letter table's object store cannot be used
+        (missing bucket, refused credentials, unreachable endpoint): one listing per table on object storage,
+        nothing for local tables. The state table was checked already by reading it.
+
+        Raises:
+            ObjectStoreError: naming the table's location and the endpoint.
+        """
+        from dynamic_kafka.sink.tables import open_delta_rs
+
+        for role, table in self.pipeline.tables().items():
+            if role != "state" and not table.location.is_local:
+                open_delta_rs(
+                    table, doing=f"checking the {role.replace('_', '-')} table of pipeline {self.pipeline.id!r}"
+                )
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""

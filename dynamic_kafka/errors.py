@@ -226,6 +226,18 @@ class RunTimeoutError(DynamicKafkaError):
     retriable = True
 
 
+class ObjectStoreError(DynamicKafkaError):
+    """A table's object store cannot be used: missing bucket, refused credentials, unreachable endpoint.
+
+    The message names the table's location and the endpoint, never a credential. Only an unreachable store is
+    retriable; the others need the configuration or the store fixed.
+    """
+
+    def __init__(self, message: str, *, retriable: bool = False, hint: str | None = None) -> None:
+        self.retriable = retriable
+        super().__init__(message, hint=hint)
+
+
 class StateError(DynamicKafkaError):
     """The pipeline's Delta state is missing, unreadable or inconsistent."""
 

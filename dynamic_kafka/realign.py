@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.plan.model import TopicPartition
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
@@ -53,11 +54,11 @@ def sink_position(pipeline: PipelineConfig) -> SinkPosition:
     """The pipeline's highest transaction version over its sink and dead-letter table (the dead-letter table is
     written first, so after a crash between the two it can be one ahead of the sink). JVM-free.
     """
-    best = SinkPosition(txn=None, table=str(pipeline.sink.path))
-    for path in (str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)):
-        txn = committed_txn_version(path, pipeline.id)
+    best = SinkPosition(txn=None, table=str(pipeline.sink_table))
+    for table in (pipeline.sink_table, pipeline.dead_letter_table):
+        txn = committed_txn_version(table, pipeline.id)
         if txn is not None and (best.txn is None or txn > best.txn):
-            best = SinkPosition(txn=txn, table=path)
+            best = SinkPosition(txn=txn, table=str(table))
     return best
 
 
@@ -85,15 +86,12 @@ def landed_frontier(pipeline: PipelineConfig, after_run_seq: int) -> dict[TopicP
     """Per partition, one past the highest offset the sink or dead-letter table holds from runs after
     ``after_run_seq`` (rows of those runs only: ``_run_seq`` statistics prune older files). JVM-free.
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     frontier: dict[TopicPartition, int] = {}
-    for path in (str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)):
-        try:
-            dataset = DeltaTable(path).to_pyarrow_dataset()
-        except TableNotFoundError:
+    for table in (pipeline.sink_table, pipeline.dead_letter_table):
+        opened = open_delta_rs(table, doing="reading")
+        if opened is None:
             continue
+        dataset = opened.to_pyarrow_dataset()
         rows = dataset.to_table(
             columns=["cluster", "topic", "partition", "offset"], filter=pc.field("_run_seq") > after_run_seq
         )

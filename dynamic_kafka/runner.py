@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -38,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, RunTimeoutError
@@ -60,11 +60,12 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+    from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
 
-# A scheme such as s3:/ or abfss:/ (pathlib keeps one slash of "://").
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+# Where runs of pipelines whose state is on object storage take their per-machine run lock.
+RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
 
 RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
 """Where run locks live instead of beside a local state table (e.g. a state folder that is read-only, or shared
@@ -128,11 +129,13 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Executes one incremental run (finishing a crashed one first) and returns its summary.
 
-        A run holds a lock file next to a local state table for its whole duration (the OS releases it even on
-        ``kill -9``), so a run started meanwhile on the same machine stops at once instead of taking the first
-        one's planned run for a crashed one and executing it again. Runs on other hosts (or with another
-        ``$DYNAMIC_KAFKA_RUN_LOCK_DIR``) are stopped by the planned run's owner and lease, and lose at the state's
-        exact-version commit. The whole run is bounded by ``max_run_seconds``.
+        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``): next to a local
+        state table, or, for a state table on object storage (or whenever ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` is set),
+        in the machine's run-lock folder (default ``<cache>/run-locks``). So a run started meanwhile on the same
+        machine stops at once instead of taking the first one's planned run for a crashed one and executing it
+        again. Runs on other hosts are stopped by the planned run's owner and lease, and lose at the state's
+        exact-version commit (on S3, delta-rs's conditional put of the next log entry). The whole run is bounded
+        by ``max_run_seconds``.
 
         Raises:
             RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
@@ -142,10 +145,7 @@ class PipelineRunner:
             RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
-        lock = _run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)
-        if lock is None:
-            return self._run_with_deadline()
-        with try_exclusive_lock(lock) as taken:
+        with try_exclusive_lock(_run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)) as taken:
             if not taken:
                 state = self.store.load()
                 head = state.last_run
@@ -191,6 +191,7 @@ class PipelineRunner:
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         self._check_schema()
+        self.context.check_object_store()
         self._deadline.check()
         version = self.store.begin_run(
             plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
@@ -303,7 +304,7 @@ class PipelineRunner:
             )
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         # holding the run means the whole run is in.
-        written = committed_txn_version(str(self.pipeline.sink.path), self.pipeline.id)
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
         log.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
@@ -372,17 +373,20 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
     return lag
 
 
-def _run_lock_path(state_path: Path, pipeline_id: str) -> Path | None:
-    """The run lock of a pipeline: in ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` when set, else a hidden file beside a local
-    state table; None for object-store URIs without that setting.
+def _run_lock_path(state: TableLocation, pipeline_id: str) -> Path:
+    """The run lock of a pipeline's state table: in ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` when set; else a hidden file
+    beside a local state table; else, for one on object storage, a file named after its URI in this machine's
+    run-lock folder (a lock guards runs on one machine only; the lease and the state's conditional commit guard
+    the rest).
     """
-    folder = os.environ.get(RUN_LOCK_DIR_ENV)
-    if folder:
-        digest = hashlib.sha256(str(state_path).encode()).hexdigest()[:16]
-        return Path(folder) / f"{pipeline_id}-{digest}.run.lock"
-    if _URI.match(str(state_path)):
-        return None
-    return state_path.with_name(f".{state_path.name}.run.lock")
+    folder_env = os.environ.get(RUN_LOCK_DIR_ENV)
+    if not folder_env and state.is_local:
+        path = state.local_path
+        return path.with_name(f".{path.name}.run.lock")
+    folder = Path(folder_env or cache_dir() / "run-locks").expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(state.delta_rs_uri.encode()).hexdigest()[:24]
+    return folder / f"{pipeline_id}-{digest}.run.lock"
 
 
 class _Deadline:

@@ -22,16 +22,27 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 S3_SCHEMES = frozenset({"s3", "s3a"})
+# Schemes both engines reach: Spark through a Hadoop connector (s3a for S3, gcs-connector for gs, hadoop-azure for
+# abfs/abfss) and delta-rs through object_store. Anything else would work in one engine only.
+SUPPORTED_SCHEMES = frozenset({"file", *S3_SCHEMES, "gs", "abfs", "abfss"})
+# delta-rs storage options that would weaken or pretend to configure the state table's commit guard (see
+# docs/object-storage.md): conditional put must stay "etag"; the rename and locking switches are pre-1.0 leftovers.
+_CONDITIONAL_PUT_KEYS = frozenset({"aws_conditional_put", "conditional_put"})
+_LEFTOVER_KEYS = frozenset({"aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo_lock_table_name"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+_SECRET_OPTION = re.compile(r"(?i)secret|token|password|access_key|account_key|sas_key|service_account_key")
 # Bucket names per the S3 rules that matter for addressing: 3-63 of lowercase letters, digits, dots and hyphens.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -53,6 +64,9 @@ class TableLocation(BaseModel):
     scheme: str = Field(description='"file" for local folders, else the URI scheme in lower case (s3a stays s3a).')
     bucket: str | None = Field(default=None, description="Bucket (or container) of an object-store URI.")
     key: str = Field(default="", description="Path inside the bucket, without leading or trailing slash.")
+
+    def __str__(self) -> str:
+        return self.uri
 
     @property
     def is_local(self) -> bool:
@@ -127,6 +141,11 @@ def parse_location(value: str | Path) -> TableLocation:
             )
         return TableLocation(uri=str(Path(text).expanduser().absolute()).rstrip("/") or "/", scheme="file")
     scheme = match.group(1).lower()
+    if scheme not in SUPPORTED_SCHEMES:
+        raise ConfigError(
+            f"table location {text!r} has scheme {scheme!r}, which dynamic-kafka does not support.",
+            hint="Use a local path, file://, s3:// (or s3a://), gs://, abfs:// or abfss://.",
+        )
     parsed = urlparse(text)
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
@@ -177,6 +196,26 @@ class StorageConfig(BaseModel):
     session_token: SecretStr | None = Field(
         default=None, description="Session token of temporary credentials, usually ${env:AWS_SESSION_TOKEN}."
     )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="More delta-rs (object_store) storage options, passed as given, e.g. "
+        "{AWS_S3_EXPRESS: 'true'} or, for gs:// / abfss://, that store's options. Spark's own connector settings "
+        "go in the project's spark.conf (spark.hadoop.fs.<scheme>.*). No credentials here: use the fields above.",
+    )
+
+    @field_validator("options")
+    @classmethod
+    def _check_options(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, option in value.items():
+            refusal = unsafe_option(key, option)
+            if refusal is not None:
+                raise ValueError(refusal)
+            if _SECRET_OPTION.search(key):
+                raise ValueError(
+                    f"storage option {key!r} looks like a credential; set access_key_id / secret_access_key / "
+                    "session_token (as ${env:NAME} references) instead, so it stays masked"
+                )
+        return value
 
     @field_validator("endpoint")
     @classmethod
@@ -234,16 +273,21 @@ def _credentials(storage: StorageConfig, owner: str) -> tuple[str, str, str | No
     return key_id, secret, token
 
 
-def spark_s3a_conf(storage: StorageConfig | None, *, owner: str = "the pipeline") -> dict[str, str]:
+def spark_s3a_conf(
+    storage: StorageConfig | None, *, owner: str = "the pipeline", bucket: str | None = None
+) -> dict[str, str]:
     """The Spark settings (``spark.hadoop.fs.s3a.*``) that point Hadoop's S3A connector at ``storage``.
 
     ``s3://`` paths are mapped to S3A too (``fs.s3.impl``), so a table URI works in Spark whichever S3 scheme it
-    uses. Resolves secret references: call only where the Spark session is built. Spark redacts the key and
-    secret settings in its UI, logs and plans (``spark.redaction.regex`` covers ``secret`` and ``access.key``).
+    uses. With ``bucket``, the settings are S3A's per-bucket ones (``fs.s3a.bucket.BUCKET.*``), which apply to that
+    bucket only: pipelines with different endpoints or credentials share one Spark session that way. Resolves
+    secret references: call only where the Spark session is built. Spark redacts the key and secret settings in
+    its UI, logs and plans (``spark.redaction.regex`` covers ``secret`` and ``access.key``).
 
     Args:
         storage: the pipeline's storage block; None gives the scheme mapping only (AWS chain, AWS endpoints).
         owner: named in errors about unresolvable references, e.g. ``"pipeline 'orders'"``.
+        bucket: give the settings for this bucket only.
 
     Raises:
         ConfigError: a referenced environment variable is unset or a referenced file unreadable.
@@ -252,8 +296,10 @@ def spark_s3a_conf(storage: StorageConfig | None, *, owner: str = "the pipeline"
         >>> conf = spark_s3a_conf(StorageConfig(endpoint="http://127.0.0.1:9000", path_style=True))
         >>> conf["spark.hadoop.fs.s3a.path.style.access"], conf["spark.hadoop.fs.s3a.connection.ssl.enabled"]
         ('true', 'false')
+        >>> sorted(spark_s3a_conf(StorageConfig(region="eu-west-1"), bucket="lake"))[1]
+        'spark.hadoop.fs.s3a.bucket.lake.endpoint.region'
     """
-    prefix = "spark.hadoop.fs.s3a."
+    prefix = f"spark.hadoop.fs.s3a.bucket.{bucket}." if bucket else "spark.hadoop.fs.s3a."
     conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
     if storage is None:
         return conf
@@ -300,6 +346,7 @@ def delta_rs_storage_options(storage: StorageConfig | None, *, owner: str = "the
     options = {"AWS_CONDITIONAL_PUT": "etag"}
     if storage is None:
         return options
+    options.update(storage.options)
     if storage.endpoint is not None:
         options["AWS_ENDPOINT_URL"] = storage.endpoint
         options["AWS_ALLOW_HTTP"] = str(storage.allow_http).lower()
@@ -314,4 +361,173 @@ def delta_rs_storage_options(storage: StorageConfig | None, *, owner: str = "the
         options["AWS_SECRET_ACCESS_KEY"] = secret
         if token is not None:
             options["AWS_SESSION_TOKEN"] = token
+    # Last, so no extra option can switch the commit guard off (the model refuses such options anyway).
+    options["AWS_CONDITIONAL_PUT"] = "etag"
     return options
+
+
+def unsafe_option(key: str, value: str) -> str | None:
+    """Why a delta-rs storage option (or AWS environment variable) is refused, or None when it is safe.
+
+    Example:
+        >>> unsafe_option("AWS_CONDITIONAL_PUT", "disabled")[:44]
+        'storage option AWS_CONDITIONAL_PUT=disabled '
+        >>> unsafe_option("AWS_REGION", "eu-west-1") is None
+        True
+    """
+    name = key.strip().lower()
+    if name in _CONDITIONAL_PUT_KEYS and value.strip().lower() != "etag":
+        return (
+            f"storage option {key}={value} would let two runs commit the same state version; dynamic-kafka needs "
+            "conditional puts (If-None-Match) on S3. Remove it: AWS S3, MinIO, Ceph and R2 support them"
+        )
+    if name in _LEFTOVER_KEYS:
+        return (
+            f"storage option {key} is a leftover of delta-rs before 1.0 (locking provider / unsafe rename) and is "
+            "ignored by delta-rs 1.x, which commits with conditional puts instead. Remove it"
+        )
+    return None
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse AWS environment variables that name an unsafe or obsolete commit setting (see :func:`unsafe_option`).
+
+    delta-rs reads ``AWS_*`` variables as storage options; a leftover ``AWS_S3_ALLOW_UNSAFE_RENAME`` in a
+    deployment's environment suggests a setup that no longer does what its name says.
+
+    Raises:
+        ConfigError: naming the variable and what to unset.
+    """
+    environ = os.environ if environ is None else environ
+    for key, value in sorted(environ.items()):
+        if key.upper().startswith("AWS_"):
+            refusal = unsafe_option(key, value)
+            if refusal is not None:
+                raise ConfigError(
+                    f"environment variable {refusal.removeprefix('storage option ')}.", hint=f"Unset {key}."
+                )
+
+
+StorageProblem = Literal["missing_bucket", "credentials", "unreachable", "other"]
+
+
+def classify_storage_error(error: BaseException) -> StorageProblem:
+    """What an object-store error from delta-rs or Spark's S3A connector says went wrong.
+
+    Example:
+        >>> classify_storage_error(OSError("... 404 Not Found <Code>NoSuchBucket</Code> ..."))
+        'missing_bucket'
+    """
+    text = str(error)
+    if re.search(r"NoSuchBucket|bucket does not exist|UnknownStoreException", text):
+        return "missing_bucket"
+    if re.search(
+        r"InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|ExpiredToken|InvalidToken|403 Forbidden|"
+        r"No AWS Credentials|NoAuthWithAWSException|Unable to load AWS credentials|status code: 403",
+        text,
+    ):
+        return "credentials"
+    if re.search(
+        r"error sending request|Connection refused|tcp connect error|dns error|UnknownHostException|"
+        r"ConnectException|Unable to execute HTTP request|timed out|Connect to .* failed",
+        text,
+    ):
+        return "unreachable"
+    return "other"
+
+
+def storage_error_message(error: BaseException, location: TableLocation, storage: StorageConfig | None) -> str | None:
+    """A clear sentence for an object-store failure at ``location`` (naming the location and the endpoint, never a
+    credential), or None when ``error`` is not one of the recognised problems.
+    """
+    endpoint = storage.endpoint if storage and storage.endpoint else "the store's default endpoint"
+    problem = classify_storage_error(error)
+    if problem == "missing_bucket":
+        return (
+            f"bucket {location.bucket!r} of {location.uri} does not exist at {endpoint}. "
+            "Create the bucket (dynamic-kafka creates tables, not buckets) or fix the location"
+        )
+    if problem == "credentials":
+        return (
+            f"the object store at {endpoint} refused the credentials for {location.uri}. Check "
+            "storage.access_key_id / secret_access_key (or the AWS_* environment variables) and the bucket's policy"
+        )
+    if problem == "unreachable":
+        return (
+            f"the object store at {endpoint} is unreachable for {location.uri}. Check storage.endpoint, the network, "
+            "and that the store runs"
+        )
+    return None
+
+
+class TableRef:
+    """One Delta table as both engines reach it: its location, the storage block and who owns it (for errors).
+
+    Cheap and secret-free: the storage options are resolved on each :meth:`storage_options` call, at the moment a
+    delta-rs table is opened, and never kept.
+
+    Example:
+        >>> ref = TableRef(parse_location("s3a://lake/orders"), StorageConfig(region="us-east-1"))
+        >>> (str(ref), ref.spark_uri, ref.delta_rs_uri)
+        ('s3a://lake/orders', 's3a://lake/orders', 's3://lake/orders')
+    """
+
+    __slots__ = ("location", "owner", "storage")
+
+    def __init__(
+        self, location: TableLocation, storage: StorageConfig | None = None, *, owner: str = "the pipeline"
+    ) -> None:
+        self.location = location
+        self.storage = storage
+        self.owner = owner
+
+    @classmethod
+    def of(cls, table: TableRef | TableLocation | str | Path) -> TableRef:
+        """``table`` as a TableRef (a bare location or path gets no storage block: the AWS chain)."""
+        if isinstance(table, TableRef):
+            return table
+        return cls(table if isinstance(table, TableLocation) else parse_location(table))
+
+    def __str__(self) -> str:
+        return self.location.uri
+
+    def __repr__(self) -> str:
+        return f"TableRef({self.location.uri!r})"
+
+    @property
+    def spark_uri(self) -> str:
+        """The URI Spark is given (``s3a://`` for S3)."""
+        return self.location.spark_uri
+
+    @property
+    def delta_rs_uri(self) -> str:
+        """The URI delta-rs is given (``s3://`` for S3)."""
+        return self.location.delta_rs_uri
+
+    def storage_options(self) -> dict[str, str] | None:
+        """delta-rs ``storage_options`` for this table (resolved secrets inside; pass straight to delta-rs)."""
+        if self.location.is_local:
+            return None
+        if self.location.is_s3:
+            return delta_rs_storage_options(self.storage, owner=self.owner)
+        return dict(self.storage.options) if self.storage is not None else None
+
+    def failure(self, error: BaseException, doing: str) -> DynamicKafkaError | None:
+        """The error to raise for an object-store failure while ``doing`` something with this table, or None
+        when ``error`` is not a recognised storage problem (the caller wraps it its own way).
+        """
+        return object_store_failure(error, self.location, self.storage, doing)
+
+
+def object_store_failure(
+    error: BaseException, location: TableLocation, storage: StorageConfig | None, doing: str
+) -> ObjectStoreError | None:
+    """An :class:`ObjectStoreError` for a missing bucket, refused credentials or an unreachable store at
+    ``location`` while ``doing`` something; None for a local location or an unrecognised error.
+    """
+    if location.is_local:
+        return None
+    message = storage_error_message(error, location, storage)
+    if message is None:
+        return None
+    return ObjectStoreError(f"{doing}: {message}.", retriable=classify_storage_error(error) == "unreachable")

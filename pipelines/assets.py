@@ -7,6 +7,7 @@ contacts Kafka but never starts Spark.
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
 
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -23,6 +24,7 @@ from dagster import (
 
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.status import lag_verdict, pipeline_status
+from dynamic_kafka.storage import TableLocation
 from pipelines.errors import dagster_errors
 from pipelines.metadata import summary_metadata
 from pipelines.names import GROUP_NAME, LAG_CHECK_NAME, asset_key, pool_name
@@ -38,6 +40,11 @@ def _describe(pipeline: PipelineConfig) -> str:
     return f"Delta table landed by pipeline {pipeline.id!r} from {subscription}, exactly once per record."
 
 
+def table_uri(location: TableLocation) -> str:
+    """The table's URI as Dagster shows it (``dagster/uri``): ``file://...`` for a local folder, else as written."""
+    return Path(location.uri).as_uri() if location.is_local else location.uri
+
+
 def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
     """The pipeline's sink table; one materialization is one incremental run."""
     pipeline_id = pipeline.id
@@ -49,6 +56,7 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
         kinds={"kafka", "spark", "delta"},
         pool=pool_name(pipeline_id),
         metadata={
+            "dagster/uri": MetadataValue.text(table_uri(pipeline.sink.path)),
             "sink_path": MetadataValue.path(str(pipeline.sink.path)),
             "state_path": MetadataValue.path(str(pipeline.resolved_state_path)),
             "pipeline_id": MetadataValue.text(pipeline_id),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
     from dynamic_kafka.local_registry import LocalRegistry
+    from dynamic_kafka.local_s3 import LocalS3Server
 
 
 @pytest.fixture(scope="session")
@@ -64,9 +65,51 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The process-wide Spark session (Delta + Kafka connector, UI off), stopped at the end of the session."""
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     settings = SparkConfig(master="local[2]", ui_enabled=False, conf={"spark.sql.warehouse.dir": str(warehouse)})
-    session = build_spark_session(settings)
+    # With Hadoop's S3A connector, so the object-storage tests share this session (its jars are recorded once).
+    session = build_spark_session(settings, s3a=True)
     yield session
     stop_spark_session()
+
+
+# The environment variables the S3 tests' storage blocks reference (as a user's config would).
+S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"
+S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
+
+
+@pytest.fixture(scope="session")
+def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
+    """The local S3 API server (moto's, on loopback) with bucket ``lake``, started once per test session.
+
+    Exports a random access key and secret in ``$DYNAMIC_KAFKA_TEST_S3_KEY_ID`` / ``$..._SECRET`` (moto accepts
+    any), which :func:`s3_storage` references, so runs in child processes reach it too and the secret tests can
+    look for the secret's value.
+    """
+    from dynamic_kafka.local_s3 import start_server, stop_server
+    from dynamic_kafka.testing.clusters import distinct_free_ports
+
+    base = tmp_path_factory.mktemp("local-s3")
+    (port,) = distinct_free_ports(1)
+    server = start_server(port=port, base_dir=base, buckets=["lake"])
+    os.environ[S3_KEY_ENV] = "AKIA" + secrets.token_hex(8).upper()
+    os.environ[S3_SECRET_ENV] = "s3-secret-" + secrets.token_urlsafe(24)
+    try:
+        yield server
+    finally:
+        stop_server(base_dir=base, purge=True)
+        os.environ.pop(S3_KEY_ENV, None)
+        os.environ.pop(S3_SECRET_ENV, None)
+
+
+@pytest.fixture
+def s3_storage(local_s3: LocalS3Server) -> dict[str, Any]:
+    """A pipeline's ``storage`` block for the local S3 server, credentials as ``${env:...}`` references."""
+    return {
+        "endpoint": local_s3.endpoint,
+        "region": "us-east-1",
+        "path_style": True,
+        "access_key_id": f"${{env:{S3_KEY_ENV}}}",
+        "secret_access_key": f"${{env:{S3_SECRET_ENV}}}",
+    }
 
 
 _exit_status: list[int] = []

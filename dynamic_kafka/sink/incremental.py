@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.plan.model import Split
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +65,8 @@ _DECODE_MARKER_RE = re.compile(_DECODE_MARKER + r"\[(?P<json>\{.*?\})\]" + _DECO
 class _Target:
     """Where and as what one run is written."""
 
-    sink_path: str
-    dead_letter_path: str
+    sink_path: TableRef
+    dead_letter_path: TableRef
     app_id: str
     run_seq: int
     overlaps: Sequence[Split]
@@ -113,14 +114,14 @@ def write_incremental(
     from pyspark.sql import Observation
 
     target = _Target(
-        sink_path=str(pipeline.sink.path),
-        dead_letter_path=str(pipeline.sink.resolved_dead_letter_path),
+        sink_path=pipeline.sink_table,
+        dead_letter_path=pipeline.dead_letter_table,
         app_id=pipeline.id,
         run_seq=run_seq,
         overlaps=overlaps,
     )
     writer = _writer(pipeline)
-    with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}"):
+    with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
         prior = committed_txn_version(target.sink_path, target.app_id)
         if prior == run_seq:
             return _already_committed(target, prior)
@@ -128,7 +129,7 @@ def write_incremental(
             # Delta would skip this append as "already done" although this run's records are not in the sink.
             raise StateBehindSinkError(
                 target.app_id,
-                table=target.sink_path,
+                table=str(target.sink_path),
                 sink_txn=prior,
                 state_run_seq=run_seq - 1,
                 state_path="(the state this run was planned from)",
@@ -273,7 +274,7 @@ def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tupl
     return _without_present(counted, paths, target.overlaps), read_count
 
 
-def _without_present(rows: DataFrame, paths: Sequence[str], overlaps: Sequence[Split]) -> DataFrame:
+def _without_present(rows: DataFrame, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> DataFrame:
     """``rows`` minus those whose coordinates a table at ``paths`` already holds, looking only inside
     ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them.
     """
@@ -295,7 +296,7 @@ def _without_present(rows: DataFrame, paths: Sequence[str], overlaps: Sequence[S
     for path in paths:
         if not table_exists(path):
             continue
-        keys = rows.sparkSession.read.format("delta").load(path).where(in_ranges).select(*MERGE_KEYS)
+        keys = rows.sparkSession.read.format("delta").load(path.spark_uri).where(in_ranges).select(*MERGE_KEYS)
         present = keys if present is None else present.unionByName(keys)
     return rows if present is None else rows.join(present, on=list(MERGE_KEYS), how="left_anti")
 

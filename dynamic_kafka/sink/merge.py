@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ def merge_backfill(
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    sink_path = str(pipeline.sink.path)
-    dead_letter_path = str(pipeline.sink.resolved_dead_letter_path)
+    sink_path = pipeline.sink_table
+    dead_letter_path = pipeline.dead_letter_table
     pairs = list(planned_pairs)
     window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
-    with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}"):
+    with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
         spark = df.sparkSession
         decoded = decode(df, pipeline).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -133,14 +134,14 @@ def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
     )
 
 
-def _merge(spark: SparkSession, rows: DataFrame, path: str, scope: str) -> int:
+def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> int:
     """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted."""
     from delta.tables import DeltaTable
 
     ensure_table(spark, rows, path)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
     metrics = (
-        DeltaTable.forPath(spark, path)
+        DeltaTable.forPath(spark, path.spark_uri)
         .alias("t")
         .merge(rows.alias("s"), f"{on} AND ({scope})")
         .whenNotMatchedInsertAll()

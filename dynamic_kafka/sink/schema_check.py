@@ -15,13 +15,14 @@ import json
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError, SchemaMismatchError, SparkJobError
-from dynamic_kafka.sink.tables import safe_text
+from dynamic_kafka.sink.tables import open_delta_rs, safe_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
     from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.storage import TableRef
 
 
 def written_schema(spark: SparkSession, pipeline: PipelineConfig) -> StructType:
@@ -43,15 +44,12 @@ def written_schema(spark: SparkSession, pipeline: PipelineConfig) -> StructType:
         ) from e
 
 
-def sink_schema(path: str) -> StructType | None:
-    """The schema of the Delta table at ``path`` from its log (delta-rs); None when there is no table."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+def sink_schema(sink: TableRef) -> StructType | None:
+    """The schema of the sink's Delta table from its log (delta-rs); None when there is no table."""
     from pyspark.sql.types import StructType
 
-    try:
-        table = DeltaTable(path)
-    except TableNotFoundError:
+    table = open_delta_rs(sink, doing="reading the schema of")
+    if table is None:
         return None
     return StructType.fromJson(json.loads(table.schema().to_json()))
 
@@ -99,7 +97,7 @@ def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig) -> None:
     from deltalake.exceptions import DeltaError
 
     try:
-        existing = sink_schema(path)
+        existing = sink_schema(pipeline.sink_table)
     except (DeltaError, OSError) as e:
         raise SparkJobError(f"cannot read the schema of the sink {path}: {safe_text(e)}") from e
     if existing is None:

@@ -13,17 +13,19 @@ no JVM.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
+from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
+    from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
 
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"
@@ -54,28 +56,46 @@ def dead_letter_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
 
 # --- tables -----------------------------------------------------------------------------------------------------
 
+# A table given as a TableRef (location + storage block), a parsed location, or a local path / URI string.
+Table = TableRef | TableLocation | str | Path
 
-def table_exists(path: str) -> bool:
-    """Whether a Delta table exists at ``path`` (JVM-free)."""
+
+def open_delta_rs(table: Table, *, doing: str, version: int | None = None) -> DeltaTableRs | None:
+    """The delta-rs table at ``table`` with its storage options; None when there is no Delta table there.
+
+    Raises:
+        ObjectStoreError: missing bucket, refused credentials or unreachable store (the message names the
+            location, never a credential).
+        SparkJobError: the log cannot be read for another reason (retriable).
+    """
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
+    ref = TableRef.of(table)
     try:
-        DeltaTable(path)
+        return DeltaTable(ref.delta_rs_uri, version=version, storage_options=ref.storage_options())
     except TableNotFoundError:
-        return False
-    return True
+        return None
+    except (DeltaError, OSError) as e:
+        raise (
+            ref.failure(e, doing) or SparkJobError(f"{doing}: cannot read the Delta log of {ref}: {safe_text(e)}")
+        ) from e
 
 
-def ensure_table(spark: SparkSession, rows: DataFrame, path: str) -> None:
+def table_exists(table: Table) -> bool:
+    """Whether a Delta table exists at ``table`` (JVM-free)."""
+    return open_delta_rs(table, doing=f"looking for the Delta table {TableRef.of(table)}") is not None
+
+
+def ensure_table(spark: SparkSession, rows: DataFrame, table: Table) -> None:
     """Creates the table (for a MERGE) with ``rows``' schema and coordinate-only statistics, unless it exists."""
     from delta.tables import DeltaTable
 
-    if table_exists(path):
+    if table_exists(table):
         return
     (
         DeltaTable.createIfNotExists(spark)
-        .location(path)
+        .location(TableRef.of(table).spark_uri)
         .addColumns(_nullable(rows.schema))
         .property(STATS_PROPERTY, STATS_COLUMNS)
         .execute()
@@ -97,78 +117,63 @@ def _nullable(data_type: Any) -> Any:
     return data_type
 
 
-def append_idempotent(rows: DataFrame, path: str, app_id: str, run_seq: int) -> None:
+def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int) -> None:
     """Appends with Delta's idempotent-write txn. A new table is created by this same commit (``delta.*`` write
     options become its properties), so a failed first write leaves no table behind.
     """
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
-    if not table_exists(path):
+    if not table_exists(table):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
-    writer.save(path)
+    writer.save(TableRef.of(table).spark_uri)
 
 
 # --- versions and transactions ----------------------------------------------------------------------------------
 
 
-def committed_txn_version(sink_path: str | Path, app_id: str) -> int | None:
-    """The last ``txnVersion`` the Delta table at ``sink_path`` recorded for ``app_id`` (JVM-free, via delta-rs).
+def committed_txn_version(sink: Table, app_id: str) -> int | None:
+    """The last ``txnVersion`` the Delta table at ``sink`` recorded for ``app_id`` (JVM-free, via delta-rs).
 
     Returns:
         The version, or None when the table does not exist or never saw ``app_id``.
 
     Raises:
         SparkJobError: the table exists but its log cannot be read (retriable).
+        ObjectStoreError: the table's object store cannot be used.
 
     Example:
         >>> committed_txn_version("data/orders", "orders")  # doctest: +SKIP
         7
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, TableNotFoundError
-
-    try:
-        return DeltaTable(str(sink_path)).transaction_version(app_id)
-    except TableNotFoundError:
-        return None
-    except (DeltaError, OSError) as e:
-        raise SparkJobError(f"cannot read the Delta log of {sink_path}: {safe_text(e)}") from e
+    table = open_delta_rs(sink, doing=f"reading the Delta log of {TableRef.of(sink)}")
+    return None if table is None else table.transaction_version(app_id)
 
 
-def latest_version(path: str) -> int | None:
+def latest_version(table: Table) -> int | None:
     """The table's latest version; None when there is no table."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(path).version()
-    except TableNotFoundError:
-        return None
+    opened = open_delta_rs(table, doing=f"reading the Delta log of {TableRef.of(table)}")
+    return None if opened is None else opened.version()
 
 
-def txn_commit_version(path: str, app_id: str, run_seq: int, *, max_steps: int = 50) -> int | None:
+def txn_commit_version(table: Table, app_id: str, run_seq: int, *, max_steps: int = 50) -> int | None:
     """The table version whose commit recorded txn ``(app_id, run_seq)``; None if no version did.
 
     Walks back from the latest version while the txn is still visible, so a commit by another writer after ours
     does not shift the answer. Falls back to the latest version after ``max_steps`` versions.
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(path)
-    except TableNotFoundError:
+    opened = open_delta_rs(table, doing=f"reading the Delta log of {TableRef.of(table)}")
+    if opened is None:
         return None
-    version = table.version()
-    if (table.transaction_version(app_id) or -1) < run_seq:
+    version = opened.version()
+    if (opened.transaction_version(app_id) or -1) < run_seq:
         return None
     for _ in range(max_steps):
         if version == 0:
             return 0
-        table.load_as_version(version - 1)
-        if (table.transaction_version(app_id) or -1) < run_seq:
+        opened.load_as_version(version - 1)
+        if (opened.transaction_version(app_id) or -1) < run_seq:
             return version
         version -= 1
-    return table.version()
+    return opened.version()
 
 
 # --- failures ---------------------------------------------------------------------------------------------------
@@ -183,14 +188,21 @@ def safe_text(error: BaseException, limit: int = 600) -> str:
 
 
 @contextmanager
-def spark_failures(doing: str) -> Iterator[None]:
-    """Turns py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path)."""
+def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
+    """Turn py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path).
+
+    When ``table``'s object store could not be used (missing bucket, refused credentials, unreachable), the
+    error is an ObjectStoreError instead.
+    """
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     try:
         yield
     except (Py4JError, PySparkException) as e:
+        storage_failure = table.failure(e, doing) if table is not None else None
+        if storage_failure is not None:
+            raise storage_failure from e
         raise SparkJobError(
             f"{doing} failed: {safe_text(e)}",
             hint="Nothing was committed to the state; the next run recovers this one.",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.class_archive import JAR_SETTINGS_ENV, RECORD_ENV, prune_archives
-from dynamic_kafka.spark.session import build_spark_session, session_class_archive
+from dynamic_kafka.spark.session import S3A_RECORDER_FLAG, build_spark_session, session_class_archive
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,9 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
     """
     from pyspark import SparkContext
 
+    s3a = jar_settings.pop(S3A_RECORDER_FLAG, "") == "true"
     settings = SparkConfig(master="local[1]", conf=jar_settings)
-    probe = session_class_archive(settings)
+    probe = session_class_archive(settings, s3a=s3a)
     if probe is None or probe.key != key:
         logger.warning("the session's jars changed since the archive was asked for; not recording")
         return 1
@@ -44,7 +45,7 @@ def record(key: str, jar_settings: dict[str, str]) -> int:
         partial = probe.path.with_name(f"{key}.{os.getpid()}.partial")
         with tempfile.TemporaryDirectory(prefix="dynamic-kafka-cds-") as scratch:
             os.environ[RECORD_ENV] = str(partial)
-            spark = build_spark_session(settings)
+            spark = build_spark_session(settings, s3a=s3a)
             table = str(Path(scratch) / "table")
             spark.range(10).selectExpr("id", "cast(id as string) as value").write.format("delta").save(table)
             spark.read.format("delta").load(table).where("id > 3").count()

@@ -19,31 +19,90 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import session_jars, session_packages
+from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
+# Hadoop's S3A connector for s3:// and s3a:// tables. hadoop-aws must match the Hadoop that pyspark bundles
+# (hadoop-client-api 3.4.2 in pyspark 4.1.3), and the AWS SDK the version hadoop-project 3.4.2 names
+# (aws-java-sdk-v2.version). The SDK's 641 MB bundle is excluded for the S3 client and its transfer manager:
+# 17 MB in all (docs/object-storage.md). Added only when a pipeline uses S3, so local users download none of it.
+HADOOP_AWS_VERSION = "3.4.2"
+AWS_SDK_VERSION = "2.29.52"
+S3A_PACKAGES = (
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
+    f"software.amazon.awssdk:s3:{AWS_SDK_VERSION}",
+    f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}",
+)
+S3A_EXCLUDES = ("software.amazon.awssdk:bundle",)
+_S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+# Tells the class archive recorder that the session it records has the S3A connector (so the same jars).
+S3A_RECORDER_FLAG = "dynamic_kafka.s3a"
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _session_settings: SparkConfig | None = None
 
 
-def requested_packages(settings: SparkConfig, spark_version: str) -> tuple[list[str], list[str]]:
+def requested_packages(settings: SparkConfig, spark_version: str, *, s3a: bool = False) -> tuple[list[str], list[str]]:
     """Return the Maven coordinates and exclusions a session with ``settings`` needs (pure; nothing downloaded).
 
-    The user's ``spark.jars.packages`` and ``spark.jars.excludes`` join Delta's and the Kafka connector's.
+    The user's ``spark.jars.packages`` and ``spark.jars.excludes`` join Delta's and the Kafka connector's, and with
+    ``s3a`` Hadoop's S3A connector (:data:`S3A_PACKAGES`, without the AWS SDK bundle).
     """
-    packages = session_packages(spark_version, _join_list(settings.conf.get("spark.jars.packages", "")).split(","))
-    exclusions = [e for e in _join_list(settings.conf.get("spark.jars.excludes", "")).split(",") if e]
+    extra = [*(S3A_PACKAGES if s3a else ()), *_join_list(settings.conf.get("spark.jars.packages", "")).split(",")]
+    packages = session_packages(spark_version, [p for p in extra if p])
+    exclusions = [*(S3A_EXCLUDES if s3a else ())]
+    exclusions += [e for e in _join_list(settings.conf.get("spark.jars.excludes", "")).split(",") if e]
     return packages, exclusions
+
+
+def object_storage_conf(buckets: Mapping[str, StorageConfig | None]) -> dict[str, str]:
+    """Return the ``spark.hadoop.fs.s3a.bucket.<bucket>.*`` settings for ``buckets`` (resolves secret references).
+
+    Per-bucket settings let pipelines with different endpoints or credentials share one session.
+
+    Raises:
+        ConfigError: a referenced environment variable is unset or a referenced file unreadable.
+    """
+    conf: dict[str, str] = {}
+    for bucket, storage in sorted(buckets.items()):
+        conf.update(spark_s3a_conf(storage, owner=f"the storage of bucket {bucket!r}", bucket=bucket))
+    return conf
+
+
+def configure_object_storage(session: SparkSession, buckets: Mapping[str, StorageConfig | None]) -> None:
+    """Make a running session reach ``buckets``: their per-bucket S3A settings go into its Hadoop configuration.
+
+    A session serves every pipeline of the process, and a session started earlier (for another project, or a
+    test session) may not know a bucket yet. Settings of a bucket apply from its first use on (Hadoop caches one
+    file system per bucket), which is why two pipelines on one bucket must share one storage block.
+
+    Raises:
+        ConfigError: the session was started without Hadoop's S3A connector.
+    """
+    if not buckets or session.sparkContext._jsc is None or session.sparkContext._jvm is None:
+        return
+    # Spark's class loader, not the JVM's system one: jars given as spark.jars are only on the former.
+    if not session.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(_S3A_CLASS):
+        raise ConfigError(
+            f"the running Spark session has no S3A connector ({_S3A_CLASS}), so it cannot reach bucket(s) "
+            f"{', '.join(sorted(buckets))}.",
+            hint="Start the session with build_spark_session(..., s3a=True) or let dynamic-kafka start it.",
+        )
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in object_storage_conf(buckets).items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 
 def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:
@@ -76,14 +135,23 @@ def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]
     return conf
 
 
-def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
+def build_spark_session(
+    settings: SparkConfig | None = None,
+    *,
+    object_storage: Mapping[str, StorageConfig | None] | None = None,
+    s3a: bool | None = None,
+) -> SparkSession:
     """Return the process-wide Spark session, building it on first use.
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
-    with other settings than the running session's gets the running session (and a warning).
+    with other settings than the running session's gets the running session (and a warning); the per-bucket
+    settings of ``object_storage`` are still applied to it (:func:`configure_object_storage`).
 
     Args:
         settings: how to build the session; defaults to ``SparkConfig()``.
+        object_storage: the S3 buckets the session must reach, each with its storage block (see
+            :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`).
+        s3a: add Hadoop's S3A connector; default: when ``object_storage`` names a bucket.
 
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
@@ -94,15 +162,17 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
     """
     global _session, _session_settings
     settings = settings or SparkConfig()
+    buckets = dict(object_storage or {})
     with _lock:
         if _session is not None and _is_active(_session):
             if settings != _session_settings:
                 logger.warning("a Spark session already runs with other settings; reusing it unchanged")
+            configure_object_storage(_session, buckets)
             return _session
         from pyspark.sql import SparkSession
 
-        launch = SessionLaunch.prepare(settings)
-        conf = dict(launch.conf)
+        launch = SessionLaunch.prepare(settings, s3a=bool(buckets) if s3a is None else s3a)
+        conf = {**launch.conf, **object_storage_conf(buckets)}
         recording = os.environ.get(RECORD_ENV)
         if recording:
             java_options = ClassArchive.record_options(recording)
@@ -133,14 +203,17 @@ def _record_start_up_aids(launch: SessionLaunch, settings: SparkConfig, *, recor
     """
     try:
         if launch.archive is not None and not launch.archive.ready and not recording:
-            launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
+            jar_settings = {k: v for k, v in settings.conf.items() if k.startswith("spark.jars")}
+            if launch.s3a:
+                jar_settings[S3A_RECORDER_FLAG] = "true"
+            launch.archive.record_in_background(jar_settings)
     except OSError as e:
         logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
 
-def session_class_archive(settings: SparkConfig) -> ClassArchive | None:
+def session_class_archive(settings: SparkConfig, *, s3a: bool = False) -> ClassArchive | None:
     """The class data sharing archive a session with ``settings`` would use; None when switched off."""
-    return SessionLaunch.prepare(settings).archive
+    return SessionLaunch.prepare(settings, s3a=s3a).archive
 
 
 @dataclass(frozen=True)
@@ -152,9 +225,10 @@ class SessionLaunch:
 
     conf: dict[str, str]
     archive: ClassArchive | None
+    s3a: bool = False
 
     @classmethod
-    def prepare(cls, settings: SparkConfig) -> SessionLaunch:
+    def prepare(cls, settings: SparkConfig, *, s3a: bool = False) -> SessionLaunch:
         """Resolve the session's jars (downloading them the first time) and build its settings.
 
         Raises:
@@ -162,12 +236,12 @@ class SessionLaunch:
         """
         import pyspark
 
-        packages, exclusions = requested_packages(settings, pyspark.__version__)
+        packages, exclusions = requested_packages(settings, pyspark.__version__, s3a=s3a)
         conf = spark_conf(settings, jars=session_jars(packages, exclusions))
         archive = None
         if settings.class_data_sharing:
             archive = ClassArchive(conf["spark.jars"].split(","), spark_version=pyspark.__version__)
-        return cls(conf=conf, archive=archive)
+        return cls(conf=conf, archive=archive, s3a=s3a)
 
 
 def stop_spark_session() -> None:

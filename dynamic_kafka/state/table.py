@@ -18,8 +18,9 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pydantic import ValidationError
 
-from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError, RunInProgressError, StateError
 from dynamic_kafka.state import rows as _rows
+from dynamic_kafka.storage import StorageConfig, object_store_failure, parse_location
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -143,8 +144,11 @@ class StateTable:
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
         return head, {p.key: p for p in found}, backfilled
 
-    def unreadable(self, e: Exception) -> StateError:
+    def unreadable(self, e: Exception) -> DynamicKafkaError:
         """Return the error that says the state table cannot be read, and what to do."""
+        stored = self._object_store_failure(e, "reading the state")
+        if stored is not None:
+            return stored
         return StateError(
             f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is unreadable or corrupt: {e}",
             hint="Check the path and its permissions; restore the table from a backup or an earlier Delta "
@@ -232,12 +236,25 @@ class StateTable:
             if plan is None:
                 raise LostRaceError() from e
             raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
+        stored = self._object_store_failure(e, f"writing the state ({action.replace('_', ' ')})")
+        if stored is not None:
+            raise stored from e
         raise StateError(
             f"could not {action.replace('_', ' ')}{'' if plan is None else f' {plan.run_seq}'} of pipeline "
             f"{self.pipeline_id!r} in the state "
             f"table at {self.path}: {e}",
             hint="Nothing was committed. Check that the path is writable and has space, then run again.",
         ) from e
+
+    def _object_store_failure(self, e: Exception, doing: str) -> ObjectStoreError | None:
+        """A missing bucket, refused credentials or an unreachable store, said plainly (endpoint, no secret)."""
+        endpoint = (self.storage_options or {}).get("AWS_ENDPOINT_URL")
+        storage = StorageConfig(endpoint=endpoint) if endpoint else None
+        try:
+            location = parse_location(self.path)
+        except ConfigError:
+            return None
+        return object_store_failure(e, location, storage, f"{doing} of pipeline {self.pipeline_id!r}")
 
     def _commit_id_at(self, version: int) -> str | None:
         try:

@@ -81,13 +81,12 @@ class PipelineHarness:
 
     def sink_rows(self) -> list[Row]:
         """Every sink row as (cluster, topic, partition, offset, value), sorted, duplicates kept."""
-        from deltalake import DeltaTable
+        from dynamic_kafka.sink.tables import open_delta_rs
 
-        if not (self.sink_path / "_delta_log").exists():
+        opened = open_delta_rs(self.runner().pipeline.sink_table, doing="reading the sink")
+        if opened is None:
             return []
-        table = DeltaTable(str(self.sink_path)).to_pyarrow_table(
-            columns=["cluster", "topic", "partition", "offset", "value"]
-        )
+        table = opened.to_pyarrow_table(columns=["cluster", "topic", "partition", "offset", "value"])
         rows = zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
         return sorted((c, t, int(p), int(o), v if not isinstance(v, str) else v.encode()) for c, t, p, o, v in rows)
 

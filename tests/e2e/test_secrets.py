@@ -7,16 +7,24 @@ test can search every byte Dagster wrote, not only what its API returns.
 from __future__ import annotations
 
 import logging
+import os
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
+# Exported by the local_s3 fixture (tests/conftest.py).
+S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"
+S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
 pytestmark = pytest.mark.e2e
 
 PASSWORD_ENV = "E2E_SECURED_KAFKA_PASSWORD"
@@ -79,3 +87,36 @@ def test_the_password_is_in_no_event_metadata_failure_or_log(
         for name, data in files.items():
             assert secret.encode() not in data, f"the password is in Dagster's storage file {name}"
     instance.dispose()
+
+
+def test_s3_keys_are_in_no_event_metadata_or_log_and_the_asset_shows_the_table_uri(
+    tmp_path: Path,
+    kafka_clusters: Any,
+    spark: Any,
+    s3_storage: dict[str, Any],
+    instance: DagsterInstance,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    topic = unique_topic("s3-orders")
+    create_topic(bootstrap, topic, partitions=1)
+    produced = produce("east", bootstrap, topic, [Record(0, f"order-{i}") for i in range(3)])
+    project = Project(root=tmp_path, clusters={"east": bootstrap})
+    project.write_metadata({"orders": {"east": [topic]}})
+    sink = f"s3://lake/e2e-{uuid.uuid4().hex[:8]}/orders"
+    project.add_pipeline("orders", ["orders"], sink={"path": sink}, storage=s3_storage)
+    definitions = project.definitions()
+    asset = definitions.resolve_assets_def(AssetKey(["dynamic_kafka", "orders"]))
+    assert asset.metadata_by_key[asset.key]["dagster/uri"].value == sink
+
+    landed = definitions.resolve_job_def("orders_incremental").execute_in_process(instance=instance)
+
+    assert landed.success
+    table = open_delta_rs(load_project_config(project.config_path).pipeline("orders").sink_table, doing="reading")
+    assert table is not None
+    assert table.to_pyarrow_table().num_rows == len(produced)
+    stored = "\n".join(repr(entry) for entry in instance.all_logs(landed.run_id))
+    for secret in (os.environ[S3_SECRET_ENV], os.environ[S3_KEY_ENV]):
+        assert secret not in stored
+        assert secret not in caplog.text

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
-from dynamic_kafka.errors import KafkaAuthenticationError
+from dynamic_kafka.errors import KafkaAuthenticationError, ObjectStoreError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
@@ -26,7 +28,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from dynamic_kafka.local_s3 import LocalS3Server
 
+# Exported by the local_s3 fixture (tests/conftest.py).
+S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"
+S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
 pytestmark = pytest.mark.integration
 
 PASSWORD_VAR = "DYNAMIC_KAFKA_TEST_SECURED_PASSWORD"
@@ -334,3 +340,76 @@ def test_bad_input_fails_fast_with_a_clear_message_and_writes_nothing(
     lock = tmp_path / ".sink_state.run.lock"
     assert set(tmp_path.rglob("*")) - files_before <= {lock}
     assert not lock.exists() or lock.stat().st_size == 0
+
+
+# --- S3 secrets ----------------------------------------------------------------------------------------------------
+
+
+def s3_table_texts(local_s3: LocalS3Server, prefix: str) -> dict[str, str | bytes]:
+    """Every object under ``prefix`` of bucket ``lake`` (Delta logs, checkpoints, Parquet files) as bytes."""
+    import boto3
+
+    env = local_s3.environment()
+    client = boto3.client(
+        "s3",
+        endpoint_url=local_s3.endpoint,
+        region_name=env["AWS_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    texts: dict[str, str | bytes] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket="lake", Prefix=prefix):
+        for item in page.get("Contents", []):
+            texts[item["Key"]] = client.get_object(Bucket="lake", Key=item["Key"])["Body"].read()
+    assert any("_delta_log" in key for key in texts), f"nothing under s3://lake/{prefix}"
+    return texts
+
+
+@pytest.mark.timeout(1800)
+def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark: Any,
+    s3_storage: dict[str, Any],
+    local_s3: LocalS3Server,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("s3-secret")
+    create_topic(east, topic, 1)
+    sent = produce(east, topic, [Record(value=f"v{i}".encode(), key=b"k") for i in range(4)])
+    prefix = f"secrets-{uuid.uuid4().hex[:8]}"
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": east},
+        spark=lambda: spark,
+        sink={"path": f"s3://lake/{prefix}/orders"},
+        storage=s3_storage,
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+    secrets = [os.environ[S3_SECRET_ENV], os.environ[S3_KEY_ENV]]
+
+    outputs: dict[str, str | bytes] = {}
+    for command in [("-v", "plan", "--json"), ("-v", "status"), ("-v", "status", "--json")]:
+        result = harness.cli(*command)
+        assert result.returncode == 0, result.stderr
+        outputs[f"{' '.join(command)} output"] = result.stdout + result.stderr
+    summary = harness.runner().run()  # in process: the shared Spark session gets the bucket's settings live
+    assert summary.records == len(sent)
+    sink = harness.runner().pipeline.sink_table
+    plan = spark.read.format("delta").load(sink.spark_uri).where("offset > 1")._jdf.queryExecution().toString()
+    assert "s3a://lake/" in plan
+    outputs["explain(extended)"] = plan
+    outputs["repr(pipeline)"] = repr(harness.runner().pipeline) + str(harness.runner().pipeline.model_dump())
+    outputs["logs"] = caplog.text
+    outputs.update(s3_table_texts(local_s3, prefix))
+    state = harness.runner().store
+    outputs["state rows"] = repr(state.run_history()) + repr(state.load())
+    assert_absent(secrets, outputs)
+
+    # An error from the store (a missing bucket) names the location, never a key.
+    harness.configure(sink={"path": f"s3://missing-{prefix}/orders"})
+    with pytest.raises(ObjectStoreError) as caught:
+        harness.runner().run()
+    assert_absent(secrets, {"error": exception_texts(caught.value)})

@@ -56,8 +56,8 @@ class TestProjectConfig:
         )
         config = load_project_config(path)
         p = config.pipeline("orders")
-        assert p.sink.path == tmp_path / "data/orders"
-        assert p.resolved_state_path == tmp_path / "data/orders_state"
+        assert p.sink.path.local_path == tmp_path / "data/orders"
+        assert p.resolved_state_path.local_path == tmp_path / "data/orders_state"
         assert p.starting_offsets == CommittedOffsets(group_id="g", reset="latest")
         assert p.stopping_offsets == TimestampOffsets(timestamp_ms=1767225600000)
         assert config.metadata_service.path == tmp_path / "metadata.yaml"  # type: ignore[union-attr]

@@ -348,12 +348,12 @@ def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path
 
 def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
+    from dynamic_kafka.storage import parse_location
 
-    assert _run_lock_path(Path("/data/p_state"), PID) == Path("/data/.p_state.run.lock")
-    assert _run_lock_path(Path("s3://b/p_state"), PID) is None
+    monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
+    assert _run_lock_path(parse_location("/data/p_state"), PID) == Path("/data/.p_state.run.lock")
     monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path))
-    found = _run_lock_path(Path("s3://b/p_state"), PID)
-    assert found is not None
+    found = _run_lock_path(parse_location("s3://b/p_state"), PID)
     assert found.parent == tmp_path
     assert found.name.startswith("p-")
 
