@@ -353,7 +353,7 @@ def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
     assert _run_lock_path(parse_location("/data/p_state"), PID) == Path("/data/.p_state.run.lock")
     monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path))
-    found = _run_lock_path(parse_location("s3://b/p_state"), PID)
+    found = _run_lock_path(parse_location("s3://lake/p_state"), PID)
     assert found.parent == tmp_path
     assert found.name.startswith("p-")
 
