@@ -209,8 +209,9 @@ class StateTable:
                 _rows.to_table(rows),
                 mode="overwrite",
                 predicate=predicate,
-                # Adds columns newer versions introduced (the head's owner and lease) to an older table.
-                schema_mode="merge",
+                # Adds columns newer versions introduced (the head's owner and lease) to an older table; tables
+                # that have them are written exactly as before.
+                schema_mode="merge" if _missing_columns(dt) else None,
                 commit_properties=self.props(action, plan, commit_id),
             )
         except FOREIGN_ERRORS as e:
@@ -268,3 +269,8 @@ class StateTable:
 def _what(action: str, plan: Plan | None) -> str:
     """``action`` and its run for messages: "begin_run run 3", "record_backfill"."""
     return action if plan is None else f"{action} run {plan.run_seq}"
+
+
+def _missing_columns(dt: DeltaTable) -> bool:
+    """Whether the table lacks columns of the current row schema (a table written by an older version)."""
+    return bool(set(_rows.SCHEMA.names) - set(dt.schema().to_arrow().names))

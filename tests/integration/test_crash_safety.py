@@ -103,7 +103,7 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
 
 
 def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> subprocess.CompletedProcess[str]:
-    return harness.cli("run", "--json", env={FAULT_ENV: fault})
+    return harness.cli("run", "--json", env={FAULT_ENV: fault}, timeout=900)  # a loaded machine: minutes
 
 
 def _kill_during_write(harness: PipelineHarness) -> subprocess.CompletedProcess[str]:
