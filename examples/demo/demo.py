@@ -208,6 +208,13 @@ def run() -> None:
     # The demo's producers start while the brokers are still electing coordinators; librdkafka's retry notices
     # about that are noise here, not problems.
     logging.getLogger("dynamic_kafka.testing").setLevel(logging.ERROR)
+    # First-time downloads (Kafka's and Spark's jars) take a while: one progress line each, not silence.
+    downloads = logging.getLogger("dynamic_kafka._toolchain.maven")
+    downloads.setLevel(logging.INFO)
+    progress = logging.StreamHandler(sys.stdout)
+    progress.setFormatter(logging.Formatter("  %(message)s"))
+    downloads.addHandler(progress)
+    downloads.propagate = False
     status = Demo().main()
     from dynamic_kafka.spark.session import stop_spark_session
 
