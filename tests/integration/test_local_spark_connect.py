@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +39,18 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 
 def _base_dir(info: ServerInfo) -> Path:
     return Path(info.log_file).parent
+
+
+@pytest.fixture(autouse=True)
+def _local_mode_after_each_test() -> Iterator[None]:
+    """Put this process's pyspark back in local mode after each test.
+
+    Creating a Spark Connect session switches pyspark to Connect mode through environment variables that nothing
+    unsets; the tests after this module start the in-process session, which refuses to run in that mode.
+    """
+    yield
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+        os.environ.pop(name, None)
 
 
 def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: ServerInfo, tmp_path: Path) -> None:
