@@ -418,9 +418,10 @@ class _Deadline:
         return cls(pipeline_id, None, hard_exit=False)
 
     def attach(self, spark: SparkSession) -> None:
-        """Tags the calling thread's Spark operations with this run, so they can be interrupted."""
+        """Tags the calling thread's Spark jobs with this run, so they can be cancelled."""
         self._spark = spark
-        spark.addTag(self.tag)
+        # An in-process session's own tags (addTag) interrupt nothing: its jobs carry the SparkContext's job tags.
+        spark.sparkContext.addJobTag(self.tag)
 
     def check(self) -> None:
         """Raises RunTimeoutError if the deadline passed (called between stages)."""
@@ -440,7 +441,7 @@ class _Deadline:
         log.error("pipeline %s: run exceeded max_run_seconds (%gs); cancelling it", self.pipeline_id, self.seconds)
         if self._spark is not None:
             try:
-                self._spark.interruptTag(self.tag)
+                self._spark.sparkContext.cancelJobsWithTag(self.tag)
             except Exception as e:  # the session may be stopping; the grace period below still applies
                 log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
         if self.hard_exit and not self.finished.wait(self._GRACE_SECONDS):
@@ -454,7 +455,7 @@ class _Deadline:
             self._timer.cancel()
         if self._spark is not None:
             try:
-                self._spark.removeTag(self.tag)
+                self._spark.sparkContext.removeJobTag(self.tag)
             except Exception as e:  # a stopped session has no tags left to remove
                 log.debug("pipeline %s: Spark tag not removed: %s", self.pipeline_id, e)
 
