@@ -397,6 +397,7 @@ class _Deadline:
     """
 
     _GRACE_SECONDS = 60.0
+    _RECANCEL_SECONDS = 1.0
 
     def __init__(self, pipeline_id: str, seconds: float | None, *, hard_exit: bool) -> None:
         self.pipeline_id = pipeline_id
@@ -439,15 +440,25 @@ class _Deadline:
     def _fire(self) -> None:
         self.expired.set()
         log.error("pipeline %s: run exceeded max_run_seconds (%gs); cancelling it", self.pipeline_id, self.seconds)
-        if self._spark is not None:
-            try:
-                self._spark.sparkContext.cancelJobsWithTag(self.tag)
-            except Exception as e:  # the session may be stopping; the grace period below still applies
-                log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
-        if self.hard_exit and not self.finished.wait(self._GRACE_SECONDS):
-            log.error("pipeline %s: the run did not stop after its deadline; exiting", self.pipeline_id)
-            logging.shutdown()
-            os._exit(124)
+        give_up = time.monotonic() + self._GRACE_SECONDS
+        # Cancelling reaches only the jobs already submitted, and a busy driver may submit the run's next job a
+        # moment later: cancel again each second until the run gives up.
+        while True:
+            self._cancel_jobs()
+            if self.finished.wait(self._RECANCEL_SECONDS):
+                return
+            if self.hard_exit and time.monotonic() >= give_up:
+                log.error("pipeline %s: the run did not stop after its deadline; exiting", self.pipeline_id)
+                logging.shutdown()
+                os._exit(124)
+
+    def _cancel_jobs(self) -> None:
+        if self._spark is None:
+            return
+        try:
+            self._spark.sparkContext.cancelJobsWithTag(self.tag)
+        except Exception as e:  # the session may be stopping; the grace period still applies
+            log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
 
     def cancel(self) -> None:
         self.finished.set()

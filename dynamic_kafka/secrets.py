@@ -13,6 +13,7 @@ librdkafka logs) and, as ``spark.redaction.regex``, which options Spark masks in
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -198,3 +199,30 @@ def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
     for secret in sorted((s for s in known if s), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+# py4j's loggers that dump every Python -> JVM command and its answer at DEBUG.
+_PY4J_PROTOCOL_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
+_PY4J_DUMPS = ("Command to send", "Answer received")
+
+
+class _Py4JProtocolDumpFilter(logging.Filter):
+    """Drops py4j's protocol dumps: they carry every argument passed to the JVM verbatim, one per line, so a Kafka
+    option's key and its secret value sit on separate lines where no masking pattern can pair them.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_PY4J_DUMPS)
+
+
+_PY4J_FILTER = _Py4JProtocolDumpFilter()
+
+
+def guard_py4j_logging() -> None:
+    """Keeps Kafka credentials out of py4j's DEBUG logging (which would otherwise print the JAAS line and every
+    other connector option a read passes to Spark). Idempotent; called when a Spark session is built.
+    """
+    for name in _PY4J_PROTOCOL_LOGGERS:
+        logger = logging.getLogger(name)
+        if _PY4J_FILTER not in logger.filters:
+            logger.addFilter(_PY4J_FILTER)

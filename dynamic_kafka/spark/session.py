@@ -21,6 +21,7 @@ from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
+from dynamic_kafka.secrets import guard_py4j_logging
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import session_jars, session_packages
 from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
@@ -163,6 +164,7 @@ def build_spark_session(
     global _session, _session_settings
     settings = settings or SparkConfig()
     buckets = dict(object_storage or {})
+    guard_py4j_logging()
     with _lock:
         if _session is not None and _is_active(_session):
             if settings != _session_settings:

@@ -140,10 +140,31 @@ def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark: Any
     started = time.monotonic()
     try:
         with pytest.raises(Exception, match=r"(?i)cancel|interrupt"):
-            spark.range(0, 10**13, numPartitions=2).where("id % 7 = 3").count()  # minutes of work, no overflow
+            endless_job(spark)
     finally:
         deadline.cancel()
     assert deadline.expired.is_set()
     assert time.monotonic() - started < 180
     assert deadline.error().retriable
     assert spark.range(3).count() == 3  # the session is still usable
+
+
+def test_a_spark_job_submitted_after_the_run_deadline_passed_is_cancelled_too(spark: Any) -> None:
+    """A busy driver can submit the run's next job just after the deadline fired: that job is cancelled as well,
+    instead of running unbounded while holding the run's lock."""
+    from dynamic_kafka.runner import _Deadline
+
+    deadline = _Deadline("p", 0.5, hard_exit=False)
+    deadline.attach(spark)
+    try:
+        assert deadline.expired.wait(30)
+        with pytest.raises(Exception, match=r"(?i)cancel|interrupt"):
+            endless_job(spark)
+    finally:
+        deadline.cancel()
+    assert spark.range(3).count() == 3
+
+
+def endless_job(spark: Any) -> int:
+    """Minutes of work on two cores if nothing cancels it (bounded, so a broken cancel fails instead of hanging)."""
+    return int(spark.range(0, 2 * 10**11, numPartitions=2).where("id % 7 = 3").count())

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
 
-from dynamic_kafka.secrets import SPARK_REDACTION_REGEX, is_sensitive_key, mask_secrets, secrets_in_text
+from dynamic_kafka.secrets import (
+    SPARK_REDACTION_REGEX,
+    guard_py4j_logging,
+    is_sensitive_key,
+    mask_secrets,
+    secrets_in_text,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,3 +42,18 @@ def test_secrets_in_text_returns_bare_values() -> None:
 def test_key_and_spark_patterns_agree(key: str) -> None:
     assert is_sensitive_key(key)
     assert re.search(SPARK_REDACTION_REGEX, key)
+
+
+def test_py4j_protocol_dumps_of_a_kafka_option_never_reach_a_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    """py4j logs each JVM command at DEBUG with its string arguments on their own lines (the shape below is what
+    ``DataFrameReader.option`` sends), so the option's secret value would be logged unmasked."""
+    caplog.set_level(logging.DEBUG)
+    command = 'c\no42\noption\nskafka.sasl.jaas.config\nsPlainLoginModule required password="s3cr3t-v4lue";\ne\n'
+    guard_py4j_logging()
+    guard_py4j_logging()  # idempotent
+    logging.getLogger("py4j.clientserver").debug(f"Command to send: {command}")
+    logging.getLogger("py4j.java_gateway").debug("Answer received: !yro43")
+    logging.getLogger("py4j.clientserver").debug("Exception occurred while shutting down gateway")
+    assert "s3cr3t-v4lue" not in caplog.text
+    assert [r.msg for r in caplog.records] == ["Exception occurred while shutting down gateway"]
+    assert len(logging.getLogger("py4j.clientserver").filters) == 1
