@@ -1,8 +1,8 @@
 """The minimal examples the model found for each known hole, replayed step by step with the hole's switch off.
 
-Each test is ``xfail(strict=True, raises=ModelViolation)``: it passes while the hole is open (the model reports the
-violation) and fails the suite the day the fix lands, which is the signal to delete the xfail mark here AND the
-hole's name from ``world.KNOWN_HOLES`` (then the random model covers the fixed behaviour too).
+Each test is ``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open (the
+model reports the violation) and fails the suite the day the fix lands, which is the signal to delete the xfail
+mark here AND the hole's name from ``world.KNOWN_HOLES`` (then the random model covers the fixed behaviour too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.model.test_protocol import ModelViolation, ProtocolMachine
+from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
 from tests.model.world import KNOWN_HOLES
 
 pytestmark = pytest.mark.model
@@ -54,7 +54,7 @@ def machine_without(hole: str, **setup: Any) -> Iterator[Replay]:
         m.teardown()
 
 
-hole = pytest.mark.xfail(strict=True, raises=ModelViolation, reason="known hole of issue 11 (see HOLES.md)")
+hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="known hole of issue 11 (see HOLES.md)")
 
 
 @hole
@@ -139,7 +139,6 @@ def test_new_backfill_merge_drops_a_recreated_topics_records() -> None:
 @hole
 def test_new_restored_state_regresses_the_backfill_frontier() -> None:
     with machine_without("new_restored_state_regresses_backfill_frontier") as r:
-        r.m.holes = r.m.holes - {"hole2_sink_txn_ahead_of_state"}
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()
         r.backup_state()

@@ -78,7 +78,7 @@ KNOWN_HOLES: frozenset[str] = frozenset(
 )
 
 
-class Crash(BaseException):  # noqa: N818 - a simulated kill -9, not an error
+class Crash(BaseException):
     """A simulated ``kill -9`` at a crash point: no ``except Exception`` in the library can catch it."""
 
 
@@ -321,9 +321,7 @@ class SinkModel:
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior is not None and prior >= run_seq:
-            return sink_module.WriteResult(
-                records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True
-            )
+            return sink_module.WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
         rows = list(frame)
         if overlaps:
             present = {coordinates(r) for r in [*self.rows, *self.dead]}
