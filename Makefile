@@ -34,13 +34,10 @@ bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mo
 	$(VENV)/python -m bench $(if $(QUICK),--quick,)
 
 soak: setup ## Long randomized exactly-once checks: the protocol model (thousands of examples) and kill -9 on real clusters
-	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
+	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q -s
 	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
 
 ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
-soak: setup ## Long randomized exactly-once checks: the protocol model (thousands of examples) and kill -9 on real clusters
-	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
-	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
 
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace

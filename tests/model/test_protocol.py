@@ -39,8 +39,9 @@ from dynamic_kafka.errors import (
     RunInProgressError,
     SparkJobError,
 )
-from dynamic_kafka.snapshots import BrokerSnapshot, MetadataSnapshot, StateSnapshot
-from dynamic_kafka.split import Plan
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.plan.model import Plan
+from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from tests.model.world import KNOWN_HOLES, Crash, Harness, Record, World
 
 pytestmark = pytest.mark.model
@@ -84,9 +85,10 @@ class Oracle:
         return any(lo <= r.offset < hi for lo, hi in self.reported.get((r.cluster_id, r.topic_id, r.partition), []))
 
     def report_losses(self, error: DataLossError) -> None:
-        for cid, topic, partition, lo, hi in error.losses:
-            for tid in self.topic_ids.get((cid, topic), set()):
-                self.reported.setdefault((cid, tid, partition), []).append((lo, hi))
+        for lost in error.losses:
+            for tid in self.topic_ids.get((lost.cluster_id, lost.topic), set()):
+                key = (lost.cluster_id, tid, lost.partition)
+                self.reported.setdefault(key, []).append((lost.from_offset, lost.to_offset))
 
     def on_commit(self, plan: Plan, brokers: BrokerSnapshot, metadata: MetadataSnapshot) -> None:
         starting = self.harness.pipeline.starting_offsets.kind

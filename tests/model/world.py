@@ -9,16 +9,16 @@ What is simulated, and how closely:
   watermark). Transaction markers take an offset and hold no record; compaction removes records and leaves gaps;
   retention moves ``earliest``; deleting a topic and creating it again gives a new topic id (any partition count).
   Every record keeps a unique ``uid`` and, once it leaves the log, why (``retention``, ``compacted``, ``deleted``).
-  ``take_broker_snapshot`` answers ``ClusterRequest``s like ``kafka_admin.snapshot`` does (unreachable required
+  ``take_broker_snapshot`` answers ``ClusterRequest``s like ``dynamic_kafka.kafka.snapshot`` does (unreachable required
   clusters raise ``ClusterUnreachableError``, best-effort ones are recorded unreachable). ``read_splits`` reads by
   topic NAME like Spark's Kafka source, with ``failOnDataLoss`` on: a range below ``earliest``, beyond the end, or
   of a vanished partition fails the job.
 * The sink (``SinkModel``): two tables (sink, dead letters) of rows carrying the record uid, each with Delta's
   idempotent-write txn: ``append(app, version)`` is skipped when ``version <= txn[app]`` (Delta's rule).
-  ``write_incremental`` mirrors ``dynamic_kafka.sink.write_incremental`` step for step: ``prior >= run_seq`` means
-  "already committed"; overlaps with the backfill frontier are anti-joined on (cluster, topic, partition, offset);
-  dead letters are appended first, then the sink, with a crash point between. ``merge`` mirrors the backfill MERGE
-  (insert rows whose coordinates are absent).
+  ``write_incremental`` mirrors ``dynamic_kafka.sink.incremental.write_incremental`` step for step:
+  ``prior >= run_seq`` means "already committed"; overlaps with the backfill frontier are anti-joined on
+  (cluster, topic, partition, offset); dead letters are appended first, then the sink, with a crash point between.
+  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent).
 * ``Harness`` builds a real ``PipelineRunner`` over a real ``StateStore`` (delta-rs on a temp dir) and an
   ``InMemoryMetadataService``, and swaps in the world for the few module functions that reach Kafka, Spark or the
   sink's Delta log, only while a run or backfill executes. A crash (``Crash``, a BaseException the runner cannot
@@ -38,17 +38,20 @@ from pathlib import Path
 from typing import Any
 
 from dynamic_kafka import backfill as backfill_module
-from dynamic_kafka import reader as reader_module
+from dynamic_kafka import context as context_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka import sink as sink_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError
-from dynamic_kafka.kafka_admin.snapshot import ClusterRequest
+from dynamic_kafka.kafka.snapshot import ClusterRequest
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets
-from dynamic_kafka.snapshots import BrokerSnapshot, ClusterSnapshot, MetadataSnapshot, PartitionOffsets, TopicSnapshot
-from dynamic_kafka.split import Plan, Split
+from dynamic_kafka.plan.model import Plan, Split
+from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
+from dynamic_kafka.sink.metrics import WriteResult
+from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.state import StateStore
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -317,11 +320,11 @@ class SinkModel:
         run_seq: int,
         planned_pairs: Sequence[tuple[str, str]],
         overlaps: Sequence[Split] = (),
-    ) -> sink_module.WriteResult:
+    ) -> WriteResult:
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior is not None and prior >= run_seq:
-            return sink_module.WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
+            return WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
         rows = list(frame)
         if overlaps:
             present = {coordinates(r) for r in [*self.rows, *self.dead]}
@@ -340,7 +343,7 @@ class SinkModel:
         self.crasher.point("between_dead_letters_and_sink")
         self._append(self.rows, self.txn, good, app_id, run_seq)
         per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
-        return sink_module.WriteResult(
+        return WriteResult(
             records=len(rows),
             bytes=0,
             per_topic=per_topic,
@@ -454,13 +457,12 @@ class Harness:
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
         swaps = [
-            (runner_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (runner_module, "committed_txn_version", self.sink.committed_txn_version),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
+            (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (reader_module, "read_splits", self.world.read_splits),
             (sink_module, "write_incremental", self.sink.write_incremental),
-            (backfill_module, "take_broker_snapshot", self.world.take_broker_snapshot),
         ]
         saved = [(m, n, getattr(m, n)) for m, n, _ in swaps]
         for m, n, v in swaps:
@@ -482,10 +484,9 @@ class Harness:
         start = datetime.fromtimestamp(start_ms / 1000, UTC)
         end = datetime.fromtimestamp(end_ms / 1000, UTC)
         with self.patched():
-            plan = backfill_module.plan_backfill(self.runner, start, end)
+            plan, metadata = backfill_module.plan_backfill(self.runner.context, start, end)
             if plan.is_empty:
                 return None
-            metadata = self.runner.resolve()
             # One attempt: run_backfill's retries only wait for a planned run, which in the model never finishes
             # by itself (RunInProgressError is what the retries end with).
             self.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits}, attempts=1)
