@@ -73,7 +73,9 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
-    context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    context.store.record_backfill(
+        {s.key: s.stop_offset for s in plan.read_splits}, topic_ids={s.key: s.topic_id for s in plan.read_splits}
+    )
     frame = read_splits(
         context.spark(),
         plan.read_splits,

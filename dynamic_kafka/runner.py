@@ -32,14 +32,22 @@ from typing import TYPE_CHECKING
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    ConfigError,
+    DataLossError,
+    DynamicKafkaError,
+    KafkaClientError,
+    RunInProgressError,
+    TopicRecreatedError,
+)
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import Plan, Split
-from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.model import LostRange, Plan, Split
+from dynamic_kafka.plan.planner import config_pins, plan_run
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.sink import committed_txn_version
@@ -208,8 +216,15 @@ class PipelineRunner:
         self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
 
-    def _recover(self, state: StateSnapshot) -> int:
-        """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq."""
+    def _recover(self, state: StateSnapshot) -> int | None:
+        """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq, or None when the plan
+        could no longer be executed and was abandoned by policy (the caller then plans afresh).
+
+        Before executing the plan again it is checked: the config must be the one it was planned with, and a fresh
+        snapshot of its clusters must still hold its ranges under the same topic ids. A range deleted by retention
+        or truncated is decided by ``on_data_loss`` and a recreated topic by ``on_topic_recreated``: ``fail``
+        raises, ``skip`` / ``reset`` abandons the run (its offsets are not committed, the history says why) so the
+        next plan applies the policy to the committed offsets. An unreachable cluster is a clear error."""
         assert state.last_run is not None
         assert state.table_version is not None
         plan = state.last_run.plan
@@ -224,16 +239,83 @@ class PipelineRunner:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=state.table_version)
             self._commit_consumer_group(plan, self.context.connections(plan))
-        else:
-            self._execute(
-                plan,
-                state.table_version,
-                self.context.connections(plan),
-                lag=0,
-                recovered=plan.run_seq,
-                overlaps=state.backfill_overlaps(plan.read_splits),
-            )
+            return plan.run_seq
+        self._check_config(plan)
+        void = self._stale_plan_reason(plan)
+        if void is not None:
+            self.store.abandon_run(plan.run_seq, reason=void, expected_version=state.table_version)
+            return None
+        self._execute(
+            plan,
+            state.table_version,
+            self.context.connections(plan),
+            lag=0,
+            recovered=plan.run_seq,
+            overlaps=state.backfill_overlaps(plan.read_splits),
+        )
         return plan.run_seq
+
+    def _check_config(self, plan: Plan) -> None:
+        """Refuses to execute a planned run again under other semantic settings than it was planned with."""
+        if not plan.config_pins:
+            return  # planned before pins were recorded
+        now = config_pins(self.pipeline)
+        changed = sorted(k for k in plan.config_pins.keys() | now.keys() if plan.config_pins.get(k) != now.get(k))
+        if changed:
+            raise ConfigError(
+                f"pipeline {self.pipeline.id!r}: run {plan.run_seq} was planned (and crashed) with other settings "
+                f"than the config has now: {', '.join(changed)} changed. Executing it again would write its records "
+                "differently from what it planned; nothing was written.",
+                hint="Restore the settings until the run has finished, or give the run up with "
+                f"`{_abandon_command(self, plan)}` (its offsets are not committed; the next run plans them again "
+                "under the new settings).",
+            )
+
+    def _stale_plan_reason(self, plan: Plan) -> str | None:
+        """Why ``plan`` can no longer be executed as planned, when its policy says to abandon it; None when it can.
+
+        Raises:
+            DataLossError: part of a range was deleted or truncated and ``on_data_loss: fail``.
+            TopicRecreatedError: a topic was deleted or recreated and ``on_topic_recreated: fail``.
+            ClusterUnreachableError: a cluster of the plan cannot be reached.
+        """
+        if plan.is_empty:
+            return None
+        try:
+            brokers = self.context.plan_snapshot(plan)
+        except KafkaClientError as e:
+            raise ClusterUnreachableError(
+                f"run {plan.run_seq} of pipeline {self.pipeline.id!r} was planned (and crashed) reading this cluster, "
+                f"which cannot be queried now ({e}); the run cannot be finished and nothing was written.",
+                cluster_id=e.cluster_id,
+                hint="Restore access to the cluster (or its entry in the metadata service), or give the run up "
+                f"with `{_abandon_command(self, plan)}`.",
+            ) from e
+        losses: list[LostRange] = []
+        truncated: list[LostRange] = []
+        for s in plan.read_splits:
+            topic = brokers.clusters[s.cluster_id].topics.get(s.topic)
+            offsets = topic.partitions.get(s.partition) if topic is not None and topic.exists else None
+            if topic is None or offsets is None or (s.topic_id and topic.topic_id and s.topic_id != topic.topic_id):
+                why = (
+                    f"topic {s.topic!r} on cluster {s.cluster_id!r} was deleted or recreated since run "
+                    f"{plan.run_seq} was planned"
+                )
+                if self.pipeline.on_topic_recreated == "fail":
+                    raise TopicRecreatedError(s.cluster_id, s.topic, why)
+                return why
+            if s.start_offset < offsets.earliest:
+                losses.append(LostRange(**s.key.model_dump(), from_offset=s.start_offset, to_offset=offsets.earliest))
+            elif s.stop_offset > offsets.latest:
+                truncated.append(LostRange(**s.key.model_dump(), from_offset=offsets.latest, to_offset=s.stop_offset))
+        if not (losses or truncated):
+            return None
+        if self.pipeline.on_data_loss == "fail":
+            raise DataLossError(losses, truncated=truncated)
+        return "part of its ranges is gone from the brokers: " + "; ".join(
+            [str(lost) for lost in losses]
+            + [f"{t.cluster_id}/{t.topic}[{t.partition}] truncated to {t.from_offset}" for t in truncated]
+        )
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
@@ -261,6 +343,14 @@ class PipelineRunner:
                 log.warning(
                     "consumer group %r: offsets not committed on cluster %r (monitoring only): %s", group, cluster_id, e
                 )
+
+
+def _abandon_command(runner: PipelineRunner, plan: Plan) -> str:
+    config = str(runner.project.source) if runner.project.source else "dynamic_kafka.yaml"
+    return (
+        f"dynamic-kafka abandon --config {config} --pipeline {runner.pipeline.id} --run-seq {plan.run_seq} "
+        "--reason '...'"
+    )
 
 
 def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:

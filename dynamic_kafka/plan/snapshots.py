@@ -83,11 +83,12 @@ class PartitionState(_Frozen):
         return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
 
 
-RunStatus = Literal["planned", "committed"]
+RunStatus = Literal["planned", "committed", "abandoned"]
 
 
 class RunRecord(_Frozen):
-    """One run in the state: its plan while planned, and its summary once committed."""
+    """One run in the state: its plan while planned, and its summary once committed (or abandoned: its offsets
+    were never committed, and its summary says why)."""
 
     pipeline_id: str
     run_seq: int
@@ -111,6 +112,11 @@ class StateSnapshot(_Frozen):
         description="Per partition, the backfill frontier: the highest stop offset a time-window backfill "
         "merged into the sink (or is merging). Separate from, and never moving, the incremental offsets.",
     )
+    backfill_topic_ids: dict[TopicPartition, str] = Field(
+        default_factory=dict,
+        description="The topic id each frontier was recorded for (absent: recorded before ids were kept). A "
+        "frontier covers only that incarnation of the topic: after a recreation it no longer applies.",
+    )
 
     @property
     def next_run_seq(self) -> int:
@@ -122,6 +128,10 @@ class StateSnapshot(_Frozen):
         overlaps = []
         for split in splits:
             frontier = self.backfilled.get(split.key, 0)
+            recorded_id = self.backfill_topic_ids.get(split.key)
+            if recorded_id is not None and split.topic_id is not None and recorded_id != split.topic_id:
+                continue  # the frontier of an earlier incarnation of the topic: the sink has none of this one's rows
+
             if frontier > split.start_offset and split.stop_offset > split.start_offset:
                 overlaps.append(split.model_copy(update={"stop_offset": min(split.stop_offset, frontier)}))
         return tuple(overlaps)

@@ -8,7 +8,9 @@ One Delta table per pipeline, partitioned by ``kind``:
 * ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON.
 * ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
 * ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
-  ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised).
+  ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised), and
+  its ``topic_id`` the topic incarnation it covers (a recreated topic's frontier starts again; a run's commit that
+  resets a recreated topic drops the old incarnation's frontier).
   Incremental runs dedupe the part of their ranges below it against the sink. Rewritten whole by each backfill;
   runs never touch these rows (nor backfills the others).
 
@@ -149,7 +151,9 @@ def run_row(
     )
 
 
-def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime) -> dict[str, Any]:
+def backfill_row(
+    pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime, topic_id: str | None = None
+) -> dict[str, Any]:
     return _row(
         "backfill",
         pipeline_id,
@@ -158,6 +162,7 @@ def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_
         topic=key.topic,
         partition=key.partition,
         next_offset=frontier,
+        topic_id=topic_id,
         committed_at=utc(recorded_at),
     )
 
@@ -181,11 +186,11 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
     )
 
 
-def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
+def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int, str | None]:
     if row["next_offset"] is None:
         raise ValueError(f"backfill row without an offset: {row}")
     key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
-    return key, int(row["next_offset"])
+    return key, int(row["next_offset"]), row.get("topic_id")
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:

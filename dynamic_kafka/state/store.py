@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from dynamic_kafka.errors import RunInProgressError, StateError
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
+from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
@@ -127,7 +128,8 @@ class StateStore:
             table_version=dt.version(),
             last_run=head,
             partitions=partitions,
-            backfilled=backfilled,
+            backfilled={k: offset for k, (offset, _) in backfilled.items()},
+            backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -231,7 +233,69 @@ class StateStore:
                 hint="A planned run is finished with exactly its recorded plan (load().last_run.plan).",
             )
         rows = self._commit_rows(plan, partitions, summary_json)
-        return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_run")
+        predicate = self._commit_predicate(plan)
+        stale = self._stale_frontier(dt, plan)
+        if stale is not None:
+            rows.extend(stale)
+            predicate += " OR kind = 'backfill'"
+        return self._table.overwrite(dt, rows, predicate, plan, "commit_run")
+
+    def abandon_run(self, run_seq: int, *, reason: str, expected_version: int | None = None) -> int:
+        """Marks the planned run ``run_seq`` abandoned: its offsets are NOT committed, the head and a history row
+        record it with ``reason``, and the next run plans afresh (from the committed offsets) as run ``run_seq + 1``.
+
+        For a planned run that cannot complete (its range was deleted, its topic recreated, its cluster is gone, or
+        the config it was planned with changed). The caller must know the sink does not hold the run's transaction
+        (else the run is complete and must be committed instead).
+
+        Args:
+            run_seq: the planned run to abandon (must be the head, planned).
+            reason: why; recorded in the run's summary in the state's history.
+            expected_version: the table version read; None reads the latest.
+
+        Returns:
+            The new table version.
+
+        Raises:
+            StateError: the head is not run ``run_seq`` planned.
+            RunInProgressError: the table changed meanwhile; nothing was written.
+        """
+        dt = self._table.open(expected_version)
+        head = self._table.read_current(dt, predicate="kind = 'head'")[0] if dt is not None else None
+        if head is None or head.status != "planned" or head.run_seq != run_seq:
+            found = "no run" if head is None else f"run {head.run_seq} {head.status}"
+            raise StateError(
+                f"cannot abandon run {run_seq} of pipeline {self.pipeline_id!r}: the state table at {self.path} has "
+                f"{found}, not run {run_seq} planned.",
+                hint="Only the planned head run can be abandoned; `dynamic-kafka status` shows it.",
+            )
+        assert dt is not None
+        plan = head.plan
+        summary = RunSummary(**base_summary(plan, 0), status="abandoned", reason=reason).model_dump_json()
+        now = self._clock()
+        rows = [
+            _rows.run_row("head", plan, "abandoned", committed_at=now, summary_json=summary),
+            _rows.run_row("run", plan, "abandoned", committed_at=now, summary_json=summary),
+        ]
+        predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+        version = self._table.overwrite(dt, rows, predicate, plan, "abandon_run")
+        logger.warning("pipeline %s: run %d abandoned (offsets not committed): %s", self.pipeline_id, run_seq, reason)
+        return version
+
+    def _stale_frontier(self, dt: Any, plan: Plan) -> list[dict[str, Any]] | None:
+        """The backfill rows to keep when ``plan`` resets recreated topics (their old incarnation's frontier is
+        dropped in the same commit); None when the plan resets nothing."""
+        reset = {(f.cluster_id, f.topic) for f in plan.findings if f.kind == "topic_recreated"}
+        if not reset:
+            return None
+        ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
+        _, _, recorded = self._table.read_rows(dt, "kind = 'backfill'")
+        now = self._clock()
+        return [
+            _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
+            for k, (offset, tid) in sorted(recorded.items(), key=lambda kv: str(kv[0]))
+            if not ((k.cluster_id, k.topic) in reset and tid != ids.get((k.cluster_id, k.topic)))
+        ]
 
     def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -255,7 +319,12 @@ class StateStore:
         return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
 
     def record_backfill(
-        self, frontier: Mapping[TopicPartition, int], *, attempts: int = 5, retry_delay: float = 0.5
+        self,
+        frontier: Mapping[TopicPartition, int],
+        *,
+        topic_ids: Mapping[TopicPartition, str | None] | None = None,
+        attempts: int = 5,
+        retry_delay: float = 0.5,
     ) -> int | None:
         """Raise the backfill frontier of every partition in ``frontier`` (to the highest stop offset a backfill
         covers) in one commit. Call it BEFORE the backfill writes the sink: a run planned after this commit
@@ -267,8 +336,12 @@ class StateStore:
         another commit is retried (a max-merge is safe to redo). A planned run is waited for (it may be in
         flight, and moving the table under it would fail its commit): this is also retried.
 
+        A frontier belongs to one incarnation of its topic (``topic_ids``): a frontier recorded for another topic id
+        (the topic was recreated since) is replaced, not raised.
+
         Args:
             frontier: per partition, the stop offset (exclusive) of the backfill's range.
+            topic_ids: per partition, the topic id the backfill read (from its broker snapshot).
             attempts: how many times to try before giving up.
             retry_delay: the first wait between attempts, in seconds; doubled after each.
 
@@ -290,13 +363,20 @@ class StateStore:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
                 logger.info("backfill frontier of %s waits for planned run %d", self.pipeline_id, head.run_seq)
             else:
+                ids = topic_ids or {}
                 merged = dict(recorded)
                 for key, offset in frontier.items():
-                    merged[key] = max(offset, merged.get(key, 0))
+                    old_offset, old_id = merged.get(key, (0, None))
+                    new_id = ids.get(key) or old_id
+                    same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
+                    merged[key] = (max(offset, old_offset) if same else offset, new_id)
                 if merged == recorded:
                     return None if dt is None else dt.version()
                 now = self._clock()
-                rows = [_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)]
+                rows = [
+                    _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
+                    for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
+                ]
                 try:
                     if dt is None:
                         return self._table.create(rows, None, "record_backfill")
@@ -344,7 +424,7 @@ class StateStore:
                 f"table at {self.path}; refusing to plan run {plan.run_seq}.",
                 hint="Recover the planned run first (finish exactly its plan), then plan the next one.",
             )
-        expected = head.run_seq + 1 if head is not None else 1
+        expected = head.run_seq + 1 if head is not None else 1  # an abandoned head's run_seq is used up too
         if plan.run_seq != expected:
             raise StateError(
                 f"plan has run_seq {plan.run_seq} but the next run of pipeline {self.pipeline_id!r} in the state "

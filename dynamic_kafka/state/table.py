@@ -113,8 +113,8 @@ class StateTable:
 
     def read_rows(
         self, dt: DeltaTable, predicate: str
-    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
-        backfilled: dict[TopicPartition, int] = {}
+    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, tuple[int, str | None]]]:
+        backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -125,8 +125,8 @@ class StateTable:
                 if row["kind"] == "partition":
                     found.append(_rows.partition_from_row(row))
                 elif row["kind"] == "backfill":
-                    key, offset = _rows.backfill_from_row(row)
-                    backfilled[key] = offset
+                    key, offset, topic_id = _rows.backfill_from_row(row)
+                    backfilled[key] = (offset, topic_id)
                 elif head is not None:
                     raise ValueError("more than one head row")
                 else:

@@ -1,8 +1,9 @@
-"""The minimal examples the model found for each known hole, replayed step by step with the hole's switch off.
+"""The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-Each test is ``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open (the
+A hole still open is ``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open (the
 model reports the violation) and fails the suite the day the fix lands, which is the signal to delete the xfail
 mark here AND the hole's name from ``world.KNOWN_HOLES`` (then the random model covers the fixed behaviour too).
+The replays without a mark are fixed holes: they are regression tests now.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ def machine_without(hole: str, **setup: Any) -> Iterator[Replay]:
 hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="known hole of issue 11 (see HOLES.md)")
 
 
-@hole
-def test_hole1_recreated_with_fewer_partitions_is_read_again_every_run() -> None:
+def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
     with machine_without("hole1_recreated_fewer_partitions") as r:
         r.produce(cid="c1", topic="a", partition=1, count=1, txn=False, bad=False)
         r.run_clean()
@@ -81,8 +81,7 @@ def test_hole2_sink_txn_ahead_of_state_skips_writes() -> None:
         r.run_clean()  # run 2 again: "already committed" (sink txn 2 >= 2), the new record is never written
 
 
-@hole
-def test_hole3_backfill_frontier_drops_a_recreated_topics_records() -> None:
+def test_hole3_old_backfill_frontier_does_not_drop_a_recreated_topics_records() -> None:
     with machine_without("hole3_backfill_frontier_not_keyed_by_topic_id") as r:
         r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
         r.m.harness.backfill(r.m.world.clock_ms - 10, r.m.world.clock_ms + 1, None)
@@ -93,8 +92,7 @@ def test_hole3_backfill_frontier_drops_a_recreated_topics_records() -> None:
         r.run_clean()  # reset to earliest; offsets 0, 1 are below the old frontier 3: anti-joined away
 
 
-@hole
-def test_hole4_recovery_replays_a_plan_whose_range_retention_deleted() -> None:
+def test_hole4_recovery_abandons_a_plan_whose_range_retention_deleted() -> None:
     with machine_without("hole4_recovery_replays_stale_plan") as r:
         r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
         r.run(crash_at=0)  # killed right after the plan was written
@@ -102,8 +100,7 @@ def test_hole4_recovery_replays_a_plan_whose_range_retention_deleted() -> None:
         r.run_clean()  # recovery reads the deleted range: failOnDataLoss, on every later run too
 
 
-@hole
-def test_hole4_recovery_reads_a_recreated_topic_at_old_offsets() -> None:
+def test_hole4_recovery_abandons_a_plan_of_a_recreated_topic() -> None:
     with machine_without("hole4_recovery_replays_stale_plan") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.run(crash_at=0)
@@ -113,8 +110,7 @@ def test_hole4_recovery_reads_a_recreated_topic_at_old_offsets() -> None:
         r.run_clean()  # the id differs: reset, read from earliest again: the new records land twice
 
 
-@hole
-def test_hole9_new_topic_on_a_known_stream_starts_at_latest() -> None:
+def test_hole9_new_topic_on_a_known_stream_starts_at_earliest() -> None:
     with machine_without("hole9_new_topic_starts_at_latest", starting="latest") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()  # first run: latest (right, by the starting initializer)

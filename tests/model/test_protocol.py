@@ -64,8 +64,8 @@ class Oracle:
 
     A partition of a topic id is "watched" from the first committed run that saw it subscribed; records at offsets
     from ``required_from`` on must land. ``required_from`` is the earliest offset for a new partition of a known
-    topic, for a recreated topic (``on_topic_recreated: reset``) and for a new topic on a (stream, cluster) the state
-    already has (Flink's rule for discovered topics; hole 9); otherwise the starting initializer decides.
+    topic, for a recreated topic (``on_topic_recreated: reset``) and for a new topic on a stream the state already
+    tracks (Flink's rule for discovered partitions; hole 9); otherwise the starting initializer decides.
     """
 
     def __init__(self, world: World, harness: Harness, holes: frozenset[str]) -> None:
@@ -74,7 +74,6 @@ class Oracle:
         self.holes = holes
         self.required_from: dict[Key, int] = {}
         self.topic_ids: dict[tuple[str, str], set[str]] = {}
-        self.seen: set[tuple[str, str]] = set()  # (stream, cluster) the state has rows of
         self.reported: dict[Key, list[tuple[int, int]]] = {}
         self.reported_topics: set[tuple[str, str]] = set()  # (cluster, topic id): loss reported for all of it
         self.blocked: str | None = None
@@ -90,10 +89,11 @@ class Oracle:
                 key = (lost.cluster_id, tid, lost.partition)
                 self.reported.setdefault(key, []).append((lost.from_offset, lost.to_offset))
 
-    def on_commit(self, plan: Plan, brokers: BrokerSnapshot, metadata: MetadataSnapshot) -> None:
+    def on_commit(self, plan: Plan, brokers: BrokerSnapshot, metadata: MetadataSnapshot, state: StateSnapshot) -> None:
         starting = self.harness.pipeline.starting_offsets.kind
         topics = metadata.topics()
-        newly_seen: set[tuple[str, str]] = set()
+        # Streams the state tracked when the run was planned: a topic new to one of them is read from earliest.
+        tracked = {sid for row in state.partitions.values() for sid in row.stream_ids}
         current: dict[tuple[str, str], str] = {}
         for (cid, topic), sids in topics.items():
             cluster = brokers.clusters.get(cid)
@@ -108,23 +108,12 @@ class Oracle:
                 key = (cid, tid, p)
                 if key in self.required_from:
                     continue
-                if (
-                    not fresh
-                    or recreated
-                    or starting == "earliest"
-                    or (
-                        any((s, cid) in self.seen for s in sids)
-                        and "hole9_new_topic_starts_at_latest" not in self.holes
-                    )
-                ):
+                if not fresh or recreated or starting == "earliest" or tracked.intersection(sids):
                     rf = offsets.earliest
                 else:
                     rf = offsets.latest
                 self.required_from[key] = rf
             known_ids.add(tid)
-            if snap.partitions:
-                newly_seen.update((s, cid) for s in sids)
-        self.seen |= newly_seen
         split_ids = {(s.cluster_id, s.topic, s.partition): s.topic_id for s in plan.splits}
         for f in plan.findings:
             if f.kind == "data_loss" and f.cluster_id and f.topic and f.partition is not None:
@@ -243,9 +232,6 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.world.produce(cid, topic, partition, count, txn=txn, bad=bad)
             STATS["records"] += count
 
-    def _destructive_allowed(self) -> bool:
-        return not (self.pending and "hole4_recovery_replays_stale_plan" in self.holes)
-
     @rule(
         cid=st.sampled_from(CLUSTERS),
         topic=st.sampled_from(TOPICS),
@@ -253,7 +239,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         count=st.integers(1, 5),
     )
     def retention(self, cid: str, topic: str, partition: int, count: int) -> None:
-        if topic in self.world.clusters[cid].topics and self._destructive_allowed():
+        if topic in self.world.clusters[cid].topics:
             self.world.delete_records(cid, topic, partition, count)
 
     @rule(
@@ -274,13 +260,6 @@ class ProtocolMachine(RuleBasedStateMachine):
     )
     def recreate_topic(self, cid: str, topic: str, partitions: int, gone_first: bool) -> None:
         """Delete (if it exists) and create again: a new topic id, any partition count."""
-        key = (cid, topic)
-        if not self._destructive_allowed():
-            return
-        if "hole1_recreated_fewer_partitions" in self.holes:
-            partitions = max(partitions, self.world.max_partitions.get(key, 0))
-        if "hole3_backfill_frontier_not_keyed_by_topic_id" in self.holes and key in self.frontier_topics:
-            return
         if topic in self.world.clusters[cid].topics:
             self.world.delete_topic(cid, topic)
             if gone_first:
@@ -398,8 +377,8 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _after_state_change(self) -> None:
         for plan in self.harness.committed[self.processed :]:
-            brokers, metadata = self.harness.find_planned(plan)
-            self.oracle.on_commit(plan, brokers, metadata)
+            brokers, metadata, state = self.harness.find_planned(plan)
+            self.oracle.on_commit(plan, brokers, metadata, state)
         self.processed = len(self.harness.committed)
         self.state = state = self.harness.store.load()
         self.pending = state.last_run is not None and state.last_run.status == "planned"

@@ -49,7 +49,13 @@ from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.plan.model import Plan, Split
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
+from dynamic_kafka.plan.snapshots import (
+    BrokerSnapshot,
+    ClusterSnapshot,
+    PartitionOffsets,
+    StateSnapshot,
+    TopicSnapshot,
+)
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.state import StateStore
@@ -61,22 +67,14 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Removing one before the fix makes tests/model fail with the minimal example recorded in tests/model/HOLES.md.
 KNOWN_HOLES: frozenset[str] = frozenset(
     {
-        # 1: a topic recreated with fewer partitions is reset (read again) on every later run.
-        "hole1_recreated_fewer_partitions",
         # 2: a sink whose txn version is ahead of the state (state restored from a backup) skips writes.
         "hole2_sink_txn_ahead_of_state",
-        # 3: the backfill frontier (and the backfill MERGE) match on coordinates, not topic id.
-        "hole3_backfill_frontier_not_keyed_by_topic_id",
-        # 4: recovery replays a planned run without checking it against the world (retention, recreation).
-        "hole4_recovery_replays_stale_plan",
         # Found by the model, not in the issue: sink rows carry no topic id, so the backfill MERGE (and the
         # anti-join below the frontier) take a recreated topic's new records for the old topic's rows and drop them.
         "new_backfill_merge_not_keyed_by_topic_id",
         # Found by the model, not in the issue: restoring a state backup also moves the backfill frontier back, so
         # records a later backfill merged above the old frontier are appended again by the next run (duplicates).
         "new_restored_state_regresses_backfill_frontier",
-        # 9: a new topic on a stream that has state starts at the starting initializer (latest skips records).
-        "hole9_new_topic_starts_at_latest",
     }
 )
 
@@ -376,11 +374,12 @@ class SinkModel:
 class ModelRunner(runner_module.PipelineRunner):
     """The real runner; remembers the broker snapshot and metadata each plan was made from."""
 
-    planned: list[tuple[Plan, BrokerSnapshot, MetadataSnapshot]]
+    planned: list[tuple[Plan, BrokerSnapshot, MetadataSnapshot, StateSnapshot]]
 
-    def plan(self, state: Any = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
+    def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
+        state = state or self.store.load()
         plan, brokers, metadata = super().plan(state)
-        self.planned.append((plan, brokers, metadata))
+        self.planned.append((plan, brokers, metadata, state))
         return plan, brokers, metadata
 
 
@@ -489,7 +488,11 @@ class Harness:
                 return None
             # One attempt: run_backfill's retries only wait for a planned run, which in the model never finishes
             # by itself (RunInProgressError is what the retries end with).
-            self.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits}, attempts=1)
+            self.store.record_backfill(
+                {s.key: s.stop_offset for s in plan.read_splits},
+                topic_ids={s.key: s.topic_id for s in plan.read_splits},
+                attempts=1,
+            )
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
             in_window = [r for r in frame if start_ms <= r.ts_ms < end_ms]
@@ -497,10 +500,10 @@ class Harness:
             self.crasher.point("after_backfill_merge")
             return plan
 
-    def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot]:
-        for p, brokers, metadata in reversed(self.runner.planned):
+    def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
+        for p, brokers, metadata, state in reversed(self.runner.planned):
             if p == plan:
-                return brokers, metadata
+                return brokers, metadata, state
         raise AssertionError(f"run {plan.run_seq} was committed but never planned by the model's runner")
 
 
