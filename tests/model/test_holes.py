@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from dynamic_kafka.errors import ConfigError
 from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
-from tests.model.world import KNOWN_HOLES
+from tests.model.world import KNOWN_HOLES, Harness
 
 pytestmark = pytest.mark.model
 
@@ -143,3 +144,26 @@ def test_new_restored_state_regresses_the_backfill_frontier() -> None:
         r.m._after_state_change()
         r.restore_state()  # frontier back to none; the sink txn is still 1 = the state's last run
         r.run_clean()  # run 2 appends offsets 1, 2 blind: already merged by the backfill
+
+
+def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:
+    """A crashed run is not executed again under another key format (a semantic setting pinned in its plan): a
+    clear ConfigError, nothing written; once the operator abandons it, the next run plans afresh."""
+    with machine_without("none") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run(crash_at=0)  # killed right after the plan was written
+        m = r.m
+        changed = Harness(m.root, m.world, {"key_format": "string", "on_topic_recreated": "reset"})
+        changed.streams = m.harness.streams
+        changed.publish_metadata()
+        with pytest.raises(ConfigError, match=r"run 1 was planned .* key_format changed") as info:
+            changed.run(None)
+        assert "dynamic-kafka abandon" in str(info.value)
+        assert changed.sink.rows == []
+        changed.store.abandon_run(1, reason="key_format changed to string")
+        changed.run(None)
+        assert len(changed.sink.rows) == 2
+        assert [(run.run_seq, run.status) for run in changed.store.run_history()] == [
+            (2, "committed"),
+            (1, "abandoned"),
+        ]
