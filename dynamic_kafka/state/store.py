@@ -284,15 +284,26 @@ class StateStore:
 
     def _stale_frontier(self, dt: Any, plan: Plan) -> list[dict[str, Any]] | None:
         """The backfill rows to keep when ``plan`` resets recreated topics (their old incarnation's frontier is
-        dropped in the same commit); None when the plan resets nothing."""
+        dropped in the same commit) or resumes truncated partitions (the frontier is lowered to where the run
+        resumed: the offsets above are given to new records, which the sink does not hold); None when the plan does
+        neither (the common case: the backfill rows are not touched)."""
         reset = {(f.cluster_id, f.topic) for f in plan.findings if f.kind == "topic_recreated"}
-        if not reset:
+        truncated = {
+            TopicPartition(cluster_id=f.cluster_id, topic=f.topic, partition=f.partition): f.from_offset
+            for f in plan.findings
+            if f.kind == "truncated"
+            and f.cluster_id
+            and f.topic
+            and f.partition is not None
+            and f.from_offset is not None
+        }
+        if not (reset or truncated):
             return None
         ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
         _, _, recorded = self._table.read_rows(dt, "kind = 'backfill'")
         now = self._clock()
         return [
-            _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
+            _rows.backfill_row(self.pipeline_id, k, min(offset, truncated.get(k, offset)), now, topic_id=tid)
             for k, (offset, tid) in sorted(recorded.items(), key=lambda kv: str(kv[0]))
             if not ((k.cluster_id, k.topic) in reset and tid != ids.get((k.cluster_id, k.topic)))
         ]

@@ -246,6 +246,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         cid=st.sampled_from(CLUSTERS),
         topic=st.sampled_from(TOPICS),
         partition=st.integers(0, 3),
+        count=st.integers(1, 3),
+    )
+    def truncation(self, cid: str, topic: str, partition: int, count: int) -> None:
+        """An unclean leader election: the log end moves back, the next records get the same offsets again."""
+        if topic in self.world.clusters[cid].topics:
+            self.world.truncate(cid, topic, partition, count)
+
+    @rule(
+        cid=st.sampled_from(CLUSTERS),
+        topic=st.sampled_from(TOPICS),
+        partition=st.integers(0, 3),
         pick=st.integers(0, 9),
     )
     def compaction(self, cid: str, topic: str, partition: int, pick: int) -> None:

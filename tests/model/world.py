@@ -7,7 +7,8 @@ What is simulated, and how closely:
 * Brokers (``World``): clusters with a bootstrap address and an up/down switch; topics with a topic id and
   partitions; a partition is a log ``offset -> Record`` with ``earliest`` (log start) and ``end`` (high
   watermark). Transaction markers take an offset and hold no record; compaction removes records and leaves gaps;
-  retention moves ``earliest``; deleting a topic and creating it again gives a new topic id (any partition count).
+  retention moves ``earliest``; truncation (an unclean leader election) moves the end back and the next records
+  reuse the offsets; deleting a topic and creating it again gives a new topic id (any partition count).
   Every record keeps a unique ``uid`` and, once it leaves the log, why (``retention``, ``compacted``, ``deleted``).
   ``take_broker_snapshot`` answers ``ClusterRequest``s like ``dynamic_kafka.kafka.snapshot`` does (unreachable required
   clusters raise ``ClusterUnreachableError``, best-effort ones are recorded unreachable). ``read_splits`` reads by
@@ -182,6 +183,18 @@ class World:
             if r is not None:
                 r.gone = "retention"
         p.earliest = new_earliest
+
+    def truncate(self, cluster_id: str, name: str, partition: int, count: int) -> None:
+        """An unclean leader election: the new leader's log ends ``count`` offsets earlier; the records there are
+        gone (unknowable to any client) and their offsets are given to the next records produced."""
+        topic = self.clusters[cluster_id].topics[name]
+        p = topic.partitions[partition % len(topic.partitions)]
+        new_end = max(p.earliest, p.end - count)
+        for offset in range(new_end, p.end):
+            r = p.log.pop(offset, None)
+            if r is not None:
+                r.gone = "truncated"
+        p.end = new_end
 
     def compact(self, cluster_id: str, name: str, partition: int, pick: int) -> None:
         topic = self.clusters[cluster_id].topics[name]

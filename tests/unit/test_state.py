@@ -833,3 +833,17 @@ def test_abandon_command_is_audited(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert head is not None
     assert (head.status, head.summary_json is not None) == ("abandoned", True)
     assert "cluster east was decommissioned" in (head.summary_json or "")
+
+
+def test_a_truncation_lowers_the_backfill_frontier_to_where_the_run_resumes(store: StateStore) -> None:
+    """Offsets above a truncation point are given to new records: the frontier must not make the next runs skip
+    them as "already landed by a backfill"."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 9)]))
+    store.record_backfill({tp(0): 9}, topic_ids={tp(0): "tid-1"})
+    cut = Finding(
+        kind="truncated", cluster_id="east", topic="orders", partition=0, from_offset=4, to_offset=9, message=""
+    )
+    run_once(store, lambda seq: plan(seq, [split(0, 4, 4)], findings=(cut,)))
+    state = store.load()
+    assert state.backfilled == {tp(0): 4}
+    assert state.backfill_overlaps([split(0, 4, 7)]) == ()
