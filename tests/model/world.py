@@ -41,7 +41,6 @@ from typing import Any
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import context as context_module
 from dynamic_kafka import runner as runner_module
-from dynamic_kafka import sink as sink_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError
 from dynamic_kafka.kafka.snapshot import ClusterRequest
@@ -57,6 +56,7 @@ from dynamic_kafka.plan.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
+from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.state import StateStore
@@ -474,7 +474,7 @@ class Harness:
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (reader_module, "read_splits", self.world.read_splits),
-            (sink_module, "write_incremental", self.sink.write_incremental),
+            (incremental_module, "write_incremental", self.sink.write_incremental),
         ]
         saved = [(m, n, getattr(m, n)) for m, n, _ in swaps]
         for m, n, v in swaps:
