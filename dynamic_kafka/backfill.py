@@ -13,16 +13,19 @@ a backfill that then fails leaves a frontier that only costs those runs a check.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
-from dynamic_kafka.plan.model import Plan
+from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+
+logger = logging.getLogger(__name__)
 
 
 def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -58,7 +61,30 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
-    return plan, metadata
+    return _above_floors(plan, context.store.load()), metadata
+
+
+def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
+    """``plan`` with every split starting at or above its partition's backfill floor. Sink rows carry coordinates,
+    not topic ids: below the floor, a recreated topic's offsets may match an earlier incarnation's rows, and the
+    MERGE would take them for records already there. Those offsets were (or will be) read by the incremental run
+    that resets the topic, from earliest."""
+    clipped: list[Split] = []
+    for split in plan.splits:
+        floor = state.backfill_floor(split)
+        if floor > split.start_offset:
+            start = min(floor, split.stop_offset)
+            logger.warning(
+                "backfill of %s: offsets [%d, %d) skipped: below the floor %d of a recreated topic (an earlier "
+                "incarnation's rows may be in the sink at the same offsets; the incremental runs read them)",
+                split.key,
+                split.start_offset,
+                start,
+                floor,
+            )
+            split = split.model_copy(update={"start_offset": start})
+        clipped.append(split)
+    return plan.model_copy(update={"splits": tuple(clipped)})
 
 
 def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> RunSummary:

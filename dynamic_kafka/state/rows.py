@@ -10,7 +10,10 @@ One Delta table per pipeline, partitioned by ``kind``:
 * ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
   ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised), and
   its ``topic_id`` the topic incarnation it covers (a recreated topic's frontier starts again; a run's commit that
-  resets a recreated topic drops the old incarnation's frontier).
+  resets a recreated topic drops the old incarnation's frontier). A ``backfill`` row with status ``floor`` holds,
+  for the topic id it names, the offset below which the sink may hold an EARLIER incarnation's rows at the same
+  coordinates (recorded by the commit that resets a recreated topic): backfill MERGEs and the runs' backfill
+  anti-joins match on coordinates, so neither looks below it.
   Incremental runs dedupe the part of their ranges below it against the sink. Rewritten whole by each backfill;
   runs never touch these rows (nor backfills the others).
 
@@ -151,13 +154,23 @@ def run_row(
     )
 
 
+FLOOR = "floor"
+"""The status of a ``backfill`` row that holds a floor instead of a frontier."""
+
+
 def backfill_row(
-    pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime, topic_id: str | None = None
+    pipeline_id: str,
+    key: TopicPartition,
+    frontier: int,
+    recorded_at: datetime,
+    topic_id: str | None = None,
+    *,
+    floor: bool = False,
 ) -> dict[str, Any]:
     return _row(
         "backfill",
         pipeline_id,
-        "recorded",
+        FLOOR if floor else "recorded",
         cluster_id=key.cluster_id,
         topic=key.topic,
         partition=key.partition,

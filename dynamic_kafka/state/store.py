@@ -122,7 +122,7 @@ class StateStore:
         dt = self._table.open()
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions, backfilled = self._table.read_rows(dt, _LOADED)
+        head, partitions, backfilled, floors = self._table.read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
@@ -130,6 +130,7 @@ class StateStore:
             partitions=partitions,
             backfilled={k: offset for k, (offset, _) in backfilled.items()},
             backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
+            backfill_floors={k: floor for k, (floor, _) in floors.items()},
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -234,7 +235,7 @@ class StateStore:
             )
         rows = self._commit_rows(plan, partitions, summary_json)
         predicate = self._commit_predicate(plan)
-        stale = self._stale_frontier(dt, plan)
+        stale = self._stale_frontier(dt, plan, partitions)
         if stale is not None:
             rows.extend(stale)
             predicate += " OR kind = 'backfill'"
@@ -282,11 +283,16 @@ class StateStore:
         logger.warning("pipeline %s: run %d abandoned (offsets not committed): %s", self.pipeline_id, run_seq, reason)
         return version
 
-    def _stale_frontier(self, dt: Any, plan: Plan) -> list[dict[str, Any]] | None:
-        """The backfill rows to keep when ``plan`` resets recreated topics (their old incarnation's frontier is
-        dropped in the same commit) or resumes truncated partitions (the frontier is lowered to where the run
-        resumed: the offsets above are given to new records, which the sink does not hold); None when the plan does
-        neither (the common case: the backfill rows are not touched)."""
+    def _stale_frontier(
+        self, dt: Any, plan: Plan, partitions: Mapping[TopicPartition, PartitionState]
+    ) -> list[dict[str, Any]] | None:
+        """The backfill rows after ``plan`` when it resets recreated topics or resumes truncated partitions; None
+        when it does neither (the common case: the backfill rows are not touched).
+
+        A reset drops the old incarnation's frontier and records a floor per partition: the highest offset the old
+        incarnation may have in the sink (its committed offset, or its frontier if higher); backfills and the
+        runs' anti-joins never match below it, since the sink rows carry coordinates, not topic ids. A truncation
+        lowers the frontier to where the run resumes: the offsets above are given to new records."""
         reset = {(f.cluster_id, f.topic) for f in plan.findings if f.kind == "topic_recreated"}
         truncated = {
             TopicPartition(cluster_id=f.cluster_id, topic=f.topic, partition=f.partition): f.from_offset
@@ -300,13 +306,25 @@ class StateStore:
         if not (reset or truncated):
             return None
         ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
-        _, _, recorded = self._table.read_rows(dt, "kind = 'backfill'")
+        _, _, recorded, floors = self._table.read_rows(dt, "kind = 'backfill'")
         now = self._clock()
-        return [
-            _rows.backfill_row(self.pipeline_id, k, min(offset, truncated.get(k, offset)), now, topic_id=tid)
-            for k, (offset, tid) in sorted(recorded.items(), key=lambda kv: str(kv[0]))
+        kept = {
+            k: (min(offset, truncated.get(k, offset)), tid)
+            for k, (offset, tid) in recorded.items()
             if not ((k.cluster_id, k.topic) in reset and tid != ids.get((k.cluster_id, k.topic)))
-        ]
+        }
+        new_floors = dict(floors)
+        for key, row in partitions.items():
+            new_id = ids.get((key.cluster_id, key.topic))
+            if (key.cluster_id, key.topic) not in reset or row.topic_id == new_id:
+                continue
+            old_frontier, old_id = recorded.get(key, (0, None))
+            high = max(row.next_offset, old_frontier if old_id in (None, row.topic_id) else 0, floors.get(key, (0,))[0])
+            new_floors[key] = (high, new_id)
+        return [
+            _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
+            for k, (offset, tid) in sorted(kept.items(), key=lambda kv: str(kv[0]))
+        ] + _floor_rows(self.pipeline_id, new_floors, now)
 
     def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -368,7 +386,9 @@ class StateStore:
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             dt = self._table.open()
-            head, _, recorded = self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {})
+            head, _, recorded, floors = (
+                self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {}, {})
+            )
             if head is not None and head.status == "planned":
                 if last:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
@@ -387,7 +407,7 @@ class StateStore:
                 rows = [
                     _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
                     for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
-                ]
+                ] + _floor_rows(self.pipeline_id, floors, now)
                 try:
                     if dt is None:
                         return self._table.create(rows, None, "record_backfill")
@@ -459,3 +479,12 @@ class StateStore:
         # Replaces every current row and inserts (or, were it ever re-committed, replaces) this run's history
         # row. The history files hold older run_seqs only, so their statistics exclude them from the rewrite.
         return f"kind = 'partition' OR kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+
+
+def _floor_rows(
+    pipeline_id: str, floors: Mapping[TopicPartition, tuple[int, str | None]], now: datetime
+) -> list[dict[str, Any]]:
+    return [
+        _rows.backfill_row(pipeline_id, k, offset, now, topic_id=tid, floor=True)
+        for k, (offset, tid) in sorted(floors.items(), key=lambda kv: str(kv[0]))
+    ]

@@ -108,13 +108,21 @@ class StateTable:
     def read_current(
         self, dt: DeltaTable, predicate: str = CURRENT
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
-        head, partitions, _ = self.read_rows(dt, predicate)
+        head, partitions, _, _ = self.read_rows(dt, predicate)
         return head, partitions
 
     def read_rows(
         self, dt: DeltaTable, predicate: str
-    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, tuple[int, str | None]]]:
+    ) -> tuple[
+        RunRecord | None,
+        dict[TopicPartition, PartitionState],
+        dict[TopicPartition, tuple[int, str | None]],
+        dict[TopicPartition, tuple[int, str | None]],
+    ]:
+        """The head, partition rows, backfill frontier and backfill floors (offset and topic id) ``predicate``
+        selects."""
         backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
+        floors: dict[TopicPartition, tuple[int, str | None]] = {}
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -126,7 +134,7 @@ class StateTable:
                     found.append(_rows.partition_from_row(row))
                 elif row["kind"] == "backfill":
                     key, offset, topic_id = _rows.backfill_from_row(row)
-                    backfilled[key] = (offset, topic_id)
+                    (floors if row["status"] == _rows.FLOOR else backfilled)[key] = (offset, topic_id)
                 elif head is not None:
                     raise ValueError("more than one head row")
                 else:
@@ -134,7 +142,7 @@ class StateTable:
         except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
             raise self.unreadable(e) from e
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return head, {p.key: p for p in found}, backfilled
+        return head, {p.key: p for p in found}, backfilled, floors
 
     def unreadable(self, e: Exception) -> StateError:
         return StateError(

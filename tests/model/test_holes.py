@@ -120,8 +120,7 @@ def test_hole9_new_topic_on_a_known_stream_starts_at_earliest() -> None:
         r.run_clean()  # b is new on a stream with state: starts at latest, its 2 records are never read
 
 
-@hole
-def test_new_backfill_merge_drops_a_recreated_topics_records() -> None:
+def test_new_backfill_merge_keeps_a_recreated_topics_records() -> None:
     with machine_without("new_backfill_merge_not_keyed_by_topic_id") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.run_clean()

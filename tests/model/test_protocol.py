@@ -398,8 +398,6 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(data=st.data(), crash_at=st.one_of(st.none(), st.integers(0, 3)))
     def backfill(self, data: st.DataObject, crash_at: int | None) -> None:
         """A time-window backfill over part of what was produced so far."""
-        if "new_backfill_merge_not_keyed_by_topic_id" in self.holes and self.world.recreated:
-            return
         first = int(self.world.records[min(self.world.records)].ts_ms) if self.world.records else self.world.clock_ms
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
@@ -482,6 +480,9 @@ def run_machine(machine: type[ProtocolMachine], max_examples: int, steps: int = 
     )
 
 
+# CPU-bound (about 0.1 s of CPU per run); the suite's 600 s limit is for a hung test, and a loaded machine can
+# stretch several hundred examples past it, as can a soak's thousands.
+@pytest.mark.timeout(0)
 def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
     STATS.clear()
     run_machine(ProtocolMachine, examples())

@@ -70,9 +70,6 @@ KNOWN_HOLES: frozenset[str] = frozenset(
     {
         # 2: a sink whose txn version is ahead of the state (state restored from a backup) skips writes.
         "hole2_sink_txn_ahead_of_state",
-        # Found by the model, not in the issue: sink rows carry no topic id, so the backfill MERGE (and the
-        # anti-join below the frontier) take a recreated topic's new records for the old topic's rows and drop them.
-        "new_backfill_merge_not_keyed_by_topic_id",
         # Found by the model, not in the issue: restoring a state backup also moves the backfill frontier back, so
         # records a later backfill merged above the old frontier are appended again by the next run (duplicates).
         "new_restored_state_regresses_backfill_frontier",

@@ -847,3 +847,24 @@ def test_a_truncation_lowers_the_backfill_frontier_to_where_the_run_resumes(stor
     state = store.load()
     assert state.backfilled == {tp(0): 4}
     assert state.backfill_overlaps([split(0, 4, 7)]) == ()
+
+
+def test_a_reset_records_a_floor_below_which_backfills_never_match(store: StateStore) -> None:
+    """Sink rows carry coordinates, not topic ids: after a topic is recreated, its new records at offsets the old
+    topic also had must not be matched against the old rows, by a backfill MERGE or a run's backfill check."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 6)]))
+    store.record_backfill({tp(0): 8}, topic_ids={tp(0): "tid-1"})
+    new = split(0, 0, 3).model_copy(update={"topic_id": "tid-2"})
+    before_reset = store.load()
+    assert before_reset.backfill_floor(new) == 8  # recreated, not yet reset: the old offset and frontier
+    reset = Finding(kind="topic_recreated", cluster_id="east", topic="orders", message="recreated")
+    run_once(store, lambda seq: plan(seq, [new], findings=(reset,)))
+    state = store.load()
+    assert (state.backfill_floors, state.backfilled) == ({tp(0): 8}, {})
+    assert state.backfill_floor(new) == 8
+
+    store.record_backfill({tp(0): 12}, topic_ids={tp(0): "tid-2"})  # a backfill of the new topic keeps the floor
+    state = store.load()
+    assert state.backfill_floors == {tp(0): 8}
+    later = split(0, 3, 12).model_copy(update={"topic_id": "tid-2"})
+    assert [(s.start_offset, s.stop_offset) for s in state.backfill_overlaps([later])] == [(8, 12)]
