@@ -75,7 +75,8 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
     """``plan`` with every split starting at or above its partition's backfill floor. Sink rows carry coordinates,
     not topic ids: below the floor, a recreated topic's offsets may match an earlier incarnation's rows, and the
     MERGE would take them for records already there. Those offsets were (or will be) read by the incremental run
-    that resets the topic, from earliest."""
+    that resets the topic, from earliest.
+    """
     clipped: list[Split] = []
     for split in plan.splits:
         floor = state.backfill_floor(split)

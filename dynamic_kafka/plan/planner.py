@@ -94,7 +94,8 @@ def plan_run(
 def config_pins(pipeline: PipelineConfig) -> dict[str, str]:
     """Per setting that decides what a run writes, a short hash of its value. A crashed run re-executed under
     other values would write its records differently from what was planned (another table, another decoding: a
-    record undecodable only under the new format would go to a dead-letter transaction that may already exist)."""
+    record undecodable only under the new format would go to a dead-letter transaction that may already exist).
+    """
     values: dict[str, object] = {
         "sink": [str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)],
         "key_format": pipeline.key_format,
@@ -190,7 +191,8 @@ class _PlanBuilder:
         knows it only under other ids. Rows of another id next to rows of the current id are leftovers of an
         earlier reset (the old topic had more partitions), not a new recreation. Without ids (state written before
         ids were recorded, or a broker that gives none), a vanished partition or a committed offset beyond latest
-        is taken for a recreation, as before."""
+        is taken for a recreation, as before.
+        """
         if stale and not same:
             return f"topic id changed from {sorted({str(p.topic_id) for p in stale})[0]} to {snapshot.topic_id}"
         if snapshot.topic_id and any(p.topic_id for p in same):
@@ -312,7 +314,8 @@ class _PlanBuilder:
         """The same topic's latest offset fell below the committed one: the log was truncated (an unclean leader
         election), or the isolation level changed to read_committed while a transaction was open. The offsets
         ``[latest, committed)`` will be given to new records. A data-loss policy decision: ``fail`` names the
-        range; ``skip`` resumes at latest (the new records there are read) and records the range."""
+        range; ``skip`` resumes at latest (the new records there are read) and records the range.
+        """
         truncated = LostRange(**key.model_dump(), from_offset=offsets.latest, to_offset=committed)
         if self.pipeline.on_data_loss == "fail":
             self.truncations.append(truncated)

@@ -91,7 +91,8 @@ RunStatus = Literal["planned", "committed", "abandoned"]
 
 class RunRecord(_Frozen):
     """One run in the state: its plan while planned, and its summary once committed (or abandoned: its offsets
-    were never committed, and its summary says why)."""
+    were never committed, and its summary says why).
+    """
 
     pipeline_id: str
     run_seq: int
@@ -138,7 +139,8 @@ class StateSnapshot(_Frozen):
     def backfill_floor(self, split: Split) -> int:
         """The first offset of ``split``'s partition whose sink rows can only be of ``split``'s topic incarnation:
         the recorded floor, or, for a topic recreated since the state's last commit (the partition row still has
-        the old id), the old incarnation's committed offset and frontier."""
+        the old id), the old incarnation's committed offset and frontier.
+        """
         floor = self.backfill_floors.get(split.key, 0)
         row = self.partitions.get(split.key)
         if row is not None and row.topic_id and split.topic_id and row.topic_id != split.topic_id:

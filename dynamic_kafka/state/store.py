@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan
+from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
@@ -46,8 +46,6 @@ from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
-
-    from dynamic_kafka.plan.model import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -377,7 +375,8 @@ class StateStore:
         A reset drops the old incarnation's frontier and records a floor per partition: the highest offset the old
         incarnation may have in the sink (its committed offset, or its frontier if higher); backfills and the
         runs' anti-joins never match below it, since the sink rows carry coordinates, not topic ids. A truncation
-        lowers the frontier to where the run resumes: the offsets above are given to new records."""
+        lowers the frontier to where the run resumes: the offsets above are given to new records.
+        """
         reset = {(f.cluster_id, f.topic) for f in plan.findings if f.kind == "topic_recreated"}
         truncated = {
             TopicPartition(cluster_id=f.cluster_id, topic=f.topic, partition=f.partition): f.from_offset

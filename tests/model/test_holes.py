@@ -8,15 +8,17 @@ The replays without a mark are fixed holes: they are regression tests now.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka.errors import ConfigError
 from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
 from tests.model.world import KNOWN_HOLES, Harness
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.model
 

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -39,10 +39,12 @@ from dynamic_kafka.errors import (
     RunInProgressError,
     SparkJobError,
 )
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import Plan
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from tests.model.world import KNOWN_HOLES, Crash, Harness, Record, World
+
+if TYPE_CHECKING:
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan
 
 pytestmark = pytest.mark.model
 

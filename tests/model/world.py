@@ -32,23 +32,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import context as context_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError
-from dynamic_kafka.kafka.snapshot import ClusterRequest
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets
-from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
@@ -59,7 +54,15 @@ from dynamic_kafka.plan.snapshots import (
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.spark import reader as reader_module
-from dynamic_kafka.state import StateStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
+
+    from dynamic_kafka.kafka.snapshot import ClusterRequest
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.state import StateStore
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
