@@ -176,7 +176,7 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
     assert_absent([wrong, sasl_password], outputs)
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)
 def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_explained_leaks_nowhere(
     sasl_cluster: LocalCluster,
     sasl_password: str,
