@@ -186,11 +186,7 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
     assert_absent([wrong, sasl_password], outputs)
 
 
-@pytest.mark.timeout(480)
-@pytest.mark.skip(
-    reason="its controls do not hold yet: no DEBUG record is captured when the test runs alone, and Spark 4.1's "
-    "explain shows no connector option; fix the controls before relying on it (issue 11)"
-)
+@pytest.mark.timeout(900)
 def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_explained_leaks_nowhere(
     sasl_cluster: LocalCluster,
     sasl_password: str,
@@ -200,8 +196,8 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     """The password written literally (quoted) in the metadata file, not as a reference: every logger at DEBUG
-    during the run, and ``explain()`` of the Kafka read (the connector's options, JAAS line included, are in the
-    plan) must show it nowhere."""
+    during the run, and ``explain()`` of the Kafka read (Spark 4.1 shows the relation; a Spark that printed the
+    connector's options would show the JAAS line) must show it nowhere."""
     topic, sent = secured_topic(sasl_cluster, sasl_password, 3)
     harness = sasl_harness(tmp_path, sasl_cluster, topic)
     literal = {**harness.clusters["secured"]}
@@ -220,6 +216,7 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
             read_splits(spark, plan.splits, metadata.clusters(), isolation_level="read_committed", min_partitions=None)
         )
         summary = runner.run()
+        debug_on = all(logger.isEnabledFor(logging.DEBUG) for logger in loggers)
     finally:
         for logger, level in levels:
             logger.setLevel(level)
@@ -228,8 +225,8 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
     assert harness.sink_rows() == expected_rows(topic, sent)
     # Spark 4.1's extended explain of a Kafka batch read names the relation, not its options, so this guards a
     # future Spark that prints them; the logs and files scanned below are where the password could leak today.
-    assert "Parsed Logical Plan" in explained
-    assert any(r.levelno == logging.DEBUG for r in caplog.records)  # DEBUG really was on
+    assert "Relation" in explained  # the plans really describe the Kafka read
+    assert debug_on  # DEBUG really was on for every logger during the run
     captured = capfd.readouterr()
     outputs: dict[str, str | bytes] = {
         "explain": explained,
