@@ -71,8 +71,8 @@ def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
         r.run_clean()  # the old partition 1 row still "no longer exists": reset again, the record lands twice
 
 
-@hole
 def test_hole2_sink_txn_ahead_of_state_skips_writes() -> None:
+    # Fixed on main by the run guards: the run refuses with StateBehindSinkError (realign repairs the state).
     with machine_without("hole2_sink_txn_ahead_of_state") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()
