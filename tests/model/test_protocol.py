@@ -6,7 +6,7 @@ every committed run, every record the world still holds that the policies say mu
 exactly once, and every such record that retention or a topic deletion took before it landed was reported (a
 ``data_loss`` / ``topic_recreated`` finding, or a ``DataLossError``), never silently.
 
-Runs ``DYNAMIC_KAFKA_MODEL_EXAMPLES`` examples (default 200: about 100 s of CPU; the wall time grows with the
+Runs ``DYNAMIC_KAFKA_MODEL_EXAMPLES`` examples (default 100: about 40 s of CPU; the wall time grows with the
 machine's load); a soak sets it to thousands (``-s`` shows the counts). The known holes of issue 11 are gated by
 ``world.KNOWN_HOLES``; see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their replays.
 """
@@ -465,7 +465,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
 
 def examples() -> int:
-    return int(os.environ.get("DYNAMIC_KAFKA_MODEL_EXAMPLES", "200"))
+    return int(os.environ.get("DYNAMIC_KAFKA_MODEL_EXAMPLES", "100"))
 
 
 def run_machine(machine: type[ProtocolMachine], max_examples: int, steps: int = 40) -> None:
