@@ -13,6 +13,7 @@ a backfill that then fails leaves a frontier that only costs those runs a check.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -28,7 +29,9 @@ from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan
+    from dynamic_kafka.plan.model import Plan, Split
+
+logger = logging.getLogger(__name__)
 
 
 def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -65,7 +68,31 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
-    return plan, metadata
+    return _above_floors(plan, context.store.load()), metadata
+
+
+def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
+    """``plan`` with every split starting at or above its partition's backfill floor. Sink rows carry coordinates,
+    not topic ids: below the floor, a recreated topic's offsets may match an earlier incarnation's rows, and the
+    MERGE would take them for records already there. Those offsets were (or will be) read by the incremental run
+    that resets the topic, from earliest.
+    """
+    clipped: list[Split] = []
+    for split in plan.splits:
+        floor = state.backfill_floor(split)
+        if floor > split.start_offset:
+            start = min(floor, split.stop_offset)
+            logger.warning(
+                "backfill of %s: offsets [%d, %d) skipped: below the floor %d of a recreated topic (an earlier "
+                "incarnation's rows may be in the sink at the same offsets; the incremental runs read them)",
+                split.key,
+                split.start_offset,
+                start,
+                floor,
+            )
+            split = split.model_copy(update={"start_offset": start})
+        clipped.append(split)
+    return plan.model_copy(update={"splits": tuple(clipped)})
 
 
 def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> RunSummary:
@@ -81,7 +108,9 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
     context.check_object_store()
-    context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    context.store.record_backfill(
+        {s.key: s.stop_offset for s in plan.read_splits}, topic_ids={s.key: s.topic_id for s in plan.read_splits}
+    )
     crash_point("after_frontier")
     frame = read_splits(
         context.spark(),

@@ -27,7 +27,7 @@ from dynamic_kafka.config import (
     SingleClusterMetadataServiceConfig,
 )
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.kafka import list_topic_names, run_requests, take_broker_snapshot
+from dynamic_kafka.kafka import ClusterRequest, list_topic_names, run_requests, take_broker_snapshot
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.references import ReferenceGuard
@@ -142,6 +142,24 @@ class PipelineContext:
         pipeline = pipeline or self.pipeline
         requests = run_requests(pipeline, metadata, state, self.service)
         return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
+
+    def plan_snapshot(self, plan: Plan) -> BrokerSnapshot:
+        """The brokers' offsets now, for every partition a (planned) plan reads: to check a crashed run's plan is
+        still readable before executing it again. Every cluster is required: an unreachable one raises.
+
+        Raises:
+            KafkaClientError: a cluster of the plan could not be queried (``ClusterUnreachableError`` when it did
+                not answer).
+        """
+        topics: dict[str, set[str]] = {}
+        for split in plan.read_splits:
+            topics.setdefault(split.cluster_id, set()).add(split.topic)
+        connections = self.connections(plan)
+        requests = [
+            ClusterRequest(cluster=connections[cid], topics=frozenset(names), required=True, skip_unreachable=False)
+            for cid, names in sorted(topics.items())
+        ]
+        return take_broker_snapshot(requests, isolation_level=self.pipeline.isolation_level, now=datetime.now(UTC))
 
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
         """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being

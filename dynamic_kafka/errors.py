@@ -163,19 +163,36 @@ class PlanningError(DynamicKafkaError):
 
 
 class DataLossError(PlanningError):
-    """Committed offsets are below the earliest offset the broker still has (retention or deleted records).
+    """Committed offsets are below the earliest offset the broker still has (retention or deleted records), or above
+    its latest offset (the log was truncated: an unclean leader election).
 
     Attributes:
         losses: one lost range (committed offset to the broker's earliest) per partition.
+        truncated: one truncated range (the broker's latest offset to the committed offset) per partition: offsets
+            that were read and that new records will be given again.
     """
 
-    def __init__(self, losses: Sequence[LostRange]) -> None:
+    def __init__(self, losses: Sequence[LostRange], *, truncated: Sequence[LostRange] = ()) -> None:
         self.losses: tuple[LostRange, ...] = tuple(losses)
-        described = "; ".join(str(lost) for lost in self.losses)
+        self.truncated: tuple[LostRange, ...] = tuple(truncated)
+        parts = []
+        if self.losses:
+            described = "; ".join(str(lost) for lost in self.losses)
+            parts.append(f"records below the committed offsets were deleted before they were read: {described}")
+        if self.truncated:
+            described = "; ".join(
+                f"{t.cluster_id}/{t.topic}[{t.partition}] latest offset {t.from_offset} is below the committed "
+                f"offset {t.to_offset}"
+                for t in self.truncated
+            )
+            parts.append(
+                "the log was truncated below the committed offsets (unclean leader election, or the isolation level "
+                f"changed while a transaction was open): {described}"
+            )
         super().__init__(
-            f"data loss: records below the committed offsets were deleted before they were read: {described}.",
-            hint="Nothing was written. To continue from the earliest available offsets and record the gap, "
-            "set `on_data_loss: skip` on the pipeline.",
+            f"data loss: {'; and '.join(parts)}.",
+            hint="Nothing was written. To continue from the earliest (after retention) or latest (after a "
+            "truncation) available offsets and record the gap, set `on_data_loss: skip` on the pipeline.",
         )
 
 

@@ -40,10 +40,21 @@ from typing import TYPE_CHECKING
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, RunTimeoutError
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    ConfigError,
+    DataLossError,
+    DynamicKafkaError,
+    KafkaClientError,
+    RunInProgressError,
+    RunTimeoutError,
+    StateError,
+    TopicRecreatedError,
+)
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.plan.planner import config_pins, plan_run
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.sink import committed_txn_version
@@ -59,7 +70,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split
-    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
     from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
@@ -279,29 +290,37 @@ class PipelineRunner:
         self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
 
-    def _recover(self, state: StateSnapshot) -> int:
-        """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq.
+    def _recover(self, state: StateSnapshot) -> int | None:
+        """Finishes the run a crash left planned, with exactly its plan.
 
         A planned run whose owner still holds a fresh lease is alive (on another host, or in a process using
         another lock folder) and is refused; an expired lease, or an owner provably gone from this host, means a
         crash. The recovering run first takes the lease over (one commit at the exact version read: of two
         recovering processes one wins).
 
+        Before executing the plan again it is checked: the config must be the one it was planned with (checked
+        before the lease is taken over, so a refusal writes nothing), and a fresh snapshot of its clusters must
+        still hold its ranges under the same topic ids. A range deleted by retention or truncated is decided by
+        ``on_data_loss`` and a recreated topic by ``on_topic_recreated``: ``fail`` raises, ``skip`` / ``reset``
+        abandons the run (its offsets are not committed, the history says why) so the next plan applies the
+        policy to the committed offsets.
+
+        Returns:
+            The recovered run's run_seq, or None when its plan could no longer be executed and was abandoned by
+            policy (the caller then plans afresh).
+
         Raises:
             RunInProgressError: the planned run's owner holds a fresh lease, or another process took it over first.
+            ConfigError: the config's semantic settings differ from those the run was planned with.
+            DataLossError: part of a range is gone and ``on_data_loss: fail``.
+            TopicRecreatedError: a topic of the plan was recreated and ``on_topic_recreated: fail``.
+            ClusterUnreachableError: a cluster of the plan cannot be queried.
         """
         head = state.last_run
         assert head is not None
         assert state.table_version is not None
         plan = head.plan
-        owner = RunOwner.parse(head.owner)
-        if head.lease_is_fresh(_now()) and not (owner is not None and owner.is_gone()):
-            raise RunInProgressError(
-                self.pipeline.id,
-                plan.run_seq,
-                owner=owner.describe() if owner is not None else head.owner,
-                until=head.lease_expires_at.isoformat() if head.lease_expires_at else None,
-            )
+        owner = _refuse_live_owner(self.pipeline.id, head)
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         # holding the run means the whole run is in.
         written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
@@ -312,6 +331,8 @@ class PipelineRunner:
             owner.describe() if owner is not None else "unknown",
             "its data is in the sink, committing its offsets" if written == plan.run_seq else "executing it again",
         )
+        if written != plan.run_seq:
+            self._check_config(plan)
         version = self.store.lease(
             plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
         )
@@ -320,17 +341,117 @@ class PipelineRunner:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             self._commit_consumer_group(plan, self.context.connections(plan))
-        else:
-            self._check_schema()
-            self._execute(
-                plan,
-                self._keep_lease(plan, version),
-                self.context.connections(plan),
-                lag=0,
-                recovered=plan.run_seq,
-                overlaps=state.backfill_overlaps(plan.read_splits),
-            )
+            return plan.run_seq
+        void = self._stale_plan_reason(plan)
+        if void is not None:
+            self.store.abandon_run(plan.run_seq, reason=void, expected_version=version)
+            return None
+        self._check_schema()
+        self._execute(
+            plan,
+            self._keep_lease(plan, version),
+            self.context.connections(plan),
+            lag=0,
+            recovered=plan.run_seq,
+            overlaps=state.backfill_overlaps(plan.read_splits),
+        )
         return plan.run_seq
+
+    def abandon(self, run_seq: int, reason: str) -> int:
+        """Give up the planned (crashed) run ``run_seq``: its offsets are not committed, the history records why.
+
+        For a run no policy settles (its cluster is gone for good, its config was changed on purpose). The next run
+        plans those offsets afresh under the current config.
+
+        Args:
+            run_seq: the planned head run to abandon.
+            reason: why; recorded in the run history for whoever looks next.
+
+        Returns:
+            The new state table version.
+
+        Raises:
+            StateError: no reason, the sink already holds the run (it is complete: a run commits it), or the run
+                is not the planned head.
+            RunInProgressError: the run's owner is alive (its lease is fresh).
+        """
+        reason = reason.strip()
+        if not reason:
+            raise StateError("abandon needs a --reason: it is recorded in the run history for whoever looks next.")
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
+        if written is not None and written >= run_seq:
+            raise StateError(
+                f"run {run_seq} of pipeline {self.pipeline.id!r} is complete in the sink (it holds its "
+                "transaction); abandoning it would leave its records landed without their offsets.",
+                hint="Run the pipeline: the recovery commits the run's offsets.",
+            )
+        state = self.store.load()
+        head = state.last_run
+        if head is not None and head.status == "planned" and head.run_seq == run_seq:
+            _refuse_live_owner(self.pipeline.id, head)
+        return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
+
+    def _check_config(self, plan: Plan) -> None:
+        """Refuses to execute a planned run again under other semantic settings than it was planned with."""
+        if not plan.config_pins:
+            return  # planned before pins were recorded
+        now = config_pins(self.pipeline)
+        changed = sorted(k for k in plan.config_pins.keys() | now.keys() if plan.config_pins.get(k) != now.get(k))
+        if changed:
+            raise ConfigError(
+                f"pipeline {self.pipeline.id!r}: run {plan.run_seq} was planned (and crashed) with other settings "
+                f"than the config has now: {', '.join(changed)} changed. Executing it again would write its records "
+                "differently from what it planned; nothing was written.",
+                hint="Restore the settings until the run has finished, or give the run up with "
+                f"`{_abandon_command(self, plan)}` (its offsets are not committed; the next run plans them again "
+                "under the new settings).",
+            )
+
+    def _stale_plan_reason(self, plan: Plan) -> str | None:
+        """Why ``plan`` can no longer be executed as planned, when its policy says to abandon it; None when it can.
+
+        Raises:
+            DataLossError: part of a range was deleted or truncated and ``on_data_loss: fail``.
+            TopicRecreatedError: a topic was deleted or recreated and ``on_topic_recreated: fail``.
+            ClusterUnreachableError: a cluster of the plan cannot be reached.
+        """
+        if plan.is_empty:
+            return None
+        try:
+            brokers = self.context.plan_snapshot(plan)
+        except KafkaClientError as e:
+            raise ClusterUnreachableError(
+                f"run {plan.run_seq} of pipeline {self.pipeline.id!r} was planned (and crashed) reading this cluster, "
+                f"which cannot be queried now ({e}); the run cannot be finished and nothing was written.",
+                cluster_id=e.cluster_id,
+                hint="Restore access to the cluster (or its entry in the metadata service), or give the run up "
+                f"with `{_abandon_command(self, plan)}`.",
+            ) from e
+        losses: list[LostRange] = []
+        truncated: list[LostRange] = []
+        for s in plan.read_splits:
+            topic = brokers.clusters[s.cluster_id].topics.get(s.topic)
+            offsets = topic.partitions.get(s.partition) if topic is not None and topic.exists else None
+            if topic is None or offsets is None or (s.topic_id and topic.topic_id and s.topic_id != topic.topic_id):
+                why = (
+                    f"topic {s.topic!r} on cluster {s.cluster_id!r} was deleted or recreated since run "
+                    f"{plan.run_seq} was planned"
+                )
+                if self.pipeline.on_topic_recreated == "fail":
+                    raise TopicRecreatedError(s.cluster_id, s.topic, why)
+                return why
+            if s.start_offset < offsets.earliest:
+                losses.append(LostRange(**s.key.model_dump(), from_offset=s.start_offset, to_offset=offsets.earliest))
+            elif s.stop_offset > offsets.latest:
+                truncated.append(LostRange(**s.key.model_dump(), from_offset=offsets.latest, to_offset=s.stop_offset))
+        if not (losses or truncated):
+            return None
+        if self.pipeline.on_data_loss == "fail":
+            raise DataLossError(losses, truncated=truncated)
+        return "part of its ranges is gone from the brokers: " + "; ".join(
+            [str(lost) for lost in losses]
+            + [f"{t.cluster_id}/{t.topic}[{t.partition}] truncated to {t.from_offset}" for t in truncated]
+        )
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
@@ -359,6 +480,14 @@ class PipelineRunner:
                 log.warning(
                     "consumer group %r: offsets not committed on cluster %r (monitoring only): %s", group, cluster_id, e
                 )
+
+
+def _abandon_command(runner: PipelineRunner, plan: Plan) -> str:
+    config = str(runner.project.source) if runner.project.source else "dynamic_kafka.yaml"
+    return (
+        f"dynamic-kafka abandon --config {config} --pipeline {runner.pipeline.id} --run-seq {plan.run_seq} "
+        "--reason '...'"
+    )
 
 
 def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
@@ -473,3 +602,23 @@ class _Deadline:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _refuse_live_owner(pipeline_id: str, head: RunRecord) -> RunOwner | None:
+    """Raise when the planned ``head``'s owner is alive; else return its owner (None when it names none).
+
+    A fresh lease means alive (on another host, or in a process using another lock folder), unless the owner is
+    provably gone from this host; an expired lease means a crash.
+
+    Raises:
+        RunInProgressError: the owner holds a fresh lease.
+    """
+    owner = RunOwner.parse(head.owner)
+    if head.lease_is_fresh(_now()) and not (owner is not None and owner.is_gone()):
+        raise RunInProgressError(
+            pipeline_id,
+            head.run_seq,
+            owner=owner.describe() if owner is not None else head.owner,
+            until=head.lease_expires_at.isoformat() if head.lease_expires_at else None,
+        )
+    return owner

@@ -1,4 +1,4 @@
-"""The ``plan``, ``run`` and ``status`` commands: one pipeline of a project config.
+"""The ``plan``, ``run``, ``status`` and ``abandon`` commands: one pipeline of a project config.
 
 Each prints a readable report, or with ``--json`` one JSON document on stdout for machines. Failures print one
 paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
@@ -23,17 +23,26 @@ DEFAULT_CONFIG = "dynamic_kafka.yaml"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Registers ``plan``, ``run`` and ``status``."""
+    """Registers ``plan``, ``run``, ``status`` and ``abandon``."""
     commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
         ("plan", "show the splits the next run would read, reading and writing nothing", _plan),
         ("run", "execute one incremental run and print its summary", _run),
         ("status", "show per partition the committed offset, latest offset, lag, and the last run", _status),
+        (
+            "abandon",
+            "give up a planned (crashed) run that cannot complete: its offsets are not committed, the state's "
+            "history records it with the reason, and the next run plans afresh",
+            _abandon,
+        ),
     ]
     for name, help_text, handler in commands:
         parser = subparsers.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
         parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
         parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        if name == "abandon":
+            parser.add_argument("--run-seq", type=int, required=True, help="the planned run to abandon")
+            parser.add_argument("--reason", required=True, help="why (recorded in the state's run history)")
         parser.set_defaults(handler=handler)
 
 
@@ -122,3 +131,15 @@ def _status(args: argparse.Namespace) -> int:
         return "\n".join(lines)
 
     return _emit(args, status.model_dump(mode="json"), text)
+
+
+def _abandon(args: argparse.Namespace) -> int:
+    runner = _runner(args)
+    reason = args.reason.strip()
+    version = runner.abandon(args.run_seq, reason)
+    data = {"pipeline_id": runner.pipeline.id, "run_seq": args.run_seq, "status": "abandoned", "reason": reason}
+    return _emit(
+        args,
+        {**data, "state_version": version},
+        lambda: f"run {args.run_seq} of pipeline {runner.pipeline.id} abandoned (offsets not committed): {reason}",
+    )

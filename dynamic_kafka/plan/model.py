@@ -80,6 +80,7 @@ class LostRange(BaseModel):
 
 FindingKind = Literal[
     "data_loss",
+    "truncated",
     "topic_recreated",
     "new_partition",
     "new_topic",
@@ -112,6 +113,7 @@ class Finding(BaseModel):
         """Tell whether the finding should be shown as a warning (something was skipped or lost)."""
         return self.kind in {
             "data_loss",
+            "truncated",
             "topic_recreated",
             "removed_unread",
             "cluster_skipped",
@@ -144,6 +146,12 @@ class Plan(BaseModel):
     skipped_clusters: tuple[str, ...] = Field((), description="Unreachable clusters skipped by policy.")
     findings: tuple[Finding, ...] = ()
     metadata_fingerprint: str = ""
+    config_pins: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per semantic setting (sink, formats, schema, isolation level, decode policy), a hash of the "
+        "value it was planned with: a crashed run is re-executed only under the same settings. Empty in plans "
+        "written before pins existed (not checked).",
+    )
     planned_at: datetime
 
     @property

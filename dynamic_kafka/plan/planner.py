@@ -25,6 +25,8 @@ would mean reading two files.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
@@ -72,8 +74,8 @@ def plan_run(
     builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
     builder.plan_subscribed()
     builder.plan_removed()
-    if builder.losses:
-        raise DataLossError(builder.losses)
+    if builder.losses or builder.truncations:
+        raise DataLossError(builder.losses, truncated=builder.truncations)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
     removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
     return Plan(
@@ -84,8 +86,30 @@ def plan_run(
         skipped_clusters=tuple(builder.skipped),
         findings=tuple(builder.findings),
         metadata_fingerprint=metadata.fingerprint,
+        config_pins=config_pins(pipeline),
         planned_at=now,
     )
+
+
+def config_pins(pipeline: PipelineConfig) -> dict[str, str]:
+    """Per setting that decides what a run writes, a short hash of its value. A crashed run re-executed under
+    other values would write its records differently from what was planned (another table, another decoding: a
+    record undecodable only under the new format would go to a dead-letter transaction that may already exist).
+    """
+    values: dict[str, object] = {
+        "sink": [str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)],
+        "key_format": pipeline.key_format,
+        "value_format": pipeline.value_format
+        if isinstance(pipeline.value_format, str)
+        else repr(pipeline.value_format),
+        "value_schema": pipeline.value_schema,
+        "isolation_level": pipeline.isolation_level,
+        "on_decode_error": pipeline.on_decode_error,
+    }
+    return {
+        name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        for name, value in values.items()
+    }
 
 
 class _PlanBuilder:
@@ -108,6 +132,9 @@ class _PlanBuilder:
         self.skipped: list[str] = []
         self.covered: set[TopicPartition] = set()
         self.removals: list[tuple[TopicPartition, int | None]] = []
+        self.truncations: list[LostRange] = []
+        # Streams the state has partition rows of (active or removed): a topic new to one of them is discovered.
+        self.state_streams: set[str] = {sid for p in state.partitions.values() for sid in p.stream_ids}
 
     def note(self, kind: str, message: str, **where: object) -> None:
         self.findings.append(Finding.model_validate({"kind": kind, "message": message, **where}))
@@ -157,11 +184,20 @@ class _PlanBuilder:
             cluster_id=cluster_id,
         )
 
-    def _recreation(self, topic: str, snapshot: TopicSnapshot, known: list[PartitionState]) -> str | None:
-        known_ids = {p.topic_id for p in known if p.topic_id}
-        if snapshot.topic_id and known_ids and snapshot.topic_id not in known_ids:
-            return f"topic id changed from {sorted(known_ids)[0]} to {snapshot.topic_id}"
-        for p in sorted(known, key=lambda p: p.partition):
+    def _recreation(
+        self, snapshot: TopicSnapshot, same: list[PartitionState], stale: list[PartitionState]
+    ) -> str | None:
+        """Why the topic counts as recreated, or None. Decided by topic id: the topic was recreated when the state
+        knows it only under other ids. Rows of another id next to rows of the current id are leftovers of an
+        earlier reset (the old topic had more partitions), not a new recreation. Without ids (state written before
+        ids were recorded, or a broker that gives none), a vanished partition or a committed offset beyond latest
+        is taken for a recreation, as before.
+        """
+        if stale and not same:
+            return f"topic id changed from {sorted({str(p.topic_id) for p in stale})[0]} to {snapshot.topic_id}"
+        if snapshot.topic_id and any(p.topic_id for p in same):
+            return None  # same id: a committed offset beyond latest is a truncation (see _resume), never a recreation
+        for p in sorted(same, key=lambda p: p.partition):
             offsets = snapshot.partitions.get(p.partition)
             if offsets is None:
                 return f"partition {p.partition} no longer exists"
@@ -178,7 +214,17 @@ class _PlanBuilder:
         known: list[PartitionState],
         bootstrap: str,
     ) -> None:
-        reason = self._recreation(topic, snapshot, known)
+        # Rows of another topic id belong to an earlier incarnation of this topic name: they never resume, and the
+        # ones the current topic has no partition for are marked removed in this run's commit (else their offsets
+        # would look like a recreation again on every run).
+        same = [p for p in known if not (snapshot.topic_id and p.topic_id and p.topic_id != snapshot.topic_id)]
+        stale = [p for p in known if p not in same]
+        for p in stale:
+            if p.partition not in snapshot.partitions:
+                self.covered.add(p.key)
+                if p.status == "active":
+                    self.removals.append((p.key, None))
+        reason = self._recreation(snapshot, same, stale)
         if reason is not None:
             if self.pipeline.on_topic_recreated == "fail":
                 raise TopicRecreatedError(cluster_id, topic, reason)
@@ -191,11 +237,16 @@ class _PlanBuilder:
         starting, stopping = self.metadata.initializers(
             cluster_id, self.pipeline.starting_offsets, self.pipeline.stopping_offsets
         )
-        by_partition = {p.partition: p for p in known}
+        by_partition = {p.partition: p for p in same}
+        # A new topic on a stream the state already tracks was added after the pipeline started (a migration, a
+        # topic added to the stream): like Flink for partitions it discovers, read it from earliest, so records
+        # written to it before this run are not skipped by a `latest` or timestamp initializer.
+        discovered = not known and bool(self.state_streams.intersection(stream_ids))
         if not known and snapshot.partitions:
+            how = "earliest (its stream already has state)" if discovered else starting.kind
             self.note(
                 "new_topic",
-                f"new topic {topic!r} on cluster {cluster_id!r}: starting at {starting.kind}",
+                f"new topic {topic!r} on cluster {cluster_id!r}: starting at {how}",
                 cluster_id=cluster_id,
                 topic=topic,
             )
@@ -207,7 +258,7 @@ class _PlanBuilder:
                 start: int | None = offsets.earliest
             elif committed is not None:
                 start = self._resume(key, committed, offsets)
-            elif known:
+            elif same:
                 self.note(
                     "new_partition",
                     f"new partition {key}: reading from earliest {offsets.earliest}",
@@ -216,6 +267,8 @@ class _PlanBuilder:
                     partition=partition,
                 )
                 start = offsets.earliest
+            elif stale or discovered:
+                start = offsets.earliest  # after a reset, or a topic discovered on a stream the state tracks
             else:
                 start = self._initial_start(key, starting, snapshot, offsets)
             if start is None:
@@ -242,6 +295,8 @@ class _PlanBuilder:
                 f"{key} is back in the metadata; resuming at its kept offset {start}",
                 **key.model_dump(),
             )
+        if start > offsets.latest:
+            return self._truncated(key, start, offsets)
         if start >= offsets.earliest:
             return start
         lost = LostRange(**key.model_dump(), from_offset=start, to_offset=offsets.earliest)
@@ -254,6 +309,25 @@ class _PlanBuilder:
             **lost.model_dump(),
         )
         return offsets.earliest
+
+    def _truncated(self, key: TopicPartition, committed: int, offsets: PartitionOffsets) -> int | None:
+        """The same topic's latest offset fell below the committed one: the log was truncated (an unclean leader
+        election), or the isolation level changed to read_committed while a transaction was open. The offsets
+        ``[latest, committed)`` will be given to new records. A data-loss policy decision: ``fail`` names the
+        range; ``skip`` resumes at latest (the new records there are read) and records the range.
+        """
+        truncated = LostRange(**key.model_dump(), from_offset=offsets.latest, to_offset=committed)
+        if self.pipeline.on_data_loss == "fail":
+            self.truncations.append(truncated)
+            return None
+        self.note(
+            "truncated",
+            f"{key}: the log was truncated below the committed offset {committed} (latest is now "
+            f"{offsets.latest}); offsets [{offsets.latest}, {committed}) were read before and will be reused by new "
+            "records; resuming at latest",
+            **truncated.model_dump(),
+        )
+        return offsets.latest
 
     def _initial_start(
         self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets

@@ -86,11 +86,13 @@ class PartitionState(_Frozen):
         return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
 
 
-RunStatus = Literal["planned", "committed"]
+RunStatus = Literal["planned", "committed", "abandoned"]
 
 
 class RunRecord(_Frozen):
-    """One run in the state: its plan while planned, and its summary once committed."""
+    """One run in the state: its plan while planned, and its summary once committed (or abandoned: its offsets
+    were never committed, and its summary says why).
+    """
 
     pipeline_id: str
     run_seq: int
@@ -122,6 +124,30 @@ class StateSnapshot(_Frozen):
         description="Per partition, the backfill frontier: the highest stop offset a time-window backfill "
         "merged into the sink (or is merging). Separate from, and never moving, the incremental offsets.",
     )
+    backfill_topic_ids: dict[TopicPartition, str] = Field(
+        default_factory=dict,
+        description="The topic id each frontier was recorded for (absent: recorded before ids were kept). A "
+        "frontier covers only that incarnation of the topic: after a recreation it no longer applies.",
+    )
+
+    backfill_floors: dict[TopicPartition, int] = Field(
+        default_factory=dict,
+        description="Per partition of a recreated topic, the offset below which the sink may hold an earlier "
+        "incarnation's rows at the same coordinates: backfills and the runs' backfill checks never match below it.",
+    )
+
+    def backfill_floor(self, split: Split) -> int:
+        """The first offset of ``split``'s partition whose sink rows can only be of ``split``'s topic incarnation:
+        the recorded floor, or, for a topic recreated since the state's last commit (the partition row still has
+        the old id), the old incarnation's committed offset and frontier.
+        """
+        floor = self.backfill_floors.get(split.key, 0)
+        row = self.partitions.get(split.key)
+        if row is not None and row.topic_id and split.topic_id and row.topic_id != split.topic_id:
+            floor = max(floor, row.next_offset)
+            if self.backfill_topic_ids.get(split.key) in (None, row.topic_id):
+                floor = max(floor, self.backfilled.get(split.key, 0))
+        return floor
 
     @property
     def next_run_seq(self) -> int:
@@ -129,12 +155,21 @@ class StateSnapshot(_Frozen):
         return (self.last_run.run_seq if self.last_run else 0) + 1
 
     def backfill_overlaps(self, splits: Iterable[Split]) -> tuple[Split, ...]:
-        """The parts of ``splits`` a backfill may already have put in the sink: ``[start, min(stop, frontier))``
-        for each split that starts below its partition's frontier. Empty in the common case (no backfill).
+        """The parts of ``splits`` a backfill may already have put in the sink.
+
+        That is ``[max(start, floor), min(stop, frontier))`` for each split that starts below its partition's
+        frontier, when the frontier is of the split's topic id. Empty in the common case (no backfill).
         """
         overlaps = []
         for split in splits:
             frontier = self.backfilled.get(split.key, 0)
-            if frontier > split.start_offset and split.stop_offset > split.start_offset:
-                overlaps.append(split.model_copy(update={"stop_offset": min(split.stop_offset, frontier)}))
+            recorded_id = self.backfill_topic_ids.get(split.key)
+            if recorded_id is not None and split.topic_id is not None and recorded_id != split.topic_id:
+                continue  # the frontier of an earlier incarnation of the topic: the sink has none of this one's rows
+            # Below the floor the sink's rows at these coordinates may be an earlier incarnation's: never match.
+            start = max(split.start_offset, self.backfill_floors.get(split.key, 0))
+            if frontier > start and split.stop_offset > start:
+                overlaps.append(
+                    split.model_copy(update={"start_offset": start, "stop_offset": min(split.stop_offset, frontier)})
+                )
         return tuple(overlaps)

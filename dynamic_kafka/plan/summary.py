@@ -28,7 +28,11 @@ class RunSummary(BaseModel):
 
     pipeline_id: str
     run_seq: int
-    status: Literal["committed", "empty"] = Field(description="'committed', or 'empty' when there was nothing to read.")
+    status: Literal["committed", "empty", "abandoned"] = Field(
+        description="'committed'; 'empty' when there was nothing to read; 'abandoned' for a planned run that could "
+        "not complete and was given up without committing its offsets (``reason`` says why)."
+    )
+    reason: str | None = Field(None, description="Why an abandoned run was abandoned.")
     recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
     records: int = 0
     bytes: int = 0

@@ -10,7 +10,12 @@ One Delta table per pipeline, partitioned by ``kind``:
   owner renews the lease while it runs; another process recovers the run only once the lease has expired.
 * ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
 * ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
-  ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised).
+  ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised), and
+  its ``topic_id`` the topic incarnation it covers (a recreated topic's frontier starts again; a run's commit that
+  resets a recreated topic drops the old incarnation's frontier). A ``backfill`` row with status ``floor`` holds,
+  for the topic id it names, the offset below which the sink may hold an EARLIER incarnation's rows at the same
+  coordinates (recorded by the commit that resets a recreated topic): backfill MERGEs and the runs' backfill
+  anti-joins match on coordinates, so neither looks below it.
   Incremental runs dedupe the part of their ranges below it against the sink. Rewritten whole by each backfill;
   runs never touch these rows (nor backfills the others).
 
@@ -162,16 +167,38 @@ def run_row(
     )
 
 
-def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime) -> dict[str, Any]:
-    """Return the state row of a partition's backfill frontier."""
+FLOOR = "floor"
+"""The status of a ``backfill`` row that holds a floor instead of a frontier."""
+
+
+def backfill_row(
+    pipeline_id: str,
+    key: TopicPartition,
+    frontier: int,
+    recorded_at: datetime,
+    topic_id: str | None = None,
+    *,
+    floor: bool = False,
+) -> dict[str, Any]:
+    """Return the state row of a partition's backfill frontier, or of its floor when ``floor`` is set.
+
+    Args:
+        pipeline_id: the pipeline the row belongs to.
+        key: the partition.
+        frontier: the frontier (highest stop offset a backfill covered), or the floor offset.
+        recorded_at: when the row was written.
+        topic_id: the topic incarnation the frontier or floor is for (None when unknown).
+        floor: write a floor row (status ``floor``) instead of a frontier row.
+    """
     return _row(
         "backfill",
         pipeline_id,
-        "recorded",
+        FLOOR if floor else "recorded",
         cluster_id=key.cluster_id,
         topic=key.topic,
         partition=key.partition,
         next_offset=frontier,
+        topic_id=topic_id,
         committed_at=utc(recorded_at),
     )
 
@@ -197,12 +224,12 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
     )
 
 
-def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
-    """Return a partition and its backfill frontier from its state row."""
+def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int, str | None]:
+    """Return a partition, its backfill frontier (or floor) and the topic id it is for, from its state row."""
     if row["next_offset"] is None:
         raise ValueError(f"backfill row without an offset: {row}")
     key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
-    return key, int(row["next_offset"])
+    return key, int(row["next_offset"]), row.get("topic_id")
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:

@@ -36,8 +36,9 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan
+from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
+from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
@@ -45,8 +46,6 @@ from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
-
-    from dynamic_kafka.plan.model import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +124,15 @@ class StateStore:
         dt = self._table.open()
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions, backfilled = self._table.read_rows(dt, _LOADED)
+        head, partitions, backfilled, floors = self._table.read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
             last_run=head,
             partitions=partitions,
-            backfilled=backfilled,
+            backfilled={k: offset for k, (offset, _) in backfilled.items()},
+            backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
+            backfill_floors={k: floor for k, (floor, _) in floors.items()},
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -246,7 +247,9 @@ class StateStore:
             StateError: ``sink_txn`` is not beyond the state's last run.
         """
         dt = None if expected_version is None else self._table.open(expected_version)
-        head, _, recorded = self._table.read_rows(dt, _LOADED) if dt is not None else (None, {}, {})
+        head, partitions, recorded, floors = (
+            self._table.read_rows(dt, _LOADED) if dt is not None else (None, {}, {}, {})
+        )
         last = head.run_seq if head is not None else 0
         if sink_txn <= last:
             raise StateError(
@@ -257,11 +260,21 @@ class StateStore:
         plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
         merged = dict(recorded)
         for key, offset in frontier.items():
-            merged[key] = max(offset, merged.get(key, 0))
+            # The sink's rows carry coordinates only: the frontier is for the incarnation the state's partition row
+            # knows. A frontier recorded for another incarnation is replaced, not raised (as in record_backfill).
+            row = partitions.get(key)
+            current_id = row.topic_id if row is not None else None
+            old_offset, old_id = merged.get(key, (0, None))
+            same = old_id is None or current_id is None or old_id == current_id
+            merged[key] = (max(offset, old_offset) if same else offset, current_id or old_id)
         rows = [
             _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
             _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
-            *(_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)),
+            *(
+                _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
+                for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
+            ),
+            *_floor_rows(self.pipeline_id, floors, now),
         ]
         if dt is None:
             return self._table.create(rows, plan, "realign")
@@ -304,7 +317,98 @@ class StateStore:
                 hint="A planned run is finished with exactly its recorded plan (load().last_run.plan).",
             )
         rows = self._commit_rows(plan, partitions, summary_json)
-        return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_run")
+        predicate = self._commit_predicate(plan)
+        stale = self._stale_frontier(dt, plan, partitions)
+        if stale is not None:
+            rows.extend(stale)
+            predicate += " OR kind = 'backfill'"
+        return self._table.overwrite(dt, rows, predicate, plan, "commit_run")
+
+    def abandon_run(self, run_seq: int, *, reason: str, expected_version: int | None = None) -> int:
+        """Marks the planned run ``run_seq`` abandoned: its offsets are NOT committed, the head and a history row
+        record it with ``reason``, and the next run plans afresh (from the committed offsets) as run ``run_seq + 1``.
+
+        For a planned run that cannot complete (its range was deleted, its topic recreated, its cluster is gone, or
+        the config it was planned with changed). The caller must know the sink does not hold the run's transaction
+        (else the run is complete and must be committed instead).
+
+        Args:
+            run_seq: the planned run to abandon (must be the head, planned).
+            reason: why; recorded in the run's summary in the state's history.
+            expected_version: the table version read; None reads the latest.
+
+        Returns:
+            The new table version.
+
+        Raises:
+            StateError: the head is not run ``run_seq`` planned.
+            RunInProgressError: the table changed meanwhile; nothing was written.
+        """
+        dt = self._table.open(expected_version)
+        head = self._table.read_current(dt, predicate="kind = 'head'")[0] if dt is not None else None
+        if head is None or head.status != "planned" or head.run_seq != run_seq:
+            found = "no run" if head is None else f"run {head.run_seq} {head.status}"
+            raise StateError(
+                f"cannot abandon run {run_seq} of pipeline {self.pipeline_id!r}: the state table at {self.path} has "
+                f"{found}, not run {run_seq} planned.",
+                hint="Only the planned head run can be abandoned; `dynamic-kafka status` shows it.",
+            )
+        assert dt is not None
+        plan = head.plan
+        summary = RunSummary(**base_summary(plan, 0), status="abandoned", reason=reason).model_dump_json()
+        now = self._clock()
+        rows = [
+            _rows.run_row("head", plan, "abandoned", committed_at=now, summary_json=summary),
+            _rows.run_row("run", plan, "abandoned", committed_at=now, summary_json=summary),
+        ]
+        predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+        version = self._table.overwrite(dt, rows, predicate, plan, "abandon_run")
+        logger.warning("pipeline %s: run %d abandoned (offsets not committed): %s", self.pipeline_id, run_seq, reason)
+        return version
+
+    def _stale_frontier(
+        self, dt: Any, plan: Plan, partitions: Mapping[TopicPartition, PartitionState]
+    ) -> list[dict[str, Any]] | None:
+        """The backfill rows after ``plan`` when it resets recreated topics or resumes truncated partitions; None
+        when it does neither (the common case: the backfill rows are not touched).
+
+        A reset drops the old incarnation's frontier and records a floor per partition: the highest offset the old
+        incarnation may have in the sink (its committed offset, or its frontier if higher); backfills and the
+        runs' anti-joins never match below it, since the sink rows carry coordinates, not topic ids. A truncation
+        lowers the frontier to where the run resumes: the offsets above are given to new records.
+        """
+        reset = {(f.cluster_id, f.topic) for f in plan.findings if f.kind == "topic_recreated"}
+        truncated = {
+            TopicPartition(cluster_id=f.cluster_id, topic=f.topic, partition=f.partition): f.from_offset
+            for f in plan.findings
+            if f.kind == "truncated"
+            and f.cluster_id
+            and f.topic
+            and f.partition is not None
+            and f.from_offset is not None
+        }
+        if not (reset or truncated):
+            return None
+        ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
+        _, _, recorded, floors = self._table.read_rows(dt, "kind = 'backfill'")
+        now = self._clock()
+        kept = {
+            k: (min(offset, truncated.get(k, offset)), tid)
+            for k, (offset, tid) in recorded.items()
+            if not ((k.cluster_id, k.topic) in reset and tid != ids.get((k.cluster_id, k.topic)))
+        }
+        new_floors = dict(floors)
+        for key, row in partitions.items():
+            new_id = ids.get((key.cluster_id, key.topic))
+            if (key.cluster_id, key.topic) not in reset or row.topic_id == new_id:
+                continue
+            old_frontier, old_id = recorded.get(key, (0, None))
+            high = max(row.next_offset, old_frontier if old_id in (None, row.topic_id) else 0, floors.get(key, (0,))[0])
+            new_floors[key] = (high, new_id)
+        return [
+            _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
+            for k, (offset, tid) in sorted(kept.items(), key=lambda kv: str(kv[0]))
+        ] + _floor_rows(self.pipeline_id, new_floors, now)
 
     def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -328,7 +432,12 @@ class StateStore:
         return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
 
     def record_backfill(
-        self, frontier: Mapping[TopicPartition, int], *, attempts: int = 5, retry_delay: float = 0.5
+        self,
+        frontier: Mapping[TopicPartition, int],
+        *,
+        topic_ids: Mapping[TopicPartition, str | None] | None = None,
+        attempts: int = 5,
+        retry_delay: float = 0.5,
     ) -> int | None:
         """Raise the backfill frontier of every partition in ``frontier`` (to the highest stop offset a backfill
         covers) in one commit. Call it BEFORE the backfill writes the sink: a run planned after this commit
@@ -340,8 +449,12 @@ class StateStore:
         another commit is retried (a max-merge is safe to redo). A planned run is waited for (it may be in
         flight, and moving the table under it would fail its commit): this is also retried.
 
+        A frontier belongs to one incarnation of its topic (``topic_ids``): a frontier recorded for another topic id
+        (the topic was recreated since) is replaced, not raised.
+
         Args:
             frontier: per partition, the stop offset (exclusive) of the backfill's range.
+            topic_ids: per partition, the topic id the backfill read (from its broker snapshot).
             attempts: how many times to try before giving up.
             retry_delay: the first wait between attempts, in seconds; doubled after each.
 
@@ -357,19 +470,28 @@ class StateStore:
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             dt = self._table.open()
-            head, _, recorded = self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {})
+            head, _, recorded, floors = (
+                self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {}, {})
+            )
             if head is not None and head.status == "planned":
                 if last:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
                 logger.info("backfill frontier of %s waits for planned run %d", self.pipeline_id, head.run_seq)
             else:
+                ids = topic_ids or {}
                 merged = dict(recorded)
                 for key, offset in frontier.items():
-                    merged[key] = max(offset, merged.get(key, 0))
+                    old_offset, old_id = merged.get(key, (0, None))
+                    new_id = ids.get(key) or old_id
+                    same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
+                    merged[key] = (max(offset, old_offset) if same else offset, new_id)
                 if merged == recorded:
                     return None if dt is None else dt.version()
                 now = self._clock()
-                rows = [_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)]
+                rows = [
+                    _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
+                    for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
+                ] + _floor_rows(self.pipeline_id, floors, now)
                 try:
                     if dt is None:
                         return self._table.create(rows, None, "record_backfill")
@@ -417,7 +539,7 @@ class StateStore:
                 f"table at {self.path}; refusing to plan run {plan.run_seq}.",
                 hint="Recover the planned run first (finish exactly its plan), then plan the next one.",
             )
-        expected = head.run_seq + 1 if head is not None else 1
+        expected = head.run_seq + 1 if head is not None else 1  # an abandoned head's run_seq is used up too
         if plan.run_seq != expected:
             raise StateError(
                 f"plan has run_seq {plan.run_seq} but the next run of pipeline {self.pipeline_id!r} in the state "
@@ -441,3 +563,12 @@ class StateStore:
         # Replaces every current row and inserts (or, were it ever re-committed, replaces) this run's history
         # row. The history files hold older run_seqs only, so their statistics exclude them from the rewrite.
         return f"kind = 'partition' OR kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+
+
+def _floor_rows(
+    pipeline_id: str, floors: Mapping[TopicPartition, tuple[int, str | None]], now: datetime
+) -> list[dict[str, Any]]:
+    return [
+        _rows.backfill_row(pipeline_id, k, offset, now, topic_id=tid, floor=True)
+        for k, (offset, tid) in sorted(floors.items(), key=lambda kv: str(kv[0]))
+    ]

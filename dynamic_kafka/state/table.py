@@ -114,15 +114,24 @@ class StateTable:
     def read_current(
         self, dt: DeltaTable, predicate: str = CURRENT
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
-        """Return the current rows (partitions, head, backfill frontiers) at a version."""
-        head, partitions, _ = self.read_rows(dt, predicate)
+        """Return the current rows (partitions, head) at a version."""
+        head, partitions, _, _ = self.read_rows(dt, predicate)
         return head, partitions
 
     def read_rows(
         self, dt: DeltaTable, predicate: str
-    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
-        """Return the rows matching ``predicate`` at a version."""
-        backfilled: dict[TopicPartition, int] = {}
+    ) -> tuple[
+        RunRecord | None,
+        dict[TopicPartition, PartitionState],
+        dict[TopicPartition, tuple[int, str | None]],
+        dict[TopicPartition, tuple[int, str | None]],
+    ]:
+        """Return the head, partition rows, backfill frontiers and backfill floors ``predicate`` selects.
+
+        Frontiers and floors are given per partition as (offset, topic id the row is for).
+        """
+        backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
+        floors: dict[TopicPartition, tuple[int, str | None]] = {}
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -133,8 +142,8 @@ class StateTable:
                 if row["kind"] == "partition":
                     found.append(_rows.partition_from_row(row))
                 elif row["kind"] == "backfill":
-                    key, offset = _rows.backfill_from_row(row)
-                    backfilled[key] = offset
+                    key, offset, topic_id = _rows.backfill_from_row(row)
+                    (floors if row["status"] == _rows.FLOOR else backfilled)[key] = (offset, topic_id)
                 elif head is not None:
                     raise ValueError("more than one head row")
                 else:
@@ -142,7 +151,7 @@ class StateTable:
         except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
             raise self.unreadable(e) from e
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return head, {p.key: p for p in found}, backfilled
+        return head, {p.key: p for p in found}, backfilled, floors
 
     def unreadable(self, e: Exception) -> DynamicKafkaError:
         """Return the error that says the state table cannot be read, and what to do."""

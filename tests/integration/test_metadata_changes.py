@@ -278,3 +278,72 @@ def test_partitions_added_between_runs_are_read_from_earliest(
     assert finding_ranges(second.findings, "new_partition") == {("east", topic, p, None, None) for p in (1, 2)}
     assert h.sink_rows() == sorted(rows("east", topic, new_on_0 + before_discovery))
     assert positions(h) == {("east", topic, p): ("active", n) for p, n in ((0, 8), (1, 3), (2, 3))}
+
+
+def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    """Deletes ``topic`` and creates it again (a new topic id), retrying while the deletion finishes."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=60).values():
+        future.result(timeout=90)
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, what=f"deletion of {topic}")
+
+    def created() -> bool:
+        try:
+            create_topic(bootstrap, topic, partitions)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            return False
+        return True
+
+    wait_for(created, what=f"re-creation of {topic}")
+
+
+def test_topic_recreated_with_fewer_partitions_is_reset_once(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    """Issue 11, hole 1: the old topic's partition 1 has no counterpart in the new topic; the reset marks it
+    removed in its own commit, so the next runs read only new records instead of the whole topic again."""
+    east = kafka_clusters["east"].bootstrap_servers
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2}, on_topic_recreated="reset")
+    topic = topics["east"]
+    old = produce(east, topic, numbered(range(4), partitions=2))
+    assert h.runner().run().records == 4
+
+    _recreate(east, topic, 1)
+    new = produce(east, topic, numbered(range(10, 13)))
+    reset = h.runner().run()
+    assert reset.records == 3
+    assert {f.kind for f in reset.findings} >= {"topic_recreated"}
+    assert positions(h) == {("east", topic, 0): ("active", 3), ("east", topic, 1): ("removed", 2)}
+
+    newer = produce(east, topic, numbered(range(13, 15)))
+    after = h.runner().run()
+    assert after.records == 2
+    assert "topic_recreated" not in {f.kind for f in after.findings}
+    assert h.runner().run().status == "empty"
+    assert h.sink_rows() == sorted(rows("east", topic, old) + rows("east", topic, new + newer))
+
+
+def test_topic_added_to_a_stream_with_state_is_read_from_earliest(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    """Issue 11, hole 9: with `latest`, a topic added to a stream the pipeline already reads (a migration) starts at
+    earliest, so the records written to it before the run that discovers it land."""
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1}, starting_offsets="latest")
+    old_topic, new_topic = topics["east"], unique_name("orders-new")
+    create_topic(west, new_topic, 1)
+    produce(east, old_topic, numbered(range(3)))
+    assert h.runner().run().status == "empty"  # latest: the first run pins the old records as read
+
+    before_discovery = produce(west, new_topic, numbered(range(100, 104)))
+    h.set_streams({"orders": {"east": [old_topic], "west": [new_topic]}})
+    discovered = h.runner().run()
+
+    assert discovered.records == 4
+    assert {(f.cluster_id, f.topic) for f in discovered.findings if f.kind == "new_topic"} == {("west", new_topic)}
+    assert any("already has state" in f.message for f in discovered.findings if f.kind == "new_topic")
+    assert h.sink_rows() == sorted(rows("west", new_topic, before_discovery))

@@ -186,7 +186,7 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
     assert_absent([wrong, sasl_password], outputs)
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)
 def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_explained_leaks_nowhere(
     sasl_cluster: LocalCluster,
     sasl_password: str,
@@ -196,8 +196,8 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     """The password written literally (quoted) in the metadata file, not as a reference: every logger at DEBUG
-    during the run, and ``explain()`` of the Kafka read (the connector's options, JAAS line included, are in the
-    plan) must show it nowhere."""
+    during the run, and ``explain()`` of the Kafka read (Spark 4.1 shows the relation; a Spark that printed the
+    connector's options would show the JAAS line) must show it nowhere."""
     topic, sent = secured_topic(sasl_cluster, sasl_password, 3)
     harness = sasl_harness(tmp_path, sasl_cluster, topic)
     literal = {**harness.clusters["secured"]}
@@ -226,7 +226,7 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
     assert harness.sink_rows() == expected_rows(topic, sent)
     # Spark 4.1's extended explain of a Kafka batch read names the relation, not its options, so this guards a
     # future Spark that prints them; the logs and files scanned below are where the password could leak today.
-    assert "Parsed Logical Plan" in explained
+    assert "Relation" in explained  # the plans really describe the Kafka read
     assert debug_on == [True] * len(DEBUG_CONTROLS)  # DEBUG really was on
     captured = capfd.readouterr()
     outputs: dict[str, str | bytes] = {

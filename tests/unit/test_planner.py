@@ -22,6 +22,7 @@ from dynamic_kafka.plan.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
+from dynamic_kafka.state.rows import apply_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=UTC)
 
@@ -102,6 +103,27 @@ def kinds(p: Plan) -> list[str]:
 
 
 class TestStartingPositions:
+    def test_new_topic_on_a_stream_with_state_starts_at_earliest(self) -> None:
+        """Hole 9: with `latest`, a topic added to a stream the pipeline already reads (a migration) is read from
+        earliest, like Flink's discovered partitions; a topic of a stream new to the state follows the initializer."""
+        p = plan(
+            metadata(stream(east=["orders", "orders-v2"]), stream("payments", east=["payments"])),
+            brokers(
+                east=[topic("orders", {0: (0, 5)}), topic("orders-v2", {0: (2, 6)}), topic("payments", {0: (1, 8)})]
+            ),
+            state(("east", "orders", 0, 5)),
+            streams=["orders", "payments"],
+            starting_offsets="latest",
+        )
+        assert ranges(p) == {
+            ("east", "orders", 0): (5, 5),
+            ("east", "orders-v2", 0): (2, 6),
+            ("east", "payments", 0): (8, 8),
+        }
+        new = {f.topic: f.message for f in p.findings if f.kind == "new_topic"}
+        assert "earliest (its stream already has state)" in new["orders-v2"]
+        assert new["payments"].endswith("starting at latest")
+
     def test_new_stream_across_two_clusters_reads_from_earliest(self) -> None:
         p = plan(
             metadata(stream(east=["orders"], west=["orders-v2"])),
@@ -243,16 +265,86 @@ class TestPolicies:
         assert (gap.from_offset, gap.to_offset) == (2, 5)
 
     @pytest.mark.parametrize(
-        ("snap_topic", "reason"),
+        ("snap_topic", "known_id", "reason"),
         [
-            (topic("orders", {0: (0, 10)}, topic_id="id-2"), "topic id changed"),
-            (topic("orders", {0: (0, 3)}), "beyond latest"),
+            (topic("orders", {0: (0, 10)}, topic_id="id-2"), "id-1", "topic id changed"),
+            # Without recorded topic ids (an old state), an offset beyond latest is all there is to go by.
+            (topic("orders", {0: (0, 3)}), None, "beyond latest"),
         ],
     )
-    def test_recreated_topic_fails_by_default(self, snap_topic: TopicSnapshot, reason: str) -> None:
+    def test_recreated_topic_fails_by_default(
+        self, snap_topic: TopicSnapshot, known_id: str | None, reason: str
+    ) -> None:
         with pytest.raises(TopicRecreatedError, match=reason) as info:
-            plan(metadata(stream(east=["orders"])), brokers(east=[snap_topic]), state(("east", "orders", 0, 7)))
+            plan(
+                metadata(stream(east=["orders"])),
+                brokers(east=[snap_topic]),
+                state(("east", "orders", 0, 7), topic_id=known_id),
+            )
         assert (info.value.cluster_id, info.value.topic) == ("east", "orders")
+
+    def test_recreated_with_fewer_partitions_is_reset_once(self) -> None:
+        """Hole 1: the old topic's partition 1 has no counterpart; its row is marked removed in the reset's own
+        commit, and the next plan resumes the new topic instead of resetting it again."""
+        meta = metadata(stream(east=["orders"]))
+        old = state(("east", "orders", 0, 7), ("east", "orders", 1, 9))
+        first = plan(
+            meta, brokers(east=[topic("orders", {0: (0, 4)}, topic_id="id-2")]), old, on_topic_recreated="reset"
+        )
+        assert ranges(first) == {("east", "orders", 0): (0, 4)}
+        assert "topic_recreated" in kinds(first)
+        assert first.removals == (TopicPartition(cluster_id="east", topic="orders", partition=1),)
+        after = StateSnapshot(
+            pipeline_id="p", table_version=4, partitions={r.key: r for r in apply_plan(first, old.partitions, NOW)}
+        )
+        again = plan(
+            meta, brokers(east=[topic("orders", {0: (0, 6)}, topic_id="id-2")]), after, on_topic_recreated="fail"
+        )
+        assert ranges(again) == {("east", "orders", 0): (4, 6)}
+        assert "topic_recreated" not in kinds(again)
+        assert again.removals == ()
+
+    def test_old_incarnation_row_never_resumes_a_new_partition(self) -> None:
+        """After a reset to one partition, the new topic growing a partition 1 reads it from earliest, not from the
+        removed old row's offset."""
+        rows = {
+            **state(("east", "orders", 0, 4), topic_id="id-2").partitions,
+            **state(("east", "orders", 1, 9), topic_id="id-1", status="removed").partitions,
+        }
+        st = StateSnapshot(pipeline_id="p", table_version=5, partitions=rows)
+        p = plan(
+            metadata(stream(east=["orders"])),
+            brokers(east=[topic("orders", {0: (0, 4), 1: (0, 2)}, topic_id="id-2")]),
+            st,
+        )
+        assert ranges(p) == {("east", "orders", 0): (4, 4), ("east", "orders", 1): (0, 2)}
+        assert "topic_recreated" not in kinds(p)
+
+    def test_truncated_log_fails_naming_the_range(self) -> None:
+        """Same topic id, latest below the committed offset: a truncation, decided by on_data_loss."""
+        with pytest.raises(
+            DataLossError, match=r"east/orders\[0\] latest offset 3 is below the committed offset 7"
+        ) as info:
+            plan(
+                metadata(stream(east=["orders"])),
+                brokers(east=[topic("orders", {0: (0, 3)})]),
+                state(("east", "orders", 0, 7)),
+            )
+        assert info.value.truncated == (
+            LostRange(cluster_id="east", topic="orders", partition=0, from_offset=3, to_offset=7),
+        )
+
+    def test_truncated_log_skip_resumes_at_latest(self) -> None:
+        p = plan(
+            metadata(stream(east=["orders"])),
+            brokers(east=[topic("orders", {0: (0, 3)})]),
+            state(("east", "orders", 0, 7)),
+            on_data_loss="skip",
+            on_topic_recreated="fail",
+        )
+        assert ranges(p) == {("east", "orders", 0): (3, 3)}
+        found = next(f for f in p.findings if f.kind == "truncated")
+        assert (found.from_offset, found.to_offset) == (3, 7)
 
     def test_recreated_topic_reset_reads_new_topic_from_earliest(self) -> None:
         p = plan(

@@ -766,3 +766,107 @@ def test_load_does_not_grow_with_the_number_of_runs(tmp_path: Path) -> None:
     assert late_bytes <= early_bytes * 1.1 + 4096, (early_bytes, late_bytes)
     print(f"\nload() after 20 runs: {early_bytes} B read, {1000 * early_time:.1f} ms")
     print(f"load() after 200 runs: {late_bytes} B read, {1000 * late_time:.1f} ms")
+
+
+def test_a_backfill_frontier_covers_one_topic_incarnation_and_a_reset_drops_it(store: StateStore) -> None:
+    """Hole 3: the frontier is recorded with the topic id the backfill read; a split of another id (the topic was
+    recreated) has no overlap with it, a later backfill of the new id replaces it, and the commit of a run that
+    resets the recreated topic drops the old incarnation's frontier."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 5)]))
+    store.record_backfill({tp(0): 30}, topic_ids={tp(0): "tid-1"})
+    state = store.load()
+    assert state.backfill_topic_ids == {tp(0): "tid-1"}
+    new = split(0, 0, 4).model_copy(update={"topic_id": "tid-2"})
+    assert state.backfill_overlaps([split(0, 5, 40)]) == (split(0, 5, 30),)
+    assert state.backfill_overlaps([new]) == ()
+
+    reset = Finding(kind="topic_recreated", cluster_id="east", topic="orders", message="recreated")
+    run_once(store, lambda seq: plan(seq, [new], findings=(reset,)))
+    assert store.load().backfilled == {}
+
+    store.record_backfill({tp(0): 3}, topic_ids={tp(0): "tid-2"})
+    store.record_backfill({tp(0): 2}, topic_ids={tp(0): "tid-3"})  # another incarnation: replaced, not max-merged
+    after = store.load()
+    assert (after.backfilled, after.backfill_topic_ids) == ({tp(0): 2}, {tp(0): "tid-3"})
+
+
+def test_abandon_run_leaves_the_offsets_and_records_why(store: StateStore) -> None:
+    """Hole 4: a planned run that cannot complete is abandoned: the offsets stay, the history says why, and the
+    next run is planned afresh with the next run_seq."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 5)]))
+    state = store.load()
+    stuck = plan(2, [split(0, 5, 9)])
+    store.begin_run(stuck, expected_version=state.table_version)
+    with pytest.raises(StateError, match="not run 3 planned"):
+        store.abandon_run(3, reason="wrong run")
+    store.abandon_run(2, reason="retention deleted [5, 9) before the run could be finished")
+    after = store.load()
+    assert after.last_run is not None
+    assert (after.last_run.run_seq, after.last_run.status, after.next_run_seq) == (2, "abandoned", 3)
+    assert {k: v.next_offset for k, v in after.partitions.items()} == {tp(0): 5}
+    history = store.run_history()
+    assert [(r.run_seq, r.status) for r in history] == [(2, "abandoned"), (1, "committed")]
+    assert "retention deleted [5, 9)" in (history[0].summary_json or "")
+    with pytest.raises(StateError, match="not run 2 planned"):
+        store.abandon_run(2, reason="twice")
+    run_once(store, lambda seq: plan(seq, [split(0, 5, 7)]))
+    assert store.load().last_run.run_seq == 3  # type: ignore[union-attr]
+
+
+def test_abandon_command_is_audited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``dynamic-kafka abandon`` gives up the planned run with its reason; it refuses an unplanned run_seq."""
+    from dynamic_kafka.cli.main import main
+
+    config = tmp_path / "dynamic_kafka.yaml"
+    config.write_text(
+        "metadata_service: {type: single_cluster, cluster_id: east, bootstrap_servers: 'east:9092'}\n"
+        "pipelines:\n"
+        f"  - {{id: {PID}, streams: [orders], sink: {{path: '{tmp_path / 'sink'}'}},\n"
+        f"      state_path: '{tmp_path / 'state'}'}}\n"
+    )
+    store = StateStore(tmp_path / "state", PID)
+    store.begin_run(plan(1, [split(0, 0, 5)]), expected_version=None)
+    args = ["abandon", "--config", str(config), "--pipeline", PID, "--run-seq"]
+    assert main([*args, "2", "--reason", "x"]) != 0
+    assert "not run 2 planned" in capsys.readouterr().err
+    assert main([*args, "1", "--reason", "cluster east was decommissioned"]) == 0
+    assert "abandoned" in capsys.readouterr().out
+    head = store.load().last_run
+    assert head is not None
+    assert (head.status, head.summary_json is not None) == ("abandoned", True)
+    assert "cluster east was decommissioned" in (head.summary_json or "")
+
+
+def test_a_truncation_lowers_the_backfill_frontier_to_where_the_run_resumes(store: StateStore) -> None:
+    """Offsets above a truncation point are given to new records: the frontier must not make the next runs skip
+    them as "already landed by a backfill"."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 9)]))
+    store.record_backfill({tp(0): 9}, topic_ids={tp(0): "tid-1"})
+    cut = Finding(
+        kind="truncated", cluster_id="east", topic="orders", partition=0, from_offset=4, to_offset=9, message=""
+    )
+    run_once(store, lambda seq: plan(seq, [split(0, 4, 4)], findings=(cut,)))
+    state = store.load()
+    assert state.backfilled == {tp(0): 4}
+    assert state.backfill_overlaps([split(0, 4, 7)]) == ()
+
+
+def test_a_reset_records_a_floor_below_which_backfills_never_match(store: StateStore) -> None:
+    """Sink rows carry coordinates, not topic ids: after a topic is recreated, its new records at offsets the old
+    topic also had must not be matched against the old rows, by a backfill MERGE or a run's backfill check."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 6)]))
+    store.record_backfill({tp(0): 8}, topic_ids={tp(0): "tid-1"})
+    new = split(0, 0, 3).model_copy(update={"topic_id": "tid-2"})
+    before_reset = store.load()
+    assert before_reset.backfill_floor(new) == 8  # recreated, not yet reset: the old offset and frontier
+    reset = Finding(kind="topic_recreated", cluster_id="east", topic="orders", message="recreated")
+    run_once(store, lambda seq: plan(seq, [new], findings=(reset,)))
+    state = store.load()
+    assert (state.backfill_floors, state.backfilled) == ({tp(0): 8}, {})
+    assert state.backfill_floor(new) == 8
+
+    store.record_backfill({tp(0): 12}, topic_ids={tp(0): "tid-2"})  # a backfill of the new topic keeps the floor
+    state = store.load()
+    assert state.backfill_floors == {tp(0): 8}
+    later = split(0, 3, 12).model_copy(update={"topic_id": "tid-2"})
+    assert [(s.start_offset, s.stop_offset) for s in state.backfill_overlaps([later])] == [(8, 12)]

@@ -1,0 +1,170 @@
+"""The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
+
+A hole still open is ``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open (the
+model reports the violation) and fails the suite the day the fix lands, which is the signal to delete the xfail
+mark here AND the hole's name from ``world.KNOWN_HOLES`` (then the random model covers the fixed behaviour too).
+The replays without a mark are fixed holes: they are regression tests now.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dynamic_kafka.errors import ConfigError
+from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
+from tests.model.world import KNOWN_HOLES, Harness
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.model
+
+
+class Replay:
+    """Calls machine rules in order, checking the invariant after each, as Hypothesis would."""
+
+    def __init__(self, machine: ProtocolMachine) -> None:
+        self.m = machine
+
+    def __getattr__(self, rule: str) -> Any:
+        def step(**kwargs: Any) -> None:
+            getattr(self.m, rule)(**kwargs)
+            self.m.no_record_twice()
+
+        return step
+
+
+@contextmanager
+def machine_without(hole: str, **setup: Any) -> Iterator[Replay]:
+    class Machine(ProtocolMachine):
+        holes = KNOWN_HOLES - {hole}
+
+    m = Machine()
+    try:
+        config: dict[str, Any] = {
+            "starting": "earliest",
+            "on_data_loss": "skip",
+            "drain_removed": False,
+            "skip_unreachable": False,
+            "cap": None,
+            **setup,
+        }
+        m.setup(**config)
+        yield Replay(m)
+    finally:
+        m.teardown()
+
+
+hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="known hole of issue 11 (see HOLES.md)")
+
+
+def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
+    with machine_without("hole1_recreated_fewer_partitions") as r:
+        r.produce(cid="c1", topic="a", partition=1, count=1, txn=False, bad=False)
+        r.run_clean()
+        r.recreate_topic(cid="c1", topic="a", partitions=1, gone_first=False)
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # reset: the new topic is read from earliest (right)
+        r.run_clean()  # the old partition 1 row still "no longer exists": reset again, the record lands twice
+
+
+def test_hole2_sink_txn_ahead_of_state_skips_writes() -> None:
+    # Fixed on main by the run guards: the run refuses with StateBehindSinkError (realign repairs the state).
+    with machine_without("hole2_sink_txn_ahead_of_state") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()
+        r.backup_state()
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # run 2: sink txn 2
+        r.restore_state()  # the state is back at run 1
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # run 2 again: "already committed" (sink txn 2 >= 2), the new record is never written
+
+
+def test_hole3_old_backfill_frontier_does_not_drop_a_recreated_topics_records() -> None:
+    with machine_without("hole3_backfill_frontier_not_keyed_by_topic_id") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
+        r.m.harness.backfill(r.m.world.clock_ms - 10, r.m.world.clock_ms + 1, None)
+        r.m._after_state_change()
+        r.run_clean()
+        r.recreate_topic(cid="c1", topic="a", partitions=2, gone_first=False)
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run_clean()  # reset to earliest; offsets 0, 1 are below the old frontier 3: anti-joined away
+
+
+def test_hole4_recovery_abandons_a_plan_whose_range_retention_deleted() -> None:
+    with machine_without("hole4_recovery_replays_stale_plan") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
+        r.run(crash_at=0)  # killed right after the plan was written
+        r.retention(cid="c1", topic="a", partition=0, count=3)
+        r.run_clean()  # recovery reads the deleted range: failOnDataLoss, on every later run too
+
+
+def test_hole4_recovery_abandons_a_plan_of_a_recreated_topic() -> None:
+    with machine_without("hole4_recovery_replays_stale_plan") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run(crash_at=0)
+        r.recreate_topic(cid="c1", topic="a", partitions=2, gone_first=False)
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run_clean()  # recovery reads the NEW topic's records at the old plan's offsets, commits the old topic id
+        r.run_clean()  # the id differs: reset, read from earliest again: the new records land twice
+
+
+def test_hole9_new_topic_on_a_known_stream_starts_at_earliest() -> None:
+    with machine_without("hole9_new_topic_starts_at_latest", starting="latest") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # first run: latest (right, by the starting initializer)
+        r.place_topic(sid="s1", cid="c1", topic="b")
+        r.produce(cid="c1", topic="b", partition=0, count=2, txn=False, bad=False)
+        r.run_clean()  # b is new on a stream with state: starts at latest, its 2 records are never read
+
+
+def test_new_backfill_merge_keeps_a_recreated_topics_records() -> None:
+    with machine_without("new_backfill_merge_not_keyed_by_topic_id") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run_clean()
+        r.recreate_topic(cid="c1", topic="a", partitions=2, gone_first=False)
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        # A backfill over the new records: the MERGE sees the old topic's rows at (c1, a, 0, 0..1), inserts nothing.
+        r.m.harness.backfill(r.m.world.clock_ms - 1, r.m.world.clock_ms + 1, None)
+        r.m._after_state_change()
+        r.run_clean()  # reset reads [0, 2), below the frontier: anti-joined against the old rows; never lands
+
+
+@hole
+def test_new_restored_state_regresses_the_backfill_frontier() -> None:
+    with machine_without("new_restored_state_regresses_backfill_frontier") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()
+        r.backup_state()
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.m.harness.backfill(r.m.world.clock_ms - 1, r.m.world.clock_ms + 1, None)  # merges both, frontier 3
+        r.m._after_state_change()
+        r.restore_state()  # frontier back to none; the sink txn is still 1 = the state's last run
+        r.run_clean()  # run 2 appends offsets 1, 2 blind: already merged by the backfill
+
+
+def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:
+    """A crashed run is not executed again under another key format (a semantic setting pinned in its plan): a
+    clear ConfigError, nothing written; once the operator abandons it, the next run plans afresh."""
+    with machine_without("none") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run(crash_at=0)  # killed right after the plan was written
+        m = r.m
+        changed = Harness(m.root, m.world, {"key_format": "string", "on_topic_recreated": "reset"})
+        changed.streams = m.harness.streams
+        changed.publish_metadata()
+        with pytest.raises(ConfigError, match=r"run 1 was planned .* key_format changed") as info:
+            changed.run(None)
+        assert "dynamic-kafka abandon" in str(info.value)
+        assert changed.sink.rows == []
+        changed.store.abandon_run(1, reason="key_format changed to string")
+        changed.run(None)
+        assert len(changed.sink.rows) == 2
+        assert [(run.run_seq, run.status) for run in changed.store.run_history()] == [
+            (2, "committed"),
+            (1, "abandoned"),
+        ]
