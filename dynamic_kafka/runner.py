@@ -47,6 +47,8 @@ from dynamic_kafka.sink import committed_txn_version
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+
 log = logging.getLogger(__name__)
 
 # A scheme such as s3:/ or abfss:/ (pathlib keeps one slash of "://").
@@ -144,15 +146,20 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+        connections = self.context.connections(plan, metadata)
+        # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
+        # retriable, with nothing written at all.
+        prepared = self._prepare(plan, connections)
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
         summary = self._execute(
             plan,
             version,
-            self.context.connections(plan, metadata),
+            connections,
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
+            prepared=prepared,
         )
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
@@ -167,10 +174,13 @@ class PipelineRunner:
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
+        prepared: PreparedDecoding | None = None,
     ) -> RunSummary:
         from dynamic_kafka.sink import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
+        if prepared is None:
+            prepared = self._prepare(plan, clusters)
         spark_started = time.monotonic()
         spark = self.context.spark()
         arm_timer("during_write")
@@ -182,7 +192,7 @@ class PipelineRunner:
             min_partitions=self.pipeline.min_partitions,
         )
         pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-        result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps)
+        result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps, prepared)
         crash_point("after_sink")
         committing = time.monotonic()
         summary = RunSummary(
@@ -197,6 +207,7 @@ class PipelineRunner:
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
                 for (c, t), (r, b) in sorted(result.per_topic.items())
             ),
+            schemas=prepared.uses(result.schema_counts),
             spark_started=True,
             min_event_time=result.min_event_time,
             max_event_time=result.max_event_time,
@@ -207,6 +218,11 @@ class PipelineRunner:
         self._commit_consumer_group(plan, clusters)
         self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
+
+    def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
+        from dynamic_kafka.spark.registry_decode import prepare_decoding
+
+        return prepare_decoding(self.pipeline, plan.read_splits, clusters)
 
     def _recover(self, state: StateSnapshot) -> int:
         """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq."""

@@ -45,6 +45,7 @@ from dynamic_kafka.sink.tables import (
     txn_commit_version,
 )
 from dynamic_kafka.spark.decode import DECODE_ERROR, can_fail, decode
+from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
 from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def write_incremental(
     run_seq: int,
     planned_pairs: Sequence[tuple[str, str]],
     overlaps: Sequence[Split] = (),
+    prepared: PreparedDecoding | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -88,6 +90,8 @@ def write_incremental(
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
             (:meth:`~dynamic_kafka.plan.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
+        prepared: the writer schemas of registry / schema-file streams
+            (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -96,6 +100,8 @@ def write_incremental(
     Raises:
         UndecodableRecordError: (a DecodeError) ``on_decode_error: fail`` and a record did not decode; the sink
             and the dead-letter table were not written.
+        SchemaIncompatibleError: records of a schema version that cannot land with the others, or a column
+            whose type changes against the table; nothing was written.
         SparkJobError: the Kafka read or a Delta write failed (retriable: the next run recovers).
 
     Example:
@@ -117,9 +123,18 @@ def write_incremental(
         prior = committed_txn_version(target.sink_path, target.app_id)
         if prior is not None and prior >= run_seq:
             return _already_committed(target, prior)
-        decoded, read_count = _skip_backfilled(decode(df, pipeline), target, both=writer is _write_with_dead_letters)
+        decoded_frame = decode(df, pipeline, prepared)
+        check_table_schema(sink_rows(decoded_frame, run_seq).schema, target.sink_path, prepared)
+        decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
         observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
-        dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs)), target)
+        counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+        try:
+            dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs), *counts), target)
+        except Exception as e:
+            incompatible = incompatible_error_from(e)
+            if incompatible is not None:
+                raise incompatible from e
+            raise
         result = _outcome(target, planned_pairs, observation, read_count, dead_letter_version)
     logger.info(
         "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "

@@ -11,7 +11,7 @@ import pytest
 
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.packages import ResolvedJars, delta_package
-from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, spark_conf
+from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, SPARK_AVRO_PACKAGE, spark_conf
 
 
 def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +27,7 @@ def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monke
     assert conf["spark.jars"] == str(tmp_path / "tp.jar")
     assert conf["spark.jars.excludes"] == KAFKA_TOKENPROVIDER
     assert "spark.jars.packages" not in conf
-    assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
+    assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", SPARK_AVRO_PACKAGE]
     assert packages[0].startswith("io.delta:delta-spark_4.1_2.13:")
 
 
@@ -47,7 +47,7 @@ def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
     assert conf["spark.ui.enabled"] == "true"
     assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},/opt/x.jar"
     assert conf["spark.jars.excludes"] == f"{KAFKA_TOKENPROVIDER},g:c"
-    assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
+    assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", SPARK_AVRO_PACKAGE, "g:a:1", "g:b:2"]
 
 
 @pytest.mark.parametrize(
