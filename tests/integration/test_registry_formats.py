@@ -104,7 +104,7 @@ def test_avro_json_schema_and_fixed_avro_land_in_one_table(
     )
     harness.set_streams({"orders": {"east": [orders_e], "west": [orders_w]}, "clicks": {"east": [clicks]},
                          "items": {"east": [items]}})  # fmt: skip
-    done = harness.cli("-v", "run", "--json", env={PASSWORD_VAR: PASSWORD})
+    done = harness.cli("-v", "run", "--json", env={PASSWORD_VAR: PASSWORD}, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert (summary["records"], summary["dead_letters"]) == (7, 2)
@@ -161,7 +161,7 @@ def test_an_incompatible_version_is_refused_with_nothing_written(
         schema_registry={"url": registry.url},
     )
     harness.set_streams({"orders": {"east": [topic]}})
-    done = harness.cli("run")
+    done = harness.cli("run", timeout=900)
     assert done.returncode != 0
     assert "incompatible schema change" in done.stderr
     assert f"subject '{topic}-value'" in done.stderr
