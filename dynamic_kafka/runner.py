@@ -176,7 +176,7 @@ class PipelineRunner:
         overlaps: Sequence[Split],
         prepared: PreparedDecoding | None = None,
     ) -> RunSummary:
-        from dynamic_kafka.sink import write_incremental
+        from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         if prepared is None:
