@@ -478,9 +478,12 @@ def registry_frame(staged: DataFrame, prepared: PreparedDecoding, raw_value: str
     from pyspark.sql import functions as sf
 
     raw = sf.col(raw_value)
-    header_id = sf.when(sf.length(raw) >= 5, sf.conv(sf.hex(sf.substring(raw, 2, 4)), 16, 10).cast("long")).cast("long")
-    payload = sf.expr(f"substring(`{raw_value}`, 6)")
     magic_ok = sf.substring(raw, 1, 1) == sf.unhex(sf.lit("00"))
+    # Null unless the header is there: a bad magic byte's next 4 bytes are no schema id (and count as none).
+    header_id = sf.when(
+        (sf.length(raw) >= 5) & magic_ok, sf.conv(sf.hex(sf.substring(raw, 2, 4)), 16, 10).cast("long")
+    ).cast("long")
+    payload = sf.expr(f"substring(`{raw_value}`, 6)")
 
     decoded_columns: dict[str, Column] = {}
     errors: list[tuple[Column, Column]] = []
