@@ -141,6 +141,7 @@ def baseline(spec_path: str) -> None:
 
 
 def main() -> None:
+    """Sets up, measures ours and the baseline alternately, prints the medians and the ratio."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=2)

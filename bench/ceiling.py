@@ -50,6 +50,7 @@ def _consume(bootstrap: str, topic: str, ranges: dict[int, list[int]], out: dict
 
 
 def main(spec_path: str) -> None:
+    """Consume the ranges of the spec file with confluent-kafka and report the throughput ceiling."""
     spec = json.loads(Path(spec_path).read_text())
     import confluent_kafka  # noqa: F401  (imported before the clock starts)
 

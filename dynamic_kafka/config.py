@@ -86,6 +86,7 @@ class SinkConfig(_Config):
 
     @property
     def resolved_dead_letter_path(self) -> Path:
+        """Return the dead-letter table's location: ``dead_letter_path``, else ``<path>_dead_letter``."""
         return self.dead_letter_path or self.path.with_name(self.path.name + "_dead_letter")
 
 
@@ -244,6 +245,7 @@ class PipelineConfig(_Config):
 
     @property
     def resolved_state_path(self) -> Path:
+        """Return the state table's location: ``state_path``, else ``<sink path>_state``."""
         return self.state_path or self.sink.path.with_name(self.sink.path.name + "_state")
 
 

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,8 @@ from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -93,7 +94,8 @@ class PipelineContext:
         self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None
     ) -> BrokerSnapshot:
         """Every cluster's offsets for the pipeline (or ``pipeline``, a variant of it such as a backfill window),
-        one batched query per cluster."""
+        one batched query per cluster.
+        """
         pipeline = pipeline or self.pipeline
         requests = run_requests(pipeline, metadata, state, self.service)
         return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
@@ -101,7 +103,8 @@ class PipelineContext:
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
         """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
         drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
-        else the bootstrap servers the plan recorded."""
+        else the bootstrap servers the plan recorded.
+        """
         active = metadata.clusters() if metadata is not None else {}
         found: dict[str, ClusterMetadata] = {}
         for split in plan.splits:

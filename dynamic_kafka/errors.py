@@ -8,11 +8,12 @@ No message ever contains a secret: callers pass redacted values only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Type-only: plan.model is a leaf (pydantic only), so this adds no import at run time and no cycle.
+    from collections.abc import Sequence
+
     from dynamic_kafka.plan.model import LostRange
 
 

@@ -24,29 +24,30 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.metadata.service import KafkaMetadataService
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.sink import committed_txn_version
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
+    from dynamic_kafka.config import PipelineConfig, ProjectConfig
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.metadata.service import KafkaMetadataService
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class PipelineRunner:
 
     @property
     def service(self) -> KafkaMetadataService:
+        """Return the pipeline's metadata service."""
         return self.context.service
 
     def resolve(self) -> MetadataSnapshot:
@@ -253,7 +255,8 @@ class PipelineRunner:
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
-        example a concurrent run's commit winning the race) is a warning, and the next run tries again."""
+        example a concurrent run's commit winning the race) is a warning, and the next run tries again.
+        """
         try:
             self.store.maintain()
         except DynamicKafkaError as e:

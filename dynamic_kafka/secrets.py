@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 REDACTED = "***"
 

@@ -12,7 +12,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli import local_kafka as cli_local_kafka
 from dynamic_kafka.cli import local_postgres as cli_local_postgres
@@ -21,6 +21,9 @@ from dynamic_kafka.cli import local_s3 as cli_local_s3
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import spark_connect as cli_spark_connect
 from dynamic_kafka.errors import DynamicKafkaError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
 

@@ -6,15 +6,18 @@ paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import load_project_config
-from dynamic_kafka.plan.model import Finding, Plan
-from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.runner import PipelineRunner
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from dynamic_kafka.plan.model import Finding, Plan
+    from dynamic_kafka.plan.summary import RunSummary
 
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
 

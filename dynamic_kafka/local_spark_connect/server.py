@@ -105,7 +105,8 @@ class ServerStatus(BaseModel):
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else
-    ``./.local-spark-connect``."""
+    ``./.local-spark-connect``.
+    """
     if base_dir is not None:
         return Path(base_dir).absolute()
     env = os.environ.get(BASE_DIR_ENV)

@@ -21,9 +21,8 @@ Editing the file is how an operator migrates a stream: the next call sees the ch
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -33,6 +32,9 @@ from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 
 class ClusterEntry(BaseModel):
@@ -76,6 +78,7 @@ class MetadataFile(BaseModel):
         return streams
 
     def cluster(self, cluster_id: str, topics: Collection[str] = ()) -> ClusterMetadata:
+        """Return this entry as ``ClusterMetadata`` with the given topics."""
         entry = self.clusters[cluster_id]
         return ClusterMetadata.model_validate(
             {
@@ -90,6 +93,7 @@ class MetadataFile(BaseModel):
         )
 
     def to_streams(self) -> dict[str, KafkaStream]:
+        """Return every stream of the document, keyed by stream id."""
         return {
             stream_id: KafkaStream(
                 stream_id=stream_id,
@@ -137,15 +141,19 @@ class FileMetadataService(KafkaMetadataService):
         return parse_metadata_file(self.path)
 
     def get_all_streams(self) -> set[KafkaStream]:
+        """Return every stream of the file as it is now."""
         return set(self._read().to_streams().values())
 
     def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        """Return the named streams that the file lists now (unknown ids are left out)."""
         streams = self._read().to_streams()
         return {i: streams[i] for i in stream_ids if i in streams}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
+        """Tell whether any stream of the file lists the cluster now."""
         return any(cluster_id in placements for placements in self._read().streams.values())
 
     def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        """Return how to reach a cluster the file names, listed by a stream or not; None if absent."""
         parsed = self._read()
         return parsed.cluster(cluster_id) if cluster_id in parsed.clusters else None

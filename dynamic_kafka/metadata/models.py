@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import redact_properties, resolve_properties
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class ClusterMetadata(BaseModel):
@@ -89,7 +92,8 @@ class KafkaStream(BaseModel):
 
 def metadata_fingerprint(streams: Iterable[KafkaStream]) -> str:
     """A stable hash of the resolved layout: clusters, bootstrap servers, properties (as written, so secret
-    references and not secret values) and topics. Changes exactly when a run would see different metadata."""
+    references and not secret values) and topics. Changes exactly when a run would see different metadata.
+    """
     canonical = [
         {
             "stream_id": s.stream_id,

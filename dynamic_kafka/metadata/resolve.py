@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from dynamic_kafka.config import PipelineConfig, RetryConfig
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.models import metadata_fingerprint
-from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.metadata.subscriber import subscriber_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dynamic_kafka.config import PipelineConfig, RetryConfig
+    from dynamic_kafka.metadata.service import KafkaMetadataService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -25,11 +25,9 @@ would mean reading two files.
 
 from __future__ import annotations
 
-from datetime import datetime
+from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import (
     AnyInitializer,
     CommittedOffsets,
@@ -39,13 +37,19 @@ from dynamic_kafka.offsets import (
     TimestampOffsets,
 )
 from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
-from dynamic_kafka.plan.snapshots import (
-    BrokerSnapshot,
-    PartitionOffsets,
-    PartitionState,
-    StateSnapshot,
-    TopicSnapshot,
-)
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.snapshots import (
+        BrokerSnapshot,
+        PartitionOffsets,
+        PartitionState,
+        StateSnapshot,
+        TopicSnapshot,
+    )
 
 
 def plan_run(
@@ -400,7 +404,8 @@ class _PlanBuilder:
 
 def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Split]) -> bool:
     """A drained partition is marked removed only once this run reads it up to its latest offset; a capped drain
-    leaves it active (but unlisted), so the next run drains the rest."""
+    leaves it active (but unlisted), so the next run drains the rest.
+    """
     if drain_target is None:
         return True
     return any(s.key == key and s.stop_offset == drain_target for s in splits)
@@ -408,7 +413,8 @@ def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Spli
 
 def _apply_run_cap(splits: list[Split], cap: int | None, findings: list[Finding]) -> list[Split]:
     """Shares ``max_records_per_run`` fairly: every split with pending records gets an equal share, repeatedly,
-    until the cap is used up. Deterministic, and no partition starves behind a larger one."""
+    until the cap is used up. Deterministic, and no partition starves behind a larger one.
+    """
     sizes = [s.record_count for s in splits]
     if cap is None or sum(sizes) <= cap:
         return splits

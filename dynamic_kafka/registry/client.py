@@ -9,15 +9,17 @@ resolved only when the HTTP client is built, and every error message is scrubbed
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import SchemaRegistryError, UnknownSchemaError
-from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import mask_secrets, resolve_value
+
+if TYPE_CHECKING:
+    from dynamic_kafka.registry.config import RegistryConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """Where a Schema Registry is and how to log in: a pure model (no HTTP client), so the metadata models and the
-project config can hold it without importing the registry client."""
+project config can hold it without importing the registry client.
+"""
 
 from __future__ import annotations
 

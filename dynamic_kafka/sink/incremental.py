@@ -31,9 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import SparkJobError, UndecodableRecordError
-from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.tables import (
     append_idempotent,
@@ -50,6 +48,9 @@ from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.plan.model import Split
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +259,8 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
 
 def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tuple[DataFrame, Observation | None]:
     """``decoded`` minus what the sink (and, when ``both``, the dead-letter table) already holds in the overlaps,
-    with an observation counting the rows read before that; unchanged (and no observation) without overlaps."""
+    with an observation counting the rows read before that; unchanged (and no observation) without overlaps.
+    """
     from pyspark.sql import Observation
     from pyspark.sql import functions as sf
 
@@ -272,7 +274,8 @@ def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tupl
 
 def _without_present(rows: DataFrame, paths: Sequence[str], overlaps: Sequence[Split]) -> DataFrame:
     """``rows`` minus those whose coordinates a table at ``paths`` already holds, looking only inside
-    ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them."""
+    ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them.
+    """
     from pyspark.sql import functions as sf
 
     if not overlaps:

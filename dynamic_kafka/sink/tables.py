@@ -12,9 +12,7 @@ no JVM.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import SparkJobError
@@ -23,6 +21,9 @@ from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame, SparkSession
 
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"
@@ -33,7 +34,8 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 
 def sink_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
     """Decoded rows in the sink's columns: :data:`~dynamic_kafka.spark.schema.SINK_COLUMNS` (without ``value``
-    when every stream decodes into fields), then any decoded fields and ``_schema_id``, then ``_run_seq``."""
+    when every stream decodes into fields), then any decoded fields and ``_schema_id``, then ``_run_seq``.
+    """
     from pyspark.sql import functions as sf
 
     present = set(decoded.columns)
@@ -88,7 +90,8 @@ def ensure_table(spark: SparkSession, rows: DataFrame, path: str) -> None:
 
 def _nullable(data_type: Any) -> Any:
     """``data_type`` with every field and element nullable: Delta enforces NOT NULL, and a column that happens
-    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's)."""
+    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's).
+    """
     from pyspark.sql.types import ArrayType, MapType, StructField, StructType
 
     if isinstance(data_type, StructType):
@@ -102,7 +105,8 @@ def _nullable(data_type: Any) -> Any:
 
 def append_idempotent(rows: DataFrame, path: str, app_id: str, run_seq: int) -> None:
     """Appends with Delta's idempotent-write txn and schema merging. A new table is created by this same commit
-    (``delta.*`` write options become its properties), so a failed first write leaves no table behind."""
+    (``delta.*`` write options become its properties), so a failed first write leaves no table behind.
+    """
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused
     # before any write (registry_decode.check_table_schema).
@@ -190,7 +194,7 @@ def safe_text(error: BaseException, limit: int = 600) -> str:
 @contextmanager
 def spark_failures(doing: str) -> Iterator[None]:
     """Turns py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path)."""
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
+    from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     try:

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
+from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"

@@ -21,11 +21,14 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.maven import resolve_jars
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 logger = logging.getLogger(__name__)
 

@@ -31,24 +31,25 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.model import Split
 from dynamic_kafka.plan.summary import DecodedSchema
-from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS, RUN_SEQ
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.plan.model import Split
     from dynamic_kafka.registry.client import RegistryClient
+    from dynamic_kafka.registry.config import RegistryConfig
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class SourceDecoding:
 
     @property
     def latest(self) -> SchemaVersion | None:
+        """The newest registered version; None without versions."""
         return self.versions[-1] if self.versions else None
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import session_jars, session_packages
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from pyspark.sql import SparkSession
@@ -129,7 +129,8 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
 
 def _record_start_up_aids(launch: SessionLaunch, settings: SparkConfig, *, recording: bool) -> None:
     """After a start, have the class archive recorded if it is missing. It only speeds up later starts, so a
-    cache folder that cannot be written costs speed, never the run."""
+    cache folder that cannot be written costs speed, never the run.
+    """
     try:
         if launch.archive is not None and not launch.archive.ready and not recording:
             launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})

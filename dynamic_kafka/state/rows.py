@@ -18,14 +18,16 @@ Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,7 @@ def apply_plan(plan: Plan, partitions: Mapping[TopicPartition, PartitionState], 
 
 
 def partition_row(pipeline_id: str, state: PartitionState) -> dict[str, Any]:
+    """Return the state row of a partition's committed position."""
     return _row(
         "partition",
         pipeline_id,
@@ -137,6 +140,7 @@ def run_row(
     committed_at: datetime | None = None,
     summary_json: str | None = None,
 ) -> dict[str, Any]:
+    """Return the state row of a run (the head, or a history entry)."""
     return _row(
         kind,
         plan.pipeline_id,
@@ -150,6 +154,7 @@ def run_row(
 
 
 def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime) -> dict[str, Any]:
+    """Return the state row of a partition's backfill frontier."""
     return _row(
         "backfill",
         pipeline_id,
@@ -163,10 +168,12 @@ def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_
 
 
 def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    """Return state rows as an Arrow table in the state table's schema."""
     return pa.Table.from_pylist(list(rows), schema=SCHEMA)
 
 
 def partition_from_row(row: dict[str, Any]) -> PartitionState:
+    """Return a partition's committed position from its state row."""
     return PartitionState(
         cluster_id=row["cluster_id"],
         topic=row["topic"],
@@ -182,6 +189,7 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
 
 
 def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
+    """Return a partition and its backfill frontier from its state row."""
     if row["next_offset"] is None:
         raise ValueError(f"backfill row without an offset: {row}")
     key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
@@ -189,6 +197,7 @@ def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:
+    """Return a run record from its state row."""
     plan = Plan.model_validate_json(row["plan_json"])
     return RunRecord(
         pipeline_id=row["pipeline_id"],

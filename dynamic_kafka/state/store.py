@@ -29,20 +29,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from dynamic_kafka.plan.model import Plan, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +56,12 @@ class StateStore:
     """The committed state of one pipeline, kept in a Delta table at ``path`` that belongs to it alone.
 
     Example:
-        >>> store = StateStore("data/_state/orders", "orders")
-        >>> snapshot = store.load()
-        >>> version = store.begin_run(plan, expected_version=snapshot.table_version)
-        >>> ...  # read the plan's ranges, write the sink
-        >>> version = store.commit_run(plan, summary_json=summary, expected_version=version)
-        >>> store.maintain()
+        >>> store = StateStore("data/_state/orders", "orders")  # doctest: +SKIP
+        >>> snapshot = store.load()  # doctest: +SKIP
+        >>> version = store.begin_run(plan, expected_version=snapshot.table_version)  # doctest: +SKIP
+        >>> ...  # read the plan's ranges, write the sink  # doctest: +SKIP
+        >>> version = store.commit_run(plan, summary_json=summary, expected_version=version)  # doctest: +SKIP
+        >>> store.maintain()  # doctest: +SKIP
 
     Args:
         path: local path or URI of the state table (one table per pipeline).

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -21,9 +19,14 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan, TopicPartition
-from dynamic_kafka.plan.snapshots import PartitionState, RunRecord
 from dynamic_kafka.state import rows as _rows
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from datetime import timedelta
+
+    from dynamic_kafka.plan.model import Plan, TopicPartition
+    from dynamic_kafka.plan.snapshots import PartitionState, RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ class StateTable:
         self.deleted_file_retention = deleted_file_retention
 
     def open(self, version: int | None = None) -> DeltaTable | None:
+        """Return the state table (at ``version`` if given), or None when it does not exist yet."""
         try:
             dt = DeltaTable(self.path, version=version, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -99,6 +103,7 @@ class StateTable:
         return dt
 
     def latest_version(self) -> int | None:
+        """Return the table's latest version, or None when it does not exist yet."""
         try:
             dt = self.open()
         except StateError:
@@ -108,12 +113,14 @@ class StateTable:
     def read_current(
         self, dt: DeltaTable, predicate: str = CURRENT
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
+        """Return the current rows (partitions, head, backfill frontiers) at a version."""
         head, partitions, _ = self.read_rows(dt, predicate)
         return head, partitions
 
     def read_rows(
         self, dt: DeltaTable, predicate: str
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
+        """Return the rows matching ``predicate`` at a version."""
         backfilled: dict[TopicPartition, int] = {}
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
@@ -137,6 +144,7 @@ class StateTable:
         return head, {p.key: p for p in found}, backfilled
 
     def unreadable(self, e: Exception) -> StateError:
+        """Return the error that says the state table cannot be read, and what to do."""
         return StateError(
             f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is unreadable or corrupt: {e}",
             hint="Check the path and its permissions; restore the table from a backup or an earlier Delta "
@@ -144,6 +152,7 @@ class StateTable:
         )
 
     def props(self, action: str, plan: Plan | None, commit_id: str | None = None) -> CommitProperties:
+        """Return the commit properties that record the action and run in the table's history."""
         metadata: dict[str, Any] = {"dynamic_kafka.action": action, "dynamic_kafka.pipeline_id": self.pipeline_id}
         if plan is not None:
             metadata["dynamic_kafka.run_seq"] = plan.run_seq
@@ -154,6 +163,7 @@ class StateTable:
         return CommitProperties(max_commit_retries=0, custom_metadata=metadata)
 
     def table_config(self) -> dict[str, str | None]:
+        """Return the table properties the state is created with (checkpoints, retention)."""
         return {
             "delta.checkpointInterval": str(self.checkpoint_interval),
             "delta.logRetentionDuration": f"interval {int(self.log_retention.total_seconds())} seconds",
@@ -164,6 +174,7 @@ class StateTable:
         }
 
     def create(self, rows: list[dict[str, Any]], plan: Plan | None, action: str) -> int:
+        """Create the table with its first rows; return the new version."""
         commit_id = uuid.uuid4().hex
         try:
             write_deltalake(
@@ -185,6 +196,7 @@ class StateTable:
     def overwrite(
         self, dt: DeltaTable, rows: list[dict[str, Any]], predicate: str, plan: Plan | None, action: str
     ) -> int:
+        """Rewrite the current rows against the exact version read, without retry; return the new version."""
         target = dt.version() + 1
         commit_id = uuid.uuid4().hex
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from dagster import (
@@ -21,6 +21,9 @@ from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
 from dynamic_kafka.plan.model import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

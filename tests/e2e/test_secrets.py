@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from dagster import DagsterInstance
 from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dagster import DagsterInstance
 
 pytestmark = pytest.mark.e2e
 

@@ -7,15 +7,18 @@ offset), so every check compares exact record sets, duplicates included.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 Coordinates = tuple[str, str, int]  # cluster, topic, partition
 

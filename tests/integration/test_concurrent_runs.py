@@ -8,8 +8,7 @@ already in its Spark job (a planned run that is alive must not be taken for a cr
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from exactly_once_support import (
@@ -21,9 +20,13 @@ from exactly_once_support import (
     tail,
 )
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.testing.kafka import wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

@@ -19,21 +19,24 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.testing.kafka import wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +13,9 @@ from dynamic_kafka._toolchain.process import free_port, is_alive
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalSparkConnectError
 from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server, stop_server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.integration
 

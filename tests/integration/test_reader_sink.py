@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka.config import PipelineConfig, SinkConfig
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfill, tables, write_incremental
@@ -28,6 +26,11 @@ from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_U
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 from dynamic_kafka.testing.kafka import Client, Record, create_topic, produce, unique_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 

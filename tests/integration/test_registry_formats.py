@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from deltalake import DeltaTable
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.local_registry import LocalRegistry
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 

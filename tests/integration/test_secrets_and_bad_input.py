@@ -11,16 +11,19 @@ import json
 import logging
 import traceback
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import KafkaAuthenticationError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +15,9 @@ from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.subscriber import StreamIdSubscriber, StreamPatternSubscriber
 from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.secrets import resolve_properties
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 METADATA = """
 clusters:

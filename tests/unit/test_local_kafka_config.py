@@ -9,7 +9,7 @@ import base64
 import socket
 import stat
 import xml.etree.ElementTree as ET
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,6 +32,9 @@ from dynamic_kafka.local_kafka.properties import (
     render_properties,
     server_settings,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 

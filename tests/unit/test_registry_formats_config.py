@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -21,6 +21,9 @@ from dynamic_kafka.spark.registry_decode import (
     json_schema_to_spark,
     prepare_decoding,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}

@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, SPARK_AVRO_PACKAGE, delta_package
 from dynamic_kafka.spark.session import REDACTION_REGEX, requested_packages, spark_conf
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_defaults_enable_delta_utc_micros_and_pass_every_jar_directly(tmp_path: Path) -> None:

@@ -9,10 +9,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import deltalake
 import pyarrow.compute as pc
@@ -26,6 +24,10 @@ from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import store as store_module
 from dynamic_kafka.state import table as table_module
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 PID = "orders"
