@@ -17,6 +17,9 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
@@ -82,6 +85,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     # Writer schemas first: a registry that is down fails the backfill before anything is recorded.
     prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
     context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    crash_point("after_frontier")
     frame = read_splits(
         context.spark(),
         plan.read_splits,

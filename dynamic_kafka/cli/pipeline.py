@@ -71,7 +71,8 @@ def format_plan(plan: Plan) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    summary = _runner(args).run()
+    # One run per process: past its deadline, a run that does not stop ends the process (see max_run_seconds).
+    summary = PipelineRunner(load_project_config(args.config), args.pipeline, hard_deadline=True).run()
     return _emit(args, summary.model_dump(mode="json"), lambda: format_summary(summary))
 
 

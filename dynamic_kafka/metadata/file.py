@@ -21,20 +21,22 @@ Editing the file is how an operator migrates a stream: the next call sees the ch
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from dynamic_kafka.config import describe_validation_error, load_yaml
+from dynamic_kafka.config import StringProperties, describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
+from dynamic_kafka.secrets import masked_repr_args
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Iterable
 
 
 class ClusterEntry(BaseModel):
@@ -43,10 +45,13 @@ class ClusterEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str = Field(min_length=1)
-    properties: dict[str, Any] = Field(default_factory=dict)
+    properties: StringProperties = Field(default_factory=dict)
     starting_offsets: StartingOffsets | None = None
     stopping_offsets: StoppingOffsets | None = None
     schema_registry: RegistryConfig | None = None
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
 
 class MetadataFile(BaseModel):

@@ -100,6 +100,14 @@ class RunRecord(_Frozen):
     committed_at: datetime | None = None
     summary_json: str | None = Field(None, description="The run summary, as JSON, once committed.")
     findings: tuple[Finding, ...] = ()
+    owner: str | None = Field(None, description="The process running (or that ran) it: host, pid and a token.")
+    lease_expires_at: datetime | None = Field(
+        None, description="While planned: until when the owner holds the run (renewed while it runs)."
+    )
+
+    def lease_is_fresh(self, now: datetime) -> bool:
+        """Whether a planned run's owner still holds it at ``now`` (a run without a lease never does)."""
+        return self.status == "planned" and self.lease_expires_at is not None and self.lease_expires_at > now
 
 
 class StateSnapshot(_Frozen):

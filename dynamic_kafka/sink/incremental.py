@@ -31,7 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.errors import SparkJobError, UndecodableRecordError
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import SparkJobError, StateBehindSinkError, UndecodableRecordError
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.tables import (
     append_idempotent,
@@ -99,6 +102,9 @@ def write_incremental(
         ``run_seq`` for this pipeline (then nothing was read or written).
 
     Raises:
+        StateBehindSinkError: the sink holds a later run of this pipeline than ``run_seq`` (Delta would skip the
+            append and lose the run's records); nothing was written.
+
         UndecodableRecordError: (a DecodeError) ``on_decode_error: fail`` and a record did not decode; the sink
             and the dead-letter table were not written.
         SchemaIncompatibleError: records of a schema version that cannot land with the others, or a column
@@ -122,8 +128,17 @@ def write_incremental(
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}"):
         prior = committed_txn_version(target.sink_path, target.app_id)
-        if prior is not None and prior >= run_seq:
+        if prior == run_seq:
             return _already_committed(target, prior)
+        if prior is not None and prior > run_seq:
+            # Delta would skip this append as "already done" although this run's records are not in the sink.
+            raise StateBehindSinkError(
+                target.app_id,
+                table=target.sink_path,
+                sink_txn=prior,
+                state_run_seq=run_seq - 1,
+                state_path="(the state this run was planned from)",
+            )
         decoded_frame = decode(df, pipeline, prepared)
         check_table_schema(sink_rows(decoded_frame, run_seq).schema, target.sink_path, prepared)
         decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
@@ -192,6 +207,7 @@ def _write_with_dead_letters(rows: DataFrame, target: _Target) -> int | None:
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
         append_idempotent(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target.app_id, target.run_seq)
+        crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
             # The cached rows were deduped before the sink's transaction began: dedupe again inside it, so
@@ -219,7 +235,7 @@ def _outcome(
     if metrics is None:
         # Delta skipped the write: another writer committed this run_seq between our check and our commit.
         latest = committed_txn_version(target.sink_path, target.app_id)
-        if latest is not None and latest >= target.run_seq:
+        if latest == target.run_seq:
             return _already_committed(target, latest)
         raise SparkJobError(
             f"the write of run {target.run_seq} to {target.sink_path} reported no metrics; it may be incomplete"

@@ -5,7 +5,9 @@ One Delta table per pipeline, partitioned by ``kind``:
 * ``kind='partition'``: one row per (cluster_id, topic, partition) ever committed, active or removed. Its
   ``next_offset`` is the first offset the next run reads. Rewritten whole by every commit, so it never grows
   with the number of runs.
-* ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON.
+* ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON. A planned
+  head names its ``owner`` (host, pid and a random token of the process running it) and ``lease_expires_at``: the
+  owner renews the lease while it runs; another process recovers the run only once the lease has expired.
 * ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
 * ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
   ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised).
@@ -56,6 +58,9 @@ SCHEMA = pa.schema(
         pa.field("committed_at", _TS),
         pa.field("plan_json", pa.string()),
         pa.field("summary_json", pa.string()),
+        # kind = 'head' (added later: older tables gain them at their next write, null in older rows)
+        pa.field("owner", pa.string()),
+        pa.field("lease_expires_at", _TS),
     ]
 )
 
@@ -139,6 +144,8 @@ def run_row(
     *,
     committed_at: datetime | None = None,
     summary_json: str | None = None,
+    owner: str | None = None,
+    lease_expires_at: datetime | None = None,
 ) -> dict[str, Any]:
     """Return the state row of a run (the head, or a history entry)."""
     return _row(
@@ -150,6 +157,8 @@ def run_row(
         committed_at=_utc_or_none(committed_at),
         plan_json=plan.model_dump_json(),
         summary_json=summary_json,
+        owner=owner,
+        lease_expires_at=_utc_or_none(lease_expires_at),
     )
 
 
@@ -208,4 +217,6 @@ def run_from_row(row: dict[str, Any]) -> RunRecord:
         committed_at=_utc_or_none(row["committed_at"]),
         summary_json=row["summary_json"],
         findings=plan.findings,
+        owner=row.get("owner"),
+        lease_expires_at=_utc_or_none(row.get("lease_expires_at")),
     )

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.plan.model import Plan
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
-    from dynamic_kafka.plan.model import Plan, TopicPartition
+    from dynamic_kafka.plan.model import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -172,13 +173,22 @@ class StateStore:
 
     # ---------------------------------------------------------------------------------------------- writes
 
-    def begin_run(self, plan: Plan, *, expected_version: int | None) -> int:
+    def begin_run(
+        self,
+        plan: Plan,
+        *,
+        expected_version: int | None,
+        owner: str | None = None,
+        lease_expires_at: datetime | None = None,
+    ) -> int:
         """Write ``plan`` ahead as the "planned" head run, in one commit against ``expected_version``.
 
         Args:
             plan: the run's plan; ``plan.run_seq`` must be the state's next run_seq.
             expected_version: the table version the plan was made from (``StateSnapshot.table_version``);
                 None when the state table does not exist yet.
+            owner: who runs it (host, pid, token), recorded in the head so others can tell it is alive.
+            lease_expires_at: until when ``owner`` holds the run unless it renews the lease (:meth:`lease`).
 
         Returns:
             The new table version (``expected_version + 1``, or 0 for a new table).
@@ -189,7 +199,7 @@ class StateStore:
             StateError: the state is unreadable, or ``plan`` is not the next run of this state.
         """
         self._check_pipeline(plan)
-        rows = [_rows.run_row("head", plan, "planned")]
+        rows = [_rows.run_row("head", plan, "planned", owner=owner, lease_expires_at=lease_expires_at)]
         if expected_version is None:
             self._check_next(None, plan)
             return self._table.create(rows, plan, "begin_run")
@@ -197,6 +207,66 @@ class StateStore:
         head, _ = self._table.read_current(dt, predicate="kind = 'head'")
         self._check_next(head, plan)
         return self._table.overwrite(dt, rows, "kind = 'head'", plan, "begin_run")
+
+    def lease(self, plan: Plan, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
+        """Renew (same owner) or take over (a recovering process) the lease of the planned run ``plan``: the head
+        row is rewritten with ``owner`` and ``lease_expires_at``, in one commit against ``expected_version``.
+
+        Returns:
+            The new table version (later writes of this run must expect it).
+
+        Raises:
+            RunInProgressError: the table changed since ``expected_version`` (another process committed, took the
+                run over or recovered it); nothing was written.
+            StateError: the head at ``expected_version`` is not ``plan``, planned.
+        """
+        self._check_pipeline(plan)
+        dt = self._table.open_at(expected_version, plan)
+        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
+        if head is None or head.status != "planned" or head.run_seq != plan.run_seq or head.plan != plan:
+            found = "no run" if head is None else f"run {head.run_seq} {head.status}"
+            raise StateError(
+                f"cannot lease run {plan.run_seq} of pipeline {self.pipeline_id!r}: the state table at {self.path} "
+                f"has {found} at version {expected_version}, not run {plan.run_seq} planned with this plan."
+            )
+        rows = [_rows.run_row("head", plan, "planned", owner=owner, lease_expires_at=lease_expires_at)]
+        return self._table.overwrite(dt, rows, "kind = 'head'", plan, "lease")
+
+    def realign(
+        self, *, sink_txn: int, frontier: Mapping[TopicPartition, int], summary_json: str, expected_version: int | None
+    ) -> int:
+        """Realign a state that is behind its sink (restored from a backup or moved): in ONE commit the head becomes
+        a committed, empty run ``sink_txn`` (so the next run_seq is ``sink_txn + 1``, never one Delta already holds),
+        and the backfill frontier is raised to ``frontier`` (per partition, one past the highest offset the sink
+        holds), so the next run, which starts at the state's (older) offsets, skips the records already landed.
+        The partition offsets are not moved; a planned head is replaced (its run is in the sink or re-read).
+
+        Raises:
+            RunInProgressError: the table changed since ``expected_version``; nothing was written.
+            StateError: ``sink_txn`` is not beyond the state's last run.
+        """
+        dt = None if expected_version is None else self._table.open(expected_version)
+        head, _, recorded = self._table.read_rows(dt, _LOADED) if dt is not None else (None, {}, {})
+        last = head.run_seq if head is not None else 0
+        if sink_txn <= last:
+            raise StateError(
+                f"nothing to realign: the state of pipeline {self.pipeline_id!r} at {self.path} is at run {last}, "
+                f"the sink at run {sink_txn}."
+            )
+        now = self._clock()
+        plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
+        merged = dict(recorded)
+        for key, offset in frontier.items():
+            merged[key] = max(offset, merged.get(key, 0))
+        rows = [
+            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
+            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+            *(_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)),
+        ]
+        if dt is None:
+            return self._table.create(rows, plan, "realign")
+        predicate = f"kind = 'head' OR kind = 'backfill' OR (kind = 'run' AND run_seq = {sink_txn})"
+        return self._table.overwrite(dt, rows, predicate, plan, "realign")
 
     def commit_run(self, plan: Plan, *, summary_json: str, expected_version: int) -> int:
         """Commit a planned run: new offsets, removals, head "committed" and a history row, in ONE commit.

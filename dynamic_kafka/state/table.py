@@ -205,6 +205,8 @@ class StateTable:
                 _rows.to_table(rows),
                 mode="overwrite",
                 predicate=predicate,
+                # Adds columns newer versions introduced (the head's owner and lease) to an older table.
+                schema_mode="merge",
                 commit_properties=self.props(action, plan, commit_id),
             )
         except FOREIGN_ERRORS as e:

@@ -24,7 +24,7 @@ clusters:
   east: {bootstrap_servers: "127.0.0.1:19092", starting_offsets: latest}
   west:
     bootstrap_servers: "127.0.0.1:29092"
-    properties: {sasl.password: "${env:WEST_PW}", enable.ssl.certificate.verification: false}
+    properties: {sasl.password: "${env:WEST_PW}", enable.ssl.certificate.verification: "false"}
 streams:
   orders: {east: [orders], west: [orders-v2]}
   orders-eu: {west: [eu]}
