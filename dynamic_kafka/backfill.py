@@ -107,6 +107,10 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
+    from dynamic_kafka.spark.registry_decode import prepare_decoding
+
+    # Writer schemas first: a registry that is down fails the backfill before anything is recorded.
+    prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
     context.check_object_store()
     context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits}, topic_ids={s.key: s.topic_id for s in plan.read_splits}
@@ -123,7 +127,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     # also filtered on event time.
     in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
     pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-    result = merge_backfill(in_window, context.pipeline, pairs, start=start, end=end)
+    result = merge_backfill(in_window, context.pipeline, pairs, start=start, end=end, prepared=prepared)
     done = time.monotonic()
     return RunSummary(
         **base_summary(plan, 0),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
 if TYPE_CHECKING:
@@ -193,7 +194,45 @@ class RetryConfig(_Config):
     )
 
 
-ValueFormat = Literal["bytes", "string", "json"]
+ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema"]
+# Formats whose values become a ``value`` column (bytes, text, or a JSON struct); the others land their decoded
+# fields as top-level columns.
+VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json"})
+
+
+class ValueFormatConfig(_Config):
+    """How one stream's values are encoded: a pipeline's default, or a ``formats`` entry for one stream.
+
+    - ``bytes`` / ``string`` / ``json`` (with ``value_schema``, Spark DDL): one ``value`` column.
+    - ``avro``: Confluent wire format (magic byte, schema id), writer schemas from the cluster's Schema Registry;
+      with ``value_schema_file`` instead: plain Avro binary (no header) written with that one schema, no registry.
+    - ``protobuf`` / ``json_schema``: Confluent wire format, schemas from the registry.
+
+    Registry formats land the decoded fields as top-level columns beside ``cluster``, ``stream``, ``topic``, ...
+    """
+
+    value_format: ValueFormat = "bytes"
+    value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
+    value_schema_file: Path | None = Field(
+        None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
+    )
+
+    @model_validator(mode="after")
+    def _schema_fits_format(self) -> ValueFormatConfig:
+        if self.value_format == "json" and not self.value_schema:
+            raise ValueError("value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')")
+        if self.value_schema is not None and self.value_format != "json":
+            raise ValueError(f"`value_schema` is for value_format json, not {self.value_format}")
+        if self.value_schema_file is not None and self.value_format != "avro":
+            raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
+        return self
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether values carry a schema id to look up in a Schema Registry."""
+        return self.value_format in ("protobuf", "json_schema") or (
+            self.value_format == "avro" and self.value_schema_file is None
+        )
 
 
 class PipelineConfig(_Config):
@@ -215,6 +254,17 @@ class PipelineConfig(_Config):
     )
     value_format: ValueFormat = "bytes"
     value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
+    value_schema_file: Path | None = Field(
+        None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
+    )
+    formats: dict[str, ValueFormatConfig] = Field(
+        default_factory=dict,
+        description="Value formats of single streams, by stream id; other streams use the pipeline's value_format.",
+    )
+    schema_registry: RegistryConfig | None = Field(
+        None,
+        description="The Schema Registry of clusters whose metadata names none (registry formats only).",
+    )
     key_format: Literal["bytes", "string"] = "bytes"
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
     json_strict: bool = Field(
@@ -266,9 +316,17 @@ class PipelineConfig(_Config):
             raise ValueError("set exactly one of `streams` (a list of stream ids) or `stream_pattern` (a regex)")
         if self.streams is not None and not self.streams:
             raise ValueError("`streams` is empty; list at least one stream id")
-        if self.value_format == "json" and not self.value_schema:
-            raise ValueError("value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')")
+        # Validates the pipeline-level format fields exactly like a `formats` entry.
+        ValueFormatConfig(
+            value_format=self.value_format, value_schema=self.value_schema, value_schema_file=self.value_schema_file
+        )
         return self
+
+    def value_format_of(self, stream_id: str) -> ValueFormatConfig:
+        """The value format of ``stream_id``: its ``formats`` entry, else the pipeline's."""
+        return self.formats.get(stream_id) or ValueFormatConfig(
+            value_format=self.value_format, value_schema=self.value_schema, value_schema_file=self.value_schema_file
+        )
 
     @property
     def resolved_state_path(self) -> TableLocation:
@@ -515,6 +573,17 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
                     p["sink"] = {k: (rebase(v) if k.endswith("path") else v) for k, v in p["sink"].items()}
                 if "state_path" in p:
                     p["state_path"] = rebase(p["state_path"])
+                if "value_schema_file" in p:
+                    p["value_schema_file"] = rebase(p["value_schema_file"])
+                if isinstance(p.get("formats"), dict):
+                    p["formats"] = {
+                        stream: (
+                            {k: (rebase(v) if k == "value_schema_file" else v) for k, v in entry.items()}
+                            if isinstance(entry, dict)
+                            else entry
+                        )
+                        for stream, entry in p["formats"].items()
+                    }
             rebased.append(p)
         data["pipelines"] = rebased
     return data

@@ -330,6 +330,25 @@ class UndecodableRecordError(DecodeError):
         )
 
 
+class SchemaIncompatibleError(DecodeError):
+    """Records of a stream were written with schemas that cannot land in one table: a field changed its type, or a
+    field the reader needs has no value and no default in an older writer schema. Nothing was written.
+
+    Attributes:
+        stream_id: the stream.
+        detail: which subject, versions (or table column) disagree, and how.
+    """
+
+    def __init__(self, stream_id: str, detail: str) -> None:
+        self.stream_id = stream_id
+        self.detail = detail
+        super().__init__(
+            f"stream {stream_id!r}: incompatible schema change: {detail}; nothing was written.",
+            hint="Register a compatible version (add fields with defaults, keep types), or land the new schema in "
+            "another pipeline/table; a run reads the same records again until then.",
+        )
+
+
 class LocalSparkConnectError(DynamicKafkaError):
     """The local Spark Connect server could not be started, stopped or found."""
 

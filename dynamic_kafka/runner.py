@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
     from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,11 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
-        self._check_schema()
+        connections = self.context.connections(plan, metadata)
+        # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
+        # retriable, with nothing written at all.
+        prepared = self._prepare(plan, connections)
+        self._check_schema(prepared)
         self.context.check_object_store()
         self._deadline.check()
         version = self.store.begin_run(
@@ -211,20 +216,21 @@ class PipelineRunner:
         summary = self._execute(
             plan,
             self._keep_lease(plan, version),
-            self.context.connections(plan, metadata),
+            connections,
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
+            prepared=prepared,
         )
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
 
-    def _check_schema(self) -> None:
+    def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
         """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
         from dynamic_kafka.sink.schema_check import check_sink_schema
 
-        check_sink_schema(self.context.spark(), self.pipeline)
+        check_sink_schema(self.context.spark(), self.pipeline, prepared)
 
     def _lease_end(self) -> datetime:
         return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
@@ -243,10 +249,13 @@ class PipelineRunner:
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
+        prepared: PreparedDecoding | None = None,
     ) -> RunSummary:
         from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
+        if prepared is None:
+            prepared = self._prepare(plan, clusters)
         spark_started = time.monotonic()
         try:
             spark = self.context.spark()
@@ -260,7 +269,7 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-            result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps)
+            result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps, prepared)
         except BaseException:
             lease.stop(quietly=True)
             raise
@@ -279,6 +288,7 @@ class PipelineRunner:
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
                 for (c, t), (r, b) in sorted(result.per_topic.items())
             ),
+            schemas=prepared.uses(result.schema_counts),
             spark_started=True,
             min_event_time=result.min_event_time,
             max_event_time=result.max_event_time,
@@ -289,6 +299,11 @@ class PipelineRunner:
         self._commit_consumer_group(plan, clusters)
         self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
+
+    def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
+        from dynamic_kafka.spark.registry_decode import prepare_decoding
+
+        return prepare_decoding(self.pipeline, plan.read_splits, clusters)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.
@@ -346,14 +361,17 @@ class PipelineRunner:
         if void is not None:
             self.store.abandon_run(plan.run_seq, reason=void, expected_version=version)
             return None
-        self._check_schema()
+        connections = self.context.connections(plan)
+        prepared = self._prepare(plan, connections)
+        self._check_schema(prepared)
         self._execute(
             plan,
             self._keep_lease(plan, version),
-            self.context.connections(plan),
+            connections,
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
+            prepared=prepared,
         )
         return plan.run_seq
 

@@ -55,6 +55,12 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         "metadata_fingerprint": MetadataValue.text(summary.metadata_fingerprint),
         "total_seconds": MetadataValue.float(round(summary.total_seconds, 3)),
     }
+    if summary.schemas:
+        # Subjects and versions only: the registry's URL and credentials never reach Dagster.
+        metadata["schemas"] = MetadataValue.json([s.model_dump(mode="json") for s in summary.schemas])
+        metadata["schema_versions"] = MetadataValue.text(
+            ", ".join(sorted({f"{s.subject} v{s.version}" for s in summary.schemas}))
+        )
     if summary.min_event_time is not None:
         metadata["min_event_time"] = MetadataValue.timestamp(_aware(summary.min_event_time))
     if summary.max_event_time is not None:

@@ -7,6 +7,10 @@ Shape::
         bootstrap_servers: "127.0.0.1:19092"
         properties: {security.protocol: SASL_PLAINTEXT, sasl.password: "${env:EAST_KAFKA_PASSWORD}"}
         starting_offsets: latest        # optional per-cluster override
+        schema_registry:                # optional: registry-encoded topics of this cluster
+          url: "http://127.0.0.1:18081/apis/ccompat/v7"
+          username: "${env:EAST_SR_USER}"
+          password: "${env:EAST_SR_PASSWORD}"
     streams:
       orders:
         east: [orders]
@@ -28,6 +32,7 @@ from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import masked_repr_args
 
 if TYPE_CHECKING:
@@ -43,6 +48,7 @@ class ClusterEntry(BaseModel):
     properties: StringProperties = Field(default_factory=dict)
     starting_offsets: StartingOffsets | None = None
     stopping_offsets: StoppingOffsets | None = None
+    schema_registry: RegistryConfig | None = None
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         return masked_repr_args(super().__repr_args__())
@@ -87,6 +93,7 @@ class MetadataFile(BaseModel):
                 "topics": frozenset(topics),
                 "starting_offsets": entry.starting_offsets,
                 "stopping_offsets": entry.stopping_offsets,
+                "schema_registry": entry.schema_registry,
             }
         )
 

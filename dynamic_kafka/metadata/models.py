@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dynamic_kafka.config import StringProperties
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class ClusterMetadata(BaseModel):
     )
     stopping_offsets: StoppingOffsets | None = Field(
         None, description="Overrides the pipeline's stopping offsets for this cluster."
+    )
+    schema_registry: RegistryConfig | None = Field(
+        None, description="The Schema Registry of this cluster's registry-encoded topics (credentials as references)."
     )
 
     def client_properties(self) -> dict[str, str]:
@@ -94,6 +98,7 @@ def metadata_fingerprint(streams: Iterable[KafkaStream]) -> str:
                     "topics": sorted(c.topics),
                     "starting_offsets": c.starting_offsets.model_dump() if c.starting_offsets else None,
                     "stopping_offsets": c.stopping_offsets.model_dump() if c.stopping_offsets else None,
+                    **({"schema_registry": c.schema_registry.model_dump()} if c.schema_registry else {}),
                 }
                 for cid, c in sorted(s.clusters.items())
             },

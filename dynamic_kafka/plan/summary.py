@@ -21,6 +21,19 @@ class TopicStats(BaseModel):
     bytes: int = 0
 
 
+class DecodedSchema(BaseModel):
+    """A Schema Registry subject version whose records a run decoded (never a URL or credentials)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stream_id: str
+    cluster_id: str
+    subject: str
+    version: int
+    schema_id: int
+    records: int = 0
+
+
 class RunSummary(BaseModel):
     """One run, as it finished."""
 
@@ -41,6 +54,9 @@ class RunSummary(BaseModel):
         0, description="Records read that a time-window backfill had already landed: not written again, not counted."
     )
     topics: tuple[TopicStats, ...] = ()
+    schemas: tuple[DecodedSchema, ...] = Field(
+        (), description="Registry subject versions the run decoded records of, with their record counts."
+    )
     clusters: tuple[str, ...] = ()
     splits: int = Field(0, description="Splits read (non-empty ranges).")
     partitions: int = Field(0, description="Partitions whose position the run recorded.")

@@ -1,10 +1,14 @@
 """Schema Registry payloads: the Confluent wire format and a cached, typed registry client.
 
-Pure parts only so far; decoding in Spark builds on them (see docs/formats.md).
+The client (and confluent-kafka's registry module with its HTTP stack) is imported on first use of
+``RegistryClient`` / ``WriterSchema``, so the config models can import :mod:`dynamic_kafka.registry.config`
+cheaply.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from dynamic_kafka.errors import WireFormatError
-from dynamic_kafka.registry.client import RegistryClient, RegistryConfig, WriterSchema
+from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.registry.wire import (
     MAGIC_BYTE,
     FramedHeader,
@@ -13,6 +17,9 @@ from dynamic_kafka.registry.wire import (
     parse_header,
     parse_message_indexes,
 )
+
+if TYPE_CHECKING:
+    from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 
 __all__ = [
     "MAGIC_BYTE",
@@ -26,3 +33,11 @@ __all__ = [
     "parse_header",
     "parse_message_indexes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RegistryClient", "WriterSchema"):
+        from dynamic_kafka.registry import client
+
+        return getattr(client, name)
+    raise AttributeError(name)

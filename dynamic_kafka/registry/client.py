@@ -9,7 +9,7 @@ resolved only when the HTTP client is built, and every error message is scrubbed
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
@@ -18,29 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamic_kafka.errors import SchemaRegistryError, UnknownSchemaError
 from dynamic_kafka.secrets import mask_secrets, resolve_value
 
+if TYPE_CHECKING:
+    from dynamic_kafka.registry.config import RegistryConfig
+
 logger = logging.getLogger(__name__)
 
 SchemaType = Literal["AVRO", "PROTOBUF", "JSON"]
 _SCHEMA_NOT_FOUND = 40403
-
-
-class RegistryConfig(BaseModel):
-    """Where a cluster's Schema Registry is and how to log in (a metadata file's ``schema_registry`` block).
-
-    Example:
-        >>> RegistryConfig(url="http://127.0.0.1:18081/apis/ccompat/v7", username="${env:SR_USER}",
-        ...                password="${env:SR_PASSWORD}").password
-        '${env:SR_PASSWORD}'
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str = Field(description="Base URL of the Confluent-compatible API, e.g. http://host:8081.")
-    username: str | None = Field(default=None, description="Basic-auth user (literal or ${env:...} reference).")
-    password: str | None = Field(
-        default=None, repr=False, description="Basic-auth password: a ${env:...} or ${file:...} reference."
-    )
-    timeout_s: float = Field(default=10.0, gt=0, description="HTTP timeout of one registry call.")
+_SUBJECT_NOT_FOUND = 40401
 
 
 class WriterSchema(BaseModel):
@@ -132,6 +117,42 @@ class RegistryClient:
         except Exception as e:
             raise self._unreachable(e, f"listing versions of subject {subject!r}") from e
         return versions
+
+    def subject_schemas(self, subject: str) -> list[tuple[int, WriterSchema]]:
+        """Return ``(version, schema)`` for every version registered under ``subject``, oldest first; empty when
+        the registry does not know the subject. Each schema also lands in the by-id cache.
+
+        Raises:
+            SchemaRegistryError: the registry is unreachable or answered another error.
+        """
+        try:
+            versions = self._client.get_versions(subject)
+        except ConfluentRegistryError as e:
+            if e.error_code == _SUBJECT_NOT_FOUND:
+                return []
+            raise self._answered(e, f"listing versions of subject {subject!r}") from e
+        except Exception as e:
+            raise self._unreachable(e, f"listing versions of subject {subject!r}") from e
+        found: list[tuple[int, WriterSchema]] = []
+        for version in sorted(versions):
+            try:
+                registered = self._client.get_version(subject, version)
+            except ConfluentRegistryError as e:
+                raise self._answered(e, f"fetching version {version} of subject {subject!r}") from e
+            except Exception as e:
+                raise self._unreachable(e, f"fetching version {version} of subject {subject!r}") from e
+            schema = registered.schema
+            assert registered.schema_id is not None
+            assert schema is not None
+            writer = WriterSchema(
+                schema_id=registered.schema_id,
+                schema_type=_schema_type(schema.schema_type),
+                schema_str=schema.schema_str or "",
+                references=tuple(r.subject for r in schema.references or () if r.subject),
+            )
+            self._by_id.setdefault(writer.schema_id, writer)
+            found.append((version, writer))
+        return found
 
     def _answered(self, error: ConfluentRegistryError, doing: str) -> SchemaRegistryError:
         status = error.http_status_code if isinstance(error.http_status_code, int) else None

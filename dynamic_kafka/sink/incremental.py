@@ -36,6 +36,7 @@ from dynamic_kafka.errors import SparkJobError, StateBehindSinkError, Undecodabl
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
+from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
     append_idempotent,
     committed_txn_version,
@@ -46,6 +47,7 @@ from dynamic_kafka.sink.tables import (
     txn_commit_version,
 )
 from dynamic_kafka.spark.decode import DECODE_ERROR, can_fail, decode
+from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
 from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
@@ -82,6 +84,7 @@ def write_incremental(
     run_seq: int,
     planned_pairs: Sequence[tuple[str, str]],
     overlaps: Sequence[Split] = (),
+    prepared: PreparedDecoding | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -93,6 +96,8 @@ def write_incremental(
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
             (:meth:`~dynamic_kafka.plan.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
+        prepared: the writer schemas of registry / schema-file streams
+            (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -104,6 +109,8 @@ def write_incremental(
 
         UndecodableRecordError: (a DecodeError) ``on_decode_error: fail`` and a record did not decode; the sink
             and the dead-letter table were not written.
+        SchemaIncompatibleError: records of a schema version that cannot land with the others, or a column
+            whose type changes against the table; nothing was written.
         SparkJobError: the Kafka read or a Delta write failed (retriable: the next run recovers).
 
     Example:
@@ -134,9 +141,20 @@ def write_incremental(
                 state_run_seq=run_seq - 1,
                 state_path="(the state this run was planned from)",
             )
-        decoded, read_count = _skip_backfilled(decode(df, pipeline), target, both=writer is _write_with_dead_letters)
+        decoded_frame = decode(df, pipeline, prepared)
+        check_table_schema(
+            sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
+        )
+        decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
         observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
-        dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs)), target)
+        counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+        try:
+            dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs), *counts), target)
+        except Exception as e:
+            incompatible = incompatible_error_from(e)
+            if incompatible is not None:
+                raise incompatible from e
+            raise
         result = _outcome(target, planned_pairs, observation, read_count, dead_letter_version)
     logger.info(
         "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "

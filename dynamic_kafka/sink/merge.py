@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
+from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import dead_letter_rows, ensure_table, latest_version, sink_rows, spark_failures
 from dynamic_kafka.spark.decode import DECODE_ERROR, decode
+from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
 from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ def merge_backfill(
     start: datetime | None = None,
     end: datetime | None = None,
     run_seq: int | None = None,
+    prepared: PreparedDecoding | None = None,
 ) -> WriteResult:
     """Merges a backfill's records into the sink, inserting only records it does not hold yet.
 
@@ -58,6 +61,7 @@ def merge_backfill(
         start: the event-time window's start (for the log line; the planner turned it into offsets).
         end: the window's end (exclusive), likewise.
         run_seq: stored in ``_run_seq`` (null when None); backfills do not take part in the txn protocol.
+        prepared: the writer schemas of registry / schema-file streams (required when the pipeline has any).
 
     Returns:
         Counts read, rows inserted into the sink (``sink_records``), dead letters inserted, and versions.
@@ -80,7 +84,9 @@ def merge_backfill(
     window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
     with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
         spark = df.sparkSession
-        decoded = decode(df, pipeline).persist(StorageLevel.MEMORY_AND_DISK)
+        decoded_frame = decode(df, pipeline, prepared)
+        check_table_schema(sink_rows(decoded_frame, run_seq).schema, sink_schema(sink_path), str(sink_path), prepared)
+        decoded = decoded_frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One row of aggregates (not data) over the persisted read, which this action materializes.
             metrics = decoded.agg(*metric_columns(pairs, offsets=True)).collect()[0].asDict()
@@ -144,6 +150,7 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> 
         DeltaTable.forPath(spark, path.spark_uri)
         .alias("t")
         .merge(rows.alias("s"), f"{on} AND ({scope})")
+        .withSchemaEvolution()  # new columns join the table, as appends do with mergeSchema
         .whenNotMatchedInsertAll()
         .execute()
         .collect()

@@ -50,6 +50,9 @@ class WriteResult(BaseModel):
     deduplicated: int = Field(
         0, ge=0, description="Records read that a backfill had already landed; not written again, not counted above."
     )
+    schema_counts: dict[str, int] = Field(
+        default_factory=dict, description="Records per registry schema version (PreparedDecoding.count_columns)."
+    )
 
 
 def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -> list[Column]:
@@ -110,6 +113,7 @@ def write_result(
         max_event_time=_from_micros(metrics.get("max_ts")),
         sink_version=sink_version,
         dead_letter_version=dead_letter_version,
+        schema_counts={k: int(v or 0) for k, v in metrics.items() if k.startswith("schema_")},
     )
 
 

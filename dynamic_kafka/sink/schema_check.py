@@ -22,10 +22,13 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
     from dynamic_kafka.storage import TableRef
 
 
-def written_schema(spark: SparkSession, pipeline: PipelineConfig) -> StructType:
+def written_schema(
+    spark: SparkSession, pipeline: PipelineConfig, prepared: PreparedDecoding | None = None
+) -> StructType:
     """The schema of the rows an incremental run of ``pipeline`` appends to its sink (no Spark job).
 
     Raises:
@@ -37,7 +40,7 @@ def written_schema(spark: SparkSession, pipeline: PipelineConfig) -> StructType:
 
     try:
         empty = spark.createDataFrame([], OUTPUT_SCHEMA_DDL)
-        return sink_rows(decode(empty, pipeline), 0).schema
+        return sink_rows(decode(empty, pipeline, prepared), 0).schema
     except ConfigError as e:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."
@@ -85,14 +88,14 @@ def _compare(written: DataType, existing: DataType, path: str, problems: list[st
         problems.append(f"{path}: the sink has {existing.simpleString()}, the pipeline writes {written.simpleString()}")
 
 
-def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig) -> None:
+def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig, prepared: PreparedDecoding | None = None) -> None:
     """Refuses, before anything is planned, a ``value_schema`` that does not parse or a sink whose schema does not
     take the pipeline's rows.
 
     Raises:
         SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
     """
-    written = written_schema(spark, pipeline)
+    written = written_schema(spark, pipeline, prepared)
     path = str(pipeline.sink.path)
     from deltalake.exceptions import DeltaError
 
@@ -102,7 +105,9 @@ def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig) -> None:
         raise SparkJobError(f"cannot read the schema of the sink {path}: {safe_text(e)}") from e
     if existing is None:
         return
-    problems = schema_differences(written, existing)
+    # Appends merge schemas (mergeSchema): a column or nested field the sink lacks is added, not refused (a
+    # registry schema's new version, a json value_schema's new field). A changed type is still refused.
+    problems = [p for p in schema_differences(written, existing) if ": not in the sink" not in p]
     if problems:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: the sink {path} does not take the rows this pipeline writes: "

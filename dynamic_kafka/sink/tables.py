@@ -35,10 +35,16 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 
 
 def sink_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
-    """Decoded rows in the sink's columns (:data:`~dynamic_kafka.spark.schema.SINK_COLUMNS`)."""
+    """Decoded rows in the sink's columns: :data:`~dynamic_kafka.spark.schema.SINK_COLUMNS` (without ``value``
+    when every stream decodes into fields), then any decoded fields and ``_schema_id``, then ``_run_seq``.
+    """
     from pyspark.sql import functions as sf
 
-    return decoded.select(*OUTPUT_COLUMNS, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+    present = set(decoded.columns)
+    internal = {RAW_KEY, RAW_VALUE, DECODE_ERROR, RUN_SEQ, *OUTPUT_COLUMNS}
+    fields = [c for c in decoded.columns if c not in internal and not c.startswith("_dk_")]
+    kafka = [c for c in OUTPUT_COLUMNS if c in present]
+    return decoded.select(*kafka, *fields, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
 
 
 def dead_letter_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
@@ -118,10 +124,13 @@ def _nullable(data_type: Any) -> Any:
 
 
 def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int) -> None:
-    """Appends with Delta's idempotent-write txn. A new table is created by this same commit (``delta.*`` write
-    options become its properties), so a failed first write leaves no table behind.
+    """Appends with Delta's idempotent-write txn and schema merging. A new table is created by this same commit
+    (``delta.*`` write options become its properties), so a failed first write leaves no table behind.
     """
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
+    # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused
+    # before any write (registry_decode.check_table_schema).
+    writer = writer.option("mergeSchema", "true")
     if not table_exists(table):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
     writer.save(TableRef.of(table).spark_uri)

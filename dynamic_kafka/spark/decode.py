@@ -27,13 +27,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
@@ -50,7 +52,8 @@ _CORRUPT_FIELD = "_dk_corrupt_record"
 
 def can_fail(pipeline: PipelineConfig) -> bool:
     """Whether any record can be undecodable under this pipeline's formats (``bytes`` never fails)."""
-    return pipeline.value_format != "bytes" or pipeline.key_format != "bytes"
+    formats = (pipeline.value_format_of(""), *pipeline.formats.values())
+    return any(f.value_format != "bytes" for f in formats) or pipeline.key_format != "bytes"
 
 
 def json_schema(value_schema: str) -> StructType:
@@ -78,14 +81,24 @@ def json_schema(value_schema: str) -> StructType:
     return parsed
 
 
-def decode(df: DataFrame, pipeline: PipelineConfig) -> DataFrame:
-    """Decodes ``key`` and ``value`` in place per the pipeline's formats.
+def decode(df: DataFrame, pipeline: PipelineConfig, prepared: PreparedDecoding | None = None) -> DataFrame:
+    """Decodes ``key`` and ``value`` per the pipeline's formats.
 
     Adds ``_raw_key`` and ``_raw_value`` (the original bytes) and ``_decode_error`` (string; null when the record
-    decoded). Other columns are kept as they are.
+    decoded). Other columns are kept as they are. With registry or fixed-schema streams (``prepared``), their
+    fields and ``_schema_id`` are added as columns, and ``value`` only stays when a stream of another format
+    needs it; :func:`dynamic_kafka.sink.tables.sink_rows` picks the table's columns.
+
+    Args:
+        df: the reader's output.
+        pipeline: formats and policies.
+        prepared: the writer schemas of the planned ranges
+            (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`); required when a stream uses a
+            registry format or a schema file.
 
     Raises:
         ConfigError: ``value_schema`` is invalid (json).
+        SchemaIncompatibleError: two sources give one field two types.
 
     Example:
         >>> decoded = decode(read_splits(...), pipeline)  # doctest: +SKIP
@@ -93,44 +106,79 @@ def decode(df: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     """
     from pyspark.sql import functions as sf
 
+    if prepared is None:
+        if any(
+            f.value_format not in VALUE_COLUMN_FORMATS
+            for f in (pipeline.value_format_of(""), *pipeline.formats.values())
+        ):
+            raise ValueError("this pipeline reads registry/Avro values: pass prepare_decoding()'s result")
+        prepared = PreparedDecoding(legacy=pipeline.value_format_of(""))
+
     raw_key, raw_value = sf.col(RAW_KEY), sf.col(RAW_VALUE)
     staged = df.withColumnsRenamed({"key": RAW_KEY, "value": RAW_VALUE})
     key, key_bad = _text(raw_key) if pipeline.key_format == "string" else (raw_key, sf.lit(False))
 
-    value: Column
-    trailing_bad, unknown_bad = sf.lit(False), sf.lit(False)
-    if pipeline.value_format == "bytes":
-        value, utf8_bad, json_bad = raw_value, sf.lit(False), sf.lit(False)
-    else:
-        text, utf8_bad = _text(raw_value)
-        if pipeline.value_format == "string":
-            value, json_bad = text, sf.lit(False)
-        else:
-            assert pipeline.value_schema is not None  # guaranteed by PipelineConfig's validator
-            schema = json_schema(pipeline.value_schema)
-            field = _CORRUPT_FIELD
-            while field in schema.fieldNames():
-                field = "_" + field
-            parsed = sf.from_json(
-                text,
-                schema.add(field, "string"),
-                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": field},
-            )
-            json_bad = text.isNotNull() & (parsed.isNull() | parsed.getField(field).isNotNull())
-            if pipeline.json_strict:
-                trailing_bad = text.isNotNull() & ~_single_value(text)
-                unknown_bad = text.isNotNull() & _unknown_fields(text, schema)
-            value = sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field))
+    legacy = prepared.legacy
+    columns: dict[str, Column] = {"key": key}
+    value_bad: list[tuple[Column, str]] = []
+    if legacy is not None:
+        value, value_bad = _legacy_value(raw_value, legacy, strict=pipeline.json_strict)
+        columns["value"] = value
+    if not prepared.sources:
+        error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8))
+        for bad, reason in value_bad:
+            error = error.when(bad, sf.lit(reason))
+        return staged.withColumns({**columns, DECODE_ERROR: error.otherwise(sf.lit(None).cast("string"))})
 
-    error = (
-        sf.when(key_bad, sf.lit(KEY_NOT_UTF8))
-        .when(utf8_bad, sf.lit(VALUE_NOT_UTF8))
-        .when(json_bad, sf.lit(VALUE_NOT_JSON))
-        .when(trailing_bad, sf.lit(VALUE_TRAILING_DATA))
-        .when(unknown_bad, sf.lit(VALUE_UNKNOWN_FIELDS))
-        .otherwise(sf.lit(None).cast("string"))
+    from dynamic_kafka.spark.registry_decode import registry_frame
+
+    in_registry = sf.lit(False)
+    for source in prepared.sources:
+        in_registry = in_registry | (
+            (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
+        )
+    frame, registry_error = registry_frame(staged, prepared, RAW_VALUE)
+    error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8)).when(in_registry, registry_error)
+    for bad, reason in value_bad:
+        error = error.when(bad, sf.lit(reason))
+    if "value" in columns:
+        columns["value"] = sf.when(~in_registry, columns["value"])
+    return frame.withColumns({**columns, DECODE_ERROR: error.otherwise(sf.lit(None).cast("string"))})
+
+
+def _legacy_value(
+    raw_value: Column, fmt: ValueFormatConfig, *, strict: bool = False
+) -> tuple[Column, list[tuple[Column, str]]]:
+    """The ``value`` column of a bytes/string/json format and its ``(is-bad, reason)`` checks, in order."""
+    from pyspark.sql import functions as sf
+
+    if fmt.value_format == "bytes":
+        return raw_value, []
+    text, utf8_bad = _text(raw_value)
+    if fmt.value_format == "string":
+        return text, [(utf8_bad, VALUE_NOT_UTF8)]
+    assert fmt.value_schema is not None  # guaranteed by ValueFormatConfig's validator
+    schema = json_schema(fmt.value_schema)
+    field = _CORRUPT_FIELD
+    while field in schema.fieldNames():
+        field = "_" + field
+    parsed = sf.from_json(
+        text,
+        schema.add(field, "string"),
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": field},
     )
-    return staged.withColumns({"key": key, "value": value, DECODE_ERROR: error})
+    json_bad = text.isNotNull() & (parsed.isNull() | parsed.getField(field).isNotNull())
+    trailing_bad, unknown_bad = sf.lit(False), sf.lit(False)
+    if strict:
+        trailing_bad = text.isNotNull() & ~_single_value(text)
+        unknown_bad = text.isNotNull() & _unknown_fields(text, schema)
+    checks = [
+        (utf8_bad, VALUE_NOT_UTF8),
+        (json_bad, VALUE_NOT_JSON),
+        (trailing_bad, VALUE_TRAILING_DATA),
+        (unknown_bad, VALUE_UNKNOWN_FIELDS),
+    ]
+    return sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field)), checks
 
 
 def _text(raw: Column) -> tuple[Column, Column]:

@@ -52,14 +52,24 @@ def delta_package(spark_version: str) -> str:
     return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{metadata.version('delta-spark')}"
 
 
+# from_avro for registry and schema-file values. Maven Central serves spark-avro_2.13 up to 4.1.1, not 4.1.3;
+# 4.1.1 works on Spark 4.1.3 (docs/formats.md). Move to pyspark's version once Central serves it.
+SPARK_AVRO_PACKAGE = f"org.apache.spark:spark-avro_{SCALA_VERSION}:4.1.1"
+
+
 def session_packages(spark_version: str, extra: Sequence[str] = ()) -> list[str]:
-    """Return the Maven coordinates of a session: Delta's, the Kafka connector's (pyspark's version), then ``extra``.
+    """Return the Maven coordinates of a session: Delta's, the Kafka connector's (pyspark's version), spark-avro,
+    then ``extra``.
 
     Example:
         >>> session_packages("4.1.3", ["g:a:1"])[1:]
-        ['org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3', 'g:a:1']
+        ['org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3', 'org.apache.spark:spark-avro_2.13:4.1.1', 'g:a:1']
     """
-    packages = [delta_package(spark_version), f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}"]
+    packages = [
+        delta_package(spark_version),
+        f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}",
+        SPARK_AVRO_PACKAGE,
+    ]
     return packages + [p for p in extra if p and p not in packages]
 
 

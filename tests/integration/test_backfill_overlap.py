@@ -42,9 +42,14 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[Write]:
     real = sink.write_incremental
 
     def spy(
-        df: Any, pipeline: Any, run_seq: int, pairs: Any, overlaps: tuple[Split, ...] | list[Split] = ()
+        df: Any,
+        pipeline: Any,
+        run_seq: int,
+        pairs: Any,
+        overlaps: tuple[Split, ...] | list[Split] = (),
+        prepared: Any = None,
     ) -> WriteResult:
-        result = real(df, pipeline, run_seq, pairs, overlaps)
+        result = real(df, pipeline, run_seq, pairs, overlaps, prepared)
         calls.append((tuple(overlaps), result))
         return result
 

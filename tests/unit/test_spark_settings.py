@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, delta_package
+from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, SPARK_AVRO_PACKAGE, delta_package
 from dynamic_kafka.spark.session import REDACTION_REGEX, requested_packages, spark_conf
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def test_defaults_enable_delta_utc_micros_and_pass_every_jar_directly(tmp_path: 
     # Nothing is left for spark-submit's Ivy to resolve.
     assert not {"spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"} & conf.keys()
     packages, exclusions = requested_packages(SparkConfig(), "4.1.3")
-    assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
+    assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", SPARK_AVRO_PACKAGE]
     assert packages[0].startswith("io.delta:delta-spark_4.1_2.13:")
     assert exclusions == []
 
@@ -50,7 +50,7 @@ def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
     assert conf["spark.ui.enabled"] == "true"
     assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},/opt/x.jar"
     packages, exclusions = requested_packages(settings, "4.1.3")
-    assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
+    assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", SPARK_AVRO_PACKAGE, "g:a:1", "g:b:2"]
     assert exclusions == ["g:c"]
     assert KAFKA_TOKENPROVIDER.endswith("spark-token-provider-kafka-0-10_2.13")
 

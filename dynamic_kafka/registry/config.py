@@ -1,0 +1,26 @@
+"""Where a Schema Registry is and how to log in: a pure model (no HTTP client), so the metadata models and the
+project config can hold it without importing the registry client.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RegistryConfig(BaseModel):
+    """Where a cluster's Schema Registry is and how to log in (a metadata file's ``schema_registry`` block).
+
+    Example:
+        >>> RegistryConfig(url="http://127.0.0.1:18081/apis/ccompat/v7", username="${env:SR_USER}",
+        ...                password="${env:SR_PASSWORD}").password
+        '${env:SR_PASSWORD}'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(description="Base URL of the Confluent-compatible API, e.g. http://host:8081.")
+    username: str | None = Field(default=None, description="Basic-auth user (literal or ${env:...} reference).")
+    password: str | None = Field(
+        default=None, repr=False, description="Basic-auth password: a ${env:...} or ${file:...} reference."
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="HTTP timeout of one registry call.")

@@ -1,0 +1,112 @@
+"""Registry formats without services: config shapes, JSON Schema -> Spark types, Avro compatibility, the table check."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from pydantic import ValidationError
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
+from dynamic_kafka.metadata.file import MetadataFile
+from dynamic_kafka.registry.client import WriterSchema
+from dynamic_kafka.sink.schema_check import sink_schema
+from dynamic_kafka.spark.registry_decode import (
+    _registry_source,
+    check_table_schema,
+    json_schema_to_spark,
+    prepare_decoding,
+)
+from dynamic_kafka.storage import TableRef
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
+V3 = {**V1, "fields": [{"name": "id", "type": "string"}]}
+
+
+def pipeline(**extra: object) -> PipelineConfig:
+    return PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}, **extra})
+
+
+def test_formats_per_stream_and_a_registry_per_cluster() -> None:
+    p = pipeline(
+        value_format="avro",
+        schema_registry={"url": "http://r", "username": "u", "password": "${env:PW}"},
+        formats={
+            "clicks": {"value_format": "json_schema"},
+            "items": {"value_format": "avro", "value_schema_file": "i"},
+        },
+    )
+    assert p.value_format_of("orders").uses_registry
+    assert p.value_format_of("clicks").value_format == "json_schema"
+    assert not p.value_format_of("items").uses_registry
+    assert "${env:PW}" not in repr(p.schema_registry)
+    with pytest.raises(ValidationError, match="value_schema_file` is for value_format avro"):
+        pipeline(value_format="json_schema", value_schema_file="x.avsc")
+    cluster = MetadataFile.model_validate(
+        {"clusters": {"east": {"bootstrap_servers": "b:1", "schema_registry": {"url": "http://e"}}}, "streams": {}}
+    ).cluster("east")
+    assert cluster.schema_registry is not None
+    assert cluster.schema_registry.url == "http://e"
+
+
+def test_a_registry_stream_without_a_registry_is_a_config_error() -> None:
+    from dynamic_kafka.plan.model import Split
+
+    split = Split(
+        stream_ids=("orders",), cluster_id="east", bootstrap_servers="b:1", topic="t", partition=0, start_offset=0,
+        stop_offset=1,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="names no schema_registry"):
+        prepare_decoding(pipeline(value_format="avro"), [split], {})
+
+
+def test_older_versions_are_checked_against_the_latest() -> None:
+    registered = [(1, WriterSchema(schema_id=1, schema_type="AVRO", schema_str=json.dumps(V1)))]
+    registered.append((2, WriterSchema(schema_id=2, schema_type="AVRO", schema_str=json.dumps(V2))))
+    source = _registry_source("orders", "east", "t", "avro", "t-value", registered)
+    assert [v.problem for v in source.versions] == [None, None]
+    assert source.reader is not None
+    assert "__dk_ok" in source.reader
+    registered.append((3, WriterSchema(schema_id=3, schema_type="AVRO", schema_str=json.dumps(V3))))
+    source = _registry_source("orders", "east", "t", "avro", "t-value", registered)
+    problems = [v.problem for v in source.versions]
+    assert problems[2] is None
+    assert problems[0] is not None
+    assert "string not compatible with writer type: long" in problems[0]
+
+
+def test_json_schema_maps_to_spark_types() -> None:
+    document = {
+        "type": "object",
+        "properties": {
+            "user": {"type": "string"},
+            "n": {"type": ["integer", "null"]},
+            "at": {"type": "string", "format": "date-time"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    assert json_schema_to_spark(document, "x").simpleString() == (
+        "struct<user:string,n:bigint,at:timestamp,tags:array<string>,address:struct<city:string>>"
+    )
+
+
+def test_a_type_change_against_the_table_is_refused(tmp_path: Path) -> None:
+    write_deltalake(str(tmp_path / "t"), pa.table({"id": pa.array([1], pa.int64()), "n": pa.array(["a"])}))
+    widened = StructType([StructField("id", LongType()), StructField("n", StringType()), StructField("x", LongType())])
+    table = str(tmp_path / "t")
+    check_table_schema(
+        widened, sink_schema(TableRef.of(table)), table, None
+    )  # a new column is fine (mergeSchema adds it)
+    changed = StructType([StructField("id", StringType())])
+    with pytest.raises(SchemaIncompatibleError, match="field id is bigint in one and string in the other"):
+        check_table_schema(changed, sink_schema(TableRef.of(table)), table, None)
