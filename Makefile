@@ -37,7 +37,7 @@ soak: setup ## Long randomized exactly-once checks: the protocol model (thousand
 	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
 	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
 
-ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
+ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,)
 soak: setup ## Long randomized exactly-once checks: the protocol model (thousands of examples) and kill -9 on real clusters
 	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q
 	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)

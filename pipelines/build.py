@@ -36,11 +36,34 @@ from pipelines.sensors import build_catch_up_sensor, build_metadata_sensor
 
 CONFIG_ENV = "DYNAMIC_KAFKA_CONFIG"
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
+# The demo project, loaded when nothing names a config and the working directory has none (a new user's first
+# `dagster dev` in the repository root). Not part of an installed wheel: then the working directory's file counts.
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo" / "dynamic_kafka.yaml"
 
 
 def config_path_from_env() -> Path:
-    """``$DYNAMIC_KAFKA_CONFIG``, else ``dynamic_kafka.yaml`` in the working directory, made absolute."""
-    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).resolve()
+    """The project config the workspace loads, made absolute.
+
+    ``$DYNAMIC_KAFKA_CONFIG`` when set (it must exist), else ``dynamic_kafka.yaml`` in the working directory when
+    there is one, else the demo's config (``examples/demo/dynamic_kafka.yaml``).
+
+    Raises:
+        ConfigError: ``$DYNAMIC_KAFKA_CONFIG`` names a file that does not exist; one line naming the variable and
+            the example to copy.
+    """
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(
+                f"${CONFIG_ENV} names {path}, which does not exist.",
+                hint=f"Copy {DEMO_CONFIG} there and edit it, or unset ${CONFIG_ENV} to load the demo.",
+            )
+        return path
+    local = Path(DEFAULT_CONFIG).resolve()
+    if local.is_file() or not DEMO_CONFIG.is_file():
+        return local
+    return DEMO_CONFIG
 
 
 def build_definitions(config_path: str | Path) -> Definitions:
