@@ -2,10 +2,14 @@
 
 Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced by ``_``):
 
-- asset ``dynamic_kafka/<id>`` (the sink table) with the check ``lag_and_data_loss``;
-- job ``<name>_incremental`` (materializes the asset), schedule ``<name>_schedule`` when ``schedule`` is set;
+- assets ``dynamic_kafka/<id>`` (the sink table) and ``dynamic_kafka/<id>_dead_letter``, materialized together by
+  one incremental run, downstream of the external assets ``kafka/<stream id>`` of the streams it lists;
+- checks ``lag`` (WARN), ``data_loss`` (ERROR) and ``dead_letters`` (WARN) on the sink, and Dagster's freshness
+  policy when ``freshness_minutes`` is set;
+- job ``<name>_incremental`` (materializes the assets), schedule ``<name>_schedule`` when ``schedule`` is set;
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
-- job ``<name>_backfill``, partitioned by ``backfill.granularity`` from ``backfill.start``, when ``backfill`` is set.
+- when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
+  ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it.
 
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 from dagster import (
     AssetChecksDefinition,
     AssetsDefinition,
+    AssetSpec,
     Definitions,
     JobDefinition,
     ScheduleDefinition,
@@ -27,12 +32,14 @@ from dagster import (
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ConfigError
-from pipelines.assets import build_lag_check, build_sink_asset
+from pipelines.assets import build_checks, build_sink_asset
+from pipelines.backfill import build_backfill_asset
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job
 from pipelines.names import RESOURCE_KEY, dagster_name
 from pipelines.resources import DynamicKafkaResource
 from pipelines.schedules import build_schedule
 from pipelines.sensors import build_catch_up_sensor, build_metadata_sensor
+from pipelines.streams import stream_specs
 
 CONFIG_ENV = "DYNAMIC_KAFKA_CONFIG"
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
@@ -86,7 +93,7 @@ def build_definitions(config_path: str | Path) -> Definitions:
             source=source,
             hint="Rename one of them.",
         )
-    assets: list[AssetsDefinition] = []
+    assets: list[AssetsDefinition | AssetSpec] = [*stream_specs(project.pipelines)]
     checks: list[AssetChecksDefinition] = []
     jobs: list[JobDefinition | AssetJob] = []
     schedules: list[ScheduleDefinition] = []
@@ -94,10 +101,11 @@ def build_definitions(config_path: str | Path) -> Definitions:
     for pipeline in project.pipelines:
         incremental = build_incremental_job(pipeline)
         assets.append(build_sink_asset(pipeline))
-        checks.append(build_lag_check(pipeline))
+        checks.append(build_checks(pipeline))
         jobs.append(incremental)
-        backfill = build_backfill_job(pipeline)
-        if backfill is not None:
+        backfill_asset, backfill = build_backfill_asset(pipeline), build_backfill_job(pipeline)
+        if backfill_asset is not None and backfill is not None:
+            assets.append(backfill_asset)
             jobs.append(backfill)
         schedule = build_schedule(pipeline, incremental, source=source)
         if schedule is not None:

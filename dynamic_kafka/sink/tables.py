@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
@@ -140,6 +142,32 @@ def latest_version(path: str) -> int | None:
         return DeltaTable(path).version()
     except TableNotFoundError:
         return None
+
+
+class TableInfo(BaseModel):
+    """What a Delta table's log says about it now, read without Spark."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    rows: int = Field(description="Rows in the current version (the sum of the data files' record counts).")
+    columns: tuple[tuple[str, str], ...] = Field(description="(name, Arrow type) of each column, in table order.")
+
+
+def table_info(path: str) -> TableInfo | None:
+    """The table's version, row count and columns from its Delta log (JVM-free, via delta-rs); None when there is no
+    table. Counts come from the log's per-file statistics, so nothing but the log is read."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return None
+    counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
+    arrow: Any = table.schema().to_arrow()  # an arro3 schema; iterating gives its fields
+    columns = tuple((f.name, str(f.type)) for f in arrow)
+    return TableInfo(version=table.version(), rows=sum(c or 0 for c in counts), columns=columns)
 
 
 def txn_commit_version(path: str, app_id: str, run_seq: int, *, max_steps: int = 50) -> int | None:
