@@ -321,25 +321,17 @@ def bench_environ() -> dict[str, str]:
 
 
 def warm_spark_start() -> float:
-    """Record the resolved Spark jars and the driver's class data sharing archive before anything is measured.
+    """Resolve the Spark jars and record the driver's class data sharing archive before anything is measured.
 
     Both are one-time costs of a machine (see ``dynamic_kafka.spark.packages`` and
-    ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay Ivy and the next would
-    compete with the background recorder.
-    Returns the seconds spent (0 when both were ready).
+    ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay the download and the
+    next would compete with the background recorder. Returns the seconds spent (0 when both were ready).
     """
     from dynamic_kafka.config import SparkConfig
     from dynamic_kafka.spark.session import session_class_archive
 
     began = time.monotonic()
     settings = SparkConfig.model_validate(spark_settings())
-    if session_class_archive(settings) is None:
-        code = (
-            "import sys; from dynamic_kafka.config import SparkConfig; "
-            "from dynamic_kafka.spark.session import build_spark_session; "
-            "build_spark_session(SparkConfig.model_validate_json(sys.argv[1]))"
-        )
-        subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
     archive = session_class_archive(settings)
     if archive is not None and not archive.ready:
         recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]

@@ -168,7 +168,7 @@ class PipelineRunner:
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.sink import write_incremental
+        from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()
