@@ -113,7 +113,7 @@ def _backfill_asset(pipeline: PipelineConfig, partitions: TimeWindowPartitionsDe
         key=backfill_asset_key(pipeline_id),
         group_name=GROUP_NAME,
         description=f"{pipeline.backfill.granularity.capitalize()} windows of record timestamps merged into "
-        f"{pipeline_id!r}'s sink by backfills (without duplicates, without moving the incremental offsets). "
+        f"the sink of {pipeline_id!r} by backfills (without duplicates, without moving the incremental offsets). "
         "A backfill of any number of windows is one run.",
         kinds={"kafka", "spark", "delta"},
         deps=stream_keys(pipeline),

@@ -49,8 +49,8 @@ def build_backfill_job(pipeline: PipelineConfig) -> AssetJob | None:
     return define_asset_job(
         name=backfill_job_name(pipeline.id),
         selection=AssetSelection.assets(backfill_asset_key(pipeline.id)),
-        description=f"Merges {pipeline.backfill.granularity} windows of record timestamps into {pipeline.id!r}'s "
-        "sink, without duplicates and without moving the incremental offsets.",
+        description=f"Merges {pipeline.backfill.granularity} windows of record timestamps into the sink of "
+        f"{pipeline.id!r}, without duplicates and without moving the incremental offsets.",
         tags={PIPELINE_TAG: pipeline.id, KIND_TAG: "backfill"},
         executor_def=in_process_executor,
     )
