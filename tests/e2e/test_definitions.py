@@ -157,3 +157,30 @@ def test_a_non_retriable_error_fails_the_run_with_failure_metadata(project: Proj
     assert "unknown stream id(s) no-such-stream" in (data.user_failure_data.description or "")
     assert data.user_failure_data.metadata["error"].value == "UnknownStreamError"
     assert data.user_failure_data.metadata["source"].value == str(project.config_path)
+
+
+def test_library_warnings_land_in_the_run_event_log_with_the_demo_instance(tmp_path: Path) -> None:
+    # The library logs through Python's logging only; the demo's dagster.yaml makes Dagster capture its loggers.
+    import logging
+
+    from dagster import job, op
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
+
+    @op
+    def warns() -> None:
+        logging.getLogger("dynamic_kafka.runner").warning("consumer group 'g': offsets not committed on 'east'")
+
+    @job
+    def library_warning() -> None:
+        warns()
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.managed_python_loggers == ["dynamic_kafka"]
+        result = library_warning.execute_in_process(instance=instance)
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+
+    assert result.success
+    assert any("offsets not committed on 'east'" in m for m in messages), messages
