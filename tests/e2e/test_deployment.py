@@ -117,7 +117,12 @@ def test_the_metadata_sensor_follows_a_migration_and_the_daemons_runs_land_every
     rows = sink_rows(project.sink_path(MIGRATION))
     assert len(rows) == len(set(rows))  # exactly once
     assert sorted(rows) == sorted(produced)
-    sinks = [deployment.materializations(r["runId"])[0]["metadata"] for r in runs]
+    sinks = [
+        m["metadata"]
+        for r in runs
+        for m in deployment.materializations(r["runId"])
+        if m["asset"] == ["dynamic_kafka", MIGRATION]
+    ]
     assert [m["clusters"] for m in sinks] == ["east", "east, west", "west"]
     # Consumer-group commits are on by default: every run gave its offsets to the group "dynamic-kafka.<id>" on
     # each cluster it read, so Kafka's own tools show the pipeline's lag.
@@ -180,8 +185,12 @@ def test_a_run_worker_killed_mid_run_is_failed_and_the_next_daemon_launched_run_
     rows: list[Landed] = sink_rows(project.sink_path(CRASH))
     assert len(rows) == len(set(rows))
     assert sorted(rows) == sorted(produced)
-    (materialization,) = deployment.materializations(recovered)
-    assert materialization["metadata"]["recovered_run_seq"] == 1
+    sink, dead_letter = deployment.materializations(recovered)
+    assert (sink["asset"], dead_letter["asset"]) == (
+        ["dynamic_kafka", CRASH],
+        ["dynamic_kafka", f"{CRASH}_dead_letter"],
+    )
+    assert sink["metadata"]["recovered_run_seq"] == 1
     warnings = [e["message"] for e in deployment.run_messages(recovered) if e.get("level") == "WARNING"]
     assert any("left planned by an earlier crash" in w for w in warnings), warnings
     assert store.load().last_run.status == "committed"  # type: ignore[union-attr]
