@@ -44,7 +44,10 @@ log = logging.getLogger(__name__)
 
 BIN = REPO_ROOT / ".venv" / "bin"
 STARTUP_TIMEOUT_S = 180.0
-RUN_TIMEOUT_S = 600.0  # a run starts its own Spark JVM; on a loaded 2-core machine that took minutes
+RUN_TIMEOUT_S = 900.0  # a run starts its own Spark JVM; on a 2-core machine at load 40 one run took 9 minutes
+# The daemon's StartRun call to the code server waits for the run worker process to start; at load 40 that took
+# longer than Dagster's default gRPC timeout (60 s), and the run was failed with "Unexpected error in IPC client".
+GRPC_TIMEOUT_S = "300"
 PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
 LOCATION = "dynamic_kafka"
 FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
@@ -378,6 +381,7 @@ def run_deployment(
         "DAGSTER_HOME": str(home),
         "DYNAMIC_KAFKA_CONFIG": str(config_path),
         PASSWORD_ENV: server.password(),
+        "DAGSTER_GRPC_TIMEOUT_SECONDS": GRPC_TIMEOUT_S,
         **(extra_env or {}),
     }
     deployment = Deployment(home=home, port=free_port(), env=env)
