@@ -235,6 +235,9 @@ class ValueFormatConfig(_Config):
         )
 
 
+DEFAULT_GROUP_PREFIX = "dynamic-kafka."
+
+
 class PipelineConfig(_Config):
     """One pipeline: which streams, from where, into which table, with which policies."""
 
@@ -278,12 +281,22 @@ class PipelineConfig(_Config):
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     isolation_level: Isolation = "read_committed"
-    consumer_group: str | None = Field(None, description="Also commit offsets to this group (monitoring only).")
+    consumer_group: str | None = Field(
+        None,
+        description="Also commit offsets to this consumer group (monitoring only: `kafka-consumer-groups --describe` "
+        "shows the lag). Default 'dynamic-kafka.<id>'; null turns it off.",
+    )
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
     sensor: SensorConfig = Field(default_factory=SensorConfig)
     backfill: BackfillConfig | None = None
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
+    max_dead_letters: int = Field(
+        0, ge=0, description="The dead-letter check warns when the last run sent more records than this there."
+    )
+    freshness_minutes: int | None = Field(
+        None, ge=1, description="Dagster's freshness policy: the sink is stale when no run landed for this long."
+    )
     metadata_retries: RetryConfig = Field(default_factory=RetryConfig)
     max_run_seconds: int = Field(
         4 * 3600,
@@ -299,6 +312,14 @@ class PipelineConfig(_Config):
     )
 
     _parse_state = field_validator("state_path", mode="before")(_location)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_consumer_group(cls, data: Any) -> Any:
+        # Absent means the default group; an explicit null means no group (the opt-out).
+        if isinstance(data, dict) and "consumer_group" not in data and isinstance(data.get("id"), str):
+            return {**data, "consumer_group": f"{DEFAULT_GROUP_PREFIX}{data['id']}"}
+        return data
 
     @field_validator("stream_pattern")
     @classmethod

@@ -55,7 +55,7 @@ from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import config_pins, plan_run
-from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -75,9 +75,6 @@ if TYPE_CHECKING:
     from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
-
-# Where runs of pipelines whose state is on object storage take their per-machine run lock.
-RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
 
 RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
 """Where run locks live instead of beside a local state table (e.g. a state folder that is read-only, or shared
@@ -296,9 +293,9 @@ class PipelineRunner:
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-        self._commit_consumer_group(plan, clusters)
+        commits = self._commit_consumer_group(plan, clusters)
         self._maintain()
-        return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
+        return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
 
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
         from dynamic_kafka.spark.registry_decode import prepare_decoding
@@ -480,14 +477,16 @@ class PipelineRunner:
         except DynamicKafkaError as e:
             log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
 
-    def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> None:
+    def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> tuple[GroupCommit, ...]:
+        """Gives the consumer group every split's stop offset, per cluster; returns each cluster's outcome."""
         group = self.pipeline.consumer_group
         if group is None:
-            return
+            return ()
         by_cluster: dict[str, dict[tuple[str, int], int]] = {}
         for s in plan.splits:
             by_cluster.setdefault(s.cluster_id, {})[(s.topic, s.partition)] = s.stop_offset
-        for cluster_id, offsets in by_cluster.items():
+        outcomes = []
+        for cluster_id, offsets in sorted(by_cluster.items()):
             cluster = clusters.get(cluster_id)
             if cluster is None:
                 continue
@@ -498,6 +497,10 @@ class PipelineRunner:
                 log.warning(
                     "consumer group %r: offsets not committed on cluster %r (monitoring only): %s", group, cluster_id, e
                 )
+                outcomes.append(GroupCommit(cluster_id=cluster_id, group=group, committed=False, error=str(e)))
+            else:
+                outcomes.append(GroupCommit(cluster_id=cluster_id, group=group, committed=True))
+        return tuple(outcomes)
 
 
 def _abandon_command(runner: PipelineRunner, plan: Plan) -> str:

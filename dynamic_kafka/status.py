@@ -113,7 +113,7 @@ class LagVerdict(BaseModel):
 def lag_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
     """The health verdict on a status: data loss in the last run fails it; lag over ``max_lag_records`` fails it,
     and so does a lag that cannot be known (an unreachable or skipped cluster) when a limit is set, because an
-    unknown lag is not zero.
+    unknown lag is not zero. It is :func:`data_loss_verdict` and :func:`lag_limit_verdict` together.
 
     Example:
         >>> empty = PipelineStatus(
@@ -123,11 +123,42 @@ def lag_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdi
         >>> lag_verdict(empty, 3).problems
         ('lag 5 records exceeds max_lag_records 3',)
     """
+    loss, lag = data_loss_verdict(status), lag_limit_verdict(status, max_lag_records)
+    problems = (*loss.problems, *lag.problems)
+    return LagVerdict(
+        passed=not problems,
+        severity="error" if loss.lost_ranges else "warning",
+        problems=problems,
+        lost_ranges=loss.lost_ranges,
+        description="; ".join(problems) or f"lag {status.total_lag} records, no data loss",
+    )
+
+
+def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
+    """Fails (severity ``error``: records are missing from the sink) when the last run skipped lost ranges."""
     last = status.last_run
     lost = tuple(r for f in (last.findings if last else ()) if (r := f.lost_range) is not None)
+    problems = (
+        (f"the last run (run_seq {last.run_seq}) skipped lost records: {len(lost)} range(s)",)
+        if lost and last is not None
+        else ()
+    )
+    return LagVerdict(
+        passed=not problems,
+        severity="error",
+        problems=problems,
+        lost_ranges=lost,
+        description="; ".join(problems) or "no data loss in the last run",
+    )
+
+
+def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
+    """The ``lag`` check's verdict: is the pipeline within ``max_lag_records`` of the brokers.
+
+    It fails (severity ``warning``: the data is late, not lost) when the lag exceeds ``max_lag_records``, or cannot
+    be known on some cluster while a limit is set. Without a limit it always passes and reports the lag.
+    """
     problems = []
-    if lost and last is not None:
-        problems.append(f"the last run (run_seq {last.run_seq}) skipped lost records: {len(lost)} range(s)")
     if max_lag_records is not None and status.total_lag > max_lag_records:
         problems.append(f"lag {status.total_lag} records exceeds max_lag_records {max_lag_records}")
     if max_lag_records is not None and status.lag_unknown_clusters:
@@ -137,8 +168,32 @@ def lag_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdi
         )
     return LagVerdict(
         passed=not problems,
-        severity="error" if lost else "warning",
+        severity="warning",
         problems=tuple(problems),
-        lost_ranges=lost,
-        description="; ".join(problems) or f"lag {status.total_lag} records, no data loss",
+        lost_ranges=(),
+        description="; ".join(problems) or f"lag {status.total_lag} records",
+    )
+
+
+def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVerdict:
+    """The ``dead_letters`` check's verdict: did the last run dead-letter at most ``max_dead_letters`` records.
+
+    It fails with severity ``warning``, since the records are kept (in the dead-letter table), not lost.
+    """
+    last = status.last_run
+    count = last.dead_letters if last is not None else 0
+    problems = (
+        (
+            f"the last run (run_seq {last.run_seq}) sent {count} record(s) to the dead-letter table, "
+            f"over {max_dead_letters}",
+        )
+        if last is not None and count > max_dead_letters
+        else ()
+    )
+    return LagVerdict(
+        passed=not problems,
+        severity="warning",
+        problems=problems,
+        lost_ranges=(),
+        description="; ".join(problems) or f"{count} dead letter(s) in the last run (limit {max_dead_letters})",
     )

@@ -1,34 +1,65 @@
-"""The sink table of each pipeline as an asset, and its lag / data-loss check.
+"""Per pipeline: the sink table and its dead-letter table as assets materialized by one incremental run, and the
+checks on the sink, split by meaning.
 
-Materializing the asset is one incremental run (``PipelineRunner.run``): recover a crashed run if any, plan, read,
-write, commit. The check reads the committed state and the brokers' latest offsets (``pipeline_status``); it
-contacts Kafka but never starts Spark.
+Materializing them is one incremental run (``PipelineRunner.run``): recover a crashed run if any, plan, read,
+write, commit. Both tables depend on the pipeline's Kafka streams (external assets, :mod:`pipelines.streams`), so
+the asset graph shows stream -> table. After the run the status (committed offsets against the brokers' latest,
+no Spark) adds per-partition offsets and per-cluster lag to the sink's metadata.
+
+The checks read the committed state and the brokers' latest offsets (``pipeline_status``, once for all three) and
+take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WARN: the data is late),
+``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``). Freshness is
+Dagster's own freshness policy on the sink (``freshness_minutes``).
 """
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
 
-from pathlib import Path
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
+    AssetSpec,
+    DataVersion,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
-    asset,
-    asset_check,
+    multi_asset,
+    multi_asset_check,
 )
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.status import lag_verdict, pipeline_status
-from dynamic_kafka.storage import TableLocation
+from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.sink.tables import table_info
+from dynamic_kafka.status import (
+    LagVerdict,
+    PipelineStatus,
+    data_loss_verdict,
+    dead_letter_verdict,
+    lag_limit_verdict,
+    pipeline_status,
+)
 from pipelines.errors import dagster_errors
-from pipelines.metadata import summary_metadata
-from pipelines.names import GROUP_NAME, LAG_CHECK_NAME, asset_key, pool_name
+from pipelines.metadata import status_metadata, summary_metadata, table_metadata, table_uri
+from pipelines.names import (
+    DATA_LOSS_CHECK_NAME,
+    DEAD_LETTER_CHECK_NAME,
+    GROUP_NAME,
+    LAG_CHECK_NAME,
+    asset_key,
+    dagster_name,
+    dead_letter_asset_key,
+    pool_name,
+)
 from pipelines.resources import DynamicKafkaResource
+from pipelines.streams import stream_keys
 
 
 def _describe(pipeline: PipelineConfig) -> str:
@@ -40,29 +71,60 @@ def _describe(pipeline: PipelineConfig) -> str:
     return f"Delta table landed by pipeline {pipeline.id!r} from {subscription}, exactly once per record."
 
 
-def table_uri(location: TableLocation) -> str:
-    """The table's URI as Dagster shows it (``dagster/uri``): ``file://...`` for a local folder, else as written."""
-    return Path(location.uri).as_uri() if location.is_local else location.uri
+def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
+    """The sink table and its dead-letter table."""
+    pipeline_id = pipeline.id
+    freshness = (
+        FreshnessPolicy.time_window(fail_window=timedelta(minutes=pipeline.freshness_minutes))
+        if pipeline.freshness_minutes is not None
+        else None
+    )
+    sink = table_uri(pipeline.sink.path)
+    dead_letter = table_uri(pipeline.sink.resolved_dead_letter_path)
+    return [
+        AssetSpec(
+            key=asset_key(pipeline_id),
+            group_name=GROUP_NAME,
+            description=_describe(pipeline),
+            kinds={"kafka", "spark", "delta"},
+            deps=stream_keys(pipeline),
+            freshness_policy=freshness,
+            metadata={
+                "dagster/uri": MetadataValue.text(sink),
+                "dagster/table_name": MetadataValue.text(f"delta.`{pipeline.sink.path}`"),
+                "state_path": MetadataValue.path(str(pipeline.resolved_state_path)),
+                "pipeline_id": MetadataValue.text(pipeline_id),
+            },
+        ),
+        AssetSpec(
+            key=dead_letter_asset_key(pipeline_id),
+            group_name=GROUP_NAME,
+            description=f"Records of pipeline {pipeline_id!r} that could not be decoded, with the raw bytes and the "
+            "reason, written by the same run before the sink.",
+            kinds={"delta"},
+            deps=stream_keys(pipeline),
+            metadata={
+                "dagster/uri": MetadataValue.text(dead_letter),
+                "dagster/table_name": MetadataValue.text(f"delta.`{pipeline.sink.resolved_dead_letter_path}`"),
+                "pipeline_id": MetadataValue.text(pipeline_id),
+            },
+        ),
+    ]
 
 
 def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
-    """The pipeline's sink table; one materialization is one incremental run."""
+    """The sink and dead-letter tables; one materialization is one incremental run."""
     pipeline_id = pipeline.id
+    sink_key, dead_letter_key = asset_key(pipeline_id), dead_letter_asset_key(pipeline_id)
 
-    @asset(
-        key=asset_key(pipeline_id),
-        group_name=GROUP_NAME,
-        description=_describe(pipeline),
-        kinds={"kafka", "spark", "delta"},
+    @multi_asset(
+        name=f"{dagster_name(pipeline_id)}_incremental_run",
+        specs=sink_specs(pipeline),
         pool=pool_name(pipeline_id),
-        metadata={
-            "dagster/uri": MetadataValue.text(table_uri(pipeline.sink.path)),
-            "sink_path": MetadataValue.path(str(pipeline.sink.path)),
-            "state_path": MetadataValue.path(str(pipeline.resolved_state_path)),
-            "pipeline_id": MetadataValue.text(pipeline_id),
-        },
     )
-    def sink_table(context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource) -> MaterializeResult[Any]:
+    def incremental_run(
+        context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource
+    ) -> Iterator[MaterializeResult[Any]]:
         with dagster_errors(pipeline_id):
             summary = dynamic_kafka.runner(pipeline_id).run()
         for finding in summary.warnings:
@@ -73,48 +135,100 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
             f"run {summary.run_seq} {summary.status}: {summary.records} records, {summary.bytes} bytes, "
             f"lag after {summary.lag_after}{' (capped: catching up next)' if summary.capped else ''}"
         )
-        return MaterializeResult(metadata=summary_metadata(summary))
-
-    return sink_table
-
-
-def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
-    """Fails when the pending records exceed ``max_lag_records`` (or, with a limit, cannot be known because a
-    cluster is unreachable or was skipped) or the last run found data loss.
-    """
-    pipeline_id = pipeline.id
-    limit = pipeline.max_lag_records
-
-    @asset_check(
-        asset=asset_key(pipeline_id),
-        name=LAG_CHECK_NAME,
-        description=(
-            f"Pending records (broker latest minus committed offsets) at most {limit}, "
-            "and no data loss in the last run."
-            if limit is not None
-            else "No data loss in the last run (no max_lag_records configured, so lag is only reported)."
-        ),
-    )
-    def lag_check(dynamic_kafka: DynamicKafkaResource) -> AssetCheckResult:
-        with dagster_errors(pipeline_id):
-            status = pipeline_status(dynamic_kafka.context(pipeline_id))
-        verdict = lag_verdict(status, limit)
-        metadata: dict[str, MetadataValue] = {
-            "total_lag": MetadataValue.int(status.total_lag),
-            "data_loss_ranges": MetadataValue.json([lost.model_dump() for lost in verdict.lost_ranges]),
-            "partitions": MetadataValue.int(len(status.partitions)),
-        }
-        if limit is not None:
-            metadata["max_lag_records"] = MetadataValue.int(limit)
-        if status.unreachable_clusters:
-            metadata["unreachable_clusters"] = MetadataValue.text(", ".join(status.unreachable_clusters))
-        if status.lag_unknown_clusters:
-            metadata["lag_unknown_clusters"] = MetadataValue.text(", ".join(status.lag_unknown_clusters))
-        return AssetCheckResult(
-            passed=verdict.passed,
-            severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
-            description=verdict.description,
+        metadata = summary_metadata(summary)
+        try:
+            metadata.update(status_metadata(summary, pipeline_status(dynamic_kafka.context(pipeline_id))))
+        except DynamicKafkaError as e:
+            # The run is committed; offsets and lag are a report, so a failure to read them is only a warning.
+            context.log.warning(f"offsets and lag not reported: {e}")
+        sink = table_info(pipeline.sink_table)
+        metadata.update(table_metadata(table_uri(pipeline.sink.path), sink))
+        yield MaterializeResult(
+            asset_key=sink_key,
             metadata=metadata,
+            # The Delta version is the table's data version: an empty run leaves it, so it does not look new.
+            data_version=DataVersion(str(sink.version)) if sink is not None else None,
+        )
+        dead = table_info(pipeline.dead_letter_table)
+        yield MaterializeResult(
+            asset_key=dead_letter_key,
+            metadata={
+                "dead_letters": MetadataValue.int(summary.dead_letters),
+                "run_seq": MetadataValue.int(summary.run_seq),
+                **table_metadata(table_uri(pipeline.sink.resolved_dead_letter_path), dead),
+            },
+            data_version=DataVersion(str(dead.version)) if dead is not None else None,
         )
 
-    return lag_check
+    return incremental_run
+
+
+def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
+    """The sink's checks: lag (WARN), data loss (ERROR), dead letters (WARN), from one status report."""
+    pipeline_id = pipeline.id
+    key = asset_key(pipeline_id)
+    limit = pipeline.max_lag_records
+    specs = [
+        AssetCheckSpec(
+            LAG_CHECK_NAME,
+            asset=key,
+            description=f"Pending records (broker latest minus committed offsets) at most {limit}."
+            if limit is not None
+            else "Reports the pending records (no max_lag_records configured, so it always passes).",
+        ),
+        AssetCheckSpec(
+            DATA_LOSS_CHECK_NAME,
+            asset=key,
+            description="The last run skipped no lost records (deleted by retention before they were read).",
+        ),
+        AssetCheckSpec(
+            DEAD_LETTER_CHECK_NAME,
+            asset=key,
+            description=f"The last run sent at most {pipeline.max_dead_letters} record(s) to the dead-letter table.",
+        ),
+    ]
+
+    @multi_asset_check(name=f"{dagster_name(pipeline_id)}_checks", specs=specs)
+    def checks(context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Iterator[AssetCheckResult]:
+        with dagster_errors(pipeline_id):
+            status = pipeline_status(dynamic_kafka.context(pipeline_id))
+        lag = lag_limit_verdict(status, limit)
+        lag_metadata = _lag_metadata(status)
+        if limit is not None:
+            lag_metadata["max_lag_records"] = MetadataValue.int(limit)
+        yield _result(LAG_CHECK_NAME, key, lag, lag_metadata)
+        loss = data_loss_verdict(status)
+        yield _result(
+            DATA_LOSS_CHECK_NAME,
+            key,
+            loss,
+            {"data_loss_ranges": MetadataValue.json([lost.model_dump() for lost in loss.lost_ranges])},
+        )
+        dead = dead_letter_verdict(status, pipeline.max_dead_letters)
+        count = status.last_run.dead_letters if status.last_run else 0
+        yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
+
+    return checks
+
+
+def _lag_metadata(status: PipelineStatus) -> dict[str, MetadataValue]:
+    metadata: dict[str, MetadataValue] = {
+        "total_lag": MetadataValue.int(status.total_lag),
+        "partitions": MetadataValue.int(len(status.partitions)),
+    }
+    if status.unreachable_clusters:
+        metadata["unreachable_clusters"] = MetadataValue.text(", ".join(status.unreachable_clusters))
+    if status.lag_unknown_clusters:
+        metadata["lag_unknown_clusters"] = MetadataValue.text(", ".join(status.lag_unknown_clusters))
+    return metadata
+
+
+def _result(name: str, key: Any, verdict: LagVerdict, metadata: dict[str, MetadataValue]) -> AssetCheckResult:
+    return AssetCheckResult(
+        check_name=name,
+        asset_key=key,
+        passed=verdict.passed,
+        severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
+        description=verdict.description,
+        metadata=metadata,
+    )

@@ -2,10 +2,14 @@
 
 Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced by ``_``):
 
-- asset ``dynamic_kafka/<id>`` (the sink table) with the check ``lag_and_data_loss``;
-- job ``<name>_incremental`` (materializes the asset), schedule ``<name>_schedule`` when ``schedule`` is set;
+- assets ``dynamic_kafka/<id>`` (the sink table) and ``dynamic_kafka/<id>_dead_letter``, materialized together by
+  one incremental run, downstream of the external assets ``kafka/<stream id>`` of the streams it lists;
+- checks ``lag`` (WARN), ``data_loss`` (ERROR) and ``dead_letters`` (WARN) on the sink, and Dagster's freshness
+  policy when ``freshness_minutes`` is set;
+- job ``<name>_incremental`` (materializes the assets), schedule ``<name>_schedule`` when ``schedule`` is set;
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
-- job ``<name>_backfill``, partitioned by ``backfill.granularity`` from ``backfill.start``, when ``backfill`` is set.
+- when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
+  ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it.
 
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 from dagster import (
     AssetChecksDefinition,
     AssetsDefinition,
+    AssetSpec,
     Definitions,
     JobDefinition,
     ScheduleDefinition,
@@ -27,20 +32,45 @@ from dagster import (
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ConfigError
-from pipelines.assets import build_lag_check, build_sink_asset
+from pipelines.assets import build_checks, build_sink_asset
+from pipelines.backfill import build_backfill_asset
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job
 from pipelines.names import RESOURCE_KEY, dagster_name
 from pipelines.resources import DynamicKafkaResource
 from pipelines.schedules import build_schedule
 from pipelines.sensors import build_catch_up_sensor, build_metadata_sensor
+from pipelines.streams import stream_specs
 
 CONFIG_ENV = "DYNAMIC_KAFKA_CONFIG"
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
+# The demo project, loaded when nothing names a config and the working directory has none (a new user's first
+# `dagster dev` in the repository root). Not part of an installed wheel: then the working directory's file counts.
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo" / "dynamic_kafka.yaml"
 
 
 def config_path_from_env() -> Path:
-    """``$DYNAMIC_KAFKA_CONFIG``, else ``dynamic_kafka.yaml`` in the working directory, made absolute."""
-    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).resolve()
+    """The project config the workspace loads, made absolute.
+
+    ``$DYNAMIC_KAFKA_CONFIG`` when set (it must exist), else ``dynamic_kafka.yaml`` in the working directory when
+    there is one, else the demo's config (``examples/demo/dynamic_kafka.yaml``).
+
+    Raises:
+        ConfigError: ``$DYNAMIC_KAFKA_CONFIG`` names a file that does not exist; one line naming the variable and
+            the example to copy.
+    """
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(
+                f"${CONFIG_ENV} names {path}, which does not exist.",
+                hint=f"Copy {DEMO_CONFIG} there and edit it, or unset ${CONFIG_ENV} to load the demo.",
+            )
+        return path
+    local = Path(DEFAULT_CONFIG).resolve()
+    if local.is_file() or not DEMO_CONFIG.is_file():
+        return local
+    return DEMO_CONFIG
 
 
 def build_definitions(config_path: str | Path) -> Definitions:
@@ -63,7 +93,7 @@ def build_definitions(config_path: str | Path) -> Definitions:
             source=source,
             hint="Rename one of them.",
         )
-    assets: list[AssetsDefinition] = []
+    assets: list[AssetsDefinition | AssetSpec] = [*stream_specs(project.pipelines)]
     checks: list[AssetChecksDefinition] = []
     jobs: list[JobDefinition | AssetJob] = []
     schedules: list[ScheduleDefinition] = []
@@ -71,10 +101,11 @@ def build_definitions(config_path: str | Path) -> Definitions:
     for pipeline in project.pipelines:
         incremental = build_incremental_job(pipeline)
         assets.append(build_sink_asset(pipeline))
-        checks.append(build_lag_check(pipeline))
+        checks.append(build_checks(pipeline))
         jobs.append(incremental)
-        backfill = build_backfill_job(pipeline)
-        if backfill is not None:
+        backfill_asset, backfill = build_backfill_asset(pipeline), build_backfill_job(pipeline)
+        if backfill_asset is not None and backfill is not None:
+            assets.append(backfill_asset)
             jobs.append(backfill)
         schedule = build_schedule(pipeline, incremental, source=source)
         if schedule is not None:

@@ -1,19 +1,26 @@
-"""Materialization metadata of a run, built from the library's RunSummary.
+"""Dagster metadata for a run, built from the library's RunSummary, PipelineStatus and the table's Delta log.
 
 Keys use the library's names (``records``, ``bytes``, ``lag_after``, ``run_seq``...), so the UI, the CLI's summary
-and the state's run history say the same thing. Numeric keys are plotted by Dagster across materializations.
-Values absent from a run (no event time in an empty run, no Delta version) are left out rather than faked.
+and the state's run history say the same thing; Dagster's standard keys (``dagster/row_count``, ``dagster/uri``,
+``dagster/column_schema``, ``dagster/table_name``) are set where Dagster has one. Numeric keys are plotted by Dagster
+across materializations, so per-cluster numbers are keys of their own (``records/<cluster>``, ``lag/<cluster>``).
+Values absent from a run (no event time in an empty run, no Delta table yet) are left out rather than faked.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 if TYPE_CHECKING:
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.plan.summary import GroupCommit, RunSummary
+    from dynamic_kafka.sink.tables import TableInfo
+    from dynamic_kafka.status import PipelineStatus
+    from dynamic_kafka.storage import TableLocation
 
 TOPICS_SCHEMA = TableSchema(
     columns=[
@@ -23,10 +30,30 @@ TOPICS_SCHEMA = TableSchema(
         TableColumn("bytes", "int"),
     ]
 )
+OFFSETS_SCHEMA = TableSchema(
+    columns=[
+        TableColumn("cluster_id", "string"),
+        TableColumn("topic", "string"),
+        TableColumn("partition", "int"),
+        TableColumn("status", "string"),
+        TableColumn("next_offset", "int", description="The committed next offset (the next run starts here)."),
+        TableColumn("latest_offset", "int", description="The broker's latest (last stable) offset; empty: unknown."),
+        TableColumn("lag", "int", description="latest_offset - next_offset; empty: the cluster did not answer."),
+    ]
+)
+CLUSTERS_SCHEMA = TableSchema(
+    columns=[
+        TableColumn("cluster_id", "string"),
+        TableColumn("records", "int", description="Records this run landed from the cluster."),
+        TableColumn("lag", "int", description="Records pending on the cluster after the run; empty: unknown."),
+        TableColumn("consumer_group", "string", description="The group commit's outcome (monitoring only)."),
+    ]
+)
 
 
 def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dict[str, MetadataValue]:
-    """Records and bytes in total and per (cluster, topic), clusters, lag, event time, Delta version, warnings.
+    """Records and bytes in total and per (cluster, topic), clusters, lag, event time, Delta version, warnings,
+    the run's phase durations and per-cluster records.
 
     ``event_time_lag_seconds`` is ``now - max_event_time``: how far behind real time the newest landed record is.
     """
@@ -53,6 +80,9 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         "warning_count": MetadataValue.int(len(summary.warnings)),
         "warnings": MetadataValue.json([w.model_dump(mode="json", exclude_none=True) for w in summary.warnings]),
         "metadata_fingerprint": MetadataValue.text(summary.metadata_fingerprint),
+        "plan_seconds": MetadataValue.float(round(summary.plan_seconds, 3)),
+        "spark_seconds": MetadataValue.float(round(summary.spark_seconds, 3)),
+        "commit_seconds": MetadataValue.float(round(summary.commit_seconds, 3)),
         "total_seconds": MetadataValue.float(round(summary.total_seconds, 3)),
     }
     if summary.schemas:
@@ -61,6 +91,8 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         metadata["schema_versions"] = MetadataValue.text(
             ", ".join(sorted({f"{s.subject} v{s.version}" for s in summary.schemas}))
         )
+    for cluster_id, records in _records_by_cluster(summary).items():
+        metadata[f"records/{cluster_id}"] = MetadataValue.int(records)
     if summary.min_event_time is not None:
         metadata["min_event_time"] = MetadataValue.timestamp(_aware(summary.min_event_time))
     if summary.max_event_time is not None:
@@ -74,7 +106,96 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         metadata["recovered_run_seq"] = MetadataValue.int(summary.recovered_run_seq)
     if summary.skipped_clusters:
         metadata["skipped_clusters"] = MetadataValue.text(", ".join(summary.skipped_clusters))
+    for commit in summary.group_commits:
+        metadata[f"consumer_group/{commit.cluster_id}"] = MetadataValue.text(_group_outcome(commit))
+    if summary.group_commits:
+        metadata["consumer_group"] = MetadataValue.text(summary.group_commits[0].group)
     return metadata
+
+
+def table_uri(location: TableLocation) -> str:
+    """The table's URI as Dagster shows it (``dagster/uri``): ``file://...`` for a local folder, else as written."""
+    return Path(location.uri).as_uri() if location.is_local else location.uri
+
+
+def table_metadata(uri: str, info: TableInfo | None) -> dict[str, MetadataValue]:
+    """Dagster's standard table keys for a Delta table: where it is, and (once it exists) rows and columns."""
+    metadata: dict[str, MetadataValue] = {"dagster/uri": MetadataValue.text(uri)}
+    if info is not None:
+        metadata["dagster/row_count"] = MetadataValue.int(info.rows)
+        metadata["dagster/column_schema"] = MetadataValue.table_schema(
+            TableSchema(columns=[TableColumn(name, kind) for name, kind in info.columns])
+        )
+        metadata["delta_version"] = MetadataValue.int(info.version)
+    return metadata
+
+
+def status_metadata(summary: RunSummary, status: PipelineStatus) -> dict[str, MetadataValue]:
+    """Where the pipeline stands after a run, as the sink's materialization shows it.
+
+    Per-partition offsets and lag and per-cluster records, lag and group commit as tables, and the per-cluster lag
+    as plotted numbers (``lag/<cluster>``; absent for a cluster that did not answer).
+    """
+    lag: dict[str, int | None] = {}
+    for p in status.partitions:
+        if p.status != "active":
+            continue
+        known = lag.get(p.cluster_id, 0)
+        lag[p.cluster_id] = None if known is None or p.lag is None else known + p.lag
+    records = _records_by_cluster(summary)
+    commits = {c.cluster_id: c for c in summary.group_commits}
+    clusters = sorted({*lag, *records, *commits})
+    metadata: dict[str, MetadataValue] = {
+        "total_lag": MetadataValue.int(status.total_lag),
+        "offsets": MetadataValue.table(
+            records=[
+                TableRecord(
+                    {
+                        "cluster_id": p.cluster_id,
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "status": p.status,
+                        "next_offset": p.next_offset,
+                        "latest_offset": p.latest_offset,
+                        "lag": p.lag,
+                    }
+                )
+                for p in status.partitions
+            ],
+            schema=OFFSETS_SCHEMA,
+        ),
+        "cluster_table": MetadataValue.table(
+            records=[
+                TableRecord(
+                    {
+                        "cluster_id": c,
+                        "records": records.get(c, 0),
+                        "lag": lag.get(c),
+                        "consumer_group": _group_outcome(commits[c]) if c in commits else "",
+                    }
+                )
+                for c in clusters
+            ],
+            schema=CLUSTERS_SCHEMA,
+        ),
+    }
+    for cluster_id, value in sorted(lag.items()):
+        if value is not None:
+            metadata[f"lag/{cluster_id}"] = MetadataValue.int(value)
+    return metadata
+
+
+def _records_by_cluster(summary: RunSummary) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for cluster_id in summary.clusters:
+        totals[cluster_id] += 0
+    for t in summary.topics:
+        totals[t.cluster_id] += t.records
+    return dict(sorted(totals.items()))
+
+
+def _group_outcome(commit: GroupCommit) -> str:
+    return "committed" if commit.committed else f"failed: {commit.error}"
 
 
 def _aware(moment: datetime) -> datetime:

@@ -11,9 +11,13 @@ import re
 from dagster import AssetKey
 
 ASSET_PREFIX = "dynamic_kafka"
+STREAM_PREFIX = "kafka"
 GROUP_NAME = "dynamic_kafka"
+STREAM_GROUP_NAME = "kafka_streams"
 RESOURCE_KEY = "dynamic_kafka"
-LAG_CHECK_NAME = "lag_and_data_loss"
+LAG_CHECK_NAME = "lag"
+DATA_LOSS_CHECK_NAME = "data_loss"
+DEAD_LETTER_CHECK_NAME = "dead_letters"
 
 # Run tags. Every run of a pipeline carries PIPELINE_TAG (the run queue's one-run-per-pipeline limit counts it);
 # KIND_TAG says incremental or backfill; TRIGGER_TAG says what requested the run.
@@ -31,6 +35,21 @@ def dagster_name(pipeline_id: str) -> str:
 def asset_key(pipeline_id: str) -> AssetKey:
     """The sink table's asset key."""
     return AssetKey([ASSET_PREFIX, pipeline_id])
+
+
+def dead_letter_asset_key(pipeline_id: str) -> AssetKey:
+    """The dead-letter table's asset key (records the run could not decode, kept with the reason)."""
+    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_dead_letter"])
+
+
+def backfill_asset_key(pipeline_id: str) -> AssetKey:
+    """The partitioned asset of the sink's time windows merged by backfills."""
+    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_backfill"])
+
+
+def stream_asset_key(stream_id: str) -> AssetKey:
+    """A Kafka stream's (external) asset key."""
+    return AssetKey([STREAM_PREFIX, stream_id])
 
 
 def pool_name(pipeline_id: str) -> str:

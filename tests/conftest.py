@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from dynamic_kafka.local_postgres import LocalPostgres
     from dynamic_kafka.local_registry import LocalRegistry
     from dynamic_kafka.local_s3 import LocalS3Server
 
@@ -58,6 +62,25 @@ def schema_registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     """Two local Schema Registries (Apicurio, Confluent-compatible API), "east" and "west", on free ports."""
     with local_test_registries(["east", "west"], tmp_path_factory.mktemp("local-registry")) as registries:
         yield registries
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """A local PostgreSQL (Debian's server) on a free loopback port, purged at the end of the session.
+
+    Its folder is made with ``mkdtemp`` directly under the system temp folder, not under pytest's: as root the
+    server runs as the ``postgres`` user, who cannot enter pytest's 0700 ``/tmp/pytest-of-root``.
+    """
+    from dynamic_kafka._toolchain.process import free_port
+    from dynamic_kafka.local_postgres import start_postgres, stop_postgres
+
+    base = Path(tempfile.mkdtemp(prefix="dynamic-kafka-pg-"))
+    base.chmod(0o755)
+    try:
+        yield start_postgres(base_dir=base, port=free_port(), database="dagster")
+    finally:
+        stop_postgres(base_dir=base, purge=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,17 @@ class DecodedSchema(BaseModel):
     records: int = 0
 
 
+class GroupCommit(BaseModel):
+    """The consumer-group commit of one cluster after a run (monitoring only: a failure changes nothing else)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    group: str
+    committed: bool
+    error: str | None = Field(None, description="Why it failed (no secret), when it did.")
+
+
 class RunSummary(BaseModel):
     """One run, as it finished."""
 
@@ -70,6 +81,9 @@ class RunSummary(BaseModel):
     skipped_clusters: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     metadata_fingerprint: str = ""
+    group_commits: tuple[GroupCommit, ...] = Field(
+        (), description="Per cluster, whether the consumer group got the run's offsets (empty: no group)."
+    )
     plan_seconds: float = 0.0
     spark_seconds: float = 0.0
     commit_seconds: float = 0.0

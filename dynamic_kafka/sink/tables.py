@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
@@ -161,6 +163,33 @@ def latest_version(table: Table) -> int | None:
     """The table's latest version; None when there is no table."""
     opened = open_delta_rs(table, doing=f"reading the Delta log of {TableRef.of(table)}")
     return None if opened is None else opened.version()
+
+
+class TableInfo(BaseModel):
+    """What a Delta table's log says about it now, read without Spark."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    rows: int = Field(description="Rows in the current version (the sum of the data files' record counts).")
+    columns: tuple[tuple[str, str], ...] = Field(description="(name, Arrow type) of each column, in table order.")
+
+
+def table_info(table: Table) -> TableInfo | None:
+    """The table's version, row count and columns from its Delta log (JVM-free, via delta-rs).
+
+    Counts come from the log's per-file statistics, so nothing but the log is read.
+
+    Returns:
+        None when there is no table at ``table``.
+    """
+    opened = open_delta_rs(table, doing=f"reading the Delta log of {TableRef.of(table)}")
+    if opened is None:
+        return None
+    counts = opened.get_add_actions(flatten=True).column("num_records").to_pylist()
+    arrow: Any = opened.schema().to_arrow()  # an arro3 schema; iterating gives its fields
+    columns = tuple((f.name, str(f.type)) for f in arrow)
+    return TableInfo(version=opened.version(), rows=sum(c or 0 for c in counts), columns=columns)
 
 
 def txn_commit_version(table: Table, app_id: str, run_seq: int, *, max_steps: int = 50) -> int | None:

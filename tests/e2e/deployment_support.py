@@ -1,16 +1,20 @@
-"""Dagster as a team deploys it, for end-to-end tests: PostgreSQL storage, ``dagster-webserver`` and
-``dagster-daemon run`` as separate processes on the repository's ``workspace.yaml``, the default run launcher
-(every run in its own process), driven through the webserver's GraphQL API.
+"""Dagster as a team deploys it, for end-to-end tests: PostgreSQL storage, a code server (``dagster code-server
+start``), ``dagster-webserver`` and ``dagster-daemon run`` as separate processes, the default run launcher (every run
+in its own process, a child of the code server), driven through the webserver's GraphQL API.
 
 Usage (session fixtures, see test_deployment.py)::
 
-    with local_postgres_server() as server, run_deployment(project.config_path, home, server) as deployment:
+    with run_deployment(project.config_path, home, postgres) as deployment:
         run_id = deployment.launch_run("orders_incremental")
         deployment.wait_for_run(run_id)  # "SUCCESS", or fails with the run's error events
 
-What the deployment loads is fixed when it starts: the daemon re-reads the workspace only every 60 s
-(``RELOAD_WORKSPACE_INTERVAL`` in dagster/_daemon/controller.py), so every pipeline the tests need must be in the
-project config before :func:`run_deployment`. Metadata files are re-read on every call, so tests change those freely.
+Why a code server of its own (a ``grpc_server`` entry in the deployment's workspace) rather than the repository's
+``workspace.yaml`` (``python_module``), for which the webserver and the daemon each spawn their own code server:
+those spawned servers shut down when a heartbeat is 20 s late, which happened on the loaded test machine, and the
+daemon re-reads a ``python_module`` workspace only every 60 s. One server that both connect to has neither problem,
+and it is the shape a deployment with a separate code container has. What the deployment loads is still fixed when
+it starts, so every pipeline the tests need must be in the project config before :func:`run_deployment`. Metadata
+files are re-read on every call, so tests change those freely.
 """
 
 from __future__ import annotations
@@ -18,54 +22,43 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+import re
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from e2e_support import REPO_ROOT
 
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.local_postgres import LocalPostgres, start_postgres, stop_postgres
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
+    from pathlib import Path
+
+    from dynamic_kafka.local_postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 
 BIN = REPO_ROOT / ".venv" / "bin"
 STARTUP_TIMEOUT_S = 180.0
-RUN_TIMEOUT_S = 600.0  # a run starts its own Spark JVM; on a loaded 2-core machine that took minutes
+RUN_TIMEOUT_S = 900.0  # a run starts its own Spark JVM; on a 2-core machine at load 40 one run took 9 minutes
+# The daemon's StartRun call to the code server waits for the run worker process to start; at load 40 that took
+# longer than Dagster's default gRPC timeout (60 s), and the run was failed with "Unexpected error in IPC client".
+GRPC_TIMEOUT_S = "300"
 PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
+LOCATION = "dynamic_kafka"
 FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
 
 
-@contextmanager
-def local_postgres_server(database: str = "dagster") -> Iterator[LocalPostgres]:
-    """A fresh local PostgreSQL on a free port, purged at the end.
-
-    The folder is made with ``mkdtemp`` directly under the system temp folder, not under pytest's ``tmp_path``:
-    as root the server runs as the ``postgres`` user, who cannot enter pytest's 0700 ``/tmp/pytest-of-root``.
-    """
-    base = Path(tempfile.mkdtemp(prefix="dynamic-kafka-pg-"))
-    base.chmod(0o755)
-    try:
-        yield start_postgres(base_dir=base, port=free_port(), database=database)
-    finally:
-        stop_postgres(base_dir=base, purge=True)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def write_dagster_home(home: Path, server: LocalPostgres) -> Path:
-    """A DAGSTER_HOME whose dagster.yaml is the demo's (run queue limits) plus dagster-postgres storage.
+def write_dagster_home(home: Path, server: LocalPostgres, code_server_port: int) -> Path:
+    """A DAGSTER_HOME: the demo's dagster.yaml (run queue limits, managed loggers) plus dagster-postgres storage and
+    a one-second run queue, and a workspace.yaml pointing at the code server.
 
     The password is read from ``$DAGSTER_PG_PASSWORD`` when Dagster starts; it is not in the file.
     """
@@ -85,8 +78,18 @@ def write_dagster_home(home: Path, server: LocalPostgres) -> Path:
             }
         }
     }
+    # The queue is polled every 5 s by default; every launched run waits for it, so the tests poll every second.
+    settings["run_coordinator"] = {
+        "module": "dagster.core.run_coordinator",
+        "class": "QueuedRunCoordinator",
+        "config": {"dequeue_interval_seconds": 1},
+    }
     path = home / "dagster.yaml"
     path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    workspace = {
+        "load_from": [{"grpc_server": {"host": "127.0.0.1", "port": code_server_port, "location_name": LOCATION}}]
+    }
+    (home / "workspace.yaml").write_text(yaml.safe_dump(workspace, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -228,6 +231,61 @@ class Deployment:
                 return events
             cursor = result["cursor"]
 
+    def worker_pid(self, run_id: str, *, timeout_s: float = RUN_TIMEOUT_S) -> int:
+        """The pid of the run's worker process, from the engine event "Started process for run (pid: N)"."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive()
+            for event in self.run_messages(run_id):
+                found = re.search(r"Started process for run \(pid: (\d+)\)", event.get("message") or "")
+                if found:
+                    return int(found.group(1))
+            if self.run(run_id)["status"] in FINISHED:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"run {run_id} reported no worker pid: {self.run_messages(run_id)}")
+
+    def materializations(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's asset materializations: ``{"asset": [path...], "partition": ..., "metadata": {label: value}}``."""
+        found = []
+        for event in self.run_messages(run_id):
+            if event["__typename"] == "MaterializationEvent":
+                found.append(
+                    {
+                        "asset": event["assetKey"]["path"],
+                        "partition": event.get("partition"),
+                        "metadata": {m["label"]: metadata_value(m) for m in event["metadataEntries"]},
+                    }
+                )
+        return found
+
+    def launch_asset_backfill(self, asset_path: list[str], partitions: list[str]) -> str:
+        """Launches a backfill of ``partitions`` of one asset (as the UI's "Materialize selected" does); returns its
+        id. The daemon's backfill loop (every 30 s) submits its runs."""
+        params = {"assetSelection": [{"path": asset_path}], "partitionNames": partitions, "fromFailure": False}
+        result = self.graphql(_LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        if result["__typename"] != "LaunchBackfillSuccess":
+            raise GraphQLError(f"launchPartitionBackfill of {asset_path}: {result}")
+        backfill_id: str = result["backfillId"]
+        return backfill_id
+
+    def runs_tagged(self, key: str, value: str) -> list[dict[str, Any]]:
+        """Every run with the tag ``key=value``, newest first."""
+        result = self.graphql(_RUNS, {"filter": {"tags": [{"key": key, "value": value}]}})["runsOrError"]
+        if result["__typename"] != "Runs":
+            raise GraphQLError(f"runs tagged {key}={value}: {result}")
+        runs: list[dict[str, Any]] = result["results"]
+        return runs
+
+    def materialized_ranges(self, asset_path: list[str]) -> list[tuple[str, str]]:
+        """The materialized ranges ``(first, last partition key)`` of a time-partitioned asset: the partition view's
+        filled windows."""
+        result = self.graphql(_PARTITIONS, {"key": {"path": asset_path}})["assetNodeOrError"]
+        if result["__typename"] != "AssetNode":
+            raise GraphQLError(f"asset {asset_path}: {result}")
+        ranges = result["assetPartitionStatuses"]["ranges"]
+        return [(r["startKey"], r["endKey"]) for r in ranges if r["status"] == "MATERIALIZED"]
+
     def wait_for_run(self, run_id: str, status: str = "SUCCESS", *, timeout_s: float = RUN_TIMEOUT_S) -> dict[str, Any]:
         """Waits until the run is finished and asserts it ended in ``status``; the run's errors are in the message."""
         deadline = time.monotonic() + timeout_s
@@ -254,6 +312,14 @@ class Deployment:
                 return list(reversed(runs))
             time.sleep(0.5)
         raise AssertionError(f"{job_name}: wanted {count} finished runs, have {self.runs(job_name)}\n{self.logs()}")
+
+
+def metadata_value(entry: Mapping[str, Any]) -> Any:
+    """The value of one GraphQL metadata entry (the fields requested in ``_METADATA_FIELDS``)."""
+    for name in ("intValue", "floatValue", "boolValue", "text", "path", "url", "timestamp", "jsonString"):
+        if name in entry:
+            return entry[name]
+    return entry["__typename"]
 
 
 def _start(name: str, argv: list[str], home: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -283,38 +349,85 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
         proc.wait(timeout=timeout_s)
 
 
+def _wait_for_code_server(deployment: Deployment, port: int, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Until the code server has loaded the definitions: a webserver that asks earlier shows a load error."""
+    from dagster._core.errors import DagsterUserCodeUnreachableError
+    from dagster._grpc.client import DagsterGrpcClient
+    from dagster._serdes import deserialize_value
+    from dagster._utils.error import SerializableErrorInfo
+
+    client = DagsterGrpcClient(port=port, host="127.0.0.1")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        deployment._check_alive()
+        try:
+            answer = deserialize_value(client.list_repositories())
+        except DagsterUserCodeUnreachableError:
+            time.sleep(0.5)
+            continue
+        if isinstance(answer, SerializableErrorInfo):
+            raise AssertionError(f"the code server failed to load the definitions: {answer.to_string()}")
+        return
+    raise AssertionError(f"the code server did not load within {timeout_s}s\n{deployment.logs()}")
+
+
 @contextmanager
 def run_deployment(
     config_path: Path, home: Path, server: LocalPostgres, *, extra_env: Mapping[str, str] | None = None
 ) -> Iterator[Deployment]:
-    """Starts the webserver and the daemon on ``workspace.yaml`` for ``config_path``; stops both at the end."""
-    write_dagster_home(home, server)
+    """Starts the code server (``pipelines.definitions`` for ``config_path``), the webserver and the daemon;
+    stops all three (and the runs they started) at the end."""
+    code_server_port = free_port()
+    write_dagster_home(home, server, code_server_port)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "DYNAMIC_KAFKA_CONFIG": str(config_path),
         PASSWORD_ENV: server.password(),
+        "DAGSTER_GRPC_TIMEOUT_SECONDS": GRPC_TIMEOUT_S,
         **(extra_env or {}),
     }
     deployment = Deployment(home=home, port=free_port(), env=env)
+    workspace = str(home / "workspace.yaml")
     started = time.monotonic()
     try:
+        deployment.processes["code-server"] = _start(
+            "code-server",
+            [
+                str(BIN / "dagster"),
+                "code-server",
+                "start",
+                "-m",
+                "pipelines.definitions",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(code_server_port),
+                "--location-name",
+                LOCATION,
+            ],
+            home,
+            env,
+        )
+        _wait_for_code_server(deployment, code_server_port)
         deployment.processes["webserver"] = _start(
             "webserver",
-            [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(deployment.port)],
+            [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1", "-p", str(deployment.port)],
             home,
             env,
         )
         deployment.processes["daemon"] = _start(
-            "daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], home, env
+            "daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace], home, env
         )
         deployment.wait_until_ready()
         deployment.timings["startup_s"] = time.monotonic() - started
         log.info("deployment ready in %.1fs on port %d", deployment.timings["startup_s"], deployment.port)
         yield deployment
     finally:
-        for proc in deployment.processes.values():
-            _stop(proc)
+        # The webserver and the daemon first, so nothing launches a run while the code server stops.
+        for name in ("daemon", "webserver", "code-server"):
+            if name in deployment.processes:
+                _stop(deployment.processes[name])
 
 
 _READY_QUERY = """
@@ -368,6 +481,32 @@ mutation Stop($selector: SensorSelector!) {
 }
 """
 
+_LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on Error { message }
+  }
+}
+"""
+
+_PARTITIONS = """
+query Partitions($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    __typename
+    ... on AssetNode {
+      assetPartitionStatuses {
+        __typename
+        ... on DefaultPartitionStatuses { materializedPartitions }
+        ... on TimePartitionStatuses { ranges { startKey endKey status } }
+      }
+    }
+  }
+}
+"""
+
 _RUN_FIELDS = "runId status jobName startTime endTime tags { key value }"
 
 _RUN = f"""
@@ -390,16 +529,33 @@ query Runs($filter: RunsFilter) {{
 }}
 """
 
-_LOGS = """
-query Logs($runId: ID!, $cursor: String) {
-  logsForRun(runId: $runId, afterCursor: $cursor) {
+_METADATA_FIELDS = """
+  label
+  __typename
+  ... on IntMetadataEntry { intValue }
+  ... on FloatMetadataEntry { floatValue }
+  ... on BoolMetadataEntry { boolValue }
+  ... on TextMetadataEntry { text }
+  ... on PathMetadataEntry { path }
+  ... on UrlMetadataEntry { url }
+  ... on TimestampMetadataEntry { timestamp }
+  ... on JsonMetadataEntry { jsonString }
+"""
+
+_LOGS = f"""
+query Logs($runId: ID!, $cursor: String) {{
+  logsForRun(runId: $runId, afterCursor: $cursor) {{
     __typename
-    ... on EventConnection {
+    ... on EventConnection {{
       cursor
       hasMore
-      events { __typename ... on MessageEvent { message level } }
-    }
-    ... on Error { message }
-  }
-}
+      events {{
+        __typename
+        ... on MessageEvent {{ message level }}
+        ... on MaterializationEvent {{ assetKey {{ path }} partition metadataEntries {{ {_METADATA_FIELDS} }} }}
+      }}
+    }}
+    ... on Error {{ message }}
+  }}
+}}
 """

@@ -76,26 +76,8 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     return assets, jobs, schedules, sensors
 
 
-def test_dagster_definitions_validate_passes_for_the_demo_workspace(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=REPO_ROOT,
-        env=demo_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Validation successful" in done.stdout + done.stderr
-
-
-def test_dagster_definitions_validate_names_a_broken_config(tmp_path: Path) -> None:
-    broken = tmp_path / "dynamic_kafka.yaml"
-    broken.write_text("metadata_service: {type: file, path: m.yaml}\npipelines:\n  - id: orders\n    sink: {}\n")
-    env = {**demo_env(tmp_path / "home"), "DYNAMIC_KAFKA_CONFIG": str(broken)}
-
-    done = subprocess.run(
+def validate_workspace(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
         cwd=REPO_ROOT,
         env=env,
@@ -103,6 +85,39 @@ def test_dagster_definitions_validate_names_a_broken_config(tmp_path: Path) -> N
         text=True,
         timeout=300,
     )
+
+
+def test_dagster_definitions_validate_with_nothing_set_loads_the_demo(tmp_path: Path) -> None:
+    # A new user's first try: the repository root, no $DYNAMIC_KAFKA_CONFIG, no dynamic_kafka.yaml there.
+    assert not (REPO_ROOT / "dynamic_kafka.yaml").exists()
+    env = demo_env(tmp_path / "home")
+    del env["DYNAMIC_KAFKA_CONFIG"]
+
+    done = validate_workspace(env)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Validation successful" in done.stdout + done.stderr
+
+
+def test_a_missing_config_named_by_the_variable_is_one_line_naming_it_and_the_example(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "dynamic_kafka.yaml"
+    env = {**demo_env(tmp_path / "home"), "DYNAMIC_KAFKA_CONFIG": str(missing)}
+
+    done = validate_workspace(env)
+
+    assert done.returncode == 1
+    (line,) = [x for x in (done.stdout + done.stderr).splitlines() if x.startswith("dynamic_kafka.errors.ConfigError")]
+    assert f"$DYNAMIC_KAFKA_CONFIG names {missing}, which does not exist." in line
+    assert f"Copy {DEMO_CONFIG} there" in line
+    assert "FileNotFoundError" not in done.stdout + done.stderr
+
+
+def test_dagster_definitions_validate_names_a_broken_config(tmp_path: Path) -> None:
+    broken = tmp_path / "dynamic_kafka.yaml"
+    broken.write_text("metadata_service: {type: file, path: m.yaml}\npipelines:\n  - id: orders\n    sink: {}\n")
+    env = {**demo_env(tmp_path / "home"), "DYNAMIC_KAFKA_CONFIG": str(broken)}
+
+    done = validate_workspace(env)
 
     assert done.returncode == 1
     output = done.stdout + done.stderr

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 from dagster import (
     AssetKey,
+    BackfillPolicy,
     DagsterInstance,
     Failure,
     RetryRequested,
@@ -41,15 +42,17 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
 
     repo = project.definitions().get_repository_def()
 
-    assert set(repo.asset_graph.get_all_asset_keys()) == {
-        AssetKey(["dynamic_kafka", "orders"]),
-        AssetKey(["dynamic_kafka", "pay-ments"]),
-        AssetKey(["dynamic_kafka", "plain"]),
-    }
-    assert {(k.asset_key.path[-1], k.name) for k in repo.asset_graph.asset_check_keys} == {
-        ("orders", "lag_and_data_loss"),
-        ("pay-ments", "lag_and_data_loss"),
-        ("plain", "lag_and_data_loss"),
+    graph = repo.asset_graph
+    tables = {AssetKey(["dynamic_kafka", p]) for p in ("orders", "pay-ments", "plain")}
+    dead_letters = {AssetKey(["dynamic_kafka", f"{p}_dead_letter"]) for p in ("orders", "pay-ments", "plain")}
+    backfills = {AssetKey(["dynamic_kafka", f"{p}_backfill"]) for p in ("orders", "pay-ments")}
+    streams = {AssetKey(["kafka", "orders"]), AssetKey(["kafka", "payments"])}
+    assert set(graph.get_all_asset_keys()) == tables | dead_letters | backfills | streams
+    assert graph.get(AssetKey(["dynamic_kafka", "pay-ments"])).parent_keys == {AssetKey(["kafka", "payments"])}
+    assert graph.get(AssetKey(["dynamic_kafka", "orders_backfill"])).parent_keys == {AssetKey(["kafka", "orders"])}
+    assert all(not graph.get(k).is_materializable for k in streams)  # external: Dagster shows, never runs them
+    assert {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys} == {
+        (p, check) for p in ("orders", "pay-ments", "plain") for check in ("lag", "data_loss", "dead_letters")
     }
     jobs = {j.name for j in repo.get_all_jobs() if not j.name.startswith("__")}
     assert jobs == {
@@ -72,9 +75,9 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     incremental = repo.get_job("orders_incremental")
     assert incremental.tags["dynamic_kafka/pipeline"] == "orders"
     assert set().union(*(n.definition.pools for n in incremental.graph.node_dict.values())) == {"dynamic_kafka/orders"}
-    assert repo.get_job("orders_backfill").graph.node_dict["orders_backfill_window"].definition.pools == {
-        "dynamic_kafka/orders"
-    }
+    (backfill_node,) = repo.get_job("orders_backfill").graph.node_dict.values()
+    assert backfill_node.definition.pools == {"dynamic_kafka/orders"}
+    assert graph.get(AssetKey(["dynamic_kafka", "orders_backfill"])).backfill_policy == BackfillPolicy.single_run()
 
 
 def test_the_demo_instance_runs_one_run_per_pipeline_at_a_time(tmp_path: Path) -> None:
@@ -157,3 +160,30 @@ def test_a_non_retriable_error_fails_the_run_with_failure_metadata(project: Proj
     assert "unknown stream id(s) no-such-stream" in (data.user_failure_data.description or "")
     assert data.user_failure_data.metadata["error"].value == "UnknownStreamError"
     assert data.user_failure_data.metadata["source"].value == str(project.config_path)
+
+
+def test_library_warnings_land_in_the_run_event_log_with_the_demo_instance(tmp_path: Path) -> None:
+    # The library logs through Python's logging only; the demo's dagster.yaml makes Dagster capture its loggers.
+    import logging
+
+    from dagster import job, op
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
+
+    @op
+    def warns() -> None:
+        logging.getLogger("dynamic_kafka.runner").warning("consumer group 'g': offsets not committed on 'east'")
+
+    @job
+    def library_warning() -> None:
+        warns()
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.managed_python_loggers == ["dynamic_kafka"]
+        result = library_warning.execute_in_process(instance=instance)
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+
+    assert result.success
+    assert any("offsets not committed on 'east'" in m for m in messages), messages

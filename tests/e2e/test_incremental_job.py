@@ -22,9 +22,21 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 
-def materialization(result: ExecuteInProcessResult) -> dict[str, Any]:
-    (event,) = result.get_asset_materialization_events()
+def materialization(result: ExecuteInProcessResult, table: str = "") -> dict[str, Any]:
+    """The metadata of the run's sink materialization (or of the table whose key ends in ``table``)."""
+    events = result.get_asset_materialization_events()
+    (event,) = [
+        e
+        for e in events
+        if e.materialization.asset_key.path[-1].endswith(table or "")
+        and (table or not e.materialization.asset_key.path[-1].endswith("_dead_letter"))
+    ]
     return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def check(result: ExecuteInProcessResult, name: str = "lag") -> Any:
+    (found,) = [c for c in result.get_asset_check_evaluations() if c.check_name == name]
+    return found
 
 
 def topics_table(metadata: dict[str, Any]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -74,9 +86,27 @@ def test_incremental_job_lands_every_record_once_and_reports_it(
     assert before.timestamp() <= meta["min_event_time"] <= meta["max_event_time"] <= datetime.now(UTC).timestamp()
     assert meta["event_time_lag_seconds"] >= 0
     assert meta["warnings"] == []
-    (check,) = first.get_asset_check_evaluations()
-    assert check.passed
-    assert check.metadata["total_lag"].value == 0
+    # What the UI shows: Dagster's standard table keys, the Delta version as data version, per-cluster numbers
+    # (plotted over runs) and per-partition offsets.
+    assert meta["dagster/row_count"] == 8
+    assert meta["dagster/uri"] == project.sink_path("orders").as_uri()
+    assert {c.name for c in meta["dagster/column_schema"].columns} >= {"cluster", "topic", "partition", "offset"}
+    assert (meta["records/east"], meta["records/west"], meta["lag/east"], meta["lag/west"]) == (5, 3, 0, 0)
+    assert meta["delta_version"] == meta["sink_version"]
+    assert {"plan_seconds", "spark_seconds", "commit_seconds"} <= set(meta)
+    offsets = {(r.data["cluster_id"], r.data["partition"]): r.data["next_offset"] for r in meta["offsets"].records}
+    assert offsets == {("east", 0): 3, ("east", 1): 2, ("west", 0): 3}
+    (sink_event,) = [
+        e for e in first.get_asset_materialization_events() if e.materialization.asset_key.path[-1] == "orders"
+    ]
+    assert sink_event.materialization.tags["dagster/data_version"] == str(meta["sink_version"])
+    assert materialization(first, "_dead_letter")["dead_letters"] == 0
+    assert {c.check_name: c.passed for c in first.get_asset_check_evaluations()} == {
+        "lag": True,
+        "data_loss": True,
+        "dead_letters": True,
+    }
+    assert check(first).metadata["total_lag"].value == 0
 
     east_2 = produce("east", east, east_topic, [Record(1, "east-5"), Record(0, "east-6")])
     second = job.execute_in_process(instance=instance)
@@ -94,6 +124,7 @@ def test_incremental_job_lands_every_record_once_and_reports_it(
     meta = materialization(third)
     assert (meta["run_seq"], meta["status"], meta["records"], meta["spark_started"]) == (3, "empty", 0, False)
     assert "sink_version" not in meta
+    assert meta["dagster/row_count"] == 10
     assert len(sink_rows(project.sink_path("orders"))) == 10
 
 
@@ -128,10 +159,12 @@ def test_capped_run_fails_the_lag_check_and_the_catch_up_sensor_runs_again(
     meta = materialization(first)
     assert (meta["records"], meta["capped"], meta["lag_after"]) == (3, True, 2)
     assert sorted(sink_rows(project.sink_path("capped-events"))) == produced[:3]
-    (check,) = first.get_asset_check_evaluations()
-    assert not check.passed
-    assert check.metadata["total_lag"].value == 2
-    assert "exceeds max_lag_records 1" in (check.description or "")
+    lag = check(first)
+    assert not lag.passed
+    assert lag.severity.value == "WARN"
+    assert lag.metadata["total_lag"].value == 2
+    assert "exceeds max_lag_records 1" in (lag.description or "")
+    assert check(first, "data_loss").passed
 
     request = catch_up(run_success_context(instance, first.run_id, catch_up.name))
 
@@ -142,8 +175,7 @@ def test_capped_run_fails_the_lag_check_and_the_catch_up_sensor_runs_again(
     meta = materialization(second)
     assert (meta["records"], meta["capped"], meta["lag_after"]) == (2, False, 0)
     assert sorted(sink_rows(project.sink_path("capped-events"))) == produced
-    (check,) = second.get_asset_check_evaluations()
-    assert check.passed
+    assert check(second).passed
     assert isinstance(catch_up(run_success_context(instance, second.run_id, catch_up.name)), SkipReason)
 
 
@@ -163,8 +195,8 @@ def test_lag_check_does_not_pass_while_a_cluster_is_unreachable(
 
     assert result.success
     assert sorted(sink_rows(project.sink_path("events"))) == produced
-    (check,) = result.get_asset_check_evaluations()
-    assert not check.passed
-    assert check.metadata["total_lag"].value == 0
-    assert check.metadata["lag_unknown_clusters"].value == "gone"
-    assert "lag unknown on cluster(s) gone" in (check.description or "")
+    lag = check(result)
+    assert not lag.passed
+    assert lag.metadata["total_lag"].value == 0
+    assert lag.metadata["lag_unknown_clusters"].value == "gone"
+    assert "lag unknown on cluster(s) gone" in (lag.description or "")

@@ -112,6 +112,16 @@ class TestProjectConfig:
         assert backfill.start == expected
         assert backfill.start.tzinfo is UTC
 
+    def test_consumer_group_commits_are_on_by_default_and_null_turns_them_off(self, tmp_path: Path) -> None:
+        path = project(
+            tmp_path,
+            "  - {id: a, streams: [x], sink: {path: a}}\n"
+            "  - {id: b, streams: [x], sink: {path: b}, consumer_group: team.b}\n"
+            "  - {id: c, streams: [x], sink: {path: c}, consumer_group: null}\n",
+        )
+        config = load_project_config(path)
+        assert [config.pipeline(i).consumer_group for i in "abc"] == ["dynamic-kafka.a", "team.b", None]
+
     def test_malformed_yaml_names_line(self, tmp_path: Path) -> None:
         path = write(tmp_path, "bad.yaml", "pipelines:\n  - id: [unclosed\n")
         with pytest.raises(ConfigError, match=r"bad\.yaml: malformed YAML at line \d+"):

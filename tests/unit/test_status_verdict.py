@@ -8,7 +8,13 @@ import pytest
 
 from dynamic_kafka.plan.model import Finding, LostRange
 from dynamic_kafka.plan.summary import RunSummary
-from dynamic_kafka.status import PipelineStatus, lag_verdict
+from dynamic_kafka.status import (
+    PipelineStatus,
+    data_loss_verdict,
+    dead_letter_verdict,
+    lag_limit_verdict,
+    lag_verdict,
+)
 
 LOSS = Finding(
     kind="data_loss",
@@ -61,3 +67,22 @@ def test_lag_over_limit_or_unknown_under_a_limit_warns(
     verdict = lag_verdict(status(lag=lag, unknown=unknown), limit)
     assert verdict.passed is passed
     assert verdict.severity == "warning"
+
+
+def test_the_checks_verdicts_split_loss_lag_and_dead_letters_by_meaning() -> None:
+    lost = status(lag=20, findings=(LOSS,))
+
+    assert (data_loss_verdict(lost).passed, data_loss_verdict(lost).severity) == (False, "error")
+    assert data_loss_verdict(status(lag=20)).passed
+    late = lag_limit_verdict(lost, 10)
+    assert (late.passed, late.severity, late.lost_ranges) == (False, "warning", ())
+    assert lag_limit_verdict(lost, None).passed
+
+
+@pytest.mark.parametrize(("dead_letters", "limit", "passed"), [(0, 0, True), (3, 0, False), (3, 3, True)])
+def test_dead_letters_over_the_limit_warn(dead_letters: int, limit: int, passed: bool) -> None:
+    last = RunSummary(pipeline_id="p", run_seq=4, status="committed", dead_letters=dead_letters)
+    verdict = dead_letter_verdict(status().model_copy(update={"last_run": last}), limit)
+
+    assert (verdict.passed, verdict.severity) == (passed, "warning")
+    assert passed or "sent 3 record(s) to the dead-letter table" in verdict.description
