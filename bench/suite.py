@@ -344,6 +344,13 @@ def bench_state(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     }
 
 
+def bench_connect(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) -> dict[str, Any]:
+    """7. Warm Spark Connect (see :mod:`bench.connect`)."""
+    from bench.connect import bench_connect as run
+
+    return run(env, settings, e2e)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -351,6 +358,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "scale": bench_scale,
     "growth": bench_growth,
     "state": bench_state,
+    "connect": bench_connect,
 }
 
 

@@ -144,6 +144,7 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+        self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
         version = self.store.begin_run(plan, expected_version=state.table_version)
         crash_point("after_plan")
         summary = self._execute(

@@ -81,7 +81,8 @@ def spark_conf(
 
 
 def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
-    """Return the process-wide Spark session, building it on first use.
+    """Return the process-wide Spark session, building it on first use; with ``settings.remote``, this process's
+    Spark Connect session to that server instead (:func:`dynamic_kafka.spark.remote.build_remote_session`).
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
     with other settings than the running session's gets the running session (and a warning).
@@ -92,12 +93,19 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
 
+    Raises:
+        SparkConnectUnavailableError: ``settings.remote`` is set and that server does not answer (retriable).
+
     Example:
         >>> spark = build_spark_session(SparkConfig(master="local[2]"))  # doctest: +SKIP
         >>> spark.read.format("delta").load("data/orders").count()  # doctest: +SKIP
     """
     global _session, _session_settings
     settings = settings or SparkConfig()
+    if settings.remote is not None:
+        from dynamic_kafka.spark.remote import build_remote_session
+
+        return build_remote_session(settings)
     with _lock:
         if _session is not None and _is_active(_session):
             if settings != _session_settings:
@@ -187,8 +195,12 @@ class _Launch:
 
 
 def stop_spark_session() -> None:
-    """Stop the process-wide session, if any; the next :func:`build_spark_session` starts a new one."""
+    """Stop the process-wide session and close the Spark Connect sessions, if any; the next
+    :func:`build_spark_session` starts (or connects) a new one."""
     global _session, _session_settings
+    from dynamic_kafka.spark.remote import stop_remote_sessions
+
+    stop_remote_sessions()
     with _lock:
         if _session is not None:
             _session.stop()
