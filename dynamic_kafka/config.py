@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.secrets import mask_secrets
 
 
 class _Config(BaseModel):
@@ -292,7 +293,7 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = mask_secrets(repr(value))  # e.g. a token among an sc:// URL's parameters
     return text if len(text) <= 60 else text[:57] + "..."
 
 
