@@ -25,6 +25,7 @@ SPARK_BENCHMARKS = ("e2e", "growth", "state", "connect")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
+    """Parse the command line into benchmark settings and the parsed arguments."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (< 3 minutes)")
     parser.add_argument("--json", type=Path, help="write every figure here (default bench/results/<time>.json)")
@@ -64,11 +65,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namesp
 
 
 def machine() -> dict[str, Any]:
+    """Describe the machine the figures were measured on (cores, memory, Python, Java)."""
     pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return {"cores": os.cpu_count(), "memory_gb": pages / 2**30, "load_before": os.getloadavg()}
 
 
 def commit() -> str:
+    """Return the git commit the benchmarks ran at, or "unknown"."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     except OSError:
@@ -77,6 +80,7 @@ def commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks, print the tables and write the JSON results; return the exit status."""
     settings, args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     began = time.monotonic()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 
 def main(spec_path: str) -> None:
+    """Run the hand-written PySpark job described by the spec file (a baseline to compare with)."""
     began = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text())
     from functools import reduce

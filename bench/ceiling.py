@@ -125,6 +125,9 @@ def _consume(
 
 
 def main(spec_path: str, land: str | None = None) -> None:
+    """Consume the ranges of the spec file with confluent-kafka and report the throughput ceiling (``land``: also
+    write them to Parquet under that folder).
+    """
     spec = json.loads(Path(spec_path).read_text())
     import confluent_kafka  # noqa: F401  (imported before the clock starts)
 

@@ -18,10 +18,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from confluent_kafka import KafkaException, Producer
@@ -31,6 +30,9 @@ from confluent_kafka.cimpl import NewTopic
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.local_kafka import LocalCluster, start_clusters, stop_clusters
 from dynamic_kafka.metadata.models import ClusterMetadata
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +58,11 @@ class DataSet:
 
     @property
     def topic(self) -> str:
+        """Return the data set's topic name."""
         return f"bench{_DATA_VERSION}-{self.records}r-{self.partitions}p-{self.value_bytes}b"
 
     def per_cluster(self, cluster_id: str) -> int:
+        """Return how many records the data set holds on one cluster."""
         share, rest = divmod(self.records, len(CLUSTERS))
         return share + (1 if CLUSTERS.index(cluster_id) < rest else 0)
 
@@ -82,9 +86,11 @@ class BenchEnv:
         stop_clusters(list(CLUSTERS), base_dir=KAFKA_DIR)
 
     def bootstrap(self, cluster_id: str) -> str:
+        """Return a benchmark cluster's bootstrap servers."""
         return self.clusters[cluster_id].bootstrap_servers
 
     def admin(self, cluster_id: str) -> AdminClient:
+        """Return a confluent-kafka admin client for a benchmark cluster."""
         return AdminClient({"bootstrap.servers": self.bootstrap(cluster_id)})
 
     # ------------------------------------------------------------------------------------------- offsets
@@ -112,7 +118,8 @@ class BenchEnv:
 
     def create_topics(self, cluster_id: str, names: Sequence[str], partitions: int, *, batch: int = 10) -> None:
         """Creates topics in batches of ``batch`` (thousands of partitions in one request can time out) and
-        waits until every partition has a leader."""
+        waits until every partition has a leader.
+        """
         admin = self.admin(cluster_id)
         for i in range(0, len(names), batch):
             chunk = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names[i : i + batch]]
@@ -140,7 +147,8 @@ class BenchEnv:
 
     def ensure_topics(self, names: Sequence[str], partitions: int) -> float:
         """Makes empty topics ``names`` with ``partitions`` partitions exist on every cluster (topics with
-        another partition count or with records are recreated). Returns seconds spent creating them."""
+        another partition count or with records are recreated). Returns seconds spent creating them.
+        """
         began, created = time.monotonic(), False
         for cluster_id in CLUSTERS:
             found = self.offsets(cluster_id, names)
@@ -167,6 +175,7 @@ class BenchEnv:
         return result
 
     def delete_topics(self, cluster_id: str, names: Sequence[str]) -> None:
+        """Delete topics from a benchmark cluster, waiting until they are gone."""
         if not names:
             return
         admin = self.admin(cluster_id)
@@ -180,7 +189,8 @@ class BenchEnv:
 
     def ensure_data_set(self, data: DataSet) -> float:
         """Makes the data set exist, producing it unless a complete copy is there. Returns seconds spent producing
-        (0 when reused)."""
+        (0 when reused).
+        """
         incomplete = []
         for cluster_id in CLUSTERS:
             found = self.offsets(cluster_id, [data.topic]).get(data.topic)
@@ -220,7 +230,8 @@ class BenchEnv:
 def produce_fast(bootstrap: str, topic: str, count: int, data: DataSet) -> None:
     """Produces ``count`` records round-robin over the partitions, fast: unique text-like values of about
     ``value_bytes`` (a record number, then a slice of random words, so they compress like text, not like one
-    repeated value), 9-byte keys, big batches, a short linger and no compression (like most raw topics)."""
+    repeated value), 9-byte keys, big batches, a short linger and no compression (like most raw topics).
+    """
     rng = random.Random(f"{topic}-{bootstrap}")
     words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 10))) for _ in range(2000)]
     text = " ".join(rng.choices(words, k=200_000)).encode()
@@ -296,7 +307,8 @@ def write_project(
 ) -> Path:
     """Writes ``metadata.yaml`` (stream ``bench``: the given topics per cluster) and ``dynamic_kafka.yaml``
     (pipeline ``bench``, sink ``sink``, state ``sink_state``) into ``folder``; returns the config path. ``spark``
-    replaces the whole ``spark`` section (e.g. ``{"remote": "sc://..."}``)."""
+    replaces the whole ``spark`` section (e.g. ``{"remote": "sc://..."}``).
+    """
     metadata = {
         "clusters": {c: {"bootstrap_servers": env.bootstrap(c)} for c in CLUSTERS},
         "streams": {"bench": topics},
@@ -323,25 +335,17 @@ def bench_environ() -> dict[str, str]:
 
 
 def warm_spark_start() -> float:
-    """Record the resolved Spark jars and the driver's class data sharing archive before anything is measured.
+    """Resolve the Spark jars and record the driver's class data sharing archive before anything is measured.
 
     Both are one-time costs of a machine (see ``dynamic_kafka.spark.packages`` and
-    ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay Ivy and the next would
-    compete with the background recorder.
-    Returns the seconds spent (0 when both were ready).
+    ``dynamic_kafka.spark.class_archive``); left to the measured runs, the first would pay the download and the
+    next would compete with the background recorder. Returns the seconds spent (0 when both were ready).
     """
     from dynamic_kafka.config import SparkConfig
     from dynamic_kafka.spark.session import session_class_archive
 
     began = time.monotonic()
     settings = SparkConfig.model_validate(spark_settings())
-    if session_class_archive(settings) is None:
-        code = (
-            "import sys; from dynamic_kafka.config import SparkConfig; "
-            "from dynamic_kafka.spark.session import build_spark_session; "
-            "build_spark_session(SparkConfig.model_validate_json(sys.argv[1]))"
-        )
-        subprocess.run([sys.executable, "-c", code, settings.model_dump_json()], check=True, capture_output=True)
     archive = session_class_archive(settings)
     if archive is not None and not archive.ready:
         recorder = [sys.executable, "-m", "dynamic_kafka.spark.class_archive_recorder", archive.key]

@@ -13,9 +13,12 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 _SAMPLE_S = 0.05
 
@@ -38,6 +41,7 @@ class Measured:
     extra: dict[str, float] = field(default_factory=dict)
 
     def check(self) -> Measured:
+        """Return the measurement, raising if the measured process failed."""
         if self.returncode != 0:
             tail = "\n".join(self.stderr.strip().splitlines()[-25:])
             raise RuntimeError(f"`{' '.join(self.argv)}` failed (exit {self.returncode}):\n{tail}")

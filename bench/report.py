@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.suite import median_of
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 Cell = str | int | float | None
 

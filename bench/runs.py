@@ -13,11 +13,13 @@ import re
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.env import CLUSTERS, BenchEnv, bench_environ, spark_settings
 from bench.measure import Measured, run_measured
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PYTHON = sys.executable
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ ([\w.]+): (.*)$")
@@ -32,7 +34,8 @@ _MARKS = (
 
 def run_ours(config: Path, *, pipeline: str = "bench") -> tuple[Measured, dict[str, Any]]:
     """``dynamic-kafka -v run --config ... --json`` in a fresh process; returns the measurement (with the
-    phases) and the run summary."""
+    phases) and the run summary.
+    """
     began = time.time()
     measured = run_measured(
         [
@@ -56,7 +59,8 @@ def run_ours(config: Path, *, pipeline: str = "bench") -> tuple[Measured, dict[s
 
 def run_plan(config: Path, *, pipeline: str = "bench") -> tuple[Measured, int]:
     """``dynamic-kafka plan`` (the readable table an operator asks for) in a fresh process; returns the
-    measurement and the number of splits listed."""
+    measurement and the number of splits listed.
+    """
     measured = run_measured(
         [PYTHON, "-m", "dynamic_kafka.cli.main", "plan", "--config", str(config), "--pipeline", pipeline],
         cwd=config.parent,
@@ -90,7 +94,8 @@ def ours_phases(measured: Measured, began: float) -> dict[str, float]:
 
 def source_spec(env: BenchEnv, topic: str) -> dict[str, Any]:
     """What the baseline and the ceiling read: per cluster, the topic's [earliest, latest) ranges, taken from
-    the brokers as our planner takes them."""
+    the brokers as our planner takes them.
+    """
     ranges = env.ranges(topic)
     return {
         c: {
@@ -114,7 +119,8 @@ def run_baseline(env: BenchEnv, topic: str, folder: Path) -> Measured:
 
 def run_ceiling(env: BenchEnv, topic: str, folder: Path, *, land: bool = False) -> Measured:
     """confluent-kafka consuming the same ranges in one process (``land``: and writing them to Parquet with
-    pyarrow under ``folder/landed``)."""
+    pyarrow under ``folder/landed``).
+    """
     spec_path = folder / "ceiling.json"
     spec_path.write_text(json.dumps({"sources": source_spec(env, topic)}, indent=2))
     argv = [PYTHON, "-m", "bench.ceiling", str(spec_path)] + (["--land", str(folder / "landed")] if land else [])

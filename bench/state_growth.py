@@ -44,6 +44,7 @@ def _tree(path: Path) -> tuple[int, int]:
 
 
 def main(spec_path: str) -> None:
+    """Run the state-growth benchmark described by the spec file and print its figures."""
     from confluent_kafka import Producer
 
     from dynamic_kafka.config import load_project_config

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.env import CLUSTERS, BenchEnv, DataSet, fresh_dir, write_project
 from bench.measure import Measured, run_measured
 from bench.runs import PYTHON, run_baseline, run_ceiling, run_ours, run_plan
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 SCALE_PREFIX = "scale"
 STATE_PARTITIONS = 2
@@ -43,6 +45,7 @@ class Settings:
 
     @classmethod
     def defaults(cls, quick: bool) -> Settings:
+        """Return the default settings, or the quick ones."""
         full = cls(
             quick=False,
             records=1_000_000,
@@ -74,9 +77,11 @@ class Settings:
         )
 
     def wants(self, name: str) -> bool:
+        """Tell whether the benchmark named ``name`` is selected."""
         return not self.only or name in self.only
 
     def data_set(self, records: int | None = None) -> DataSet:
+        """Return the end-to-end data set (``records`` per run, default the settings')."""
         return DataSet(records or self.records, self.partitions, self.value_bytes)
 
 
@@ -98,6 +103,7 @@ def figures(m: Measured, *, records: int = 0, size: int = 0) -> dict[str, Any]:
 
 
 def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    """Return the median of ``key`` over runs that report it, or None."""
     values = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(values) if values else None
 
@@ -363,6 +369,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def settings_dict(settings: Settings) -> dict[str, Any]:
+    """Return the settings as plain data for the JSON results."""
     data = asdict(settings)
     data["only"] = sorted(settings.only)
     return data

@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.faults import crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
-from dynamic_kafka.plan.model import Plan
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+
+if TYPE_CHECKING:
+    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan
 
 
 def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -42,7 +48,8 @@ def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
 
 def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> tuple[Plan, MetadataSnapshot]:
     """The splits covering event time ``[start, end)`` on every subscribed partition, and the metadata snapshot
-    they were planned from (the read must use the same connections). Writes nothing."""
+    they were planned from (the read must use the same connections). Writes nothing.
+    """
     if end <= start:
         raise ValueError(f"backfill window [{start}, {end}) is empty: give an end after the start.")
     window = context.pipeline.model_copy(
@@ -75,6 +82,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
     context.check_spark()  # a Spark Connect server that is down: fail before the frontier moves
     context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
+    crash_point("after_frontier")
     frame = read_splits(
         context.spark(),
         plan.read_splits,

@@ -10,18 +10,49 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
-from dynamic_kafka.secrets import mask_secrets
+from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # Every config model masks sensitive keys at any depth (client properties, Spark conf, factory args).
+        return masked_repr_args(super().__repr_args__())
+
+
+def require_string_values(value: object) -> object:
+    """A before-validator for client properties and Spark settings: every value must be a string.
+
+    YAML turns unquoted ``0123`` into 83, ``yes`` into true and ``1e3`` into 1000.0, so accepting and converting
+    non-strings would silently change a password or a setting. The error names the key and says to quote it; the
+    value is never shown for a sensitive key.
+    """
+    if not isinstance(value, dict):
+        return value
+    for key, item in value.items():
+        if not isinstance(item, str):
+            kind = {bool: "a boolean", int: "a number", float: "a number"}.get(type(item), type(item).__name__)
+            shown = "" if is_sensitive_key(str(key)) else f" ({item!r})"
+            raise ValueError(
+                f"the value of {str(key)!r} is {kind}{shown}, not a string; quote it in the YAML "
+                f'(e.g. {key}: "..."): unquoted values such as 0123 or yes are changed by YAML'
+            )
+    return value
+
+
+StringProperties = Annotated[dict[str, str], BeforeValidator(require_string_values)]
+"""Client properties or settings: string keys and string values (see :func:`require_string_values`)."""
 
 
 class FileMetadataServiceConfig(_Config):
@@ -37,7 +68,7 @@ class SingleClusterMetadataServiceConfig(_Config):
     type: Literal["single_cluster"] = "single_cluster"
     cluster_id: str = Field(min_length=1)
     bootstrap_servers: str = Field(min_length=1)
-    properties: dict[str, str] = Field(default_factory=dict)
+    properties: StringProperties = Field(default_factory=dict)
 
 
 class PythonMetadataServiceConfig(_Config):
@@ -75,7 +106,7 @@ class SparkConfig(_Config):
     remote_max_backoff_ms: int = Field(2000, ge=10, description="Spark Connect: longest wait between two retries.")
     master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
     app_name: str = Field("dynamic-kafka", description="Spark application name.")
-    conf: dict[str, str] = Field(
+    conf: StringProperties = Field(
         default_factory=dict,
         description="Extra Spark settings; they win over dynamic-kafka's defaults. Packages listed in "
         "spark.jars.packages are added to Delta's and the Kafka connector's.",
@@ -112,6 +143,7 @@ class SinkConfig(_Config):
 
     @property
     def resolved_dead_letter_path(self) -> Path:
+        """Return the dead-letter table's location: ``dead_letter_path``, else ``<path>_dead_letter``."""
         return self.dead_letter_path or self.path.with_name(self.path.name + "_dead_letter")
 
 
@@ -153,10 +185,16 @@ class BackfillConfig(_Config):
 
 
 class RetryConfig(_Config):
-    """Retries of transient metadata-service errors before a run fails."""
+    """Retries of transient metadata-service errors before a run fails, and the deadline of each call."""
 
     attempts: int = Field(3, ge=1)
     backoff_seconds: float = Field(0.5, ge=0)
+    timeout_seconds: float = Field(
+        60,
+        gt=0,
+        description="Deadline of each metadata-service call; a call that has not answered by then counts as a "
+        "failed (retriable) attempt, so a hung service cannot hold the run forever.",
+    )
 
 
 ValueFormat = Literal["bytes", "string", "json"]
@@ -178,6 +216,12 @@ class PipelineConfig(_Config):
     value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
     key_format: Literal["bytes", "string"] = "bytes"
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
+    json_strict: bool = Field(
+        False,
+        description="value_format json: also treat as undecodable (dead letter, or fail) a value with top-level "
+        "fields not in value_schema or with data after the JSON object. Default false: such fields and data are "
+        "ignored, as Spark's from_json does.",
+    )
     on_data_loss: Literal["fail", "skip"] = "fail"
     on_topic_recreated: Literal["fail", "reset"] = "fail"
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
@@ -190,6 +234,18 @@ class PipelineConfig(_Config):
     backfill: BackfillConfig | None = None
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     metadata_retries: RetryConfig = Field(default_factory=RetryConfig)
+    max_run_seconds: int = Field(
+        4 * 3600,
+        ge=1,
+        description="A run (recovery included) that takes longer fails retriably: its Spark job is cancelled and "
+        "nothing is committed to the state (the next run recovers it).",
+    )
+    run_lease_seconds: int = Field(
+        600,
+        ge=3,
+        description="How long a running run holds its planned run against runs on other hosts without renewing; it "
+        "renews every third of this. A run whose owner stopped renewing is recovered after it expires.",
+    )
 
     @field_validator("stream_pattern")
     @classmethod
@@ -213,6 +269,7 @@ class PipelineConfig(_Config):
 
     @property
     def resolved_state_path(self) -> Path:
+        """Return the state table's location: ``state_path``, else ``<sink path>_state``."""
         return self.state_path or self.sink.path.with_name(self.sink.path.name + "_state")
 
 
@@ -222,6 +279,10 @@ class ProjectConfig(_Config):
     metadata_service: MetadataServiceConfig
     spark: SparkConfig = Field(default_factory=SparkConfig)
     pipelines: tuple[PipelineConfig, ...] = ()
+    secret_references: SecretReferencePolicy = Field(
+        default_factory=SecretReferencePolicy,
+        description="References a metadata service other than the project's own files may use (see secrets.py).",
+    )
     source: Path | None = Field(None, description="The file this config was loaded from.")
 
     @model_validator(mode="after")
@@ -249,14 +310,62 @@ class ProjectConfig(_Config):
         )
 
 
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain PyYAML keeps the last one silently,
+    so a second ``orders:`` would replace the first stream).
+    """
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *defaults` merges, and the keys written after it override on purpose
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # an unhashable key: SafeLoader reports it below
+        if first is not None:
+            raise _DuplicateKeyError(
+                None,
+                None,
+                f"duplicate key {key!r} (first at line {first.start_mark.line + 1}); YAML would keep only the last",
+                key_node.start_mark,
+            )
+        seen[key] = key_node
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parses YAML like ``yaml.safe_load``, but a key repeated in one mapping is an error (``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_yaml(path: Path) -> Any:
-    """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line."""
+    """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line.
+
+    A key repeated in one mapping is refused (naming the key and both lines), not silently replaced.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path.") from e
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
+    except _DuplicateKeyError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+        raise ConfigError(
+            f"{e.problem} at {where}.", source=str(path), hint="Remove or rename one of the two entries."
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -274,7 +383,10 @@ def describe_validation_error(error: ValidationError, source: str) -> ConfigErro
         elif item["type"] == "missing":
             lines.append(f"{loc}: required key is missing")
         else:
-            lines.append(f"{loc}: {item['msg']} (got {_short(item.get('input'))})")
+            message = item["msg"].removeprefix("Value error, ")
+            if _may_show(item["loc"], item.get("input")):
+                message += f" (got {_short(item.get('input'))})"
+            lines.append(mask_secrets(f"{loc}: {message}"))
     return ConfigError(
         "invalid configuration:\n  " + "\n  ".join(lines), source=source, hint="\nFix the keys listed above."
     )
@@ -290,6 +402,20 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
         else:
             parts.append(("." if parts else "") + part)
     return "".join(parts) or "(top level)"
+
+
+_OPAQUE_SECTIONS = frozenset({"properties", "conf", "args", "storage", "storage_options", "schema_registry"})
+"""Sections whose values may hold credentials under any key name: a validation error never echoes their input."""
+
+
+def _may_show(loc: tuple[int | str, ...], value: Any) -> bool:
+    """Whether a validation error may echo its input: only a scalar (a mapping may hold a secret deeper down), and
+    never under a sensitive key or inside a section that holds credentials.
+    """
+    if not isinstance(value, str | int | float | bool) and value is not None:
+        return False
+    names = [part for part in loc if isinstance(part, str)]
+    return not any(is_sensitive_key(n) or n in _OPAQUE_SECTIONS for n in names)
 
 
 def _short(value: Any) -> str:

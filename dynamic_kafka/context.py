@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -31,12 +30,15 @@ from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.kafka import list_topic_names, run_requests, take_broker_snapshot
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.metadata.resolve import resolve_metadata
+from dynamic_kafka.metadata.references import ReferenceGuard
+from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -50,7 +52,9 @@ class PipelineContext:
     Args:
         project: the project config.
         pipeline_id: which pipeline of the project.
-        metadata_service: a service to use instead of the one the config names (programs and tests).
+        metadata_service: a service to use instead of the one the config names (programs and tests). Like a
+            ``python`` service, it may use only the secret references the project's ``secret_references`` lists
+            (see :mod:`dynamic_kafka.metadata.references`).
         spark: returns the Spark session; called only when something has to be read.
     """
 
@@ -65,14 +69,26 @@ class PipelineContext:
         self.project = project
         self.pipeline: PipelineConfig = project.pipeline(pipeline_id)
         self.store = StateStore(self.pipeline.resolved_state_path, self.pipeline.id)
-        self._service = metadata_service
+        self._service = (
+            None
+            if metadata_service is None
+            else guard_references(metadata_service, project, f"metadata service {type(metadata_service).__name__}")
+        )
         self._spark = spark or self._default_spark
 
     @property
     def service(self) -> KafkaMetadataService:
-        """The metadata service (the one given, else built from the project config on first use)."""
+        """The metadata service (the one given, else built from the project config on first use), every call
+        bounded by the pipeline's ``metadata_retries.timeout_seconds``.
+        """
         if self._service is None:
-            self._service = build_metadata_service(self.project.metadata_service)
+            config = self.project.metadata_service
+            service = build_metadata_service(config)
+            if isinstance(config, PythonMetadataServiceConfig):
+                service = guard_references(service, self.project, f"metadata service {config.import_path!r}")
+            self._service = service
+        if not isinstance(self._service, BoundedMetadataService):
+            self._service = BoundedMetadataService(self._service, self.pipeline.metadata_retries.timeout_seconds)
         return self._service
 
     def spark(self) -> SparkSession:
@@ -104,7 +120,8 @@ class PipelineContext:
         self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None
     ) -> BrokerSnapshot:
         """Every cluster's offsets for the pipeline (or ``pipeline``, a variant of it such as a backfill window),
-        one batched query per cluster."""
+        one batched query per cluster.
+        """
         pipeline = pipeline or self.pipeline
         requests = run_requests(pipeline, metadata, state, self.service)
         return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
@@ -112,7 +129,8 @@ class PipelineContext:
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
         """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
         drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
-        else the bootstrap servers the plan recorded."""
+        else the bootstrap servers the plan recorded.
+        """
         active = metadata.clusters() if metadata is not None else {}
         found: dict[str, ClusterMetadata] = {}
         for split in plan.splits:
@@ -124,6 +142,15 @@ class PipelineContext:
                 or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
             )
         return found
+
+
+def guard_references(service: KafkaMetadataService, project: ProjectConfig, source: str) -> KafkaMetadataService:
+    """``service`` restricted to the secret references the project config allows (the user's own file-based
+    services are trusted as they are; see :mod:`dynamic_kafka.metadata.references`).
+    """
+    if isinstance(service, FileMetadataService | ReferenceGuard):
+        return service
+    return ReferenceGuard(service, project.secret_references, source)
 
 
 def build_metadata_service(config: MetadataServiceConfig) -> KafkaMetadataService:

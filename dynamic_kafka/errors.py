@@ -8,11 +8,12 @@ No message ever contains a secret: callers pass redacted values only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Type-only: plan.model is a leaf (pydantic only), so this adds no import at run time and no cycle.
+    from collections.abc import Sequence
+
     from dynamic_kafka.plan.model import LostRange
 
 
@@ -197,27 +198,82 @@ class TopicRecreatedError(PlanningError):
 
 
 class RunInProgressError(DynamicKafkaError):
-    """Another run of the same pipeline holds the next run_seq."""
+    """Another run of the same pipeline holds the next run_seq.
+
+    Attributes:
+        owner: who holds it (``host pid ...``) when its planned head names an owner with a fresh lease.
+    """
 
     retriable = True
 
-    def __init__(self, pipeline_id: str, run_seq: int) -> None:
+    def __init__(self, pipeline_id: str, run_seq: int, *, owner: str | None = None, until: str | None = None) -> None:
         self.pipeline_id = pipeline_id
         self.run_seq = run_seq
+        self.owner = owner
+        held = f"; it is held by {owner}, its lease runs until {until}" if owner else ""
         super().__init__(
-            f"another run is in progress for pipeline {pipeline_id!r} (it planned run_seq {run_seq} first).",
-            hint="Wait for it to finish; this run wrote nothing.",
+            f"another run is in progress for pipeline {pipeline_id!r} (it planned run_seq {run_seq} first){held}.",
+            hint="Wait for it to finish; this run wrote nothing."
+            + (" If that run's process is gone, the next run recovers it once its lease expires." if owner else ""),
         )
+
+
+class RunTimeoutError(DynamicKafkaError):
+    """A run exceeded the pipeline's ``max_run_seconds``; its Spark job was cancelled. Nothing was committed to the
+    state: the next run recovers the planned run.
+    """
+
+    retriable = True
 
 
 class StateError(DynamicKafkaError):
     """The pipeline's Delta state is missing, unreadable or inconsistent."""
 
 
+class StateBehindSinkError(StateError):
+    """The sink (or its dead-letter table) holds a transaction version of this pipeline beyond the state's last run.
+
+    The state was restored from a backup, moved, or replaced by an older copy: runs it does not know about already
+    landed records. Running on would reuse their run_seqs, and Delta would silently skip those writes (records lost,
+    runs reported committed), so nothing is planned until the state is realigned.
+
+    Attributes:
+        sink_txn: the highest transaction version of the pipeline in the sink or dead-letter table.
+        state_run_seq: the state's last run_seq (planned or committed; 0 without runs).
+    """
+
+    def __init__(self, pipeline_id: str, *, table: str, sink_txn: int, state_run_seq: int, state_path: str) -> None:
+        self.pipeline_id = pipeline_id
+        self.sink_txn = sink_txn
+        self.state_run_seq = state_run_seq
+        super().__init__(
+            f"the state of pipeline {pipeline_id!r} at {state_path} is behind its sink: {table} holds run "
+            f"{sink_txn} of this pipeline but the state's last run is {state_run_seq}. The state was probably "
+            "restored from a backup or moved; nothing was planned or written.",
+            hint=f"Put back the newest state if you have it. Otherwise run `dynamic-kafka realign --pipeline "
+            f"{pipeline_id} --config ...` to see, then with --yes to make, the repair: the next run_seq moves past "
+            f"{sink_txn}, the offsets stay, and the records runs {state_run_seq + 1}..{sink_txn} already landed are "
+            "skipped by the next run (checked against the sink), so nothing is lost or duplicated.",
+        )
+
+
 class SparkJobError(DynamicKafkaError):
     """The Spark read or the Delta write failed. The state was not committed; the next run recovers."""
 
     retriable = True
+
+
+class SchemaMismatchError(ConfigError):
+    """The pipeline's ``value_schema`` is invalid, or the sink's existing schema does not match what the pipeline
+    would write. Found before anything is planned; not retriable until the config or the table changes.
+
+    Attributes:
+        columns: the columns that differ (empty for an invalid ``value_schema``).
+    """
+
+    def __init__(self, message: str, *, columns: Sequence[str] = (), hint: str | None = None) -> None:
+        self.columns = tuple(columns)
+        super().__init__(message, hint=hint)
 
 
 class DecodeError(DynamicKafkaError):

@@ -1,8 +1,16 @@
 """Fault injection points, so crash safety is tested by really killing a run at a chosen step.
 
-Set ``DYNAMIC_KAFKA_FAULT`` to a point's name (``after_plan``, ``during_write``, ``after_sink``) and the process
-kills itself with SIGKILL there: no cleanup, no ``finally``, exactly like ``kill -9``. ``during_write:SECONDS``
-kills that many seconds after the Spark write starts. Unset, these calls cost one environment lookup.
+Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with SIGKILL there: no cleanup, no
+``finally``, exactly like ``kill -9``. Unset, these calls cost one environment lookup. The points:
+
+- ``after_plan``: an incremental run's plan was written ahead (before any JVM);
+- ``during_write:SECONDS``: that many seconds after the run's Spark session is obtained (a timer);
+- ``after_dead_letter``: the dead-letter table holds the run's txn, the sink does not yet (``dead_letter`` policy
+  with a format that can fail);
+- ``after_sink``: the sink holds the run's txn, the state is not committed;
+- ``recovering``: a run recovering a crashed planned run took its lease over, before finishing it;
+- ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;
+- ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE.
 """
 
 from __future__ import annotations

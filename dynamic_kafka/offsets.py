@@ -57,11 +57,18 @@ class TimestampOffsets(_Initializer):
 
 
 class CommittedOffsets(_Initializer):
-    """The consumer group's committed offset; ``reset`` applies where the group has none."""
+    """The consumer group's committed offset; ``reset`` applies where the group has none.
+
+    Without ``reset``, a partition the group has no offset for fails the plan (``none``), as Flink's
+    ``OffsetsInitializer.committedOffsets()`` does: silently starting at earliest would re-read a whole topic
+    (or, at latest, skip it) because of a typo in the group id.
+    """
 
     kind: Literal["committed"] = "committed"
     group_id: str = Field(min_length=1, description="Consumer group whose committed offsets are used.")
-    reset: ResetStrategy = Field("earliest", description="Where to start when the group has no offset.")
+    reset: ResetStrategy = Field(
+        "none", description="Where to start when the group has no offset: earliest, latest, or none (fail)."
+    )
 
 
 class SpecificOffsets(_Initializer):
@@ -119,8 +126,8 @@ def timestamp(ms: int | str | datetime) -> TimestampOffsets:
     return TimestampOffsets(timestamp_ms=to_epoch_ms(ms) if not isinstance(ms, int) else ms)
 
 
-def committed(group_id: str, reset: ResetStrategy = "earliest") -> CommittedOffsets:
-    """The consumer group's committed offsets, ``reset`` where it has none."""
+def committed(group_id: str, reset: ResetStrategy = "none") -> CommittedOffsets:
+    """The consumer group's committed offsets, ``reset`` where it has none (default: fail, as Flink does)."""
     return CommittedOffsets(group_id=group_id, reset=reset)
 
 

@@ -2,11 +2,16 @@
 
 The protocol (DESIGN.md section 5):
 
+0. a sink (or dead-letter table) holding a later run than the state knows is refused before anything is planned
+   (the state was restored or moved; ``dynamic-kafka realign`` repairs it);
 1. a run left ``planned`` by a crash is finished first, with exactly its plan: if the sink already holds its data
-   (Delta ``txn`` for this pipeline at that run_seq) only its offsets are committed, else it is executed again;
+   (Delta ``txn`` for this pipeline at exactly that run_seq) only its offsets are committed, else it is executed
+   again. A planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
-4. the plan is written as ``planned`` against the exact state version read (a concurrent run loses here);
+4. for a plan with something to read, ``value_schema`` and the sink's schema are checked (not retriable); the plan
+   is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
+   state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
    skipping records a backfill already landed below the state's backfill frontier;
 6. the offsets and the run's ``committed`` status change in one Delta commit; the consumer-group commit that may
@@ -21,36 +26,50 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
+from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, RunTimeoutError
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.metadata.service import KafkaMetadataService
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import Plan, Split
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
     from pyspark.sql import SparkSession
+
+    from dynamic_kafka.config import PipelineConfig, ProjectConfig
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.metadata.service import KafkaMetadataService
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 
 log = logging.getLogger(__name__)
 
 # A scheme such as s3:/ or abfss:/ (pathlib keeps one slash of "://").
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+
+RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
+"""Where run locks live instead of beside a local state table (e.g. a state folder that is read-only, or shared
+over a network file system whose flock is not to be trusted). Processes using different folders do not see each
+other's locks: they are told apart by the state's lease and exact-version commits only, like runs on two hosts."""
 
 
 class PipelineRunner:
@@ -61,6 +80,8 @@ class PipelineRunner:
         pipeline_id: which pipeline of the project.
         metadata_service: a service to use instead of the one the config names (programs and tests).
         spark: returns the Spark session; called only when a plan has something to read.
+        hard_deadline: end the process (exit code 124) when a run past ``max_run_seconds`` does not stop within
+            a minute of its Spark job's cancellation (for a process that runs one run: the CLI).
     """
 
     def __init__(
@@ -70,14 +91,19 @@ class PipelineRunner:
         *,
         metadata_service: KafkaMetadataService | None = None,
         spark: Callable[[], SparkSession] | None = None,
+        hard_deadline: bool = False,
     ) -> None:
         self.context = PipelineContext(project, pipeline_id, metadata_service=metadata_service, spark=spark)
         self.project = project
         self.pipeline: PipelineConfig = self.context.pipeline
         self.store = self.context.store
+        self.owner = RunOwner.current()
+        self.hard_deadline = hard_deadline
+        self._deadline = _Deadline.unarmed(self.pipeline.id)
 
     @property
     def service(self) -> KafkaMetadataService:
+        """Return the pipeline's metadata service."""
         return self.context.service
 
     def resolve(self) -> MetadataSnapshot:
@@ -104,27 +130,46 @@ class PipelineRunner:
 
         A run holds a lock file next to a local state table for its whole duration (the OS releases it even on
         ``kill -9``), so a run started meanwhile on the same machine stops at once instead of taking the first
-        one's planned run for a crashed one and executing it again. Runs elsewhere lose at the state's
-        exact-version commit.
+        one's planned run for a crashed one and executing it again. Runs on other hosts (or with another
+        ``$DYNAMIC_KAFKA_RUN_LOCK_DIR``) are stopped by the planned run's owner and lease, and lose at the state's
+        exact-version commit. The whole run is bounded by ``max_run_seconds``.
 
         Raises:
-            RunInProgressError: another run of this pipeline holds the lock or planned first; nothing written.
+            RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
+                written.
+            StateBehindSinkError: the sink holds a later run than the state (restored or moved); nothing written.
+            SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows.
+            RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
-        lock = _run_lock_path(self.pipeline.resolved_state_path)
+        lock = _run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)
         if lock is None:
-            return self._run()
+            return self._run_with_deadline()
         with try_exclusive_lock(lock) as taken:
             if not taken:
                 state = self.store.load()
                 head = state.last_run
                 in_flight = head.run_seq if head is not None and head.status == "planned" else state.next_run_seq
                 raise RunInProgressError(self.pipeline.id, in_flight)
+            return self._run_with_deadline()
+
+    def _run_with_deadline(self) -> RunSummary:
+        self._deadline = _Deadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
+        try:
             return self._run()
+        except DynamicKafkaError as e:
+            if self._deadline.expired.is_set() and not isinstance(e, RunTimeoutError):
+                raise self._deadline.error() from e
+            raise
+        finally:
+            self._deadline.cancel()
 
     def _run(self) -> RunSummary:
         started = time.monotonic()
         state = self.store.load()
+        # Before anything is planned: a sink holding a run the state does not know means a restored or moved
+        # state; running on would reuse run_seqs whose writes Delta silently skips.
+        check_not_behind(self.pipeline, state, self.store.path)
         recovered: int | None = None
         if state.last_run is not None and state.last_run.status == "planned":
             recovered = self._recover(state)
@@ -132,6 +177,7 @@ class PipelineRunner:
         plan, brokers, metadata = self.plan(state)
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
+        self._deadline.check()
         if plan.is_empty:
             summary = RunSummary(
                 **base_summary(plan, lag),
@@ -145,11 +191,15 @@ class PipelineRunner:
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
         self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
-        version = self.store.begin_run(plan, expected_version=state.table_version)
+        self._check_schema()
+        self._deadline.check()
+        version = self.store.begin_run(
+            plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
+        )
         crash_point("after_plan")
         summary = self._execute(
             plan,
-            version,
+            self._keep_lease(plan, version),
             self.context.connections(plan, metadata),
             lag=lag,
             recovered=recovered,
@@ -159,32 +209,52 @@ class PipelineRunner:
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
 
+    def _check_schema(self) -> None:
+        """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
+        from dynamic_kafka.sink.schema_check import check_sink_schema
+
+        check_sink_schema(self.context.spark(), self.pipeline)
+
+    def _lease_end(self) -> datetime:
+        return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
+
+    def _keep_lease(self, plan: Plan, version: int) -> LeaseKeeper:
+        return LeaseKeeper(
+            self.store, plan, self.owner, timedelta(seconds=self.pipeline.run_lease_seconds), version, _now
+        ).start()
+
     def _execute(
         self,
         plan: Plan,
-        version: int,
+        lease: LeaseKeeper,
         clusters: Mapping[str, ClusterMetadata],
         *,
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
     ) -> RunSummary:
-        from dynamic_kafka.sink import write_incremental
+        from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
         spark_started = time.monotonic()
-        spark = self.context.spark()
-        arm_timer("during_write")
-        frame = read_splits(
-            spark,
-            plan.read_splits,
-            clusters,
-            isolation_level=self.pipeline.isolation_level,
-            min_partitions=self.pipeline.min_partitions,
-        )
-        pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-        result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps)
-        crash_point("after_sink")
+        try:
+            spark = self.context.spark()
+            self._deadline.attach(spark)
+            arm_timer("during_write")
+            frame = read_splits(
+                spark,
+                plan.read_splits,
+                clusters,
+                isolation_level=self.pipeline.isolation_level,
+                min_partitions=self.pipeline.min_partitions,
+            )
+            pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
+            result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps)
+        except BaseException:
+            lease.stop(quietly=True)
+            raise
+        version = lease.stop()
+        crash_point("recovery_after_sink" if recovered == plan.run_seq else "after_sink")
         committing = time.monotonic()
         summary = RunSummary(
             **base_summary(plan, lag),
@@ -210,25 +280,51 @@ class PipelineRunner:
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing})
 
     def _recover(self, state: StateSnapshot) -> int:
-        """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq."""
-        assert state.last_run is not None
+        """Finishes the run a crash left planned, with exactly its plan. Returns its run_seq.
+
+        A planned run whose owner still holds a fresh lease is alive (on another host, or in a process using
+        another lock folder) and is refused; an expired lease, or an owner provably gone from this host, means a
+        crash. The recovering run first takes the lease over (one commit at the exact version read: of two
+        recovering processes one wins).
+
+        Raises:
+            RunInProgressError: the planned run's owner holds a fresh lease, or another process took it over first.
+        """
+        head = state.last_run
+        assert head is not None
         assert state.table_version is not None
-        plan = state.last_run.plan
+        plan = head.plan
+        owner = RunOwner.parse(head.owner)
+        if head.lease_is_fresh(_now()) and not (owner is not None and owner.is_gone()):
+            raise RunInProgressError(
+                self.pipeline.id,
+                plan.run_seq,
+                owner=owner.describe() if owner is not None else head.owner,
+                until=head.lease_expires_at.isoformat() if head.lease_expires_at else None,
+            )
+        # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
+        # holding the run means the whole run is in.
         written = committed_txn_version(str(self.pipeline.sink.path), self.pipeline.id)
         log.warning(
-            "pipeline %s: run %d was planned but not committed; %s",
+            "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
             plan.run_seq,
+            owner.describe() if owner is not None else "unknown",
             "its data is in the sink, committing its offsets" if written == plan.run_seq else "executing it again",
         )
-        if written is not None and written >= plan.run_seq:
+        version = self.store.lease(
+            plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
+        )
+        crash_point("recovering")
+        if written == plan.run_seq:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
-            self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=state.table_version)
+            self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             self._commit_consumer_group(plan, self.context.connections(plan))
         else:
+            self._check_schema()
             self._execute(
                 plan,
-                state.table_version,
+                self._keep_lease(plan, version),
                 self.context.connections(plan),
                 lag=0,
                 recovered=plan.run_seq,
@@ -238,7 +334,8 @@ class PipelineRunner:
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for
-        example a concurrent run's commit winning the race) is a warning, and the next run tries again."""
+        example a concurrent run's commit winning the race) is a warning, and the next run tries again.
+        """
         try:
             self.store.maintain()
         except DynamicKafkaError as e:
@@ -276,11 +373,87 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
     return lag
 
 
-def _run_lock_path(state_path: Path) -> Path | None:
-    """The run lock of a local state table (a hidden file beside it); None for object-store URIs."""
+def _run_lock_path(state_path: Path, pipeline_id: str) -> Path | None:
+    """The run lock of a pipeline: in ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` when set, else a hidden file beside a local
+    state table; None for object-store URIs without that setting.
+    """
+    folder = os.environ.get(RUN_LOCK_DIR_ENV)
+    if folder:
+        digest = hashlib.sha256(str(state_path).encode()).hexdigest()[:16]
+        return Path(folder) / f"{pipeline_id}-{digest}.run.lock"
     if _URI.match(str(state_path)):
         return None
     return state_path.with_name(f".{state_path.name}.run.lock")
+
+
+class _Deadline:
+    """The run's maximum duration (``max_run_seconds``): when it passes, the run's Spark operations (tagged with
+    this run's tag) are interrupted, so the run fails (retriably: nothing is committed to the state) instead of
+    holding its lock forever. With ``hard_exit`` (the CLI), a run still not finished ``_GRACE_SECONDS`` later
+    (blocked outside Spark) ends its process with exit code 124.
+    """
+
+    _GRACE_SECONDS = 60.0
+
+    def __init__(self, pipeline_id: str, seconds: float | None, *, hard_exit: bool) -> None:
+        self.pipeline_id = pipeline_id
+        self.seconds = seconds or 0.0
+        self.hard_exit = hard_exit
+        self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"
+        self.expired = threading.Event()
+        self.finished = threading.Event()
+        self._spark: SparkSession | None = None
+        self._timer: threading.Timer | None = None
+        if seconds is not None:
+            self._timer = threading.Timer(seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    @classmethod
+    def unarmed(cls, pipeline_id: str) -> _Deadline:
+        """A deadline that never passes (outside ``run``)."""
+        return cls(pipeline_id, None, hard_exit=False)
+
+    def attach(self, spark: SparkSession) -> None:
+        """Tags the calling thread's Spark operations with this run, so they can be interrupted."""
+        self._spark = spark
+        spark.addTag(self.tag)
+
+    def check(self) -> None:
+        """Raises RunTimeoutError if the deadline passed (called between stages)."""
+        if self.expired.is_set():
+            raise self.error()
+
+    def error(self) -> RunTimeoutError:
+        return RunTimeoutError(
+            f"the run of pipeline {self.pipeline_id!r} exceeded max_run_seconds ({self.seconds:g}s) and was "
+            "cancelled; nothing was committed to the state.",
+            hint="The next run recovers it. If runs need longer, raise max_run_seconds or cap them with "
+            "max_records_per_run.",
+        )
+
+    def _fire(self) -> None:
+        self.expired.set()
+        log.error("pipeline %s: run exceeded max_run_seconds (%gs); cancelling it", self.pipeline_id, self.seconds)
+        if self._spark is not None:
+            try:
+                self._spark.interruptTag(self.tag)
+            except Exception as e:  # the session may be stopping; the grace period below still applies
+                log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
+        if self.hard_exit and not self.finished.wait(self._GRACE_SECONDS):
+            log.error("pipeline %s: the run did not stop after its deadline; exiting", self.pipeline_id)
+            logging.shutdown()
+            os._exit(124)
+
+    def cancel(self) -> None:
+        self.finished.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._spark is not None:
+            try:
+                self._spark.removeTag(self.tag)
+            except Exception as e:  # a stopped session has no tags left to remove
+                log.debug("pipeline %s: Spark tag not removed: %s", self.pipeline_id, e)
 
 
 def _now() -> datetime:

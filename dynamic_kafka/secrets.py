@@ -12,12 +12,19 @@ librdkafka logs) and, as ``spark.redaction.regex``, which options Spark masks in
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 REDACTED = "***"
 
@@ -44,6 +51,98 @@ def is_sensitive_key(key: str) -> bool:
 def redact_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """Returns a copy of ``properties`` safe to show: sensitive values replaced by ``***``."""
     return {k: (REDACTED if is_sensitive_key(k) else v) for k, v in properties.items()}
+
+
+def redact(value: Any, *, key: str = "") -> Any:
+    """``value`` made safe to show, for structures (a model field, a parsed YAML section): under a sensitive
+    ``key``, or a sensitive key at any depth of nested mappings and sequences, the value becomes ``***``.
+    Anything else is returned as is (a nested pydantic model masks itself in its own ``repr``).
+
+    Example:
+        >>> redact({"conf": {"spark.hadoop.fs.s3a.secret.key": "abc", "spark.master": "local"}})
+        {'conf': {'spark.hadoop.fs.s3a.secret.key': '***', 'spark.master': 'local'}}
+    """
+    if key and is_sensitive_key(key) and value is not None:
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {k: redact(v, key=str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v) for v in value)
+    return value
+
+
+def masked_repr_args(args: Iterable[tuple[str | None, Any]]) -> Iterable[tuple[str | None, Any]]:
+    """A pydantic model's ``__repr_args__`` with :func:`redact` applied to every field: what every config and
+    metadata model shows in ``repr`` and ``str``.
+    """
+    for name, value in args:
+        yield name, redact(value, key=name or "")
+
+
+def is_reference(value: str) -> bool:
+    """Whether ``value`` holds at least one ``${env:...}`` / ``${file:...}`` reference."""
+    return bool(_REFERENCE.search(value))
+
+
+def fingerprint_form(key: str, value: str) -> str:
+    """What a metadata fingerprint hashes for one property: the value, except that a sensitive literal becomes
+    ``***`` (its references stay, they are names, not secrets), so no hash is ever computed over a secret.
+    """
+    if not is_sensitive_key(key):
+        return value
+    return value if _REFERENCE.fullmatch(value.strip()) else REDACTED
+
+
+class SecretReferencePolicy(BaseModel):
+    """Which ``${env:...}`` / ``${file:...}`` references a metadata service the user does not write by hand may
+    make the host resolve (the project config's ``secret_references``).
+
+    References in the user's own files (the project config and a ``file`` metadata service it names) are always
+    honoured. Every other service (``python`` import paths, an in-memory service given by a program, a future
+    remote service) is a source the host does not control: honouring any reference it returns would let it make
+    the host send ``${env:ANY_VAR}`` or ``${file:~/.ssh/id_rsa}`` to a broker it names. Such a reference is
+    resolved only if listed here.
+
+    Example:
+        >>> SecretReferencePolicy(env=("EAST_KAFKA_PASSWORD",)).allows("env", "EAST_KAFKA_PASSWORD")
+        True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: tuple[str, ...] = Field((), description="Environment variables such services may reference.")
+    files: tuple[str, ...] = Field(
+        (), description="Files such services may reference (shell-style patterns, e.g. '/run/secrets/kafka-*')."
+    )
+
+    def allows(self, kind: str, name: str) -> bool:
+        """Whether the reference ``${kind:name}`` may be resolved."""
+        if kind == "env":
+            return name in self.env
+        path = str(Path(name).expanduser())
+        return any(fnmatch.fnmatchcase(path, str(Path(p).expanduser())) for p in self.files)
+
+
+def check_references(
+    properties: Mapping[str, str], *, cluster_id: str, policy: SecretReferencePolicy, source: str
+) -> None:
+    """Refuses every reference in ``properties`` that ``policy`` does not list.
+
+    Raises:
+        ConfigError: names the cluster, the key and the reference (a name, never a value), and the fix.
+    """
+    for key, value in properties.items():
+        for match in _REFERENCE.finditer(value):
+            kind, name = match.group(1), match.group(2).strip()
+            if not policy.allows(kind, name):
+                listed = "env" if kind == "env" else "files"
+                raise ConfigError(
+                    f"property {key!r} of cluster {cluster_id!r} from {source} references "
+                    f"${{{kind}:{name}}}, which that service may not use: only references written in your own "
+                    "config files, or listed in secret_references, are resolved.",
+                    hint=f"If the reference is expected, add {name!r} to secret_references.{listed} in the "
+                    "project config.",
+                )
 
 
 def resolve_value(value: str, *, key: str, cluster_id: str) -> str:

@@ -1,19 +1,22 @@
 """A pipeline's status: per partition the committed next offset, the broker's latest offset and the lag, plus the
 last run and the warnings of recent runs (data-loss gaps, unread ranges of removed clusters, skipped clusters),
-and the verdict an orchestrator's health check shows (:func:`lag_verdict`)."""
+and the verdict an orchestrator's health check shows (:func:`lag_verdict`).
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.kafka import status_requests, take_broker_snapshot
 from dynamic_kafka.plan.model import Finding, LostRange
 from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.plan.summary import RunSummary
+
+if TYPE_CHECKING:
+    from dynamic_kafka.context import PipelineContext
 
 
 class PartitionLag(BaseModel):
@@ -52,7 +55,8 @@ class PipelineStatus(BaseModel):
 
 def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
-    shows no lag rather than failing the report)."""
+    shows no lag rather than failing the report).
+    """
     state = context.store.load()
     requests = status_requests(state, context.service)
     brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))

@@ -72,7 +72,8 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
 
 def build_lag_check(pipeline: PipelineConfig) -> AssetChecksDefinition:
     """Fails when the pending records exceed ``max_lag_records`` (or, with a limit, cannot be known because a
-    cluster is unreachable or was skipped) or the last run found data loss."""
+    cluster is unreachable or was skipped) or the last run found data loss.
+    """
     pipeline_id = pipeline.id
     limit = pipeline.max_lag_records
 

@@ -43,4 +43,5 @@ class DynamicKafkaComponent(dg.Component, dg.Resolvable, dg.Model):
         return path if path.is_absolute() else (context.path / path).resolve()
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        """Build the Dagster definitions of the project config the component names."""
         return build_definitions(self.resolved_config_path(context))

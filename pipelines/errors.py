@@ -12,12 +12,15 @@ Library messages never hold secrets, so they are safe to show in Dagster.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from dagster import Failure, MetadataValue, RetryRequested
 
 from dynamic_kafka.errors import DataLossError, DynamicKafkaError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MAX_RETRIES = 3
 RETRY_WAIT_SECONDS = 15.0

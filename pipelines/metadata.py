@@ -8,10 +8,12 @@ Values absent from a run (no event time in an empty run, no Delta version) are l
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from dynamic_kafka.plan.summary import RunSummary
+if TYPE_CHECKING:
+    from dynamic_kafka.plan.summary import RunSummary
 
 TOPICS_SCHEMA = TableSchema(
     columns=[

@@ -39,20 +39,25 @@ def pool_name(pipeline_id: str) -> str:
 
 
 def incremental_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's incremental job."""
     return f"{dagster_name(pipeline_id)}_incremental"
 
 
 def backfill_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's backfill job."""
     return f"{dagster_name(pipeline_id)}_backfill"
 
 
 def schedule_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's schedule."""
     return f"{dagster_name(pipeline_id)}_schedule"
 
 
 def metadata_sensor_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's metadata sensor."""
     return f"{dagster_name(pipeline_id)}_metadata_sensor"
 
 
 def catch_up_sensor_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's catch-up sensor."""
     return f"{dagster_name(pipeline_id)}_catch_up_sensor"

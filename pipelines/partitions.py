@@ -6,14 +6,18 @@ timestamp offsets initializers. Only complete windows exist (the current hour or
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dagster import DailyPartitionsDefinition, HourlyPartitionsDefinition, TimeWindowPartitionsDefinition
 
-from dynamic_kafka.config import BackfillConfig
+if TYPE_CHECKING:
+    from dynamic_kafka.config import BackfillConfig
 
 
 def backfill_partitions(backfill: BackfillConfig) -> TimeWindowPartitionsDefinition:
     """The partitions definition for one pipeline's backfill job (``backfill.start`` was validated, as aware UTC,
-    when the config was loaded)."""
+    when the config was loaded).
+    """
     start = backfill.start
     if backfill.granularity == "hourly":
         return HourlyPartitionsDefinition(start_date=start, timezone="UTC")

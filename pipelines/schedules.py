@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError
 from pipelines.names import TRIGGER_TAG, schedule_name
 
 if TYPE_CHECKING:
+    from dynamic_kafka.config import PipelineConfig
     from pipelines.jobs import AssetJob
 
 

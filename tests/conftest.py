@@ -10,21 +10,25 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-from dynamic_kafka.local_registry import LocalRegistry
-from dynamic_kafka.local_spark_connect import ServerInfo, start_server, stop_server
+from dynamic_kafka.local_spark_connect import start_server, stop_server
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
 from dynamic_kafka.testing.registries import local_test_registries
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from dynamic_kafka.local_registry import LocalRegistry
+    from dynamic_kafka.local_spark_connect import ServerInfo
 
 
 @pytest.fixture(scope="session")

@@ -15,12 +15,15 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import ToolchainError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 MAVEN_TIMEOUT_S = 1800.0
 _COORDINATE_RE = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[0-9][A-Za-z0-9_.-]*")
+_EXCLUSION_RE = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.*-]+")
 _NETWORK_SIGNS = (
     "UnknownHost",
     "Unknown host",
@@ -41,26 +45,36 @@ _NETWORK_SIGNS = (
 _MARKER = "jars.complete"
 
 
-def render_pom(name: str, coordinates: Sequence[str], *, transitive: bool = True) -> str:
+def render_pom(
+    name: str, coordinates: Sequence[str], *, transitive: bool = True, exclusions: Sequence[str] = ()
+) -> str:
     """Render a pom whose runtime dependencies are ``coordinates`` (``group:artifact:version`` each).
 
     Args:
         name: names the pom (shown in Maven's messages).
         coordinates: the artifacts to fetch.
         transitive: also fetch their runtime dependencies.
+        exclusions: ``group:artifact`` of transitive dependencies to leave out (of every coordinate).
 
     Raises:
-        ToolchainError: a coordinate is not ``group:artifact:version`` (they are pasted into XML).
+        ToolchainError: a coordinate is not ``group:artifact:version``, or an exclusion not ``group:artifact``
+            (they are pasted into XML).
     """
     bad = [c for c in coordinates if not _COORDINATE_RE.fullmatch(c)]
+    bad += [e for e in exclusions if not _EXCLUSION_RE.fullmatch(e)]
     if bad or not coordinates:
         raise ToolchainError(
             f"invalid Maven coordinates {bad or '(none)'}; expected group:artifact:version, e.g. "
-            "org.apache.kafka:kafka_2.13:4.1.1."
+            "org.apache.kafka:kafka_2.13:4.1.1 (group:artifact for an exclusion)."
         )
+    excluded = "".join(
+        "<exclusion><groupId>{}</groupId><artifactId>{}</artifactId></exclusion>".format(*e.split(":"))
+        for e in exclusions
+    )
+    excluded = f"<exclusions>{excluded}</exclusions>" if excluded else ""
     dependencies = "\n".join(
-        "    <dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>".format(
-            *c.split(":")
+        "    <dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version>{}</dependency>".format(
+            *c.split(":"), excluded
         )
         for c in coordinates
     )
@@ -93,7 +107,9 @@ def render_pom(name: str, coordinates: Sequence[str], *, transitive: bool = True
 """
 
 
-def resolve_jars(name: str, coordinates: Sequence[str], *, transitive: bool = True) -> Path:
+def resolve_jars(
+    name: str, coordinates: Sequence[str], *, transitive: bool = True, exclusions: Sequence[str] = ()
+) -> Path:
     """Return the folder of jars for ``coordinates``, downloading them once from Maven Central.
 
     Safe to call from several processes at once: one downloads, the others wait and reuse its result.
@@ -102,6 +118,7 @@ def resolve_jars(name: str, coordinates: Sequence[str], *, transitive: bool = Tr
         name: the cache folder's name (``<cache>/<name>``); one name per set of coordinates.
         coordinates: ``group:artifact:version`` of each artifact.
         transitive: also fetch their runtime dependencies.
+        exclusions: ``group:artifact`` of transitive dependencies to leave out.
 
     Returns:
         The ``libs`` folder holding the jars.
@@ -113,7 +130,7 @@ def resolve_jars(name: str, coordinates: Sequence[str], *, transitive: bool = Tr
         >>> resolve_jars("kafka-4.1.1", ["org.apache.kafka:kafka_2.13:4.1.1"])  # doctest: +SKIP
         PosixPath('/home/me/.cache/dynamic-kafka/kafka-4.1.1/libs')
     """
-    pom = render_pom(name, coordinates, transitive=transitive)
+    pom = render_pom(name, coordinates, transitive=transitive, exclusions=exclusions)
     home = cache_dir() / name
     libs = home / "libs"
     marker = home / _MARKER

@@ -6,13 +6,13 @@ line (which every user sees in the process list); it is passed to the broker's c
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._service import service_commands
 from dynamic_kafka.local_kafka import (
     DEFAULT_KAFKA_VERSION,
     SASL_PASSWORD_ENV,
@@ -25,24 +25,23 @@ from dynamic_kafka.local_kafka import (
     stop_clusters,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``local-kafka`` group to the top-level subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--base-dir",
-        type=Path,
-        default=None,
-        help="folder of the clusters (default: $DYNAMIC_KAFKA_LOCAL_DIR, else ./.local-kafka)",
-    )
-    group = subparsers.add_parser(
+    commands = service_commands(
+        subparsers,
         "local-kafka",
-        help="start, stop and list local single-node Kafka clusters (KRaft)",
+        help_text="start, stop and list local single-node Kafka clusters (KRaft)",
         description="Real Apache Kafka brokers on 127.0.0.1, one KRaft node per cluster, jars from Maven Central.",
+        base_dir_help="folder of the clusters (default: $DYNAMIC_KAFKA_LOCAL_DIR, else ./.local-kafka)",
+        up_help="start clusters (no-op for running ones)",
+        down_help="stop clusters, keeping their data unless --purge",
+        status_help="list clusters: running or stopped, bootstrap",
     )
-    commands = group.add_subparsers(dest="local_kafka_command", required=True, metavar="{up,down,status}")
-
-    up = commands.add_parser("up", parents=[common], help="start clusters (no-op for running ones)")
+    up, down, status = commands.up, commands.down, commands.status
     up.add_argument("clusters", nargs="+", metavar="NAME:PORT", help="cluster name and client port, e.g. east:19092")
     up.add_argument(
         "--sasl-plain",
@@ -54,12 +53,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--json", action="store_true", help='print {"NAME": "BOOTSTRAP"} instead of lines')
     up.set_defaults(handler=_up)
 
-    down = commands.add_parser("down", parents=[common], help="stop clusters, keeping their data unless --purge")
     down.add_argument("names", nargs="*", metavar="NAME", help="clusters to stop (default: all)")
     down.add_argument("--purge", action="store_true", help="also delete the clusters' data, config and logs")
     down.set_defaults(handler=_down)
 
-    status = commands.add_parser("status", parents=[common], help="list clusters: running or stopped, bootstrap")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(handler=_status)
 

@@ -6,11 +6,11 @@ The password is generated at the first ``up`` into ``<base dir>/password`` (0600
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._service import service_commands
 from dynamic_kafka.local_postgres import (
     LocalPostgres,
     postgres_status,
@@ -19,33 +19,30 @@ from dynamic_kafka.local_postgres import (
     stop_postgres,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``local-postgres`` group to the top-level subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--base-dir",
-        type=Path,
-        default=None,
-        help="folder of the server (default: $DYNAMIC_KAFKA_LOCAL_POSTGRES_DIR, else ./.local-postgres)",
-    )
-    group = subparsers.add_parser(
+    commands = service_commands(
+        subparsers,
         "local-postgres",
-        help="start, stop and show a local PostgreSQL server (Debian's packages, 127.0.0.1)",
+        help_text="start, stop and show a local PostgreSQL server (Debian's packages, 127.0.0.1)",
         description="A PostgreSQL server on 127.0.0.1 for Dagster's run, event and schedule storage.",
+        base_dir_help="folder of the server (default: $DYNAMIC_KAFKA_LOCAL_POSTGRES_DIR, else ./.local-postgres)",
+        up_help="initialize (first time) and start the server",
+        down_help="stop the server, keeping its data unless --purge",
+        status_help="running or stopped, and where",
     )
-    commands = group.add_subparsers(dest="local_postgres_command", required=True, metavar="{up,down,status}")
-
-    up = commands.add_parser("up", parents=[common], help="initialize (first time) and start the server")
+    up, down, status = commands.up, commands.down, commands.status
     up.add_argument("--port", type=int, default=None, help="TCP port (default: the last one, else 15432)")
     up.add_argument("--json", action="store_true", help="print the connection details, URL with password")
     up.set_defaults(handler=_up)
 
-    down = commands.add_parser("down", parents=[common], help="stop the server, keeping its data unless --purge")
     down.add_argument("--purge", action="store_true", help="also delete the data, password and log")
     down.set_defaults(handler=_down)
 
-    status = commands.add_parser("status", parents=[common], help="running or stopped, and where")
     status.add_argument("--json", action="store_true", help="print the connection details, URL with password")
     status.set_defaults(handler=_status)
 

@@ -5,11 +5,11 @@ The password given to ``--basic-auth`` goes to the registry's 0600 config file o
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._service import service_commands
 from dynamic_kafka.local_registry import (
     DEFAULT_REGISTRY_VERSION,
     parse_basic_auth,
@@ -20,25 +20,24 @@ from dynamic_kafka.local_registry import (
     stop_registries,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``local-registry`` group to the top-level subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--base-dir",
-        type=Path,
-        default=None,
-        help="folder of the registries (default: $DYNAMIC_KAFKA_LOCAL_REGISTRY_DIR, else ./.local-registry)",
-    )
-    group = subparsers.add_parser(
+    commands = service_commands(
+        subparsers,
         "local-registry",
-        help="start, stop and list local Schema Registries (Apicurio, Confluent-compatible API)",
+        help_text="start, stop and list local Schema Registries (Apicurio, Confluent-compatible API)",
         description="Real Apicurio Registry processes on 127.0.0.1 serving the Confluent Schema Registry API "
         "under /apis/ccompat/v7, distribution from Maven Central.",
+        base_dir_help="folder of the registries (default: $DYNAMIC_KAFKA_LOCAL_REGISTRY_DIR, else ./.local-registry)",
+        up_help="start registries (no-op for running ones)",
+        down_help="stop registries, keeping their data unless --purge",
+        status_help="list registries: running or stopped, URL",
     )
-    commands = group.add_subparsers(dest="local_registry_command", required=True, metavar="{up,down,status}")
-
-    up = commands.add_parser("up", parents=[common], help="start registries (no-op for running ones)")
+    up, down, status = commands.up, commands.down, commands.status
     up.add_argument("registries", nargs="+", metavar="NAME:PORT", help="registry name and port, e.g. east:18081")
     up.add_argument(
         "--basic-auth", metavar="USER:PASSWORD", help="require HTTP basic auth as this user on every API call"
@@ -49,12 +48,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--json", action="store_true", help='print {"NAME": "URL"} instead of lines')
     up.set_defaults(handler=_up)
 
-    down = commands.add_parser("down", parents=[common], help="stop registries, keeping their data unless --purge")
     down.add_argument("names", nargs="*", metavar="NAME", help="registries to stop (default: all)")
     down.add_argument("--purge", action="store_true", help="also delete the registries' data and logs")
     down.set_defaults(handler=_down)
 
-    status = commands.add_parser("status", parents=[common], help="list registries: running or stopped, URL")
     status.add_argument("--json", action="store_true", help='print {"NAME": "URL"} of the running registries')
     status.set_defaults(handler=_status)
 

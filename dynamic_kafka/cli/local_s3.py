@@ -6,12 +6,12 @@ delta-rs and dynamic-kafka at the server; ``--env`` prints them as ``export`` li
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shlex
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._service import service_commands
 from dynamic_kafka.local_s3 import (
     DEFAULT_PORT,
     LocalS3Server,
@@ -21,35 +21,32 @@ from dynamic_kafka.local_s3 import (
     stop_server,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``local-s3`` group to the top-level subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--base-dir",
-        type=Path,
-        default=None,
-        help="folder of the server's record and log (default: $DYNAMIC_KAFKA_LOCAL_S3_DIR, else ./.local-s3)",
-    )
-    group = subparsers.add_parser(
+    commands = service_commands(
+        subparsers,
         "local-s3",
-        help="start, stop and show a local S3 API server (moto) on 127.0.0.1",
+        help_text="start, stop and show a local S3 API server (moto) on 127.0.0.1",
         description="A real S3 HTTP API on 127.0.0.1 (moto's standalone server), path-style addressing, any "
         "credentials accepted, objects kept in memory until `down`.",
+        base_dir_help="folder of the server's record and log (default: $DYNAMIC_KAFKA_LOCAL_S3_DIR, else ./.local-s3)",
+        up_help="start the server (no-op if it runs)",
+        down_help="stop the server (its objects are gone)",
+        status_help="show whether it runs, its endpoint and env",
     )
-    commands = group.add_subparsers(dest="local_s3_command", required=True, metavar="{up,down,status}")
-
-    up = commands.add_parser("up", parents=[common], help="start the server (no-op if it runs)")
+    up, down, status = commands.up, commands.down, commands.status
     up.add_argument("--port", type=int, default=None, help=f"port on 127.0.0.1 (default: {DEFAULT_PORT})")
     up.add_argument("--bucket", action="append", default=[], metavar="NAME", help="create this bucket (repeatable)")
     up.add_argument("--json", action="store_true", help="print endpoint and environment as JSON")
     up.set_defaults(handler=_up)
 
-    down = commands.add_parser("down", parents=[common], help="stop the server (its objects are gone)")
     down.add_argument("--purge", action="store_true", help="also delete the server's folder (record and log)")
     down.set_defaults(handler=_down)
 
-    status = commands.add_parser("status", parents=[common], help="show whether it runs, its endpoint and env")
     output = status.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON: running, endpoint, env to export")
     output.add_argument("--env", action="store_true", help="print `export NAME=VALUE` lines (for eval)")

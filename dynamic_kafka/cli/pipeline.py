@@ -6,15 +6,18 @@ paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import load_project_config
-from dynamic_kafka.plan.model import Finding, Plan
-from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.runner import PipelineRunner
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from dynamic_kafka.plan.model import Finding, Plan
+    from dynamic_kafka.plan.summary import RunSummary
 
 DEFAULT_CONFIG = "dynamic_kafka.yaml"
 
@@ -68,7 +71,8 @@ def format_plan(plan: Plan) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    summary = _runner(args).run()
+    # One run per process: past its deadline, a run that does not stop ends the process (see max_run_seconds).
+    summary = PipelineRunner(load_project_config(args.config), args.pipeline, hard_deadline=True).run()
     return _emit(args, summary.model_dump(mode="json"), lambda: format_summary(summary))
 
 

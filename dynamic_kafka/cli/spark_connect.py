@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._service import service_commands
 from dynamic_kafka.local_spark_connect import (
     DEFAULT_MASTER,
     DEFAULT_PORT,
@@ -16,24 +16,23 @@ from dynamic_kafka.local_spark_connect import (
     stop_server,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``spark-connect`` group to the top-level subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--base-dir",
-        type=Path,
-        default=None,
-        help="folder of the server (default: $DYNAMIC_KAFKA_SPARK_CONNECT_DIR, else ./.local-spark-connect)",
-    )
-    group = subparsers.add_parser(
+    commands = service_commands(
+        subparsers,
         "spark-connect",
-        help="start, stop and show a local Spark Connect server",
+        help_text="start, stop and show a local Spark Connect server",
         description="pyspark's own Spark Connect server on 127.0.0.1, with the Kafka connector and Delta Lake.",
+        base_dir_help="folder of the server (default: $DYNAMIC_KAFKA_SPARK_CONNECT_DIR, else ./.local-spark-connect)",
+        up_help="start the server (no-op if it runs)",
+        down_help="stop the server",
+        status_help="show the server: running or stopped, remote",
     )
-    commands = group.add_subparsers(dest="spark_connect_command", required=True, metavar="{up,down,status}")
-
-    up = commands.add_parser("up", parents=[common], help="start the server (no-op if it runs)")
+    up, down, status = commands.up, commands.down, commands.status
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC port on 127.0.0.1 (default: %(default)s)")
     up.add_argument(
         "--master", default=DEFAULT_MASTER, help="local[*], local[N] or spark://HOST:PORT (default: %(default)s)"
@@ -43,10 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--json", action="store_true", help='print {"remote": "sc://127.0.0.1:PORT", ...}')
     up.set_defaults(handler=_up)
 
-    down = commands.add_parser("down", parents=[common], help="stop the server")
     down.set_defaults(handler=_down)
 
-    status = commands.add_parser("status", parents=[common], help="show the server: running or stopped, remote")
     status.add_argument("--json", action="store_true", help="print JSON instead of a line")
     status.set_defaults(handler=_status)
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
@@ -31,8 +30,12 @@ from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _Adm
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.offsets import Isolation
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Mapping
+
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.offsets import Isolation
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +136,8 @@ class KafkaAdmin(AdminConnection):
         isolation_level: Isolation = "read_committed",
     ) -> dict[str, dict[Partition, int | None]]:
         """Several :meth:`list_offsets` queries over the same partitions, all in flight together. Returns
-        ``{name: {partition: offset}}``."""
+        ``{name: {partition: offset}}``.
+        """
         wanted = sorted(set(partitions))
         results: dict[str, dict[Partition, int | None]] = {name: {} for name in specs}
         if not wanted:
@@ -196,7 +200,8 @@ class KafkaAdmin(AdminConnection):
 
     def commit_group_offsets(self, group_id: str, offsets: Mapping[Partition, int]) -> None:
         """Sets the consumer group's committed offsets, in one call (for lag monitoring; the Delta state is the
-        truth). The broker refuses this while the group has active members."""
+        truth). The broker refuses this while the group has active members.
+        """
         if not offsets:
             return
         parts = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
@@ -208,7 +213,8 @@ class KafkaAdmin(AdminConnection):
 
     def _group_call(self, operation: str, call: Callable[[Any, float], Future[Any]]) -> list[TopicPartition]:
         """Runs a consumer-group admin call (``call(admin, request_timeout)``), retrying while the group
-        coordinator is loading or moving."""
+        coordinator is loading or moving.
+        """
         deadline = self._deadline()
         while True:
             timeout_s = self._request_timeout(deadline)

@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -30,8 +28,13 @@ from dynamic_kafka.kafka.failures import (
     secret_values,
     to_client_error,
 )
-from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.secrets import mask_secrets
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+    from types import TracebackType
+
+    from dynamic_kafka.metadata.models import ClusterMetadata
 
 logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("dynamic_kafka.librdkafka")
@@ -61,7 +64,8 @@ _DEADLINE_GRACE_S = 1.0
 
 class _ErrorSink:
     """Receives librdkafka's error callback. Kept apart from the connection so that the C client holds no
-    reference back to its owner: dropping the owner destroys the client at once, without waiting for the GC."""
+    reference back to its owner: dropping the owner destroys the client at once, without waiting for the GC.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -115,7 +119,7 @@ class AdminConnection:
         self._admin = None
 
     def _conf(self) -> dict[str, Any]:
-        """librdkafka settings shared by this cluster's clients; resolves the secret references."""
+        """Librdkafka settings shared by this cluster's clients; resolves the secret references."""
         resolved = self.cluster.client_properties()
         self._secrets = secret_values(self.cluster.properties, resolved)
         return {
@@ -151,7 +155,8 @@ class AdminConnection:
 
     def _blocking(self, operation: str, client: Any, call: Callable[[float], T]) -> T:
         """Runs a blocking librdkafka call (``call(timeout_s)``) in short attempts until the deadline, serving
-        ``client``'s error callback in between, so that an authentication failure ends it at once."""
+        ``client``'s error callback in between, so that an authentication failure ends it at once.
+        """
         deadline = time.monotonic() + self.timeout_s
         while True:
             attempt_s = max(0.05, min(_BLOCKING_ATTEMPT_S, deadline - time.monotonic()))
@@ -176,8 +181,9 @@ class AdminConnection:
 
     @staticmethod
     def _request_timeout(deadline: float) -> float:
-        """librdkafka's timeout for a request sent now: it gives up (and resolves the futures) before our
-        deadline, so no request is left in flight when the client is destroyed."""
+        """Librdkafka's timeout for a request sent now: it gives up (and resolves the futures) before our
+        deadline, so no request is left in flight when the client is destroyed.
+        """
         return max(0.1, deadline - _DEADLINE_GRACE_S - time.monotonic())
 
     def _submit(self, operation: str, call: Callable[[Any], R]) -> R:
@@ -190,7 +196,8 @@ class AdminConnection:
 
     def _await(self, calls: Iterable[Collection[Future[Any]]], operation: str, deadline: float) -> None:
         """Waits for the futures of admin ``calls`` while serving the error callback; fails fast on an
-        authentication error and raises :class:`ClusterUnreachableError` at ``deadline``."""
+        authentication error and raises :class:`ClusterUnreachableError` at ``deadline``.
+        """
         pending = [list(call) for call in calls if call]
         while True:
             self._serve(self._admin, operation)

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationError, KafkaClientError
 from dynamic_kafka.secrets import is_sensitive_key, mask_secrets, secrets_in_text
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 UNREACHABLE_HINT = "Check that the cluster is up and that bootstrap_servers and security.protocol are right."
 Failure = Literal["authentication", "unreachable", "authorization", "other"]
@@ -67,7 +69,8 @@ _SASL_TEXT = re.compile(r"\bSASL\b.*\b(authenticat\w*|handshake|mechanism)\b", r
 def secret_values(raw: Mapping[str, str], resolved: Mapping[str, str]) -> list[str]:
     """The values that must never be shown: every resolved sensitive property, every value that came from a
     ``${env:..}`` / ``${file:..}`` reference, and secrets assigned inside larger values (a JAAS line). Longest
-    first, so a secret containing another is scrubbed whole."""
+    first, so a secret containing another is scrubbed whole.
+    """
     found: set[str] = set()
     for key, value in resolved.items():
         if is_sensitive_key(key) or raw.get(key, value) != value:
@@ -162,6 +165,7 @@ class ScrubbingLogger:
         self._secrets = secrets
 
     def log(self, level: int, msg: str, *args: Any) -> None:
+        """Log a librdkafka line with every known secret masked."""
         if not self._target.isEnabledFor(logging.DEBUG):
             return
         text = msg % args if args else msg

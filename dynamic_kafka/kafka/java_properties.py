@@ -8,9 +8,12 @@ network; the result may hold secrets, so it is never logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +216,7 @@ _OAUTH_JAAS_KEYS = frozenset(
 
 
 def _jaas(module: str, options: Mapping[str, str]) -> str:
-    """A JAAS config line. Values are double-quoted, with ``\\`` and ``"`` escaped as the Java parser expects."""
+    r"""A JAAS config line. Values are double-quoted, with ``\\`` and ``"`` escaped as the Java parser expects."""
     rendered = " ".join(f'{name}="{_quote(value)}"' for name, value in options.items())
     return f"{module} required {rendered};"
 

@@ -27,7 +27,8 @@ def run_requests(
     service: KafkaMetadataService,
 ) -> list[ClusterRequest]:
     """What to ask each cluster for a run: active clusters for their subscribed topics (required), and, best
-    effort, the clusters of partitions that left the metadata, to drain them or report what was left unread."""
+    effort, the clusters of partitions that left the metadata, to drain them or report what was left unread.
+    """
     subscribed = metadata.topics()  # built once: the state loop below looks every partition up in it
     topics_by_cluster: dict[str, set[str]] = {}
     for cluster_id, topic in subscribed:
@@ -75,7 +76,8 @@ def run_requests(
 
 def status_requests(state: StateSnapshot, service: KafkaMetadataService) -> list[ClusterRequest]:
     """What to ask each cluster in a pipeline's state for a status report: its latest offsets, best effort (an
-    unreachable cluster shows no lag rather than failing the report)."""
+    unreachable cluster shows no lag rather than failing the report).
+    """
     by_cluster: dict[str, tuple[str, set[str]]] = {}
     for row in state.partitions.values():
         _, topics = by_cluster.setdefault(row.cluster_id, (row.bootstrap_servers, set()))

@@ -9,9 +9,8 @@ each, so a snapshot takes as long as the slowest cluster, not the sum.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +27,10 @@ from dynamic_kafka.offsets import (
     TimestampOffsets,
 )
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
 
 logger = logging.getLogger(__name__)
 

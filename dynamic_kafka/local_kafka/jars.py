@@ -6,9 +6,12 @@ The broker's classpath is Kafka's own runtime dependencies from Maven Central (s
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.maven import resolve_jars
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Kafka 4.x logs through SLF4J 1.7 and ships no binding in its pom; log4j-slf4j-impl (the SLF4J 1.x binding, not
 # log4j-slf4j2-impl) routes it to the log4j-core that kafka-server already depends on, at the same version.

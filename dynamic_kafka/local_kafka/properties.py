@@ -11,10 +11,13 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import LocalKafkaError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 CLIENT_LISTENER = "CLIENT"
 CONTROLLER_LISTENER = "CONTROLLER"
@@ -103,7 +106,7 @@ def sasl_plain_credentials(user: str, read_password: Callable[[], str | None]) -
 
 
 def validate_sasl_plain(user: str, password: str) -> None:
-    """Check a SASL/PLAIN user and password can be written into the broker's JAAS config.
+    r"""Check a SASL/PLAIN user and password can be written into the broker's JAAS config.
 
     Raises:
         LocalKafkaError: the user is not 1-64 of ``[A-Za-z0-9_]``, or the password is not 1-256 printable ASCII

@@ -71,22 +71,27 @@ class LocalPostgres(BaseModel):
 
     @property
     def data_dir(self) -> Path:
+        """Return the server's data folder."""
         return self.base_dir / "data"
 
     @property
     def socket_dir(self) -> Path:
+        """Return the folder of the server's Unix socket."""
         return self.base_dir / "run"
 
     @property
     def log_file(self) -> Path:
+        """Return the server's log file."""
         return self.base_dir / "postgres.log"
 
     @property
     def password_file(self) -> Path:
+        """Return the file (mode 0600) holding the generated password."""
         return self.base_dir / "password"
 
     @property
     def pgpass_file(self) -> Path:
+        """Return the pgpass file clients read the password from."""
         return self.base_dir / "pgpass"
 
     def password(self) -> str:
@@ -230,7 +235,7 @@ def _check_reachable(base_dir: Path) -> None:
 
 
 def _initialize(server: LocalPostgres, bin_dir: Path) -> None:
-    """initdb with a generated password; the config keeps the server on 127.0.0.1 and its socket in ``run/``."""
+    """Initdb with a generated password; the config keeps the server on 127.0.0.1 and its socket in ``run/``."""
     base = server.base_dir
     base.mkdir(parents=True, exist_ok=True)
     base.chmod(0o755)  # the server user (as root: postgres) enters it; the secrets inside are 0600

@@ -24,11 +24,14 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import ToolchainError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 

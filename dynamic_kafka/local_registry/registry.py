@@ -62,7 +62,7 @@ _USER_RE = re.compile(r"[a-z][a-z0-9]{0,31}")
 
 
 def parse_basic_auth(value: str) -> tuple[str, str]:
-    """Parse ``USER:PASSWORD`` (split at the first ``:``) for a registry that requires HTTP basic auth.
+    r"""Parse ``USER:PASSWORD`` (split at the first ``:``) for a registry that requires HTTP basic auth.
 
     Raises:
         LocalRegistryError: the user is not 1-32 of ``[a-z0-9]`` starting with a letter, or the password is not

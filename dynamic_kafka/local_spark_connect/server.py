@@ -11,12 +11,12 @@ says otherwise)::
 
 The server is pyspark's own ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``, so
 its Spark is exactly the client's (same version, same jars). The Kafka connector and Delta come from the same
-resolution record and jar cache the in-process session uses (:class:`dynamic_kafka.spark.session._Launch`), so neither
-mode downloads them twice. The process is identified by its pid and by the path of its log4j config in its
+resolved jars the in-process session uses (:class:`dynamic_kafka.spark.session.SessionLaunch`), so neither mode
+downloads them twice. The process is identified by its pid and by the path of its log4j config in its
 command line, so a reused pid never counts as our server.
 
 Secrets: clients send Kafka credentials as data source options inside query plans. The server redacts every key
-matching :data:`dynamic_kafka.spark.REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
+matching :data:`dynamic_kafka.secrets.SPARK_REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
 and plan strings, logs only warnings (Kafka's client config dumps and Connect's request traces are INFO/DEBUG),
 and its command line holds no secret.
 """
@@ -105,7 +105,8 @@ class ServerStatus(BaseModel):
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else
-    ``./.local-spark-connect``."""
+    ``./.local-spark-connect``.
+    """
     if base_dir is not None:
         return Path(base_dir).absolute()
     env = os.environ.get(BASE_DIR_ENV)
@@ -199,14 +200,14 @@ def server_command(
     """The server's command line (argv). It holds no secret: ``ps`` shows it.
 
     Raises:
-        ToolchainError: the Kafka token provider jar cannot be fetched.
+        ToolchainError: the session's jars are not cached and cannot be downloaded.
     """
     import pyspark
 
     from dynamic_kafka.config import SparkConfig
-    from dynamic_kafka.spark.session import _Launch
+    from dynamic_kafka.spark.session import SessionLaunch
 
-    launch = _Launch.prepare(SparkConfig(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))
+    launch = SessionLaunch.prepare(SparkConfig(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))
     settings = dict(launch.conf)
     settings.pop("spark.driver.memory", None)
     # Python UDFs run in worker processes of the server; they need this interpreter's pyspark.
@@ -293,30 +294,7 @@ def _start(
         time.sleep(0.2)
     _save(base, info)
     logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
-    _record_resolution(info, conf)
     return info
-
-
-def _record_resolution(info: ServerInfo, conf: dict[str, str]) -> None:
-    """After a start that had Ivy resolve the packages, record the jars it got so later starts (server or
-    in-process) skip Ivy. Only a speed-up: any failure is logged and ignored."""
-    from dynamic_kafka.config import SparkConfig
-    from dynamic_kafka.spark.session import _Launch
-
-    launch = _Launch.prepare(SparkConfig(master=info.master, class_data_sharing=False, conf=conf))
-    if launch.resolved is not None:
-        return
-    try:
-        from pyspark.sql import SparkSession
-
-        client = SparkSession.builder.remote(info.remote).create()
-        try:
-            submitted = client.conf.get("spark.jars") or ""
-        finally:
-            client.stop()
-        launch.resolution.save(submitted, launch.own_jars)
-    except Exception as e:  # the Connect client raises many types; none may fail a server that started
-        logger.warning("could not record the resolved Spark jars (later starts stay slower): %s", e)
 
 
 def _marker(base: Path) -> str:

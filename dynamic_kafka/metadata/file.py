@@ -19,15 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from dynamic_kafka.config import describe_validation_error, load_yaml
+from dynamic_kafka.config import StringProperties, describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+from dynamic_kafka.secrets import masked_repr_args
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
 
 
 class ClusterEntry(BaseModel):
@@ -36,9 +40,12 @@ class ClusterEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str = Field(min_length=1)
-    properties: dict[str, Any] = Field(default_factory=dict)
+    properties: StringProperties = Field(default_factory=dict)
     starting_offsets: StartingOffsets | None = None
     stopping_offsets: StoppingOffsets | None = None
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
 
 class MetadataFile(BaseModel):
@@ -70,6 +77,7 @@ class MetadataFile(BaseModel):
         return streams
 
     def cluster(self, cluster_id: str, topics: Collection[str] = ()) -> ClusterMetadata:
+        """Return this entry as ``ClusterMetadata`` with the given topics."""
         entry = self.clusters[cluster_id]
         return ClusterMetadata.model_validate(
             {
@@ -83,6 +91,7 @@ class MetadataFile(BaseModel):
         )
 
     def to_streams(self) -> dict[str, KafkaStream]:
+        """Return every stream of the document, keyed by stream id."""
         return {
             stream_id: KafkaStream(
                 stream_id=stream_id,
@@ -130,15 +139,19 @@ class FileMetadataService(KafkaMetadataService):
         return parse_metadata_file(self.path)
 
     def get_all_streams(self) -> set[KafkaStream]:
+        """Return every stream of the file as it is now."""
         return set(self._read().to_streams().values())
 
     def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        """Return the named streams that the file lists now (unknown ids are left out)."""
         streams = self._read().to_streams()
         return {i: streams[i] for i in stream_ids if i in streams}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
+        """Tell whether any stream of the file lists the cluster now."""
         return any(cluster_id in placements for placements in self._read().streams.values())
 
     def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        """Return how to reach a cluster the file names, listed by a stream or not; None if absent."""
         parsed = self._read()
         return parsed.cluster(cluster_id) if cluster_id in parsed.clusters else None

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import MetadataServiceError
-from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService, clusters_in_use
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 
 class InMemoryMetadataService(KafkaMetadataService):
@@ -46,20 +50,24 @@ class InMemoryMetadataService(KafkaMetadataService):
                 raise MetadataServiceError("in-memory metadata service: simulated failure.")
 
     def get_all_streams(self) -> set[KafkaStream]:
+        """Return every stream held now."""
         self._check()
         with self._lock:
             return set(self._streams.values())
 
     def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        """Return the named streams held now (unknown ids are left out)."""
         self._check()
         with self._lock:
             return {i: self._streams[i] for i in stream_ids if i in self._streams}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
+        """Tell whether any stream held now lists the cluster."""
         self._check()
         with self._lock:
             return cluster_id in clusters_in_use(list(self._streams.values()))
 
     def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        """Return how to reach a cluster any stream lists; None if none does."""
         with self._lock:
             return self._known_clusters.get(cluster_id)

@@ -10,11 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dynamic_kafka.config import StringProperties
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
-from dynamic_kafka.secrets import redact_properties, resolve_properties
+from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class ClusterMetadata(BaseModel):
@@ -29,7 +34,9 @@ class ClusterMetadata(BaseModel):
 
     cluster_id: str = Field(min_length=1, description="Stable logical name of the cluster.")
     bootstrap_servers: str = Field(min_length=1, description="Comma-separated host:port list.")
-    properties: dict[str, str] = Field(default_factory=dict, description="Kafka client properties.")
+    properties: StringProperties = Field(
+        default_factory=dict, description="Kafka client properties; every value a string (quote it in YAML)."
+    )
     topics: frozenset[str] = Field(default_factory=frozenset, description="Topics of the stream on this cluster.")
     starting_offsets: StartingOffsets | None = Field(
         None, description="Overrides the pipeline's starting offsets for this cluster."
@@ -37,15 +44,6 @@ class ClusterMetadata(BaseModel):
     stopping_offsets: StoppingOffsets | None = Field(
         None, description="Overrides the pipeline's stopping offsets for this cluster."
     )
-
-    @field_validator("properties", mode="before")
-    @classmethod
-    def _stringify(cls, value: object) -> object:
-        # YAML gives booleans and numbers for values such as `enable.ssl.certificate.verification: false`;
-        # Kafka clients want their text form.
-        if isinstance(value, dict):
-            return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
-        return value
 
     def client_properties(self) -> dict[str, str]:
         """The properties with secret references resolved. Only for building a client; never log the result."""
@@ -55,12 +53,8 @@ class ClusterMetadata(BaseModel):
         """This cluster without stream-specific parts (topics), for grouping clients by cluster."""
         return self.model_copy(update={"topics": frozenset()})
 
-    def __repr_args__(self) -> Iterable[tuple[str | None, object]]:
-        for name, value in super().__repr_args__():
-            yield (
-                name,
-                redact_properties(value) if name == "properties" and isinstance(value, dict) else value,
-            )
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        return masked_repr_args(super().__repr_args__())
 
 
 class KafkaStream(BaseModel):
@@ -84,15 +78,19 @@ class KafkaStream(BaseModel):
 
 
 def metadata_fingerprint(streams: Iterable[KafkaStream]) -> str:
-    """A stable hash of the resolved layout: clusters, bootstrap servers, properties (as written, so secret
-    references and not secret values) and topics. Changes exactly when a run would see different metadata."""
+    """A stable hash of the resolved layout: clusters, bootstrap servers, properties and topics. Changes when a run
+    would see different metadata. Sensitive properties are hashed as written when they are references and as
+    ``***`` when they are literals (:func:`~dynamic_kafka.secrets.fingerprint_form`): a hash of a short literal
+    password can be reversed by trying candidates, and the fingerprint is stored and shown (state rows, Dagster
+    run tags). A changed literal password therefore does not change the fingerprint.
+    """
     canonical = [
         {
             "stream_id": s.stream_id,
             "clusters": {
                 cid: {
                     "bootstrap_servers": c.bootstrap_servers,
-                    "properties": dict(sorted(c.properties.items())),
+                    "properties": {k: fingerprint_form(k, v) for k, v in sorted(c.properties.items())},
                     "topics": sorted(c.topics),
                     "starting_offsets": c.starting_offsets.model_dump() if c.starting_offsets else None,
                     "stopping_offsets": c.stopping_offsets.model_dump() if c.stopping_offsets else None,

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from typing import TYPE_CHECKING
 
-from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 
 class KafkaMetadataService(ABC):

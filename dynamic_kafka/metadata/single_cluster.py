@@ -10,21 +10,23 @@ depends on ``metadata`` (a client is built from a :class:`ClusterMetadata`), so 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import KafkaClientError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
 
 
 class SingleClusterMetadataService(KafkaMetadataService):
     """Lists the cluster's topics on every call; each topic ``t`` is the stream ``t`` on that cluster."""
 
     def __init__(self, cluster: ClusterMetadata, list_topics: Callable[[ClusterMetadata], list[str]]) -> None:
-        """
-        Args:
-            cluster: the one cluster.
-            list_topics: lists a cluster's topic names; raises KafkaClientError when the cluster cannot answer.
+        """Args:
+        cluster: the one cluster.
+        list_topics: lists a cluster's topic names; raises KafkaClientError when the cluster cannot answer.
         """
         self.cluster = cluster.connection()
         self._list_topics = list_topics
@@ -44,14 +46,18 @@ class SingleClusterMetadataService(KafkaMetadataService):
         }
 
     def get_all_streams(self) -> set[KafkaStream]:
+        """Return one stream per topic of the cluster, named after the topic."""
         return set(self._streams().values())
 
     def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        """Return the named topics of the cluster as streams (unknown ids are left out)."""
         streams = self._streams()
         return {i: streams[i] for i in stream_ids if i in streams}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
+        """Tell whether ``cluster_id`` is this service's cluster."""
         return cluster_id == self.cluster.cluster_id
 
     def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        """Return this service's cluster when asked for it, else None."""
         return self.cluster if cluster_id == self.cluster.cluster_id else None

@@ -6,10 +6,14 @@ only read it. That keeps the dependency one way: ``plan`` and ``kafka`` import `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+
+if TYPE_CHECKING:
+    from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 
 
 class MetadataSnapshot(BaseModel):
@@ -49,7 +53,8 @@ class MetadataSnapshot(BaseModel):
         self, cluster_id: str, starting: StartingOffsets, stopping: StoppingOffsets
     ) -> tuple[StartingOffsets, StoppingOffsets]:
         """The effective (starting, stopping) initializers of ``cluster_id``: the cluster's override if a stream
-        sets one, else the given pipeline defaults."""
+        sets one, else the given pipeline defaults.
+        """
         override = self.cluster_overrides(cluster_id)
         return (
             (override.starting_offsets if override else None) or starting,

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import UnknownStreamError
-from dynamic_kafka.metadata.models import KafkaStream
-from dynamic_kafka.metadata.service import KafkaMetadataService
+
+if TYPE_CHECKING:
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.metadata.models import KafkaStream
+    from dynamic_kafka.metadata.service import KafkaMetadataService
 
 
 class Subscriber(ABC):
@@ -32,6 +35,7 @@ class StreamIdSubscriber(Subscriber):
         self._source = source
 
     def subscribe(self, service: KafkaMetadataService) -> dict[str, KafkaStream]:
+        """Return the subscribed streams the service describes now, keyed by stream id."""
         found = service.describe_streams(self.stream_ids)
         missing = [i for i in self.stream_ids if i not in found]
         if missing:
@@ -47,6 +51,7 @@ class StreamPatternSubscriber(Subscriber):
         self.pattern = re.compile(pattern)
 
     def subscribe(self, service: KafkaMetadataService) -> dict[str, KafkaStream]:
+        """Return the subscribed streams the service describes now, keyed by stream id."""
         return {s.stream_id: s for s in service.get_all_streams() if self.pattern.fullmatch(s.stream_id)}
 
 

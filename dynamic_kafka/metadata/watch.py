@@ -8,11 +8,14 @@ success resets the count.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class WatchCursor(BaseModel):
@@ -42,7 +45,8 @@ class WatchResult(BaseModel):
     @property
     def run_key(self) -> str | None:
         """A key unique to this change: the same for a repeated poll of it (an orchestrator that dedupes run
-        requests by key requests it once), different for a later change back to an earlier layout."""
+        requests by key requests it once), different for a later change back to an earlier layout.
+        """
         if not self.changed or self.fingerprint is None:
             return None
         return f"{self.fingerprint}#{self.cursor.changes}"

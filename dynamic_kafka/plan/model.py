@@ -49,6 +49,7 @@ class Split(BaseModel):
 
     @property
     def key(self) -> TopicPartition:
+        """Return the split's (cluster, topic, partition)."""
         return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
 
     @property
@@ -108,6 +109,7 @@ class Finding(BaseModel):
 
     @property
     def is_warning(self) -> bool:
+        """Tell whether the finding should be shown as a warning (something was skipped or lost)."""
         return self.kind in {
             "data_loss",
             "topic_recreated",
@@ -151,10 +153,12 @@ class Plan(BaseModel):
 
     @property
     def is_empty(self) -> bool:
+        """Tell whether the plan reads nothing."""
         return not self.read_splits
 
     @property
     def planned_records(self) -> int:
+        """Return the number of offsets the plan reads (an upper bound on records)."""
         return sum(s.record_count for s in self.splits)
 
     @property

@@ -7,13 +7,15 @@ them as plain frozen values makes the planner a pure function that unit tests dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class _Frozen(BaseModel):
@@ -80,6 +82,7 @@ class PartitionState(_Frozen):
 
     @property
     def key(self) -> TopicPartition:
+        """Return the partition's (cluster, topic, partition)."""
         return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
 
 
@@ -97,6 +100,14 @@ class RunRecord(_Frozen):
     committed_at: datetime | None = None
     summary_json: str | None = Field(None, description="The run summary, as JSON, once committed.")
     findings: tuple[Finding, ...] = ()
+    owner: str | None = Field(None, description="The process running (or that ran) it: host, pid and a token.")
+    lease_expires_at: datetime | None = Field(
+        None, description="While planned: until when the owner holds the run (renewed while it runs)."
+    )
+
+    def lease_is_fresh(self, now: datetime) -> bool:
+        """Whether a planned run's owner still holds it at ``now`` (a run without a lease never does)."""
+        return self.status == "planned" and self.lease_expires_at is not None and self.lease_expires_at > now
 
 
 class StateSnapshot(_Frozen):
@@ -114,11 +125,13 @@ class StateSnapshot(_Frozen):
 
     @property
     def next_run_seq(self) -> int:
+        """Return the run_seq the next planned run gets."""
         return (self.last_run.run_seq if self.last_run else 0) + 1
 
     def backfill_overlaps(self, splits: Iterable[Split]) -> tuple[Split, ...]:
         """The parts of ``splits`` a backfill may already have put in the sink: ``[start, min(stop, frontier))``
-        for each split that starts below its partition's frontier. Empty in the common case (no backfill)."""
+        for each split that starts below its partition's frontier. Empty in the common case (no backfill).
+        """
         overlaps = []
         for split in splits:
             frontier = self.backfilled.get(split.key, 0)

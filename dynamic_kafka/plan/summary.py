@@ -57,6 +57,7 @@ class RunSummary(BaseModel):
 
     @property
     def warnings(self) -> tuple[Finding, ...]:
+        """Return the findings that are warnings."""
         return tuple(f for f in self.findings if f.is_warning)
 
 

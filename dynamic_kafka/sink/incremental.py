@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import SparkJobError, UndecodableRecordError
+from dynamic_kafka.errors import SparkJobError, StateBehindSinkError, UndecodableRecordError
+from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.tables import (
@@ -49,6 +50,9 @@ from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.plan.model import Split
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +98,9 @@ def write_incremental(
         ``run_seq`` for this pipeline (then nothing was read or written).
 
     Raises:
+        StateBehindSinkError: the sink holds a later run of this pipeline than ``run_seq`` (Delta would skip the
+            append and lose the run's records); nothing was written.
+
         UndecodableRecordError: (a DecodeError) ``on_decode_error: fail`` and a record did not decode; the sink
             and the dead-letter table were not written.
         SparkJobError: the Kafka read or a Delta write failed (retriable: the next run recovers).
@@ -115,8 +122,17 @@ def write_incremental(
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}"):
         prior = committed_txn_version(target.sink_path, target.app_id)
-        if prior is not None and prior >= run_seq:
+        if prior == run_seq:
             return _already_committed(target, prior)
+        if prior is not None and prior > run_seq:
+            # Delta would skip this append as "already done" although this run's records are not in the sink.
+            raise StateBehindSinkError(
+                target.app_id,
+                table=target.sink_path,
+                sink_txn=prior,
+                state_run_seq=run_seq - 1,
+                state_path="(the state this run was planned from)",
+            )
         decoded, read_count = _skip_backfilled(decode(df, pipeline), target, both=writer is _write_with_dead_letters)
         observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
         dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs)), target)
@@ -176,6 +192,7 @@ def _write_with_dead_letters(rows: DataFrame, target: _Target) -> int | None:
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
         append_idempotent(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target.app_id, target.run_seq)
+        crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
             # The cached rows were deduped before the sink's transaction began: dedupe again inside it, so
@@ -203,7 +220,7 @@ def _outcome(
     if metrics is None:
         # Delta skipped the write: another writer committed this run_seq between our check and our commit.
         latest = committed_txn_version(target.sink_path, target.app_id)
-        if latest is not None and latest >= target.run_seq:
+        if latest == target.run_seq:
             return _already_committed(target, latest)
         raise SparkJobError(
             f"the write of run {target.run_seq} to {target.sink_path} reported no metrics; it may be incomplete"
@@ -243,7 +260,8 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
 
 def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tuple[DataFrame, Observation | None]:
     """``decoded`` minus what the sink (and, when ``both``, the dead-letter table) already holds in the overlaps,
-    with an observation counting the rows read before that; unchanged (and no observation) without overlaps."""
+    with an observation counting the rows read before that; unchanged (and no observation) without overlaps.
+    """
     from pyspark.sql import Observation
     from pyspark.sql import functions as sf
 
@@ -257,7 +275,8 @@ def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tupl
 
 def _without_present(rows: DataFrame, paths: Sequence[str], overlaps: Sequence[Split]) -> DataFrame:
     """``rows`` minus those whose coordinates a table at ``paths`` already holds, looking only inside
-    ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them."""
+    ``overlaps``: the tables are filtered on their coordinate columns, so Delta skips every file outside them.
+    """
     from pyspark.sql import functions as sf
 
     if not overlaps:

@@ -14,11 +14,8 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
 from dynamic_kafka.sink.tables import (
@@ -34,7 +31,12 @@ from dynamic_kafka.spark.decode import DECODE_ERROR, decode
 from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
     from pyspark.sql import DataFrame, SparkSession
+
+    from dynamic_kafka.config import PipelineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +160,8 @@ def _merge(spark: SparkSession, rows: DataFrame, path: str, scope: str) -> int:
 
 def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> str:
     """A target-side predicate that holds for every sink row that can match a source row (same coordinates, so
-    same timestamp), built from the source's own statistics; MERGE uses it to skip unrelated files."""
+    same timestamp), built from the source's own statistics; MERGE uses it to skip unrelated files.
+    """
     if metrics.get("min_ts") is None:
         return "false"
     bounds = [f"t.`timestamp` BETWEEN timestamp_micros({metrics['min_ts']}) AND timestamp_micros({metrics['max_ts']})"]

@@ -7,7 +7,6 @@ the persisted read for merges), never from a second read of Kafka.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import Column, Observation
 
 # How long an observation may lag behind the action that fills it (it is normally set before the action returns).
@@ -26,7 +27,8 @@ class WriteResult(BaseModel):
     """What one write did. For an incremental write, counts are records landed (``records = sink_records +
     dead_letters``); ``deduplicated`` more were read but already in the sink (or dead-letter table) from a backfill,
     and were not written again. For a merge, ``records``, ``bytes`` and ``per_topic`` count the records read and
-    ``sink_records`` / ``dead_letters`` the rows inserted."""
+    ``sink_records`` / ``dead_letters`` the rows inserted.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -52,7 +54,8 @@ class WriteResult(BaseModel):
 
 def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -> list[Column]:
     """Aggregates for one pass: totals, per-pair conditional sums (and offset ranges), event-time range, dead
-    letters."""
+    letters.
+    """
     from pyspark.sql import functions as sf
 
     size = sf.coalesce(sf.octet_length(RAW_KEY), sf.lit(0)) + sf.coalesce(sf.octet_length(RAW_VALUE), sf.lit(0))

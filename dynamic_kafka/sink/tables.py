@@ -12,9 +12,7 @@ no JVM.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
@@ -23,6 +21,9 @@ from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from pyspark.sql import Column, DataFrame, SparkSession
 
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"
@@ -98,7 +99,8 @@ def sql_string(text: str) -> str:
 
 def ddl_type(data_type: Any) -> str:
     """Spark SQL DDL for ``data_type``, field names quoted (a JSON field may be named anything). Nullability is
-    not rendered: DDL columns and fields are nullable, as :func:`_nullable` wants them."""
+    not rendered: DDL columns and fields are nullable, as :func:`_nullable` wants them.
+    """
     from pyspark.sql.types import ArrayType, MapType, StructType
 
     if isinstance(data_type, StructType):
@@ -112,7 +114,8 @@ def ddl_type(data_type: Any) -> str:
 
 def _nullable(data_type: Any) -> Any:
     """``data_type`` with every field and element nullable: Delta enforces NOT NULL, and a column that happens
-    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's)."""
+    to be non-null in one write (a literal ``_run_seq``) must accept nulls in another (a backfill's).
+    """
     from pyspark.sql.types import ArrayType, MapType, StructField, StructType
 
     if isinstance(data_type, StructType):
@@ -126,7 +129,8 @@ def _nullable(data_type: Any) -> Any:
 
 def append_idempotent(rows: DataFrame, path: str, app_id: str, run_seq: int) -> None:
     """Appends with Delta's idempotent-write txn. A new table is created by this same commit (``delta.*`` write
-    options become its properties), so a failed first write leaves no table behind."""
+    options become its properties), so a failed first write leaves no table behind.
+    """
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     if not table_exists(path):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
@@ -215,7 +219,7 @@ def spark_failures(doing: str) -> Iterator[None]:
     Over Spark Connect every error is a ``PySparkException`` (no py4j); a server that went away during the job
     becomes :class:`~dynamic_kafka.errors.SparkConnectUnavailableError`.
     """
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
+    from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     from dynamic_kafka.spark.remote import is_unavailable

@@ -1,0 +1,1 @@
+"""Spark: the session (its jars and class data archive), reading planned ranges from Kafka, decoding, output schema."""

@@ -24,11 +24,14 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.process import is_alive, spawn_detached
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class ClassArchive:
 
     @property
     def ready(self) -> bool:
+        """Tell whether the archive was recorded and can be mapped."""
         return self.path.is_file()
 
     def use_options(self) -> str:
@@ -123,7 +127,8 @@ class ClassArchive:
 
 def prune_archives(folder: Path) -> list[Path]:
     """Delete the archives whose java binary or pyspark folder no longer exists (a removed virtualenv or JDK):
-    no JVM can use them again, and each takes ~180 MB. Returns the deleted archives."""
+    no JVM can use them again, and each takes ~180 MB. Returns the deleted archives.
+    """
     pruned = []
     for described in folder.glob("*.json"):
         try:

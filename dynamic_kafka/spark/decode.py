@@ -11,8 +11,12 @@ Invariants:
   ``topic`` or ``offset``, cannot collide; select ``value.*`` to flatten). A value is undecodable when it is not
   valid UTF-8, when ``from_json`` returns null for it (e.g. an empty value), or when Spark's corrupt-record marker
   is set (not JSON, not an object, or a field whose value does not fit its type, e.g. ``"x"`` for an INT). Fields
-  missing from the JSON become nulls; JSON fields absent from the schema are ignored; text after the first JSON
-  object is ignored (Spark's parser stops there).
+  missing from the JSON become nulls. By default (lenient, as Spark's ``from_json``) JSON fields absent from the
+  schema are ignored and text after the first JSON object is ignored (Spark's parser stops there). With
+  ``json_strict: true`` such a value is undecodable instead (dead-lettered, or the run fails under
+  ``on_decode_error: fail``): a field of an object (top level or a nested STRUCT field) that the schema does not
+  name, matched case-sensitively as ``from_json`` matches, or anything but whitespace after the JSON value.
+  Objects inside arrays and maps are not checked for unknown fields.
 - A null key or value (a tombstone) is decodable and stays null.
 
 :func:`decode` keeps the raw bytes in ``_raw_key`` / ``_raw_value`` and the error text (null when decodable) in
@@ -23,12 +27,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from dynamic_kafka.config import PipelineConfig
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
@@ -37,6 +42,8 @@ DECODE_ERROR = "_decode_error"
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"
 VALUE_NOT_JSON = "value is not a JSON object matching value_schema"
+VALUE_TRAILING_DATA = "value has data after the JSON object (json_strict)"
+VALUE_UNKNOWN_FIELDS = "value has fields not in value_schema (json_strict)"
 
 _CORRUPT_FIELD = "_dk_corrupt_record"
 
@@ -91,6 +98,7 @@ def decode(df: DataFrame, pipeline: PipelineConfig) -> DataFrame:
     key, key_bad = _text(raw_key) if pipeline.key_format == "string" else (raw_key, sf.lit(False))
 
     value: Column
+    trailing_bad, unknown_bad = sf.lit(False), sf.lit(False)
     if pipeline.value_format == "bytes":
         value, utf8_bad, json_bad = raw_value, sf.lit(False), sf.lit(False)
     else:
@@ -109,12 +117,17 @@ def decode(df: DataFrame, pipeline: PipelineConfig) -> DataFrame:
                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": field},
             )
             json_bad = text.isNotNull() & (parsed.isNull() | parsed.getField(field).isNotNull())
-            value = sf.when(~json_bad, parsed.dropFields(field))
+            if pipeline.json_strict:
+                trailing_bad = text.isNotNull() & ~_single_value(text)
+                unknown_bad = text.isNotNull() & _unknown_fields(text, schema)
+            value = sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field))
 
     error = (
         sf.when(key_bad, sf.lit(KEY_NOT_UTF8))
         .when(utf8_bad, sf.lit(VALUE_NOT_UTF8))
         .when(json_bad, sf.lit(VALUE_NOT_JSON))
+        .when(trailing_bad, sf.lit(VALUE_TRAILING_DATA))
+        .when(unknown_bad, sf.lit(VALUE_UNKNOWN_FIELDS))
         .otherwise(sf.lit(None).cast("string"))
     )
     return staged.withColumns({"key": key, "value": value, DECODE_ERROR: error})
@@ -126,3 +139,38 @@ def _text(raw: Column) -> tuple[Column, Column]:
 
     invalid = raw.isNotNull() & ~sf.is_valid_utf8(raw)
     return sf.when(~invalid, raw.cast("string")), invalid
+
+
+def _single_value(text: Column) -> Column:
+    """Whether ``text`` is exactly one JSON value (whitespace around it allowed).
+
+    Spark's JSON functions stop after the first value and ignore the rest, so the text is parsed inside two
+    wrappers: ``[text]`` must be an array of exactly one element, and ``{"v":text,"e":1}`` an object. Whatever
+    follows the first value breaks one of them: another value or garbage breaks both; a ``]`` that closes the
+    array wrapper early breaks the object wrapper, and ``,...}`` that closes the object wrapper early breaks the
+    array wrapper (or makes it longer than one element).
+    """
+    from pyspark.sql import functions as sf
+
+    as_array = sf.json_array_length(sf.concat(sf.lit("["), text, sf.lit("]")))
+    as_object = sf.json_object_keys(sf.concat(sf.lit('{"v":'), text, sf.lit(',"e":1}')))
+    return sf.coalesce((as_array == 1) & as_object.isNotNull(), sf.lit(False))
+
+
+def _unknown_fields(text: Column, schema: StructType) -> Column:
+    """Whether the JSON object ``text`` (or an object in one of its STRUCT fields, recursively) has a field the
+    schema does not name. Null or absent objects have none.
+    """
+    from pyspark.sql import functions as sf
+    from pyspark.sql.types import StructType
+
+    names = (
+        sf.array(*[sf.lit(n) for n in schema.fieldNames()]) if schema.fieldNames() else sf.array().cast("array<string>")
+    )
+    keys = sf.coalesce(sf.json_object_keys(text), sf.array().cast("array<string>"))
+    found = sf.size(sf.array_except(keys, names)) > 0
+    for struct_field in schema.fields:
+        if isinstance(struct_field.dataType, StructType) and "'" not in struct_field.name:
+            nested = sf.get_json_object(text, f"$['{struct_field.name}']")
+            found = found | sf.coalesce(_unknown_fields(nested, struct_field.dataType), sf.lit(False))
+    return found

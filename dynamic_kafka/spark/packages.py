@@ -1,11 +1,18 @@
-"""The Maven packages a Spark session needs, and a record of the jars Ivy resolved for them.
+"""The jars a Spark session needs beyond pyspark's own: Delta Lake, the Kafka connector, and any the user adds.
 
-spark-submit resolves ``spark.jars.packages`` with Ivy at every start, even when every jar is already in its
-cache: about 4 of the 10 seconds a warm session takes to start here. The first start that resolves a set of
-packages records the jar paths it got, under a key of everything that decides the resolution (packages,
-exclusions, repositories, Ivy settings and cache folder). A later start with the same key, and every recorded jar
-still on disk, passes those jars as ``spark.jars`` and skips Ivy; a changed setting or a deleted jar means a new
-resolution and a new record.
+They are resolved from Maven Central once, by the machine's Maven with checksums verified (see
+:mod:`dynamic_kafka._toolchain.maven`), into a cache folder named after the coordinates and exclusions, and every
+session (in-process or the local Spark Connect server) gets them as ``spark.jars``. spark-submit's own Ivy
+resolution is never used: it ran at every start (seconds, even with a warm cache), printed a wall of resolution
+output and warnings about unreachable repositories, and two processes resolving into one Ivy cache at once could
+corrupt it. Maven runs under a file lock, prints nothing, and is not run at all once a folder is complete.
+
+Jars whose artifact pyspark already ships (in any version) are left out: Spark loads its own jars first, so a
+second copy would never be used, only scanned, archived and shipped to executors.
+
+The Kafka connector depends on ``spark-token-provider-kafka-0-10`` of its own version, which Maven Central (as
+this project reaches it) serves only up to 4.0.0; its public API is the same in 4.0.0 and the 4.1 line (compared
+with javap), so the resolution excludes it and 4.0.0's jar joins the classpath instead.
 """
 
 from __future__ import annotations
@@ -13,18 +20,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
+import re
 from importlib import metadata
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.cache import cache_dir
+from dynamic_kafka._toolchain.maven import resolve_jars
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 logger = logging.getLogger(__name__)
 
 SCALA_VERSION = "2.13"
-# The settings that change what Ivy resolves for the same packages.
-_RESOLUTION_KEYS = ("spark.jars.excludes", "spark.jars.repositories", "spark.jars.ivySettings", "spark.jars.ivy")
+KAFKA_TOKENPROVIDER = f"org.apache.spark:spark-token-provider-kafka-0-10_{SCALA_VERSION}"
+KAFKA_TOKENPROVIDER_VERSION = "4.0.0"
+# A Maven jar's file name: artifact, then "-" and a version that starts with a digit.
+_JAR_NAME = re.compile(r"(?P<artifact>.+?)-\d[A-Za-z0-9.]*(?:-[A-Za-z0-9.]+)*\.jar")
 
 
 def delta_package(spark_version: str) -> str:
@@ -40,44 +52,52 @@ def delta_package(spark_version: str) -> str:
     return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{metadata.version('delta-spark')}"
 
 
-class ResolvedJars:
-    """The recorded result of resolving ``packages`` under the resolution settings in ``conf``."""
+def session_packages(spark_version: str, extra: Sequence[str] = ()) -> list[str]:
+    """Return the Maven coordinates of a session: Delta's, the Kafka connector's (pyspark's version), then ``extra``.
 
-    def __init__(self, packages: list[str], conf: dict[str, str]) -> None:
-        what = {"packages": packages, **{key: conf.get(key, "") for key in _RESOLUTION_KEYS}}
-        digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
-        self.packages = packages
-        self.path = cache_dir() / "spark-packages" / f"{digest}.json"
-
-    def load(self) -> list[str] | None:
-        """Return the recorded jar paths, or None when there is no usable record (then Ivy must resolve)."""
-        try:
-            jars = json.loads(self.path.read_text())["jars"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        if not isinstance(jars, list) or not jars or not all(isinstance(j, str) and Path(j).is_file() for j in jars):
-            return None
-        return jars
-
-    def save(self, submitted: str, own: str) -> None:
-        """Record the jars spark-submit resolved: its merged ``spark.jars`` minus the ones we passed ourselves.
-
-        Args:
-            submitted: the JVM's ``spark.jars`` system property after start-up (URIs or paths, comma-separated).
-            own: the ``spark.jars`` we passed in.
-        """
-        ours = {_local_path(j) for j in own.split(",") if j.strip()}
-        jars = [p for p in (_local_path(j) for j in submitted.split(",") if j.strip()) if p not in ours]
-        if not jars or not all(Path(j).is_file() for j in jars):
-            logger.debug("spark-submit reported no local resolved jars; nothing recorded")
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"packages": self.packages, "jars": jars}, indent=2) + "\n")
-        os.replace(partial, self.path)
+    Example:
+        >>> session_packages("4.1.3", ["g:a:1"])[1:]
+        ['org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3', 'g:a:1']
+    """
+    packages = [delta_package(spark_version), f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_VERSION}:{spark_version}"]
+    return packages + [p for p in extra if p and p not in packages]
 
 
-def _local_path(jar: str) -> str:
-    jar = jar.strip()
-    parsed = urlparse(jar)
-    return unquote(parsed.path) if parsed.scheme == "file" else jar
+def session_jars(packages: Sequence[str], exclusions: Sequence[str] = ()) -> list[Path]:
+    """Return the jar files of ``packages`` and their runtime dependencies, downloading them once.
+
+    Args:
+        packages: ``group:artifact:version`` coordinates (see :func:`session_packages`).
+        exclusions: ``group:artifact`` of transitive dependencies to leave out, besides the Kafka token provider.
+
+    Raises:
+        ToolchainError: Maven is missing, Maven Central is unreachable and nothing is cached, or a download failed.
+    """
+    excluded = sorted({KAFKA_TOKENPROVIDER, *exclusions})
+    digest = hashlib.sha256(json.dumps([sorted(packages), excluded]).encode()).hexdigest()[:12]
+    libs = resolve_jars(f"spark-jars-{digest}", packages, exclusions=excluded)
+    token_provider = resolve_jars(
+        f"spark-token-provider-{KAFKA_TOKENPROVIDER_VERSION}",
+        [f"{KAFKA_TOKENPROVIDER}:{KAFKA_TOKENPROVIDER_VERSION}"],
+        transitive=False,
+    )
+    shipped = {artifact_of(jar.name) for jar in _pyspark_jars()}
+    ours = [jar for jar in sorted(libs.glob("*.jar")) if artifact_of(jar.name) not in shipped]
+    return sorted(token_provider.glob("*.jar")) + ours
+
+
+def artifact_of(jar_name: str) -> str:
+    """Return the artifact of a Maven jar's file name.
+
+    Example:
+        >>> artifact_of("zstd-jni-1.5.7-3.jar"), artifact_of("spark-sql-kafka-0-10_2.13-4.1.3.jar")
+        ('zstd-jni', 'spark-sql-kafka-0-10_2.13')
+    """
+    match = _JAR_NAME.fullmatch(jar_name)
+    return match.group("artifact") if match else jar_name
+
+
+def _pyspark_jars() -> list[Path]:
+    import pyspark
+
+    return list((Path(pyspark.__file__).parent / "jars").glob("*.jar"))

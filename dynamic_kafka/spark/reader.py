@@ -27,25 +27,28 @@ import json
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.kafka.java_properties import java_client_properties
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.model import Split
 from dynamic_kafka.spark.schema import CLUSTER, KAFKA_COLUMNS, OUTPUT_SCHEMA_DDL, STREAM
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.plan.model import Split
 
 logger = logging.getLogger(__name__)
 
 
 class _NoPy4jCommandTraces(logging.Filter):
     """Drops py4j's DEBUG records: py4j logs every command it sends to the JVM in clear text, and the Kafka read
-    options carry the resolved ``kafka.sasl.jaas.config``, so with DEBUG logging on the password would be logged."""
+    options carry the resolved ``kafka.sasl.jaas.config``, so with DEBUG logging on the password would be logged.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno > logging.DEBUG

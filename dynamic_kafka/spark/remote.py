@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
-from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.errors import ConfigError, SparkConnectUnavailableError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
+
+    from dynamic_kafka.config import SparkConfig
 
 logger = logging.getLogger(__name__)
 

@@ -3,12 +3,10 @@
 Importing this module starts no JVM and imports no pyspark: the session is built on the first call to
 :func:`build_spark_session`, so loading Dagster definitions and runs with nothing to read stay JVM-free.
 
-The connector and Delta jars come from Maven Central through ``spark.jars.packages`` into an Ivy cache under the
-dynamic-kafka cache folder, so only the first session on a machine downloads them, and only the first session
-with a given set of packages runs Ivy at all (see :mod:`dynamic_kafka.spark.packages`). The Kafka connector's version
-always equals pyspark's (its token provider is the exception, see ``KAFKA_TOKENPROVIDER_VERSION``). Spark redacts
-every setting and data source option whose key looks secret (including ``kafka.sasl.jaas.config``) in its UI, logs
-and plans.
+The connector and Delta jars (and any packages the user lists in ``spark.jars.packages``) are resolved from Maven
+Central once and passed as ``spark.jars`` (see :mod:`dynamic_kafka.spark.packages`); Ivy never runs. The Kafka
+connector's version always equals pyspark's. Spark redacts every setting and data source option whose key looks
+secret (including ``kafka.sasl.jaas.config``) in its UI, logs and plans.
 """
 
 from __future__ import annotations
@@ -16,47 +14,47 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.cache import cache_dir
-from dynamic_kafka._toolchain.maven import resolve_jars
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
-from dynamic_kafka.spark.packages import ResolvedJars, delta_package
+from dynamic_kafka.spark.packages import session_jars, session_packages
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
-
-# Spark's default (?i)secret|password|token|access[.]?key plus the Kafka client keys that carry credentials.
-# spark-sql-kafka-0-10 depends on spark-token-provider-kafka-0-10 of its own version, but Maven Central (as this
-# project reaches it) serves the token provider only up to 4.0.0: 4.0.1 and later are 404, so Ivy cannot resolve
-# the connector. The token provider's public API is the same in 4.0.0 and the 4.1 line (compared with javap), so
-# Ivy skips it and 4.0.0's jar, fetched by Maven with checksums, joins the classpath instead.
-KAFKA_TOKENPROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
-KAFKA_TOKENPROVIDER_VERSION = "4.0.0"
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _session_settings: SparkConfig | None = None
 
 
-def spark_conf(
-    settings: SparkConfig, *, spark_version: str, extra_jars: list[Path]
-) -> tuple[dict[str, str], list[str]]:
-    """Return the Spark settings and the extra Maven packages for a session (pure; no JVM).
+def requested_packages(settings: SparkConfig, spark_version: str) -> tuple[list[str], list[str]]:
+    """Return the Maven coordinates and exclusions a session with ``settings`` needs (pure; nothing downloaded).
+
+    The user's ``spark.jars.packages`` and ``spark.jars.excludes`` join Delta's and the Kafka connector's.
+    """
+    packages = session_packages(spark_version, _join_list(settings.conf.get("spark.jars.packages", "")).split(","))
+    exclusions = [e for e in _join_list(settings.conf.get("spark.jars.excludes", "")).split(",") if e]
+    return packages, exclusions
+
+
+def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:
+    """Return the Spark settings of a session (pure; no JVM).
 
     Args:
-        settings: the user's settings.
-        spark_version: pyspark's version; the Kafka connector must match it exactly.
-        extra_jars: local jars to put on the classpath (the Kafka token provider).
+        settings: the user's settings; their ``conf`` wins over dynamic-kafka's defaults.
+        jars: the resolved jars (see :func:`requested_packages`); the user's own ``spark.jars`` follow them.
 
     Returns:
-        ``(conf, packages)``: ``conf`` without ``spark.jars.packages``; ``packages`` are Delta's, the Kafka
-        connector's and the user's Maven coordinates.
+        The settings, with ``spark.jars`` holding every jar and no ``spark.jars.packages`` (nothing for Ivy).
     """
     conf = {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -69,15 +67,13 @@ def spark_conf(
         "spark.driver.memory": "1g",
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.jars.ivy": str(cache_dir() / "ivy"),
         "spark.redaction.regex": REDACTION_REGEX,
         **settings.conf,
     }
-    conf["spark.jars"] = _join_list(*map(str, extra_jars), conf.get("spark.jars", ""))
-    conf["spark.jars.excludes"] = _join_list(KAFKA_TOKENPROVIDER, conf.get("spark.jars.excludes", ""))
-    packages = [delta_package(spark_version), f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}"]
-    packages += _join_list(conf.pop("spark.jars.packages", "")).split(",")
-    return conf, [p for p in packages if p]
+    conf.pop("spark.jars.packages", None)
+    conf.pop("spark.jars.excludes", None)
+    conf["spark.jars"] = _join_list(*map(str, jars), conf.get("spark.jars", ""))
+    return conf
 
 
 def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
@@ -113,7 +109,7 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
             return _session
         from pyspark.sql import SparkSession
 
-        launch = _Launch.prepare(settings)
+        launch = SessionLaunch.prepare(settings)
         conf = dict(launch.conf)
         recording = os.environ.get(RECORD_ENV)
         if recording:
@@ -128,75 +124,64 @@ def build_spark_session(settings: SparkConfig | None = None) -> SparkSession:
         for key, value in conf.items():
             builder = builder.config(key, value.strip())
         logger.info(
-            "starting Spark (%s); %s%s",
+            "starting Spark (%s)%s",
             settings.master,
-            f"jars resolved into {conf['spark.jars.ivy']}" if launch.resolved is None else "cached jars",
-            ", class data sharing archive" if java_options and not recording else "",
+            " with its class data sharing archive" if java_options and not recording else "",
         )
         _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
-        _record_start_up_aids(launch, settings, _session, recording=bool(recording))
-        _ship_submitted_jars(_session)
+        _record_start_up_aids(launch, settings, recording=bool(recording))
         _session_settings = settings
         return _session
 
 
-def _record_start_up_aids(launch: _Launch, settings: SparkConfig, session: SparkSession, *, recording: bool) -> None:
-    """After a start: record the jars Ivy resolved, or have the class archive recorded. Both only speed up later
-    starts, so a cache folder that cannot be written costs speed, never the run."""
+def _record_start_up_aids(launch: SessionLaunch, settings: SparkConfig, *, recording: bool) -> None:
+    """After a start, have the class archive recorded if it is missing. It only speeds up later starts, so a
+    cache folder that cannot be written costs speed, never the run.
+    """
     try:
-        if launch.resolved is None and session.sparkContext._jvm is not None:
-            submitted = session.sparkContext._jvm.System.getProperty("spark.jars") or ""
-            launch.resolution.save(submitted, launch.own_jars)
-        elif launch.archive is not None and not launch.archive.ready and not recording:
+        if launch.archive is not None and not launch.archive.ready and not recording:
             launch.archive.record_in_background({k: v for k, v in settings.conf.items() if k.startswith("spark.jars")})
     except OSError as e:
         logger.warning("could not record Spark start-up aids in %s (later starts stay slower): %s", cache_dir(), e)
 
 
 def session_class_archive(settings: SparkConfig) -> ClassArchive | None:
-    """The class data sharing archive a session with ``settings`` would use; None when it would use none
-    (switched off, or the jars are not resolved yet)."""
-    return _Launch.prepare(settings).archive
+    """The class data sharing archive a session with ``settings`` would use; None when switched off."""
+    return SessionLaunch.prepare(settings).archive
 
 
-class _Launch:
-    """Everything decided before the JVM starts: settings, jars, and the class data sharing archive."""
+@dataclass(frozen=True)
+class SessionLaunch:
+    """Everything decided before a Spark JVM starts: its settings (jars resolved) and its class data archive.
 
-    def __init__(self, conf: dict[str, str], own_jars: str, resolution: ResolvedJars, resolved: list[str] | None):
-        self.conf = conf
-        self.own_jars = own_jars
-        self.resolution = resolution
-        self.resolved = resolved
-        self.archive: ClassArchive | None = None
+    The local Spark Connect server is launched from the same settings, so both modes run the same jars.
+    """
+
+    conf: dict[str, str]
+    archive: ClassArchive | None
 
     @classmethod
-    def prepare(cls, settings: SparkConfig) -> _Launch:
+    def prepare(cls, settings: SparkConfig) -> SessionLaunch:
+        """Resolve the session's jars (downloading them the first time) and build its settings.
+
+        Raises:
+            ToolchainError: the jars are not cached and cannot be downloaded.
+        """
         import pyspark
 
-        token_provider = resolve_jars(
-            f"spark-token-provider-{KAFKA_TOKENPROVIDER_VERSION}",
-            [f"{KAFKA_TOKENPROVIDER}:{KAFKA_TOKENPROVIDER_VERSION}"],
-            transitive=False,
-        )
-        extra_jars = sorted(token_provider.glob("*.jar"))
-        conf, packages = spark_conf(settings, spark_version=pyspark.__version__, extra_jars=extra_jars)
-        own_jars = conf["spark.jars"]
-        resolution = ResolvedJars(packages, conf)
-        resolved = resolution.load()
-        launch = cls(conf, own_jars, resolution, resolved)
-        if resolved is None:
-            conf["spark.jars.packages"] = ",".join(packages)
-        else:
-            conf["spark.jars"] = _join_list(own_jars, *resolved)
-            if settings.class_data_sharing:
-                launch.archive = ClassArchive(conf["spark.jars"].split(","), spark_version=pyspark.__version__)
-        return launch
+        packages, exclusions = requested_packages(settings, pyspark.__version__)
+        conf = spark_conf(settings, jars=session_jars(packages, exclusions))
+        archive = None
+        if settings.class_data_sharing:
+            archive = ClassArchive(conf["spark.jars"].split(","), spark_version=pyspark.__version__)
+        return cls(conf=conf, archive=archive)
 
 
 def stop_spark_session() -> None:
     """Stop the process-wide session and close the Spark Connect sessions, if any; the next
-    :func:`build_spark_session` starts (or connects) a new one."""
+    :func:`build_spark_session` starts (or connects) a new one.
+    """
     global _session, _session_settings
     from dynamic_kafka.spark.remote import stop_remote_sessions
 
@@ -206,24 +191,6 @@ def stop_spark_session() -> None:
             _session.stop()
         _session = None
         _session_settings = None
-
-
-def _ship_submitted_jars(session: SparkSession) -> None:
-    """Make executors get every jar spark-submit resolved, not only the ``spark.jars`` we set.
-
-    spark-submit merges ``spark.jars`` with the jars it resolved for ``spark.jars.packages`` (the Kafka connector,
-    Delta) and puts them all on the driver's classpath, but pyspark then sets the builder's own ``spark.jars`` over
-    that merged list, so the context ships only our jars: local mode works (executors share the driver's
-    classpath) while executors of a cluster fail with ``ClassNotFoundException`` for the Kafka source.
-    """
-    context = session.sparkContext
-    if (context.master or "local").startswith("local") or context._jvm is None:
-        return
-    submitted = context._jvm.System.getProperty("spark.jars") or ""
-    shipped = {uri.rsplit("/", 1)[-1] for uri in _join_list(context._jsc.sc().listJars().mkString(",")).split(",")}
-    for jar in _join_list(submitted).split(","):
-        if jar and jar.rsplit("/", 1)[-1] not in shipped:
-            context._jsc.addJar(jar)
 
 
 def _join_list(*items: str) -> str:

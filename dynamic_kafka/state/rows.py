@@ -5,7 +5,9 @@ One Delta table per pipeline, partitioned by ``kind``:
 * ``kind='partition'``: one row per (cluster_id, topic, partition) ever committed, active or removed. Its
   ``next_offset`` is the first offset the next run reads. Rewritten whole by every commit, so it never grows
   with the number of runs.
-* ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON.
+* ``kind='head'``: exactly one row, the pipeline's last run (planned or committed) with its plan as JSON. A planned
+  head names its ``owner`` (host, pid and a random token of the process running it) and ``lease_expires_at``: the
+  owner renews the lease while it runs; another process recovers the run only once the lease has expired.
 * ``kind='run'``: one row per committed run (the history); never read by ``StateStore.load``.
 * ``kind='backfill'``: one row per (cluster_id, topic, partition) a time-window backfill ever read; its
   ``next_offset`` is the backfill frontier, the highest stop offset any backfill covered (only ever raised).
@@ -18,14 +20,16 @@ Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,9 @@ SCHEMA = pa.schema(
         pa.field("committed_at", _TS),
         pa.field("plan_json", pa.string()),
         pa.field("summary_json", pa.string()),
+        # kind = 'head' (added later: older tables gain them at their next write, null in older rows)
+        pa.field("owner", pa.string()),
+        pa.field("lease_expires_at", _TS),
     ]
 )
 
@@ -113,6 +120,7 @@ def apply_plan(plan: Plan, partitions: Mapping[TopicPartition, PartitionState], 
 
 
 def partition_row(pipeline_id: str, state: PartitionState) -> dict[str, Any]:
+    """Return the state row of a partition's committed position."""
     return _row(
         "partition",
         pipeline_id,
@@ -136,7 +144,10 @@ def run_row(
     *,
     committed_at: datetime | None = None,
     summary_json: str | None = None,
+    owner: str | None = None,
+    lease_expires_at: datetime | None = None,
 ) -> dict[str, Any]:
+    """Return the state row of a run (the head, or a history entry)."""
     return _row(
         kind,
         plan.pipeline_id,
@@ -146,10 +157,13 @@ def run_row(
         committed_at=_utc_or_none(committed_at),
         plan_json=plan.model_dump_json(),
         summary_json=summary_json,
+        owner=owner,
+        lease_expires_at=_utc_or_none(lease_expires_at),
     )
 
 
 def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_at: datetime) -> dict[str, Any]:
+    """Return the state row of a partition's backfill frontier."""
     return _row(
         "backfill",
         pipeline_id,
@@ -163,10 +177,12 @@ def backfill_row(pipeline_id: str, key: TopicPartition, frontier: int, recorded_
 
 
 def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    """Return state rows as an Arrow table in the state table's schema."""
     return pa.Table.from_pylist(list(rows), schema=SCHEMA)
 
 
 def partition_from_row(row: dict[str, Any]) -> PartitionState:
+    """Return a partition's committed position from its state row."""
     return PartitionState(
         cluster_id=row["cluster_id"],
         topic=row["topic"],
@@ -182,6 +198,7 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
 
 
 def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
+    """Return a partition and its backfill frontier from its state row."""
     if row["next_offset"] is None:
         raise ValueError(f"backfill row without an offset: {row}")
     key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
@@ -189,6 +206,7 @@ def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int]:
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:
+    """Return a run record from its state row."""
     plan = Plan.model_validate_json(row["plan_json"])
     return RunRecord(
         pipeline_id=row["pipeline_id"],
@@ -199,4 +217,6 @@ def run_from_row(row: dict[str, Any]) -> RunRecord:
         committed_at=_utc_or_none(row["committed_at"]),
         summary_json=row["summary_json"],
         findings=plan.findings,
+        owner=row.get("owner"),
+        lease_expires_at=_utc_or_none(row.get("lease_expires_at")),
     )

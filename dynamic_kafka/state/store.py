@@ -19,55 +19,50 @@ put-if-absent (on a local disk: a staged file hard-linked into place; on object 
 A process killed before that step leaves orphan files that no version references (``maintain`` vacuums them
 once they are an hour old); killed after it, the whole commit is visible. There is no third outcome.
 ``tests/unit/test_state.py`` kills writers at random points and checks it.
+
+The store decides WHAT each write holds and checks it is the right next step; HOW a write commits at an exact
+version is :mod:`dynamic_kafka.state.table` (the commit protocol), and housekeeping is
+:mod:`dynamic_kafka.state.maintenance`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-import uuid
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pydantic import ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan, TopicPartition
+from dynamic_kafka.plan.model import Plan
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.state import rows as _rows
+from dynamic_kafka.state.maintenance import maintain
+from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from dynamic_kafka.plan.model import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-_COMMIT_ID_KEY = "dynamic_kafka.commit_id"
-_CURRENT = "kind IN ('partition', 'head')"
 _LOADED = "kind IN ('partition', 'head', 'backfill')"
-# History files smaller than this are compacted by maintain(); bigger ones are left alone.
-_SMALL_FILE_BYTES = 32 * 1024 * 1024
-_MIN_VACUUM_AGE = timedelta(hours=1)
-_FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
-
-
-class _LostRaceError(Exception):
-    """A state write that belongs to no run (a backfill frontier) lost the race for its version."""
 
 
 class StateStore:
     """The committed state of one pipeline, kept in a Delta table at ``path`` that belongs to it alone.
 
     Example:
-        >>> store = StateStore("data/_state/orders", "orders")
-        >>> snapshot = store.load()
-        >>> version = store.begin_run(plan, expected_version=snapshot.table_version)
-        >>> ...  # read the plan's ranges, write the sink
-        >>> version = store.commit_run(plan, summary_json=summary, expected_version=version)
-        >>> store.maintain()
+        >>> store = StateStore("data/_state/orders", "orders")  # doctest: +SKIP
+        >>> snapshot = store.load()  # doctest: +SKIP
+        >>> version = store.begin_run(plan, expected_version=snapshot.table_version)  # doctest: +SKIP
+        >>> ...  # read the plan's ranges, write the sink  # doctest: +SKIP
+        >>> version = store.commit_run(plan, summary_json=summary, expected_version=version)  # doctest: +SKIP
+        >>> store.maintain()  # doctest: +SKIP
 
     Args:
         path: local path or URI of the state table (one table per pipeline).
@@ -103,11 +98,15 @@ class StateStore:
             raise ValueError("checkpoint_interval and maintain_every must be >= 1")
         self.path = str(path)
         self.pipeline_id = pipeline_id
-        self._storage_options = dict(storage_options) if storage_options else None
-        self._checkpoint_interval = checkpoint_interval
+        self._table = StateTable(
+            self.path,
+            pipeline_id,
+            storage_options=storage_options,
+            checkpoint_interval=checkpoint_interval,
+            log_retention=log_retention,
+            deleted_file_retention=deleted_file_retention,
+        )
         self._maintain_every = maintain_every
-        self._log_retention = log_retention
-        self._deleted_file_retention = deleted_file_retention
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def __repr__(self) -> str:
@@ -123,10 +122,10 @@ class StateStore:
         the history. A missing table gives an empty snapshot with ``table_version=None``.
         """
         started = time.perf_counter()
-        dt = self._open()
+        dt = self._table.open()
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions, backfilled = self._read_rows(dt, _LOADED)
+        head, partitions, backfilled = self._table.read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
@@ -151,10 +150,10 @@ class StateStore:
         """The last ``limit`` runs, newest first: the planned head run if any, then committed runs."""
         if limit <= 0:
             return []
-        dt = self._open()
+        dt = self._table.open()
         if dt is None:
             return []
-        head, _ = self._read_current(dt, predicate="kind = 'head'")
+        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
         records = [head] if head is not None and head.status == "planned" else []
         wanted = limit - len(records)
         if wanted == 0:
@@ -168,19 +167,28 @@ class StateStore:
                 rows = history.to_table(filter=pc.field("run_seq") >= floor).to_pylist()
                 runs = sorted((_rows.run_from_row(r) for r in rows), key=lambda r: r.run_seq, reverse=True)
                 records.extend(runs[:wanted])
-        except (*_FOREIGN_ERRORS, ValidationError) as e:
-            raise self._unreadable(e) from e
+        except (*FOREIGN_ERRORS, ValidationError) as e:
+            raise self._table.unreadable(e) from e
         return records
 
     # ---------------------------------------------------------------------------------------------- writes
 
-    def begin_run(self, plan: Plan, *, expected_version: int | None) -> int:
+    def begin_run(
+        self,
+        plan: Plan,
+        *,
+        expected_version: int | None,
+        owner: str | None = None,
+        lease_expires_at: datetime | None = None,
+    ) -> int:
         """Write ``plan`` ahead as the "planned" head run, in one commit against ``expected_version``.
 
         Args:
             plan: the run's plan; ``plan.run_seq`` must be the state's next run_seq.
             expected_version: the table version the plan was made from (``StateSnapshot.table_version``);
                 None when the state table does not exist yet.
+            owner: who runs it (host, pid, token), recorded in the head so others can tell it is alive.
+            lease_expires_at: until when ``owner`` holds the run unless it renews the lease (:meth:`lease`).
 
         Returns:
             The new table version (``expected_version + 1``, or 0 for a new table).
@@ -191,14 +199,74 @@ class StateStore:
             StateError: the state is unreadable, or ``plan`` is not the next run of this state.
         """
         self._check_pipeline(plan)
-        rows = [_rows.run_row("head", plan, "planned")]
+        rows = [_rows.run_row("head", plan, "planned", owner=owner, lease_expires_at=lease_expires_at)]
         if expected_version is None:
             self._check_next(None, plan)
-            return self._create(rows, plan, "begin_run")
-        dt = self._open_at(expected_version, plan)
-        head, _ = self._read_current(dt, predicate="kind = 'head'")
+            return self._table.create(rows, plan, "begin_run")
+        dt = self._table.open_at(expected_version, plan)
+        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
         self._check_next(head, plan)
-        return self._overwrite(dt, rows, "kind = 'head'", plan, "begin_run")
+        return self._table.overwrite(dt, rows, "kind = 'head'", plan, "begin_run")
+
+    def lease(self, plan: Plan, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
+        """Renew (same owner) or take over (a recovering process) the lease of the planned run ``plan``: the head
+        row is rewritten with ``owner`` and ``lease_expires_at``, in one commit against ``expected_version``.
+
+        Returns:
+            The new table version (later writes of this run must expect it).
+
+        Raises:
+            RunInProgressError: the table changed since ``expected_version`` (another process committed, took the
+                run over or recovered it); nothing was written.
+            StateError: the head at ``expected_version`` is not ``plan``, planned.
+        """
+        self._check_pipeline(plan)
+        dt = self._table.open_at(expected_version, plan)
+        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
+        if head is None or head.status != "planned" or head.run_seq != plan.run_seq or head.plan != plan:
+            found = "no run" if head is None else f"run {head.run_seq} {head.status}"
+            raise StateError(
+                f"cannot lease run {plan.run_seq} of pipeline {self.pipeline_id!r}: the state table at {self.path} "
+                f"has {found} at version {expected_version}, not run {plan.run_seq} planned with this plan."
+            )
+        rows = [_rows.run_row("head", plan, "planned", owner=owner, lease_expires_at=lease_expires_at)]
+        return self._table.overwrite(dt, rows, "kind = 'head'", plan, "lease")
+
+    def realign(
+        self, *, sink_txn: int, frontier: Mapping[TopicPartition, int], summary_json: str, expected_version: int | None
+    ) -> int:
+        """Realign a state that is behind its sink (restored from a backup or moved): in ONE commit the head becomes
+        a committed, empty run ``sink_txn`` (so the next run_seq is ``sink_txn + 1``, never one Delta already holds),
+        and the backfill frontier is raised to ``frontier`` (per partition, one past the highest offset the sink
+        holds), so the next run, which starts at the state's (older) offsets, skips the records already landed.
+        The partition offsets are not moved; a planned head is replaced (its run is in the sink or re-read).
+
+        Raises:
+            RunInProgressError: the table changed since ``expected_version``; nothing was written.
+            StateError: ``sink_txn`` is not beyond the state's last run.
+        """
+        dt = None if expected_version is None else self._table.open(expected_version)
+        head, _, recorded = self._table.read_rows(dt, _LOADED) if dt is not None else (None, {}, {})
+        last = head.run_seq if head is not None else 0
+        if sink_txn <= last:
+            raise StateError(
+                f"nothing to realign: the state of pipeline {self.pipeline_id!r} at {self.path} is at run {last}, "
+                f"the sink at run {sink_txn}."
+            )
+        now = self._clock()
+        plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
+        merged = dict(recorded)
+        for key, offset in frontier.items():
+            merged[key] = max(offset, merged.get(key, 0))
+        rows = [
+            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
+            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+            *(_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)),
+        ]
+        if dt is None:
+            return self._table.create(rows, plan, "realign")
+        predicate = f"kind = 'head' OR kind = 'backfill' OR (kind = 'run' AND run_seq = {sink_txn})"
+        return self._table.overwrite(dt, rows, predicate, plan, "realign")
 
     def commit_run(self, plan: Plan, *, summary_json: str, expected_version: int) -> int:
         """Commit a planned run: new offsets, removals, head "committed" and a history row, in ONE commit.
@@ -220,8 +288,8 @@ class StateStore:
             StateError: the head run at ``expected_version`` is not this plan, planned.
         """
         self._check_pipeline(plan)
-        dt = self._open_at(expected_version, plan)
-        head, partitions = self._read_current(dt)
+        dt = self._table.open_at(expected_version, plan)
+        head, partitions = self._table.read_current(dt)
         if head is None or head.status != "planned" or head.run_seq != plan.run_seq:
             found = "no run" if head is None else f"run {head.run_seq} {head.status}"
             raise StateError(
@@ -236,7 +304,7 @@ class StateStore:
                 hint="A planned run is finished with exactly its recorded plan (load().last_run.plan).",
             )
         rows = self._commit_rows(plan, partitions, summary_json)
-        return self._overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_run")
+        return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_run")
 
     def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -252,12 +320,12 @@ class StateStore:
             )
         if expected_version is None:
             self._check_next(None, plan)
-            return self._create(self._commit_rows(plan, {}, summary_json), plan, "commit_empty_run")
-        dt = self._open_at(expected_version, plan)
-        head, partitions = self._read_current(dt)
+            return self._table.create(self._commit_rows(plan, {}, summary_json), plan, "commit_empty_run")
+        dt = self._table.open_at(expected_version, plan)
+        head, partitions = self._table.read_current(dt)
         self._check_next(head, plan)
         rows = self._commit_rows(plan, partitions, summary_json)
-        return self._overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
+        return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
 
     def record_backfill(
         self, frontier: Mapping[TopicPartition, int], *, attempts: int = 5, retry_delay: float = 0.5
@@ -288,8 +356,8 @@ class StateStore:
         delay = retry_delay
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
-            dt = self._open()
-            head, _, recorded = self._read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {})
+            dt = self._table.open()
+            head, _, recorded = self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {})
             if head is not None and head.status == "planned":
                 if last:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
@@ -304,9 +372,9 @@ class StateStore:
                 rows = [_rows.backfill_row(self.pipeline_id, k, v, now) for k, v in sorted(merged.items(), key=str)]
                 try:
                     if dt is None:
-                        return self._create(rows, None, "record_backfill")
-                    return self._overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
-                except _LostRaceError:
+                        return self._table.create(rows, None, "record_backfill")
+                    return self._table.overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
+                except LostRaceError:
                     if last:
                         break
                     logger.info("backfill frontier of %s lost a race (attempt %d), retrying", self.pipeline_id, attempt)
@@ -321,151 +389,16 @@ class StateStore:
     # ------------------------------------------------------------------------------------------ maintenance
 
     def maintain(self, *, force: bool = False) -> None:
-        """Keep reads bounded; call after each commit (cheap when there is nothing to do).
-
-        Once ``maintain_every`` small history files exist (or with ``force``): compact the history into one
-        file, vacuum files removed longer than ``deleted_file_retention`` ago (and orphans of crashed writers),
-        write a checkpoint and delete expired log entries. The current rows need no compaction (every commit
-        rewrites them as one file) and delta-rs checkpoints every ``checkpoint_interval`` versions by itself.
-
-        Maintenance commits use the same exact-version guard as runs and are skipped while a run is planned,
-        so they never invalidate a run in flight; a run that began at the same moment may fail with
-        ``RunInProgressError`` (nothing written, retry). A maintenance commit that loses a race is skipped.
+        """Keep reads bounded; call after each commit (cheap when there is nothing to do). See
+        :func:`dynamic_kafka.state.maintenance.maintain`.
 
         Raises:
             StateError: the table is unreadable or a maintenance step failed for another reason than a race
                 (the state itself is intact; callers may log it as a warning).
         """
-        dt = self._open()
-        if dt is None:
-            return
-        head, _ = self._read_current(dt, predicate="kind = 'head'")
-        if head is not None and head.status == "planned":
-            logger.debug("state maintenance of %s skipped: run %d is in flight", self.pipeline_id, head.run_seq)
-            return
-        try:
-            actions = pa.table(dt.get_add_actions(flatten=True))
-            is_small = pc.and_(
-                pc.equal(actions.column("partition.kind"), "run"),
-                pc.less(actions.column("size_bytes"), _SMALL_FILE_BYTES),
-            )
-            small = pc.sum(is_small.cast(pa.int64())).as_py() or 0
-            if small < self._maintain_every and not force:
-                return
-            started, version = time.perf_counter(), dt.version()
-            if small > 1:
-                metrics = dt.optimize.compact(
-                    partition_filters=[("kind", "=", "run")], commit_properties=self._props("maintain", None)
-                )
-                # compact() moves dt to the latest version: if a run began meanwhile, stop here rather than
-                # commit a vacuum on top of it (which would invalidate that run's expected_version).
-                if dt.version() != version + (1 if metrics.get("numFilesRemoved") else 0):
-                    logger.info("state maintenance of %s stopped: a run began during it", self.pipeline_id)
-                    return
-            dt.vacuum(
-                retention_hours=math.ceil(max(self._deleted_file_retention, _MIN_VACUUM_AGE).total_seconds() / 3600),
-                dry_run=False,
-                enforce_retention_duration=False,
-                full=True,
-                commit_properties=self._props("maintain", None),
-            )
-            dt.update_incremental()
-            dt.create_checkpoint()
-            dt.cleanup_metadata()
-        except CommitFailedError as e:
-            logger.info("state maintenance of %s skipped: the table changed meanwhile (%s)", self.pipeline_id, e)
-            return
-        except _FOREIGN_ERRORS as e:
-            raise StateError(
-                f"maintenance of the state table at {self.path} failed: {e}",
-                hint="The committed state is intact; the next maintain() retries.",
-            ) from e
-        logger.info(
-            "state maintenance of %s: %d history files compacted, versions %d..%d, checkpoint written, %.0f ms",
-            self.pipeline_id,
-            small,
-            version,
-            dt.version(),
-            1000 * (time.perf_counter() - started),
-        )
+        maintain(self._table, maintain_every=self._maintain_every, force=force)
 
-    # ------------------------------------------------------------------------------------------- internals
-
-    def _open(self, version: int | None = None) -> DeltaTable | None:
-        try:
-            dt = DeltaTable(self.path, version=version, storage_options=self._storage_options)
-        except TableNotFoundError:
-            return None
-        except _FOREIGN_ERRORS as e:
-            raise self._unreadable(e) from e
-        name = dt.metadata().name
-        if name != self.pipeline_id:
-            raise StateError(
-                f"the state table at {self.path} belongs to pipeline {name!r}, not {self.pipeline_id!r}.",
-                hint="Give every pipeline its own state path.",
-            )
-        return dt
-
-    def _open_at(self, expected_version: int, plan: Plan) -> DeltaTable:
-        """The table at exactly ``expected_version``; a version that is gone or superseded is a lost race."""
-        try:
-            dt = self._open(expected_version)
-        except StateError as e:
-            latest = self._latest_version()
-            if latest is not None and latest > expected_version:
-                raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
-            raise
-        if dt is None:
-            raise StateError(
-                f"no state table at {self.path}, but the caller read version {expected_version} of it.",
-                hint="Pass expected_version=None for a pipeline without state; was the table deleted?",
-            )
-        return dt
-
-    def _latest_version(self) -> int | None:
-        try:
-            dt = self._open()
-        except StateError:
-            return None
-        return None if dt is None else dt.version()
-
-    def _read_current(
-        self, dt: DeltaTable, predicate: str = _CURRENT
-    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
-        head, partitions, _ = self._read_rows(dt, predicate)
-        return head, partitions
-
-    def _read_rows(
-        self, dt: DeltaTable, predicate: str
-    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
-        backfilled: dict[TopicPartition, int] = {}
-        try:
-            table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
-            head: RunRecord | None = None
-            found: list[PartitionState] = []
-            for row in table.to_pylist():
-                if row["pipeline_id"] != self.pipeline_id:
-                    raise ValueError(f"row of pipeline {row['pipeline_id']!r}")
-                if row["kind"] == "partition":
-                    found.append(_rows.partition_from_row(row))
-                elif row["kind"] == "backfill":
-                    key, offset = _rows.backfill_from_row(row)
-                    backfilled[key] = offset
-                elif head is not None:
-                    raise ValueError("more than one head row")
-                else:
-                    head = _rows.run_from_row(row)
-        except (*_FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
-            raise self._unreadable(e) from e
-        found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return head, {p.key: p for p in found}, backfilled
-
-    def _unreadable(self, e: Exception) -> StateError:
-        return StateError(
-            f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is unreadable or corrupt: {e}",
-            hint="Check the path and its permissions; restore the table from a backup or an earlier Delta "
-            "version if it was damaged. Nothing was written.",
-        )
+    # ------------------------------------------------------------------------------------------- checks
 
     def _check_pipeline(self, plan: Plan) -> None:
         if plan.pipeline_id != self.pipeline_id:
@@ -508,98 +441,3 @@ class StateStore:
         # Replaces every current row and inserts (or, were it ever re-committed, replaces) this run's history
         # row. The history files hold older run_seqs only, so their statistics exclude them from the rewrite.
         return f"kind = 'partition' OR kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
-
-    def _props(self, action: str, plan: Plan | None, commit_id: str | None = None) -> CommitProperties:
-        metadata: dict[str, Any] = {"dynamic_kafka.action": action, "dynamic_kafka.pipeline_id": self.pipeline_id}
-        if plan is not None:
-            metadata["dynamic_kafka.run_seq"] = plan.run_seq
-        if commit_id is not None:
-            metadata[_COMMIT_ID_KEY] = commit_id
-        # 0 retries: the commit lands at exactly read version + 1 or fails. delta-rs never runs its conflict
-        # checker, never rebases onto a newer version.
-        return CommitProperties(max_commit_retries=0, custom_metadata=metadata)
-
-    def _table_config(self) -> dict[str, str | None]:
-        return {
-            "delta.checkpointInterval": str(self._checkpoint_interval),
-            "delta.logRetentionDuration": f"interval {int(self._log_retention.total_seconds())} seconds",
-            "delta.deletedFileRetentionDuration": (
-                f"interval {int(self._deleted_file_retention.total_seconds())} seconds"
-            ),
-            "delta.dataSkippingStatsColumns": _rows.STATS_COLUMNS,
-        }
-
-    def _create(self, rows: list[dict[str, Any]], plan: Plan | None, action: str) -> int:
-        commit_id = uuid.uuid4().hex
-        try:
-            write_deltalake(
-                self.path,
-                _rows.to_table(rows),
-                mode="error",
-                partition_by=_rows.PARTITION_BY,
-                name=self.pipeline_id,
-                description=f"dynamic-kafka state of pipeline {self.pipeline_id}",
-                configuration=self._table_config(),
-                storage_options=self._storage_options,
-                commit_properties=self._props(action, plan, commit_id),
-            )
-        except _FOREIGN_ERRORS as e:
-            return self._after_failed_commit(e, 0, commit_id, plan, action)
-        logger.info("created the state table of %s at %s (%s)", self.pipeline_id, self.path, _what(action, plan))
-        return 0
-
-    def _overwrite(
-        self, dt: DeltaTable, rows: list[dict[str, Any]], predicate: str, plan: Plan | None, action: str
-    ) -> int:
-        target = dt.version() + 1
-        commit_id = uuid.uuid4().hex
-        try:
-            write_deltalake(
-                dt,
-                _rows.to_table(rows),
-                mode="overwrite",
-                predicate=predicate,
-                commit_properties=self._props(action, plan, commit_id),
-            )
-        except _FOREIGN_ERRORS as e:
-            return self._after_failed_commit(e, target, commit_id, plan, action)
-        logger.info("state of %s: %s at version %d", self.pipeline_id, _what(action, plan), target)
-        return target
-
-    def _after_failed_commit(self, e: Exception, target: int, commit_id: str, plan: Plan | None, action: str) -> int:
-        """Tell a lost race (``RunInProgressError``; ``_LostRaceError`` without a plan) from a failure (``StateError``)
-        after a failed write.
-
-        delta-rs can raise after publishing the commit (its post-commit checkpoint or log cleanup failed); the
-        commit id in the commit info at ``target`` tells whether the commit there is ours.
-        """
-        latest = self._latest_version()
-        if latest is not None and latest >= target:
-            if self._commit_id_at(target) == commit_id:
-                logger.warning(
-                    "state of %s: %s committed version %d, then failed: %s", self.pipeline_id, action, target, e
-                )
-                return target
-            logger.info("state of %s: %s lost the race for version %d", self.pipeline_id, _what(action, plan), target)
-            if plan is None:
-                raise _LostRaceError() from e
-            raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
-        raise StateError(
-            f"could not {action.replace('_', ' ')}{'' if plan is None else f' {plan.run_seq}'} of pipeline "
-            f"{self.pipeline_id!r} in the state "
-            f"table at {self.path}: {e}",
-            hint="Nothing was committed. Check that the path is writable and has space, then run again.",
-        ) from e
-
-    def _commit_id_at(self, version: int) -> str | None:
-        try:
-            history = DeltaTable(self.path, version=version, storage_options=self._storage_options).history(1)
-        except _FOREIGN_ERRORS:
-            return None
-        found = history[0].get(_COMMIT_ID_KEY) if history else None
-        return found if isinstance(found, str) else None
-
-
-def _what(action: str, plan: Plan | None) -> str:
-    """``action`` and its run for messages: "begin_run run 3", "record_backfill"."""
-    return action if plan is None else f"{action} run {plan.run_seq}"

@@ -9,12 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, start_clusters, stop_clusters
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
 
 TEST_CLUSTERS_ENV = "DYNAMIC_KAFKA_TEST_CLUSTERS"
 

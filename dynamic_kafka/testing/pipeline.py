@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.runner import PipelineRunner
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
 
 Row = tuple[str, str, int, int, bytes | None]
 
@@ -74,10 +76,12 @@ class PipelineHarness:
         self.metadata_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def runner(self) -> PipelineRunner:
+        """Return a runner of the pipeline as the config file says now."""
         return PipelineRunner(load_project_config(self.config_path), "p", spark=self.spark)
 
     @property
     def sink_path(self) -> Path:
+        """Return the sink table's folder."""
         return self.folder / "sink"
 
     def sink_rows(self) -> list[Row]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka.local_registry import LocalRegistry, start_registries, stop_registries
 from dynamic_kafka.testing.clusters import distinct_free_ports
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
 
 
 @contextlib.contextmanager

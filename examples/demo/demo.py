@@ -49,6 +49,8 @@ def _orders(cluster: str, first: int, count: int) -> list[Record]:
 
 
 class Demo:
+    """The demo's world: two local clusters, a fresh topic on each, the project files and the runs made."""
+
     def __init__(self) -> None:
         self.bootstrap: dict[str, str] = {}
         suffix = uuid.uuid4().hex[:6]
@@ -60,6 +62,7 @@ class Demo:
         self.remote = f"sc://127.0.0.1:{SPARK_CONNECT_PORT}"
 
     def start_clusters(self) -> None:
+        """Start the clusters and create the demo's topics."""
         print("Starting local Kafka clusters (the first time downloads Kafka from Maven Central)...", flush=True)
         started = start_clusters(list(CLUSTERS.items()))
         self.bootstrap = {name: c.bootstrap_servers for name, c in started.items()}
@@ -68,12 +71,14 @@ class Demo:
             create_topic(servers, self.topics[name], 3)
 
     def start_spark_connect(self) -> None:
+        """Starts the local Spark Connect server the demo's runs use (a running one is reused)."""
         print("Starting the local Spark Connect server (Spark with Delta and the Kafka connector)...", flush=True)
         info = start_server(base_dir=ROOT / ".local-spark-connect", port=SPARK_CONNECT_PORT, master="local[2]")
         self.remote = info.remote
         print(f"  {info.remote} (pid {info.pid}; stop it with .venv/bin/dynamic-kafka spark-connect down)")
 
     def write_project(self) -> None:
+        """Write the demo's project config into a fresh folder."""
         shutil.rmtree(DEMO_DIR, ignore_errors=True)
         DEMO_DIR.mkdir(parents=True)
         project = {
@@ -99,16 +104,19 @@ class Demo:
         self.config_path.write_text(yaml.safe_dump(project, sort_keys=False))
 
     def set_metadata(self, on: list[str]) -> None:
+        """Put the stream on the given clusters in the metadata file."""
         clusters = {name: {"bootstrap_servers": self.bootstrap[name]} for name in CLUSTERS}
         streams = {"orders": {name: [self.topics[name]] for name in on}}
         self.metadata_path.write_text(yaml.safe_dump({"clusters": clusters, "streams": streams}, sort_keys=False))
         print(f"\nMetadata: stream 'orders' now lives on {' + '.join(on)}")
 
     def produce(self, cluster: str, first: int, count: int) -> None:
+        """Produce numbered orders to a cluster's topic."""
         produce(self.bootstrap[cluster], self.topics[cluster], _orders(cluster, first, count))
         print(f"  produced orders {first}..{first + count - 1} to {cluster}/{self.topics[cluster]}")
 
     def materialize(self, instance: DagsterInstance, why: str, tags: dict[str, str] | None = None) -> None:
+        """Execute the incremental job in process and print what it landed."""
         job = build_definitions(self.config_path).resolve_job_def(incremental_job_name(PIPELINE))
         result = job.execute_in_process(instance=instance, tags=tags or {}, run_config=QUIET, raise_on_error=True)
         for event in result.get_asset_materialization_events():
@@ -121,6 +129,7 @@ class Demo:
             )
 
     def tick_sensor(self, instance: DagsterInstance) -> list[RunRequest]:
+        """Tick the metadata sensor once and return the runs it requested."""
         defs = build_definitions(self.config_path)
         sensor = defs.resolve_sensor_def(metadata_sensor_name(PIPELINE))
         resources = {RESOURCE_KEY: DynamicKafkaResource(config_path=str(self.config_path))}
@@ -133,6 +142,7 @@ class Demo:
         return requests
 
     def follow_sensor(self, instance: DagsterInstance, why: str) -> None:
+        """Tick the sensor and execute every run it requests."""
         for request in self.tick_sensor(instance):
             self.materialize(instance, why, tags=dict(request.tags))
 
@@ -156,6 +166,7 @@ class Demo:
         return [value["order"] for value in table.column("value").to_pylist()]
 
     def main(self) -> int:
+        """Run the whole demo; return the exit status."""
         os.environ.setdefault("DAGSTER_HOME", str(DAGSTER_HOME))
         home = Path(os.environ["DAGSTER_HOME"])
         home.mkdir(parents=True, exist_ok=True)

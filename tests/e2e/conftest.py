@@ -5,12 +5,15 @@ The clusters (``kafka_clusters``) and the Spark session (``spark``) are the sess
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from dagster import DagsterInstance
 from e2e_support import Project
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture

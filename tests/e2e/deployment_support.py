@@ -25,17 +25,19 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from e2e_support import REPO_ROOT
 
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.local_postgres import LocalPostgres, start_postgres, stop_postgres
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
 
 log = logging.getLogger(__name__)
 

@@ -7,19 +7,22 @@ Every test writes its own config and metadata file under ``tmp_path`` and uses t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from dagster import Definitions
 
 from pipelines.build import build_definitions
 from pipelines.names import RESOURCE_KEY
 from pipelines.resources import DynamicKafkaResource
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from dagster import Definitions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30.0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from dagster import DagsterInstance, Definitions, ExecuteInProcessResult
 from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance, Definitions, ExecuteInProcessResult
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from e2e_support import REPO_ROOT
@@ -24,6 +23,9 @@ from pipelines.names import (
     metadata_sensor_name,
     schedule_name,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

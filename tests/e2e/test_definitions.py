@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from dagster import (
@@ -18,8 +18,12 @@ from dagster import (
 from e2e_support import REPO_ROOT, Project
 
 from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
+from dynamic_kafka.plan.model import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 
@@ -127,7 +131,8 @@ def test_retriable_errors_become_bounded_retries_and_others_failures_with_metada
     assert isinstance(retry, RetryRequested)
     assert retry.max_retries == MAX_RETRIES
 
-    failure = to_dagster(DataLossError([("east", "orders", 0, 10, 25)]), "orders")
+    lost = LostRange(cluster_id="east", topic="orders", partition=0, from_offset=10, to_offset=25)
+    failure = to_dagster(DataLossError([lost]), "orders")
     assert isinstance(failure, Failure)
     assert "data loss" in (failure.description or "")
     assert failure.metadata["error"].value == "DataLossError"

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deployment_support import Deployment, local_postgres_server, run_deployment
 from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
 
-from dynamic_kafka.local_postgres import LocalPostgres
 from pipelines.names import incremental_job_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dynamic_kafka.local_postgres import LocalPostgres
 
 pytestmark = pytest.mark.e2e
 

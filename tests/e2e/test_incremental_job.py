@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import (
@@ -16,6 +15,9 @@ from dagster import (
     build_run_status_sensor_context,
 )
 from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
-from e2e_support import Project
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.watch import WatchCursor
 from dynamic_kafka.runner import PipelineRunner
+
+if TYPE_CHECKING:
+    from e2e_support import Project
 
 pytestmark = pytest.mark.e2e
 

@@ -1,14 +1,21 @@
-"""A SASL password reaches Kafka and Spark, and nothing Dagster stores or shows."""
+"""A SASL password reaches Kafka and Spark, and nothing Dagster stores or shows.
+
+The instance keeps its storage on disk (a DAGSTER_HOME with SQLite run, event log and schedule storage), so the
+test can search every byte Dagster wrote, not only what its API returns.
+"""
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import DagsterInstance
 from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 pytestmark = pytest.mark.e2e
 
@@ -20,7 +27,6 @@ def test_the_password_is_in_no_event_metadata_failure_or_log(
     sasl_cluster: Any,
     sasl_password: str,
     spark: Any,
-    instance: DagsterInstance,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -45,6 +51,9 @@ def test_the_password_is_in_no_event_metadata_failure_or_log(
     project.add_pipeline("payments", ["payments"])
     job = project.definitions().resolve_job_def("payments_incremental")
     monkeypatch.setenv(PASSWORD_ENV, sasl_password)
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    instance = DagsterInstance.local_temp(str(dagster_home))
 
     landed = job.execute_in_process(instance=instance)
 
@@ -61,6 +70,12 @@ def test_the_password_is_in_no_event_metadata_failure_or_log(
     assert failure.step_failure_data.user_failure_data is not None
     assert failure.step_failure_data.user_failure_data.metadata["error"].value == "KafkaAuthenticationError"
     stored = "\n".join(repr(entry) for run in (landed, refused) for entry in instance.all_logs(run.run_id))
+    files = {str(f): f.read_bytes() for f in dagster_home.rglob("*") if f.is_file()}
+    assert any(f.endswith(".db") for f in files), sorted(files)  # the storage really is on disk
+    assert any(b"payments" in data for data in files.values())  # and holds the run's events
     for secret in (sasl_password, wrong):
         assert secret not in stored
         assert secret not in caplog.text
+        for name, data in files.items():
+            assert secret.encode() not in data, f"the password is in Dagster's storage file {name}"
+    instance.dispose()

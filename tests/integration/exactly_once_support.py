@@ -7,15 +7,20 @@ offset), so every check compares exact record sets, duplicates included.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 Coordinates = tuple[str, str, int]  # cluster, topic, partition
 
@@ -89,15 +94,19 @@ def assert_nothing_left(harness: PipelineHarness) -> None:
 
 
 def cli_runs_together(
-    harness: PipelineHarness, count: int, env: Mapping[str, str] | None = None
+    harness: PipelineHarness,
+    count: int,
+    env: Mapping[str, str] | None = None,
+    envs: Sequence[Mapping[str, str]] | None = None,
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Runs ``dynamic-kafka run --json`` in ``count`` processes released at the same moment; waits for all."""
+    """Runs ``dynamic-kafka run --json`` in ``count`` processes released at the same moment; waits for all.
+    ``envs``: one environment per process (e.g. a run-lock folder each, as on separate hosts)."""
     barrier = threading.Barrier(count)
     results: list[subprocess.CompletedProcess[str] | None] = [None] * count
 
     def launch(index: int) -> None:
         barrier.wait()
-        results[index] = harness.cli("run", "--json", env=env)
+        results[index] = harness.cli("run", "--json", env={**(env or {}), **(envs[index] if envs else {})})
 
     threads = [threading.Thread(target=launch, args=(i,)) for i in range(count)]
     for thread in threads:

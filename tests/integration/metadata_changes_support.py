@@ -6,15 +6,18 @@ what was produced shows exactly which numbers landed, from which cluster and top
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.plan.model import Finding
-from dynamic_kafka.plan.snapshots import PartitionState
 from dynamic_kafka.testing.kafka import Record, create_topic, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.plan.model import Finding
+    from dynamic_kafka.plan.snapshots import PartitionState
 
 Range = tuple[str, str, int, int | None, int | None]
 

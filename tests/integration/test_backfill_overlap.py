@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import signal
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.plan.model import Split, TopicPartition
 from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

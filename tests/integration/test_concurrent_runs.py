@@ -3,13 +3,17 @@
 Both runs are CLI processes on the same state. Whichever takes the pipeline's run first executes; the other must
 exit non-zero at once, having written nothing, whether it starts at the same moment or while the first one is
 already in its Spark job (a planned run that is alive must not be taken for a crashed one and executed twice).
+
+Each case also runs as on two hosts: every process gets its own run-lock folder (``DYNAMIC_KAFKA_RUN_LOCK_DIR``), so
+the local lock cannot tell them apart. Then only the state can: the exact-version commit of the plan (two runs at
+the same moment, after a first run made the state exist) and the planned run's owner and lease (a run started while
+the other is in its Spark job must be refused, naming the owner, not recover the live run).
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from exactly_once_support import (
@@ -22,12 +26,23 @@ from exactly_once_support import (
 )
 
 from dynamic_kafka.local_kafka import ClusterEndpoint
+from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
 from dynamic_kafka.testing.kafka import wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 
 IN_PROGRESS = "another run is in progress for pipeline 'p'"
+
+
+def host_envs(folder: Path, count: int) -> list[dict[str, str]]:
+    """One environment per process, each with its own run-lock folder: processes as on separate hosts."""
+    return [{RUN_LOCK_DIR_ENV: str(folder / f"host-{i}")} for i in range(count)]
 
 
 @pytest.fixture
@@ -70,12 +85,65 @@ def test_a_run_started_while_another_is_in_its_spark_job_is_refused_and_recovers
             head = harness.runner().store.load().last_run
             return head is not None and head.status == "planned"
 
-        wait_for(planned, timeout_s=120, what="the first run to write its plan")
+        wait_for(planned, timeout_s=300, what="the first run to write its plan")
 
         second = harness.cli("run", "--json")
 
         assert first.is_alive(), "the second run was refused only after the first one had finished"
         _assert_refused(second, run_seq=1)
+    finally:
+        first.join(timeout=600)
+    assert outcome, "the first run did not end"
+    _assert_first_run_landed_everything(outcome[0])
+    _assert_consistent(harness, stream)
+
+
+def test_on_two_hosts_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
+    stream: TwoClusterStream, tmp_path: Path
+) -> None:
+    harness = stream.harness
+    envs = host_envs(tmp_path, 2)
+    _assert_first_run_landed_everything(harness.cli("run", "--json", env=envs[0]))
+    stream.produce("second", east=7, west=5)
+
+    results = cli_runs_together(harness, 2, envs=envs)
+
+    winners = [r for r in results if r.returncode == 0]
+    losers = [r for r in results if r.returncode != 0]
+    assert len(winners) == 1, "\n---\n".join(tail(r.stderr) for r in results)
+    summary = summary_of(winners[0])
+    assert (summary["run_seq"], summary["status"], summary["records"]) == (2, "committed", 12)
+    _assert_refused(losers[0], run_seq=2)
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
+    assert [(r.run_seq, r.status) for r in harness.runner().store.run_history()] == [(2, "committed"), (1, "committed")]
+    assert_nothing_left(harness)
+
+
+def test_on_two_hosts_a_run_started_while_another_is_in_its_spark_job_is_refused_naming_its_owner(
+    stream: TwoClusterStream, tmp_path: Path
+) -> None:
+    harness = stream.harness
+    first_env, second_env = host_envs(tmp_path, 2)
+    outcome: list[Any] = []
+    first = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json", env=first_env)))
+    first.start()
+    try:
+
+        def planned() -> bool:
+            if not first.is_alive():
+                raise AssertionError("the first run ended before the second one was started")
+            head = harness.runner().store.load().last_run
+            return head is not None and head.status == "planned"
+
+        wait_for(planned, timeout_s=300, what="the first run to write its plan")
+
+        second = harness.cli("run", "--json", env=second_env)
+
+        assert first.is_alive(), "the second run was refused only after the first one had finished"
+        _assert_refused(second, run_seq=1)
+        assert "it is held by host " in second.stderr
+        assert "its lease runs until" in second.stderr
     finally:
         first.join(timeout=600)
     assert outcome, "the first run did not end"

@@ -12,29 +12,44 @@ Each case commits a first run, then runs the CLI in a fresh process that dies at
 
 The next, normal run must recover exactly that run_seq (re-executing its plan, or only committing its offsets
 when the sink holds it) and read what came since; the run after that must find nothing to do.
+
+More points, each killed in a CLI process with the exact next run checked: during a recovery itself (having taken
+the crashed run over, and after re-executing it into the sink), between the dead-letter commit and the sink commit
+(JSON values with bad records), and in a backfill between recording its frontier and its MERGE.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
+from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.local_spark_connect import server_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.testing.kafka import wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.testing.pipeline import PipelineHarness
+from dynamic_kafka.plan.model import TopicPartition
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration
 
@@ -240,3 +255,164 @@ def _kill_tree(pid: int) -> None:
     for member in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("fault", ["recovering", "recovery_after_sink"])
+def test_a_recovery_killed_midway_is_recovered_by_the_next_run_exactly_once(
+    fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """Run 2 dies after its plan; the run recovering it dies too (``recovering``: having taken the run over;
+    ``recovery_after_sink``: with run 2 re-executed into the sink); the next run still finishes run 2 exactly."""
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    harness = stream.harness
+    stream.produce("first", east=6, west=4)
+    assert harness.runner().run().run_seq == 1
+    ends_after_first = stream.end_offsets()
+    stream.produce("crashed", east=5, west=3)
+    crash = _cli_run_with_fault(harness, "after_plan")
+    assert crash.returncode == -signal.SIGKILL, tail(crash.stderr)
+    owner_of_crash = harness.runner().store.load().last_run
+    assert owner_of_crash is not None
+    later_rows = stream.produce("later", east=2, west=2)
+
+    recovery = _cli_run_with_fault(harness, fault)
+
+    assert recovery.returncode == -signal.SIGKILL, tail(recovery.stderr)
+    state = harness.runner().store.load()
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (2, "planned")
+    assert state.last_run.plan == owner_of_crash.plan  # the same plan, never re-planned
+    assert state.last_run.owner != owner_of_crash.owner  # the recovery had taken the run over
+    assert committed_offsets(harness) == ends_after_first
+    assert committed_txn_version(harness.sink_path, "p") == (2 if fault == "recovery_after_sink" else 1)
+
+    summary = harness.runner().run()
+
+    assert summary.recovered_run_seq == 2
+    assert (summary.run_seq, summary.status, summary.records) == (3, "committed", len(later_rows))
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
+    history = {r.run_seq: r.status for r in harness.runner().store.run_history()}
+    assert history == {1: "committed", 2: "committed", 3: "committed"}
+    assert_nothing_left(harness)
+
+
+def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_exactly_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """JSON values with bad records under ``on_decode_error: dead_letter``: the dead-letter table is committed with
+    run 2's txn, the sink is not, and the process dies. The next run finishes run 2: the dead letters are not
+    written twice (Delta skips the txn it holds), the good records land once."""
+    servers = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("dead-letters")
+    create_topic(servers, topic, 2)
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": servers},
+        spark=lambda: spark,
+        value_format="json",
+        value_schema="n INT",
+        on_decode_error="dead_letter",
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+
+    def send(tag: str, good: int, bad: int) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+        records = [Record(value=json.dumps({"n": i}).encode()) for i in range(good)]
+        records += [Record(value=f"not json {tag} {i}".encode()) for i in range(bad)]
+        delivered = produce(servers, topic, records)
+        coordinates = [(r.partition or 0, r.offset or 0) for r in delivered]
+        return set(coordinates[:good]), set(coordinates[good:])
+
+    good, bad = send("first", 3, 2)
+    assert harness.runner().run().dead_letters == 2
+    crashed_good, crashed_bad = send("crashed", 4, 3)
+
+    crash = _cli_run_with_fault(harness, "after_dead_letter")
+
+    assert crash.returncode == -signal.SIGKILL, tail(crash.stderr)
+    dead_letter_path = tmp_path / "sink_dead_letter"
+    assert committed_txn_version(dead_letter_path, "p") == 2
+    assert committed_txn_version(harness.sink_path, "p") == 1
+    assert _coordinates(dead_letter_path) == sorted(bad | crashed_bad)
+    assert _coordinates(harness.sink_path) == sorted(good)
+
+    summary = harness.runner().run()
+
+    assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
+    assert _coordinates(harness.sink_path) == sorted(good | crashed_good)
+    assert _coordinates(dead_letter_path) == sorted(bad | crashed_bad)
+    assert committed_txn_version(harness.sink_path, "p") == 2
+    assert_nothing_left(harness)
+
+
+def test_a_backfill_killed_between_its_frontier_and_its_merge_leaves_every_record_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """The backfill raised the state's frontier and died before its MERGE: the sink lacks the window. The next
+    incremental run lands it (the frontier only makes it check the sink), and the backfill run again merges
+    nothing new."""
+    servers = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("backfill-crash")
+    create_topic(servers, topic, 1)
+    harness = PipelineHarness(tmp_path, clusters={"east": servers}, spark=lambda: spark)
+    harness.set_streams({"orders": {"east": [topic]}})
+    t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+
+    def send(*values: tuple[str, int]) -> list[Row]:
+        records = [
+            Record(value=v.encode(), timestamp_ms=int((t0 + timedelta(minutes=m)).timestamp() * 1000))
+            for v, m in values
+        ]
+        return [("east", topic, r.partition or 0, r.offset or 0, r.value) for r in produce(servers, topic, records)]
+
+    first = send(("a0", 1), ("a1", 2))
+    assert harness.runner().run().records == 2
+    window = send(("b0", 10), ("b1", 11), ("b2", 12))
+    start, end = (t0 + timedelta(minutes=5)).isoformat(), (t0 + timedelta(minutes=30)).isoformat()
+
+    crash = _backfill_cli(harness, start, end, env={FAULT_ENV: "after_frontier"})
+
+    assert crash.returncode == -signal.SIGKILL, tail(crash.stderr)
+    state = harness.runner().store.load()
+    assert state.backfilled == {TopicPartition(cluster_id="east", topic=topic, partition=0): 5}
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")
+    assert harness.sink_rows() == sorted(first)
+
+    summary = harness.runner().run()
+
+    assert (summary.run_seq, summary.records, summary.deduplicated) == (2, 3, 0)
+    assert harness.sink_rows() == sorted(first + window)
+    again = run_backfill(harness.runner().context, datetime.fromisoformat(start), datetime.fromisoformat(end))
+    assert (again.records, again.sink_version is not None) == (3, True)
+    assert harness.sink_rows() == sorted(first + window)
+    assert_nothing_left(harness)
+
+
+def _backfill_cli(
+    harness: PipelineHarness, start: str, end: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A backfill of ``[start, end)`` in a fresh process (there is no backfill command: Dagster runs them)."""
+    program = (
+        "import sys\n"
+        "from datetime import datetime\n"
+        "from dynamic_kafka.backfill import run_backfill\n"
+        "from dynamic_kafka.config import load_project_config\n"
+        "from dynamic_kafka.context import PipelineContext\n"
+        "context = PipelineContext(load_project_config(sys.argv[1]), 'p')\n"
+        "run_backfill(context, datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", program, str(harness.config_path), start, end],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def _coordinates(path: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every row of a Delta table, sorted, duplicates kept."""
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+    return sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))

@@ -9,9 +9,8 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -23,6 +22,9 @@ from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.snapshots import PartitionOffsets
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 pytestmark = pytest.mark.integration
 

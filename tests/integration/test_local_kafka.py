@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -16,6 +15,9 @@ from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, cluster_status, start_clusters, stop_clusters
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.integration
 

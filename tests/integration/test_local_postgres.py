@@ -6,8 +6,8 @@ import json
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg2
 import pytest
@@ -22,6 +22,9 @@ from dynamic_kafka.local_postgres import (
     start_postgres,
     stop_postgres,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = pytest.mark.integration
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -17,6 +15,10 @@ from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import LocalS3Error
 from dynamic_kafka.local_s3 import LocalS3Server, server_status, start_server, stop_server
 from dynamic_kafka.testing.clusters import distinct_free_ports
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,7 @@ and the ``cluster`` column), duplicates kept, so a lost or twice-read record fai
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -26,10 +25,14 @@ from metadata_changes_support import (
 )
 
 from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.status import pipeline_status
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration
 

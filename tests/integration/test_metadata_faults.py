@@ -6,8 +6,7 @@ A failed run must write nothing: the sink keeps its rows and the state its last 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -22,7 +21,11 @@ from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.testing.kafka import create_topic, produce, wait_for
-from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -21,11 +19,16 @@ from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import DataLossError, PlanningError
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

@@ -8,25 +8,29 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka.config import PipelineConfig, SinkConfig
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.model import Split
-from dynamic_kafka.sink import committed_txn_version, merge_backfill, tables, write_incremental
+from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfill, tables, write_incremental
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
 from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 from dynamic_kafka.testing.kafka import Client, Record, create_topic, produce, unique_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -168,6 +172,44 @@ def _time(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
+@dataclass(frozen=True)
+class _Landing:
+    """Records produced to a fresh one-stream topic, the exact splits around them, and the pipeline to land them."""
+
+    clusters: dict[str, Any]
+    topic: str
+    sent: list[Record]
+    splits: list[Split]
+    pipeline: PipelineConfig
+
+    def write(self, spark: Any, run_seq: int, splits: Sequence[Split] | None = None) -> WriteResult:
+        """One incremental write of ``splits`` (default: all the produced records)."""
+        planned = self.splits if splits is None else splits
+        return write_incremental(_read(spark, planned, self.clusters), self.pipeline, run_seq, _pairs(planned))
+
+
+def _landing(
+    cluster: ClusterEndpoint,
+    prefix: str,
+    records: list[Record],
+    tmp_path: Path,
+    *,
+    partitions: int = 1,
+    **settings: Any,
+) -> _Landing:
+    topic = _topic(cluster.bootstrap_servers, prefix, partitions)
+    sent = produce(cluster.bootstrap_servers, topic, records)
+    splits = _splits(cluster, topic, sent, stream="orders")
+    return _Landing(_metadata(cluster), topic, sent, splits, _pipeline(tmp_path, **settings))
+
+
+def _decoded(value: Any) -> Any:
+    """A sink cell as a plain value: bytes for binary, a dict for a struct."""
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value.asDict() if hasattr(value, "asDict") else value
+
+
 def _dead_letters(spark: Any, path: Path) -> dict[tuple[str, str, int, int], tuple[Any, ...]]:
     rows = spark.read.format("delta").load(str(path)).collect()
     return {
@@ -257,76 +299,100 @@ def test_no_splits_read_as_an_empty_frame_with_the_output_columns(spark: Any) ->
     assert frame.isEmpty()
 
 
-@pytest.mark.timeout(300)
-def test_json_values_split_into_sink_and_dead_letters_with_exact_coordinates(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
-) -> None:
-    east = kafka_clusters["east"]
-    topic = _topic(east.bootstrap_servers, "json", 1)
-    values: list[bytes | None] = [
-        b'{"id": 1, "name": "a"}',
-        b"not json",
-        b'{"id": "x", "name": "b"}',  # a field that does not fit its type
-        b'{"id": 2}',  # a missing field is null, not an error
-        b"",
-        None,  # a tombstone stays a null value
-        b'{"name": "\xff"}',  # invalid UTF-8 inside otherwise valid JSON
-        b"[1, 2]",
-        b'{"id": 3, "name": "c", "extra": true}',
-    ]
-    sent = produce(
-        east.bootstrap_servers,
-        topic,
-        [Record(value=v, key=f"k{i}".encode(), timestamp_ms=BASE_TS_MS + i) for i, v in enumerate(values)],
-    )
-    splits = _splits(east, topic, sent, stream="orders")
-    pipeline = _pipeline(tmp_path, value_format="json", value_schema="id INT, name STRING")
+JSON_VALUES: list[bytes | None] = [
+    b'{"id": 1, "name": "a"}',
+    b"not json",
+    b'{"id": "x", "name": "b"}',  # a field that does not fit its type
+    b'{"id": 2}',  # a missing field is null, not an error
+    b"",
+    None,  # a tombstone stays a null value
+    b'{"name": "\xff"}',  # invalid UTF-8 inside otherwise valid JSON
+    b"[1, 2]",
+    b'{"id": 3, "name": "c", "extra": true}',
+]
 
-    result = write_incremental(_read(spark, splits, _metadata(east)), pipeline, 7, _pairs(splits))
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("settings", "partitions", "records", "landed", "dead"),
+    [
+        pytest.param(
+            {"value_format": "json", "value_schema": "id INT, name STRING"},
+            1,
+            [Record(value=v, key=f"k{i}".encode(), timestamp_ms=BASE_TS_MS + i) for i, v in enumerate(JSON_VALUES)],
+            {
+                0: (b"k0", {"id": 1, "name": "a"}),
+                3: (b"k3", {"id": 2, "name": None}),
+                5: (b"k5", None),
+                8: (b"k8", {"id": 3, "name": "c"}),
+            },
+            {1: VALUE_NOT_JSON, 2: VALUE_NOT_JSON, 4: VALUE_NOT_JSON, 6: VALUE_NOT_UTF8, 7: VALUE_NOT_JSON},
+            id="json-values",
+        ),
+        pytest.param(
+            {"value_format": "string", "key_format": "string"},
+            2,
+            [
+                Record(value="héllo ✓".encode(), key=b"plain", partition=0),
+                Record(value=b"caf\xe9", key=b"latin-1 value", partition=0),  # Latin-1, not UTF-8
+                Record(value=b"ok", key=b"\xff\xfe", partition=1),  # undecodable key
+                Record(value=None, key=None, partition=1),
+                Record(value=b"\xed\xa0\x80", key=b"surrogate", partition=1),  # an encoded surrogate: invalid UTF-8
+            ],
+            {0: ("plain", "héllo ✓"), 3: (None, None)},
+            {1: VALUE_NOT_UTF8, 2: KEY_NOT_UTF8, 4: VALUE_NOT_UTF8},
+            id="strings-never-get-replacement-characters",
+        ),
+    ],
+)
+def test_undecodable_records_go_to_dead_letters_with_exact_coordinates(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark: Any,
+    tmp_path: Path,
+    settings: dict[str, str],
+    partitions: int,
+    records: list[Record],
+    landed: dict[int, tuple[Any, Any]],
+    dead: dict[int, str],
+) -> None:
+    landing = _landing(kafka_clusters["east"], "undecodable", records, tmp_path, partitions=partitions, **settings)
+    sent, topic, pipeline = landing.sent, landing.topic, landing.pipeline
+    index = {(r.partition, r.offset): i for i, r in enumerate(sent)}
+
+    result = landing.write(spark, 7)
 
     rows = spark.read.format("delta").load(str(pipeline.sink.path)).collect()
-    assert {r.offset: (None if r.value is None else r.value.asDict()) for r in rows} == {
-        0: {"id": 1, "name": "a"},
-        3: {"id": 2, "name": None},
-        5: None,
-        8: {"id": 3, "name": "c"},
-    }
+    assert {index[r.partition, r.offset]: (_decoded(r.key), _decoded(r.value)) for r in rows} == landed
     assert all(r._run_seq == 7 and r.cluster == "east" and r.stream == "orders" for r in rows)
-    dead = _dead_letters(spark, pipeline.sink.resolved_dead_letter_path)
-    assert dead == {
-        ("east", topic, 0, 1): ("orders", b"k1", b"not json", VALUE_NOT_JSON, 7),
-        ("east", topic, 0, 2): ("orders", b"k2", b'{"id": "x", "name": "b"}', VALUE_NOT_JSON, 7),
-        ("east", topic, 0, 4): ("orders", b"k4", b"", VALUE_NOT_JSON, 7),
-        ("east", topic, 0, 6): ("orders", b"k6", b'{"name": "\xff"}', VALUE_NOT_UTF8, 7),
-        ("east", topic, 0, 7): ("orders", b"k7", b"[1, 2]", VALUE_NOT_JSON, 7),
+    assert _dead_letters(spark, pipeline.sink.resolved_dead_letter_path) == {
+        ("east", topic, sent[i].partition, sent[i].offset): ("orders", sent[i].key, sent[i].value, error, 7)
+        for i, error in dead.items()
     }
     assert tuple(spark.read.format("delta").load(str(pipeline.sink.resolved_dead_letter_path)).columns) == (
         DEAD_LETTER_COLUMNS
     )
-    assert (result.records, result.sink_records, result.dead_letters) == (9, 4, 5)
+    assert (result.records, result.sink_records, result.dead_letters) == (len(sent), len(landed), len(dead))
     assert result.bytes == _size(sent)
-    assert result.per_topic == {("east", topic): (9, _size(sent))}
+    assert result.per_topic == {("east", topic): (len(sent), _size(sent))}
     assert (result.sink_version, result.dead_letter_version) == (0, 0)
     assert committed_txn_version(pipeline.sink.resolved_dead_letter_path, pipeline.id) == 7
 
     # Executing the run again duplicates neither table.
-    again = write_incremental(_read(spark, splits, _metadata(east)), pipeline, 7, _pairs(splits))
+    again = landing.write(spark, 7)
     assert again.already_committed
-    assert spark.read.format("delta").load(str(pipeline.sink.path)).count() == 4
-    assert spark.read.format("delta").load(str(pipeline.sink.resolved_dead_letter_path)).count() == 5
+    assert spark.read.format("delta").load(str(pipeline.sink.path)).count() == len(landed)
+    assert spark.read.format("delta").load(str(pipeline.sink.resolved_dead_letter_path)).count() == len(dead)
 
 
 @pytest.mark.timeout(300)
 def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    west = kafka_clusters["west"]
-    topic = _topic(west.bootstrap_servers, "crash", 1)
-    sent = produce(west.bootstrap_servers, topic, [Record(value=v) for v in (b"ok", b"\xc3\x28", b"fine")])
-    splits = _splits(west, topic, sent, stream="orders")
-    pipeline = _pipeline(tmp_path, value_format="string")
+    records = [Record(value=v) for v in (b"ok", b"\xc3\x28", b"fine")]
+    landing = _landing(kafka_clusters["west"], "crash", records, tmp_path, value_format="string")
+    pipeline = landing.pipeline
     # The crashed attempt wrote its dead letters (with txn 3), then died before the sink append.
-    decoded = decode(_read(spark, splits, _metadata(west)), pipeline)
+    decoded = decode(_read(spark, landing.splits, landing.clusters), pipeline)
     tables.append_idempotent(
         tables.dead_letter_rows(decoded.where("_decode_error IS NOT NULL"), 3),
         str(pipeline.sink.resolved_dead_letter_path),
@@ -335,7 +401,7 @@ def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
     )
     assert committed_txn_version(pipeline.sink.path, pipeline.id) is None
 
-    result = write_incremental(_read(spark, splits, _metadata(west)), pipeline, 3, _pairs(splits))
+    result = landing.write(spark, 3)
 
     assert not result.already_committed
     assert (result.records, result.sink_records, result.dead_letters) == (3, 2, 1)
@@ -349,52 +415,16 @@ def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
 
 
 @pytest.mark.timeout(300)
-def test_invalid_utf8_strings_go_to_dead_letters_instead_of_replacement_characters(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
-) -> None:
-    east = kafka_clusters["east"]
-    topic = _topic(east.bootstrap_servers, "text", 2)
-    records = [
-        Record(value="héllo ✓".encode(), key=b"plain", partition=0),
-        Record(value=b"caf\xe9", key=b"latin-1 value", partition=0),  # Latin-1, not UTF-8
-        Record(value=b"ok", key=b"\xff\xfe", partition=1),  # undecodable key
-        Record(value=None, key=None, partition=1),
-        Record(value=b"\xed\xa0\x80", key=b"surrogate", partition=1),  # an encoded surrogate is invalid UTF-8
-    ]
-    sent = produce(east.bootstrap_servers, topic, records)
-    splits = _splits(east, topic, sent, stream="orders")
-    pipeline = _pipeline(tmp_path, value_format="string", key_format="string")
-
-    result = write_incremental(_read(spark, splits, _metadata(east)), pipeline, 1, _pairs(splits))
-
-    landed = {(r.partition, r.key, r.value) for r in spark.read.format("delta").load(str(pipeline.sink.path)).collect()}
-    assert landed == {(0, "plain", "héllo ✓"), (1, None, None)}
-    dead = _dead_letters(spark, pipeline.sink.resolved_dead_letter_path)
-    by_record = {(r.partition, r.offset): r for r in sent}
-    assert dead == {
-        ("east", topic, p, o): ("orders", by_record[p, o].key, by_record[p, o].value, error, 1)
-        for (p, o), error in {
-            (sent[1].partition, sent[1].offset): VALUE_NOT_UTF8,
-            (sent[2].partition, sent[2].offset): KEY_NOT_UTF8,
-            (sent[4].partition, sent[4].offset): VALUE_NOT_UTF8,
-        }.items()
-        if p is not None and o is not None
-    }
-    assert (result.records, result.dead_letters) == (5, 3)
-
-
-@pytest.mark.timeout(300)
 def test_on_decode_error_fail_raises_with_coordinates_and_writes_nothing(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    west = kafka_clusters["west"]
-    topic = _topic(west.bootstrap_servers, "strict", 1)
-    sent = produce(west.bootstrap_servers, topic, [Record(value=v) for v in (b'{"id": 1}', b"{oops", b'{"id": 2}')])
-    splits = _splits(west, topic, sent, stream="orders")
-    pipeline = _pipeline(tmp_path, value_format="json", value_schema="id BIGINT", on_decode_error="fail")
+    records = [Record(value=v) for v in (b'{"id": 1}', b"{oops", b'{"id": 2}')]
+    settings = {"value_format": "json", "value_schema": "id BIGINT", "on_decode_error": "fail"}
+    landing = _landing(kafka_clusters["west"], "strict", records, tmp_path, **settings)
+    sent, topic, pipeline = landing.sent, landing.topic, landing.pipeline
 
     with pytest.raises(UndecodableRecordError) as raised:
-        write_incremental(_read(spark, splits, _metadata(west)), pipeline, 1, _pairs(splits))
+        landing.write(spark, 1)
 
     error = raised.value
     assert isinstance(error, DecodeError)
@@ -411,8 +441,7 @@ def test_on_decode_error_fail_raises_with_coordinates_and_writes_nothing(
     assert committed_txn_version(pipeline.sink.resolved_dead_letter_path, pipeline.id) is None
 
     # Without the bad record the same pipeline lands the rest.
-    good = [s.model_copy(update={"stop_offset": sent[1].offset}) for s in splits]
-    result = write_incremental(_read(spark, good, _metadata(west)), pipeline, 1, _pairs(good))
+    result = landing.write(spark, 1, [s.model_copy(update={"stop_offset": sent[1].offset}) for s in landing.splits])
     assert result.records == 1
     assert result.sink_version == 0
     assert [r.value.id for r in spark.read.format("delta").load(str(pipeline.sink.path)).collect()] == [1]

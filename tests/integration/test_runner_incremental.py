@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

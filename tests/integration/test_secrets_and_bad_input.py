@@ -14,15 +14,19 @@ import logging
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import DynamicKafkaError, KafkaAuthenticationError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+
+if TYPE_CHECKING:
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -175,6 +179,65 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
     assert harness.runner().store.load().table_version == state_before
     outputs.update(table_texts(tmp_path / "sink_state"))
     assert_absent([wrong, sasl_password], outputs)
+
+
+@pytest.mark.timeout(480)
+def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_explained_leaks_nowhere(
+    sasl_cluster: LocalCluster,
+    sasl_password: str,
+    spark: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The password written literally (quoted) in the metadata file, not as a reference: every logger at DEBUG
+    during the run, and ``explain()`` of the Kafka read (the connector's options, JAAS line included, are in the
+    plan) must show it nowhere."""
+    topic, sent = secured_topic(sasl_cluster, sasl_password, 3)
+    harness = sasl_harness(tmp_path, sasl_cluster, topic)
+    literal = {**harness.clusters["secured"]}
+    literal["properties"] = {**literal["properties"], "sasl.password": sasl_password}
+    harness.set_cluster("secured", **literal)
+    harness.spark = lambda: spark
+    caplog.set_level(logging.DEBUG)
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)] + [logging.getLogger()]
+    levels = [(logger, logger.level) for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.DEBUG)
+        runner = harness.runner()
+        plan, _broker, metadata = runner.plan()
+        explained = explain(
+            read_splits(spark, plan.splits, metadata.clusters(), isolation_level="read_committed", min_partitions=None)
+        )
+        summary = runner.run()
+    finally:
+        for logger, level in levels:
+            logger.setLevel(level)
+
+    assert summary.records == len(sent)
+    assert harness.sink_rows() == expected_rows(topic, sent)
+    assert "kafka.sasl.jaas.config" in explained  # the option really is in the plan, masked
+    assert any(r.levelno == logging.DEBUG for r in caplog.records)  # DEBUG really was on
+    captured = capfd.readouterr()
+    outputs: dict[str, str | bytes] = {
+        "explain": explained,
+        "logs": caplog.text,
+        "log records": repr([(r.msg, r.args) for r in caplog.records]),
+        "stdout": captured.out,
+        "stderr": captured.err,
+        "summary": repr(summary),
+        "metadata": repr(metadata),
+        "plan": repr(plan),
+    }
+    outputs.update(table_texts(tmp_path / "sink_state"))
+    outputs.update(table_texts(harness.sink_path))
+    assert_absent([sasl_password], outputs)
+
+
+def explain(frame: Any) -> str:
+    """Spark's extended explain text (parsed, analyzed, optimized and physical plans) of a DataFrame."""
+    return str(frame._jdf.queryExecution().toString())
 
 
 # --- 10. bad input -----------------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.session import session_class_archive
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SETTINGS = SparkConfig(master="local[1]")
 # Run in a fresh interpreter: one JVM per process.

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -12,19 +12,22 @@ import os
 import signal
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyspark
 import pytest
 import yaml
 from exactly_once_support import TwoClusterStream, committed_offsets, summary_of, tail
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import wait_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,12 +16,15 @@ from dynamic_kafka.metadata.subscriber import StreamIdSubscriber, StreamPatternS
 from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.secrets import resolve_properties
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 METADATA = """
 clusters:
   east: {bootstrap_servers: "127.0.0.1:19092", starting_offsets: latest}
   west:
     bootstrap_servers: "127.0.0.1:29092"
-    properties: {sasl.password: "${env:WEST_PW}", enable.ssl.certificate.verification: false}
+    properties: {sasl.password: "${env:WEST_PW}", enable.ssl.certificate.verification: "false"}
 streams:
   orders: {east: [orders], west: [orders-v2]}
   orders-eu: {west: [eu]}

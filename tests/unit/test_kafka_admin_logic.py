@@ -7,10 +7,8 @@ tests/integration/test_kafka_admin.py.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -28,6 +26,10 @@ from dynamic_kafka.kafka.client import _offset_spec_value
 from dynamic_kafka.kafka.connection import _ErrorSink
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.snapshots import PartitionOffsets
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+    from types import TracebackType
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 # Nothing listens there; the tests below must fail or return before any connection matters.

@@ -9,7 +9,7 @@ import base64
 import socket
 import stat
 import xml.etree.ElementTree as ET
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,6 +32,9 @@ from dynamic_kafka.local_kafka.properties import (
     render_properties,
     server_settings,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
@@ -99,10 +102,23 @@ def test_pom_without_transitive_dependencies_says_so() -> None:
     assert pom.findtext("m:build/m:plugins/m:plugin/m:configuration/m:excludeTransitive", namespaces=POM_NS) == "true"
 
 
-@pytest.mark.parametrize("coordinates", [["org.apache.kafka:kafka_2.13"], ["g:a:1</version><x>"], []])
-def test_pom_refuses_anything_but_plain_coordinates(coordinates: list[str]) -> None:
+def test_pom_excludes_the_given_artifacts_from_every_dependency() -> None:
+    pom = _parse(render_pom("two", ["g:a:1.0", "g:b:2.0"], exclusions=["x:y", "z:*"]))
+    for dependency in pom.findall("m:dependencies/m:dependency", namespaces=POM_NS):
+        excluded = [
+            (e.findtext("m:groupId", namespaces=POM_NS), e.findtext("m:artifactId", namespaces=POM_NS))
+            for e in dependency.findall("m:exclusions/m:exclusion", namespaces=POM_NS)
+        ]
+        assert excluded == [("x", "y"), ("z", "*")]
+
+
+@pytest.mark.parametrize(
+    ("coordinates", "exclusions"),
+    [(["org.apache.kafka:kafka_2.13"], []), (["g:a:1</version><x>"], []), ([], []), (["g:a:1"], ["x:y:1"])],
+)
+def test_pom_refuses_anything_but_plain_coordinates(coordinates: list[str], exclusions: list[str]) -> None:
     with pytest.raises(ToolchainError, match="group:artifact:version"):
-        render_pom("bad", coordinates)
+        render_pom("bad", coordinates, exclusions=exclusions)
 
 
 def test_plaintext_broker_settings_are_a_small_single_node_kraft_combined_server(tmp_path: Path) -> None:

@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dynamic_kafka.spark.class_archive import RECORDER_MODULE, ClassArchive, prune_archives
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.fixture(autouse=True)

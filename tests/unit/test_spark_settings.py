@@ -5,30 +5,33 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.spark.packages import ResolvedJars, delta_package
-from dynamic_kafka.spark.session import KAFKA_TOKENPROVIDER, REDACTION_REGEX, spark_conf
+from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, delta_package
+from dynamic_kafka.spark.session import REDACTION_REGEX, requested_packages, spark_conf
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
-def test_defaults_enable_delta_utc_micros_and_a_cached_ivy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
-    conf, packages = spark_conf(SparkConfig(), spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
+def test_defaults_enable_delta_utc_micros_and_pass_every_jar_directly(tmp_path: Path) -> None:
+    conf = spark_conf(SparkConfig(), jars=[tmp_path / "tp.jar", tmp_path / "delta.jar"])
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     assert conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.ui.enabled"] == "false"
-    assert conf["spark.jars.ivy"] == str(tmp_path / "ivy")
-    assert conf["spark.jars"] == str(tmp_path / "tp.jar")
-    assert conf["spark.jars.excludes"] == KAFKA_TOKENPROVIDER
-    assert "spark.jars.packages" not in conf
+    assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},{tmp_path / 'delta.jar'}"
+    # Nothing is left for spark-submit's Ivy to resolve.
+    assert not {"spark.jars.packages", "spark.jars.excludes", "spark.jars.ivy"} & conf.keys()
+    packages, exclusions = requested_packages(SparkConfig(), "4.1.3")
     assert packages == [delta_package("4.1.3"), "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3"]
     assert packages[0].startswith("io.delta:delta-spark_4.1_2.13:")
+    assert exclusions == []
 
 
 def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
@@ -42,12 +45,14 @@ def test_user_settings_win_and_jar_lists_are_merged(tmp_path: Path) -> None:
             "spark.jars.excludes": "g:c",
         },
     )
-    conf, packages = spark_conf(settings, spark_version="4.1.3", extra_jars=[tmp_path / "tp.jar"])
+    conf = spark_conf(settings, jars=[tmp_path / "tp.jar"])
     assert conf["spark.sql.shuffle.partitions"] == "8"
     assert conf["spark.ui.enabled"] == "true"
     assert conf["spark.jars"] == f"{tmp_path / 'tp.jar'},/opt/x.jar"
-    assert conf["spark.jars.excludes"] == f"{KAFKA_TOKENPROVIDER},g:c"
+    packages, exclusions = requested_packages(settings, "4.1.3")
     assert packages[1:] == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3", "g:a:1", "g:b:2"]
+    assert exclusions == ["g:c"]
+    assert KAFKA_TOKENPROVIDER.endswith("spark-token-provider-kafka-0-10_2.13")
 
 
 @pytest.mark.parametrize(
@@ -71,50 +76,18 @@ def test_importing_the_module_loads_no_pyspark() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-def test_resolved_jars_are_recorded_and_reused_while_every_jar_exists(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
-    jars = [tmp_path / "a b.jar", tmp_path / "c.jar"]
-    for jar in jars:
-        jar.write_bytes(b"jar")
-    own = str(tmp_path / "tp.jar")
-    conf = {"spark.jars.ivy": "/ivy", "spark.jars": own}
-    resolution = ResolvedJars(["g:a:1"], conf)
-    assert resolution.load() is None
-    resolution.save(f"file://{own},file://{tmp_path}/a%20b.jar,{jars[1]}", own)
-    assert ResolvedJars(["g:a:1"], conf).load() == [str(j) for j in jars]
-    assert ResolvedJars(["g:a:2"], conf).load() is None
-    assert ResolvedJars(["g:a:1"], {**conf, "spark.jars.excludes": "g:b"}).load() is None
-    jars[1].unlink()
-    assert ResolvedJars(["g:a:1"], conf).load() is None
-
-
-def test_nothing_is_recorded_when_spark_reports_no_resolved_jars(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
-    resolution = ResolvedJars(["g:a:1"], {})
-    resolution.save(str(tmp_path / "tp.jar"), str(tmp_path / "tp.jar"))
-    resolution.save(str(tmp_path / "missing.jar"), "")
-    assert not resolution.path.exists()
-
-
 def test_an_unwritable_cache_costs_speed_not_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from types import SimpleNamespace
-
     from dynamic_kafka.spark import session as spark_module
+    from dynamic_kafka.spark.class_archive import ClassArchive
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(blocker / "cache"))
     jar = tmp_path / "resolved.jar"
     jar.write_bytes(b"jar")
-    launch = spark_module._Launch({}, "", ResolvedJars(["g:a:1"], {}), None)
-    system = SimpleNamespace(getProperty=lambda _key: str(jar))
-    session = SimpleNamespace(sparkContext=SimpleNamespace(_jvm=SimpleNamespace(System=system)))
+    launch = spark_module.SessionLaunch(conf={}, archive=ClassArchive([str(jar)], spark_version="4.1.3"))
 
-    spark_module._record_start_up_aids(launch, SparkConfig(), session, recording=False)  # type: ignore[arg-type]
+    spark_module._record_start_up_aids(launch, SparkConfig(), recording=False)
 
     assert not (blocker / "cache").exists()
 

@@ -9,10 +9,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import deltalake
 import pyarrow.compute as pc
@@ -25,6 +23,11 @@ from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import store as store_module
+from dynamic_kafka.state import table as table_module
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 PID = "orders"
@@ -489,7 +492,7 @@ def test_failure_before_the_commit_is_a_state_error_with_nothing_written(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(store_module, "write_deltalake", broken)
+    monkeypatch.setattr(table_module, "write_deltalake", broken)
     with pytest.raises(StateError, match="No space left on device") as info:
         store.begin_run(uniform_plan(2, 2), expected_version=before.table_version)
     assert "Nothing was committed" in str(info.value)
@@ -503,7 +506,7 @@ def test_failure_after_the_commit_is_recognized_as_ours(store: StateStore, monke
         real(*args, **kwargs)
         raise DeltaError("post-commit hook: checkpoint failed")
 
-    monkeypatch.setattr(store_module, "write_deltalake", fails_after_commit)
+    monkeypatch.setattr(table_module, "write_deltalake", fails_after_commit)
     p = uniform_plan(1, 2)
     assert store.begin_run(p, expected_version=None) == 0
     assert store.commit_run(p, summary_json="{}", expected_version=0) == 1
@@ -657,7 +660,7 @@ def test_a_backfill_frontier_that_loses_a_race_is_merged_again(
             other.record_backfill({tp(0): 80, tp(1): 4})
         real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "write_deltalake", another_backfill_first)
+    monkeypatch.setattr(table_module, "write_deltalake", another_backfill_first)
 
     assert store.record_backfill({tp(0): 60, tp(1): 9}) == 3
 
@@ -684,7 +687,7 @@ def test_a_backfill_frontier_that_always_loses_is_a_state_error(
                 ours.inside = False
         real(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "write_deltalake", someone_always_first)
+    monkeypatch.setattr(table_module, "write_deltalake", someone_always_first)
 
     with pytest.raises(StateError, match="won the race 3 times") as info:
         store.record_backfill({tp(0): 60}, attempts=3)

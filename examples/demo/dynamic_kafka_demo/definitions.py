@@ -7,4 +7,5 @@ import dagster as dg
 
 @dg.definitions
 def defs() -> dg.Definitions:
+    """Return the definitions of the components under ``defs/``."""
     return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)

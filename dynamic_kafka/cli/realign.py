@@ -1,0 +1,55 @@
+"""The ``realign`` command: repair a pipeline state that is behind its sink (restored from a backup or moved).
+
+Without ``--yes`` it only reports what it would change; with ``--yes`` it makes the change in one state commit.
+See :mod:`dynamic_kafka.realign` for what it does and its consequences.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.realign import Realignment, realign
+
+if TYPE_CHECKING:
+    import argparse
+
+DEFAULT_CONFIG = "dynamic_kafka.yaml"
+HELP = "realign a pipeline's state with its sink after the state was restored from a backup or moved"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Registers ``realign``."""
+    parser = subparsers.add_parser("realign", help=HELP, description=HELP)
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    parser.add_argument("--yes", action="store_true", help="make the change (without it, only show it)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.set_defaults(handler=_realign)
+
+
+def _realign(args: argparse.Namespace) -> int:
+    context = PipelineContext(load_project_config(args.config), args.pipeline)
+    result = realign(context.pipeline, context.store, yes=args.yes)
+    print(result.model_dump_json(indent=2) if args.json else format_realignment(result))
+    return 0
+
+
+def format_realignment(result: Realignment) -> str:
+    """What realign found and did, for people."""
+    if not result.needed:
+        return (
+            f"pipeline {result.pipeline_id}: the state (run {result.state_run_seq}) is not behind its sink "
+            f"(run {result.sink_txn if result.sink_txn is not None else 'none'}); nothing to realign."
+        )
+    lines = [
+        f"pipeline {result.pipeline_id}: the state's last run is {result.state_run_seq} but the sink holds run "
+        f"{result.sink_txn}.",
+        f"  {'realigned' if result.applied else 'realign would'}: the next run_seq becomes {result.next_run_seq}; "
+        "the offsets stay; the next run re-reads from them and skips what the sink already holds below:",
+    ]
+    lines += [f"    {partition}: offset {offset}" for partition, offset in result.frontier.items()]
+    if not result.applied:
+        lines.append("  nothing changed; run again with --yes to realign.")
+    return "\n".join(lines)

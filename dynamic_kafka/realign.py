@@ -1,0 +1,167 @@
+"""A state behind its sink: detecting it before anything is planned, and realigning the state with the sink.
+
+The sink's Delta log records, per pipeline, the last transaction version (= run_seq) appended. Normally it is the
+state's last committed run, or its planned run when a crash came after the sink commit. When it is higher, the
+state is older than the sink (restored from a backup, moved, replaced by a copy): runs the state does not know
+landed records. Running on would reuse their run_seqs; Delta skips an append whose txn version it already holds,
+so those runs would commit offsets and land nothing. :func:`check_not_behind` refuses that before planning.
+
+:func:`realign` repairs it without losing or duplicating records, using the dedupe that backfills already need:
+
+* the head becomes a committed, empty run numbered like the sink's transaction, so the next run_seq is new;
+* the backfill frontier of every partition the sink (or dead-letter table) holds rows of later runs for is raised
+  to one past the highest such offset, so the next run, which starts at the state's older offsets, reads those
+  records again but skips every one the sink already holds (compared by cluster, topic, partition and offset);
+* the partition offsets do not move: committed offsets stay planned stops, never derived from data.
+
+Consequences: the next run re-reads from the state's offsets (more Kafka reads, and a sink check over the realigned
+ranges); records retention deleted since the backup are reported as data loss by the planner as usual; the run
+history between the backup and the sink's transaction is not in the state (the sink's Delta history has it).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict
+
+from dynamic_kafka.errors import StateBehindSinkError
+from dynamic_kafka.plan.model import TopicPartition
+from dynamic_kafka.sink import committed_txn_version
+
+if TYPE_CHECKING:
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.plan.snapshots import StateSnapshot
+    from dynamic_kafka.state import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+class SinkPosition(BaseModel):
+    """The highest transaction version of a pipeline in its sink and dead-letter table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    txn: int | None
+    table: str
+
+
+def sink_position(pipeline: PipelineConfig) -> SinkPosition:
+    """The pipeline's highest transaction version over its sink and dead-letter table (the dead-letter table is
+    written first, so after a crash between the two it can be one ahead of the sink). JVM-free.
+    """
+    best = SinkPosition(txn=None, table=str(pipeline.sink.path))
+    for path in (str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)):
+        txn = committed_txn_version(path, pipeline.id)
+        if txn is not None and (best.txn is None or txn > best.txn):
+            best = SinkPosition(txn=txn, table=path)
+    return best
+
+
+def last_run_seq(state: StateSnapshot) -> int:
+    """The state's last run_seq, planned or committed (0 without runs)."""
+    return state.last_run.run_seq if state.last_run is not None else 0
+
+
+def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> SinkPosition:
+    """Refuses a state that is behind its sink; returns the sink's position otherwise.
+
+    Raises:
+        StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run.
+    """
+    position = sink_position(pipeline)
+    last = last_run_seq(state)
+    if position.txn is not None and position.txn > last:
+        raise StateBehindSinkError(
+            pipeline.id, table=position.table, sink_txn=position.txn, state_run_seq=last, state_path=store_path
+        )
+    return position
+
+
+def landed_frontier(pipeline: PipelineConfig, after_run_seq: int) -> dict[TopicPartition, int]:
+    """Per partition, one past the highest offset the sink or dead-letter table holds from runs after
+    ``after_run_seq`` (rows of those runs only: ``_run_seq`` statistics prune older files). JVM-free.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    frontier: dict[TopicPartition, int] = {}
+    for path in (str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)):
+        try:
+            dataset = DeltaTable(path).to_pyarrow_dataset()
+        except TableNotFoundError:
+            continue
+        rows = dataset.to_table(
+            columns=["cluster", "topic", "partition", "offset"], filter=pc.field("_run_seq") > after_run_seq
+        )
+        if rows.num_rows == 0:
+            continue
+        grouped = rows.group_by(["cluster", "topic", "partition"]).aggregate([("offset", "max")])
+        for cluster, topic, partition, top in zip(
+            *(grouped.column(c).to_pylist() for c in ("cluster", "topic", "partition", "offset_max")), strict=True
+        ):
+            key = TopicPartition(cluster_id=cluster, topic=topic, partition=int(partition))
+            frontier[key] = max(frontier.get(key, 0), int(top) + 1)
+    return frontier
+
+
+class Realignment(BaseModel):
+    """What ``realign`` found and did (or, without ``yes``, would do)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    state_run_seq: int
+    sink_txn: int | None
+    needed: bool
+    applied: bool
+    next_run_seq: int
+    frontier: dict[str, int]
+    """Per partition (``cluster/topic/partition``), the offset below which the next run checks the sink."""
+
+
+def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool) -> Realignment:
+    """Realigns a state that is behind its sink (see the module docstring); with ``yes`` False, only reports.
+
+    Raises:
+        RunInProgressError: the state changed while realigning (a run started); nothing was written.
+    """
+    state = store.load()
+    position = sink_position(pipeline)
+    last = last_run_seq(state)
+    needed = position.txn is not None and position.txn > last
+    # A planned head's offsets were never committed: its rows count as landed beyond the state too.
+    committed = last - 1 if state.last_run is not None and state.last_run.status == "planned" else last
+    frontier = landed_frontier(pipeline, committed) if needed else {}
+    shown = {f"{k.cluster_id}/{k.topic}/{k.partition}": v for k, v in sorted(frontier.items(), key=str)}
+    applied = False
+    if needed and yes:
+        assert position.txn is not None
+        summary = (
+            f'{{"realigned": true, "state_run_seq": {last}, "sink_txn": {position.txn}, '
+            f'"at": "{datetime.now(UTC).isoformat()}"}}'
+        )
+        store.realign(
+            sink_txn=position.txn, frontier=frontier, summary_json=summary, expected_version=state.table_version
+        )
+        applied = True
+        logger.warning(
+            "pipeline %s: state realigned with its sink: next run_seq %d (was %d), %d partitions checked against "
+            "the sink by the next run",
+            pipeline.id,
+            position.txn + 1,
+            last + 1,
+            len(frontier),
+        )
+    return Realignment(
+        pipeline_id=pipeline.id,
+        state_run_seq=last,
+        sink_txn=position.txn,
+        needed=needed,
+        applied=applied,
+        next_run_seq=(position.txn if needed and position.txn is not None else last) + 1,
+        frontier=shown,
+    )

@@ -1,0 +1,116 @@
+"""Schema checks made before a run is planned: the pipeline's ``value_schema`` parses, and the sink's existing
+schema takes what the pipeline writes.
+
+Both problems used to appear only in the Spark write, after the plan was in the state, as a retriable failure
+that every retry repeated. Checked before ``begin_run`` they are a :class:`~dynamic_kafka.errors.SchemaMismatchError`
+(not retriable) naming the columns, and nothing is planned.
+
+The sink's schema is read from its Delta log with delta-rs; the schema the pipeline writes is Spark's analysis of
+the real decode and row-shaping code over an empty frame (no job runs), so the check cannot drift from the write.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.errors import ConfigError, SchemaMismatchError, SparkJobError
+from dynamic_kafka.sink.tables import safe_text
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+    from dynamic_kafka.config import PipelineConfig
+
+
+def written_schema(spark: SparkSession, pipeline: PipelineConfig) -> StructType:
+    """The schema of the rows an incremental run of ``pipeline`` appends to its sink (no Spark job).
+
+    Raises:
+        SchemaMismatchError: ``value_schema`` is not a valid Spark DDL list of fields.
+    """
+    from dynamic_kafka.sink.tables import sink_rows
+    from dynamic_kafka.spark.decode import decode
+    from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
+
+    try:
+        empty = spark.createDataFrame([], OUTPUT_SCHEMA_DDL)
+        return sink_rows(decode(empty, pipeline), 0).schema
+    except ConfigError as e:
+        raise SchemaMismatchError(
+            f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."
+        ) from e
+
+
+def sink_schema(path: str) -> StructType | None:
+    """The schema of the Delta table at ``path`` from its log (delta-rs); None when there is no table."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+    from pyspark.sql.types import StructType
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return None
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def schema_differences(written: StructType, existing: StructType) -> list[str]:
+    """Every written column (nested fields included) that the existing table lacks or types differently, as
+    ``column: what differs``. Columns only the table has are fine (appends leave them null), and so is
+    nullability (tables dynamic-kafka creates are nullable throughout).
+    """
+    problems: list[str] = []
+    _compare(written, existing, "", problems)
+    return problems
+
+
+def _compare(written: DataType, existing: DataType, path: str, problems: list[str]) -> None:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(written, StructType) and isinstance(existing, StructType):
+        present = {f.name.lower(): f for f in existing.fields}
+        for field in written.fields:
+            name = f"{path}.{field.name}" if path else field.name
+            found = present.get(field.name.lower())
+            if found is None:
+                problems.append(f"{name}: not in the sink (the pipeline writes {field.dataType.simpleString()})")
+            else:
+                _compare(field.dataType, found.dataType, name, problems)
+    elif isinstance(written, ArrayType) and isinstance(existing, ArrayType):
+        _compare(written.elementType, existing.elementType, f"{path}[]", problems)
+    elif isinstance(written, MapType) and isinstance(existing, MapType):
+        _compare(written.keyType, existing.keyType, f"{path}{{key}}", problems)
+        _compare(written.valueType, existing.valueType, f"{path}{{value}}", problems)
+    elif written.simpleString() != existing.simpleString():
+        problems.append(f"{path}: the sink has {existing.simpleString()}, the pipeline writes {written.simpleString()}")
+
+
+def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig) -> None:
+    """Refuses, before anything is planned, a ``value_schema`` that does not parse or a sink whose schema does not
+    take the pipeline's rows.
+
+    Raises:
+        SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
+    """
+    written = written_schema(spark, pipeline)
+    path = str(pipeline.sink.path)
+    from deltalake.exceptions import DeltaError
+
+    try:
+        existing = sink_schema(path)
+    except (DeltaError, OSError) as e:
+        raise SparkJobError(f"cannot read the schema of the sink {path}: {safe_text(e)}") from e
+    if existing is None:
+        return
+    problems = schema_differences(written, existing)
+    if problems:
+        raise SchemaMismatchError(
+            f"pipeline {pipeline.id!r}: the sink {path} does not take the rows this pipeline writes: "
+            + "; ".join(problems)
+            + ".",
+            columns=[p.split(":", 1)[0] for p in problems],
+            hint="Nothing was planned or written. Restore the pipeline's value_format/value_schema/key_format, or "
+            "migrate the table (e.g. ALTER TABLE ... ADD COLUMNS, or a new sink path), then run again.",
+        )

@@ -1,0 +1,253 @@
+"""The commit protocol of the state table: every write is one Delta commit at exactly the version read.
+
+:class:`StateTable` opens the pipeline's Delta table, reads its rows and commits new ones with delta-rs
+``CommitProperties(max_commit_retries=0)``, so a write lands at read version + 1 or not at all. After a failed write
+it tells a lost race (``RunInProgressError``, or :class:`LostRaceError` for writes that belong to no run) from a
+real failure (``StateError``), recognising its own commit by a commit id in the commit info (delta-rs can raise
+after publishing). :class:`~dynamic_kafka.state.store.StateStore` decides what to write; this module only how.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pydantic import ValidationError
+
+from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.state import rows as _rows
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from datetime import timedelta
+
+    from dynamic_kafka.plan.model import Plan, TopicPartition
+    from dynamic_kafka.plan.snapshots import PartitionState, RunRecord
+
+logger = logging.getLogger(__name__)
+
+_COMMIT_ID_KEY = "dynamic_kafka.commit_id"
+CURRENT = "kind IN ('partition', 'head')"
+"""The rows a commit rewrites: the partitions and the head run."""
+FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
+"""What delta-rs and pyarrow raise; wrapped into StateError (or a lost race) here and in the store."""
+
+
+class LostRaceError(Exception):
+    """A state write that belongs to no run (a backfill frontier) lost the race for its version."""
+
+
+class StateTable:
+    """One pipeline's state table: open, read, and commit at an exact version.
+
+    Args:
+        path: local path or URI of the table.
+        pipeline_id: the pipeline it belongs to; a table named for another pipeline is refused.
+        storage_options: delta-rs storage options for object stores.
+        checkpoint_interval: ``delta.checkpointInterval``, applied when the table is created.
+        log_retention: ``delta.logRetentionDuration``, applied at creation.
+        deleted_file_retention: ``delta.deletedFileRetentionDuration``, applied at creation.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        pipeline_id: str,
+        *,
+        storage_options: Mapping[str, str] | None,
+        checkpoint_interval: int,
+        log_retention: timedelta,
+        deleted_file_retention: timedelta,
+    ) -> None:
+        self.path = path
+        self.pipeline_id = pipeline_id
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.checkpoint_interval = checkpoint_interval
+        self.log_retention = log_retention
+        self.deleted_file_retention = deleted_file_retention
+
+    def open(self, version: int | None = None) -> DeltaTable | None:
+        """Return the state table (at ``version`` if given), or None when it does not exist yet."""
+        try:
+            dt = DeltaTable(self.path, version=version, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
+        except FOREIGN_ERRORS as e:
+            raise self.unreadable(e) from e
+        name = dt.metadata().name
+        if name != self.pipeline_id:
+            raise StateError(
+                f"the state table at {self.path} belongs to pipeline {name!r}, not {self.pipeline_id!r}.",
+                hint="Give every pipeline its own state path.",
+            )
+        return dt
+
+    def open_at(self, expected_version: int, plan: Plan) -> DeltaTable:
+        """The table at exactly ``expected_version``; a version that is gone or superseded is a lost race."""
+        try:
+            dt = self.open(expected_version)
+        except StateError as e:
+            latest = self.latest_version()
+            if latest is not None and latest > expected_version:
+                raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
+            raise
+        if dt is None:
+            raise StateError(
+                f"no state table at {self.path}, but the caller read version {expected_version} of it.",
+                hint="Pass expected_version=None for a pipeline without state; was the table deleted?",
+            )
+        return dt
+
+    def latest_version(self) -> int | None:
+        """Return the table's latest version, or None when it does not exist yet."""
+        try:
+            dt = self.open()
+        except StateError:
+            return None
+        return None if dt is None else dt.version()
+
+    def read_current(
+        self, dt: DeltaTable, predicate: str = CURRENT
+    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
+        """Return the current rows (partitions, head, backfill frontiers) at a version."""
+        head, partitions, _ = self.read_rows(dt, predicate)
+        return head, partitions
+
+    def read_rows(
+        self, dt: DeltaTable, predicate: str
+    ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState], dict[TopicPartition, int]]:
+        """Return the rows matching ``predicate`` at a version."""
+        backfilled: dict[TopicPartition, int] = {}
+        try:
+            table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
+            head: RunRecord | None = None
+            found: list[PartitionState] = []
+            for row in table.to_pylist():
+                if row["pipeline_id"] != self.pipeline_id:
+                    raise ValueError(f"row of pipeline {row['pipeline_id']!r}")
+                if row["kind"] == "partition":
+                    found.append(_rows.partition_from_row(row))
+                elif row["kind"] == "backfill":
+                    key, offset = _rows.backfill_from_row(row)
+                    backfilled[key] = offset
+                elif head is not None:
+                    raise ValueError("more than one head row")
+                else:
+                    head = _rows.run_from_row(row)
+        except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
+            raise self.unreadable(e) from e
+        found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
+        return head, {p.key: p for p in found}, backfilled
+
+    def unreadable(self, e: Exception) -> StateError:
+        """Return the error that says the state table cannot be read, and what to do."""
+        return StateError(
+            f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is unreadable or corrupt: {e}",
+            hint="Check the path and its permissions; restore the table from a backup or an earlier Delta "
+            "version if it was damaged. Nothing was written.",
+        )
+
+    def props(self, action: str, plan: Plan | None, commit_id: str | None = None) -> CommitProperties:
+        """Return the commit properties that record the action and run in the table's history."""
+        metadata: dict[str, Any] = {"dynamic_kafka.action": action, "dynamic_kafka.pipeline_id": self.pipeline_id}
+        if plan is not None:
+            metadata["dynamic_kafka.run_seq"] = plan.run_seq
+        if commit_id is not None:
+            metadata[_COMMIT_ID_KEY] = commit_id
+        # 0 retries: the commit lands at exactly read version + 1 or fails. delta-rs never runs its conflict
+        # checker, never rebases onto a newer version.
+        return CommitProperties(max_commit_retries=0, custom_metadata=metadata)
+
+    def table_config(self) -> dict[str, str | None]:
+        """Return the table properties the state is created with (checkpoints, retention)."""
+        return {
+            "delta.checkpointInterval": str(self.checkpoint_interval),
+            "delta.logRetentionDuration": f"interval {int(self.log_retention.total_seconds())} seconds",
+            "delta.deletedFileRetentionDuration": (
+                f"interval {int(self.deleted_file_retention.total_seconds())} seconds"
+            ),
+            "delta.dataSkippingStatsColumns": _rows.STATS_COLUMNS,
+        }
+
+    def create(self, rows: list[dict[str, Any]], plan: Plan | None, action: str) -> int:
+        """Create the table with its first rows; return the new version."""
+        commit_id = uuid.uuid4().hex
+        try:
+            write_deltalake(
+                self.path,
+                _rows.to_table(rows),
+                mode="error",
+                partition_by=_rows.PARTITION_BY,
+                name=self.pipeline_id,
+                description=f"dynamic-kafka state of pipeline {self.pipeline_id}",
+                configuration=self.table_config(),
+                storage_options=self.storage_options,
+                commit_properties=self.props(action, plan, commit_id),
+            )
+        except FOREIGN_ERRORS as e:
+            return self._after_failed_commit(e, 0, commit_id, plan, action)
+        logger.info("created the state table of %s at %s (%s)", self.pipeline_id, self.path, _what(action, plan))
+        return 0
+
+    def overwrite(
+        self, dt: DeltaTable, rows: list[dict[str, Any]], predicate: str, plan: Plan | None, action: str
+    ) -> int:
+        """Rewrite the current rows against the exact version read, without retry; return the new version."""
+        target = dt.version() + 1
+        commit_id = uuid.uuid4().hex
+        try:
+            write_deltalake(
+                dt,
+                _rows.to_table(rows),
+                mode="overwrite",
+                predicate=predicate,
+                # Adds columns newer versions introduced (the head's owner and lease) to an older table.
+                schema_mode="merge",
+                commit_properties=self.props(action, plan, commit_id),
+            )
+        except FOREIGN_ERRORS as e:
+            return self._after_failed_commit(e, target, commit_id, plan, action)
+        logger.info("state of %s: %s at version %d", self.pipeline_id, _what(action, plan), target)
+        return target
+
+    def _after_failed_commit(self, e: Exception, target: int, commit_id: str, plan: Plan | None, action: str) -> int:
+        """Tell a lost race (``RunInProgressError``; ``LostRaceError`` without a plan) from a failure (``StateError``)
+        after a failed write.
+
+        delta-rs can raise after publishing the commit (its post-commit checkpoint or log cleanup failed); the
+        commit id in the commit info at ``target`` tells whether the commit there is ours.
+        """
+        latest = self.latest_version()
+        if latest is not None and latest >= target:
+            if self._commit_id_at(target) == commit_id:
+                logger.warning(
+                    "state of %s: %s committed version %d, then failed: %s", self.pipeline_id, action, target, e
+                )
+                return target
+            logger.info("state of %s: %s lost the race for version %d", self.pipeline_id, _what(action, plan), target)
+            if plan is None:
+                raise LostRaceError() from e
+            raise RunInProgressError(self.pipeline_id, plan.run_seq) from e
+        raise StateError(
+            f"could not {action.replace('_', ' ')}{'' if plan is None else f' {plan.run_seq}'} of pipeline "
+            f"{self.pipeline_id!r} in the state "
+            f"table at {self.path}: {e}",
+            hint="Nothing was committed. Check that the path is writable and has space, then run again.",
+        ) from e
+
+    def _commit_id_at(self, version: int) -> str | None:
+        try:
+            history = DeltaTable(self.path, version=version, storage_options=self.storage_options).history(1)
+        except FOREIGN_ERRORS:
+            return None
+        found = history[0].get(_COMMIT_ID_KEY) if history else None
+        return found if isinstance(found, str) else None
+
+
+def _what(action: str, plan: Plan | None) -> str:
+    """``action`` and its run for messages: "begin_run run 3", "record_backfill"."""
+    return action if plan is None else f"{action} run {plan.run_seq}"

@@ -1,0 +1,149 @@
+"""Guards that stop a run before anything is planned, on real clusters, Spark and Delta.
+
+- A state restored from a backup (behind its sink) is refused through the CLI, ``realign`` repairs it, and the next
+  run lands every record exactly once (before the guard, runs reused the sink's run_seqs: Delta skipped their
+  appends and the runs reported success with nothing landed).
+- A ``value_schema`` that does not parse, or a sink whose schema does not take the pipeline's rows, is refused
+  before the plan is written (before, both failed inside the Spark write, with a planned run left behind and a
+  retriable error every retry repeated).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
+
+from dynamic_kafka.errors import SchemaMismatchError
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every_record_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path / "p", spark=lambda: spark)
+    harness = stream.harness
+    state_path = harness.folder / "sink_state"
+    first = stream.produce("first", east=6, west=4)
+    assert harness.runner().run().run_seq == 1
+    shutil.copytree(state_path, tmp_path / "backup")
+    second = stream.produce("second", east=5, west=3)
+    assert harness.runner().run().run_seq == 2
+    third = stream.produce("third", east=4, west=2)
+    shutil.rmtree(state_path)
+    shutil.copytree(tmp_path / "backup", state_path)  # the state is restored from the backup of run 1
+
+    refused = harness.cli("run", "--json")
+
+    assert refused.returncode == 1, tail(refused.stderr)
+    assert refused.stdout == ""
+    assert "is behind its sink" in refused.stderr
+    assert "holds run 2 of this pipeline but the state's last run is 1" in refused.stderr
+    assert "dynamic-kafka realign" in refused.stderr
+    assert harness.sink_rows() == sorted(first + second)
+    assert harness.runner().store.load().next_run_seq == 2  # nothing planned
+
+    shown = harness.cli("realign")
+    assert shown.returncode == 0, tail(shown.stderr)
+    assert "nothing changed; run again with --yes" in shown.stdout
+    assert harness.runner().store.load().next_run_seq == 2
+
+    done = harness.cli("realign", "--yes", "--json")
+    assert done.returncode == 0, tail(done.stderr)
+    assert json.loads(done.stdout)["applied"] is True
+    assert harness.runner().store.load().next_run_seq == 3
+
+    summary = harness.runner().run()
+
+    assert (summary.run_seq, summary.status) == (3, "committed")
+    assert summary.records == len(third)  # what the sink lacked
+    assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
+    assert_nothing_left(harness)
+
+
+class JsonTopic:
+    """One single-partition topic on east with JSON values, and the pipeline ``p`` reading it."""
+
+    def __init__(self, east: ClusterEndpoint, folder: Path, spark: Any, value_schema: str) -> None:
+        self.servers = east.bootstrap_servers
+        self.topic = unique_name("json")
+        create_topic(self.servers, self.topic, 1)
+        self.harness = PipelineHarness(
+            folder,
+            clusters={"east": self.servers},
+            spark=lambda: spark,
+            value_format="json",
+            value_schema=value_schema,
+        )
+        self.harness.set_streams({"orders": {"east": [self.topic]}})
+
+    def produce(self, *values: bytes) -> list[Record]:
+        return produce(self.servers, self.topic, [Record(value=v) for v in values])
+
+
+def test_a_value_schema_that_does_not_parse_is_refused_before_anything_is_planned(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    orders = JsonTopic(kafka_clusters["east"], tmp_path, spark, "id INT, name STRIN G")
+    orders.produce(b'{"id": 1, "name": "a"}')
+
+    with pytest.raises(SchemaMismatchError) as caught:
+        orders.harness.runner().run()
+
+    assert not caught.value.retriable
+    assert "value_schema" in str(caught.value)
+    assert orders.harness.runner().store.load().table_version is None  # no plan written
+    assert not (orders.harness.sink_path / "_delta_log").exists()
+
+
+def test_a_sink_that_would_not_take_the_rows_is_refused_with_the_columns_named(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    orders = JsonTopic(kafka_clusters["east"], tmp_path, spark, "id INT, name STRING")
+    orders.produce(b'{"id": 1, "name": "a"}', b'{"id": 2, "name": "b"}')
+    assert orders.harness.runner().run().records == 2
+    orders.harness.configure(value_schema="id STRING, name STRING, added DOUBLE")
+    orders.produce(b'{"id": "3", "name": "c", "added": 1.5}')
+
+    with pytest.raises(SchemaMismatchError) as caught:
+        orders.harness.runner().run()
+
+    assert not caught.value.retriable
+    assert caught.value.columns == ("value.id", "value.added")
+    assert "value.id: the sink has int, the pipeline writes string" in str(caught.value)
+    state = orders.harness.runner().store.load()
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")  # no plan written
+
+
+def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark: Any) -> None:
+    """The runner's deadline (``max_run_seconds``) interrupts the Spark operations of its run, so a hung or endless
+    job cannot hold the run (and its lock) forever; the runner turns the failure into a retriable RunTimeoutError."""
+    from dynamic_kafka.runner import _Deadline
+
+    deadline = _Deadline("p", 3, hard_exit=False)
+    deadline.attach(spark)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match=r"(?i)cancel|interrupt"):
+            spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id * id)").collect()
+    finally:
+        deadline.cancel()
+    assert deadline.expired.is_set()
+    assert time.monotonic() - started < 180
+    assert deadline.error().retriable
+    assert spark.range(3).count() == 3  # the session is still usable

@@ -1,0 +1,396 @@
+"""The run protocol's guards that need no JVM and no broker: a state behind its sink, the planned run's owner and
+lease, realignment, bounded metadata calls, the run deadline, the run lock's inheritance, schema comparison.
+
+Real Delta tables (delta-rs) on local disk; sinks are written with delta-rs with the pipeline's txn, as Spark's
+idempotent appends record it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
+from dynamic_kafka.config import ProjectConfig, RetryConfig
+from dynamic_kafka.errors import MetadataServiceError, RunInProgressError, RunTimeoutError, StateBehindSinkError
+from dynamic_kafka.metadata.memory import InMemoryMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
+from dynamic_kafka.plan.model import Plan, Split, TopicPartition
+from dynamic_kafka.realign import landed_frontier, realign
+from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.state import StateStore
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+PID = "p"
+
+
+def project(tmp_path: Path, **pipeline: Any) -> ProjectConfig:
+    return ProjectConfig.model_validate(
+        {
+            "metadata_service": {"type": "file", "path": str(tmp_path / "metadata.yaml")},
+            "pipelines": [{"id": PID, "streams": ["orders"], "sink": {"path": str(tmp_path / "sink")}, **pipeline}],
+        }
+    )
+
+
+def empty_service() -> InMemoryMetadataService:
+    """A service whose one stream has no cluster: plans are empty, no broker is contacted."""
+    return InMemoryMetadataService([KafkaStream(stream_id="orders")])
+
+
+def runner(tmp_path: Path, service: Any = None, **pipeline: Any) -> PipelineRunner:
+    return PipelineRunner(project(tmp_path, **pipeline), PID, metadata_service=service or empty_service())
+
+
+def a_plan(run_seq: int, stop: int = 10) -> Plan:
+    split = Split(
+        cluster_id="east",
+        topic="orders",
+        partition=0,
+        start_offset=(run_seq - 1) * stop,
+        stop_offset=run_seq * stop,
+        stream_ids=("orders",),
+        topic_id="tid",
+        bootstrap_servers="east:9092",
+    )
+    return Plan(pipeline_id=PID, run_seq=run_seq, splits=(split,), planned_at=datetime.now(UTC))
+
+
+def commit(store: StateStore, run_seq: int) -> None:
+    state = store.load()
+    plan = a_plan(run_seq)
+    version = store.begin_run(plan, expected_version=state.table_version)
+    store.commit_run(plan, summary_json="{}", expected_version=version)
+
+
+def land(path: Path, run_seq: int, offsets: Collection[int], partition: int = 0) -> None:
+    """Appends sink rows of run ``run_seq`` with txn ``(PID, run_seq)``, as an incremental run's write does."""
+    rows = pa.table(
+        {
+            "cluster": ["east"] * len(offsets),
+            "topic": ["orders"] * len(offsets),
+            "partition": pa.array([partition] * len(offsets), pa.int32()),
+            "offset": pa.array(list(offsets), pa.int64()),
+            "_run_seq": pa.array([run_seq] * len(offsets), pa.int64()),
+        }
+    )
+    write_deltalake(
+        str(path), rows, mode="append", commit_properties=CommitProperties(app_transactions=[Transaction(PID, run_seq)])
+    )
+
+
+# --- hole 2: a sink ahead of the state ---------------------------------------------------------------------------
+
+
+def test_a_state_behind_its_sink_is_refused_before_anything_is_planned(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    land(tmp_path / "sink", 1, range(0, 10))
+    land(tmp_path / "sink", 2, range(10, 20))  # run 2 landed, but the state was restored to run 1
+    before = r.store.load().table_version
+
+    with pytest.raises(StateBehindSinkError) as caught:
+        r.run()
+
+    assert not caught.value.retriable
+    assert "holds run 2 of this pipeline but the state's last run is 1" in str(caught.value)
+    assert "dynamic-kafka realign" in str(caught.value)
+    assert r.store.load().table_version == before  # nothing planned
+
+
+def test_a_dead_letter_table_ahead_of_the_state_is_refused_too(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    land(tmp_path / "sink", 1, range(0, 10))
+    land(tmp_path / "sink_dead_letter", 3, [25])
+    with pytest.raises(StateBehindSinkError, match="sink_dead_letter holds run 3"):
+        r.run()
+
+
+def test_realign_moves_run_seq_past_the_sink_and_raises_the_frontier_without_moving_offsets(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    land(tmp_path / "sink", 1, range(0, 10))
+    land(tmp_path / "sink", 2, range(10, 20))
+    land(tmp_path / "sink", 3, range(20, 24), partition=1)
+    offsets_before = r.store.load().partitions
+
+    dry = realign(r.pipeline, r.store, yes=False)
+    assert (dry.needed, dry.applied, dry.next_run_seq) == (True, False, 4)
+    assert dry.frontier == {"east/orders/0": 20, "east/orders/1": 24}
+    assert r.store.load().next_run_seq == 2  # nothing changed
+
+    done = realign(r.pipeline, r.store, yes=True)
+
+    state = r.store.load()
+    assert done.applied
+    assert state.next_run_seq == 4
+    assert state.last_run is not None
+    assert state.last_run.status == "committed"
+    assert state.partitions == offsets_before
+    tp0 = TopicPartition(cluster_id="east", topic="orders", partition=0)
+    assert state.backfilled[tp0] == 20
+    assert realign(r.pipeline, r.store, yes=True).needed is False
+    summary = r.run()  # no longer refused
+    assert summary.run_seq == 4
+
+
+def test_realign_counts_a_planned_head_as_not_landed_in_the_state(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    state = r.store.load()
+    r.store.begin_run(a_plan(2), expected_version=state.table_version)
+    land(tmp_path / "sink", 2, range(10, 20))
+    land(tmp_path / "sink", 3, range(20, 30))
+    assert landed_frontier(r.pipeline, 1) == {TopicPartition(cluster_id="east", topic="orders", partition=0): 30}
+    assert realign(r.pipeline, r.store, yes=True).frontier == {"east/orders/0": 30}
+    assert r.store.load().next_run_seq == 4
+
+
+# --- hole 5: owner and lease -------------------------------------------------------------------------------------
+
+
+def planned_by(store: StateStore, owner: str, lease_expires_at: datetime) -> Plan:
+    commit(store, 1)
+    state = store.load()
+    plan = a_plan(2)
+    store.begin_run(plan, expected_version=state.table_version, owner=owner, lease_expires_at=lease_expires_at)
+    return plan
+
+
+def test_a_planned_run_with_a_fresh_lease_on_another_host_is_not_recovered(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    other = RunOwner(host="elsewhere", pid=4242, pidns="x", token="t0")
+    planned_by(r.store, other.text(), datetime.now(UTC) + timedelta(minutes=5))
+    land(tmp_path / "sink", 2, range(10, 20))
+    before = r.store.load().table_version
+
+    with pytest.raises(RunInProgressError) as caught:
+        r.run()
+
+    assert "held by host elsewhere pid 4242" in str(caught.value)
+    assert "(it planned run_seq 2 first)" in str(caught.value)
+    assert r.store.load().table_version == before
+
+
+def test_a_planned_run_whose_lease_expired_is_recovered(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    other = RunOwner(host="elsewhere", pid=4242, pidns="x", token="t0")
+    planned_by(r.store, other.text(), datetime.now(UTC) - timedelta(seconds=1))
+    land(tmp_path / "sink", 2, range(10, 20))  # it reached the sink: recovery commits only (no JVM)
+
+    summary = r.run()
+
+    assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
+    assert [(h.run_seq, h.status) for h in r.store.run_history()][:2] == [(3, "committed"), (2, "committed")]
+
+
+def test_a_planned_run_of_a_dead_process_on_this_host_is_recovered_at_once(tmp_path: Path) -> None:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = RunOwner.current().model_copy(update={"pid": int(child.stdout), "token": "t1"})
+    assert dead.is_gone()
+    r = runner(tmp_path)
+    planned_by(r.store, dead.text(), datetime.now(UTC) + timedelta(minutes=5))
+    land(tmp_path / "sink", 2, range(10, 20))
+    assert r.run().recovered_run_seq == 2
+
+
+def test_an_owner_is_gone_only_when_this_host_can_tell() -> None:
+    me = RunOwner.current()
+    assert RunOwner.parse(me.text()) == me
+    assert RunOwner.parse(None) is None
+    assert not me.is_gone()  # this very process
+    assert not me.model_copy(update={"pid": os.getppid()}).is_gone()  # alive
+    assert not me.model_copy(update={"host": socket.gethostname() + "-x", "pid": 2**22 + 7}).is_gone()
+    assert not me.model_copy(update={"pidns": "other", "pid": 2**22 + 7}).is_gone()
+
+
+def test_the_lease_keeper_renews_and_hands_over_the_latest_version(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state", PID)
+    owner = RunOwner.current()
+    commit(store, 1)
+    state = store.load()
+    plan = a_plan(2)
+    first_end = datetime.now(UTC) + timedelta(seconds=3)
+    version = store.begin_run(
+        plan, expected_version=state.table_version, owner=owner.text(), lease_expires_at=first_end
+    )
+    keeper = LeaseKeeper(
+        store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.3)
+    ).start()
+    time.sleep(1.5)
+    latest = keeper.stop()
+
+    assert latest > version
+    head = store.load().last_run
+    assert head is not None
+    assert head.owner == owner.text()
+    assert head.lease_expires_at is not None
+    assert head.lease_expires_at > first_end
+    store.commit_run(plan, summary_json="{}", expected_version=latest)
+
+
+def test_a_lease_renewal_that_loses_the_state_stops_the_run_from_committing(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state", PID)
+    owner = RunOwner.current()
+    commit(store, 1)
+    state = store.load()
+    plan = a_plan(2)
+    version = store.begin_run(plan, expected_version=state.table_version, owner=owner.text())
+    thief = RunOwner.current()
+    store.lease(plan, owner=thief.text(), lease_expires_at=datetime.now(UTC), expected_version=version)
+    keeper = LeaseKeeper(
+        store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.1)
+    ).start()
+    time.sleep(0.6)
+    with pytest.raises(RunInProgressError):
+        keeper.stop()
+
+
+def test_an_older_state_table_gains_the_lease_columns(tmp_path: Path) -> None:
+    from dynamic_kafka.state import rows
+
+    old = pa.schema([f for f in rows.SCHEMA if f.name not in ("owner", "lease_expires_at")])
+    row = rows.run_row("head", a_plan(1), "committed", committed_at=datetime.now(UTC), summary_json="{}")
+    row = {k: v for k, v in row.items() if k in old.names}
+    write_deltalake(str(tmp_path / "state"), pa.Table.from_pylist([row], schema=old), partition_by=["kind"], name=PID)
+    store = StateStore(tmp_path / "state", PID)
+    state = store.load()
+    assert state.next_run_seq == 2
+    store.begin_run(a_plan(2), expected_version=state.table_version, owner="o", lease_expires_at=datetime.now(UTC))
+    head = store.load().last_run
+    assert head is not None
+    assert head.owner == "o"
+    assert "owner" in DeltaTable(str(tmp_path / "state")).schema().to_arrow().names
+
+
+# --- hole 12: deadlines --------------------------------------------------------------------------------------------
+
+
+class HangingService(InMemoryMetadataService):
+    def __init__(self, seconds: float) -> None:
+        super().__init__([KafkaStream(stream_id="orders")])
+        self.seconds = seconds
+        self.calls = 0
+
+    def describe_streams(self, stream_ids: Collection[str]) -> dict[str, KafkaStream]:
+        self.calls += 1
+        time.sleep(self.seconds)
+        return super().describe_streams(stream_ids)
+
+    def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
+        time.sleep(self.seconds)
+        return None
+
+
+def test_a_hung_metadata_call_fails_after_its_deadline_and_is_retried() -> None:
+    service = HangingService(30)
+    retries = RetryConfig(attempts=2, backoff_seconds=0, timeout_seconds=0.3)
+    started = time.monotonic()
+    with pytest.raises(MetadataServiceError, match=r"did not answer within 0\.3s") as caught:
+        with_retries(lambda: service.describe_streams(["orders"]), retries, "resolving metadata")
+    assert time.monotonic() - started < 5
+    assert caught.value.retriable
+    assert service.calls == 2
+    with pytest.raises(MetadataServiceError, match="describing cluster east"):
+        BoundedMetadataService(service, 0.2).describe_cluster("east")
+
+
+def test_a_run_past_max_run_seconds_fails_retriably_before_anything_is_planned(tmp_path: Path) -> None:
+    r = runner(tmp_path, service=HangingService(1.5), max_run_seconds=1)
+    with pytest.raises(RunTimeoutError) as caught:
+        r.run()
+    assert caught.value.retriable
+    assert "exceeded max_run_seconds (1s)" in str(caught.value)
+    assert r.store.load().table_version is None
+
+
+def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path: Path) -> None:
+    lock = tmp_path / "run.lock"
+    holder = (
+        "import subprocess, sys, time\n"
+        "from pathlib import Path\n"
+        "from dynamic_kafka._toolchain.filelock import try_exclusive_lock\n"
+        f"with try_exclusive_lock(Path({str(lock)!r})) as taken:\n"
+        "    assert taken\n"
+        "    child = subprocess.Popen(['sleep', '60'], close_fds=False)\n"
+        "    print(child.pid, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    child_pid = int(process.stdout.readline())
+    try:
+        with try_exclusive_lock(lock) as taken:
+            assert not taken  # held by the parent
+        process.kill()
+        process.wait()
+        os.kill(child_pid, 0)  # the child still lives
+        with try_exclusive_lock(lock) as taken:
+            assert taken  # ... and does not hold the lock
+    finally:
+        process.kill()
+        os.kill(child_pid, 9)
+
+
+def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
+
+    assert _run_lock_path(Path("/data/p_state"), PID) == Path("/data/.p_state.run.lock")
+    assert _run_lock_path(Path("s3://b/p_state"), PID) is None
+    monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path))
+    found = _run_lock_path(Path("s3://b/p_state"), PID)
+    assert found is not None
+    assert found.parent == tmp_path
+    assert found.name.startswith("p-")
+
+
+# --- hole 6: schema comparison -------------------------------------------------------------------------------------
+
+
+def test_schema_differences_name_every_column_that_would_not_fit() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from dynamic_kafka.sink.schema_check import schema_differences
+
+    def struct(*fields: tuple[str, Any]) -> StructType:
+        return StructType([StructField(n, t, True) for n, t in fields])
+
+    written = struct(
+        ("key", BinaryType()),
+        ("value", struct(("id", IntegerType()), ("tags", ArrayType(StringType())), ("new", StringType()))),
+        ("_run_seq", LongType()),
+    )
+    existing = struct(
+        ("key", StringType()),
+        ("value", struct(("id", LongType()), ("tags", ArrayType(StringType())), ("old", StringType()))),
+        ("_run_seq", LongType()),
+        ("extra", StringType()),
+    )
+    assert schema_differences(written, existing) == [
+        "key: the sink has string, the pipeline writes binary",
+        "value.id: the sink has bigint, the pipeline writes int",
+        "value.new: not in the sink (the pipeline writes string)",
+    ]
+    assert schema_differences(written, written) == []
