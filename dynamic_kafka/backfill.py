@@ -80,6 +80,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
+    context.check_spark()  # a Spark Connect server that is down: fail before the frontier moves
     context.check_object_store()
     context.store.record_backfill({s.key: s.stop_offset for s in plan.read_splits})
     crash_point("after_frontier")

@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -190,6 +191,7 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+        self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
         self._check_schema()
         self.context.check_object_store()
         self._deadline.check()
@@ -405,7 +407,7 @@ class _Deadline:
         self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"
         self.expired = threading.Event()
         self.finished = threading.Event()
-        self._spark: SparkSession | None = None
+        self._tags: _RunTags | None = None
         self._timer: threading.Timer | None = None
         if seconds is not None:
             self._timer = threading.Timer(seconds, self._fire)
@@ -419,9 +421,8 @@ class _Deadline:
 
     def attach(self, spark: SparkSession) -> None:
         """Tags the calling thread's Spark jobs with this run, so they can be cancelled."""
-        self._spark = spark
-        # An in-process session's own tags (addTag) interrupt nothing: its jobs carry the SparkContext's job tags.
-        spark.sparkContext.addJobTag(self.tag)
+        self._tags = _RunTags.of(spark)
+        self._tags.add(self.tag)
 
     def check(self) -> None:
         """Raises RunTimeoutError if the deadline passed (called between stages)."""
@@ -439,9 +440,9 @@ class _Deadline:
     def _fire(self) -> None:
         self.expired.set()
         log.error("pipeline %s: run exceeded max_run_seconds (%gs); cancelling it", self.pipeline_id, self.seconds)
-        if self._spark is not None:
+        if self._tags is not None:
             try:
-                self._spark.sparkContext.cancelJobsWithTag(self.tag)
+                self._tags.cancel(self.tag)
             except Exception as e:  # the session may be stopping; the grace period below still applies
                 log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
         if self.hard_exit and not self.finished.wait(self._GRACE_SECONDS):
@@ -453,11 +454,32 @@ class _Deadline:
         self.finished.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._spark is not None:
+        if self._tags is not None:
             try:
-                self._spark.sparkContext.removeJobTag(self.tag)
+                self._tags.remove(self.tag)
             except Exception as e:  # a stopped session has no tags left to remove
                 log.debug("pipeline %s: Spark tag not removed: %s", self.pipeline_id, e)
+
+
+@dataclass(frozen=True)
+class _RunTags:
+    """How to tag the calling thread's Spark operations with a run and cancel them from another thread."""
+
+    add: Callable[[str], None]
+    remove: Callable[[str], None]
+    cancel: Callable[[str], object]
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> _RunTags:
+        """A Spark Connect session tags its own operations (it has no SparkContext in this process); an in-process
+        session's own tags interrupt nothing, since its jobs carry the SparkContext's job tags.
+        """
+        from dynamic_kafka.spark.remote import is_remote
+
+        if is_remote(spark):
+            return cls(spark.addTag, spark.removeTag, spark.interruptTag)
+        context = spark.sparkContext
+        return cls(context.addJobTag, context.removeJobTag, context.cancelJobsWithTag)
 
 
 def _now() -> datetime:
