@@ -7,7 +7,7 @@ help: ## Show this help
 setup: ## Install Java/Maven if missing, uv, and the locked .venv
 	@bash scripts/setup.sh
 
-demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark, Delta, Dagster)
+demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark Connect, Delta, Dagster)
 	$(VENV)/python examples/demo/demo.py
 
 test: setup ## Set up and run the whole test suite (lint, types, unit, integration, e2e)
@@ -39,8 +39,9 @@ soak: setup ## Long randomized exactly-once checks: the protocol model (EXAMPLES
 
 ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
-ui: setup ## Start dagster dev on the demo workspace
+ui: setup ## Start dagster dev on the demo workspace (and the local Spark Connect server its runs use)
 	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
+	$(VENV)/dynamic-kafka spark-connect up --master 'local[2]'
 	$(VENV)/dagster dev -w workspace.yaml
 
 screenshot: setup ## Screenshot the demo's asset graph into docs/asset-graph.png (headless Chromium)
@@ -48,7 +49,8 @@ screenshot: setup ## Screenshot the demo's asset graph into docs/asset-graph.png
 
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka local-kafka down
-	rm -rf .local-kafka data .dagster-home .demo
+	-$(VENV)/dynamic-kafka spark-connect down
+	rm -rf .local-kafka .local-spark-connect data .dagster-home .demo
 
 .PHONY: help setup demo test lint fmt unit bench soak ui clean
 .PHONY: screenshot

@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     print("setting up (clusters under .cache/bench/, data sets) ...", file=sys.stderr, flush=True)
     env = BenchEnv.start()
     try:
-        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle", "s3"))
+        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle", "s3", "connect"))
         # Setup, not measured: Spark's one-time recording (one JVM) overlaps the producing (brokers and librdkafka).
         with ThreadPoolExecutor(max_workers=1) as pool:
             warm_up = (
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"benchmark {name} ...", file=sys.stderr, flush=True)
             try:
-                if name in ("ceiling", "growth"):
+                if name in ("ceiling", "growth", "connect"):
                     done[name] = bench(env, settings, done.get("e2e"))
                 else:
                     done[name] = bench(env, settings)
@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_clusters:
             BenchEnv.stop()
+            if settings.wants("connect"):
+                from bench.connect import stop_server
+
+                stop_server()
     results["machine"]["load_after"] = os.getloadavg()
     results["total_wall_s"] = time.monotonic() - began
     print(render(results))

@@ -304,9 +304,11 @@ def write_project(
     *,
     pipeline: dict[str, Any] | None = None,
     spark_conf: dict[str, str] | None = None,
+    spark: dict[str, Any] | None = None,
 ) -> Path:
     """Writes ``metadata.yaml`` (stream ``bench``: the given topics per cluster) and ``dynamic_kafka.yaml``
-    (pipeline ``bench``, sink ``sink``, state ``sink_state``) into ``folder``; returns the config path.
+    (pipeline ``bench``, sink ``sink``, state ``sink_state``) into ``folder``; returns the config path. ``spark``
+    replaces the whole ``spark`` section (e.g. ``{"remote": "sc://..."}``).
     """
     metadata = {
         "clusters": {c: {"bootstrap_servers": env.bootstrap(c)} for c in CLUSTERS},
@@ -315,7 +317,7 @@ def write_project(
     (folder / "metadata.yaml").write_text(yaml.safe_dump(metadata, sort_keys=False))
     config = {
         "metadata_service": {"type": "file", "path": "metadata.yaml"},
-        "spark": spark_settings(spark_conf),
+        "spark": spark if spark is not None else spark_settings(spark_conf),
         "pipelines": [{"id": "bench", "streams": ["bench"], "sink": {"path": "sink"}, **(pipeline or {})}],
     }
     path = folder / "dynamic_kafka.yaml"

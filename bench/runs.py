@@ -117,10 +117,13 @@ def run_baseline(env: BenchEnv, topic: str, folder: Path) -> Measured:
     return measured
 
 
-def run_ceiling(env: BenchEnv, topic: str, folder: Path) -> Measured:
-    """confluent-kafka consuming the same ranges in one process."""
+def run_ceiling(env: BenchEnv, topic: str, folder: Path, *, land: bool = False) -> Measured:
+    """confluent-kafka consuming the same ranges in one process (``land``: and writing them to Parquet with
+    pyarrow under ``folder/landed``).
+    """
     spec_path = folder / "ceiling.json"
     spec_path.write_text(json.dumps({"sources": source_spec(env, topic)}, indent=2))
-    measured = run_measured([PYTHON, "-m", "bench.ceiling", str(spec_path)], env=bench_environ()).check()
+    argv = [PYTHON, "-m", "bench.ceiling", str(spec_path)] + (["--land", str(folder / "landed")] if land else [])
+    measured = run_measured(argv, env=bench_environ()).check()
     measured.extra.update(json.loads(measured.stdout.strip().splitlines()[-1]))
     return measured

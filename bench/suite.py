@@ -414,6 +414,13 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+def bench_connect(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None) -> dict[str, Any]:
+    """8. Warm Spark Connect (see :mod:`bench.connect`)."""
+    from bench.connect import bench_connect as run
+
+    return run(env, settings, e2e)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -422,6 +429,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "growth": bench_growth,
     "state": bench_state,
     "s3": bench_s3,
+    "connect": bench_connect,
 }
 
 

@@ -107,6 +107,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
+    context.check_spark()  # a Spark Connect server that is down: fail before the frontier moves
     from dynamic_kafka.spark.registry_decode import prepare_decoding
 
     # Writer schemas first: a registry that is down fails the backfill before anything is recorded.

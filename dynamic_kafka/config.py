@@ -100,6 +100,16 @@ class SparkConfig(_Config):
         'local[2]'
     """
 
+    remote: str | None = Field(
+        None,
+        description="A Spark Connect server, sc://HOST:PORT: runs send their Spark work to it and start no JVM. "
+        "Then master, ui_enabled and class_data_sharing are the server's business (its start), and conf holds "
+        "only session (runtime SQL) settings. Unset: an in-process Spark driver (the default).",
+    )
+    remote_retries: int = Field(
+        4, ge=0, description="Spark Connect: retries of a call the server did not answer (about 3 s in all)."
+    )
+    remote_max_backoff_ms: int = Field(2000, ge=10, description="Spark Connect: longest wait between two retries.")
     master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
     app_name: str = Field("dynamic-kafka", description="Spark application name.")
     conf: StringProperties = Field(
@@ -113,6 +123,22 @@ class SparkConfig(_Config):
         description="Start the driver's JVM from a class data sharing archive, recorded once per set of jars "
         "in the background (see dynamic_kafka.spark.class_archive).",
     )
+
+    @field_validator("remote")
+    @classmethod
+    def _sc_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"sc://[^/:;]+(:\d+)?(/;.*)?", value):
+            raise ValueError(f"{_shown_remote(value)!r} is not a Spark Connect URL; write it like 'sc://HOST:PORT'")
+        return value
+
+    @property
+    def shown_remote(self) -> str | None:
+        """``remote`` without its parameters (after ``/;``, which may hold a token), for logs and errors."""
+        return None if self.remote is None else _shown_remote(self.remote)
+
+
+def _shown_remote(url: str) -> str:
+    return url.split("/;", 1)[0] + ("/;..." if "/;" in url else "")
 
 
 def _location(value: object) -> object:
@@ -568,7 +594,7 @@ def _may_show(loc: tuple[int | str, ...], value: Any) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = mask_secrets(repr(value))  # e.g. a token among an sc:// URL's parameters
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -107,6 +107,17 @@ class PipelineContext:
             configure_object_storage(session, buckets)
         return session
 
+    def check_spark(self) -> None:
+        """With ``spark.remote``: connect now (one round trip), so a Spark Connect server that is down fails the
+        run with a retriable error before its plan is written. In-process mode: nothing (the JVM starts only when
+        something is read).
+
+        Raises:
+            SparkConnectUnavailableError: the server does not answer.
+        """
+        if self.project.spark.remote is not None:
+            self._spark()
+
     def _default_spark(self) -> SparkSession:
         from dynamic_kafka.spark.session import build_spark_session
 

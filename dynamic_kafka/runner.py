@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -199,6 +200,7 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+        self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
         connections = self.context.connections(plan, metadata)
         # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
         # retriable, with nothing written at all.
@@ -556,7 +558,7 @@ class _Deadline:
         self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"
         self.expired = threading.Event()
         self.finished = threading.Event()
-        self._spark: SparkSession | None = None
+        self._tags: _RunTags | None = None
         self._timer: threading.Timer | None = None
         if seconds is not None:
             self._timer = threading.Timer(seconds, self._fire)
@@ -570,9 +572,8 @@ class _Deadline:
 
     def attach(self, spark: SparkSession) -> None:
         """Tags the calling thread's Spark jobs with this run, so they can be cancelled."""
-        self._spark = spark
-        # An in-process session's own tags (addTag) interrupt nothing: its jobs carry the SparkContext's job tags.
-        spark.sparkContext.addJobTag(self.tag)
+        self._tags = _RunTags.of(spark)
+        self._tags.add(self.tag)
 
     def check(self) -> None:
         """Raises RunTimeoutError if the deadline passed (called between stages)."""
@@ -603,10 +604,10 @@ class _Deadline:
                 os._exit(124)
 
     def _cancel_jobs(self) -> None:
-        if self._spark is None:
+        if self._tags is None:
             return
         try:
-            self._spark.sparkContext.cancelJobsWithTag(self.tag)
+            self._tags.cancel(self.tag)
         except Exception as e:  # the session may be stopping; the grace period still applies
             log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
 
@@ -614,11 +615,32 @@ class _Deadline:
         self.finished.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._spark is not None:
+        if self._tags is not None:
             try:
-                self._spark.sparkContext.removeJobTag(self.tag)
+                self._tags.remove(self.tag)
             except Exception as e:  # a stopped session has no tags left to remove
                 log.debug("pipeline %s: Spark tag not removed: %s", self.pipeline_id, e)
+
+
+@dataclass(frozen=True)
+class _RunTags:
+    """How to tag the calling thread's Spark operations with a run and cancel them from another thread."""
+
+    add: Callable[[str], None]
+    remove: Callable[[str], None]
+    cancel: Callable[[str], object]
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> _RunTags:
+        """A Spark Connect session tags its own operations (it has no SparkContext in this process); an in-process
+        session's own tags interrupt nothing, since its jobs carry the SparkContext's job tags.
+        """
+        from dynamic_kafka.spark.remote import is_remote
+
+        if is_remote(spark):
+            return cls(spark.addTag, spark.removeTag, spark.interruptTag)
+        context = spark.sparkContext
+        return cls(context.addJobTag, context.removeJobTag, context.cancelJobsWithTag)
 
 
 def _now() -> datetime:

@@ -1,6 +1,7 @@
-"""Session fixtures shared by every test suite: real local Kafka clusters and one Spark session.
+"""Session fixtures shared by every test suite: real local Kafka clusters, one Spark session and one Spark Connect
+server.
 
-Both start only when a test asks for them, so unit tests start no broker and no JVM. Set
+Each starts only when a test asks for it, so unit tests start no broker and no JVM. Set
 ``DYNAMIC_KAFKA_TEST_CLUSTERS='{"east": "host:port", "west": "host:port"}'`` to use existing clusters instead.
 """
 
@@ -11,23 +12,27 @@ import secrets
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.local_spark_connect import start_server, stop_server
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
 from dynamic_kafka.testing.registries import local_test_registries
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
     from dynamic_kafka.local_postgres import LocalPostgres
     from dynamic_kafka.local_registry import LocalRegistry
     from dynamic_kafka.local_s3 import LocalS3Server
+    from dynamic_kafka.local_spark_connect import ServerInfo
 
 
 @pytest.fixture(scope="session")
@@ -133,6 +138,96 @@ def s3_storage(local_s3: LocalS3Server) -> dict[str, Any]:
         "access_key_id": f"${{env:{S3_KEY_ENV}}}",
         "secret_access_key": f"${{env:{S3_SECRET_ENV}}}",
     }
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
+    """One local Spark Connect server for the whole test session (``local[2]``, its UI on a free port so the
+    secret tests can read its pages), stopped at the end."""
+    base_dir = tmp_path_factory.mktemp("spark-connect")
+    _ui_ports[base_dir] = free_port()
+    info = start_test_server(base_dir, free_port(), _ui_ports[base_dir])
+    yield info
+    stop_server(base_dir=base_dir)
+
+
+_ui_ports: dict[Path, int] = {}
+
+
+def start_test_server(base_dir: Path, port: int, ui_port: int) -> ServerInfo:
+    """Starts (or finds running) the test session's Spark Connect server: ``local[2]``, 1 GB, UI on ``ui_port``."""
+    return start_server(
+        base_dir=base_dir,
+        port=port,
+        master="local[2]",
+        driver_memory="1g",
+        ui=True,
+        conf={"spark.ui.port": str(ui_port)},
+    )
+
+
+@pytest.fixture(scope="session")
+def spark_connect_ui(spark_connect_server: ServerInfo) -> str:
+    """The test Spark Connect server's UI, ``http://127.0.0.1:PORT``."""
+    return f"http://127.0.0.1:{_ui_ports[Path(spark_connect_server.log_file).parent]}"
+
+
+@pytest.fixture(scope="session")
+def restart_spark_connect_server(spark_connect_server: ServerInfo) -> Callable[[], ServerInfo]:
+    """Starts the session's Spark Connect server again, after a test killed it (same folder, port and UI port)."""
+    base_dir = Path(spark_connect_server.log_file).parent
+
+    def restart() -> ServerInfo:
+        return start_test_server(base_dir, spark_connect_server.port, _ui_ports[base_dir])
+
+    return restart
+
+
+@dataclass(frozen=True)
+class SparkMode:
+    """How a test's pipeline runs Spark: ``local`` (the session's in-process driver) or ``connect`` (the session's
+    Spark Connect server)."""
+
+    name: str
+    config: dict[str, Any]  # the project file's `spark` section (what CLI runs of the pipeline use)
+    session: Callable[[], Any] | None  # for in-process runners; None: the project's `spark` section decides
+    server: ServerInfo | None = None
+
+
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+
+
+@pytest.fixture(autouse=True)
+def _spark_mode_switch_cleared() -> Iterator[None]:
+    """Clears pyspark's process-wide Connect switches after every test (see ``spark_mode``).
+
+    Creating a Spark Connect session sets environment variables that nothing unsets; left set, they turn the next
+    test's in-process Spark calls into Connect calls, and the in-process session refuses to start.
+    """
+    yield
+    for name in (_CONNECT_MODE, "SPARK_REMOTE"):
+        os.environ.pop(name, None)
+
+
+@pytest.fixture(params=["local", "connect"])
+def spark_mode(request: pytest.FixtureRequest) -> Iterator[SparkMode]:
+    """Each exactly-once core test once per mode.
+
+    pyspark dispatches its functions (``sf.col``, ``Observation``...) on one process-wide switch, the environment
+    variable a Connect session sets: one process is in one mode. This test process runs both, so the switch is set
+    for the connect cases and cleared after them (the cached Connect session and the in-process session both stay).
+    """
+    if request.param == "local":
+        os.environ.pop(_CONNECT_MODE, None)
+        session = request.getfixturevalue("spark")
+        yield SparkMode("local", {}, lambda: session)
+        return
+    server: ServerInfo = request.getfixturevalue("spark_connect_server")
+    os.environ[_CONNECT_MODE] = "1"
+    try:
+        yield SparkMode("connect", {"remote": server.remote}, None, server)
+    finally:
+        os.environ.pop(_CONNECT_MODE, None)
 
 
 _exit_status: list[int] = []

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
-from dynamic_kafka.sink.tables import dead_letter_rows, ensure_table, latest_version, sink_rows, spark_failures
+from dynamic_kafka.sink.tables import (
+    dead_letter_rows,
+    delta_path_identifier,
+    ensure_table,
+    latest_version,
+    sink_rows,
+    spark_failures,
+    sql_string,
+)
 from dynamic_kafka.spark.decode import DECODE_ERROR, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
 from dynamic_kafka.spark.schema import MERGE_KEYS
@@ -141,20 +149,20 @@ def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
 
 
 def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> int:
-    """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted."""
-    from delta.tables import DeltaTable
+    """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted.
 
+    Delta's MERGE by SQL with the rows as a DataFrame argument, in both modes: one code path, and over Spark
+    Connect Delta's Python ``DeltaTable.merge`` would need the Delta Connect server plugin, which Maven Central
+    does not serve for this Spark/Delta pair (docs/spark-connect.md). The metrics row is the same.
+    """
     ensure_table(spark, rows, path)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
-    metrics = (
-        DeltaTable.forPath(spark, path.spark_uri)
-        .alias("t")
-        .merge(rows.alias("s"), f"{on} AND ({scope})")
-        .withSchemaEvolution()  # new columns join the table, as appends do with mergeSchema
-        .whenNotMatchedInsertAll()
-        .execute()
-        .collect()
-    )
+    # WITH SCHEMA EVOLUTION: new columns join the table, as appends do with mergeSchema.
+    # spark.sql formats the text with str.format: braces of the text itself are doubled, {source} is the rows.
+    text = f"MERGE WITH SCHEMA EVOLUTION INTO {delta_path_identifier(path)} AS t USING __source__ AS s "
+    text += f"ON {on} AND ({scope}) WHEN NOT MATCHED THEN INSERT *"
+    query = text.replace("{", "{{").replace("}", "}}").replace("__source__", "{source}", 1)
+    metrics = spark.sql(query, source=rows).collect()
     return int(metrics[0]["num_inserted_rows"]) if metrics else 0
 
 
@@ -168,14 +176,10 @@ def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> s
     covered = sum(int(metrics.get(f"records_{i}") or 0) for i in range(len(pairs)))
     if covered == int(metrics["records"]):  # every source row belongs to a listed pair
         ranges = [
-            f"(t.`cluster` = {_sql_string(c)} AND t.`topic` = {_sql_string(t)} AND t.`offset` BETWEEN "
+            f"(t.`cluster` = {sql_string(c)} AND t.`topic` = {sql_string(t)} AND t.`offset` BETWEEN "
             f"{metrics[f'min_offset_{i}']} AND {metrics[f'max_offset_{i}']})"
             for i, (c, t) in enumerate(pairs)
             if metrics.get(f"min_offset_{i}") is not None
         ]
         bounds.append("(" + " OR ".join(ranges) + ")")
     return " AND ".join(bounds)
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -80,7 +80,20 @@ def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -
 
 
 def observed(observation: Observation) -> dict[str, Any] | None:
-    """The observation's metrics, or None if the observed plan never ran (Delta skipped the write)."""
+    """The observation's metrics, or None if the observed plan never ran (Delta skipped the write).
+
+    In-process, the metrics arrive asynchronously from the JVM, so this waits (bounded) for the observation's
+    future. Over Spark Connect they arrive with the response of the write command itself, so they are there or
+    the plan never ran: ``get`` never blocks, and empty metrics (or none at all) mean "never ran".
+    """
+    if not hasattr(observation, "_jo"):  # a Spark Connect observation: no JVM object
+        from pyspark.errors import PySparkAssertionError
+
+        try:
+            metrics: dict[str, Any] = observation.get
+        except PySparkAssertionError:  # NO_OBSERVE_BEFORE_GET: no result came back
+            return None
+        return metrics or None
     future = observation._jo.future() if observation._jo is not None else None
     deadline = time.monotonic() + _OBSERVATION_WAIT_S
     while future is not None and not future.isCompleted():

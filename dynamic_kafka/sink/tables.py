@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.errors import SparkJobError
+from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
@@ -96,18 +96,48 @@ def table_exists(table: Table) -> bool:
 
 
 def ensure_table(spark: SparkSession, rows: DataFrame, table: Table) -> None:
-    """Creates the table (for a MERGE) with ``rows``' schema and coordinate-only statistics, unless it exists."""
-    from delta.tables import DeltaTable
+    """Creates the table (for a MERGE) with ``rows``' schema and coordinate-only statistics, unless it exists.
 
+    By SQL, in both modes: Delta's Python ``DeltaTable`` builder needs the Delta Connect server plugin over Spark
+    Connect, which Maven Central does not serve for this Spark/Delta pair (docs/spark-connect.md).
+    """
     if table_exists(table):
         return
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(TableRef.of(table).spark_uri)
-        .addColumns(_nullable(rows.schema))
-        .property(STATS_PROPERTY, STATS_COLUMNS)
-        .execute()
-    )
+    columns = ", ".join(f"{quote_identifier(f.name)} {ddl_type(f.dataType)}" for f in _nullable(rows.schema).fields)
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {delta_path_identifier(table)} ({columns}) USING delta "
+        f"TBLPROPERTIES ({sql_string(STATS_PROPERTY)} = {sql_string(STATS_COLUMNS)})"
+    ).collect()
+
+
+def delta_path_identifier(table: Table) -> str:
+    """``delta.`uri``` for SQL: the table's Spark URI (``s3a://`` on object storage) quoted as an identifier."""
+    return f"delta.{quote_identifier(TableRef.of(table).spark_uri)}"
+
+
+def quote_identifier(name: str) -> str:
+    """A SQL identifier in backticks (a backtick inside doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def ddl_type(data_type: Any) -> str:
+    """Spark SQL DDL for ``data_type``, field names quoted (a JSON field may be named anything). Nullability is
+    not rendered: DDL columns and fields are nullable, as :func:`_nullable` wants them.
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, StructType):
+        return "STRUCT<" + ", ".join(f"{quote_identifier(f.name)}: {ddl_type(f.dataType)}" for f in data_type) + ">"
+    if isinstance(data_type, ArrayType):
+        return f"ARRAY<{ddl_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"MAP<{ddl_type(data_type.keyType)}, {ddl_type(data_type.valueType)}>"
+    return str(data_type.simpleString())
 
 
 def _nullable(data_type: Any) -> Any:
@@ -227,17 +257,28 @@ def safe_text(error: BaseException, limit: int = 600) -> str:
 
 @contextmanager
 def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
-    """Turn py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path).
+    """Turns py4j / Spark / Delta exceptions into SparkJobError naming what was being done (and the path).
 
     When ``table``'s object store could not be used (missing bucket, refused credentials, unreachable), the
-    error is an ObjectStoreError instead.
+    error is an ObjectStoreError instead. Over Spark Connect every error is a ``PySparkException`` (no py4j); a
+    server that went away during the job becomes :class:`~dynamic_kafka.errors.SparkConnectUnavailableError`.
     """
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
+    from dynamic_kafka.spark.remote import is_unavailable
+
     try:
         yield
+    except SparkConnectUnavailableError:
+        raise
     except (Py4JError, PySparkException) as e:
+        if is_unavailable(e):
+            raise SparkConnectUnavailableError(
+                f"{doing} failed: the Spark Connect server stopped answering.",
+                hint="Nothing was committed to the state; start the server (`dynamic-kafka spark-connect up`) "
+                "and run again: the next run recovers this one.",
+            ) from e
         storage_failure = table.failure(e, doing) if table is not None else None
         if storage_failure is not None:
             raise storage_failure from e

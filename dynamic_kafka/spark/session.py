@@ -92,7 +92,12 @@ def configure_object_storage(session: SparkSession, buckets: Mapping[str, Storag
     Raises:
         ConfigError: the session was started without Hadoop's S3A connector.
     """
-    if not buckets or session.sparkContext._jsc is None or session.sparkContext._jvm is None:
+    from dynamic_kafka.spark.remote import is_remote
+
+    # A Spark Connect session has no SparkContext here: the server was started with its buckets' settings.
+    if not buckets or is_remote(session):
+        return
+    if session.sparkContext._jsc is None or session.sparkContext._jvm is None:
         return
     # Spark's class loader, not the JVM's system one: jars given as spark.jars are only on the former.
     if not session.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(_S3A_CLASS):
@@ -142,7 +147,8 @@ def build_spark_session(
     object_storage: Mapping[str, StorageConfig | None] | None = None,
     s3a: bool | None = None,
 ) -> SparkSession:
-    """Return the process-wide Spark session, building it on first use.
+    """Return the process-wide Spark session, building it on first use; with ``settings.remote``, this process's
+    Spark Connect session to that server instead (:func:`dynamic_kafka.spark.remote.build_remote_session`).
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
     with other settings than the running session's gets the running session (and a warning); the per-bucket
@@ -151,11 +157,15 @@ def build_spark_session(
     Args:
         settings: how to build the session; defaults to ``SparkConfig()``.
         object_storage: the S3 buckets the session must reach, each with its storage block (see
-            :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`).
+            :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`); unused with ``settings.remote``,
+            where the server holds the S3A settings.
         s3a: add Hadoop's S3A connector; default: when ``object_storage`` names a bucket.
 
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
+
+    Raises:
+        SparkConnectUnavailableError: ``settings.remote`` is set and that server does not answer (retriable).
 
     Example:
         >>> spark = build_spark_session(SparkConfig(master="local[2]"))  # doctest: +SKIP
@@ -163,6 +173,11 @@ def build_spark_session(
     """
     global _session, _session_settings
     settings = settings or SparkConfig()
+    if settings.remote is not None:
+        from dynamic_kafka.spark.remote import build_remote_session
+
+        # Object storage is the server's: its S3A jars and bucket settings come with `spark-connect up`.
+        return build_remote_session(settings)
     buckets = dict(object_storage or {})
     guard_py4j_logging()
     with _lock:
@@ -247,8 +262,13 @@ class SessionLaunch:
 
 
 def stop_spark_session() -> None:
-    """Stop the process-wide session, if any; the next :func:`build_spark_session` starts a new one."""
+    """Stop the process-wide session and close the Spark Connect sessions, if any; the next
+    :func:`build_spark_session` starts (or connects) a new one.
+    """
     global _session, _session_settings
+    from dynamic_kafka.spark.remote import stop_remote_sessions
+
+    stop_remote_sessions()
     with _lock:
         if _session is not None:
             _session.stop()

@@ -35,6 +35,7 @@ class PipelineHarness:
         *,
         clusters: Mapping[str, str | Mapping[str, Any]],
         spark: Callable[[], Any] | None = None,
+        spark_config: Mapping[str, Any] | None = None,
         **pipeline: Any,
     ) -> None:
         self.folder = folder
@@ -43,6 +44,7 @@ class PipelineHarness:
             name: ({"bootstrap_servers": c} if isinstance(c, str) else dict(c)) for name, c in clusters.items()
         }
         self.spark = spark
+        self.spark_config = dict(spark_config or {})
         self.metadata_path = folder / "metadata.yaml"
         self.config_path = folder / "dynamic_kafka.yaml"
         self.pipeline: dict[str, Any] = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, **pipeline}
@@ -51,7 +53,10 @@ class PipelineHarness:
         self.set_streams({})
 
     def _write_config(self) -> None:
-        config = {"metadata_service": {"type": "file", "path": "metadata.yaml"}, "pipelines": [self.pipeline]}
+        config: dict[str, Any] = {"metadata_service": {"type": "file", "path": "metadata.yaml"}}
+        if self.spark_config:
+            config["spark"] = self.spark_config
+        config["pipelines"] = [self.pipeline]
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def configure(self, **pipeline: Any) -> None:

@@ -1,6 +1,7 @@
 """The README's main command: a cluster migration, end to end, through Dagster.
 
-1. starts two local Kafka clusters, ``east`` (127.0.0.1:19092) and ``west`` (127.0.0.1:29092);
+1. starts two local Kafka clusters, ``east`` (127.0.0.1:19092) and ``west`` (127.0.0.1:29092), and a local Spark
+   Connect server (127.0.0.1:15002): the runs Dagster launches send their Spark work to it and start no JVM;
 2. writes a demo project into ``.demo/`` (fresh topics each time, so the demo can be run again and again);
 3. produces orders to the stream ``orders`` on ``east`` and materializes the pipeline with Dagster;
 4. migrates the stream in the metadata file, east -> east + west -> west, producing on both sides; at each step
@@ -25,6 +26,7 @@ import yaml
 from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 
 from dynamic_kafka.local_kafka import start_clusters
+from dynamic_kafka.local_spark_connect import start_server
 from dynamic_kafka.testing.kafka import Record, create_topic, produce
 from pipelines.build import build_definitions
 from pipelines.names import RESOURCE_KEY, incremental_job_name, metadata_sensor_name
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_DIR = ROOT / ".demo"
 DAGSTER_HOME = ROOT / ".dagster-home"
 CLUSTERS = {"east": 19092, "west": 29092}
+SPARK_CONNECT_PORT = 15002
 PIPELINE = "orders"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -56,6 +59,7 @@ class Demo:
         self.metadata_path = DEMO_DIR / "metadata.yaml"
         self.cursor: str | None = None
         self.runs: list[tuple[str, dict[str, Any]]] = []
+        self.remote = f"sc://127.0.0.1:{SPARK_CONNECT_PORT}"
 
     def start_clusters(self) -> None:
         """Start the clusters and create the demo's topics."""
@@ -66,13 +70,20 @@ class Demo:
             print(f"  {name}: {servers}")
             create_topic(servers, self.topics[name], 3)
 
+    def start_spark_connect(self) -> None:
+        """Starts the local Spark Connect server the demo's runs use (a running one is reused)."""
+        print("Starting the local Spark Connect server (Spark with Delta and the Kafka connector)...", flush=True)
+        info = start_server(base_dir=ROOT / ".local-spark-connect", port=SPARK_CONNECT_PORT, master="local[2]")
+        self.remote = info.remote
+        print(f"  {info.remote} (pid {info.pid}; stop it with .venv/bin/dynamic-kafka spark-connect down)")
+
     def write_project(self) -> None:
         """Write the demo's project config into a fresh folder."""
         shutil.rmtree(DEMO_DIR, ignore_errors=True)
         DEMO_DIR.mkdir(parents=True)
         project = {
             "metadata_service": {"type": "file", "path": "metadata.yaml"},
-            "spark": {"master": "local[2]"},
+            "spark": {"remote": self.remote},
             "pipelines": [
                 {
                     "id": PIPELINE,
@@ -161,13 +172,14 @@ class Demo:
         home.mkdir(parents=True, exist_ok=True)
         if not (home / "dagster.yaml").exists():
             shutil.copy(ROOT / "examples" / "demo" / "dagster.yaml", home / "dagster.yaml")
+        self.start_spark_connect()
         self.write_project()
         self.start_clusters()
         instance = DagsterInstance.get()
 
         self.set_metadata(["east"])
         self.produce("east", 0, 1000)
-        print("The metadata sensor's first tick requests the first run (it starts Spark)...", flush=True)
+        print("The metadata sensor's first tick requests the first run (through Spark Connect)...", flush=True)
         self.follow_sensor(instance, "first run")
 
         self.set_metadata(["east", "west"])
@@ -193,6 +205,7 @@ class Demo:
             "\nit were drained (drain_removed: true) before east was marked removed."
             "\n\nOpen the Dagster UI on these runs:  make ui   (then http://127.0.0.1:3000)"
             "\nStop the local clusters:           .venv/bin/dynamic-kafka local-kafka down"
+            "\nStop the Spark Connect server:     .venv/bin/dynamic-kafka spark-connect down"
         )
         return 0
 

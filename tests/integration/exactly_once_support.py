@@ -27,7 +27,8 @@ Coordinates = tuple[str, str, int]  # cluster, topic, partition
 
 class TwoClusterStream:
     """The stream ``orders`` on one topic of "east" and one of "west" (fresh names), with what was produced, and
-    ``harness``, the pipeline ``p`` reading it in ``folder`` (``spark``: the session for in-process runs)."""
+    ``harness``, the pipeline ``p`` reading it in ``folder`` (``spark``: the session for in-process runs;
+    ``spark_config``: the project's ``spark`` section, e.g. a Spark Connect ``remote``)."""
 
     def __init__(
         self,
@@ -35,10 +36,13 @@ class TwoClusterStream:
         folder: Path,
         *,
         spark: Callable[[], Any] | None = None,
+        spark_config: Mapping[str, Any] | None = None,
         partitions: int = 2,
     ) -> None:
         self.bootstrap = {name: clusters[name].bootstrap_servers for name in ("east", "west")}
-        self.harness = harness = PipelineHarness(folder, clusters=self.bootstrap, spark=spark)
+        self.harness = harness = PipelineHarness(
+            folder, clusters=self.bootstrap, spark=spark, spark_config=spark_config
+        )
         self.topics = {"east": unique_name("orders"), "west": unique_name("orders-v2")}
         for cluster, topic in self.topics.items():
             create_topic(self.bootstrap[cluster], topic, partitions)

@@ -62,10 +62,18 @@ class Orders:
     time retention would delete records dated long ago)."""
 
     def __init__(self, east: ClusterEndpoint, tmp_path: Path, spark: Any, **pipeline: Any) -> None:
+        """``spark``: the in-process session, or a ``SparkMode`` (conftest) to run in that mode."""
         self.servers = east.bootstrap_servers
         self.topic = unique_name("overlap")
         create_topic(self.servers, self.topic, 2)
-        self.harness = PipelineHarness(tmp_path, clusters={"east": self.servers}, spark=lambda: spark, **pipeline)
+        mode = spark if hasattr(spark, "config") and hasattr(spark, "session") else None
+        self.harness = PipelineHarness(
+            tmp_path,
+            clusters={"east": self.servers},
+            spark=mode.session if mode is not None else lambda: spark,
+            spark_config=mode.config if mode is not None else None,
+            **pipeline,
+        )
         self.harness.set_streams({"orders": {"east": [self.topic]}})
         self.t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
 
@@ -109,10 +117,10 @@ class Orders:
 
 
 def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, writes: list[Write]
+    kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, writes: list[Write]
 ) -> None:
     # Values are strings, so the write dead-letters (and the dedupe covers the dead-letter table too).
-    orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="string")
+    orders = Orders(kafka_clusters["east"], tmp_path, spark_mode, value_format="string")
     first = orders.produce((0, "a0", 1), (0, "a1", 2), (1, "a2", 3))
     assert orders.harness.runner().run().records == 3
     window = orders.produce((0, "b0", 10), (1, "b1", 11), (1, b"\xff\xfe-not-utf8", 12))

@@ -54,8 +54,10 @@ def stream(kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path) -> TwoClu
 
 
 def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
-    stream: TwoClusterStream,
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, spark_mode: Any
 ) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
+    stream.produce("first", east=30, west=20)
     harness = stream.harness
 
     results = cli_runs_together(harness, 2)

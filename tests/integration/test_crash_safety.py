@@ -38,6 +38,7 @@ from exactly_once_support import TwoClusterStream, assert_nothing_left, committe
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
+from dynamic_kafka.local_spark_connect import server_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.testing.kafka import wait_for
 
@@ -57,9 +58,14 @@ FAULTS = ("after_plan", "during_write", "after_sink")
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
-    fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path
 ) -> None:
-    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    if spark_mode.name == "connect" and fault == "during_write":
+        pytest.skip(
+            "over Spark Connect the write runs in the server: killing the client leaves the server to finish (or "
+            "abandon) it; the server-kill test below is the connect-mode case"
+        )
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
     first_rows = stream.produce("first", east=12, west=8)
     assert harness.runner().run().run_seq == 1
@@ -100,6 +106,68 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
 
     assert_nothing_left(harness)
     assert harness.sink_rows() == stream.expected_rows()
+
+
+def test_a_spark_connect_server_killed_during_the_write_fails_the_run_retriably_and_the_next_run_is_exact(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark_connect_server: Any,
+    restart_spark_connect_server: Callable[[], Any],
+    tmp_path: Path,
+) -> None:
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # this process uses Connect (see conftest's spark_mode)
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark_config={"remote": spark_connect_server.remote})
+    harness = stream.harness
+    stream.produce("first", east=12, west=8)
+    assert harness.runner().run().run_seq == 1
+    ends_before_crash = stream.end_offsets()
+    # Enough records that the server's write tasks take a while: the kill must land between the first data file
+    # and the commit.
+    stream.produce("crashed", east=40_000, west=40_000)
+
+    referenced = _referenced_files(harness.sink_path)
+    outcome: list[subprocess.CompletedProcess[str]] = []
+    runner = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
+    runner.start()
+    try:
+        wait_for(
+            _alive_or_done(lambda: bool(_unreferenced_data_files(harness.sink_path, referenced)), runner),
+            timeout_s=300,
+            interval_s=0.02,
+            what="the server's write to put a data file into the sink",
+        )
+        os.kill(spark_connect_server_pid(spark_connect_server), signal.SIGKILL)
+    finally:
+        runner.join(timeout=120)
+    assert outcome, "the run process did not end"
+    failed = outcome[0]
+
+    assert failed.returncode == 1, tail(failed.stderr)
+    assert "Spark Connect server" in failed.stderr, tail(failed.stderr)
+    assert "Traceback" not in failed.stderr
+    state = harness.runner().store.load()
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (2, "planned")
+    assert committed_txn_version(harness.sink_path, "p") == 1
+    assert _unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
+    assert committed_offsets(harness) == ends_before_crash
+
+    restart_spark_connect_server()  # `dynamic-kafka spark-connect up` again
+    stream.produce("later", east=5, west=3)
+    recovering = harness.runner().run()
+
+    assert recovering.recovered_run_seq == 2
+    assert (recovering.run_seq, recovering.status, recovering.records) == (3, "committed", 8)
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
+    assert_nothing_left(harness)
+
+
+def spark_connect_server_pid(info: Any) -> int:
+    """The test server's pid now (it may have been restarted since the session started)."""
+    status = server_status(Path(info.log_file).parent)
+    assert status is not None
+    assert status.running
+    return status.info.pid
 
 
 def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> subprocess.CompletedProcess[str]:

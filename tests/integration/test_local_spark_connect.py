@@ -3,54 +3,30 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka._toolchain.process import free_port, is_alive
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.cli.main import main
+from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.errors import LocalSparkConnectError
-from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server, stop_server
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
-    """One local Spark Connect server for the whole test session (local[2]), stopped at its end."""
-    base_dir = tmp_path_factory.mktemp("spark-connect")
-    info = start_server(base_dir=base_dir, port=free_port(), master="local[2]", driver_memory="1g")
-    yield info
-    stopped = stop_server(base_dir=base_dir)
-    assert stopped is not None
-    assert stopped.pid == info.pid
-    assert not is_alive(info.pid, str(base_dir / "log4j2.properties"))
-    status = server_status(base_dir)
-    assert status is not None
-    assert not status.running
 
 
 def _base_dir(info: ServerInfo) -> Path:
     return Path(info.log_file).parent
 
 
-@pytest.fixture(autouse=True)
-def _local_mode_after_each_test() -> Iterator[None]:
-    """Put this process's pyspark back in local mode after each test.
-
-    Creating a Spark Connect session switches pyspark to Connect mode through environment variables that nothing
-    unsets; the tests after this module start the in-process session, which refuses to run in that mode.
-    """
-    yield
-    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
-        os.environ.pop(name, None)
+def _running_pid(info: ServerInfo) -> int:
+    """The server's pid now (a crash test may have killed and restarted it since the session started)."""
+    status = server_status(_base_dir(info))
+    assert status is not None
+    assert status.running
+    return status.info.pid
 
 
 def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: ServerInfo, tmp_path: Path) -> None:
@@ -73,7 +49,7 @@ def test_status_json_names_the_remote(spark_connect_server: ServerInfo, capsys: 
     status = json.loads(capsys.readouterr().out)
     assert status["remote"] == f"sc://127.0.0.1:{spark_connect_server.port}"
     assert status["running"] is True
-    assert status["pid"] == spark_connect_server.pid
+    assert status["pid"] == _running_pid(spark_connect_server)
 
 
 def test_up_again_leaves_the_running_server_alone(
@@ -82,7 +58,7 @@ def test_up_again_leaves_the_running_server_alone(
     base = str(_base_dir(spark_connect_server))
     argv = ["spark-connect", "up", "--json", "--base-dir", base, "--port", str(spark_connect_server.port)]
     assert main([*argv, "--master", "local[2]"]) == 0
-    assert json.loads(capsys.readouterr().out)["pid"] == spark_connect_server.pid
+    assert json.loads(capsys.readouterr().out)["pid"] == _running_pid(spark_connect_server)
     with pytest.raises(LocalSparkConnectError, match="already runs"):
         start_server(base_dir=_base_dir(spark_connect_server), port=spark_connect_server.port, master="local[1]")
 
@@ -109,21 +85,23 @@ def test_down_without_a_server_says_so(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no running Spark Connect server" in capsys.readouterr().out
 
 
-def test_remote_session_factory_sets_session_conf(spark_connect_server: ServerInfo) -> None:
-    from dynamic_kafka.spark_remote import RemoteSparkSettings, build_remote_session
+def test_the_session_factory_connects_when_the_config_names_a_remote(spark_connect_server: ServerInfo) -> None:
+    from dynamic_kafka.spark.remote import is_remote
+    from dynamic_kafka.spark.session import build_spark_session
 
-    settings = RemoteSparkSettings(remote=spark_connect_server.remote, conf={"spark.sql.shuffle.partitions": "3"})
-    spark = build_remote_session(settings)
-    assert build_remote_session(settings) is spark
+    settings = SparkConfig(remote=spark_connect_server.remote, conf={"spark.sql.shuffle.partitions": "3"})
+    spark = build_spark_session(settings)
+    assert is_remote(spark)
+    assert build_spark_session(settings) is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
     assert spark.range(4).count() == 4
 
 
 def test_an_unreachable_server_is_a_retriable_error() -> None:
     from dynamic_kafka.errors import SparkConnectUnavailableError
-    from dynamic_kafka.spark_remote import RemoteSparkSettings, build_remote_session
+    from dynamic_kafka.spark.session import build_spark_session
 
-    settings = RemoteSparkSettings(remote=f"sc://127.0.0.1:{free_port()}", max_retries=1, max_backoff_ms=100)
+    settings = SparkConfig(remote=f"sc://127.0.0.1:{free_port()}", remote_retries=1, remote_max_backoff_ms=100)
     with pytest.raises(SparkConnectUnavailableError, match="did not answer") as failure:
-        build_remote_session(settings)
+        build_spark_session(settings)
     assert failure.value.retriable

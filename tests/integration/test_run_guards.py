@@ -130,11 +130,15 @@ def test_a_sink_that_would_not_take_the_rows_is_refused_with_the_columns_named(
     assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")  # no plan written
 
 
-def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark: Any) -> None:
+def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark_mode: Any) -> None:
     """The runner's deadline (``max_run_seconds``) interrupts the Spark operations of its run, so a hung or endless
-    job cannot hold the run (and its lock) forever; the runner turns the failure into a retriable RunTimeoutError."""
+    job cannot hold the run (and its lock) forever; the runner turns the failure into a retriable RunTimeoutError.
+    In process the SparkContext's job tags are cancelled; over Spark Connect the session's operation tags."""
+    from dynamic_kafka.config import SparkConfig
     from dynamic_kafka.runner import _Deadline
+    from dynamic_kafka.spark.session import build_spark_session
 
+    spark = spark_mode.session() if spark_mode.session else build_spark_session(SparkConfig(**spark_mode.config))
     deadline = _Deadline("p", 3, hard_exit=False)
     deadline.attach(spark)
     started = time.monotonic()

@@ -22,13 +22,15 @@ def values(prefix: str, numbers: range) -> list[Record]:
 
 
 def test_one_stream_on_two_clusters_lands_exactly_once(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path
 ) -> None:
     east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
     t_east, t_west = unique_name("orders"), unique_name("orders-v2")
     create_topic(east, t_east, 3)
     create_topic(west, t_west, 3)
-    harness = PipelineHarness(tmp_path, clusters={"east": east, "west": west}, spark=lambda: spark)
+    harness = PipelineHarness(
+        tmp_path, clusters={"east": east, "west": west}, spark=spark_mode.session, spark_config=spark_mode.config
+    )
     harness.set_streams({"orders": {"east": [t_east], "west": [t_west]}})
     sent = produce(east, t_east, values("e", range(30))) + produce(west, t_west, values("w", range(20)))
 

@@ -7,26 +7,27 @@ library's log records, exception chains, the state and sink tables as files and 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
 
-from dynamic_kafka.errors import KafkaAuthenticationError, ObjectStoreError
+from dynamic_kafka.errors import DynamicKafkaError, KafkaAuthenticationError, ObjectStoreError
 from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
     from dynamic_kafka.local_s3 import LocalS3Server
 
@@ -420,3 +421,123 @@ def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
     with pytest.raises(ObjectStoreError) as caught:
         harness.runner().run()
     assert_absent(secrets, {"error": exception_texts(caught.value)})
+
+
+# --- 9b. SASL secrets over Spark Connect -------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_over_spark_connect_the_password_appears_in_no_log_error_plan_ui_page_or_dagster_metadata(
+    sasl_cluster: LocalCluster,
+    sasl_password: str,
+    spark_connect_server: Any,
+    spark_connect_ui: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The credentials travel to the server as Kafka reader options inside each query plan: the server must keep
+    them out of its log, its UI (the Connect tab lists statements, the SQL tab plans) and the plans ``explain``
+    shows, and the client out of its errors and the run's Dagster metadata."""
+    from dynamic_kafka.spark.reader import read_splits
+    from pipelines.errors import failure_metadata
+    from pipelines.metadata import summary_metadata
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # this process uses Connect (see conftest's spark_mode)
+    topic, sent = secured_topic(sasl_cluster, sasl_password, 5)
+    harness = sasl_harness(tmp_path, sasl_cluster, topic)
+    harness.spark_config = {"remote": spark_connect_server.remote}
+    harness.configure()  # rewrites the config with the `spark` section
+    outputs: dict[str, str | bytes] = {}
+    for command in [("-v", "run", "--json"), ("-v", "run")]:
+        result = harness.cli(*command, env={PASSWORD_VAR: sasl_password})
+        assert result.returncode == 0, result.stderr
+        outputs[f"{' '.join(command)} stdout"], outputs[f"{' '.join(command)} stderr"] = result.stdout, result.stderr
+    first = json.loads(outputs["-v run --json stdout"])
+    assert (first["status"], first["records"], first["spark_started"]) == ("committed", len(sent), True)
+    assert harness.sink_rows() == expected_rows(topic, sent)
+
+    # In this process: a run (for its Dagster metadata), then the run's read explained, then a read with a wrong
+    # password that fails in the server.
+    monkeypatch.setenv(PASSWORD_VAR, sasl_password)
+    produce(sasl_cluster.client_config(sasl_password), topic, [Record(value=b"later")])
+    runner = harness.runner()
+    summary = runner.run()
+    assert summary.records == 1
+    outputs["dagster metadata"] = repr(summary_metadata(summary))
+    last = runner.store.load().last_run
+    assert last is not None
+    plan = last.plan
+    spark = runner.context.spark()
+    frame = read_splits(
+        spark, plan.read_splits, runner.context.connections(plan), isolation_level="read_committed", min_partitions=None
+    )
+    with io.StringIO() as shown, contextlib.redirect_stdout(shown):
+        frame.explain(mode="extended")
+        frame.explain(mode="formatted")
+        outputs["explain"] = shown.getvalue()
+    assert "kafka" in outputs["explain"].lower()
+    wrong = "wrong-" + sasl_password[::-1]
+    monkeypatch.setenv(PASSWORD_VAR, wrong)
+    bad = harness.runner()
+    bad_frame = read_splits(
+        spark, plan.read_splits, bad.context.connections(plan), isolation_level="read_committed", min_partitions=None
+    )
+    from dynamic_kafka.sink.tables import spark_failures
+
+    with pytest.raises(DynamicKafkaError) as raised, spark_failures("reading with a wrong password"):
+        bad_frame.count()
+    outputs["exception"] = exception_texts(raised.value)
+    outputs["dagster failure metadata"] = repr(failure_metadata(raised.value, "p"))
+    outputs["client logs"] = caplog.text
+
+    outputs["server log"] = Path(spark_connect_server.log_file).read_bytes()
+    pages = crawl(spark_connect_ui)
+    assert any("/connect" in url for url in pages), sorted(pages)[:20]
+    assert any("/SQL/execution" in url for url in pages), sorted(pages)[:20]
+    assert any("kafka" in text.lower() for text in pages.values()), "the UI shows no Kafka read: crawl missed it"
+    outputs.update({f"UI {url}": text for url, text in pages.items()})
+    outputs.update(table_texts(tmp_path / "sink_state"))
+    assert_absent([sasl_password, wrong], outputs)
+
+
+def crawl(root: str, limit: int = 400) -> dict[str, str]:
+    """Every page of the Spark UI at ``root`` reachable by its links (same origin), plus the REST API's SQL
+    executions with their plans and the environment, as text."""
+    import re
+    import urllib.error
+    import urllib.request
+    from html import unescape
+
+    pages: dict[str, str] = {}
+
+    def get(url: str) -> str | None:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310  # loopback test server
+                return str(response.read().decode("utf-8", "replace"))
+        except (urllib.error.URLError, TimeoutError):
+            return None
+
+    queue = [f"{root}/", f"{root}/connect/", f"{root}/SQL/", f"{root}/environment/", f"{root}/jobs/"]
+    apps = get(f"{root}/api/v1/applications")
+    for app in json.loads(apps or "[]"):
+        for api in ("sql?details=true&planDescription=true", "environment", "jobs", "stages?details=true"):
+            text = get(f"{root}/api/v1/applications/{app['id']}/{api}")
+            if text is not None:
+                pages[f"{root}/api/v1/applications/{app['id']}/{api}"] = text
+    while queue and len(pages) < limit:
+        url = queue.pop(0)
+        if url in pages:
+            continue
+        text = get(url)
+        if text is None:
+            continue
+        pages[url] = text
+        for link in re.findall(r'href="([^"#]+)"', text):
+            link = unescape(link)
+            if link.startswith("/") and not link.startswith("//"):
+                link = root + link
+            if link.startswith(root) and "/static/" not in link and "kill" not in link and link not in pages:
+                queue.append(link)
+    return pages

@@ -90,3 +90,67 @@ def test_an_unwritable_cache_costs_speed_not_the_run(tmp_path: Path, monkeypatch
     spark_module._record_start_up_aids(launch, SparkConfig(), recording=False)
 
     assert not (blocker / "cache").exists()
+
+
+# --- Spark Connect -------------------------------------------------------------------------------------------------
+
+
+def test_remote_must_be_a_spark_connect_url_and_its_parameters_are_never_shown() -> None:
+    assert SparkConfig(remote="sc://127.0.0.1:15002").shown_remote == "sc://127.0.0.1:15002"
+    with_token = SparkConfig(remote="sc://spark.example:443/;use_ssl=true;token=s3cr3t")
+    assert with_token.shown_remote == "sc://spark.example:443/;..."
+    assert SparkConfig().remote is None
+    for wrong in ("http://127.0.0.1:15002", "127.0.0.1:15002", "sc://", "sc://host:port"):
+        with pytest.raises(ValueError, match="not a Spark Connect URL"):
+            SparkConfig(remote=wrong)
+
+
+def test_a_wrong_remote_in_the_project_file_is_a_config_error_without_its_token(tmp_path: Path) -> None:
+    from dynamic_kafka.config import load_project_config
+    from dynamic_kafka.errors import ConfigError
+
+    config = tmp_path / "dynamic_kafka.yaml"
+    config.write_text(
+        "metadata_service: {type: file, path: m.yaml}\nspark: {remote: 'grpc://h:1/;token=s3cr3t'}\n"
+        "pipelines: [{id: p, streams: [s], sink: {path: sink}}]\n"
+    )
+    with pytest.raises(ConfigError, match=r"spark\.remote") as failure:
+        load_project_config(config)
+    assert "s3cr3t" not in str(failure.value)
+
+
+def test_a_create_table_column_list_quotes_every_name_and_keeps_nested_types() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DecimalType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from dynamic_kafka.sink.tables import ddl_type, delta_path_identifier, sql_string
+
+    value = StructType(
+        [
+            StructField("a`b", LongType()),
+            StructField("tags", ArrayType(StringType())),
+            StructField("m", MapType(StringType(), DecimalType(10, 2))),
+            StructField("when", TimestampType()),
+        ]
+    )
+    assert ddl_type(value) == (
+        "STRUCT<`a``b`: bigint, `tags`: ARRAY<string>, `m`: MAP<string, decimal(10,2)>, `when`: timestamp>"
+    )
+    assert ddl_type(BinaryType()) == "binary"
+    assert delta_path_identifier("/data/my`table") == "delta.`/data/my``table`"
+    assert sql_string("it's \\") == "'it\\'s \\\\'"
+
+
+def test_the_remote_session_module_imports_no_pyspark() -> None:
+    code = "import sys, dynamic_kafka.spark.remote, dynamic_kafka.spark.session; print('pyspark' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

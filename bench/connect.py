@@ -1,0 +1,186 @@
+"""Benchmark 8 (``connect``): runs through a warm Spark Connect server, beside the same runs in local mode.
+
+- **small**: a small incremental run (10,000 new records over 2 clusters x 8 partitions; quick: the same) as a
+  fresh ``dynamic-kafka run`` process, the way Dagster launches it, against a warm server; the same run in local
+  mode (a fresh process that starts its own Spark driver) beside it, alternating. Reported: wall, the run process's
+  CPU, the server's CPU during the run (``/proc/<server>/stat``), and whether the run process started a JVM.
+- **1M**: the e2e data set end to end through the warm server (a fresh CLI process), beside the hand-written
+  PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
+  (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow).
+- **soak**: successive small runs (3 records per cluster each) through the one server, each a fresh process:
+  time per run (last 50 vs first 50; quick: last 5 vs first 5) and the server's resident memory every 50 runs.
+
+The server runs from ``.cache/bench/spark-connect`` on 127.0.0.1:15392 (``local[*]``, 2 GB), started here when it
+does not run and stopped at the end unless ``--keep-clusters``; it is warmed with two unmeasured runs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.env import BENCH_DIR, CLUSTERS, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
+from bench.runs import run_baseline, run_ceiling, run_ours
+
+SERVER_DIR = BENCH_DIR / "spark-connect"
+SERVER_PORT = 15392
+SMALL_TOPIC = "connect-small-8p"
+SMALL_RECORDS = 10_000
+SMALL_PARTITIONS = 8
+SOAK_TOPIC = "connect-soak-2p"
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _server() -> Any:
+    from dynamic_kafka.local_spark_connect import start_server
+
+    return start_server(
+        base_dir=SERVER_DIR, port=SERVER_PORT, master="local[*]", driver_memory="2g", start_timeout_s=900
+    )
+
+
+def stop_server() -> None:
+    """Stops the benchmark's Spark Connect server, if it runs."""
+    from dynamic_kafka.local_spark_connect import stop_server as stop
+
+    stop(base_dir=SERVER_DIR)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _fresh_topic(env: BenchEnv, topic: str, partitions: int) -> None:
+    for c in CLUSTERS:
+        env.delete_topics(c, list(env.offsets(c, [topic])))
+        env.create_topics(c, [topic], partitions)
+
+
+def _run(config: Path, server_pid: int | None, expected: int) -> dict[str, Any]:
+    from bench.suite import figures
+
+    before = _cpu_s(server_pid) if server_pid else 0.0
+    measured, summary = run_ours(config)
+    server_cpu = _cpu_s(server_pid) - before if server_pid else None
+    if summary["records"] != expected:
+        raise RuntimeError(f"a connect-benchmark run read {summary['records']} records, not {expected}")
+    return {
+        **figures(measured, records=summary["records"], size=summary["bytes"]),
+        "server_cpu_s": server_cpu,
+        "summary_total_s": summary["total_seconds"],
+        "summary_spark_s": summary["spark_seconds"],
+    }
+
+
+def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> dict[str, Any]:
+    """8. Warm Spark Connect: a small run, 1M records and many successive runs, beside local mode."""
+    from bench.suite import _progress, figures, median_of
+
+    server = _server()
+    remote = {"remote": server.remote}
+    small_data = DataSet(SMALL_RECORDS, SMALL_PARTITIONS, settings.value_bytes)
+    per_cluster = SMALL_RECORDS // len(CLUSTERS)
+
+    # --- small incremental runs, connect and local, alternating
+    _fresh_topic(env, SMALL_TOPIC, SMALL_PARTITIONS)
+    topics = {c: [SMALL_TOPIC] for c in CLUSTERS}
+    configs = {
+        "connect": write_project(fresh_dir("connect-small"), env, topics, spark=remote),
+        "local": write_project(fresh_dir("connect-small-local"), env, topics),
+    }
+
+    def produce_small() -> None:
+        for c in CLUSTERS:
+            produce_fast(env.bootstrap(c), SMALL_TOPIC, per_cluster, small_data)
+
+    for config in configs.values():  # empty topic: pins every position, starts no Spark
+        _run(config, None, 0)
+    # Both pipelines read the same topic, each from its own state: after 10,000 new records, each run reads them.
+    small: dict[str, list[dict[str, Any]]] = {"connect": [], "local": []}
+    for rep in range(settings.repeats + 1):
+        produce_small()
+        for mode in ("connect", "local") if rep % 2 == 0 else ("local", "connect"):
+            run = _run(configs[mode], server.pid if mode == "connect" else None, SMALL_RECORDS)
+            if rep == 0:
+                continue  # unmeasured warm-up: the server's first run on this table shape, the OS caches
+            small[mode].append(run)
+            _progress(f"connect small {mode} #{rep}: {run['wall_s']:.2f}s")
+    connect_wall = median_of(small["connect"], "wall_s")
+    no_jvm = not any(r["java_started"] for r in small["connect"])
+
+    # --- 1M end to end through the warm server, beside the hand-written job and the landing ceiling
+    data = settings.data_set()
+    env.ensure_data_set(data)
+    big: list[dict[str, Any]] = []
+    landing: list[dict[str, Any]] = []
+    baseline = list(e2e["baseline"]) if e2e and e2e.get("records") == data.records else []
+    for rep in range(settings.repeats):
+        config = write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
+        big.append(_run(config, server.pid, data.records))
+        _progress(f"connect e2e #{rep + 1}: {big[-1]['wall_s']:.1f}s")
+        measured = run_ceiling(env, data.topic, fresh_dir("landing-ceiling"), land=True)
+        landing.append(
+            {
+                **figures(measured, records=int(measured.extra["records"]), size=int(measured.extra["bytes"])),
+                "land_s": measured.extra["consume_s"],
+            }
+        )
+        _progress(f"landing ceiling #{rep + 1}: {landing[-1]['wall_s']:.1f}s")
+        if len(baseline) < settings.repeats:
+            run = figures(run_baseline(env, data.topic, fresh_dir("connect-baseline")), records=data.records)
+            baseline.append(run)
+            _progress(f"baseline #{rep + 1}: {run['wall_s']:.1f}s")
+    big_wall = median_of(big, "wall_s")
+    base_wall = median_of(baseline, "wall_s")
+    land_wall = median_of(landing, "wall_s")
+
+    # --- many successive small runs through the one server
+    _fresh_topic(env, SOAK_TOPIC, 2)
+    soak_config = write_project(fresh_dir("connect-soak"), env, {c: [SOAK_TOPIC] for c in CLUSTERS}, spark=remote)
+    soak_data = DataSet(6, 2, settings.value_bytes)
+    count, every = (200, 50) if not settings.quick else (20, 5)
+    soak: list[float] = []
+    rss: list[dict[str, float]] = [{"runs": 0, "server_rss_mb": _rss_mb(server.pid)}]
+    _run(soak_config, None, 0)  # pins the positions (empty topic)
+    for i in range(1, count + 1):
+        for c in CLUSTERS:
+            produce_fast(env.bootstrap(c), SOAK_TOPIC, 3, soak_data)
+        soak.append(_run(soak_config, None, 6)["wall_s"])
+        if i % every == 0:
+            rss.append({"runs": i, "server_rss_mb": _rss_mb(server.pid)})
+            _progress(f"connect soak {i}: {statistics.median(soak[-every:]):.2f}s per run")
+    window = every
+    first, last = statistics.median(soak[:window]), statistics.median(soak[-window:])
+    return {
+        "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
+        "small": small,
+        "small_connect_wall_s": connect_wall,
+        "small_local_wall_s": median_of(small["local"], "wall_s"),
+        "small_no_jvm": no_jvm,
+        "small_target_s": 2.5,
+        "small_passed": bool(connect_wall is not None and connect_wall <= 2.5 and no_jvm),
+        "e2e_records": data.records,
+        "e2e_connect": big,
+        "e2e_baseline": baseline,
+        "landing_ceiling": landing,
+        "e2e_vs_baseline": big_wall / base_wall if big_wall and base_wall else None,
+        "e2e_vs_landing": big_wall / land_wall if big_wall and land_wall else None,
+        "e2e_passed": bool(big_wall and base_wall and big_wall <= 0.6 * base_wall),
+        "soak_runs": count,
+        "soak_wall_s": soak,
+        "soak_first_s": first,
+        "soak_last_s": last,
+        "soak_window": window,
+        "soak_server_rss": rss,
+        "soak_passed": last <= first * 1.2,
+    }
