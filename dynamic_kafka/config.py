@@ -3,6 +3,9 @@
 Every model is frozen and rejects unknown keys. :func:`load_project_config` turns any problem into one
 :class:`~dynamic_kafka.errors.ConfigError` naming the file, the key path and the fix, before any work starts.
 Relative paths in the file are relative to the file's own directory.
+
+Why one module of this size: it is the whole shape of the file a user writes, one model per block, read top to
+bottom like the file itself.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ Example:
     >>> runner = PipelineRunner(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> runner.run().records  # doctest: +SKIP
     1200
+
+Why one module of this size: the steps above are one protocol whose order is the invariant, so they are read in
+one class; the run's lease keeper and deadline live beside it because only the run uses them.
 """
 
 from __future__ import annotations

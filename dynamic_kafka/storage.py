@@ -15,6 +15,9 @@ roles), as every AWS tool does.
 
 Commit safety (see docs/object-storage.md): delta-rs commits on S3 with a conditional put (``If-None-Match: *``), set
 explicitly here so a library default cannot silently change it; the product never enables delta-rs's unsafe rename.
+
+Why one module of this size: the URI rules and both engines' option translations are kept in one place on
+purpose, so Spark and delta-rs can never disagree about where a table is or how it is reached.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ argument says otherwise)::
 
 Invariants: a cluster keeps its Kafka cluster id for the life of its data folder; ``start_clusters`` on a running
 cluster with the same settings changes nothing; a password is written only into server.properties.
+
+Why one module of this size: a local service's whole life (prepare, format, start, wait, status, stop, delete),
+each step with the error message that names the fix, as for the other local services.
 """
 
 from __future__ import annotations

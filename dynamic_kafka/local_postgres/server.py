@@ -17,6 +17,9 @@ searchable by others), which :func:`start_postgres` checks and explains.
 
 No secret is ever on a command line: ``initdb`` reads the password from the file, the client tools from
 ``PGPASSFILE``; the password is only in those two 0600 files and in what :meth:`LocalPostgres.url` returns.
+
+Why one module of this size: a local service's whole life (prepare, start, wait, status, stop, delete), each
+step with the error message that names the fix, as for the other local services.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ or an argument says otherwise)::
 
 Invariants: ``start_registries`` on a running registry with the same port changes nothing; a registry listens on
 127.0.0.1 only; its schema ids are Apicurio content ids, the ids Confluent serializers write into records.
+
+Why one module of this size: a local service's whole life (fetch, prepare, start, wait, status, stop, delete),
+each step with the error message that names the fix, as for the other local services.
 """
 
 from __future__ import annotations

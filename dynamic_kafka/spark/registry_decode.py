@@ -24,6 +24,9 @@ returns it null exactly when the bytes did not decode. A record is routed, never
   every row's routing evaluates before any table is committed.
 
 Decoded fields land as top-level columns (beside ``cluster``, ``stream``, ``topic``...) plus ``_schema_id``.
+
+Why one module of this size: the driver half and the executor half share one contract, the prepared
+decoding (schema ids, the reader schema, the column names and types), and each half checks what the other relies on.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ once they are an hour old); killed after it, the whole commit is visible. There 
 The store decides WHAT each write holds and checks it is the right next step; HOW a write commits at an exact
 version is :mod:`dynamic_kafka.state.table` (the commit protocol), and housekeeping is
 :mod:`dynamic_kafka.state.maintenance`.
+
+Why one module of this size: every state transition (plan, lease, commit, abandon, realign, backfill) is one
+commit against one read version, and they sit next to the invariants above that each of them keeps.
 """
 
 from __future__ import annotations

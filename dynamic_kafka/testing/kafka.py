@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -91,6 +91,37 @@ def create_topic(
         return all(p.leader >= 0 for p in described.partitions.values())
 
     wait_for(has_leaders, timeout_s=timeout_s, what=f"leaders for every partition of {name}")
+
+
+def delete_topics(client: Client, topics: list[str], *, timeout_s: float = 90.0) -> None:
+    """Delete ``topics`` and wait until the cluster no longer lists them."""
+    # Keep the client referenced until its futures are done: a destroyed client never completes them.
+    admin_config: dict[str, Any] = {**client_config(client), "logger": logger}
+    admin = AdminClient(admin_config)
+    for future in admin.delete_topics(topics, operation_timeout=60).values():
+        future.result(timeout=timeout_s)
+    wait_for(
+        lambda: not set(topics) & set(admin.list_topics(timeout=10).topics),
+        timeout_s=timeout_s,
+        what=f"deletion of {', '.join(topics)}",
+    )
+
+
+def recreate_topic(client: Client, name: str, partitions: int = 1) -> None:
+    """Create ``name`` again after :func:`delete_topics` (a new topic id), retrying while the broker still
+    finishes the deletion of the old one.
+    """
+
+    def created() -> bool:
+        try:
+            create_topic(client, name, partitions)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            return False
+        return True
+
+    wait_for(created, what=f"re-creation of {name}")
 
 
 def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s: float = 30.0) -> list[Record]:

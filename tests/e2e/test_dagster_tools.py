@@ -67,7 +67,11 @@ def demo_env(dagster_home: Path) -> dict[str, str]:
 
 def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]]:
     project = load_project_config(DEMO_CONFIG)
+    # Per pipeline its sink and dead-letter tables, its backfill windows, and the Kafka streams upstream of them.
     assets = {("dynamic_kafka", p.id) for p in project.pipelines}
+    assets |= {("dynamic_kafka", f"{p.id}_dead_letter") for p in project.pipelines}
+    assets |= {("dynamic_kafka", f"{p.id}_backfill") for p in project.pipelines if p.backfill}
+    assets |= {("kafka", stream) for p in project.pipelines for stream in p.streams or ()}
     jobs = {incremental_job_name(p.id) for p in project.pipelines}
     jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}
     schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}

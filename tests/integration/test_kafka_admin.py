@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from dynamic_kafka import offsets
@@ -21,7 +21,15 @@ from dynamic_kafka.errors import ClusterUnreachableError, KafkaAuthenticationErr
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.snapshots import PartitionOffsets
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+from dynamic_kafka.testing.kafka import (
+    Record,
+    create_topic,
+    delete_topics,
+    produce,
+    recreate_topic,
+    unique_name,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -33,31 +41,6 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-
-
-def _recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Creates ``topic``, retrying while a deletion of the same name is still finishing."""
-
-    def created() -> bool:
-        try:
-            create_topic(bootstrap, topic, partitions)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-            return False
-        return True
-
-    wait_for(created, what=f"re-creation of {topic}")
-
-
-def _delete_topics(bootstrap: str, topics: list[str]) -> None:
-    # Keep the client referenced until its futures are done: a destroyed client never completes them.
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(topics, operation_timeout=60).values():
-        future.result(timeout=90)
-    wait_for(
-        lambda: not set(topics) & set(admin.list_topics(timeout=10).topics), what=f"deletion of {', '.join(topics)}"
-    )
 
 
 def _records(*partitions_and_timestamps: tuple[int, int | None]) -> list[Record]:
@@ -107,7 +90,7 @@ def topic(east: str) -> Iterator[str]:
     name = unique_name("admin")
     create_topic(east, name, 3)
     yield name
-    _delete_topics(east, [name])
+    delete_topics(east, [name])
 
 
 # -- describe / list -------------------------------------------------------------------------------------------
@@ -136,11 +119,11 @@ def test_a_recreated_topic_gets_a_new_id(east: str) -> None:
     create_topic(east, name, 1)
     with KafkaAdmin(_cluster("east", east)) as admin:
         first = admin.describe_topics([name])[name].topic_id
-        _delete_topics(east, [name])
+        delete_topics(east, [name])
         assert not admin.describe_topics([name])[name].exists
-        _recreate_topic(east, name, 2)
+        recreate_topic(east, name, 2)
         second = admin.describe_topics([name])[name]
-    _delete_topics(east, [name])
+    delete_topics(east, [name])
     assert second.exists
     assert second.partitions == (0, 1)
     assert first is not None
@@ -239,8 +222,8 @@ def test_snapshot_of_two_clusters_with_lookups(east: str, west: str) -> None:
         ]
         snap = take_broker_snapshot(requests, isolation_level="read_committed", now=NOW)
     finally:
-        _delete_topics(east, [east_topic])
-        _delete_topics(west, [west_topic])
+        delete_topics(east, [east_topic])
+        delete_topics(west, [west_topic])
     assert snap.taken_at == NOW
     e = snap.clusters["east"].topics
     assert e[east_topic].partitions == {
@@ -371,7 +354,7 @@ def test_snapshot_of_two_clusters_with_5000_partitions_each(
             timings.append(time.perf_counter() - started)
     finally:
         for bootstrap in servers.values():
-            _delete_topics(bootstrap, topics)
+            delete_topics(bootstrap, topics)
     assert sum(len(t.partitions) for c in snap.clusters.values() for t in c.topics.values()) == 10_000
     record_property("snapshot_10000_partitions_s", [round(t, 3) for t in timings])
     with capsys.disabled():

@@ -26,7 +26,15 @@ from metadata_changes_support import (
 
 from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.status import pipeline_status
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+from dynamic_kafka.testing.kafka import (
+    Record,
+    create_topic,
+    delete_topics,
+    produce,
+    recreate_topic,
+    unique_name,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -281,24 +289,9 @@ def test_partitions_added_between_runs_are_read_from_earliest(
 
 
 def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
-    """Deletes ``topic`` and creates it again (a new topic id), retrying while the deletion finishes."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics([topic], operation_timeout=60).values():
-        future.result(timeout=90)
-    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, what=f"deletion of {topic}")
-
-    def created() -> bool:
-        try:
-            create_topic(bootstrap, topic, partitions)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-            return False
-        return True
-
-    wait_for(created, what=f"re-creation of {topic}")
+    """Deletes ``topic`` and creates it again (a new topic id)."""
+    delete_topics(bootstrap, [topic])
+    recreate_topic(bootstrap, topic, partitions)
 
 
 def test_topic_recreated_with_fewer_partitions_is_reset_once(
