@@ -199,7 +199,11 @@ class Deployment:
             "repositoryName": self.repository,
             "sensorName": sensor_name,
         }
-        result = self.graphql(_STOP_SENSOR, {"selector": selector})["stopSensor"]
+        sensor = self.graphql(_SENSOR_ID, {"selector": selector})["sensorOrError"]
+        if sensor["__typename"] != "Sensor":
+            raise GraphQLError(f"sensor {sensor_name}: {sensor}")
+        # stopSensor takes the sensor's id (Dagster 1.13), not its selector.
+        result = self.graphql(_STOP_SENSOR, {"id": sensor["id"]})["stopSensor"]
         if result["__typename"] != "StopSensorMutationResult":
             raise GraphQLError(f"stopSensor {sensor_name}: {result}")
 
@@ -471,9 +475,20 @@ mutation Start($selector: SensorSelector!) {
 }
 """
 
+_SENSOR_ID = """
+query Sensor($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { id }
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+
 _STOP_SENSOR = """
-mutation Stop($selector: SensorSelector!) {
-  stopSensor(sensorSelector: $selector) {
+mutation Stop($id: String!) {
+  stopSensor(id: $id) {
     __typename
     ... on PythonError { message }
     ... on Error { message }

@@ -50,7 +50,7 @@ class Layout:
         self.project.write_metadata(self.streams)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deployment_project(tmp_path_factory: pytest.TempPathFactory, kafka_clusters: Any) -> Project:
     clusters = {name: c.bootstrap_servers for name, c in kafka_clusters.items()}
     project = Project(root=tmp_path_factory.mktemp("deployment-project"), clusters=clusters)
@@ -64,12 +64,12 @@ def deployment_project(tmp_path_factory: pytest.TempPathFactory, kafka_clusters:
     return project
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def layout(deployment_project: Project) -> Layout:
     return Layout(deployment_project)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deployment(
     deployment_project: Project, postgres: LocalPostgres, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
@@ -179,7 +179,7 @@ def test_a_run_worker_killed_mid_run_is_failed_and_the_next_daemon_launched_run_
     deployment.wait_for_run(crashed, "FAILURE")
     assert store.load().last_run.status == "planned"  # type: ignore[union-attr]
     messages = " ".join(e.get("message") or "" for e in deployment.run_messages(crashed))
-    assert f"Run execution process for {crashed} unexpectedly exited" in messages
+    assert f"Run execution process for {crashed} was terminated by signal 9 (SIGKILL)" in messages
 
     recovered = deployment.launch_run(job)
     deployment.wait_for_run(recovered)
