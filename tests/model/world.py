@@ -342,7 +342,9 @@ class SinkModel:
         run_seq: int,
         planned_pairs: Sequence[tuple[str, str]],
         overlaps: Sequence[Split] = (),
+        prepared: object = None,
     ) -> WriteResult:
+        del prepared  # the model's records carry their values; there is nothing to decode
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior is not None and prior >= run_seq:
@@ -427,6 +429,8 @@ class Harness:
                         "state_path": str(root / "state"),
                         "value_format": "string",
                         "metadata_retries": {"attempts": 1, "backoff_seconds": 0},
+                        # The group commit is monitoring only and talks to real brokers; the model has none.
+                        "consumer_group": None,
                         **pipeline,
                     }
                 ],
@@ -487,7 +491,7 @@ class Harness:
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
             (runner_module._Deadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_version", self.sink.txn_of(self.pipeline.dead_letter_table)),
-            (schema_check_module, "check_sink_schema", lambda spark, pipeline: None),
+            (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
