@@ -203,24 +203,25 @@ def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
 
 # py4j's loggers that dump every Python -> JVM command and its answer at DEBUG.
 _PY4J_PROTOCOL_LOGGERS = ("py4j.clientserver", "py4j.java_gateway")
-_PY4J_DUMPS = ("Command to send", "Answer received")
 
 
-class _Py4JProtocolDumpFilter(logging.Filter):
-    """Drops py4j's protocol dumps: they carry every argument passed to the JVM verbatim, one per line, so a Kafka
-    option's key and its secret value sit on separate lines where no masking pattern can pair them.
+class _Py4JDebugFilter(logging.Filter):
+    """Drops the py4j protocol loggers' DEBUG records. Their command dumps carry every argument passed to the JVM
+    verbatim, one per line, so a Kafka option's key and its secret value sit on separate lines where no masking
+    pattern can pair them; their other DEBUG records are gateway chatter nobody needs next to a run's log.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_PY4J_DUMPS)
+        return record.levelno > logging.DEBUG
 
 
-_PY4J_FILTER = _Py4JProtocolDumpFilter()
+_PY4J_FILTER = _Py4JDebugFilter()
 
 
 def guard_py4j_logging() -> None:
     """Keeps Kafka credentials out of py4j's DEBUG logging (which would otherwise print the JAAS line and every
-    other connector option a read passes to Spark). Idempotent; called when a Spark session is built.
+    other connector option a read passes to Spark). Idempotent; called when a Spark session is built and before
+    a read is planned on a session built elsewhere.
     """
     for name in _PY4J_PROTOCOL_LOGGERS:
         logger = logging.getLogger(name)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.kafka.java_properties import java_client_properties
+from dynamic_kafka.secrets import guard_py4j_logging
 from dynamic_kafka.spark.schema import CLUSTER, KAFKA_COLUMNS, OUTPUT_SCHEMA_DDL, STREAM
 
 if TYPE_CHECKING:
@@ -44,18 +45,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-
-class _NoPy4jCommandTraces(logging.Filter):
-    """Drops py4j's DEBUG records: py4j logs every command it sends to the JVM in clear text, and the Kafka read
-    options carry the resolved ``kafka.sasl.jaas.config``, so with DEBUG logging on the password would be logged.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.DEBUG
-
-
-for _py4j_logger in ("py4j.clientserver", "py4j.java_gateway"):
-    logging.getLogger(_py4j_logger).addFilter(_NoPy4jCommandTraces())
 
 # The Java consumer's fetch.max.wait.ms (default 500) unless the cluster's properties set it. Every Spark Kafka
 # task of a bounded read spent one full wait idle (measured: 6 records in 4 tasks on 2 cores, 1.2 s -> 0.2 s;
@@ -148,6 +137,7 @@ def read_splits(
     """
     from pyspark.sql import functions as sf
 
+    guard_py4j_logging()  # the options below carry credentials; the session may have been built by the caller
     by_cluster: dict[str, list[Split]] = defaultdict(list)
     for split in splits:
         if split.stop_offset > split.start_offset:
