@@ -33,6 +33,11 @@ SENSITIVE_KEY_PATTERN = r"password|secret|token|credential|access[.]?key|keytab|
 """Key names that hold secrets (case-insensitive). Plain alternation, valid as a Python and a Java regex."""
 SPARK_REDACTION_REGEX = f"(?i){SENSITIVE_KEY_PATTERN}"
 """``spark.redaction.regex``: Spark masks options whose key or value matches it."""
+SPARK_STRING_REDACTION_REGEX = rf"""(?i)(?:{SENSITIVE_KEY_PATTERN})[\w.-]*\s*[=:]\s*\\?["']?[^\s"'\\;,]+"""
+"""``spark.sql.redaction.string.regex``: what Spark masks inside plan and statement texts. Those print a reader's
+options as ``key: "..."`` and ``value: "..."`` on separate lines, out of reach of ``spark.redaction.regex``'s
+key/value pairing, so the assignment inside the value (``password=\"...\"`` of a JAAS line) is matched itself.
+Valid as a Java and a Python regex."""
 
 _SENSITIVE_KEY = re.compile(SENSITIVE_KEY_PATTERN, re.IGNORECASE)
 # ``<sensitive key>[more key] = <value>`` (or ``:``) inside a text: a JAAS line, a foreign error message. The value

@@ -70,23 +70,39 @@ def build_remote_session(settings: SparkConfig) -> SparkSession:
         settings.remote_max_backoff_ms,
     )
     with _lock:
-        session = _sessions.get(key)
-        if session is not None:
-            try:
-                with _unavailable_as_error(settings):
-                    session.version  # noqa: B018  # one round trip: still the server's session?
-                return session
-            except SparkConnectUnavailableError:
-                _sessions.pop(key, None)
-                raise
-            except Exception as e:
-                if not any(marker in str(e) for marker in _SESSION_GONE):
-                    raise
-                logger.info("the Spark Connect server lost this client's session (%s); opening a new one", e)
-                _sessions.pop(key, None)
+        session = _sessions.pop(key, None)
+        if session is not None and _still_served(session, settings):
+            _sessions[key] = session
+            return session
         session = _connect(settings)
         _sessions[key] = session
         return session
+
+
+def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
+    """Whether the server still holds ``session`` (one round trip, milliseconds).
+
+    A restarted server answers a known client with a new server-side session, and the client then closes itself
+    (its next call raises ``NO_ACTIVE_SESSION``, whatever the call); an expired session is refused by name.
+
+    Raises:
+        SparkConnectUnavailableError: the server is down or unreachable.
+    """
+    client = cast("ConnectSparkSession", session).client
+    if client.is_closed:
+        return False
+    try:
+        with _unavailable_as_error(settings):
+            # A session call: the server answers `version` even for a session it no longer holds.
+            session.conf.get("spark.sql.session.timeZone")
+    except SparkConnectUnavailableError:
+        raise
+    except Exception as e:
+        if not (client.is_closed or any(marker in str(e) for marker in _SESSION_GONE)):
+            raise
+        logger.info("the Spark Connect server lost this client's session (%s); opening a new one", e)
+        return False
+    return not client.is_closed
 
 
 def _connect(settings: SparkConfig) -> SparkSession:

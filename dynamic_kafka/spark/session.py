@@ -21,6 +21,7 @@ from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
+from dynamic_kafka.secrets import SPARK_STRING_REDACTION_REGEX as STRING_REDACTION_REGEX
 from dynamic_kafka.secrets import guard_py4j_logging
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
 from dynamic_kafka.spark.packages import session_jars, session_packages
@@ -133,6 +134,7 @@ def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.redaction.regex": REDACTION_REGEX,
+        "spark.sql.redaction.string.regex": STRING_REDACTION_REGEX,
         **settings.conf,
     }
     conf.pop("spark.jars.packages", None)
