@@ -29,7 +29,7 @@ from dynamic_kafka.local_kafka import start_clusters
 from dynamic_kafka.local_spark_connect import start_server
 from dynamic_kafka.testing.kafka import Record, create_topic, produce
 from pipelines.build import build_definitions
-from pipelines.names import RESOURCE_KEY, incremental_job_name, metadata_sensor_name
+from pipelines.names import RESOURCE_KEY, asset_key, incremental_job_name, metadata_sensor_name
 from pipelines.resources import DynamicKafkaResource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,8 +119,11 @@ class Demo:
         """Execute the incremental job in process and print what it landed."""
         job = build_definitions(self.config_path).resolve_job_def(incremental_job_name(PIPELINE))
         result = job.execute_in_process(instance=instance, tags=tags or {}, run_config=QUIET, raise_on_error=True)
+        sink_key = asset_key(PIPELINE)
         for event in result.get_asset_materialization_events():
             materialization = event.step_materialization_data.materialization
+            if materialization.asset_key != sink_key:
+                continue  # the run's other asset (its dead letters) carries no run summary
             meta = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
             self.runs.append((why, meta))
             print(
