@@ -241,6 +241,36 @@ def test_snapshot_of_two_clusters_with_lookups(east: str, west: str) -> None:
     assert w.stop_lookups == {}
 
 
+def test_snapshot_of_more_partitions_than_one_request_holds(east: str) -> None:
+    """Offset lookups go out in requests of ``CHUNK`` partitions: a topic just past one request's worth gets every
+    partition answered. (How long a snapshot of 10,000 partitions takes is benchmark 4, ``make bench``.)"""
+    topic = unique_name("chunked")
+    partitions = CHUNK + 3
+    admin = AdminClient({"bootstrap.servers": east})
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=120)[topic].result(timeout=180)
+    try:
+        wait_for(lambda: _leaders(admin, [topic]) == partitions, timeout_s=300, what=f"leaders of {partitions}")
+        produce(east, topic, _records((0, BASE_TS), (CHUNK + 2, BASE_TS + 5)))
+        request = ClusterRequest(
+            cluster=_cluster("east", east),
+            topics=frozenset({topic}),
+            starting=offsets.timestamp(BASE_TS + 1),
+            stopping=offsets.latest(),
+        )
+        # The broker loads a fresh partition's index on its first lookup: a busy machine can take longer than one
+        # snapshot's timeout for a thousand of them, so the first attempts may fail retriably.
+        snap = wait_for(lambda: _snapshot_or_none(request), timeout_s=300, interval_s=1, what="a snapshot")
+    finally:
+        delete_topics(east, [topic])
+    assert snap is not None
+    found = snap.clusters["east"].topics[topic]
+    assert len(found.partitions) == partitions
+    assert found.partitions[CHUNK + 2] == PartitionOffsets(earliest=0, latest=1)
+    assert found.partitions[0] == PartitionOffsets(earliest=0, latest=1)
+    assert found.start_lookups[0] is None
+    assert found.start_lookups[CHUNK + 2] == 0
+
+
 # -- failures --------------------------------------------------------------------------------------------------
 
 
@@ -318,36 +348,3 @@ def test_right_sasl_password_works(sasl_cluster: Any, sasl_password: str) -> Non
     )
     with KafkaAdmin(cluster, timeout_s=20) as admin:
         assert not admin.describe_topics(["no-such-topic"])["no-such-topic"].exists
-
-
-# -- benchmark -------------------------------------------------------------------------------------------------
-
-
-def test_snapshot_of_more_partitions_than_one_request_holds(east: str) -> None:
-    """Offset lookups go out in requests of ``CHUNK`` partitions: a topic just past one request's worth gets every
-    partition answered. (How long a snapshot of 10,000 partitions takes is benchmark 4, ``make bench``.)"""
-    topic = unique_name("chunked")
-    partitions = CHUNK + 3
-    admin = AdminClient({"bootstrap.servers": east})
-    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=120)[topic].result(timeout=180)
-    try:
-        wait_for(lambda: _leaders(admin, [topic]) == partitions, timeout_s=300, what=f"leaders of {partitions}")
-        produce(east, topic, _records((0, BASE_TS), (CHUNK + 2, BASE_TS + 5)))
-        request = ClusterRequest(
-            cluster=_cluster("east", east),
-            topics=frozenset({topic}),
-            starting=offsets.timestamp(BASE_TS + 1),
-            stopping=offsets.latest(),
-        )
-        # The broker loads a fresh partition's index on its first lookup: a busy machine can take longer than one
-        # snapshot's timeout for a thousand of them, so the first attempts may fail retriably.
-        snap = wait_for(lambda: _snapshot_or_none(request), timeout_s=300, interval_s=1, what="a snapshot")
-    finally:
-        delete_topics(east, [topic])
-    assert snap is not None
-    found = snap.clusters["east"].topics[topic]
-    assert len(found.partitions) == partitions
-    assert found.partitions[CHUNK + 2] == PartitionOffsets(earliest=0, latest=1)
-    assert found.partitions[0] == PartitionOffsets(earliest=0, latest=1)
-    assert found.start_lookups[0] is None
-    assert found.start_lookups[CHUNK + 2] == 0
