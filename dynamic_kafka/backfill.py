@@ -25,6 +25,7 @@ from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.realign import check_not_behind
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
@@ -95,6 +96,23 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
     return plan.model_copy(update={"splits": tuple(clipped)})
 
 
+def record_frontier(context: PipelineContext, plan: Plan, *, attempts: int = 5) -> int | None:
+    """Records the backfill's frontier in the state, before anything is merged; returns the backfill's sequence
+    number for its MERGEs (None when the state's frontier already covered the plan).
+
+    Raises:
+        StateBehindSinkError: the state is behind its sink (restored or moved); nothing was recorded.
+        RunInProgressError: a run stayed planned through every attempt; nothing was recorded.
+    """
+    check_not_behind(context.pipeline, context.store.load(), context.store.path)
+    recorded = context.store.record_backfill(
+        {s.key: s.stop_offset for s in plan.read_splits},
+        topic_ids={s.key: s.topic_id for s in plan.read_splits},
+        attempts=attempts,
+    )
+    return recorded.sequence
+
+
 def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> RunSummary:
     """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
     from pyspark.sql import functions as sf
@@ -113,9 +131,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     # Writer schemas first: a registry that is down fails the backfill before anything is recorded.
     prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
     context.check_object_store()
-    context.store.record_backfill(
-        {s.key: s.stop_offset for s in plan.read_splits}, topic_ids={s.key: s.topic_id for s in plan.read_splits}
-    )
+    sequence = record_frontier(context, plan)
     crash_point("after_frontier")
     frame = read_splits(
         context.spark(),
@@ -128,7 +144,9 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     # also filtered on event time.
     in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
     pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-    result = merge_backfill(in_window, context.pipeline, pairs, start=start, end=end, prepared=prepared)
+    result = merge_backfill(
+        in_window, context.pipeline, pairs, start=start, end=end, prepared=prepared, backfill_sequence=sequence
+    )
     done = time.monotonic()
     return RunSummary(
         **base_summary(plan, 0),

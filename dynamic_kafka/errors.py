@@ -260,29 +260,57 @@ class StateError(DynamicKafkaError):
 
 
 class StateBehindSinkError(StateError):
-    """The sink (or its dead-letter table) holds a transaction version of this pipeline beyond the state's last run.
+    """The sink (or its dead-letter table) holds a transaction of this pipeline beyond what the state knows: a
+    run_seq beyond the state's last run, or a backfill beyond the state's backfill sequence.
 
-    The state was restored from a backup, moved, or replaced by an older copy: runs it does not know about already
-    landed records. Running on would reuse their run_seqs, and Delta would silently skip those writes (records lost,
-    runs reported committed), so nothing is planned until the state is realigned.
+    The state was restored from a backup, moved, or replaced by an older copy: runs or backfills it does not know
+    about already landed records. Running on would reuse their run_seqs, and Delta would silently skip those writes
+    (records lost, runs reported committed), or append blind over what the backfills merged (records duplicated),
+    so nothing is planned until the state is realigned.
 
     Attributes:
-        sink_txn: the highest transaction version of the pipeline in the sink or dead-letter table.
-        state_run_seq: the state's last run_seq (planned or committed; 0 without runs).
+        sink_txn: the highest transaction version of the pipeline's runs (or, with ``backfill``, backfills) in the
+            sink or dead-letter table.
+        state_run_seq: the state's last run_seq (planned or committed; 0 without runs), or with ``backfill`` its
+            backfill sequence.
+        backfill: whether it is the backfills the state is behind on.
     """
 
-    def __init__(self, pipeline_id: str, *, table: str, sink_txn: int, state_run_seq: int, state_path: str) -> None:
+    def __init__(
+        self,
+        pipeline_id: str,
+        *,
+        table: str,
+        sink_txn: int,
+        state_run_seq: int,
+        state_path: str,
+        backfill: bool = False,
+    ) -> None:
         self.pipeline_id = pipeline_id
         self.sink_txn = sink_txn
         self.state_run_seq = state_run_seq
+        self.backfill = backfill
+        if backfill:
+            found = (
+                f"{table} holds backfill {sink_txn} of this pipeline but the state knows backfills up to "
+                f"{state_run_seq} only, so it lost the frontier of what they merged"
+            )
+            repair = (
+                f"the state's backfill frontier is rebuilt from the rows backfills merged, so the next run skips "
+                f"them (checked against the sink), and the next backfill is numbered past {sink_txn}"
+            )
+        else:
+            found = f"{table} holds run {sink_txn} of this pipeline but the state's last run is {state_run_seq}"
+            repair = (
+                f"the next run_seq moves past {sink_txn}, the offsets stay, and the records runs "
+                f"{state_run_seq + 1}..{sink_txn} already landed are skipped by the next run (checked against the sink)"
+            )
         super().__init__(
-            f"the state of pipeline {pipeline_id!r} at {state_path} is behind its sink: {table} holds run "
-            f"{sink_txn} of this pipeline but the state's last run is {state_run_seq}. The state was probably "
-            "restored from a backup or moved; nothing was planned or written.",
+            f"the state of pipeline {pipeline_id!r} at {state_path} is behind its sink: {found}. The state was "
+            "probably restored from a backup or moved; nothing was planned or written.",
             hint=f"Put back the newest state if you have it. Otherwise run `dynamic-kafka realign --pipeline "
-            f"{pipeline_id} --config ...` to see, then with --yes to make, the repair: the next run_seq moves past "
-            f"{sink_txn}, the offsets stay, and the records runs {state_run_seq + 1}..{sink_txn} already landed are "
-            "skipped by the next run (checked against the sink), so nothing is lost or duplicated.",
+            f"{pipeline_id} --config ...` to see, then with --yes to make, the repair: {repair}, so nothing is lost "
+            "or duplicated.",
         )
 
 

@@ -9,9 +9,14 @@ so those runs would commit offsets and land nothing. :func:`check_not_behind` re
 :func:`realign` repairs it without losing or duplicating records, using the dedupe that backfills already need:
 
 * the head becomes a committed, empty run numbered like the sink's transaction, so the next run_seq is new;
-* the backfill frontier of every partition the sink (or dead-letter table) holds rows of later runs for is raised
-  to one past the highest such offset, so the next run, which starts at the state's older offsets, reads those
-  records again but skips every one the sink already holds (compared by cluster, topic, partition and offset);
+* likewise for backfills: each backfill that raises a frontier takes the state's next backfill sequence number and
+  its MERGEs record it as a Delta transaction of their own (app id ``<pipeline>/backfill``). A sink holding a higher
+  number means the state was restored from before a backfill, so it lost that backfill's frontier and a run would
+  append blind over what the backfill merged; the state's sequence moves up to the sink's;
+* the backfill frontier of every partition the sink (or dead-letter table) holds rows of later runs (or of
+  backfills, when the state is behind on those) for is raised to one past the highest such offset, so the next
+  run, which starts at the state's older offsets, reads those records again but skips every one the sink already
+  holds (compared by cluster, topic, partition and offset);
 * the partition offsets do not move: committed offsets stay planned stops, never derived from data.
 
 Consequences: the next run re-reads from the state's offsets (more Kafka reads, and a sink check over the realigned
@@ -31,34 +36,50 @@ from pydantic import BaseModel, ConfigDict
 from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.plan.model import TopicPartition
 from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.sink.tables import open_delta_rs
+from dynamic_kafka.sink.tables import backfill_app_id, open_delta_rs
 
 if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.plan.snapshots import StateSnapshot
     from dynamic_kafka.state import StateStore
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
 
 class SinkPosition(BaseModel):
-    """The highest transaction version of a pipeline in its sink and dead-letter table."""
+    """The highest transaction versions of a pipeline in its sink and dead-letter table: its runs' and its
+    backfills'.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     txn: int | None
     table: str
+    backfill: int | None = None
+    backfill_table: str | None = None
 
 
 def sink_position(pipeline: PipelineConfig) -> SinkPosition:
-    """The pipeline's highest transaction version over its sink and dead-letter table (the dead-letter table is
-    written first, so after a crash between the two it can be one ahead of the sink). JVM-free.
+    """The pipeline's highest run and backfill transaction versions over its sink and dead-letter table (the
+    dead-letter table is written first, so after a crash between the two it can be one ahead of the sink).
+    JVM-free.
     """
-    best = SinkPosition(txn=None, table=str(pipeline.sink_table))
-    for table in (pipeline.sink_table, pipeline.dead_letter_table):
-        txn = committed_txn_version(table, pipeline.id)
-        if txn is not None and (best.txn is None or txn > best.txn):
-            best = SinkPosition(txn=txn, table=str(table))
+    tables = (pipeline.sink_table, pipeline.dead_letter_table)
+    txn, table = _highest(tables, pipeline.id)
+    backfill, backfill_table = _highest(tables, backfill_app_id(pipeline.id))
+    return SinkPosition(
+        txn=txn, table=table or str(pipeline.sink_table), backfill=backfill, backfill_table=backfill_table
+    )
+
+
+def _highest(tables: tuple[TableRef, ...], app_id: str) -> tuple[int | None, str | None]:
+    """The highest transaction version of ``app_id`` over ``tables``, and the table holding it."""
+    best: tuple[int | None, str | None] = (None, None)
+    for table in tables:
+        txn = committed_txn_version(table, app_id)
+        if txn is not None and (best[0] is None or txn > best[0]):
+            best = (txn, str(table))
     return best
 
 
@@ -71,7 +92,8 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
     """Refuses a state that is behind its sink; returns the sink's position otherwise.
 
     Raises:
-        StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run.
+        StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run, or a
+            backfill beyond the state's backfill sequence.
     """
     position = sink_position(pipeline)
     last = last_run_seq(state)
@@ -79,22 +101,40 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
         raise StateBehindSinkError(
             pipeline.id, table=position.table, sink_txn=position.txn, state_run_seq=last, state_path=store_path
         )
+    if position.backfill is not None and position.backfill > state.backfill_sequence:
+        raise StateBehindSinkError(
+            pipeline.id,
+            table=position.backfill_table or position.table,
+            sink_txn=position.backfill,
+            state_run_seq=state.backfill_sequence,
+            state_path=store_path,
+            backfill=True,
+        )
     return position
 
 
-def landed_frontier(pipeline: PipelineConfig, after_run_seq: int) -> dict[TopicPartition, int]:
+def landed_frontier(
+    pipeline: PipelineConfig, after_run_seq: int | None, *, backfills: bool = False
+) -> dict[TopicPartition, int]:
     """Per partition, one past the highest offset the sink or dead-letter table holds from runs after
-    ``after_run_seq`` (rows of those runs only: ``_run_seq`` statistics prune older files). JVM-free.
+    ``after_run_seq`` (None: from no run) and, with ``backfills``, from backfills (their rows have no ``_run_seq``).
+    Reads only those rows (``_run_seq`` statistics prune older files). JVM-free.
     """
+    wanted = []
+    if after_run_seq is not None:
+        wanted.append(pc.field("_run_seq") > after_run_seq)
+    if backfills:
+        wanted.append(pc.field("_run_seq").is_null())
     frontier: dict[TopicPartition, int] = {}
+    if not wanted:
+        return frontier
+    condition = wanted[0] if len(wanted) == 1 else wanted[0] | wanted[1]
     for table in (pipeline.sink_table, pipeline.dead_letter_table):
         opened = open_delta_rs(table, doing="reading")
         if opened is None:
             continue
         dataset = opened.to_pyarrow_dataset()
-        rows = dataset.to_table(
-            columns=["cluster", "topic", "partition", "offset"], filter=pc.field("_run_seq") > after_run_seq
-        )
+        rows = dataset.to_table(columns=["cluster", "topic", "partition", "offset"], filter=condition)
         if rows.num_rows == 0:
             continue
         grouped = rows.group_by(["cluster", "topic", "partition"]).aggregate([("offset", "max")])
@@ -114,6 +154,8 @@ class Realignment(BaseModel):
     pipeline_id: str
     state_run_seq: int
     sink_txn: int | None
+    state_backfill: int = 0
+    sink_backfill: int | None = None
     needed: bool
     applied: bool
     next_run_seq: int
@@ -130,36 +172,49 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool) -> Realig
     state = store.load()
     position = sink_position(pipeline)
     last = last_run_seq(state)
-    needed = position.txn is not None and position.txn > last
+    runs_behind = position.txn is not None and position.txn > last
+    backfills_behind = position.backfill is not None and position.backfill > state.backfill_sequence
+    needed = runs_behind or backfills_behind
     # A planned head's offsets were never committed: its rows count as landed beyond the state too.
     committed = last - 1 if state.last_run is not None and state.last_run.status == "planned" else last
-    frontier = landed_frontier(pipeline, committed) if needed else {}
+    frontier = (
+        landed_frontier(pipeline, committed if runs_behind else None, backfills=backfills_behind) if needed else {}
+    )
     shown = {f"{k.cluster_id}/{k.topic}/{k.partition}": v for k, v in sorted(frontier.items(), key=str)}
     applied = False
+    next_run_seq = (position.txn if runs_behind and position.txn is not None else last) + 1
     if needed and yes:
-        assert position.txn is not None
         summary = (
-            f'{{"realigned": true, "state_run_seq": {last}, "sink_txn": {position.txn}, '
+            f'{{"realigned": true, "state_run_seq": {last}, "sink_txn": {position.txn or 0}, '
+            f'"state_backfill": {state.backfill_sequence}, "sink_backfill": {position.backfill or 0}, '
             f'"at": "{datetime.now(UTC).isoformat()}"}}'
         )
         store.realign(
-            sink_txn=position.txn, frontier=frontier, summary_json=summary, expected_version=state.table_version
+            sink_txn=position.txn or 0,
+            frontier=frontier,
+            summary_json=summary,
+            expected_version=state.table_version,
+            backfill_sequence=position.backfill or 0,
         )
         applied = True
         logger.warning(
-            "pipeline %s: state realigned with its sink: next run_seq %d (was %d), %d partitions checked against "
-            "the sink by the next run",
+            "pipeline %s: state realigned with its sink: next run_seq %d (was %d), backfill sequence %d (was %d), "
+            "%d partitions checked against the sink by the next run",
             pipeline.id,
-            position.txn + 1,
+            next_run_seq,
             last + 1,
+            max(state.backfill_sequence, position.backfill or 0),
+            state.backfill_sequence,
             len(frontier),
         )
     return Realignment(
         pipeline_id=pipeline.id,
         state_run_seq=last,
         sink_txn=position.txn,
+        state_backfill=state.backfill_sequence,
+        sink_backfill=position.backfill,
         needed=needed,
         applied=applied,
-        next_run_seq=(position.txn if needed and position.txn is not None else last) + 1,
+        next_run_seq=next_run_seq,
         frontier=shown,
     )

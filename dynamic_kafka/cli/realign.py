@@ -38,14 +38,17 @@ def _realign(args: argparse.Namespace) -> int:
 
 def format_realignment(result: Realignment) -> str:
     """What realign found and did, for people."""
+    sink_run = result.sink_txn if result.sink_txn is not None else "none"
+    sink_backfill = result.sink_backfill if result.sink_backfill is not None else "none"
     if not result.needed:
         return (
-            f"pipeline {result.pipeline_id}: the state (run {result.state_run_seq}) is not behind its sink "
-            f"(run {result.sink_txn if result.sink_txn is not None else 'none'}); nothing to realign."
+            f"pipeline {result.pipeline_id}: the state (run {result.state_run_seq}, backfill "
+            f"{result.state_backfill}) is not behind its sink (run {sink_run}, backfill {sink_backfill}); "
+            "nothing to realign."
         )
     lines = [
-        f"pipeline {result.pipeline_id}: the state's last run is {result.state_run_seq} but the sink holds run "
-        f"{result.sink_txn}.",
+        f"pipeline {result.pipeline_id}: the state's last run is {result.state_run_seq} and it knows backfills up to "
+        f"{result.state_backfill}, but the sink holds run {sink_run} and backfill {sink_backfill}.",
         f"  {'realigned' if result.applied else 'realign would'}: the next run_seq becomes {result.next_run_seq}; "
         "the offsets stay; the next run re-reads from them and skips what the sink already holds below:",
     ]

@@ -136,6 +136,12 @@ class StateSnapshot(_Frozen):
         "incarnation's rows at the same coordinates: backfills and the runs' backfill checks never match below it.",
     )
 
+    backfill_sequence: int = Field(
+        0,
+        description="How many backfills raised a frontier; each one's MERGEs record its number as a Delta "
+        "transaction in the sink, so a sink ahead of it shows a state restored from before a backfill.",
+    )
+
     def backfill_floor(self, split: Split) -> int:
         """The first offset of ``split``'s partition whose sink rows can only be of ``split``'s topic incarnation:
         the recorded floor, or, for a topic recreated since the state's last commit (the partition row still has

@@ -7,6 +7,9 @@ Invariants:
   incremental runs never duplicate.
 - Undecodable records are merged the same way into the dead-letter table, or fail the backfill (per
   ``on_decode_error``) before anything is written.
+- Each MERGE of a backfill that raised a frontier records the backfill's sequence number as a Delta transaction
+  (app id ``<pipeline>/backfill``): the sink then tells which backfills landed, so a state restored from before
+  one is refused until realigned (``dynamic_kafka.realign``).
 - Kafka is read once: the read is persisted (memory, spilling to disk) and one aggregate over it gives both the
   statistics and the bounds that keep the MERGE from scanning unrelated sink files.
 """
@@ -14,12 +17,14 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
+    backfill_app_id,
     dead_letter_rows,
     delta_path_identifier,
     ensure_table,
@@ -33,7 +38,7 @@ from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_sc
 from dynamic_kafka.spark.schema import MERGE_KEYS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +47,11 @@ if TYPE_CHECKING:
     from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
+
+# Delta's session settings that make a DML command (MERGE, UPDATE, DELETE) record, and skip if already recorded,
+# a transaction (app id, version), as the txnAppId / txnVersion write options do for appends.
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 def merge_backfill(
@@ -53,6 +63,7 @@ def merge_backfill(
     end: datetime | None = None,
     run_seq: int | None = None,
     prepared: PreparedDecoding | None = None,
+    backfill_sequence: int | None = None,
 ) -> WriteResult:
     """Merges a backfill's records into the sink, inserting only records it does not hold yet.
 
@@ -70,6 +81,9 @@ def merge_backfill(
         end: the window's end (exclusive), likewise.
         run_seq: stored in ``_run_seq`` (null when None); backfills do not take part in the txn protocol.
         prepared: the writer schemas of registry / schema-file streams (required when the pipeline has any).
+        backfill_sequence: the backfill's number from ``StateStore.record_backfill``; each MERGE records it as the
+            Delta transaction ``backfill_app_id(pipeline.id)``, so a state restored from before this backfill is
+            recognised (``dynamic_kafka.realign``). None: the backfill raised no frontier; nothing is recorded.
 
     Returns:
         Counts read, rows inserted into the sink (``sink_records``), dead letters inserted, and versions.
@@ -102,14 +116,15 @@ def merge_backfill(
             if bad_count and pipeline.on_decode_error == "fail":
                 raise _first_undecodable(decoded)
             scope = _merge_scope(metrics, pairs)
+            marker = None if backfill_sequence is None else (backfill_app_id(pipeline.id), backfill_sequence)
             dead_letter_version, dead_letters, inserted = None, 0, 0
             if bad_count:
                 bad = dead_letter_rows(decoded.where(sf.col(DECODE_ERROR).isNotNull()), run_seq)
-                dead_letters = _merge(spark, bad, dead_letter_path, scope)
+                dead_letters = _merge(spark, bad, dead_letter_path, scope, marker)
                 dead_letter_version = latest_version(dead_letter_path)
             if int(metrics["records"] or 0) > bad_count:
                 good = sink_rows(decoded.where(sf.col(DECODE_ERROR).isNull()), run_seq)
-                inserted = _merge(spark, good, sink_path, scope)
+                inserted = _merge(spark, good, sink_path, scope, marker)
         finally:
             decoded.unpersist()
         result = write_result(
@@ -148,12 +163,17 @@ def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
     )
 
 
-def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> int:
+def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, marker: tuple[str, int] | None) -> int:
     """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted.
 
     Delta's MERGE by SQL with the rows as a DataFrame argument, in both modes: one code path, and over Spark
     Connect Delta's Python ``DeltaTable.merge`` would need the Delta Connect server plugin, which Maven Central
     does not serve for this Spark/Delta pair (docs/spark-connect.md). The metrics row is the same.
+
+    ``marker`` (app id, version) is recorded as the commit's Delta transaction, through the session settings that
+    make Delta's DML idempotent. Delta skips a MERGE whose version its log already holds for the app id (it
+    returns no metrics row): that only happens when a later backfill committed first, whose higher number already
+    marks the sink, so the MERGE is then made without a marker. Nothing is ever skipped.
     """
     ensure_table(spark, rows, path)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
@@ -162,8 +182,28 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str) -> 
     text = f"MERGE WITH SCHEMA EVOLUTION INTO {delta_path_identifier(path)} AS t USING __source__ AS s "
     text += f"ON {on} AND ({scope}) WHEN NOT MATCHED THEN INSERT *"
     query = text.replace("{", "{{").replace("}", "}}").replace("__source__", "{source}", 1)
+    if marker is not None:
+        with _delta_transaction(spark, *marker):
+            metrics = spark.sql(query, source=rows).collect()
+        if metrics:
+            return int(metrics[0]["num_inserted_rows"])
+        logger.info("MERGE into %s: a later backfill marked the table first; merging without a marker", path)
     metrics = spark.sql(query, source=rows).collect()
     return int(metrics[0]["num_inserted_rows"]) if metrics else 0
+
+
+@contextmanager
+def _delta_transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Delta records (app_id, version) as the transaction of the DML commands run inside (session settings,
+    unset after: the session may be shared).
+    """
+    spark.conf.set(_TXN_APP_ID, app_id)
+    spark.conf.set(_TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_TXN_APP_ID)
+        spark.conf.unset(_TXN_VERSION)
 
 
 def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> str:

@@ -171,6 +171,15 @@ def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int) 
 # --- versions and transactions ----------------------------------------------------------------------------------
 
 
+def backfill_app_id(pipeline_id: str) -> str:
+    """The Delta transaction app id of a pipeline's backfill MERGEs (its runs' appends use the pipeline id).
+
+    Its version is the backfill's sequence number in the state; ``/`` cannot occur in a pipeline id, so it never
+    names another pipeline's runs.
+    """
+    return f"{pipeline_id}/backfill"
+
+
 def committed_txn_version(sink: Table, app_id: str) -> int | None:
     """The last ``txnVersion`` the Delta table at ``sink`` recorded for ``app_id`` (JVM-free, via delta-rs).
 

@@ -16,8 +16,11 @@ One Delta table per pipeline, partitioned by ``kind``:
   for the topic id it names, the offset below which the sink may hold an EARLIER incarnation's rows at the same
   coordinates (recorded by the commit that resets a recreated topic): backfill MERGEs and the runs' backfill
   anti-joins match on coordinates, so neither looks below it.
-  Incremental runs dedupe the part of their ranges below it against the sink. Rewritten whole by each backfill;
-  runs never touch these rows (nor backfills the others).
+  Incremental runs dedupe the part of their ranges below it against the sink. One ``backfill`` row with status
+  ``sequence`` and no partition counts the backfills that raised a frontier: each such backfill takes the next
+  number and its MERGEs carry it as a Delta transaction of their own, so a sink holding a higher number than the
+  state shows a state restored from before a backfill (see ``dynamic_kafka.realign``). Rewritten whole by each
+  backfill; runs never touch these rows (nor backfills the others).
 
 Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
 """
@@ -170,6 +173,9 @@ def run_row(
 FLOOR = "floor"
 """The status of a ``backfill`` row that holds a floor instead of a frontier."""
 
+SEQUENCE = "sequence"
+"""The status of the one ``backfill`` row that holds the backfill sequence instead of a partition's offset."""
+
 
 def backfill_row(
     pipeline_id: str,
@@ -201,6 +207,11 @@ def backfill_row(
         topic_id=topic_id,
         committed_at=utc(recorded_at),
     )
+
+
+def backfill_sequence_row(pipeline_id: str, sequence: int, recorded_at: datetime) -> dict[str, Any]:
+    """Return the state row holding the backfill sequence: how many backfills raised a frontier."""
+    return _row("backfill", pipeline_id, SEQUENCE, next_offset=sequence, committed_at=utc(recorded_at))
 
 
 def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:

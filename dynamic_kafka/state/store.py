@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
 from dynamic_kafka.plan.model import Plan, TopicPartition
@@ -44,13 +44,26 @@ from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapsho
 from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
-from dynamic_kafka.state.table import FOREIGN_ERRORS, LostRaceError, StateTable
+from dynamic_kafka.state.table import EMPTY_ROWS, FOREIGN_ERRORS, LostRaceError, StateTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+
+class RecordedBackfill(BaseModel):
+    """What ``StateStore.record_backfill`` wrote."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int | None = Field(description="The state version holding the frontier (None: no state exists).")
+    sequence: int | None = Field(
+        description="The backfill's sequence number, for its MERGEs' Delta transaction; None when every frontier "
+        "was already as high (nothing was written, and the backfill lands nothing a run could append blind)."
+    )
+
 
 _LOADED = "kind IN ('partition', 'head', 'backfill')"
 
@@ -127,7 +140,7 @@ class StateStore:
         dt = self._table.open()
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions, backfilled, floors = self._table.read_rows(dt, _LOADED)
+        head, partitions, backfilled, floors, sequence = self._table.read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
@@ -136,6 +149,7 @@ class StateStore:
             backfilled={k: offset for k, (offset, _) in backfilled.items()},
             backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
             backfill_floors={k: floor for k, (floor, _) in floors.items()},
+            backfill_sequence=sequence,
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -237,30 +251,41 @@ class StateStore:
         return self._table.overwrite(dt, rows, "kind = 'head'", plan, "lease")
 
     def realign(
-        self, *, sink_txn: int, frontier: Mapping[TopicPartition, int], summary_json: str, expected_version: int | None
+        self,
+        *,
+        sink_txn: int,
+        frontier: Mapping[TopicPartition, int],
+        summary_json: str,
+        expected_version: int | None,
+        backfill_sequence: int = 0,
     ) -> int:
-        """Realign a state that is behind its sink (restored from a backup or moved): in ONE commit the head becomes
-        a committed, empty run ``sink_txn`` (so the next run_seq is ``sink_txn + 1``, never one Delta already holds),
-        and the backfill frontier is raised to ``frontier`` (per partition, one past the highest offset the sink
-        holds), so the next run, which starts at the state's (older) offsets, skips the records already landed.
-        The partition offsets are not moved; a planned head is replaced (its run is in the sink or re-read).
+        """Realign a state that is behind its sink (restored from a backup or moved), in ONE commit.
+
+        When the sink holds a later run (``sink_txn`` beyond the state's last run), the head becomes a committed,
+        empty run ``sink_txn`` (so the next run_seq is ``sink_txn + 1``, never one Delta already holds). When it
+        holds a later backfill (``backfill_sequence`` beyond the state's), the state's backfill sequence moves up
+        to it (so the next backfill's transaction is one Delta has not seen). Either way the backfill frontier is
+        raised to ``frontier`` (per partition, one past the highest offset the sink holds from what the state does
+        not know), so the next run, which starts at the state's (older) offsets, skips the records already landed.
+        The partition offsets are not moved. A planned head is replaced when the sink holds a later run (its run
+        is in the sink or re-read); otherwise it stays, and its recovery dedupes against the raised frontier.
 
         Raises:
             RunInProgressError: the table changed since ``expected_version``; nothing was written.
-            StateError: ``sink_txn`` is not beyond the state's last run.
+            StateError: the sink holds neither a later run nor a later backfill than the state.
         """
         dt = None if expected_version is None else self._table.open(expected_version)
-        head, partitions, recorded, floors = (
-            self._table.read_rows(dt, _LOADED) if dt is not None else (None, {}, {}, {})
+        head, partitions, recorded, floors, sequence = (
+            self._table.read_rows(dt, _LOADED) if dt is not None else EMPTY_ROWS
         )
         last = head.run_seq if head is not None else 0
-        if sink_txn <= last:
+        runs_behind = sink_txn > last
+        if not runs_behind and backfill_sequence <= sequence:
             raise StateError(
-                f"nothing to realign: the state of pipeline {self.pipeline_id!r} at {self.path} is at run {last}, "
-                f"the sink at run {sink_txn}."
+                f"nothing to realign: the state of pipeline {self.pipeline_id!r} at {self.path} is at run {last} "
+                f"and backfill {sequence}; the sink at run {sink_txn} and backfill {backfill_sequence}."
             )
         now = self._clock()
-        plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
         merged = dict(recorded)
         for key, offset in frontier.items():
             # The sink's rows carry coordinates only: the frontier is for the incarnation the state's partition row
@@ -271,18 +296,27 @@ class StateStore:
             same = old_id is None or current_id is None or old_id == current_id
             merged[key] = (max(offset, old_offset) if same else offset, current_id or old_id)
         rows = [
-            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
-            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
             *(
                 _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
                 for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
             ),
-            *_floor_rows(self.pipeline_id, floors, now),
+            *_floor_rows(self.pipeline_id, floors, max(sequence, backfill_sequence), now),
         ]
-        if dt is None:
-            return self._table.create(rows, plan, "realign")
-        predicate = f"kind = 'head' OR kind = 'backfill' OR (kind = 'run' AND run_seq = {sink_txn})"
-        return self._table.overwrite(dt, rows, predicate, plan, "realign")
+        predicate = "kind = 'backfill'"
+        plan = None
+        if runs_behind:
+            plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
+            rows += [
+                _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
+                _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+            ]
+            predicate += f" OR kind = 'head' OR (kind = 'run' AND run_seq = {sink_txn})"
+        try:
+            if dt is None:
+                return self._table.create(rows, plan, "realign")
+            return self._table.overwrite(dt, rows, predicate, plan, "realign")
+        except LostRaceError as e:
+            raise RunInProgressError(self.pipeline_id, last + 1) from e
 
     def commit_run(self, plan: Plan, *, summary_json: str, expected_version: int) -> int:
         """Commit a planned run: new offsets, removals, head "committed" and a history row, in ONE commit.
@@ -393,7 +427,7 @@ class StateStore:
         if not (reset or truncated):
             return None
         ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
-        _, _, recorded, floors = self._table.read_rows(dt, "kind = 'backfill'")
+        _, _, recorded, floors, sequence = self._table.read_rows(dt, "kind = 'backfill'")
         now = self._clock()
         kept = {
             k: (min(offset, truncated.get(k, offset)), tid)
@@ -411,7 +445,7 @@ class StateStore:
         return [
             _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
             for k, (offset, tid) in sorted(kept.items(), key=lambda kv: str(kv[0]))
-        ] + _floor_rows(self.pipeline_id, new_floors, now)
+        ] + _floor_rows(self.pipeline_id, new_floors, sequence, now)
 
     def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -441,7 +475,7 @@ class StateStore:
         topic_ids: Mapping[TopicPartition, str | None] | None = None,
         attempts: int = 5,
         retry_delay: float = 0.5,
-    ) -> int | None:
+    ) -> RecordedBackfill:
         """Raise the backfill frontier of every partition in ``frontier`` (to the highest stop offset a backfill
         covers) in one commit. Call it BEFORE the backfill writes the sink: a run planned after this commit
         dedupes against the sink, and one planned before it has committed (see below), so no incremental run
@@ -455,6 +489,10 @@ class StateStore:
         A frontier belongs to one incarnation of its topic (``topic_ids``): a frontier recorded for another topic id
         (the topic was recreated since) is replaced, not raised.
 
+        A commit that raises a frontier also takes the next backfill sequence number, which the backfill's MERGEs
+        then record as their Delta transaction (``dynamic_kafka.sink.merge``): a sink holding a higher number than
+        the state tells a state restored from before the backfill (``dynamic_kafka.realign``).
+
         Args:
             frontier: per partition, the stop offset (exclusive) of the backfill's range.
             topic_ids: per partition, the topic id the backfill read (from its broker snapshot).
@@ -462,7 +500,8 @@ class StateStore:
             retry_delay: the first wait between attempts, in seconds; doubled after each.
 
         Returns:
-            The table version holding the frontier; None when ``frontier`` is empty and no state exists.
+            The table version holding the frontier (None when ``frontier`` is empty and no state exists) and the
+            backfill's sequence number (None when every frontier was already as high: nothing was written).
 
         Raises:
             RunInProgressError: a run was still planned after the last attempt (in flight, or crashed: the next
@@ -473,8 +512,8 @@ class StateStore:
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             dt = self._table.open()
-            head, _, recorded, floors = (
-                self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else (None, {}, {}, {})
+            head, _, recorded, floors, sequence = (
+                self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else EMPTY_ROWS
             )
             if head is not None and head.status == "planned":
                 if last:
@@ -489,16 +528,18 @@ class StateStore:
                     same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
                     merged[key] = (max(offset, old_offset) if same else offset, new_id)
                 if merged == recorded:
-                    return None if dt is None else dt.version()
+                    return RecordedBackfill(version=None if dt is None else dt.version(), sequence=None)
                 now = self._clock()
                 rows = [
                     _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
                     for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
-                ] + _floor_rows(self.pipeline_id, floors, now)
+                ] + _floor_rows(self.pipeline_id, floors, sequence + 1, now)
                 try:
                     if dt is None:
-                        return self._table.create(rows, None, "record_backfill")
-                    return self._table.overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
+                        version = self._table.create(rows, None, "record_backfill")
+                    else:
+                        version = self._table.overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
+                    return RecordedBackfill(version=version, sequence=sequence + 1)
                 except LostRaceError:
                     if last:
                         break
@@ -569,9 +610,11 @@ class StateStore:
 
 
 def _floor_rows(
-    pipeline_id: str, floors: Mapping[TopicPartition, tuple[int, str | None]], now: datetime
+    pipeline_id: str, floors: Mapping[TopicPartition, tuple[int, str | None]], sequence: int, now: datetime
 ) -> list[dict[str, Any]]:
-    return [
+    """The backfill rows every rewrite of them keeps besides the frontiers: the floors and the backfill sequence."""
+    kept = [
         _rows.backfill_row(pipeline_id, k, offset, now, topic_id=tid, floor=True)
         for k, (offset, tid) in sorted(floors.items(), key=lambda kv: str(kv[0]))
     ]
+    return kept + ([_rows.backfill_sequence_row(pipeline_id, sequence, now)] if sequence else [])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -36,6 +36,22 @@ CURRENT = "kind IN ('partition', 'head')"
 """The rows a commit rewrites: the partitions and the head run."""
 FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
 """What delta-rs and pyarrow raise; wrapped into StateError (or a lost race) here and in the store."""
+
+
+class StateRows(NamedTuple):
+    """The rows of a state table a read selected, by kind. Frontiers and floors are per partition
+    (offset, topic id the row is for); ``backfill_sequence`` is 0 when no backfill raised a frontier.
+    """
+
+    head: RunRecord | None
+    partitions: dict[TopicPartition, PartitionState]
+    backfilled: dict[TopicPartition, tuple[int, str | None]]
+    floors: dict[TopicPartition, tuple[int, str | None]]
+    backfill_sequence: int
+
+
+EMPTY_ROWS = StateRows(None, {}, {}, {}, 0)
+"""What a read of a state table that does not exist yet gives."""
 
 
 class LostRaceError(Exception):
@@ -115,23 +131,14 @@ class StateTable:
         self, dt: DeltaTable, predicate: str = CURRENT
     ) -> tuple[RunRecord | None, dict[TopicPartition, PartitionState]]:
         """Return the current rows (partitions, head) at a version."""
-        head, partitions, _, _ = self.read_rows(dt, predicate)
+        head, partitions, *_ = self.read_rows(dt, predicate)
         return head, partitions
 
-    def read_rows(
-        self, dt: DeltaTable, predicate: str
-    ) -> tuple[
-        RunRecord | None,
-        dict[TopicPartition, PartitionState],
-        dict[TopicPartition, tuple[int, str | None]],
-        dict[TopicPartition, tuple[int, str | None]],
-    ]:
-        """Return the head, partition rows, backfill frontiers and backfill floors ``predicate`` selects.
-
-        Frontiers and floors are given per partition as (offset, topic id the row is for).
-        """
+    def read_rows(self, dt: DeltaTable, predicate: str) -> StateRows:
+        """Return the head, partition rows, backfill frontiers, floors and sequence ``predicate`` selects."""
         backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
         floors: dict[TopicPartition, tuple[int, str | None]] = {}
+        sequence = 0
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -141,6 +148,8 @@ class StateTable:
                     raise ValueError(f"row of pipeline {row['pipeline_id']!r}")
                 if row["kind"] == "partition":
                     found.append(_rows.partition_from_row(row))
+                elif row["kind"] == "backfill" and row["status"] == _rows.SEQUENCE:
+                    sequence = int(row["next_offset"])
                 elif row["kind"] == "backfill":
                     key, offset, topic_id = _rows.backfill_from_row(row)
                     (floors if row["status"] == _rows.FLOOR else backfilled)[key] = (offset, topic_id)
@@ -148,10 +157,10 @@ class StateTable:
                     raise ValueError("more than one head row")
                 else:
                     head = _rows.run_from_row(row)
-        except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError) as e:
+        except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError, TypeError) as e:
             raise self.unreadable(e) from e
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return head, {p.key: p for p in found}, backfilled, floors
+        return StateRows(head, {p.key: p for p in found}, backfilled, floors, sequence)
 
     def unreadable(self, e: Exception) -> DynamicKafkaError:
         """Return the error that says the state table cannot be read, and what to do."""

@@ -2,7 +2,7 @@
 
 - A state restored from a backup (behind its sink) is refused through the CLI, ``realign`` repairs it, and the next
   run lands every record exactly once (before the guard, runs reused the sink's run_seqs: Delta skipped their
-  appends and the runs reported success with nothing landed).
+  appends and the runs reported success with nothing landed). Likewise a state restored from before a backfill.
 - A ``value_schema`` that does not parse, or a sink whose schema does not take the pipeline's rows, is refused
   before the plan is written (before, both failed inside the Spark write, with a planned run left behind and a
   retriable error every retry repeated).
@@ -13,37 +13,56 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
+from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import SchemaMismatchError
+from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.testing.pipeline import Row
 
 pytestmark = pytest.mark.integration
+
+
+def backed_up_after_run_1(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> tuple[TwoClusterStream, list[Row], Callable[[], None]]:
+    """The two-cluster stream after run 1 (which landed the returned rows), its state backed up; the callable puts
+    the backup back in place of the state."""
+    stream = TwoClusterStream(kafka_clusters, tmp_path / "p", spark=lambda: spark)
+    state_path = stream.harness.folder / "sink_state"
+    first = stream.produce("first", east=6, west=4)
+    assert stream.harness.runner().run().run_seq == 1
+    shutil.copytree(state_path, tmp_path / "backup")
+
+    def restore() -> None:
+        shutil.rmtree(state_path)
+        shutil.copytree(tmp_path / "backup", state_path)
+
+    return stream, first, restore
 
 
 def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every_record_once(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    stream = TwoClusterStream(kafka_clusters, tmp_path / "p", spark=lambda: spark)
+    stream, first, restore = backed_up_after_run_1(kafka_clusters, spark, tmp_path)
     harness = stream.harness
-    state_path = harness.folder / "sink_state"
-    first = stream.produce("first", east=6, west=4)
-    assert harness.runner().run().run_seq == 1
-    shutil.copytree(state_path, tmp_path / "backup")
     second = stream.produce("second", east=5, west=3)
     assert harness.runner().run().run_seq == 2
     third = stream.produce("third", east=4, west=2)
-    shutil.rmtree(state_path)
-    shutil.copytree(tmp_path / "backup", state_path)  # the state is restored from the backup of run 1
+    restore()
 
     refused = harness.cli("run", "--json")
 
@@ -73,6 +92,40 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
     assert_nothing_left(harness)
+
+
+def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_nothing_lands_twice(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    # Found by the protocol model: the restored state's last run equals the sink's, but it lost the frontier of a
+    # backfill made after the backup, so the next run appended blind what the backfill had merged (duplicates).
+    stream, first, restore = backed_up_after_run_1(kafka_clusters, spark, tmp_path)
+    harness = stream.harness
+    window_start = datetime.now(UTC) - timedelta(seconds=1)
+    second = stream.produce("second", east=5, west=2)
+    merged = run_backfill(harness.runner().context, window_start, datetime.now(UTC) + timedelta(minutes=1))
+    assert merged.records == len(second)
+    assert committed_txn_version(harness.sink_path, backfill_app_id("p")) == 1  # the MERGE's own transaction
+    restore()
+
+    refused = harness.cli("run", "--json")
+
+    assert refused.returncode == 1, tail(refused.stderr)
+    assert "holds backfill 1 of this pipeline but the state knows backfills up to 0" in refused.stderr
+    assert harness.sink_rows() == sorted(first + second)
+    assert harness.runner().store.load().next_run_seq == 2  # nothing planned
+
+    done = harness.cli("realign", "--yes", "--json")
+    assert done.returncode == 0, tail(done.stderr)
+    assert json.loads(done.stdout)["sink_backfill"] == 1
+    third = stream.produce("third", east=1, west=1)
+    summary = harness.runner().run()
+
+    assert (summary.run_seq, summary.status) == (2, "committed")
+    assert summary.records == len(third)
+    assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()
 
 
 class JsonTopic:

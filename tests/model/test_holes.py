@@ -1,9 +1,9 @@
 """The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-A hole still open is ``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open (the
-model reports the violation) and fails the suite the day the fix lands, which is the signal to delete the xfail
-mark here AND the hole's name from ``world.KNOWN_HOLES`` (then the random model covers the fixed behaviour too).
-The replays without a mark are fixed holes: they are regression tests now.
+Every hole found so far is fixed: each replay is a regression test. A hole found next gets its name in
+``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here marked
+``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open and fails the suite the day
+the fix lands, the signal to delete the mark AND the name (then the random model covers the fixed behaviour too).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.errors import ConfigError
-from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
+from dynamic_kafka.errors import ConfigError, StateBehindSinkError
+from tests.model.test_protocol import ProtocolMachine
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -56,9 +56,6 @@ def machine_without(hole: str, **setup: Any) -> Iterator[Replay]:
         yield Replay(m)
     finally:
         m.teardown()
-
-
-hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="known hole of issue 11 (see HOLES.md)")
 
 
 def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
@@ -134,8 +131,7 @@ def test_new_backfill_merge_keeps_a_recreated_topics_records() -> None:
         r.run_clean()  # reset reads [0, 2), below the frontier: anti-joined against the old rows; never lands
 
 
-@hole
-def test_new_restored_state_regresses_the_backfill_frontier() -> None:
+def test_new_a_state_restored_from_before_a_backfill_is_refused_until_realigned() -> None:
     with machine_without("new_restored_state_regresses_backfill_frontier") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()
@@ -143,8 +139,12 @@ def test_new_restored_state_regresses_the_backfill_frontier() -> None:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.m.harness.backfill(r.m.world.clock_ms - 1, r.m.world.clock_ms + 1, None)  # merges both, frontier 3
         r.m._after_state_change()
-        r.restore_state()  # frontier back to none; the sink txn is still 1 = the state's last run
-        r.run_clean()  # run 2 appends offsets 1, 2 blind: already merged by the backfill
+        r.restore_state()  # frontier back to none; the sink's run txn is still 1 = the state's last run
+        # Once run 2 appended offsets 1, 2 blind, already merged by the backfill. The backfill's MERGE now records
+        # its number (1) as a transaction of its own, the restored state knows none: the run is refused.
+        with pytest.raises(StateBehindSinkError, match="holds backfill 1 of this pipeline"):
+            r.m.harness.run(None)
+        assert len(r.m.harness.sink.rows) == 3
 
 
 def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:

@@ -27,7 +27,6 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -38,8 +37,10 @@ from dynamic_kafka.errors import (
     DynamicKafkaError,
     RunInProgressError,
     SparkJobError,
+    StateBehindSinkError,
 )
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Crash, Harness, Record, World
 
 if TYPE_CHECKING:
@@ -187,7 +188,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.backup: Path | None = None
         self.frontier_topics: set[tuple[str, str]] = set()
         self.state = StateSnapshot(pipeline_id="p")
-        self.backfilled_since_backup = False
 
     def teardown(self) -> None:
         if hasattr(self, "harness"):
@@ -335,7 +335,9 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _sink_ahead(self) -> bool:
         last = self.state.last_run
         committed = 0 if last is None else (last.run_seq if last.status == "committed" else last.run_seq - 1)
-        return (self.harness.sink.txn.get("p") or 0) > committed
+        sink = self.harness.sink
+        backfills = max(sink.txn.get(backfill_app_id("p"), 0), sink.dead_txn.get(backfill_app_id("p"), 0))
+        return (sink.txn.get("p") or 0) > committed or backfills > self.state.backfill_sequence
 
     def _pending_plan_unreachable(self) -> bool:
         last = self.state.last_run
@@ -404,7 +406,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
         STATS["backfills"] += 1
-        self.backfilled_since_backup = True
+        sink_ahead = self._sink_ahead()
         try:
             self.harness.backfill(start, end, crash_at)
         except Crash:
@@ -413,6 +415,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             pass  # a planned run first, or a cluster down: the backfill fails with nothing merged
         except DataLossError:
             pass
+        except StateBehindSinkError as e:
+            if not sink_ahead:
+                raise ProtocolViolationError(f"a backfill was refused though the state is current: {e}") from e
         self._after_state_change()
 
     @rule()
@@ -423,14 +428,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.backup = self.root / "backup"
             shutil.rmtree(self.backup, ignore_errors=True)
             shutil.copytree(state, self.backup)
-            self.backfilled_since_backup = False
 
-    @precondition(lambda self: "hole2_sink_txn_ahead_of_state" not in self.holes)
     @rule()
     def restore_state(self) -> None:
         """Restore the last backup (the state's own error hint suggests restoring or moving it)."""
-        if "new_restored_state_regresses_backfill_frontier" in self.holes and self.backfilled_since_backup:
-            return
         if self.backup is not None:
             state = Path(self.harness.store.path)
             shutil.rmtree(state)

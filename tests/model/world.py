@@ -55,6 +55,7 @@ from dynamic_kafka.plan.snapshots import (
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.metrics import WriteResult
+from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.spark import reader as reader_module
 
 if TYPE_CHECKING:
@@ -74,13 +75,7 @@ _INVOCATIONS = itertools.count(1)
 # Holes of issue 11 that today's code has. Each name gates the model's rules or oracle so the suite passes today;
 # remove a name when its fix lands: the model then drives the hole's scenario and checks the fixed behaviour.
 # Removing one before the fix makes tests/model fail with the minimal example recorded in tests/model/HOLES.md.
-KNOWN_HOLES: frozenset[str] = frozenset(
-    {
-        # Found by the model, not in the issue: restoring a state backup also moves the backfill frontier back, so
-        # records a later backfill merged above the old frontier are appended again by the next run (duplicates).
-        "new_restored_state_regresses_backfill_frontier",
-    }
-)
+KNOWN_HOLES: frozenset[str] = frozenset()
 
 
 class Crash(BaseException):
@@ -376,10 +371,16 @@ class SinkModel:
             deduplicated=len(frame) - len(rows),
         )
 
-    def merge(self, rows: list[Record]) -> int:
-        """The backfill MERGE: insert rows whose (cluster, topic, partition, offset) the table lacks."""
+    def merge(self, rows: list[Record], marker: tuple[str, int] | None) -> int:
+        """The backfill MERGEs: insert rows whose (cluster, topic, partition, offset) the table lacks; a table
+        MERGEd into records ``marker`` (app id, version) unless its log holds a higher version for the app."""
         inserted = 0
-        for table, part in ((self.dead, [r for r in rows if r.bad]), (self.rows, [r for r in rows if not r.bad])):
+        for table, txns, part in (
+            (self.dead, self.dead_txn, [r for r in rows if r.bad]),
+            (self.rows, self.txn, [r for r in rows if not r.bad]),
+        ):
+            if marker is not None and part and txns.get(marker[0], 0) < marker[1]:
+                txns[marker[0]] = marker[1]
             present = {coordinates(r) for r in table}
             for r in part:
                 if coordinates(r) not in present:
@@ -523,15 +524,12 @@ class Harness:
                 return None
             # One attempt: run_backfill's retries only wait for a planned run, which in the model never finishes
             # by itself (RunInProgressError is what the retries end with).
-            self.store.record_backfill(
-                {s.key: s.stop_offset for s in plan.read_splits},
-                topic_ids={s.key: s.topic_id for s in plan.read_splits},
-                attempts=1,
-            )
+            sequence = backfill_module.record_frontier(self.runner.context, plan, attempts=1)
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
             in_window = [r for r in frame if start_ms <= r.ts_ms < end_ms]
-            self.sink.merge(in_window)
+            marker = None if sequence is None else (backfill_app_id(self.pipeline.id), sequence)
+            self.sink.merge(in_window, marker)
             self.crasher.point("after_backfill_merge")
             return plan
 

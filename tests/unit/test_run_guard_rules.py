@@ -28,6 +28,7 @@ from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
 from dynamic_kafka.plan.model import Plan, Split, TopicPartition
 from dynamic_kafka.realign import landed_frontier, realign
 from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -41,7 +42,16 @@ def project(tmp_path: Path, **pipeline: Any) -> ProjectConfig:
     return ProjectConfig.model_validate(
         {
             "metadata_service": {"type": "file", "path": str(tmp_path / "metadata.yaml")},
-            "pipelines": [{"id": PID, "streams": ["orders"], "sink": {"path": str(tmp_path / "sink")}, **pipeline}],
+            # No consumer-group commit: these plans name brokers that do not exist (it would wait on them).
+            "pipelines": [
+                {
+                    "id": PID,
+                    "streams": ["orders"],
+                    "sink": {"path": str(tmp_path / "sink")},
+                    "consumer_group": None,
+                    **pipeline,
+                }
+            ],
         }
     )
 
@@ -78,6 +88,15 @@ def commit(store: StateStore, run_seq: int) -> None:
 
 def land(path: Path, run_seq: int, offsets: Collection[int], partition: int = 0) -> None:
     """Appends sink rows of run ``run_seq`` with txn ``(PID, run_seq)``, as an incremental run's write does."""
+    _append(path, offsets, partition, run_seq, Transaction(PID, run_seq))
+
+
+def land_backfill(path: Path, sequence: int, offsets: Collection[int]) -> None:
+    """Appends sink rows of a backfill (no ``_run_seq``) with its MERGE's txn ``(PID/backfill, sequence)``."""
+    _append(path, offsets, 0, None, Transaction(backfill_app_id(PID), sequence))
+
+
+def _append(path: Path, offsets: Collection[int], partition: int, run_seq: int | None, txn: Transaction) -> None:
     rows = pa.table(
         {
             "cluster": ["east"] * len(offsets),
@@ -87,9 +106,7 @@ def land(path: Path, run_seq: int, offsets: Collection[int], partition: int = 0)
             "_run_seq": pa.array([run_seq] * len(offsets), pa.int64()),
         }
     )
-    write_deltalake(
-        str(path), rows, mode="append", commit_properties=CommitProperties(app_transactions=[Transaction(PID, run_seq)])
-    )
+    write_deltalake(str(path), rows, mode="append", commit_properties=CommitProperties(app_transactions=[txn]))
 
 
 # --- hole 2: a sink ahead of the state ---------------------------------------------------------------------------
@@ -158,6 +175,35 @@ def test_realign_counts_a_planned_head_as_not_landed_in_the_state(tmp_path: Path
     assert landed_frontier(r.pipeline, 1) == {TopicPartition(cluster_id="east", topic="orders", partition=0): 30}
     assert realign(r.pipeline, r.store, yes=True).frontier == {"east/orders/0": 30}
     assert r.store.load().next_run_seq == 4
+
+
+def test_a_state_restored_from_before_a_backfill_is_refused_and_realign_rebuilds_its_frontier(tmp_path: Path) -> None:
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    land(tmp_path / "sink", 1, range(0, 10))
+    # A backfill merged offsets 5..29 (its frontier 30 is in a newer state than this one, restored from a backup).
+    land_backfill(tmp_path / "sink", 1, range(5, 30))
+    before = r.store.load().table_version
+
+    with pytest.raises(StateBehindSinkError) as caught:
+        r.run()
+    assert "holds backfill 1 of this pipeline but the state knows backfills up to 0" in str(caught.value)
+    assert "dynamic-kafka realign" in str(caught.value)
+    assert r.store.load().table_version == before  # nothing planned
+
+    dry = realign(r.pipeline, r.store, yes=False)
+    assert (dry.needed, dry.applied, dry.next_run_seq) == (True, False, 2)
+    assert (dry.state_backfill, dry.sink_backfill) == (0, 1)
+    assert dry.frontier == {"east/orders/0": 30}  # from the backfill's rows; the run's rows are known
+
+    realign(r.pipeline, r.store, yes=True)
+    state = r.store.load()
+    assert state.backfill_sequence == 1
+    assert state.backfilled == {TopicPartition(cluster_id="east", topic="orders", partition=0): 30}
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")  # the runs were not behind
+    assert realign(r.pipeline, r.store, yes=True).needed is False
+    assert r.run().run_seq == 2  # no longer refused
 
 
 # --- hole 5: owner and lease -------------------------------------------------------------------------------------

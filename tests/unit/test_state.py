@@ -24,6 +24,7 @@ from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import store as store_module
 from dynamic_kafka.state import table as table_module
+from dynamic_kafka.state.store import RecordedBackfill
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -552,30 +553,36 @@ class _Waits:
 def test_backfill_frontier_is_a_max_merge_kept_apart_from_the_offsets(store: StateStore, tmp_path: Path) -> None:
     west = tp(0, "audit", "west")
     # A backfill on a fresh pipeline creates the state with the frontier alone: no run, no offsets.
-    assert store.record_backfill({tp(0): 40, tp(1): 7}) == 0
+    assert store.record_backfill({tp(0): 40, tp(1): 7}) == RecordedBackfill(version=0, sequence=1)
     fresh = store.load()
     assert (fresh.table_version, fresh.last_run, fresh.partitions) == (0, None, {})
     assert fresh.backfilled == {tp(0): 40, tp(1): 7}
     assert fresh.next_run_seq == 1
 
     run_once(store, lambda seq: plan(seq, [split(0, 0, 25), split(1, 0, 3)]))  # the first run plans from it
-    assert store.record_backfill({tp(0): 30, tp(1): 12, west: 5}) == 3  # lower for tp(0): kept at 40
-    # Nothing higher: no commit at all.
-    assert store.record_backfill({tp(0): 40, west: 1}) == 3
-    assert store.record_backfill({}) == 3
+    # lower for tp(0): kept at 40; each backfill that raises a frontier takes the next sequence number
+    assert store.record_backfill({tp(0): 30, tp(1): 12, west: 5}) == RecordedBackfill(version=3, sequence=2)
+    # Nothing higher: no commit at all, and no number (its MERGEs land nothing beyond the frontier).
+    assert store.record_backfill({tp(0): 40, west: 1}) == RecordedBackfill(version=3, sequence=None)
+    assert store.record_backfill({}).version == 3
 
     state = store.load()
     assert state.table_version == 3
+    assert state.backfill_sequence == 2
     assert state.backfilled == {tp(0): 40, tp(1): 12, west: 5}
     assert {k: v.next_offset for k, v in state.partitions.items()} == {tp(0): 25, tp(1): 3}  # never moved
     assert state.last_run is not None
     assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")
     assert [r.run_seq for r in store.run_history()] == [1]
     rows = rows_of_kind(tmp_path / "state", "backfill")
-    assert sorted((r["cluster_id"], r["topic"], r["partition"], r["next_offset"]) for r in rows) == [
+    frontiers = [r for r in rows if r["status"] == "recorded"]
+    assert sorted((r["cluster_id"], r["topic"], r["partition"], r["next_offset"]) for r in frontiers) == [
         ("east", "orders", 0, 40),
         ("east", "orders", 1, 12),
         ("west", "audit", 0, 5),
+    ]
+    assert [(r["status"], r["cluster_id"], r["next_offset"]) for r in rows if r not in frontiers] == [
+        ("sequence", None, 2)
     ]
     assert {r["committed_at"] for r in rows} == {T0 + timedelta(hours=1)}
 
@@ -617,7 +624,7 @@ def test_a_backfill_frontier_waits_for_a_planned_run(store: StateStore, monkeypa
     waits = _Waits(lambda: store.commit_run(p, summary_json="{}", expected_version=version))
     monkeypatch.setattr(store_module, "time", waits)
 
-    assert store.record_backfill({tp(0): 30}, retry_delay=0.25) == version + 2
+    assert store.record_backfill({tp(0): 30}, retry_delay=0.25).version == version + 2
 
     assert waits.seconds == [0.25]
     after = store.load()
@@ -662,7 +669,7 @@ def test_a_backfill_frontier_that_loses_a_race_is_merged_again(
 
     monkeypatch.setattr(table_module, "write_deltalake", another_backfill_first)
 
-    assert store.record_backfill({tp(0): 60, tp(1): 9}) == 3
+    assert store.record_backfill({tp(0): 60, tp(1): 9}).version == 3
 
     assert len(waits.seconds) == 1
     assert store.load().backfilled == {tp(0): 80, tp(1): 9}  # both backfills' maximum
@@ -864,8 +871,10 @@ def test_a_reset_records_a_floor_below_which_backfills_never_match(store: StateS
     state = store.load()
     assert (state.backfill_floors, state.backfilled) == ({tp(0): 8}, {})
     assert state.backfill_floor(new) == 8
+    assert state.backfill_sequence == 1  # the reset rewrote the backfill rows; the sequence stays
 
-    store.record_backfill({tp(0): 12}, topic_ids={tp(0): "tid-2"})  # a backfill of the new topic keeps the floor
+    # a backfill of the new topic keeps the floor, and takes the next number
+    assert store.record_backfill({tp(0): 12}, topic_ids={tp(0): "tid-2"}).sequence == 2
     state = store.load()
     assert state.backfill_floors == {tp(0): 8}
     later = split(0, 3, 12).model_copy(update={"topic_id": "tid-2"})
