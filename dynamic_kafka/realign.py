@@ -88,7 +88,7 @@ def landed_frontier(pipeline: PipelineConfig, after_run_seq: int) -> dict[TopicP
     """
     frontier: dict[TopicPartition, int] = {}
     for table in (pipeline.sink_table, pipeline.dead_letter_table):
-        opened = open_delta_rs(table, doing="reading")
+        opened = open_delta_rs(table, doing=f"reading the landed offsets of {table}")
         if opened is None:
             continue
         dataset = opened.to_pyarrow_dataset()
