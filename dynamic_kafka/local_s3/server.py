@@ -29,7 +29,6 @@ import os
 import shutil
 import sys
 import time
-import urllib.error
 import urllib.request
 from importlib import metadata
 from pathlib import Path
