@@ -130,7 +130,7 @@ def landed_frontier(
         return frontier
     condition = wanted[0] if len(wanted) == 1 else wanted[0] | wanted[1]
     for table in (pipeline.sink_table, pipeline.dead_letter_table):
-        opened = open_delta_rs(table, doing="reading")
+        opened = open_delta_rs(table, doing=f"reading the landed offsets of {table}")
         if opened is None:
             continue
         dataset = opened.to_pyarrow_dataset()

@@ -517,9 +517,11 @@ class TableRef:
 
     def failure(self, error: BaseException, doing: str) -> DynamicKafkaError | None:
         """The error to raise for an object-store failure while ``doing`` something with this table, or None
-        when ``error`` is not a recognised storage problem (the caller wraps it its own way).
+        when ``error`` is not a recognised storage problem (the caller wraps it its own way). It names the owner
+        (``pipeline 'orders'``) unless ``doing`` does already: the operator learns whose storage block to fix.
         """
-        return object_store_failure(error, self.location, self.storage, doing)
+        where = doing if self.owner in doing else f"{self.owner}, {doing}"
+        return object_store_failure(error, self.location, self.storage, where)
 
 
 def object_store_failure(

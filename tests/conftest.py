@@ -108,9 +108,9 @@ S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
 def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
     """The local S3 API server (moto's, on loopback) with bucket ``lake``, started once per test session.
 
-    Exports a random access key and secret in ``$DYNAMIC_KAFKA_TEST_S3_KEY_ID`` / ``$..._SECRET`` (moto accepts
-    any), which :func:`s3_storage` references, so runs in child processes reach it too and the secret tests can
-    look for the secret's value.
+    Exports the server's access key (it checks every request's signature, as S3 does) in
+    ``$DYNAMIC_KAFKA_TEST_S3_KEY_ID`` / ``$..._SECRET``, which :func:`s3_storage` references, so runs in child
+    processes reach it too and the secret tests can look for the secret's value.
     """
     from dynamic_kafka.local_s3 import start_server, stop_server
     from dynamic_kafka.testing.clusters import distinct_free_ports
@@ -118,8 +118,9 @@ def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server
     base = tmp_path_factory.mktemp("local-s3")
     (port,) = distinct_free_ports(1)
     server = start_server(port=port, base_dir=base, buckets=["lake"])
-    os.environ[S3_KEY_ENV] = "AKIA" + secrets.token_hex(8).upper()
-    os.environ[S3_SECRET_ENV] = "s3-secret-" + secrets.token_urlsafe(24)
+    credentials = server.credentials()
+    os.environ[S3_KEY_ENV] = credentials.access_key_id
+    os.environ[S3_SECRET_ENV] = credentials.secret_access_key.get_secret_value()
     try:
         yield server
     finally:

@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         subparsers,
         "local-s3",
         help_text="start, stop and show a local S3 API server (moto) on 127.0.0.1",
-        description="A real S3 HTTP API on 127.0.0.1 (moto's standalone server), path-style addressing, any "
-        "credentials accepted, objects kept in memory until `down`.",
+        description="A real S3 HTTP API on 127.0.0.1 (moto's standalone server), path-style addressing, "
+        "requests signed with the access key made at `up` only (`status --env` prints it), objects kept in memory "
+        "until `down`.",
         base_dir_help="folder of the server's record and log (default: $DYNAMIC_KAFKA_LOCAL_S3_DIR, else ./.local-s3)",
         up_help="start the server (no-op if it runs)",
         down_help="stop the server (its objects are gone)",

@@ -1,6 +1,7 @@
 """A real local S3 API server for demos, tests and benchmarks: moto's standalone server on 127.0.0.1.
 
-It speaks the S3 HTTP API (path-style addressing; conditional ``If-None-Match: *`` puts honoured), runs detached
+It speaks the S3 HTTP API (path-style addressing; conditional ``If-None-Match: *`` puts honoured), accepts only
+requests signed with the access key it makes at start (:meth:`LocalS3Server.credentials`), runs detached
 and survives the process that started it, and keeps its objects in memory until it stops.
 
 Example:
@@ -12,9 +13,8 @@ Example:
 """
 
 from dynamic_kafka.local_s3.models import (
-    LOCAL_ACCESS_KEY_ID,
     LOCAL_REGION,
-    LOCAL_SECRET_ACCESS_KEY,
+    LocalS3Credentials,
     LocalS3Server,
     LocalS3Status,
 )
@@ -29,9 +29,8 @@ from dynamic_kafka.local_s3.server import (
 
 __all__ = [
     "DEFAULT_PORT",
-    "LOCAL_ACCESS_KEY_ID",
     "LOCAL_REGION",
-    "LOCAL_SECRET_ACCESS_KEY",
+    "LocalS3Credentials",
     "LocalS3Server",
     "LocalS3Status",
     "create_bucket",

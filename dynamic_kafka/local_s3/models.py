@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-# moto accepts any credentials; these fixed, obviously fake ones are what `status --json` tells clients to use.
-LOCAL_ACCESS_KEY_ID = "local-s3-access-key"
-LOCAL_SECRET_ACCESS_KEY = "local-s3-secret-key"  # noqa: S105 - a fake key the local server accepts, not a secret
+from dynamic_kafka.errors import LocalS3Error
+
 LOCAL_REGION = "us-east-1"
+# The server's access key, written by `up` (mode 0600) and read by `status`; never in server.json or a log.
+CREDENTIALS_FILE = "credentials.json"
+
+
+class LocalS3Credentials(BaseModel):
+    """The access key the local server accepts: an IAM user's, made at ``up``, allowed ``s3:*``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    access_key_id: str = Field(description="The IAM user's access key id.")
+    secret_access_key: SecretStr = Field(description="Its secret access key.")
 
 
 class LocalS3Server(BaseModel):
@@ -40,15 +50,32 @@ class LocalS3Server(BaseModel):
         ``AWS_ENDPOINT_URL`` is read by boto3 and the AWS CLI, ``AWS_ENDPOINT_URL_S3`` by AWS SDKs that take
         per-service endpoints, and ``AWS_ALLOW_HTTP`` lets delta-rs (object_store) talk plain HTTP.
         """
+        credentials = self.credentials()
         return {
-            "AWS_ACCESS_KEY_ID": LOCAL_ACCESS_KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": LOCAL_SECRET_ACCESS_KEY,
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.get_secret_value(),
             "AWS_REGION": LOCAL_REGION,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ENDPOINT_URL_S3": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
         }
+
+    def credentials(self) -> LocalS3Credentials:
+        """The access key the server accepts (every request must be signed with it).
+
+        Raises:
+            LocalS3Error: the credentials file is missing or unreadable (the server was started by an older
+                version, or its folder was tampered with).
+        """
+        path = self.server_dir / CREDENTIALS_FILE
+        try:
+            return LocalS3Credentials.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise LocalS3Error(
+                f"the local S3 server's credentials file {path} cannot be read ({type(e).__name__}).",
+                hint="Restart the server (`dynamic-kafka local-s3 down` then `up`): `up` makes a new access key.",
+            ) from e
 
 
 class LocalS3Status(BaseModel):

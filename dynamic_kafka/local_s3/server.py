@@ -2,12 +2,17 @@
 
 Layout under the base folder (``./.local-s3`` unless ``$DYNAMIC_KAFKA_LOCAL_S3_DIR`` or an argument says otherwise)::
 
-    server.json   the LocalS3Server, as JSON
-    s3.pid        the server's pid while it runs
-    s3.log        the server's log (stdout and stderr: one line per request)
+    server.json       the LocalS3Server, as JSON
+    credentials.json  the access key the server accepts (mode 0600; a new one at each start)
+    s3.pid            the server's pid while it runs
+    s3.log            the server's log (stdout and stderr: one line per request, no credentials)
 
-The server speaks the S3 HTTP API on 127.0.0.1 (path-style addressing, any credentials accepted) and keeps every
-bucket and object in memory: ``down`` loses them. That is a decision, not an accident: moto's only persistence is its
+The server speaks the S3 HTTP API on 127.0.0.1 (path-style addressing) and, like real S3, checks every request's
+signature: at start, an IAM user allowed ``s3:*`` and an access key for it are made through the server's own IAM
+API, then moto's request authentication is switched on (``POST /moto-api/reset-auth``). From then on a request
+signed with an unknown key id gets ``InvalidAccessKeyId``, one signed with a wrong secret
+``SignatureDoesNotMatch``, an unsigned one is refused. The server keeps every bucket and object (and that access key)
+in memory: ``down`` loses them. That is a decision, not an accident: moto's only persistence is its
 request recorder, which appends every request body to one file and replays it on demand, doubling every byte
 written and making a restart as slow as the history is long. Tests and benchmarks want a clean store per start;
 a demo that must survive a restart keeps its tables on local disk.
@@ -18,20 +23,30 @@ bucket it is asked for); a running server is never restarted on another port sil
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import sys
 import time
-import urllib.error
 import urllib.request
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import LocalS3Error
-from dynamic_kafka.local_s3.models import LocalS3Server, LocalS3Status
+from dynamic_kafka.local_s3.models import (
+    CREDENTIALS_FILE,
+    LOCAL_REGION,
+    LocalS3Credentials,
+    LocalS3Server,
+    LocalS3Status,
+)
+
+if TYPE_CHECKING:
+    from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +59,8 @@ _PID_FILE = "s3.pid"
 _LOG_FILE = "s3.log"
 _LOG_ROTATE_BYTES = 64 * 1024 * 1024
 _HTTP_TIMEOUT_S = 2.0
+_IAM_USER = "local-s3"
+_S3_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
@@ -135,30 +152,70 @@ def server_status(base_dir: Path | None = None) -> LocalS3Status | None:
 
 
 def create_bucket(server: LocalS3Server, bucket: str) -> None:
-    """Create ``bucket`` on the local server unless it exists (the local server accepts unsigned requests).
+    """Create ``bucket`` on the local server unless it exists (signed with the server's access key).
 
     Raises:
-        LocalS3Error: the server refused (an invalid bucket name, for one).
+        LocalS3Error: the server refused (an invalid bucket name, for one) or did not answer.
     """
-    url = f"{server.endpoint}/{bucket}"
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    s3 = _client(server, "s3", server.credentials())
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=_HTTP_TIMEOUT_S):  # noqa: S310
-            return
-    except urllib.error.HTTPError as e:
-        if e.code != 404:
-            raise LocalS3Error(
-                f"local S3 server at {server.endpoint}: HEAD bucket {bucket!r} gave HTTP {e.code}."
-            ) from e
-    except OSError as e:
+        s3.head_bucket(Bucket=bucket)
+        return
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+            raise LocalS3Error(f"local S3 server at {server.endpoint}: HEAD bucket {bucket!r} failed: {e}.") from e
+    except BotoCoreError as e:
         raise LocalS3Error(f"local S3 server at {server.endpoint} did not answer: {e}.") from e
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=_HTTP_TIMEOUT_S):  # noqa: S310
-            logger.info("local S3 server: bucket %s created", bucket)
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:500]
-        raise LocalS3Error(f"local S3 server could not create bucket {bucket!r}: HTTP {e.code} {detail}") from e
+        s3.create_bucket(Bucket=bucket)
+    except (ClientError, BotoCoreError) as e:
+        raise LocalS3Error(f"local S3 server could not create bucket {bucket!r}: {e}") from e
+    logger.info("local S3 server: bucket %s created", bucket)
+
+
+def _enforce_credentials(server: LocalS3Server) -> None:
+    """Make the server check credentials as real S3 does, and keep the one access key it accepts.
+
+    moto checks nothing until told to: its IAM API is open, so the user, its ``s3:*`` policy and its access key
+    are made unsigned (the bootstrap key below is never checked); then ``reset-auth`` with 0 turns moto's request
+    authentication on for every later request. The new key goes to a 0600 file, never to a log or a command line.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bootstrap = LocalS3Credentials(access_key_id="bootstrap", secret_access_key="bootstrap")  # noqa: S106 - unchecked
+    iam = _client(server, "iam", bootstrap)
+    try:
+        iam.create_user(UserName=_IAM_USER)
+        iam.put_user_policy(UserName=_IAM_USER, PolicyName="s3-all", PolicyDocument=json.dumps(_S3_ALL))
+        key = iam.create_access_key(UserName=_IAM_USER)["AccessKey"]
+    except (ClientError, BotoCoreError) as e:
+        raise LocalS3Error(f"local S3 server at {server.endpoint}: could not make its access key: {e}.") from e
+    path = server.server_dir / CREDENTIALS_FILE
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
+        json.dump({"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"]}, out)
+    # Not form-encoded (urllib's default), or the server parses the body as a form and reads no count.
+    url = f"{server.endpoint}/moto-api/reset-auth"
+    request = urllib.request.Request(url, data=b"0", headers={"Content-Type": "text/plain"}, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT_S):  # noqa: S310 - loopback
+            pass
     except OSError as e:
-        raise LocalS3Error(f"local S3 server at {server.endpoint} did not answer: {e}.") from e
+        raise LocalS3Error(f"local S3 server at {server.endpoint}: could not switch authentication on: {e}.") from e
+
+
+def _client(server: LocalS3Server, service: str, credentials: LocalS3Credentials) -> Any:
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=server.endpoint,
+        region_name=LOCAL_REGION,
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key.get_secret_value(),
+    )
 
 
 def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
@@ -187,6 +244,7 @@ def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
     (base / _STATE_FILE).write_text(server.model_dump_json(indent=2) + "\n")
     try:
         _wait_until_serving(server, time.monotonic() + start_timeout_s)
+        _enforce_credentials(server)
     except BaseException:
         process.terminate(pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
         (base / _PID_FILE).unlink(missing_ok=True)

@@ -51,7 +51,7 @@ def sink_schema(sink: TableRef) -> StructType | None:
     """The schema of the sink's Delta table from its log (delta-rs); None when there is no table."""
     from pyspark.sql.types import StructType
 
-    table = open_delta_rs(sink, doing="reading the schema of")
+    table = open_delta_rs(sink, doing=f"reading the schema of {sink}")
     if table is None:
         return None
     return StructType.fromJson(json.loads(table.schema().to_json()))

@@ -1,12 +1,13 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
+# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
 import uuid, boto3, pyarrow as pa
 from deltalake import write_deltalake, DeltaTable, CommitProperties
 from dynamic_kafka.storage import StorageConfig, delta_rs_storage_options, parse_location
 import os
 
-os.environ["K"] = "local-s3-access-key"
-os.environ["S"] = "local-s3-secret-key"
+os.environ["K"] = os.environ["AWS_ACCESS_KEY_ID"]
+os.environ["S"] = os.environ["AWS_SECRET_ACCESS_KEY"]
 st = StorageConfig(
     endpoint="http://127.0.0.1:19555",
     region="us-east-1",
@@ -22,8 +23,6 @@ dt = DeltaTable(loc.delta_rs_uri, storage_options=so)
 s3 = boto3.client(
     "s3",
     endpoint_url="http://127.0.0.1:19555",
-    aws_access_key_id="a",
-    aws_secret_access_key="b",
     region_name="us-east-1",
 )
 s3.put_object(Bucket="lake", Key=f"{loc.key}/_delta_log/{1:020d}.json", Body=b'{"commitInfo":{}}\n')

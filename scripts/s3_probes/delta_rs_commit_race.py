@@ -1,5 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
+# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
 """Racing delta-rs writers on S3 (moto): threads (delta-rs releases the GIL) each open the table at the same version,
 meet at a barrier, then commit an overwrite-with-predicate with max_commit_retries=0, as StateStore does."""
 
@@ -74,7 +75,7 @@ print(
 # deterministic: a log entry already at version v+1 (placed by another client) must make the commit fail, not overwrite it
 dt = DeltaTable(uri, storage_options=SO)
 v = dt.version()
-s3 = boto3.client("s3", endpoint_url=E, aws_access_key_id="a", aws_secret_access_key="b", region_name="us-east-1")
+s3 = boto3.client("s3", endpoint_url=E, region_name="us-east-1")
 key = uri.split("lake/")[1] + f"/_delta_log/{v + 1:020d}.json"
 placed = b'{"commitInfo":{"placed_by":"probe"}}\n'
 s3.put_object(Bucket="lake", Key=key, Body=placed)

@@ -1,5 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
+# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
 import boto3, botocore, concurrent.futures as cf
 import uuid
 
@@ -7,8 +8,6 @@ K = "k-" + uuid.uuid4().hex
 s3 = boto3.client(
     "s3",
     endpoint_url="http://127.0.0.1:19555",
-    aws_access_key_id="a",
-    aws_secret_access_key="b",
     region_name="us-east-1",
 )
 s3.put_object(Bucket="lake", Key=K, Body=b"first", IfNoneMatch="*")
@@ -28,8 +27,6 @@ def race(i, n=8):
         c = boto3.client(
             "s3",
             endpoint_url="http://127.0.0.1:19555",
-            aws_access_key_id="a",
-            aws_secret_access_key="b",
             region_name="us-east-1",
         )
         try:

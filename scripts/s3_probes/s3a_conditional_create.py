@@ -1,9 +1,10 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
+# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
 """Does S3A (hadoop-aws 3.4.2) send a put-if-absent for create(overwrite=false)? Pre-place an object, then create it
 again with the existence check skipped (fs.s3a.create.performance=true), with and without fs.s3a.create.conditional.enabled."""
 
-import sys, uuid, boto3
+import os, sys, uuid, boto3
 from dynamic_kafka.spark import SparkSettings, build_spark_session, stop_spark_session
 
 E = sys.argv[1]
@@ -14,13 +15,13 @@ conf = {
     "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
     "spark.hadoop.fs.s3a.path.style.access": "true",
     "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-    "spark.hadoop.fs.s3a.access.key": "k",
-    "spark.hadoop.fs.s3a.secret.key": "s",
+    "spark.hadoop.fs.s3a.access.key": os.environ["AWS_ACCESS_KEY_ID"],
+    "spark.hadoop.fs.s3a.secret.key": os.environ["AWS_SECRET_ACCESS_KEY"],
     "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
 }
 spark = build_spark_session(SparkSettings(master="local[1]", conf=conf, class_data_sharing=False))
 jvm = spark.sparkContext._jvm
-s3 = boto3.client("s3", endpoint_url=E, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
+s3 = boto3.client("s3", endpoint_url=E, region_name="us-east-1")
 for cond in ("false", "true"):
     key = f"cond/{uuid.uuid4().hex}.json"
     s3.put_object(Bucket="lake", Key=key, Body=b"placed")

@@ -1,8 +1,9 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
+# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
 """Spark 4.1.3 + delta-spark 4.4 writes and reads a Delta table on moto over s3a (path-style, custom endpoint)."""
 
-import sys, time, uuid, logging, json
+import os, sys, time, uuid, logging, json
 
 logging.basicConfig(level=logging.INFO)
 from dynamic_kafka.spark import SparkSettings, build_spark_session, stop_spark_session
@@ -21,8 +22,8 @@ conf = {
     "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
     "spark.hadoop.fs.s3a.path.style.access": "true",
     "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-    "spark.hadoop.fs.s3a.access.key": "local-s3-access-key",
-    "spark.hadoop.fs.s3a.secret.key": "local-s3-secret-key",
+    "spark.hadoop.fs.s3a.access.key": os.environ["AWS_ACCESS_KEY_ID"],
+    "spark.hadoop.fs.s3a.secret.key": os.environ["AWS_SECRET_ACCESS_KEY"],
     "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
     "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
 }

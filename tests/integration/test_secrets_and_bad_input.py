@@ -356,18 +356,23 @@ def test_bad_input_fails_fast_with_a_clear_message_and_writes_nothing(
 # --- S3 secrets ----------------------------------------------------------------------------------------------------
 
 
-def s3_table_texts(local_s3: LocalS3Server, prefix: str) -> dict[str, str | bytes]:
-    """Every object under ``prefix`` of bucket ``lake`` (Delta logs, checkpoints, Parquet files) as bytes."""
+def s3_client(local_s3: LocalS3Server) -> Any:
+    """A boto3 S3 client signing with the local server's own access key."""
     import boto3
 
     env = local_s3.environment()
-    client = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=local_s3.endpoint,
         region_name=env["AWS_REGION"],
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
     )
+
+
+def s3_table_texts(local_s3: LocalS3Server, prefix: str) -> dict[str, str | bytes]:
+    """Every object under ``prefix`` of bucket ``lake`` (Delta logs, checkpoints, Parquet files) as bytes."""
+    client = s3_client(local_s3)
     texts: dict[str, str | bytes] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket="lake", Prefix=prefix):
         for item in page.get("Contents", []):
@@ -424,6 +429,72 @@ def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
     with pytest.raises(ObjectStoreError) as caught:
         harness.runner().run()
     assert_absent(secrets, {"error": exception_texts(caught.value)})
+
+
+@pytest.mark.parametrize("wrong", ["secret", "key_id"])
+def test_wrong_s3_credentials_fail_before_anything_is_written_and_leak_nothing(
+    wrong: str,
+    kafka_clusters: dict[str, ClusterEndpoint],
+    s3_storage: dict[str, Any],
+    local_s3: LocalS3Server,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The local S3 server checks signatures as S3 does: a wrong secret (SignatureDoesNotMatch) or an unknown key
+    id (InvalidAccessKeyId) is refused by the first read, before a plan, a state row or a sink file exists."""
+    caplog.set_level(logging.DEBUG)
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("s3-auth")
+    create_topic(east, topic, 1)
+    produce(east, topic, [Record(value=b"v", key=b"k")])
+    prefix = f"auth-{uuid.uuid4().hex[:8]}"
+    bad_value = f"wrong-{uuid.uuid4().hex}" if wrong == "secret" else f"AKIA{uuid.uuid4().hex[:16].upper()}"
+    monkeypatch.setenv("DYNAMIC_KAFKA_TEST_WRONG_S3", bad_value)
+    field = "secret_access_key" if wrong == "secret" else "access_key_id"
+    storage = {**s3_storage, field: "${env:DYNAMIC_KAFKA_TEST_WRONG_S3}"}
+    harness = PipelineHarness(
+        tmp_path, clusters={"east": east}, sink={"path": f"s3://lake/{prefix}/orders"}, storage=storage
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+    secrets = [bad_value, os.environ[S3_SECRET_ENV]]
+
+    def assert_refused(error: ObjectStoreError, doing: str, table: str) -> None:
+        """Says who, where and what to fix: the pipeline, the table, the endpoint, the storage credentials."""
+        said = (
+            f"{doing}: the object store at {local_s3.endpoint} refused the credentials for s3://lake/{prefix}/{table}. "
+            "Check storage.access_key_id / secret_access_key (or the AWS_* environment variables)"
+        )
+        assert said in str(error), str(error)
+        assert not error.retriable
+
+    # State beside the sink on S3: reading the state is refused.
+    with pytest.raises(ObjectStoreError) as on_state:
+        harness.runner().run()
+    assert_refused(on_state.value, "reading the state of pipeline 'p'", "orders_state")
+
+    # State on local disk, the sink on S3: the first read of the sink refuses it, before the plan is written.
+    harness.configure(state_path="state")
+    with pytest.raises(ObjectStoreError) as on_sink:
+        harness.runner().run()
+    assert_refused(on_sink.value, f"pipeline 'p', reading the Delta log of s3://lake/{prefix}/orders", "orders")
+    assert harness.runner().store.load().table_version is None, "a plan was written"
+
+    cli = harness.cli("-v", "run")
+    assert cli.returncode == 1, cli.stderr
+    assert "refused the credentials" in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+    assert "Contents" not in s3_client(local_s3).list_objects_v2(Bucket="lake", Prefix=prefix), "S3 was written"
+    assert_absent(
+        secrets,
+        {
+            "state error": exception_texts(on_state.value),
+            "sink error": exception_texts(on_sink.value),
+            "logs": caplog.text,
+            "cli output": cli.stdout + cli.stderr,
+        },
+    )
 
 
 # --- 9b. SASL secrets over Spark Connect -------------------------------------------------------------------------

@@ -200,4 +200,5 @@ def test_storage_errors_name_the_location_and_endpoint(text: str, problem: str, 
     assert message in str(error)
     assert "s3://nobucket/t" in str(error)
     assert "http://127.0.0.1:9" in str(error)
+    assert str(error).startswith("the pipeline, opening the state: ")
     assert error.retriable == (problem == "unreachable")
