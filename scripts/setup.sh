@@ -33,4 +33,7 @@ if ! [ -x "$UV" ] || [ "$("$UV" --version | awk '{print $2}')" != "$UV_VERSION" 
 fi
 
 "$UV" sync --frozen --all-extras --python "$PY" --quiet
+# The project is installed editable, so its own modules are not in site-packages, which uv compiles
+# (pyproject: compile-bytecode). Compile them too: a fresh run process reads bytecode instead of compiling.
+.venv/bin/python -m compileall -q dynamic_kafka pipelines >/dev/null
 echo "setup: ready (.venv/bin/dynamic-kafka)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from argparse import ArgumentTypeError
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._service import service_commands
@@ -39,6 +40,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.add_argument("--driver-memory", default="2g", help="the server JVM's heap (default: %(default)s)")
     up.add_argument("--ui", action="store_true", help="serve Spark's UI (port 4040 and up)")
+    up.add_argument(
+        "--conf",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the server, e.g. spark.cores.max=4 on a shared standalone cluster (repeatable; "
+        "it is on the server's command line, so never a secret)",
+    )
     up.add_argument("--json", action="store_true", help='print {"remote": "sc://127.0.0.1:PORT", ...}')
     up.set_defaults(handler=_up)
 
@@ -53,13 +63,25 @@ def _up(args: argparse.Namespace) -> int:
     for name in ("dynamic_kafka.local_spark_connect", "dynamic_kafka.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     info = start_server(
-        base_dir=args.base_dir, port=args.port, master=args.master, driver_memory=args.driver_memory, ui=args.ui
+        base_dir=args.base_dir,
+        port=args.port,
+        master=args.master,
+        driver_memory=args.driver_memory,
+        ui=args.ui,
+        conf=dict(args.conf),
     )
     if args.json:
         print(json.dumps(info.as_json(running=True)))
     else:
         print(f"{info.remote}\trunning\tmaster {info.master}\tpid {info.pid}")
     return 0
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise ArgumentTypeError("expected KEY=VALUE (a Spark setting such as spark.cores.max=4)")
+    return key.strip(), value
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import ipaddress
 import json
 import logging
 import os
@@ -260,8 +261,10 @@ def _start(
     # PYSPARK_* variables of a calling pyspark process must not leak into the server's launcher.
     for key in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
         env.pop(key, None)
-    if master.startswith("local"):
-        # Executors share the driver's JVM: bind every Spark port (UI, block manager) to loopback only.
+    if master_on_loopback(master):
+        # Every executor runs on this host (in the driver's JVM, or on a loopback cluster's workers): bind every
+        # Spark port (driver, block manager, UI) to loopback only. Otherwise, on a host whose name resolves to
+        # loopback, Spark binds the driver to the first network interface and executors call it back there.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
     begun = time.monotonic()
     pid = process.spawn_detached(argv, log_file=log_file, cwd=base / "work", env=env)
@@ -295,6 +298,32 @@ def _start(
     _save(base, info)
     logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
     return info
+
+
+def master_on_loopback(master: str) -> bool:
+    """Return True if every executor of ``master`` runs on this host: a local master, or a standalone master
+    (``spark://HOST:PORT``, or ``spark://H1:P1,H2:P2`` with standby masters) whose every host is a loopback
+    address or ``localhost``, whose workers can only be on this host too.
+
+    Example:
+        >>> master_on_loopback("spark://127.0.0.1:7077"), master_on_loopback("spark://spark-master:7077")
+        (True, False)
+    """
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [address.rpartition(":")[0].strip("[]") for address in master.removeprefix("spark://").split(",")]
+    return all(_is_loopback(host) for host in hosts)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface, so the driver must be reachable there
+        return False
 
 
 def _marker(base: Path) -> str:

@@ -1,16 +1,20 @@
 """The two-cluster run on a Spark standalone cluster: nothing depends on local mode or on the driver's classpath.
 
-A master and a worker (1 core, 1 GiB) run on loopback from the installed pyspark; the pipeline runs in a separate
-CLI process whose config says ``spark: {master: spark://127.0.0.1:PORT}``, so the Kafka reads and the Delta write
-run in an executor on the worker, which gets the Kafka connector and Delta jars only through ``spark.jars.packages``.
+A master and a worker (1 core, 1 GiB) run on loopback from the installed pyspark. The pipeline runs in a separate
+CLI process, once with its own driver (``spark: {master: spark://127.0.0.1:PORT}``) and once through a Spark
+Connect server started by ``dynamic-kafka spark-connect up --master spark://127.0.0.1:PORT``. Either way the Kafka
+reads and the Delta write run in an executor on the worker, which gets the Kafka connector and Delta jars only
+from the driver (they are on no classpath of the worker).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ import pytest
 import yaml
 from exactly_once_support import TwoClusterStream, committed_offsets, summary_of, tail
 
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import wait_for
 
@@ -151,3 +156,72 @@ def test_a_two_cluster_run_on_a_standalone_master_lands_every_record_once(
         False,
     )
     assert harness.sink_rows() == stream.expected_rows()
+
+
+def test_a_connect_server_on_the_standalone_master_lands_every_record_once(
+    standalone: StandaloneCluster, kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+) -> None:
+    base_dir = tmp_path / "spark-connect"
+    up = _cli(
+        "spark-connect",
+        "up",
+        "--json",
+        "--base-dir",
+        str(base_dir),
+        "--port",
+        str(free_port()),
+        "--master",
+        standalone.master_url,
+        "--driver-memory",
+        "1g",
+        # A server holds its executors' cores while it runs; on a shared cluster it is capped like this.
+        "--conf",
+        "spark.cores.max=1",
+    )
+    try:
+        assert up.returncode == 0, f"spark-connect up failed:\n{tail(up.stderr)}"
+        server = json.loads(up.stdout)
+        assert server["master"] == standalone.master_url
+        assert "spark.cores.max=1" in Path(f"/proc/{server['pid']}/cmdline").read_bytes().decode().split("\0")
+        stream = TwoClusterStream(kafka_clusters, tmp_path / "pipeline", spark_config={"remote": server["remote"]})
+        harness = stream.harness
+        stream.produce("connect", east=30, west=20)
+
+        run = harness.cli("run", "--json", timeout=600)
+
+        summary = summary_of(run)
+        assert (summary["run_seq"], summary["status"], summary["records"]) == (1, "committed", 50)
+        assert {t["cluster_id"]: t["records"] for t in summary["topics"]} == {"east": 30, "west": 20}
+        assert harness.sink_rows() == stream.expected_rows()
+        assert committed_offsets(harness) == stream.end_offsets()
+        # The server is an application of the standalone master while it runs, and its jobs ran in an executor on
+        # the worker, which fetched the Kafka connector and Delta from the server (the driver).
+        apps = [a for a in standalone.state()["activeapps"] if a["name"] == "dynamic-kafka-spark-connect"]
+        assert len(apps) == 1
+        executor_dirs = list((standalone.work_dir / apps[0]["id"]).iterdir())
+        assert executor_dirs
+        for jar in ("spark-sql-kafka-0-10", "delta-spark"):
+            assert all(any(d.glob(f"*{jar}*.jar")) for d in executor_dirs), jar
+        # The cluster is on loopback, so the server's driver listens there too: executors call it back on loopback
+        # (Spark names it localhost), not at the host's network address (its pick when the host name is loopback).
+        stderr = [(d / "stderr").read_text() for d in executor_dirs]
+        driver_hosts = {host for text in stderr for host in re.findall(r"CoarseGrainedScheduler@([^:]+):", text)}
+        assert driver_hosts
+        assert driver_hosts <= {"127.0.0.1", "localhost"}
+
+        stream.produce("connect-2", east=5, west=0)
+        again = harness.cli("run", "--json", timeout=600)
+
+        summary = summary_of(again)
+        assert (summary["run_seq"], summary["status"], summary["records"]) == (2, "committed", 5)
+        assert harness.sink_rows() == stream.expected_rows()
+        assert committed_offsets(harness) == stream.end_offsets()
+    finally:
+        down = _cli("spark-connect", "down", "--base-dir", str(base_dir))
+        assert down.returncode == 0, tail(down.stderr)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``dynamic-kafka ARGS`` in a fresh process."""
+    command = [sys.executable, "-m", "dynamic_kafka.cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)

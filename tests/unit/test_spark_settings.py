@@ -1,4 +1,5 @@
-"""Spark session settings, without starting Spark: defaults, overrides, jar lists, redaction, lazy import."""
+"""Spark session settings, without starting Spark: defaults, overrides, jar lists, redaction, lazy import, and
+where a Spark Connect server binds."""
 
 from __future__ import annotations
 
@@ -154,3 +155,24 @@ def test_the_remote_session_module_imports_no_pyspark() -> None:
     code = "import sys, dynamic_kafka.spark.remote, dynamic_kafka.spark.session; print('pyspark' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("master", "on_loopback"),
+    [
+        ("local[*]", True),
+        ("spark://127.0.0.1:7077", True),
+        ("spark://localhost:7077", True),
+        ("spark://[::1]:7077", True),
+        ("spark://127.0.0.1:7077,127.0.0.2:7078", True),
+        ("spark://127.0.0.1:7077,10.0.0.5:7077", False),
+        ("spark://10.0.0.5:7077", False),
+        ("spark://spark-master:7077", False),
+    ],
+)
+def test_a_connect_server_binds_to_loopback_only_when_every_executor_is_on_this_host(
+    master: str, on_loopback: bool
+) -> None:
+    from dynamic_kafka.local_spark_connect.server import master_on_loopback
+
+    assert master_on_loopback(master) is on_loopback
