@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.spark.registry_decode import PreparedDecoding
+from dynamic_kafka.spark.registry_decode import DECODE_ERROR, PreparedDecoding
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
-DECODE_ERROR = "_decode_error"
 
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"
