@@ -3,7 +3,8 @@ Spark modes: decoded in Python on the executors (an Arrow UDF), in the run's one
 
 Two versions of one file (the second adds ``note``) land once each with the union schema: a nested message, a
 repeated field, an enum and a map. A value that does not parse, one with an unknown schema id and one naming the
-file's second message go to the dead-letter table with their reasons.
+file's second message go to the dead-letter table with their reasons. A ``.proto`` text schema is refused before
+anything is written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from deltalake import DeltaTable
 
+from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
@@ -29,6 +31,14 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 
+def new_topic(kafka_clusters: dict[str, ClusterEndpoint]) -> tuple[str, str]:
+    """East's bootstrap servers and a new topic there."""
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("orders")
+    create_topic(east, topic)
+    return east, topic
+
+
 def rows(path: Path) -> list[dict[str, Any]]:
     return list(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
 
@@ -39,9 +49,7 @@ def test_two_protobuf_versions_land_once_with_the_union_schema(
     schema_registries: dict[str, LocalRegistry],
     spark_mode: Any,
 ) -> None:
-    east = kafka_clusters["east"].bootstrap_servers
-    topic = unique_name("orders")
-    create_topic(east, topic)
+    east, topic = new_topic(kafka_clusters)
     registry = SchemaRegistryClient({"url": schema_registries["east"].url})
     v1_file, v2_file = order_file(), order_file(with_note=True)
     v1 = registry.register_schema(f"{topic}-value", Schema(descriptor_form(v1_file), "PROTOBUF"))
@@ -103,3 +111,27 @@ def test_two_protobuf_versions_land_once_with_the_union_schema(
         f"value is not valid Protobuf for schema id {v1}: message indexes [1] name shop.Refund, "
         "not the stream's message shop.Order"
     )
+
+
+def test_a_proto_text_schema_is_refused_before_anything_is_written(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], schema_registries: dict[str, LocalRegistry]
+) -> None:
+    east, topic = new_topic(kafka_clusters)
+    text = 'syntax = "proto3";\npackage shop;\nmessage Order { int64 id = 1; }\n'  # what Java serializers register
+    registry = SchemaRegistryClient({"url": schema_registries["east"].url})
+    schema_id = registry.register_schema(f"{topic}-value", Schema(text, "PROTOBUF"))
+    produce(east, topic, [Record(encode_header(schema_id) + b"\x00\x08\x01")])
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": schema_registries["east"].url}}},
+        value_format="protobuf",
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+
+    with pytest.raises(ConfigError) as refused:
+        harness.runner().run()
+
+    assert f"stream 'orders': subject '{topic}-value' version 1 is not a base64 serialized" in str(refused.value)
+    assert "Register the schema in descriptor form" in str(refused.value)
+    assert not (tmp_path / "sink").exists()
+    assert not (tmp_path / "sink_dead_letter").exists()
