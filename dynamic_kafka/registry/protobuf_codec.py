@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 OK_FIELD = "__dk_ok"
 WHY_FIELD = "__dk_why"
 _HEADER_SIZE = 5
+# A varint of a 32-bit zigzag value needs at most 5 bytes; more means corrupt input, not a deeper message.
 _MAX_VARINT_BYTES = 5
 _MAX_INDEXES = 128
 
