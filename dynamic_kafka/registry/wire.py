@@ -13,12 +13,10 @@ import struct
 from dataclasses import dataclass
 
 from dynamic_kafka.errors import WireFormatError
+from dynamic_kafka.registry.protobuf_codec import read_message_indexes
 
 MAGIC_BYTE = 0
 HEADER_SIZE = 5
-# A varint of a 32-bit zigzag value needs at most 5 bytes; more means corrupt input, not a deeper message.
-_MAX_VARINT_BYTES = 5
-_MAX_INDEXES = 128
 
 
 @dataclass(frozen=True)
@@ -67,18 +65,10 @@ def parse_message_indexes(data: bytes, offset: int) -> tuple[tuple[int, ...], in
     Raises:
         WireFormatError: a truncated or oversized varint, or a negative count or index.
     """
-    count, offset = _read_zigzag(data, offset)
-    if count == 0:
-        return (0,), offset
-    if count < 0 or count > _MAX_INDEXES:
-        raise WireFormatError(f"invalid Protobuf message index count {count}.")
-    indexes = []
-    for _ in range(count):
-        index, offset = _read_zigzag(data, offset)
-        if index < 0:
-            raise WireFormatError(f"invalid Protobuf message index {index}.")
-        indexes.append(index)
-    return tuple(indexes), offset
+    try:
+        return read_message_indexes(data, offset)
+    except ValueError as e:
+        raise WireFormatError(str(e)) from e
 
 
 def encode_header(schema_id: int) -> bytes:
@@ -91,19 +81,6 @@ def encode_message_indexes(indexes: tuple[int, ...]) -> bytes:
     if indexes in ((), (0,)):
         return b"\x00"
     return b"".join(_zigzag_varint(v) for v in (len(indexes), *indexes))
-
-
-def _read_zigzag(data: bytes, offset: int) -> tuple[int, int]:
-    value = 0
-    for shift_index in range(_MAX_VARINT_BYTES):
-        if offset >= len(data):
-            raise WireFormatError("truncated Protobuf message indexes.")
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << (7 * shift_index)
-        if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), offset
-    raise WireFormatError("a Protobuf message index varint is longer than 5 bytes.")
 
 
 def _zigzag_varint(value: int) -> bytes:

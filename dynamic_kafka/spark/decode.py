@@ -29,6 +29,10 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
+
+# DECODE_ERROR is re-exported: registry_decode counts only decoded records with it, and decode cannot be its home
+# (decode imports registry_decode).
+from dynamic_kafka.spark.registry_decode import DECODE_ERROR as DECODE_ERROR
 from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 if TYPE_CHECKING:
@@ -39,7 +43,6 @@ if TYPE_CHECKING:
 
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
-DECODE_ERROR = "_decode_error"
 
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.plan.summary import DecodedSchema
+from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS, RUN_SEQ
 
 if TYPE_CHECKING:
@@ -53,17 +54,18 @@ if TYPE_CHECKING:
     from dynamic_kafka.plan.model import Split
     from dynamic_kafka.registry.client import RegistryClient
     from dynamic_kafka.registry.config import RegistryConfig
+    from dynamic_kafka.registry.protobuf_codec import WriterFile
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_ID = "_schema_id"
-OK_FIELD = "__dk_ok"
 SUBJECT_SUFFIX = "-value"
 _REGISTRY_TYPE = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MARKER = "dynamic-kafka-incompatible"
 _MARKER_RE = re.compile(_MARKER + r"\[(?P<json>\{.*?\})\]" + _MARKER)
 # Internal columns of the decoded frame; decoded fields must not use these names either.
-_INTERNAL = ("_raw_key", "_raw_value", "_decode_error")
+DECODE_ERROR = "_decode_error"
+_INTERNAL = ("_raw_key", "_raw_value", DECODE_ERROR)
 
 VALUE_TOO_SHORT = "value is shorter than the 5-byte Schema Registry header"
 UNKNOWN_MAGIC = "value does not start with the Schema Registry magic byte 0"
@@ -115,7 +117,9 @@ class PreparedDecoding:
         return bool(self.sources) and self.legacy is None
 
     def count_columns(self) -> list[tuple[str, Column]]:
-        """Per registry version, an aggregate counting its records (named ``schema_<i>``), for the run summary."""
+        """Per registry version, an aggregate counting the records it decoded (named ``schema_<i>``), for the run
+        summary; a dead letter whose header names the version is not counted.
+        """
         from pyspark.sql import functions as sf
 
         columns = []
@@ -124,6 +128,7 @@ class PreparedDecoding:
                 (sf.col("cluster") == sf.lit(source.cluster_id))
                 & (sf.col("topic") == sf.lit(source.topic))
                 & (sf.col(SCHEMA_ID) == sf.lit(version.schema_id))
+                & sf.col(DECODE_ERROR).isNull()
             )
             columns.append((f"schema_{i}", sf.sum(sf.when(match, 1).otherwise(0))))
         return columns
@@ -228,12 +233,6 @@ def _registry_of(
             "schema_registry and the pipeline has no default.",
             hint="Add `schema_registry: {url: ...}` to the cluster in the metadata, or to the pipeline.",
         )
-    if fmt.value_format == "protobuf":
-        raise ConfigError(
-            f"stream {stream_id!r}: value_format protobuf is not supported yet (no spark-protobuf jar is served; "
-            "decoding in Python on the executors is planned).",
-            hint="Use avro or json_schema, or land the values as bytes for now.",
-        )
     return registry
 
 
@@ -292,6 +291,8 @@ def _registry_source(
             v if v.problem is not None or v is latest else _avro_checked(v, reader_schema, subject) for v in versions
         ]
         reader = _with_sentinel(latest.schema_str, where)
+    elif value_format == "protobuf":
+        checked, reader = _protobuf_checked(stream_id, subject, versions, latest)
     else:
         reader_type = json_schema_to_spark(_json(latest.schema_str, where), where)
         checked = [
@@ -368,12 +369,44 @@ def _json_checked(version: SchemaVersion, reader: StructType, subject: str) -> S
     return SchemaVersion(version.version, version.schema_id, version.schema_str, problem)
 
 
+def _protobuf_checked(
+    stream_id: str, subject: str, versions: Sequence[SchemaVersion], latest: SchemaVersion
+) -> tuple[list[SchemaVersion], str]:
+    """Versions with a type conflict against the latest marked; the reader is the union of the others' structs.
+
+    Raises:
+        ConfigError: a version is not in descriptor form, imports another schema, or is recursive.
+    """
+    from dynamic_kafka.spark.protobuf_decode import descriptor_type, message_descriptor, union_struct
+
+    types = {
+        v.schema_id: descriptor_type(message_descriptor(_writer_file(stream_id, subject, v)), subject)
+        for v in versions
+        if v.problem is None
+    }
+    latest_type = types[latest.schema_id]
+    checked: list[SchemaVersion] = []
+    for v in versions:
+        problem = v.problem
+        if problem is None and v is not latest:
+            problem = type_conflict(types[v.schema_id], latest_type)
+        checked.append(v if problem == v.problem else SchemaVersion(v.version, v.schema_id, v.schema_str, problem))
+    compatible = [types[v.schema_id] for v in reversed(checked) if v.problem is None]
+    return checked, union_struct(compatible).json()
+
+
+def _writer_file(stream_id: str, subject: str, version: SchemaVersion) -> WriterFile:
+    from dynamic_kafka.spark.protobuf_decode import writer_file
+
+    return writer_file(version.schema_str, f"stream {stream_id!r}: subject {subject!r} version {version.version}")
+
+
 def _check_field_names(source: SourceDecoding) -> None:
     if source.reader is None:
         return
     names = _reader_field_names(source)
     reserved = {*OUTPUT_COLUMNS, RUN_SEQ, SCHEMA_ID, *_INTERNAL}
-    clashes = sorted(n for n in names if n in reserved or n.startswith("_dk_"))
+    clashes = sorted(n for n in names if n in reserved or n.startswith(("_dk_", "__dk_")))
     if clashes:
         where = f"subject {source.subject!r}" if source.subject else "the value_schema_file"
         raise ConfigError(
@@ -533,6 +566,12 @@ def _source_struct(
         options = {"mode": "PERMISSIVE", "avroSchema": source.reader}
         branches = [(header_id == sf.lit(v.schema_id), from_avro(payload, v.schema_str, options)) for v in usable]
         return _case([(in_source & c, value) for c, value in branches], None)
+    if source.value_format == "protobuf":
+        from dynamic_kafka.spark.protobuf_decode import protobuf_column
+
+        writers = {v.schema_id: _writer_file(source.stream_id, source.subject or "", v) for v in usable}
+        decoded = protobuf_column(writers, StructType.fromJson(json.loads(source.reader)), sf.when(in_source, raw))
+        return sf.when(in_source & _known(header_id, usable), decoded)
     # json_schema: one from_json with the reader struct (JSON text carries its field names), plus a corrupt field.
     reader = StructType.fromJson(json.loads(source.reader))
     is_valid = sf.is_valid_utf8(payload)
@@ -542,10 +581,10 @@ def _source_struct(
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_dk_corrupt"},
     )
     ok = is_valid & parsed.isNotNull() & parsed.getField("_dk_corrupt").isNull()
-    known = sf.lit(False)
-    for v in usable:
-        known = known | (header_id == sf.lit(v.schema_id))
-    return sf.when(in_source & known, parsed.dropFields("_dk_corrupt").withField(OK_FIELD, sf.when(ok, sf.lit(True))))
+    return sf.when(
+        in_source & _known(header_id, usable),
+        parsed.dropFields("_dk_corrupt").withField(OK_FIELD, sf.when(ok, sf.lit(True))),
+    )
 
 
 def _source_error(
@@ -575,23 +614,29 @@ def _source_error(
             chain = chain.when(
                 header_id == sf.lit(v.schema_id), sf.raise_error(sf.lit(f"{_MARKER}[{detail}]{_MARKER}"))
             )
-    known = sf.lit(False)
-    for v in source.versions:
-        if v.problem is None:
-            known = known | (header_id == sf.lit(v.schema_id))
     chain = chain.when(
-        ~known,
+        ~_known(header_id, [v for v in source.versions if v.problem is None]),
         sf.concat(
             sf.lit("unknown schema id "),
             header_id.cast("string"),
             sf.lit(f": not a version of subject {source.subject} in cluster {source.cluster_id}'s registry"),
         ),
     )
-    kind = "Avro" if source.value_format == "avro" else "JSON matching its JSON Schema"
-    return chain.when(
-        ~decoded_ok,
-        sf.concat(sf.lit(f"value is not valid {kind} for schema id "), header_id.cast("string")),
-    )
+    kind = {"avro": "Avro", "protobuf": "Protobuf"}.get(source.value_format, "JSON matching its JSON Schema")
+    reason = sf.concat(sf.lit(f"value is not valid {kind} for schema id "), header_id.cast("string"))
+    if source.value_format == "protobuf" and struct_name:
+        reason = sf.concat_ws(": ", reason, sf.col(struct_name).getField(WHY_FIELD))
+    return chain.when(~decoded_ok, reason)
+
+
+def _known(header_id: Column, usable: Sequence[SchemaVersion]) -> Column:
+    """Whether the header's schema id is one of ``usable``'s."""
+    from pyspark.sql import functions as sf
+
+    known = sf.lit(False)
+    for v in usable:
+        known = known | (header_id == sf.lit(v.schema_id))
+    return known
 
 
 def _flattened(
@@ -610,7 +655,7 @@ def _flattened(
         struct_type = frame.schema[name].dataType
         assert isinstance(struct_type, StructType)
         for f in struct_type.fields:
-            if f.name == OK_FIELD:
+            if f.name in (OK_FIELD, WHY_FIELD):
                 continue
             known = types.get(f.name)
             if known is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -201,6 +202,9 @@ def build_spark_session(
             java_options = ""
         if java_options:
             conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {java_options}"
+        # Python UDFs (Protobuf decoding) run in Python workers, which pyspark starts as $PYSPARK_PYTHON, else
+        # `python3` from PATH: often another interpreter, without this process's packages (pyarrow, protobuf).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
         for key, value in conf.items():
             builder = builder.config(key, value.strip())

@@ -1,0 +1,137 @@
+"""Protobuf values (Confluent wire format, descriptors from a real Apicurio registry) through the runner, in both
+Spark modes: decoded in Python on the executors (an Arrow UDF), in the run's one Spark job.
+
+Two versions of one file (the second adds ``note``) land once each with the union schema: a nested message, a
+repeated field, an enum and a map. A value that does not parse, one with an unknown schema id and one naming the
+file's second message go to the dead-letter table with their reasons. A ``.proto`` text schema is refused before
+anything is written.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from deltalake import DeltaTable
+
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.registry import encode_header
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.pipeline import PipelineHarness
+from dynamic_kafka.testing.protobuf import descriptor_form, framed, message_class, order_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from dynamic_kafka.local_registry import LocalRegistry
+
+pytestmark = pytest.mark.integration
+
+
+def new_topic(kafka_clusters: dict[str, ClusterEndpoint]) -> tuple[str, str]:
+    """East's bootstrap servers and a new topic there."""
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("orders")
+    create_topic(east, topic)
+    return east, topic
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return list(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def test_two_protobuf_versions_land_once_with_the_union_schema(
+    tmp_path: Path,
+    kafka_clusters: dict[str, ClusterEndpoint],
+    schema_registries: dict[str, LocalRegistry],
+    spark_mode: Any,
+) -> None:
+    east, topic = new_topic(kafka_clusters)
+    registry = SchemaRegistryClient({"url": schema_registries["east"].url})
+    v1_file, v2_file = order_file(), order_file(with_note=True)
+    v1 = registry.register_schema(f"{topic}-value", Schema(descriptor_form(v1_file), "PROTOBUF"))
+    v2 = registry.register_schema(f"{topic}-value", Schema(descriptor_form(v2_file), "PROTOBUF"))
+    order_v1, order_v2 = message_class(v1_file, "shop.Order"), message_class(v2_file, "shop.Order")
+    refund = message_class(v1_file, "shop.Refund")
+
+    expected: dict[int, tuple[Any, ...]] = {}
+    records = []
+    for i in range(20):
+        message = (order_v1 if i < 10 else order_v2)(id=i, tags=[f"t{i}"] * (i % 3), status=i % 2)
+        message.customer.name = f"c{i}"
+        message.customer.points = 2**64 - 1 - i
+        message.counts["n"] = i
+        if i >= 10:
+            message.note = f"note {i}"
+        records.append(Record(framed(v1 if i < 10 else v2, message)))
+        expected[i] = (
+            i,
+            {"name": f"c{i}", "points": Decimal(2**64 - 1 - i)},
+            [f"t{i}"] * (i % 3),
+            "PAID" if i % 2 else "NEW",
+            [("n", i)],
+            f"note {i}" if i >= 10 else None,
+            v1 if i < 10 else v2,
+        )
+    records += [
+        Record(encode_header(v1) + b"\x00\xff\xff\xff"),  # offset 20: bytes that do not parse
+        Record(framed(987_654, order_v1(id=99))),  # offset 21: unknown schema id
+        Record(framed(v1, refund(amount=1.0), (1,))),  # offset 22: the file's second message
+    ]
+    produce(east, topic, records)
+
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": schema_registries["east"].url}}},
+        spark=spark_mode.session,
+        spark_config=spark_mode.config,
+        value_format="protobuf",
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+    summary = harness.runner().run()
+
+    assert (summary.records, summary.dead_letters) == (23, 3)  # records read, dead letters included
+    assert sorted((s.subject, s.version, s.records) for s in summary.schemas) == [
+        (f"{topic}-value", 1, 10),
+        (f"{topic}-value", 2, 10),
+    ]
+    landed = {
+        r["offset"]: (r["id"], r["customer"], r["tags"], r["status"], r["counts"], r["note"], r["_schema_id"])
+        for r in rows(harness.sink_path)
+    }
+    assert landed == expected
+    dead = {r["offset"]: r["error"] for r in rows(tmp_path / "sink_dead_letter")}
+    assert sorted(dead) == [20, 21, 22]
+    assert dead[20].startswith(f"value is not valid Protobuf for schema id {v1}: bytes do not parse as shop.Order")
+    assert dead[21].startswith("unknown schema id 987654")
+    assert dead[22] == (
+        f"value is not valid Protobuf for schema id {v1}: message indexes [1] name shop.Refund, "
+        "not the stream's message shop.Order"
+    )
+
+
+def test_a_proto_text_schema_is_refused_before_anything_is_written(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], schema_registries: dict[str, LocalRegistry]
+) -> None:
+    east, topic = new_topic(kafka_clusters)
+    text = 'syntax = "proto3";\npackage shop;\nmessage Order { int64 id = 1; }\n'  # what Java serializers register
+    registry = SchemaRegistryClient({"url": schema_registries["east"].url})
+    schema_id = registry.register_schema(f"{topic}-value", Schema(text, "PROTOBUF"))
+    produce(east, topic, [Record(encode_header(schema_id) + b"\x00\x08\x01")])
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": schema_registries["east"].url}}},
+        value_format="protobuf",
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+
+    with pytest.raises(ConfigError) as refused:
+        harness.runner().run()
+
+    assert f"stream 'orders': subject '{topic}-value' version 1 is not a base64 serialized" in str(refused.value)
+    assert "Register the schema in descriptor form" in str(refused.value)
+    assert not (tmp_path / "sink").exists()
+    assert not (tmp_path / "sink_dead_letter").exists()
