@@ -107,6 +107,7 @@ class Project:
     clusters: Mapping[str, str]  # cluster id -> bootstrap servers
     pipelines: list[dict[str, Any]] = field(default_factory=list)
     properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # cluster id -> client properties
+    spark: Mapping[str, Any] = field(default_factory=lambda: {"master": "local[2]"})  # the config's spark section
 
     @property
     def config_path(self) -> Path:
@@ -143,7 +144,7 @@ class Project:
     def write_config(self) -> None:
         config = {
             "metadata_service": {"type": "file", "path": "metadata.yaml"},
-            "spark": {"master": "local[2]"},
+            "spark": dict(self.spark),
             "pipelines": self.pipelines,
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

@@ -1,6 +1,7 @@
 """The real deployment shape: PostgreSQL storage, a code server, the webserver and the daemon as separate processes,
 runs launched by the daemon (a sensor's request or the run queue) and executed by the default run launcher in their
-own processes, everything driven through GraphQL.
+own processes, everything driven through GraphQL. The runs use the session's Spark Connect server, as a deployment
+does, so a run process starts no JVM.
 
 One deployment serves the whole file (and the session): every pipeline below is in the project config before it
 starts, and each test owns its pipeline, its streams and its topics.
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dynamic_kafka.local_postgres import LocalPostgres
+    from dynamic_kafka.local_spark_connect import ServerInfo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -51,9 +53,17 @@ class Layout:
 
 
 @pytest.fixture(scope="module")
-def deployment_project(tmp_path_factory: pytest.TempPathFactory, kafka_clusters: Any) -> Project:
+def deployment_project(
+    tmp_path_factory: pytest.TempPathFactory, kafka_clusters: Any, spark_connect_server: ServerInfo
+) -> Project:
     clusters = {name: c.bootstrap_servers for name, c in kafka_clusters.items()}
-    project = Project(root=tmp_path_factory.mktemp("deployment-project"), clusters=clusters)
+    # As teams deploy it (and `make ui` does): the runs the daemon launches use the warm Spark Connect server, so
+    # none of them starts a JVM.
+    project = Project(
+        root=tmp_path_factory.mktemp("deployment-project"),
+        clusters=clusters,
+        spark={"remote": spark_connect_server.remote},
+    )
     project.write_metadata({})
     # The sensor daemon evaluates sensors every 5 s at best; an interval of 1 s means "every daemon loop".
     project.add_pipeline(MIGRATION, ["migrating"], starting_offsets="earliest", sensor={"interval_seconds": 1})
