@@ -19,7 +19,15 @@ fi
 WORK="$(mktemp -d)"
 SERVER_PID=""
 cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  if [ -n "$SERVER_PID" ]; then
+    # The webserver's code server (its child) outlives a stopped webserver, so it is stopped first.
+    pkill -TERM -P "$SERVER_PID" 2>/dev/null || true
+    kill "$SERVER_PID" 2>/dev/null || true
+    # A webserver still loading its code location can outlast SIGTERM: 10 s, then SIGKILL.
+    for _ in $(seq 20); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
