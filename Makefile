@@ -44,8 +44,8 @@ ui: setup ## Start dagster dev on the demo workspace (and the local Spark Connec
 	$(VENV)/dynamic-kafka spark-connect up --master 'local[2]'
 	$(VENV)/dagster dev -w workspace.yaml
 
-screenshot: setup ## Screenshot the demo's asset graph into docs/asset-graph.png (headless Chromium)
-	bash examples/demo/screenshot.sh docs/asset-graph.png
+screenshot: setup ## Screenshot the demo's UI (lineage, metadata plots, backfill partitions) into docs/; runs the demo if it never ran
+	bash examples/demo/screenshot.sh docs
 
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka local-kafka down

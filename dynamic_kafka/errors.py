@@ -112,6 +112,10 @@ class LocalPostgresError(DynamicKafkaError):
     """The local PostgreSQL tooling could not find, initialize, start or stop the server."""
 
 
+class LocalBrowserError(DynamicKafkaError):
+    """The headless Chromium (UI screenshots and render tests) could not start, answer, or show what was expected."""
+
+
 class MetadataServiceError(DynamicKafkaError):
     """The Kafka metadata service could not be reached or returned something unusable."""
 

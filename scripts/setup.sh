@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh machine, idempotently:
-# Java 17, Maven and PostgreSQL (Debian packages, only if missing), uv (from PyPI), and the locked
+# Java 17, Maven, PostgreSQL and Chromium (Debian packages, only if missing), uv (from PyPI), and the locked
 # virtual environment at .venv with the project installed in it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 # PostgreSQL for Dagster's storage (`dynamic-kafka local-postgres`); Debian keeps initdb/pg_ctl off PATH.
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
+# Headless Chromium for the UI screenshots (`make screenshot`) and the e2e test of the rendered UI pages.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} from Debian's packages"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

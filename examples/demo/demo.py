@@ -6,7 +6,9 @@
 3. produces orders to the stream ``orders`` on ``east`` and materializes the pipeline with Dagster;
 4. migrates the stream in the metadata file, east -> east + west -> west, producing on both sides; at each step
    the metadata sensor is ticked, sees the new fingerprint and requests the run that Dagster then executes;
-5. prints what landed, per cluster and per run, and how to open the UI on the same Dagster instance.
+5. backfills the last three days (one run for three daily partitions): west's first orders carry timestamps of
+   those days, so the backfill re-reads them and merges them into the sink without duplicating one;
+6. prints what landed, per cluster and per run, and how to open the UI on the same Dagster instance.
 
 Run with ``make demo`` (or ``.venv/bin/python examples/demo/demo.py``).
 """
@@ -19,6 +21,7 @@ import shutil
 import sys
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,14 @@ from dynamic_kafka.local_kafka import start_clusters
 from dynamic_kafka.local_spark_connect import start_server
 from dynamic_kafka.testing.kafka import Record, create_topic, produce
 from pipelines.build import build_definitions
-from pipelines.names import RESOURCE_KEY, asset_key, incremental_job_name, metadata_sensor_name
+from pipelines.names import (
+    RESOURCE_KEY,
+    asset_key,
+    backfill_asset_key,
+    backfill_job_name,
+    incremental_job_name,
+    metadata_sensor_name,
+)
 from pipelines.resources import DynamicKafkaResource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,13 +49,29 @@ CLUSTERS = {"east": 19092, "west": 29092}
 SPARK_CONNECT_PORT = 15002
 PIPELINE = "orders"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+BACKFILL_DAYS = 3  # the last complete days, backfilled in one run
+TODAY = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+# The single-run backfill's partition range, as Dagster's backfill daemon tags the one run it launches.
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-def _orders(cluster: str, first: int, count: int) -> list[Record]:
+def _orders(cluster: str, first: int, count: int, days_ago: int = 0) -> list[Record]:
+    """Numbered orders, timestamped over the last ``days_ago`` days, or by the producer (now) when it is 0."""
     return [
-        Record(key=f"customer-{i % 17}".encode(), value=f'{{"order": {i}, "placed_on": "{cluster}"}}'.encode())
+        Record(
+            key=f"customer-{i % 17}".encode(),
+            value=f'{{"order": {i}, "placed_on": "{cluster}"}}'.encode(),
+            timestamp_ms=_past_ms(i - first, days_ago) if days_ago else None,
+        )
         for i in range(first, first + count)
     ]
+
+
+def _past_ms(n: int, days_ago: int) -> int:
+    """The n-th record's timestamp spread over the last ``days_ago`` complete days, a second apart."""
+    moment = TODAY - timedelta(days=1 + n % days_ago) + timedelta(hours=12, seconds=n)
+    return int(moment.timestamp() * 1000)
 
 
 class Demo:
@@ -96,7 +122,8 @@ class Demo:
                     "drain_removed": True,
                     "schedule": "*/15 * * * *",
                     "sensor": {"interval_seconds": 30, "failure_threshold": 2},
-                    "backfill": {"start": "2026-01-01T00:00:00Z", "granularity": "daily"},
+                    # A week of daily partitions: the UI's partition view shows the backfilled days among them.
+                    "backfill": {"start": (TODAY - timedelta(days=7)).isoformat(), "granularity": "daily"},
                     "max_lag_records": 10000,
                 }
             ],
@@ -110,10 +137,11 @@ class Demo:
         self.metadata_path.write_text(yaml.safe_dump({"clusters": clusters, "streams": streams}, sort_keys=False))
         print(f"\nMetadata: stream 'orders' now lives on {' + '.join(on)}")
 
-    def produce(self, cluster: str, first: int, count: int) -> None:
-        """Produce numbered orders to a cluster's topic."""
-        produce(self.bootstrap[cluster], self.topics[cluster], _orders(cluster, first, count))
-        print(f"  produced orders {first}..{first + count - 1} to {cluster}/{self.topics[cluster]}")
+    def produce(self, cluster: str, first: int, count: int, days_ago: int = 0) -> None:
+        """Produce numbered orders to a cluster's topic (dated over the last ``days_ago`` days, else now)."""
+        produce(self.bootstrap[cluster], self.topics[cluster], _orders(cluster, first, count, days_ago))
+        dated = f" (dated over the last {days_ago} days)" if days_ago else ""
+        print(f"  produced orders {first}..{first + count - 1} to {cluster}/{self.topics[cluster]}{dated}")
 
     def materialize(self, instance: DagsterInstance, why: str, tags: dict[str, str] | None = None) -> None:
         """Execute the incremental job in process and print what it landed."""
@@ -130,6 +158,22 @@ class Demo:
                 f"  Dagster run {result.run_id[:8]} ({why}): run_seq {meta.get('run_seq')}, "
                 f"{meta.get('records')} records, lag after run {meta.get('lag_after')}"
             )
+
+    def backfill(self, instance: DagsterInstance) -> None:
+        """Backfill the last complete days in one run, as a single-run backfill launched from the UI does."""
+        job = build_definitions(self.config_path).resolve_job_def(backfill_job_name(PIPELINE))
+        assert job.partitions_def is not None
+        keys = job.partitions_def.get_partition_keys()[-BACKFILL_DAYS:]
+        print(f"\nBackfill of the days {keys[0]}..{keys[-1]} ({len(keys)} daily partitions, one run)...", flush=True)
+        tags = {RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]}
+        result = job.execute_in_process(instance=instance, tags=tags, run_config=QUIET, raise_on_error=True)
+        # One materialization per partition, each with the run's metadata (its records are the whole range's).
+        events = [e for e in result.get_asset_materialization_events() if e.asset_key == backfill_asset_key(PIPELINE)]
+        records = getattr(events[0].materialization.metadata.get("records"), "value", None)
+        print(
+            f"  Dagster run {result.run_id[:8]} (backfill): {len(events)} partitions materialized, "
+            f"{records} records in the windows merged into the sink"
+        )
 
     def tick_sensor(self, instance: DagsterInstance) -> list[RunRequest]:
         """Tick the metadata sensor once and return the runs it requested."""
@@ -187,7 +231,7 @@ class Demo:
 
         self.set_metadata(["east", "west"])
         self.produce("east", 1000, 200)
-        self.produce("west", 1200, 500)
+        self.produce("west", 1200, 500, days_ago=BACKFILL_DAYS)
         self.follow_sensor(instance, "migration started")
 
         self.produce("east", 1700, 50)
@@ -195,6 +239,7 @@ class Demo:
         self.produce("west", 1750, 300)
         self.follow_sensor(instance, "migration finished")
         self.follow_sensor(instance, "nothing changed")
+        self.backfill(instance)
 
         landed = self.report()
         expected = list(range(2050))
@@ -205,7 +250,8 @@ class Demo:
             return 1
         print(
             "\nEvery order 0..2049 landed exactly once; the 50 orders produced to east after the last run that saw"
-            "\nit were drained (drain_removed: true) before east was marked removed."
+            "\nit were drained (drain_removed: true) before east was marked removed, and the backfill added no"
+            "\nsecond copy of the west orders it re-read."
             "\n\nOpen the Dagster UI on these runs:  make ui   (then http://127.0.0.1:3000)"
             "\nStop the local clusters:           .venv/bin/dynamic-kafka local-kafka down"
             "\nStop the Spark Connect server:     .venv/bin/dynamic-kafka spark-connect down"

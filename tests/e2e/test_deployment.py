@@ -22,10 +22,12 @@ from deployment_support import Deployment, run_deployment
 from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 from dynamic_kafka.state import StateStore
+from dynamic_kafka.testing.browser import HeadlessChromium
 from pipelines.names import backfill_asset_key, incremental_job_name, metadata_sensor_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from dynamic_kafka.local_postgres import LocalPostgres
     from dynamic_kafka.local_spark_connect import ServerInfo
@@ -250,3 +252,30 @@ def test_a_three_partition_backfill_is_one_run_and_the_partition_view_shows_the_
     assert sorted(m["partition"] for m in materializations) == keys
     assert materializations[0]["metadata"]["windows"] == 1  # one contiguous window: one plan, one Spark job
     assert materializations[0]["metadata"]["records"] == 3
+
+
+def test_the_ui_renders_the_sinks_metadata_its_plots_and_the_backfilled_partitions(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """The webserver's pages as a browser renders them, on the runs the migration and backfill tests above made
+    (run this test with them: it reads their runs)."""
+    base = f"http://127.0.0.1:{deployment.port}/assets"
+    keys = [(HOUR + i * H).strftime("%Y-%m-%d-%H:%M") for i in range(3)]
+    started = time.monotonic()
+    with HeadlessChromium(tmp_path / "chromium") as browser:
+        # The sink's page: its name, its stream upstream, and the last run's metadata table.
+        shown = browser.open(
+            f"{base}/dynamic_kafka/{MIGRATION}",
+            wait_for=[MIGRATION, "kafka / migrating", "Metadata", "records/west", "consumer_group/west"],
+        )
+        assert "records/north" not in shown  # the page shows the labels it has, not any label asked for
+
+        # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too.
+        browser.click_button("Plots")
+        shown = browser.wait_for_text(["records/east", "records/west", "dagster/row_count", "lag/west", "Timestamp"])
+        assert "consumer_group/west" not in shown  # a text label has no plot
+
+        # The backfill asset's partitions: the three backfilled hours materialized, the others missing.
+        browser.open(f"{base}/dynamic_kafka/{BACKFILL}_backfill?view=partitions", wait_for=["Materialized (3)"])
+        browser.wait_for_text(keys)
+    deployment.timings["ui_s"] = time.monotonic() - started
