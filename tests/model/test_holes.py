@@ -1,9 +1,9 @@
 """The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-Every hole found so far is fixed: each replay is a regression test. A hole found next gets its name in
+A fixed hole's replay is a plain regression test. An open hole has its name in
 ``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here marked
-``xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open and fails the suite the day
-the fix lands, the signal to delete the mark AND the name (then the random model covers the fixed behaviour too).
+``hole`` (a strict xfail): it passes while the hole is open and fails the suite the day the fix lands, the signal
+to delete the mark AND the name (then the random model covers the fixed behaviour too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dynamic_kafka.errors import ConfigError, StateBehindSinkError
-from tests.model.test_protocol import ProtocolMachine
+from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -168,3 +168,16 @@ def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:
             (2, "committed"),
             (1, "abandoned"),
         ]
+
+
+hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="open hole (see HOLES.md)")
+
+
+@hole
+def test_new_a_truncation_refilled_before_the_next_run_is_detected() -> None:
+    with machine_without("new_truncation_refilled_before_the_next_run") as r:
+        r.place_topic_in_use(cid="c1", count=1, sid="s1", topic="a")
+        r.run(crash_at=None)  # lands a[0]@0, commits offset 1
+        r.truncation(cid="c1", count=1, partition=0, topic="a")  # unclean election: a[0]@0 is gone, end back to 0
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # a new record at offset 0
+        r.run_clean()  # latest 1 == committed 1: nothing to read; the new record is never landed

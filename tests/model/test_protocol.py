@@ -176,6 +176,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="dk-model-"))
         self.world = World()
+        self.world.hold_truncated_ends = "new_truncation_refilled_before_the_next_run" in self.holes
         for cid in CLUSTERS:
             self.world.add_cluster(cid)
         self.world.create_topic("c1", "a", 2)
@@ -391,6 +392,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.run(None)
 
     def _after_state_change(self) -> None:
+        if len(self.harness.committed) > self.processed:
+            self.world.forget_truncations()
         for plan in self.harness.committed[self.processed :]:
             brokers, metadata, state = self.harness.find_planned(plan)
             self.oracle.on_commit(plan, brokers, metadata, state)
