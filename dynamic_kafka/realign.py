@@ -35,14 +35,12 @@ from pydantic import BaseModel, ConfigDict
 
 from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.plan.model import TopicPartition
-from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.sink.tables import backfill_app_id, open_delta_rs
+from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.plan.snapshots import StateSnapshot
     from dynamic_kafka.state import StateStore
-    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
@@ -65,22 +63,17 @@ def sink_position(pipeline: PipelineConfig) -> SinkPosition:
     dead-letter table is written first, so after a crash between the two it can be one ahead of the sink).
     JVM-free.
     """
-    tables = (pipeline.sink_table, pipeline.dead_letter_table)
-    txn, table = _highest(tables, pipeline.id)
-    backfill, backfill_table = _highest(tables, backfill_app_id(pipeline.id))
+    app_ids = (pipeline.id, backfill_app_id(pipeline.id))
+    # Per app id, the highest version and the table holding it; each table's log is read once.
+    best: dict[str, tuple[int, str]] = {}
+    for table in (pipeline.sink_table, pipeline.dead_letter_table):
+        for app_id, txn in committed_txn_versions(table, app_ids).items():
+            if txn is not None and (app_id not in best or txn > best[app_id][0]):
+                best[app_id] = (txn, str(table))
+    runs, backfills = (best.get(app_id, (None, None)) for app_id in app_ids)
     return SinkPosition(
-        txn=txn, table=table or str(pipeline.sink_table), backfill=backfill, backfill_table=backfill_table
+        txn=runs[0], table=runs[1] or str(pipeline.sink_table), backfill=backfills[0], backfill_table=backfills[1]
     )
-
-
-def _highest(tables: tuple[TableRef, ...], app_id: str) -> tuple[int | None, str | None]:
-    """The highest transaction version of ``app_id`` over ``tables``, and the table holding it."""
-    best: tuple[int | None, str | None] = (None, None)
-    for table in tables:
-        txn = committed_txn_version(table, app_id)
-        if txn is not None and (best[0] is None or txn > best[0]):
-            best = (txn, str(table))
-    return best
 
 
 def last_run_seq(state: StateSnapshot) -> int:

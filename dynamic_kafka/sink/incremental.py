@@ -46,9 +46,9 @@ from dynamic_kafka.sink.tables import (
     table_exists,
     txn_commit_version,
 )
-from dynamic_kafka.spark.decode import DECODE_ERROR, can_fail, decode
+from dynamic_kafka.spark.decode import can_fail, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
-from dynamic_kafka.spark.schema import MERGE_KEYS
+from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation

@@ -33,9 +33,9 @@ from dynamic_kafka.sink.tables import (
     spark_failures,
     sql_string,
 )
-from dynamic_kafka.spark.decode import DECODE_ERROR, decode
+from dynamic_kafka.spark.decode import decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
-from dynamic_kafka.spark.schema import MERGE_KEYS
+from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

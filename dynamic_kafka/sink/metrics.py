@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
+from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
+from dynamic_kafka.spark.schema import DECODE_ERROR
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -20,12 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
 from dynamic_kafka.secrets import mask_secrets
-from dynamic_kafka.spark.decode import DECODE_ERROR, RAW_KEY, RAW_VALUE
-from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
+from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
+from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -196,6 +196,12 @@ def committed_txn_version(sink: Table, app_id: str) -> int | None:
     """
     table = open_delta_rs(sink, doing=f"reading the Delta log of {TableRef.of(sink)}")
     return None if table is None else table.transaction_version(app_id)
+
+
+def committed_txn_versions(sink: Table, app_ids: Sequence[str]) -> dict[str, int | None]:
+    """``committed_txn_version`` of each of ``app_ids``, reading the table's log once (JVM-free, via delta-rs)."""
+    table = open_delta_rs(sink, doing=f"reading the Delta log of {TableRef.of(sink)}")
+    return {app_id: None if table is None else table.transaction_version(app_id) for app_id in app_ids}
 
 
 def latest_version(table: Table) -> int | None:

@@ -29,11 +29,8 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
-
-# DECODE_ERROR is re-exported: registry_decode counts only decoded records with it, and decode cannot be its home
-# (decode imports registry_decode).
-from dynamic_kafka.spark.registry_decode import DECODE_ERROR as DECODE_ERROR
 from dynamic_kafka.spark.registry_decode import PreparedDecoding
+from dynamic_kafka.spark.schema import DECODE_ERROR
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -41,7 +41,7 @@ from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueForm
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.plan.summary import DecodedSchema
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
-from dynamic_kafka.spark.schema import OUTPUT_COLUMNS, RUN_SEQ
+from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RUN_SEQ
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -64,7 +64,6 @@ _REGISTRY_TYPE = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MARKER = "dynamic-kafka-incompatible"
 _MARKER_RE = re.compile(_MARKER + r"\[(?P<json>\{.*?\})\]" + _MARKER)
 # Internal columns of the decoded frame; decoded fields must not use these names either.
-DECODE_ERROR = "_decode_error"
 _INTERNAL = ("_raw_key", "_raw_value", DECODE_ERROR)
 
 VALUE_TOO_SHORT = "value is shorter than the 5-byte Schema Registry header"

@@ -31,6 +31,8 @@ CLUSTER = "cluster"
 STREAM = "stream"
 RUN_SEQ = "_run_seq"
 ERROR = "error"
+DECODE_ERROR = "_decode_error"
+"""The decoded frame's column holding why a record did not decode (null when it did); never landed."""
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (*KAFKA_FIELDS, (CLUSTER, "STRING"), (STREAM, "STRING"))
 KAFKA_COLUMNS: tuple[str, ...] = tuple(name for name, _ in KAFKA_FIELDS)

@@ -337,13 +337,14 @@ class SinkModel:
     def committed_txn_version(self, sink_path: object, app_id: str) -> int | None:
         return self.txn.get(app_id)
 
-    def txn_of(self, dead_letter_table: object) -> Callable[[object, str], int | None]:
-        """``committed_txn_version`` for the run guards, which ask both the sink and the dead-letter table."""
+    def txns_of(self, dead_letter_table: object) -> Callable[[object, Sequence[str]], dict[str, int | None]]:
+        """``committed_txn_versions`` for the run guards, which ask both the sink and the dead-letter table."""
 
-        def version(table: object, app_id: str) -> int | None:
-            return (self.dead_txn if str(table) == str(dead_letter_table) else self.txn).get(app_id)
+        def versions(table: object, app_ids: Sequence[str]) -> dict[str, int | None]:
+            txns = self.dead_txn if str(table) == str(dead_letter_table) else self.txn
+            return {app_id: txns.get(app_id) for app_id in app_ids}
 
-        return version
+        return versions
 
     @staticmethod
     def _append(table: list[Record], txns: dict[str, int], rows: list[Record], app_id: str, version: int) -> None:
@@ -514,7 +515,7 @@ class Harness:
             (runner_module, "committed_txn_version", self.sink.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
             (runner_module._Deadline, "attach", lambda deadline, spark: None),
-            (realign_module, "committed_txn_version", self.sink.txn_of(self.pipeline.dead_letter_table)),
+            (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
