@@ -137,10 +137,9 @@ class StateStore:
         the history. A missing table gives an empty snapshot with ``table_version=None``.
         """
         started = time.perf_counter()
-        dt = self._table.open()
+        dt, (head, partitions, backfilled, floors, sequence) = self._table.read_latest(_LOADED)
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
-        head, partitions, backfilled, floors, sequence = self._table.read_rows(dt, _LOADED)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
@@ -168,6 +167,9 @@ class StateStore:
         """The last ``limit`` runs, newest first: the planned head run if any, then committed runs."""
         if limit <= 0:
             return []
+        return self._table.retry_vanished(lambda: self._run_history(limit))
+
+    def _run_history(self, limit: int) -> list[RunRecord]:
         dt = self._table.open()
         if dt is None:
             return []
@@ -511,10 +513,7 @@ class StateStore:
         delay = retry_delay
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
-            dt = self._table.open()
-            head, _, recorded, floors, sequence = (
-                self._table.read_rows(dt, "kind IN ('head', 'backfill')") if dt else EMPTY_ROWS
-            )
+            dt, (head, _, recorded, floors, sequence) = self._table.read_latest("kind IN ('head', 'backfill')")
             if head is not None and head.status == "planned":
                 if last:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)

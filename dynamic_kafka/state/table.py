@@ -10,8 +10,9 @@ after publishing). :class:`~dynamic_kafka.state.store.StateStore` decides what t
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -23,7 +24,7 @@ from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.storage import StorageConfig, object_store_failure, parse_location
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from datetime import timedelta
 
     from dynamic_kafka.plan.model import Plan, TopicPartition
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 _COMMIT_ID_KEY = "dynamic_kafka.commit_id"
 CURRENT = "kind IN ('partition', 'head')"
 """The rows a commit rewrites: the partitions and the head run."""
+
+_T = TypeVar("_T")
+_VANISHED_ATTEMPTS = 5
 FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
 """What delta-rs and pyarrow raise; wrapped into StateError (or a lost race) here and in the store."""
 
@@ -126,6 +130,34 @@ class StateTable:
         except StateError:
             return None
         return None if dt is None else dt.version()
+
+    def read_latest(self, predicate: str) -> tuple[DeltaTable | None, StateRows]:
+        """Open the latest version and read the rows ``predicate`` selects (``EMPTY_ROWS`` without a table)."""
+
+        def read() -> tuple[DeltaTable | None, StateRows]:
+            dt = self.open()
+            return dt, (EMPTY_ROWS if dt is None else self.read_rows(dt, predicate))
+
+        return self.retry_vanished(read)
+
+    def retry_vanished(self, read: Callable[[], _T]) -> _T:
+        """Run a read of the latest version again when a file it needed vanished under it.
+
+        Another process's commit can write a checkpoint and delete the log entries and checkpoint before it
+        (``delta.logRetentionDuration``), or its maintenance can vacuum data files, between the moment a read
+        lists the log and the moment it opens what it listed. The table is intact and a fresh read sees the new
+        checkpoint, so only a file that stays missing over several attempts is reported as damage.
+        """
+        attempt = 1
+        while True:
+            try:
+                return read()
+            except StateError as e:
+                if attempt == _VANISHED_ATTEMPTS or not _vanished(e.__cause__):
+                    raise
+                logger.debug("state of %s changed under a read (%s); reading again", self.pipeline_id, e.__cause__)
+            time.sleep(0.01 * attempt)
+            attempt += 1
 
     def read_current(
         self, dt: DeltaTable, predicate: str = CURRENT
@@ -292,3 +324,11 @@ def _what(action: str, plan: Plan | None) -> str:
 def _missing_columns(dt: DeltaTable) -> bool:
     """Whether the table lacks columns of the current row schema (a table written by an older version)."""
     return bool(set(_rows.SCHEMA.names) - set(dt.schema().to_arrow().names))
+
+
+def _vanished(cause: BaseException | None) -> bool:
+    """Whether a read failed because a file of the table disappeared (the only transient read failure)."""
+    if isinstance(cause, FileNotFoundError):
+        return True
+    text = str(cause)
+    return isinstance(cause, FOREIGN_ERRORS) and ("not found" in text or "No such file" in text)

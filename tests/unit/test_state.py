@@ -426,6 +426,41 @@ def _crash_writer(path: str, ready: Any) -> None:
         store.maintain()
 
 
+def _checkpointing_writer(path: str, ready: Any) -> None:
+    """Runs forever: commit runs, each writing a checkpoint and deleting the log before it. Killed by the test."""
+    store = StateStore(path, PID, checkpoint_interval=1, log_retention=timedelta(0))
+    ready.set()
+    while True:
+        run_once(store, lambda seq: uniform_plan(seq, 3))
+
+
+def test_reads_are_not_broken_by_another_process_cleaning_the_log(tmp_path: Path) -> None:
+    """Regression (fresh-clone CI, 2026-11-24): a load listed the log, the writer then wrote a newer checkpoint and
+    deleted the older one (log retention), and the load failed with ``….checkpoint.parquet not found`` although
+    the table was intact."""
+    path = tmp_path / "state"
+    store = StateStore(path, PID)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_checkpointing_writer, args=(str(path), ready))
+    proc.start()
+    try:
+        assert ready.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while (store.load().table_version or 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = store.load().table_version or 0
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            state = store.load()
+            assert state.last_run is not None
+            assert store.run_history(limit=3)
+    finally:
+        proc.kill()
+        proc.join(timeout=30)
+    assert (store.load().table_version or 0) > first + 20  # the writer cleaned the log many times meanwhile
+
+
 def _assert_consistent(store: StateStore) -> None:
     state = store.load()
     if state.last_run is None:  # killed before the first commit
