@@ -39,6 +39,7 @@ from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, wr
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
     append_idempotent,
+    committed_txn_and_files,
     committed_txn_version,
     dead_letter_rows,
     sink_rows,
@@ -49,6 +50,7 @@ from dynamic_kafka.sink.tables import (
 from dynamic_kafka.spark.decode import can_fail, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
+from dynamic_kafka.spark.session import size_log_replay
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
@@ -129,7 +131,7 @@ def write_incremental(
     )
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
-        prior = committed_txn_version(target.sink_path, target.app_id)
+        prior, files = committed_txn_and_files(target.sink_path, target.app_id)
         if prior == run_seq:
             return _already_committed(target, prior)
         if prior is not None and prior > run_seq:
@@ -141,6 +143,7 @@ def write_incremental(
                 state_run_seq=run_seq - 1,
                 state_path="(the state this run was planned from)",
             )
+        size_log_replay(df.sparkSession, files)
         decoded_frame = decode(df, pipeline, prepared)
         check_table_schema(
             sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared

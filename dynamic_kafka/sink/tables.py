@@ -198,6 +198,16 @@ def committed_txn_version(sink: Table, app_id: str) -> int | None:
     return None if table is None else table.transaction_version(app_id)
 
 
+def committed_txn_and_files(sink: Table, app_id: str) -> tuple[int | None, int]:
+    """``committed_txn_version`` and the number of data files of the table's current version, from one read of its
+    log (0 files when there is no table).
+    """
+    table = open_delta_rs(sink, doing=f"reading the Delta log of {TableRef.of(sink)}")
+    if table is None:
+        return None, 0
+    return table.transaction_version(app_id), len(table.file_uris())
+
+
 def committed_txn_versions(sink: Table, app_ids: Sequence[str]) -> dict[str, int | None]:
     """``committed_txn_version`` of each of ``app_ids``, reading the table's log once (JVM-free, via delta-rs)."""
     table = open_delta_rs(sink, doing=f"reading the Delta log of {TableRef.of(sink)}")

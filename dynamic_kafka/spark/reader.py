@@ -52,6 +52,11 @@ logger = logging.getLogger(__name__)
 # wait costs nothing: fetches return as soon as any data is there.
 FETCH_MAX_WAIT_MS = 10
 
+SMALL_TASK_RECORDS = 50_000
+"""A read is coalesced to one task per this many records when that gives fewer tasks than its partition ranges:
+each task has a fixed cost (a Kafka consumer, generated code, one more file in the sink and in every
+later snapshot of it) that dominates a small run, while a large read keeps one task per range."""
+
 
 def kafka_read_options(
     cluster: ClusterMetadata,
@@ -121,7 +126,8 @@ def read_splits(
         isolation_level: ``read_committed`` or ``read_uncommitted``: must be the one the plan's stop offsets were
             computed with.
         min_partitions: Spark's ``minPartitions`` for the whole read; it is shared among the clusters in
-            proportion to their planned records (at least 1 each).
+            proportion to their planned records (at least 1 each). Without it, a small read is coalesced into
+            one task per :data:`SMALL_TASK_RECORDS` records.
 
     Returns:
         A DataFrame with :data:`~dynamic_kafka.spark.schema.OUTPUT_COLUMNS`; with no splits, an empty one with the
@@ -174,7 +180,13 @@ def read_splits(
                 _stream_column(group).alias(STREAM),
             )
         )
-    return reduce(lambda a, b: a.unionByName(b), frames)
+    rows = reduce(lambda a, b: a.unionByName(b), frames)
+    tasks = max(1, math.ceil(total / SMALL_TASK_RECORDS))
+    ranges = sum(len(group) for group in by_cluster.values())
+    if min_partitions is None and tasks < ranges:
+        logger.info("%d offsets in %d ranges: read in %d task(s)", total, ranges, tasks)
+        rows = rows.coalesce(tasks)
+    return rows
 
 
 def _stream_column(splits: Sequence[Split]) -> Column:

@@ -12,6 +12,7 @@ secret (including ``kafka.sasl.jaas.config``) in its UI, logs and plans.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -111,6 +112,22 @@ def configure_object_storage(session: SparkSession, buckets: Mapping[str, Storag
     hadoop = session.sparkContext._jsc.hadoopConfiguration()
     for key, value in object_storage_conf(buckets).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+
+SNAPSHOT_FILES_PER_TASK = 20_000
+"""Data files per task when Delta rebuilds a table's snapshot (see :func:`size_log_replay`)."""
+
+
+def size_log_replay(spark: SparkSession, files: int) -> None:
+    """Sizes Delta's log replay (``snapshotPartitions``) for a table of ``files`` data files before writing to it.
+
+    An idempotent append rebuilds the table's snapshot to find its transaction: with the session default (4
+    tasks), a small sink costs about four times the CPU of one task (measured through a warm Connect server: 0.8 s
+    vs 0.15 s of executor CPU per run), while a sink of many files still gets one task per
+    :data:`SNAPSHOT_FILES_PER_TASK` files.
+    """
+    tasks = max(1, min(50, math.ceil(files / SNAPSHOT_FILES_PER_TASK)))
+    spark.conf.set("spark.databricks.delta.snapshotPartitions", str(tasks))
 
 
 def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:

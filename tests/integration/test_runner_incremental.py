@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from deltalake import DeltaTable
 
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
@@ -51,6 +52,9 @@ def test_one_stream_on_two_clusters_lands_exactly_once(
     )
     assert harness.sink_rows() == expected
     assert {t.cluster_id: t.records for t in first.topics} == {"east": 30, "west": 20}
+    # A small read is one task, so one new file, not one per partition range (6 here): small files slow every
+    # later read of the sink and every snapshot Delta rebuilds for the next idempotent append.
+    assert len(DeltaTable(str(harness.sink_path)).file_uris()) == 1
 
     second = harness.runner().run()
     assert second.status == "empty"
