@@ -8,7 +8,8 @@
   PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
   (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow).
 - **soak**: successive small runs (3 records per cluster each) through the one server, each a fresh process:
-  time per run (last 50 vs first 50; quick: last 5 vs first 5) and the server's resident memory every 50 runs.
+  time per run (last 50 vs first 50; quick: last 5 vs first 5) and the server's resident memory and its heap
+  after a full collection every 50 runs.
 
 The server runs from ``.cache/bench/spark-connect`` on 127.0.0.1:15392 (``local[*]``, 2 GB), started here when it
 does not run and stopped at the end unless ``--keep-clusters``; it is warmed with two unmeasured runs.
@@ -17,7 +18,10 @@ does not run and stopped at the end unless ``--keep-clusters``; it is warmed wit
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import statistics
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,23 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _heap_after_gc_mb(pid: int) -> float | None:
+    """The server JVM's used heap right after a full collection (``jcmd``), or None without jcmd: RSS alone
+    cannot tell a leak from heap the JVM grew into and keeps (it rarely gives memory back).
+    """
+    jcmd = shutil.which("jcmd")
+    if jcmd is None:
+        return None
+    subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, timeout=120, check=False)
+    info = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60, check=False)
+    match = re.search(r"used (\d+)K", info.stdout)
+    return int(match.group(1)) / 1024 if match else None
+
+
+def _memory(pid: int, runs: int) -> dict[str, float | None]:
+    return {"runs": runs, "server_rss_mb": _rss_mb(pid), "server_heap_after_gc_mb": _heap_after_gc_mb(pid)}
 
 
 def _fresh_topic(env: BenchEnv, topic: str, partitions: int) -> None:
@@ -150,14 +171,14 @@ def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> d
     soak_data = DataSet(6, 2, settings.value_bytes)
     count, every = (200, 50) if not settings.quick else (20, 5)
     soak: list[float] = []
-    rss: list[dict[str, float]] = [{"runs": 0, "server_rss_mb": _rss_mb(server.pid)}]
+    rss = [_memory(server.pid, 0)]
     _run(soak_config, None, 0)  # pins the positions (empty topic)
     for i in range(1, count + 1):
         for c in CLUSTERS:
             produce_fast(env.bootstrap(c), SOAK_TOPIC, 3, soak_data)
         soak.append(_run(soak_config, None, 6)["wall_s"])
         if i % every == 0:
-            rss.append({"runs": i, "server_rss_mb": _rss_mb(server.pid)})
+            rss.append(_memory(server.pid, i))
             _progress(f"connect soak {i}: {statistics.median(soak[-every:]):.2f}s per run")
     window = every
     first, last = statistics.median(soak[:window]), statistics.median(soak[-window:])

@@ -139,6 +139,13 @@ def render(results: dict[str, Any]) -> str:
         )
         rss = ", ".join(f"{p['runs']}: {p['server_rss_mb']:.0f}" for p in k["soak_server_rss"])
         targets.append([f"8 server RSS MB by runs ({rss})", "-", "flat", "-"])
+        heap = ", ".join(
+            f"{p['runs']}: {p['server_heap_after_gc_mb']:.0f}"
+            for p in k["soak_server_rss"]
+            if p.get("server_heap_after_gc_mb") is not None
+        )
+        if heap:
+            targets.append([f"8 server heap after full GC, MB by runs ({heap})", "-", "flat", "-"])
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
     out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
     if "growth" in b:
