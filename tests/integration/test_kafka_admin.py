@@ -20,6 +20,7 @@ from dynamic_kafka import offsets
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.kafka.client import CHUNK
+from dynamic_kafka.kafka.epochs import EpochPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
 from dynamic_kafka.testing.kafka import (
@@ -348,3 +349,44 @@ def test_right_sasl_password_works(sasl_cluster: Any, sasl_password: str) -> Non
     )
     with KafkaAdmin(cluster, timeout_s=20) as admin:
         assert not admin.describe_topics(["no-such-topic"])["no-such-topic"].exists
+
+
+def _secure(sasl_cluster: Any, password: str) -> ClusterMetadata:
+    return _cluster(
+        "secure",
+        sasl_cluster.bootstrap_servers,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": sasl_cluster.sasl_user,
+            "sasl.password": password,
+        },
+    )
+
+
+def test_leader_epoch_check_uses_the_cluster_connection_over_sasl(
+    sasl_cluster: Any, sasl_password: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11's check runs through a consumer built from the cluster's connection settings like the admin client:
+    over SASL it is answered (a position that checks out is no divergence, and no answer was missing), and a wrong
+    password fails it fast without showing the password."""
+    topic = unique_name("epoch-sasl")
+    client = sasl_cluster.client_config(sasl_password)
+    create_topic(client, topic, 1)
+    produce(client, topic, [Record(value=b"x", partition=0) for _ in range(3)])
+    with KafkaAdmin(_secure(sasl_cluster, sasl_password), timeout_s=30) as admin:
+        latest = admin.offset_answers([(topic, 0)], {"latest": "latest"})["latest"][(topic, 0)]
+        assert latest.offset == 3
+        assert latest.leader_epoch is not None
+        position = EpochPosition(topic=topic, partition=0, offset=3, leader_epoch=latest.leader_epoch)
+        with caplog.at_level(logging.DEBUG, logger="dynamic_kafka.kafka.client"):
+            assert admin.diverged_offsets([position]) == {}
+        assert "answer" not in caplog.text  # neither "no usable answer" nor "no answer in ..."
+
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    with (
+        pytest.raises(KafkaAuthenticationError) as caught,
+        KafkaAdmin(_secure(sasl_cluster, wrong), timeout_s=20) as admin,
+    ):
+        admin.diverged_offsets([position])
+    assert wrong not in str(caught.value)
