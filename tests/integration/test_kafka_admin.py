@@ -22,7 +22,6 @@ from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.kafka.client import CHUNK
 from dynamic_kafka.kafka.epochs import EpochPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
 from dynamic_kafka.testing.kafka import (
     Record,
     create_topic,
@@ -35,6 +34,8 @@ from dynamic_kafka.testing.kafka import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,10 @@ def _snapshot_or_none(request: ClusterRequest) -> BrokerSnapshot | None:
 
 def _cluster(cluster_id: str, bootstrap: str, **properties: str) -> ClusterMetadata:
     return ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=bootstrap, properties=properties)
+
+
+def _bounds(partitions: dict[int, PartitionOffsets]) -> dict[int, tuple[int, int]]:
+    return {p: (o.earliest, o.latest) for p, o in partitions.items()}
 
 
 def _free_port() -> int:
@@ -229,15 +234,14 @@ def test_snapshot_of_two_clusters_with_lookups(east: str, west: str) -> None:
         delete_topics(west, [west_topic])
     assert snap.taken_at == NOW
     e = snap.clusters["east"].topics
-    assert e[east_topic].partitions == {
-        0: PartitionOffsets(earliest=0, latest=2),
-        1: PartitionOffsets(earliest=0, latest=1),
-    }
+    assert _bounds(e[east_topic].partitions) == {0: (0, 2), 1: (0, 1)}
+    # Each latest answer carries the partition's leader epoch (recorded with the committed offsets, issue 11).
+    assert all(o.leader_epoch is not None and o.diverged_at is None for o in e[east_topic].partitions.values())
     assert e[east_topic].start_lookups == {0: 1, 1: 0}
     assert e[east_topic].stop_lookups == {0: None, 1: 0}
     assert not e["no-such-topic"].exists
     w = snap.clusters["west"].topics[west_topic]
-    assert w.partitions == {0: PartitionOffsets(earliest=0, latest=4)}
+    assert _bounds(w.partitions) == {0: (0, 4)}
     assert w.start_lookups == {0: 3}
     assert w.stop_lookups == {}
 
@@ -266,8 +270,7 @@ def test_snapshot_of_more_partitions_than_one_request_holds(east: str) -> None:
     assert snap is not None
     found = snap.clusters["east"].topics[topic]
     assert len(found.partitions) == partitions
-    assert found.partitions[CHUNK + 2] == PartitionOffsets(earliest=0, latest=1)
-    assert found.partitions[0] == PartitionOffsets(earliest=0, latest=1)
+    assert _bounds({p: found.partitions[p] for p in (0, CHUNK + 2)}) == {0: (0, 1), CHUNK + 2: (0, 1)}
     assert found.start_lookups[0] is None
     assert found.start_lookups[CHUNK + 2] == 0
 
