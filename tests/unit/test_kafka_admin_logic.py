@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from dynamic_kafka import offsets
+from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     ConfigError,
@@ -25,9 +26,12 @@ from dynamic_kafka.kafka import snapshot as snapshot_module
 from dynamic_kafka.kafka.client import OffsetAnswer, _offset_spec_value
 from dynamic_kafka.kafka.connection import _ErrorSink
 from dynamic_kafka.kafka.epochs import EpochPosition, outcome
+from dynamic_kafka.kafka.requests import run_requests
 from dynamic_kafka.kafka.snapshot import CommittedPosition
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.snapshots import PartitionOffsets
+from dynamic_kafka.metadata.memory import InMemoryMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.plan.snapshots import PartitionOffsets, PartitionState, StateSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -410,3 +414,23 @@ def test_request_timeout_ends_before_the_deadline() -> None:
     deadline = time.monotonic() + 5
     assert 3.5 < KafkaAdmin._request_timeout(deadline) <= 4.0
     assert KafkaAdmin._request_timeout(time.monotonic()) == 0.1
+
+
+def test_run_requests_carry_the_committed_positions_that_recorded_a_leader_epoch() -> None:
+    """Only rows of the request's cluster and topics with an epoch are checked: a row written before epochs were
+    recorded (None) is not, until its next commit records one."""
+    stream = KafkaStream(
+        stream_id="orders",
+        clusters={"east": ClusterMetadata(cluster_id="east", bootstrap_servers="east:9092", topics=frozenset({"o"}))},
+    )
+    metadata = MetadataSnapshot(streams={"orders": stream}, fingerprint=metadata_fingerprint([stream]))
+    rows = [
+        PartitionState(cluster_id="east", topic="o", partition=0, next_offset=5, topic_id="t", leader_epoch=3),
+        PartitionState(cluster_id="east", topic="o", partition=1, next_offset=4, topic_id="t"),  # older state
+        PartitionState(cluster_id="west", topic="o", partition=0, next_offset=9, leader_epoch=1),
+    ]
+    state = StateSnapshot(pipeline_id="p", partitions={r.key: r for r in rows})
+    config = PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}})
+    requests = run_requests(config, metadata, state, InMemoryMetadataService())
+    east = next(r for r in requests if r.cluster.cluster_id == "east")
+    assert east.positions == (CommittedPosition(topic="o", partition=0, topic_id="t", next_offset=5, leader_epoch=3),)
