@@ -307,7 +307,7 @@ def test_divergence_outcome_reads_librdkafka_answers() -> None:
     no_epoch = KafkaError(
         KafkaError._AUTO_OFFSET_RESET,
         "No epoch found less or equal to offset 5 (leader epoch 9): broker end offset is -1 (offset leader epoch "
-        "-1). Reset using configured policy.",
+        "-1). Reset using configured policy.: Local: Partition log truncation detected (broker 1)",
     )
     assert outcome(truncated, 5) == 2
     assert outcome(truncated, 2) is None  # an end at or beyond the position is no divergence
