@@ -167,13 +167,15 @@ class PlanningError(DynamicKafkaError):
 
 
 class DataLossError(PlanningError):
-    """Committed offsets are below the earliest offset the broker still has (retention or deleted records), or above
-    its latest offset (the log was truncated: an unclean leader election).
+    """Committed offsets are below the earliest offset the broker still has (retention or deleted records), or the
+    log was truncated below them (an unclean leader election: the latest offset fell below the committed one, or
+    the leader epoch recorded with it ended below it, the reused offsets possibly refilled already).
 
     Attributes:
         losses: one lost range (committed offset to the broker's earliest) per partition.
-        truncated: one truncated range (the broker's latest offset to the committed offset) per partition: offsets
-            that were read and that new records will be given again.
+        truncated: one truncated range per partition, from where the log diverged (the broker's latest offset, or
+            the end offset of the recorded leader epoch) to the committed offset: offsets that were read and that
+            new records are (or will be) given again.
     """
 
     def __init__(self, losses: Sequence[LostRange], *, truncated: Sequence[LostRange] = ()) -> None:
@@ -185,8 +187,8 @@ class DataLossError(PlanningError):
             parts.append(f"records below the committed offsets were deleted before they were read: {described}")
         if self.truncated:
             described = "; ".join(
-                f"{t.cluster_id}/{t.topic}[{t.partition}] latest offset {t.from_offset} is below the committed "
-                f"offset {t.to_offset}"
+                f"{t.cluster_id}/{t.topic}[{t.partition}] offsets [{t.from_offset}, {t.to_offset}) below the "
+                f"committed offset {t.to_offset} are gone"
                 for t in self.truncated
             )
             parts.append(
@@ -195,8 +197,9 @@ class DataLossError(PlanningError):
             )
         super().__init__(
             f"data loss: {'; and '.join(parts)}.",
-            hint="Nothing was written. To continue from the earliest (after retention) or latest (after a "
-            "truncation) available offsets and record the gap, set `on_data_loss: skip` on the pipeline.",
+            hint="Nothing was written. To continue from the earliest offset (after retention) or from where the log "
+            "diverged (after a truncation: the new records there are read) and record the gap, set "
+            "`on_data_loss: skip` on the pipeline.",
         )
 
 

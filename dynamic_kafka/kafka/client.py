@@ -17,12 +17,14 @@ import functools
 import logging
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
+    KafkaException,
     TopicCollection,
     TopicPartition,
 )
@@ -30,6 +32,7 @@ from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _Adm
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
+from dynamic_kafka.kafka.epochs import EpochPosition, consumer_settings, outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -51,6 +54,16 @@ _ISOLATION: dict[Isolation, IsolationLevel] = {
 # (ListOffsets of 5,000 partitions: 0.2 s in one call, 0.04 s in five calls of 1,000; committed offsets of 5,000
 # partitions: 0.6 s against 0.02 s), so large batches go as several calls of at most CHUNK partitions.
 CHUNK = 1000
+_CHECK_POLL_S = 0.2
+
+
+class OffsetAnswer(NamedTuple):
+    """One ListOffsets answer: the offset (None: no such offset) and the partition's leader epoch with it (None:
+    the broker gave none). A tuple, not a model: a snapshot makes thousands of them.
+    """
+
+    offset: int | None
+    leader_epoch: int | None
 
 
 class TopicDescription(BaseModel):
@@ -138,8 +151,19 @@ class KafkaAdmin(AdminConnection):
         """Several :meth:`list_offsets` queries over the same partitions, all in flight together. Returns
         ``{name: {partition: offset}}``.
         """
+        answers = self.offset_answers(partitions, specs, isolation_level=isolation_level)
+        return {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
+
+    def offset_answers(
+        self,
+        partitions: Collection[Partition],
+        specs: Mapping[str, OffsetQuery],
+        *,
+        isolation_level: Isolation = "read_committed",
+    ) -> dict[str, dict[Partition, OffsetAnswer]]:
+        """:meth:`list_offsets_many` with each answer's leader epoch: ``{name: {partition: OffsetAnswer}}``."""
         wanted = sorted(set(partitions))
-        results: dict[str, dict[Partition, int | None]] = {name: {} for name in specs}
+        results: dict[str, dict[Partition, OffsetAnswer]] = {name: {} for name in specs}
         if not wanted:
             return results
         values = {name: _offset_spec_value(spec) for name, spec in specs.items()}
@@ -164,7 +188,8 @@ class KafkaAdmin(AdminConnection):
                 for tp, answer in future.result().items():
                     part = (tp.topic, tp.partition)
                     if not isinstance(answer, KafkaError):
-                        results[name][part] = answer.offset if answer.offset >= 0 else None
+                        offset = answer.offset if answer.offset >= 0 else None
+                        results[name][part] = OffsetAnswer(offset, answer.leader_epoch)
                     elif self._may_retry(answer, deadline):
                         retry.setdefault(name, []).append(part)
                     else:
@@ -175,6 +200,68 @@ class KafkaAdmin(AdminConnection):
                 time.sleep(RETRY_PAUSE_S)
             pending = {name: sorted(parts) for name, parts in retry.items()}
         return results
+
+    def diverged_offsets(self, positions: Collection[EpochPosition]) -> dict[Partition, int]:
+        """Where each partition's log diverged below a position read before, by KIP-320's check: the leader is
+        asked the end offset of the position's leader epoch (OffsetForLeaderEpoch); an end below the position's
+        offset means an unclean leader election truncated the log there (the offsets above may be refilled
+        already). Returns ``{partition: end offset}`` for the diverged ones only.
+
+        confluent-kafka has no call for the request; librdkafka sends it when a consumer seeks to an offset with a
+        leader epoch (see ``dynamic_kafka.kafka.epochs``). Partitions without an answer by the deadline, or with
+        an answer that tells nothing (a broker without the request, an epoch older than the leader knows), are
+        left out: no false alarm.
+        """
+        wanted = {(p.topic, p.partition): p for p in positions}
+        if not wanted:
+            return {}
+        operation = f"checking the leader epochs of {len(wanted)} partition(s)"
+        conf = {**self._conf(), **consumer_settings(f"dynamic-kafka-epoch-check-{self.cluster.cluster_id}")}
+        try:
+            consumer = Consumer(conf)
+        except KafkaException as e:
+            raise self._wrap_exception(e, "creating the epoch-checking consumer") from None
+        try:
+            return self._check_positions(consumer, wanted, operation)
+        finally:
+            consumer.close()
+
+    def _check_positions(
+        self, consumer: Any, wanted: dict[Partition, EpochPosition], operation: str
+    ) -> dict[Partition, int]:
+        deadline = time.monotonic() + self.timeout_s
+        consumer.assign([TopicPartition(t, p, w.offset) for (t, p), w in sorted(wanted.items())])
+        # The seek, not the assignment, sends OffsetForLeaderEpoch; events of the fetch the assignment started are
+        # dropped by librdkafka once the seek is applied (they carry an older version of the partition).
+        unseeked = dict(wanted)
+        while unseeked and time.monotonic() < deadline:
+            for part, w in list(unseeked.items()):
+                try:
+                    consumer.seek(TopicPartition(part[0], part[1], w.offset, leader_epoch=w.leader_epoch))
+                    del unseeked[part]
+                except KafkaException:
+                    time.sleep(RETRY_PAUSE_S)  # the assignment is not applied yet
+            self._check_authentication(operation)
+        pending = {part for part in wanted if part not in unseeked}
+        diverged: dict[Partition, int] = {}
+        while pending and time.monotonic() < deadline:
+            event = consumer.poll(min(_CHECK_POLL_S, max(0.0, deadline - time.monotonic())))
+            self._check_authentication(operation)
+            if event is None or event.topic() is None:
+                continue
+            part = (event.topic(), event.partition())
+            if part not in pending:
+                continue
+            said = outcome(event.error(), wanted[part].offset)
+            if said is None:
+                logger.debug("%s %s[%d]: no usable answer (%s)", operation, part[0], part[1], event.error())
+            elif said is not True:
+                diverged[part] = said
+            pending.discard(part)
+        if pending or unseeked:
+            unanswered = len(pending) + len(unseeked)
+            logger.debug("%s: no answer in %gs for %d partition(s)", operation, self.timeout_s, unanswered)
+        return diverged
 
     def committed_offsets(self, group_id: str, partitions: Collection[Partition]) -> dict[Partition, int | None]:
         """The consumer group's committed offsets, in one call; None where the group has none.

@@ -173,6 +173,10 @@ class AdminConnection:
     def _serve(self, client: Any, operation: str) -> None:
         """Serves ``client``'s queued callbacks (errors, logs); raises if an authentication error arrived."""
         client.poll(0)
+        self._check_authentication(operation)
+
+    def _check_authentication(self, operation: str) -> None:
+        """Raises if the error callback received an authentication error (a consumer serves it in ``poll``)."""
         if self._errors.authentication is not None:
             raise self._wrap(self._errors.authentication, operation)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import MetadataServiceError
-from dynamic_kafka.kafka.snapshot import ClusterRequest
+from dynamic_kafka.kafka.snapshot import ClusterRequest, CommittedPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets
 
@@ -71,7 +71,20 @@ def run_requests(
                     skip_unreachable=True,
                 )
             )
-    return requests
+    return [_with_positions(r, state) for r in requests]
+
+
+_POSITION_FIELDS = {"topic", "partition", "topic_id", "next_offset", "leader_epoch"}
+
+
+def _with_positions(request: ClusterRequest, state: StateSnapshot) -> ClusterRequest:
+    """``request`` with the committed positions of its topics that recorded a leader epoch (to check them)."""
+    positions = tuple(
+        CommittedPosition.model_validate(row.model_dump(include=_POSITION_FIELDS))
+        for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0]))
+        if key.cluster_id == request.cluster.cluster_id and key.topic in request.topics and row.leader_epoch is not None
+    )
+    return request.model_copy(update={"positions": positions}) if positions else request
 
 
 def status_requests(state: StateSnapshot, service: KafkaMetadataService) -> list[ClusterRequest]:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
-from dynamic_kafka.kafka.client import KafkaAdmin, OffsetQuery, Partition
+from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription
+from dynamic_kafka.kafka.epochs import EpochPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import (
     CommittedOffsets,
@@ -29,10 +30,22 @@ from dynamic_kafka.offsets import (
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
 logger = logging.getLogger(__name__)
+
+
+class CommittedPosition(BaseModel):
+    """A partition's committed next offset and the leader epoch it was planned under, as the state recorded them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    partition: int = Field(ge=0)
+    topic_id: str | None = Field(None, description="The topic incarnation the position belongs to.")
+    next_offset: int = Field(ge=0)
+    leader_epoch: int = Field(ge=0)
 
 
 class ClusterRequest(BaseModel):
@@ -58,6 +71,11 @@ class ClusterRequest(BaseModel):
     )
     skip_unreachable: bool = Field(
         False, description="For a required cluster, record an unreachable cluster instead of raising."
+    )
+    positions: tuple[CommittedPosition, ...] = Field(
+        (),
+        description="Committed positions of the requested topics that recorded a leader epoch: each one whose "
+        "partition's epoch changed since is checked for a log divergence below it (``diverged_at``).",
     )
 
 
@@ -119,9 +137,11 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             queries["start"] = request.starting.timestamp_ms
         if isinstance(request.stopping, TimestampOffsets):
             queries["stop"] = request.stopping.timestamp_ms
-        offsets = admin.list_offsets_many(partitions, queries, isolation_level=isolation_level)
+        answers = admin.offset_answers(partitions, queries, isolation_level=isolation_level)
+        offsets = {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
         if isinstance(request.starting, CommittedOffsets):
             offsets["start"] = dict(admin.committed_offsets(request.starting.group_id, partitions))
+        diverged = admin.diverged_offsets(epoch_checks(request.positions, described, answers["latest"]))
 
     topics: dict[str, TopicSnapshot] = {}
     for name in sorted(request.topics):
@@ -137,6 +157,8 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
                 p: PartitionOffsets(
                     earliest=_known(offsets["earliest"], (name, p), cluster_id),
                     latest=_known(offsets["latest"], (name, p), cluster_id),
+                    leader_epoch=answers["latest"][(name, p)].leader_epoch,
+                    diverged_at=diverged.get((name, p)),
                 )
                 for _, p in keys
             },
@@ -144,6 +166,33 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             stop_lookups={p: offsets["stop"][(name, p)] for _, p in keys} if "stop" in offsets else {},
         )
     return ClusterSnapshot(cluster_id=cluster_id, topics=topics)
+
+
+def epoch_checks(
+    positions: Sequence[CommittedPosition],
+    described: Mapping[str, TopicDescription],
+    latest: Mapping[Partition, OffsetAnswer],
+) -> list[EpochPosition]:
+    """The committed positions worth a divergence check: of the same topic incarnation, with something below
+    them, still reachable (latest at or beyond; below it the planner sees the truncation by offsets alone), and
+    whose partition's leader epoch changed since. An unchanged epoch means no leader change, so no truncation:
+    the common run asks nothing more.
+    """
+    checks = []
+    for position in positions:
+        topic = described.get(position.topic)
+        answer = latest.get((position.topic, position.partition))
+        if topic is None or not topic.exists or answer is None or answer.leader_epoch is None:
+            continue
+        if position.topic_id is not None and topic.topic_id is not None and position.topic_id != topic.topic_id:
+            continue
+        if answer.leader_epoch == position.leader_epoch or position.next_offset == 0:
+            continue
+        if answer.offset is None or answer.offset < position.next_offset:
+            continue
+        fields = position.model_dump(include={"topic", "partition", "leader_epoch"})
+        checks.append(EpochPosition(offset=position.next_offset, **fields))
+    return checks
 
 
 def _known(found: dict[Partition, int | None], partition: Partition, cluster_id: str) -> int:

@@ -38,6 +38,11 @@ class Split(BaseModel):
     stop_offset: int = Field(ge=0, description="First offset not to read (exclusive).")
     stream_ids: tuple[str, ...] = Field(description="Subscribed streams that contain this topic, sorted.")
     topic_id: str | None = Field(None, description="Kafka topic id when planned; detects recreation.")
+    leader_epoch: int | None = Field(
+        None,
+        description="The partition's leader epoch when its stop offset was planned (None: the broker gave none). "
+        "Committed with the offset; the next plan checks the log has not diverged below the offset since.",
+    )
     bootstrap_servers: str = Field(description="Where the cluster was reached when planned (not secret).")
     draining: bool = Field(False, description="Last read of a partition removed from the metadata.")
 

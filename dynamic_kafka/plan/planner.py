@@ -7,8 +7,10 @@ No I/O happens here, so every rule is unit-tested without a broker. The rules, p
   (the cluster's override first, then the pipeline's);
 * a committed offset below the broker's earliest is data loss: ``on_data_loss: fail`` raises naming every lost
   range; ``skip`` starts at earliest and records the gap;
-* a changed topic id, a committed offset beyond latest, or a vanished partition means the topic was recreated:
-  ``on_topic_recreated: fail`` raises; ``reset`` starts the new topic at earliest and records it;
+* a committed offset beyond latest of the same topic, or one the leader epoch recorded with it ended below (the
+  log diverged: an unclean leader election, refilled or not), is a truncation, decided by ``on_data_loss`` too;
+* a changed topic id (without ids: a committed offset beyond latest, or a vanished partition) means the topic
+  was recreated: ``on_topic_recreated: fail`` raises; ``reset`` starts the new topic at earliest and records it;
 * stop is the stopping initializer (default latest, the last stable offset under read_committed), never beyond
   latest, then capped by ``max_records_per_partition`` and ``max_records_per_run``;
 * partitions in the state that the metadata no longer lists are marked removed (offsets kept); with
@@ -283,6 +285,7 @@ class _PlanBuilder:
                     stop_offset=stop,
                     stream_ids=stream_ids,
                     topic_id=snapshot.topic_id,
+                    leader_epoch=offsets.leader_epoch,
                     bootstrap_servers=bootstrap,
                 )
             )
@@ -296,7 +299,9 @@ class _PlanBuilder:
                 **key.model_dump(),
             )
         if start > offsets.latest:
-            return self._truncated(key, start, offsets)
+            return self._truncated(key, start, offsets.latest, offsets)
+        if offsets.diverged_at is not None and offsets.diverged_at < start:
+            return self._truncated(key, start, max(offsets.diverged_at, offsets.earliest), offsets)
         if start >= offsets.earliest:
             return start
         lost = LostRange(**key.model_dump(), from_offset=start, to_offset=offsets.earliest)
@@ -310,24 +315,30 @@ class _PlanBuilder:
         )
         return offsets.earliest
 
-    def _truncated(self, key: TopicPartition, committed: int, offsets: PartitionOffsets) -> int | None:
-        """The same topic's latest offset fell below the committed one: the log was truncated (an unclean leader
-        election), or the isolation level changed to read_committed while a transaction was open. The offsets
-        ``[latest, committed)`` will be given to new records. A data-loss policy decision: ``fail`` names the
-        range; ``skip`` resumes at latest (the new records there are read) and records the range.
+    def _truncated(self, key: TopicPartition, committed: int, at: int, offsets: PartitionOffsets) -> int | None:
+        """The same topic's log no longer holds what was read below the committed offset: its latest offset fell
+        below it, or (KIP-320) the leader epoch recorded with it ended at ``at`` below it, so producers may have
+        refilled the reused offsets already. Either is an unclean leader election (or, for the first, the isolation
+        level changed to read_committed while a transaction was open). The offsets ``[at, committed)`` were read
+        before and now hold, or will hold, new records. A data-loss policy decision: ``fail`` names the range;
+        ``skip`` resumes at ``at`` (the new records there are read) and records the range.
         """
-        truncated = LostRange(**key.model_dump(), from_offset=offsets.latest, to_offset=committed)
+        truncated = LostRange(**key.model_dump(), from_offset=at, to_offset=committed)
         if self.pipeline.on_data_loss == "fail":
             self.truncations.append(truncated)
             return None
+        how = (
+            f"latest is now {offsets.latest}"
+            if at == offsets.latest
+            else f"the leader epoch recorded with it ended at {at}, latest is {offsets.latest}"
+        )
         self.note(
             "truncated",
-            f"{key}: the log was truncated below the committed offset {committed} (latest is now "
-            f"{offsets.latest}); offsets [{offsets.latest}, {committed}) were read before and will be reused by new "
-            "records; resuming at latest",
+            f"{key}: the log was truncated below the committed offset {committed} ({how}); offsets "
+            f"[{at}, {committed}) were read before and are reused by new records; resuming at {at}",
             **truncated.model_dump(),
         )
-        return offsets.latest
+        return at
 
     def _initial_start(
         self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets
@@ -462,6 +473,7 @@ class _PlanBuilder:
             stop_offset=stop,
             stream_ids=committed.stream_ids or ("(removed)",),
             topic_id=committed.topic_id,
+            leader_epoch=offsets.leader_epoch,
             bootstrap_servers=committed.bootstrap_servers,
             draining=True,
         )

@@ -27,6 +27,17 @@ class PartitionOffsets(_Frozen):
 
     earliest: int = Field(ge=0)
     latest: int = Field(ge=0)
+    leader_epoch: int | None = Field(
+        None, description="The partition's leader epoch the latest-offset answer carried; None when not given."
+    )
+    diverged_at: int | None = Field(
+        None,
+        ge=0,
+        description="Set when the committed offset and its recorded leader epoch were checked against the leader "
+        "(KIP-320's OffsetForLeaderEpoch) and the log diverged below the committed offset: the end offset of the "
+        "recorded epoch, where the leader's log stops being the one the last run read. None: not checked (same "
+        "epoch, nothing recorded), no divergence, or no usable answer.",
+    )
 
 
 class TopicSnapshot(_Frozen):
@@ -74,6 +85,11 @@ class PartitionState(_Frozen):
     partition: int
     next_offset: int = Field(ge=0)
     topic_id: str | None = None
+    leader_epoch: int | None = Field(
+        None,
+        description="The partition's leader epoch when the committed offset was planned; None in states written "
+        "before epochs were recorded (no divergence check until the next commit records one).",
+    )
     bootstrap_servers: str = ""
     stream_ids: tuple[str, ...] = ()
     status: PartitionStatus = "active"

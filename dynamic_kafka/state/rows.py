@@ -69,6 +69,8 @@ SCHEMA = pa.schema(
         # kind = 'head' (added later: older tables gain them at their next write, null in older rows)
         pa.field("owner", pa.string()),
         pa.field("lease_expires_at", _TS),
+        # kind = 'partition' (added later, like the two above)
+        pa.field("leader_epoch", pa.int32()),
     ]
 )
 
@@ -109,6 +111,7 @@ def apply_plan(plan: Plan, partitions: Mapping[TopicPartition, PartitionState], 
             partition=split.partition,
             next_offset=split.stop_offset,
             topic_id=split.topic_id,
+            leader_epoch=split.leader_epoch,
             bootstrap_servers=split.bootstrap_servers,
             stream_ids=split.stream_ids,
             status="active",
@@ -138,6 +141,7 @@ def partition_row(pipeline_id: str, state: PartitionState) -> dict[str, Any]:
         partition=state.partition,
         next_offset=state.next_offset,
         topic_id=state.topic_id,
+        leader_epoch=state.leader_epoch,
         bootstrap_servers=state.bootstrap_servers,
         stream_ids=list(state.stream_ids),
         removed_at=_utc_or_none(state.removed_at),
@@ -227,6 +231,7 @@ def partition_from_row(row: dict[str, Any]) -> PartitionState:
         partition=row["partition"],
         next_offset=row["next_offset"],
         topic_id=row["topic_id"],
+        leader_epoch=row.get("leader_epoch"),  # absent in tables written before epochs were recorded
         bootstrap_servers=row["bootstrap_servers"] or "",
         stream_ids=tuple(row["stream_ids"] or ()),
         status=row["status"],

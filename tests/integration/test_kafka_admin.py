@@ -20,8 +20,8 @@ from dynamic_kafka import offsets
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.kafka.client import CHUNK
+from dynamic_kafka.kafka.epochs import EpochPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
 from dynamic_kafka.testing.kafka import (
     Record,
     create_topic,
@@ -34,6 +34,8 @@ from dynamic_kafka.testing.kafka import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +70,10 @@ def _snapshot_or_none(request: ClusterRequest) -> BrokerSnapshot | None:
 
 def _cluster(cluster_id: str, bootstrap: str, **properties: str) -> ClusterMetadata:
     return ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=bootstrap, properties=properties)
+
+
+def _bounds(partitions: dict[int, PartitionOffsets]) -> dict[int, tuple[int, int]]:
+    return {p: (o.earliest, o.latest) for p, o in partitions.items()}
 
 
 def _free_port() -> int:
@@ -228,15 +234,14 @@ def test_snapshot_of_two_clusters_with_lookups(east: str, west: str) -> None:
         delete_topics(west, [west_topic])
     assert snap.taken_at == NOW
     e = snap.clusters["east"].topics
-    assert e[east_topic].partitions == {
-        0: PartitionOffsets(earliest=0, latest=2),
-        1: PartitionOffsets(earliest=0, latest=1),
-    }
+    assert _bounds(e[east_topic].partitions) == {0: (0, 2), 1: (0, 1)}
+    # Each latest answer carries the partition's leader epoch (recorded with the committed offsets, issue 11).
+    assert all(o.leader_epoch is not None and o.diverged_at is None for o in e[east_topic].partitions.values())
     assert e[east_topic].start_lookups == {0: 1, 1: 0}
     assert e[east_topic].stop_lookups == {0: None, 1: 0}
     assert not e["no-such-topic"].exists
     w = snap.clusters["west"].topics[west_topic]
-    assert w.partitions == {0: PartitionOffsets(earliest=0, latest=4)}
+    assert _bounds(w.partitions) == {0: (0, 4)}
     assert w.start_lookups == {0: 3}
     assert w.stop_lookups == {}
 
@@ -265,8 +270,7 @@ def test_snapshot_of_more_partitions_than_one_request_holds(east: str) -> None:
     assert snap is not None
     found = snap.clusters["east"].topics[topic]
     assert len(found.partitions) == partitions
-    assert found.partitions[CHUNK + 2] == PartitionOffsets(earliest=0, latest=1)
-    assert found.partitions[0] == PartitionOffsets(earliest=0, latest=1)
+    assert _bounds({p: found.partitions[p] for p in (0, CHUNK + 2)}) == {0: (0, 1), CHUNK + 2: (0, 1)}
     assert found.start_lookups[0] is None
     assert found.start_lookups[CHUNK + 2] == 0
 
@@ -348,3 +352,44 @@ def test_right_sasl_password_works(sasl_cluster: Any, sasl_password: str) -> Non
     )
     with KafkaAdmin(cluster, timeout_s=20) as admin:
         assert not admin.describe_topics(["no-such-topic"])["no-such-topic"].exists
+
+
+def _secure(sasl_cluster: Any, password: str) -> ClusterMetadata:
+    return _cluster(
+        "secure",
+        sasl_cluster.bootstrap_servers,
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": sasl_cluster.sasl_user,
+            "sasl.password": password,
+        },
+    )
+
+
+def test_leader_epoch_check_uses_the_cluster_connection_over_sasl(
+    sasl_cluster: Any, sasl_password: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11's check runs through a consumer built from the cluster's connection settings like the admin client:
+    over SASL it is answered (a position that checks out is no divergence, and no answer was missing), and a wrong
+    password fails it fast without showing the password."""
+    topic = unique_name("epoch-sasl")
+    client = sasl_cluster.client_config(sasl_password)
+    create_topic(client, topic, 1)
+    produce(client, topic, [Record(value=b"x", partition=0) for _ in range(3)])
+    with KafkaAdmin(_secure(sasl_cluster, sasl_password), timeout_s=30) as admin:
+        latest = admin.offset_answers([(topic, 0)], {"latest": "latest"})["latest"][(topic, 0)]
+        assert latest.offset == 3
+        assert latest.leader_epoch is not None
+        position = EpochPosition(topic=topic, partition=0, offset=3, leader_epoch=latest.leader_epoch)
+        with caplog.at_level(logging.DEBUG, logger="dynamic_kafka.kafka.client"):
+            assert admin.diverged_offsets([position]) == {}
+        assert "answer" not in caplog.text  # neither "no usable answer" nor "no answer in ..."
+
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    with (
+        pytest.raises(KafkaAuthenticationError) as caught,
+        KafkaAdmin(_secure(sasl_cluster, wrong), timeout_s=20) as admin,
+    ):
+        admin.diverged_offsets([position])
+    assert wrong not in str(caught.value)

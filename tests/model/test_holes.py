@@ -1,9 +1,10 @@
 """The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-A fixed hole's replay is a plain regression test. An open hole has its name in
-``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here marked
-``hole`` (a strict xfail): it passes while the hole is open and fails the suite the day the fix lands, the signal
-to delete the mark AND the name (then the random model covers the fixed behaviour too).
+A fixed hole's replay is a plain regression test; every replay here is one today. An open hole would have its
+name in ``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here
+marked ``pytest.mark.xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open and
+fails the suite the day the fix lands, the signal to delete the mark AND the name (then the random model covers
+the fixed behaviour too).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dynamic_kafka.errors import ConfigError, StateBehindSinkError
-from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
+from tests.model.test_protocol import ProtocolMachine
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -170,14 +171,24 @@ def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:
         ]
 
 
-hole = pytest.mark.xfail(strict=True, raises=ProtocolViolationError, reason="open hole (see HOLES.md)")
-
-
-@hole
 def test_new_a_truncation_refilled_before_the_next_run_is_detected() -> None:
     with machine_without("new_truncation_refilled_before_the_next_run") as r:
         r.place_topic_in_use(cid="c1", count=1, sid="s1", topic="a")
-        r.run(crash_at=None)  # lands a[0]@0, commits offset 1
-        r.truncation(cid="c1", count=1, partition=0, topic="a")  # unclean election: a[0]@0 is gone, end back to 0
+        r.run(crash_at=None)  # lands a[0]@0, commits offset 1 under leader epoch 0
+        r.truncation(cid="c1", count=1, partition=0, topic="a")  # unclean election: a[0]@0 is gone, epoch 1 at 0
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # a new record at offset 0
-        r.run_clean()  # latest 1 == committed 1: nothing to read; the new record is never landed
+        r.run_clean()  # latest 1 == committed 1, but epoch 0 ended at 0: resumes at 0 and lands the new record
+
+
+def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_change_is_not_flagged() -> None:
+    with machine_without("new_truncation_refilled_before_the_next_run", on_data_loss="fail") as r:
+        r.place_topic_in_use(cid="c1", count=1, sid="s1", topic="a")
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run(crash_at=None)  # commits offset 2 under epoch 0
+        r.leader_change(cid="c1", topic="a", partition=0)  # a clean restart: epoch 1 at 2, nothing lost
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # the epoch changed and the check finds nothing: offset 2 is read, no error
+        r.truncation(cid="c1", count=2, partition=0, topic="a")  # epoch 2 at 1: offsets 1, 2 are gone
+        r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)  # refilled to 4, beyond 3
+        r.run_clean()  # DataLossError naming [1, 3) (checked against the world's truncation by the machine)
+        assert r.m.oracle.blocked == "data loss under on_data_loss: fail"

@@ -176,7 +176,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="dk-model-"))
         self.world = World()
-        self.world.hold_truncated_ends = "new_truncation_refilled_before_the_next_run" in self.holes
         for cid in CLUSTERS:
             self.world.add_cluster(cid)
         self.world.create_topic("c1", "a", 2)
@@ -255,6 +254,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         """An unclean leader election: the log end moves back, the next records get the same offsets again."""
         if topic in self.world.clusters[cid].topics:
             self.world.truncate(cid, topic, partition, count)
+
+    @rule(cid=st.sampled_from(CLUSTERS), topic=st.sampled_from(TOPICS), partition=st.integers(0, 3))
+    def leader_change(self, cid: str, topic: str, partition: int) -> None:
+        """A clean leader change (a broker restart): a new leader epoch, no record lost; nothing may be flagged."""
+        if topic in self.world.clusters[cid].topics:
+            self.world.leader_change(cid, topic, partition)
 
     @rule(
         cid=st.sampled_from(CLUSTERS),
@@ -365,6 +370,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         except DataLossError as e:
             if self.harness.pipeline.on_data_loss != "fail":
                 raise ProtocolViolationError(f"DataLossError under on_data_loss: skip: {e}") from e
+            self._check_truncations(e)
             self.oracle.report_losses(e)
             self.oracle.blocked = "data loss under on_data_loss: fail"
         except ClusterUnreachableError:
@@ -382,6 +388,15 @@ class ProtocolMachine(RuleBasedStateMachine):
                 raise ProtocolViolationError(f"run failed: {type(e).__name__}: {e}") from e
         self._after_state_change()
 
+    def _check_truncations(self, error: DataLossError) -> None:
+        """A truncation the run names must be real: the log was cut back across its first offset (a clean leader
+        change must never be flagged)."""
+        for t in error.truncated:
+            topic = self.world.clusters[t.cluster_id].topics.get(t.topic)
+            cuts = topic.partitions[t.partition].truncations if topic is not None else []
+            if not any(new_end <= t.from_offset < old_end for new_end, old_end in cuts):
+                raise ProtocolViolationError(f"a truncation was reported where none happened: {t}")
+
     # Runs are what the other rules prepare for: give them more weight than any single world change.
     @rule(crash_at=st.one_of(st.none(), st.integers(0, 6)))
     def run_again(self, crash_at: int | None) -> None:
@@ -392,8 +407,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.run(None)
 
     def _after_state_change(self) -> None:
-        if len(self.harness.committed) > self.processed:
-            self.world.forget_truncations()
         for plan in self.harness.committed[self.processed :]:
             brokers, metadata, state = self.harness.find_planned(plan)
             self.oracle.on_commit(plan, brokers, metadata, state)

@@ -8,12 +8,16 @@ What is simulated, and how closely:
   partitions; a partition is a log ``offset -> Record`` with ``earliest`` (log start) and ``end`` (high
   watermark). Transaction markers take an offset and hold no record; compaction removes records and leaves gaps;
   retention moves ``earliest``; truncation (an unclean leader election) moves the end back and the next records
-  reuse the offsets; deleting a topic and creating it again gives a new topic id (any partition count).
+  reuse the offsets; deleting a topic and creating it again gives a new topic id (any partition count). Each
+  partition has a leader epoch and the leader's epoch cache (epoch -> start offset): a leader change, clean or
+  unclean, starts a new epoch at the new leader's log end, and the end offset of an epoch is answered like
+  Kafka's OffsetForLeaderEpoch (the start of the next epoch the leader knows).
   Every record keeps a unique ``uid`` and, once it leaves the log, why (``retention``, ``compacted``, ``deleted``).
   ``take_broker_snapshot`` answers ``ClusterRequest``s like ``dynamic_kafka.kafka.snapshot`` does (unreachable required
-  clusters raise ``ClusterUnreachableError``, best-effort ones are recorded unreachable). ``read_splits`` reads by
-  topic NAME like Spark's Kafka source, with ``failOnDataLoss`` on: a range below ``earliest``, beyond the end, or
-  of a vanished partition fails the job.
+  clusters raise ``ClusterUnreachableError``, best-effort ones are recorded unreachable; the committed positions
+  the real ``epoch_checks`` selects are checked against the epoch cache, like librdkafka's KIP-320 validation).
+  ``read_splits`` reads by topic NAME like Spark's Kafka source, with ``failOnDataLoss`` on: a range below
+  ``earliest``, beyond the end, or of a vanished partition fails the job.
 * The sink (``SinkModel``): two tables (sink, dead letters) of rows carrying the record uid, each with Delta's
   idempotent-write txn: ``append(app, version)`` is skipped when ``version <= txn[app]`` (Delta's rule).
   ``write_incremental`` mirrors ``dynamic_kafka.sink.incremental.write_incremental`` step for step:
@@ -42,6 +46,8 @@ from dynamic_kafka import realign as realign_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError
+from dynamic_kafka.kafka.client import OffsetAnswer, TopicDescription
+from dynamic_kafka.kafka.snapshot import epoch_checks
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.offsets import TimestampOffsets
@@ -72,18 +78,10 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Counts the runner invocations of every harness (all share one state table in some replays): see Harness.patched.
 _INVOCATIONS = itertools.count(1)
 
-# Holes of issue 11 that today's code has. Each name gates the model's rules or oracle so the suite passes today;
-# remove a name when its fix lands: the model then drives the hole's scenario and checks the fixed behaviour.
-# Removing one before the fix makes tests/model fail with the minimal example recorded in tests/model/HOLES.md.
-KNOWN_HOLES: frozenset[str] = frozenset(
-    {
-        # Found by the model (fresh-clone CI, 2026-11-24): an unclean leader election truncates a partition, and
-        # producers refill it to the committed offset before the next run. The planner sees latest == committed (no
-        # truncation by offsets), so the new records at the reused offsets are never read. Detecting it needs the
-        # leader epoch of the last record read (KIP-320's OffsetForLeaderEpoch), which the state does not keep.
-        "new_truncation_refilled_before_the_next_run",
-    }
-)
+# Holes of issue 11 that today's code has: none. A hole found later gets a name here that gates the model's rules
+# or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix removes the name, and the
+# model then drives the hole's scenario and checks the fixed behaviour.
+KNOWN_HOLES: frozenset[str] = frozenset()
 
 
 class Crash(BaseException):
@@ -112,7 +110,27 @@ class WPartition:
     history: dict[int, Record] = field(default_factory=dict)  # every record ever written, gone ones included
     earliest: int = 0
     end: int = 0
-    truncated_end: int | None = None  # the log end before a truncation no committed run has seen yet
+    # The leader's epoch cache, (epoch, start offset) ascending; the last entry is the current leader epoch.
+    epochs: list[tuple[int, int]] = field(default_factory=lambda: [(0, 0)])
+    truncations: list[tuple[int, int]] = field(default_factory=list)  # (new end, old end) of each truncation
+
+    @property
+    def epoch(self) -> int:
+        return self.epochs[-1][0]
+
+    def new_leader(self) -> None:
+        """A leader change: the new leader starts the next epoch (numbered by the controller, so never reused) at
+        its log end; it never had the epochs that started beyond its end."""
+        following = self.epoch + 1
+        self.epochs = [(e, start) for e, start in self.epochs if start <= self.end]
+        self.epochs.append((following, self.end))
+
+    def end_offset_for(self, epoch: int) -> int | None:
+        """OffsetForLeaderEpoch: the end of ``epoch`` in this log (where a later epoch starts; the log end for the
+        current one); None when the leader knows no epoch above it (Kafka's UNDEFINED answer)."""
+        if epoch == self.epoch:
+            return self.end
+        return next((start for e, start in self.epochs if e > epoch), None)
 
 
 @dataclass(eq=False)
@@ -144,9 +162,6 @@ class World:
         self.recreated: set[tuple[str, str]] = set()
         self.max_partitions: dict[tuple[str, str], int] = {}
         self.lost_records = 0
-        # Set while the hole "new_truncation_refilled_before_the_next_run" is known: produce never refills a
-        # truncated partition to its old end before a run has committed (see KNOWN_HOLES).
-        self.hold_truncated_ends = False
 
     def add_cluster(self, cluster_id: str) -> None:
         self.clusters[cluster_id] = WCluster(cluster_id, f"{cluster_id}-1:9092")
@@ -173,8 +188,6 @@ class World:
         topic = self.clusters[cluster_id].topics[name]
         index = partition % len(topic.partitions)
         p = topic.partitions[index]
-        if self.hold_truncated_ends and p.truncated_end is not None and p.end + count + 1 >= p.truncated_end:
-            return  # gated hole: a refill to where the log ended before its truncation goes undetected
         for i in range(count):
             self.clock_ms += 1
             r = Record(next(self._uids), cluster_id, name, topic.topic_id, index, p.end, self.clock_ms)
@@ -203,19 +216,18 @@ class World:
         p = topic.partitions[partition % len(topic.partitions)]
         new_end = max(p.earliest, p.end - count)
         if new_end < p.end:
-            p.truncated_end = max(p.truncated_end or 0, p.end)
+            p.truncations.append((new_end, p.end))
         for offset in range(new_end, p.end):
             r = p.log.pop(offset, None)
             if r is not None:
                 r.gone = "truncated"
         p.end = new_end
+        p.new_leader()
 
-    def forget_truncations(self) -> None:
-        """A run committed: the planner has seen every truncation so far (latest below the committed offset)."""
-        for cluster in self.clusters.values():
-            for topic in cluster.topics.values():
-                for p in topic.partitions:
-                    p.truncated_end = None
+    def leader_change(self, cluster_id: str, name: str, partition: int) -> None:
+        """A clean leader change (a broker restart): a new epoch, every record kept."""
+        topic = self.clusters[cluster_id].topics[name]
+        topic.partitions[partition % len(topic.partitions)].new_leader()
 
     def compact(self, cluster_id: str, name: str, partition: int, pick: int) -> None:
         topic = self.clusters[cluster_id].topics[name]
@@ -258,10 +270,16 @@ class World:
                 parts = dict(enumerate(t.partitions))
                 start = request.starting
                 stop = request.stopping
+                diverged = self._diverged(request, name, t)
                 topics[name] = TopicSnapshot(
                     topic=name,
                     topic_id=t.topic_id,
-                    partitions={i: PartitionOffsets(earliest=p.earliest, latest=p.end) for i, p in parts.items()},
+                    partitions={
+                        i: PartitionOffsets(
+                            earliest=p.earliest, latest=p.end, leader_epoch=p.epoch, diverged_at=diverged.get(i)
+                        )
+                        for i, p in parts.items()
+                    },
                     start_lookups={i: self._first_at(p, start.timestamp_ms) for i, p in parts.items()}
                     if isinstance(start, TimestampOffsets)
                     else {},
@@ -271,6 +289,19 @@ class World:
                 )
             clusters[cid] = ClusterSnapshot(cluster_id=cid, topics=topics)
         return BrokerSnapshot(clusters=clusters, taken_at=now)
+
+    @staticmethod
+    def _diverged(request: ClusterRequest, name: str, t: WTopic) -> dict[int, int]:
+        """The real snapshot's selection of positions to check, answered from the epoch caches."""
+        described = {name: TopicDescription(topic=name, exists=True, topic_id=t.topic_id)}
+        latest = {(name, i): OffsetAnswer(p.end, p.epoch) for i, p in enumerate(t.partitions)}
+        positions = [c for c in request.positions if c.topic == name]
+        found: dict[int, int] = {}
+        for check in epoch_checks(positions, described, latest):
+            end = t.partitions[check.partition].end_offset_for(check.leader_epoch)
+            if end is not None and end < check.offset:
+                found[check.partition] = end
+        return found
 
     def read_splits(
         self, spark: Any, splits: Sequence[Split], clusters: Mapping[str, ClusterMetadata], **_: Any

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from dynamic_kafka import offsets
+from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     ConfigError,
@@ -22,10 +23,15 @@ from dynamic_kafka.errors import (
 )
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, TopicDescription, take_broker_snapshot
 from dynamic_kafka.kafka import snapshot as snapshot_module
-from dynamic_kafka.kafka.client import _offset_spec_value
+from dynamic_kafka.kafka.client import OffsetAnswer, _offset_spec_value
 from dynamic_kafka.kafka.connection import _ErrorSink
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.snapshots import PartitionOffsets
+from dynamic_kafka.kafka.epochs import EpochPosition, outcome
+from dynamic_kafka.kafka.requests import run_requests
+from dynamic_kafka.kafka.snapshot import CommittedPosition
+from dynamic_kafka.metadata.memory import InMemoryMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.plan.snapshots import PartitionOffsets, PartitionState, StateSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -96,6 +102,8 @@ class FakeAdmin:
 
     topics: dict[str, dict[str, list[tuple[int, int, int]]]] = {}  # cluster -> topic -> [(partition, lo, hi)]
     failures: dict[str, Exception] = {}
+    epochs: dict[tuple[str, int], int] = {}  # the leader epoch of a partition (default: none given)
+    diverged: dict[tuple[str, int], int] = {}  # what the divergence check answers for a partition asked
     calls: list[tuple[str, str, object]] = []
     delay_s = 0.0
 
@@ -120,21 +128,28 @@ class FakeAdmin:
             for t in topics
         }
 
-    def list_offsets_many(
+    def offset_answers(
         self, partitions: Collection[tuple[str, int]], specs: Mapping[str, object], *, isolation_level: str
-    ) -> dict[str, dict[tuple[str, int], int | None]]:
+    ) -> dict[str, dict[tuple[str, int], OffsetAnswer]]:
         self.calls.append((self.cluster_id, "list_offsets", (sorted(specs.values(), key=str), isolation_level)))
         bounds = {(t, p): (lo, hi) for t, parts in self.topics[self.cluster_id].items() for p, lo, hi in parts}
-        answers: dict[str, dict[tuple[str, int], int | None]] = {}
+        answers: dict[str, dict[tuple[str, int], OffsetAnswer]] = {}
         for name, spec in specs.items():
             if spec == "earliest":
-                answers[name] = {k: bounds[k][0] for k in partitions}
+                found = {k: bounds[k][0] for k in partitions}
             elif spec == "latest":
-                answers[name] = {k: bounds[k][1] for k in partitions}
+                found = {k: bounds[k][1] for k in partitions}
             else:  # a timestamp: pretend offset == timestamp, None past the end
                 assert isinstance(spec, int)
-                answers[name] = {k: spec if spec < bounds[k][1] else None for k in partitions}
+                found = {k: spec if spec < bounds[k][1] else None for k in partitions}
+            answers[name] = {k: OffsetAnswer(v, self.epochs.get(k)) for k, v in found.items()}
         return answers
+
+    def diverged_offsets(self, positions: Collection[EpochPosition]) -> dict[tuple[str, int], int]:
+        if positions:
+            self.calls.append((self.cluster_id, "diverged", sorted((p.topic, p.partition) for p in positions)))
+        asked = {(p.topic, p.partition) for p in positions}
+        return {k: v for k, v in self.diverged.items() if k in asked}
 
     def committed_offsets(self, group_id: str, partitions: Collection[tuple[str, int]]) -> dict[Any, int | None]:
         self.calls.append((self.cluster_id, "committed", group_id))
@@ -149,6 +164,8 @@ def fake_admin(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdmin]:
         "west": {"orders-v2": [(0, 2, 3)]},
     }
     FakeAdmin.failures = {}
+    FakeAdmin.epochs = {}
+    FakeAdmin.diverged = {}
     FakeAdmin.calls = []
     FakeAdmin.delay_s = 0.0
     return FakeAdmin
@@ -244,6 +261,61 @@ def test_best_effort_cluster_failure_is_recorded(fake_admin: type[FakeAdmin]) ->
     )
     assert not snap.clusters["west"].reachable
     assert "refused" in (snap.clusters["west"].error or "")
+
+
+def _position(partition: int, next_offset: int, epoch: int, topic_id: str | None = "id-orders") -> CommittedPosition:
+    return CommittedPosition(
+        topic="orders", partition=partition, topic_id=topic_id, next_offset=next_offset, leader_epoch=epoch
+    )
+
+
+def test_snapshot_checks_only_positions_whose_leader_epoch_changed(fake_admin: type[FakeAdmin]) -> None:
+    """Issue 11 (a truncation refilled before the next run): a changed epoch is checked, its divergence reported;
+    the same epoch (no leader change), another topic id, nothing below the position, or latest below it (the
+    planner's own truncation rule) ask nothing."""
+    fake_admin.topics = {"east": {"orders": [(0, 0, 10), (1, 0, 20), (2, 0, 5), (3, 0, 9), (4, 0, 9)]}}
+    fake_admin.epochs = {("orders", 0): 4, ("orders", 1): 2, ("orders", 2): 4, ("orders", 3): 4, ("orders", 4): 4}
+    fake_admin.diverged = {("orders", 0): 3}
+    positions = (
+        _position(0, 8, 2),  # epoch 2 -> 4: checked, diverged at 3
+        _position(1, 8, 2),  # same epoch: no leader change, nothing to check
+        _position(2, 8, 2),  # latest 5 < 8: the planner sees the truncation by offsets
+        _position(3, 8, 2, topic_id="id-old"),  # an earlier incarnation of the topic
+        _position(4, 0, 2),  # nothing below offset 0
+    )
+    snap = take_broker_snapshot(
+        [_request("east", "orders", positions=positions)], isolation_level="read_committed", now=NOW
+    )
+    assert ("east", "diverged", [("orders", 0)]) in fake_admin.calls
+    parts = snap.clusters["east"].topics["orders"].partitions
+    assert parts[0] == PartitionOffsets(earliest=0, latest=10, leader_epoch=4, diverged_at=3)
+    assert [parts[p].diverged_at for p in (1, 2, 3, 4)] == [None] * 4
+
+
+def test_snapshot_without_positions_asks_no_epoch_check(fake_admin: type[FakeAdmin]) -> None:
+    take_broker_snapshot([_request("east", "orders")], isolation_level="read_committed", now=NOW)
+    assert not [c for c in fake_admin.calls if c[1] == "diverged"]
+
+
+def test_divergence_outcome_reads_librdkafka_answers() -> None:
+    """The consumer events of the check, as librdkafka 2.16 words them against Kafka 4.1."""
+    truncated = KafkaError(
+        KafkaError._AUTO_OFFSET_RESET,
+        "Partition log truncation detected at offset 5 (leader epoch 0): broker end offset is 2 (offset leader "
+        "epoch 0). Reset to INVALID.: Local: Partition log truncation detected (broker 1)",
+    )
+    no_epoch = KafkaError(
+        KafkaError._AUTO_OFFSET_RESET,
+        "No epoch found less or equal to offset 5 (leader epoch 9): broker end offset is -1 (offset leader epoch "
+        "-1). Reset using configured policy.: Local: Partition log truncation detected (broker 1)",
+    )
+    assert outcome(truncated, 5) == 2
+    assert outcome(truncated, 2) is None  # an end at or beyond the position is no divergence
+    assert outcome(no_epoch, 5) is None
+    assert outcome(None, 5) is True  # a record fetched from the position
+    assert outcome(KafkaError(KafkaError._PARTITION_EOF), 5) is True
+    assert outcome(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), 5) is None
+    assert EpochPosition(topic="t", partition=0, offset=5, leader_epoch=0).offset == 5
 
 
 def test_one_request_per_cluster(fake_admin: type[FakeAdmin]) -> None:
@@ -342,3 +414,23 @@ def test_request_timeout_ends_before_the_deadline() -> None:
     deadline = time.monotonic() + 5
     assert 3.5 < KafkaAdmin._request_timeout(deadline) <= 4.0
     assert KafkaAdmin._request_timeout(time.monotonic()) == 0.1
+
+
+def test_run_requests_carry_the_committed_positions_that_recorded_a_leader_epoch() -> None:
+    """Only rows of the request's cluster and topics with an epoch are checked: a row written before epochs were
+    recorded (None) is not, until its next commit records one."""
+    stream = KafkaStream(
+        stream_id="orders",
+        clusters={"east": ClusterMetadata(cluster_id="east", bootstrap_servers="east:9092", topics=frozenset({"o"}))},
+    )
+    metadata = MetadataSnapshot(streams={"orders": stream}, fingerprint=metadata_fingerprint([stream]))
+    rows = [
+        PartitionState(cluster_id="east", topic="o", partition=0, next_offset=5, topic_id="t", leader_epoch=3),
+        PartitionState(cluster_id="east", topic="o", partition=1, next_offset=4, topic_id="t"),  # older state
+        PartitionState(cluster_id="west", topic="o", partition=0, next_offset=9, leader_epoch=1),
+    ]
+    state = StateSnapshot(pipeline_id="p", partitions={r.key: r for r in rows})
+    config = PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}})
+    requests = run_requests(config, metadata, state, InMemoryMetadataService())
+    east = next(r for r in requests if r.cluster.cluster_id == "east")
+    assert east.positions == (CommittedPosition(topic="o", partition=0, topic_id="t", next_offset=5, leader_epoch=3),)

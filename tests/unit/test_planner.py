@@ -323,7 +323,7 @@ class TestPolicies:
     def test_truncated_log_fails_naming_the_range(self) -> None:
         """Same topic id, latest below the committed offset: a truncation, decided by on_data_loss."""
         with pytest.raises(
-            DataLossError, match=r"east/orders\[0\] latest offset 3 is below the committed offset 7"
+            DataLossError, match=r"east/orders\[0\] offsets \[3, 7\) below the committed offset 7 are gone"
         ) as info:
             plan(
                 metadata(stream(east=["orders"])),
@@ -345,6 +345,63 @@ class TestPolicies:
         assert ranges(p) == {("east", "orders", 0): (3, 3)}
         found = next(f for f in p.findings if f.kind == "truncated")
         assert (found.from_offset, found.to_offset) == (3, 7)
+
+    @staticmethod
+    def _refilled(diverged_at: int | None, **config: Any) -> Plan:
+        """Issue 11: committed 7 under leader epoch 2; an unclean election truncated the log and producers refilled
+        it to 9 before this run: latest (9) is beyond the committed offset, only the epoch check can tell."""
+        committed = state(("east", "orders", 0, 7))
+        row = committed.partitions[TopicPartition(cluster_id="east", topic="orders", partition=0)]
+        committed = committed.model_copy(update={"partitions": {row.key: row.model_copy(update={"leader_epoch": 2})}})
+        offsets = PartitionOffsets(earliest=0, latest=9, leader_epoch=4, diverged_at=diverged_at)
+        snap = BrokerSnapshot(
+            clusters={
+                "east": ClusterSnapshot(
+                    cluster_id="east",
+                    topics={"orders": TopicSnapshot(topic="orders", topic_id="id-1", partitions={0: offsets})},
+                )
+            },
+            taken_at=NOW,
+        )
+        return plan(metadata(stream(east=["orders"])), snap, committed, **config)
+
+    def test_diverged_log_refilled_past_the_committed_offset_fails_naming_the_range(self) -> None:
+        with pytest.raises(
+            DataLossError, match=r"east/orders\[0\] offsets \[3, 7\) below the committed offset 7 are gone"
+        ) as info:
+            self._refilled(3, on_data_loss="fail")
+        assert info.value.truncated == (
+            LostRange(cluster_id="east", topic="orders", partition=0, from_offset=3, to_offset=7),
+        )
+
+    def test_diverged_log_skip_resumes_where_it_diverged_and_records_the_new_epoch(self) -> None:
+        p = self._refilled(3, on_data_loss="skip")
+        assert ranges(p) == {("east", "orders", 0): (3, 9)}  # the new records at the reused offsets 3..6 are read
+        found = next(f for f in p.findings if f.kind == "truncated")
+        assert (found.from_offset, found.to_offset) == (3, 7)
+        assert "leader epoch recorded with it ended at 3" in found.message
+        assert p.splits[0].leader_epoch == 4
+        (row,) = apply_plan(p, {}, NOW)
+        assert (row.next_offset, row.leader_epoch) == (9, 4)
+
+    def test_clean_leader_change_or_unchecked_position_resumes_at_the_committed_offset(self) -> None:
+        """No divergence found (a clean leader change, or no usable answer): no finding, nothing re-read."""
+        p = self._refilled(None, on_data_loss="fail")
+        assert ranges(p) == {("east", "orders", 0): (7, 9)}
+        assert "truncated" not in kinds(p)
+
+    def test_divergence_below_earliest_resumes_at_earliest(self) -> None:
+        """Retention may have moved the log start past the divergence point since: resume where the log starts."""
+        st = state(("east", "orders", 0, 7))
+        snap = brokers(east=[topic("orders", {0: (5, 9)})])
+        parts = snap.clusters["east"].topics["orders"].partitions
+        diverged = PartitionOffsets(earliest=5, latest=9, leader_epoch=4, diverged_at=3)
+        topic_snap = snap.clusters["east"].topics["orders"].model_copy(update={"partitions": {**parts, 0: diverged}})
+        snap = brokers(east=[topic_snap])
+        p = plan(metadata(stream(east=["orders"])), snap, st, on_data_loss="skip")
+        assert ranges(p) == {("east", "orders", 0): (5, 9)}
+        found = next(f for f in p.findings if f.kind == "truncated")
+        assert (found.from_offset, found.to_offset) == (5, 7)
 
     def test_recreated_topic_reset_reads_new_topic_from_earliest(self) -> None:
         p = plan(

@@ -3,6 +3,7 @@ bounded reads. Real Delta tables (delta-rs) on local disk; no JVM, no broker."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import deltalake
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
@@ -22,6 +24,7 @@ from dynamic_kafka.errors import RunInProgressError, StateError
 from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
+from dynamic_kafka.state import rows as state_rows
 from dynamic_kafka.state import store as store_module
 from dynamic_kafka.state import table as table_module
 from dynamic_kafka.state.store import RecordedBackfill
@@ -914,3 +917,34 @@ def test_a_reset_records_a_floor_below_which_backfills_never_match(store: StateS
     assert state.backfill_floors == {tp(0): 8}
     later = split(0, 3, 12).model_copy(update={"topic_id": "tid-2"})
     assert [(s.start_offset, s.stop_offset) for s in state.backfill_overlaps([later])] == [(8, 12)]
+
+
+def test_a_state_written_before_leader_epochs_loads_and_gains_them_at_its_next_commit(tmp_path: Path) -> None:
+    """Issue 11: the partition rows gained a nullable ``leader_epoch`` column. A table of the older layout loads
+    (no epoch: no divergence check yet); the next commit adds the column (schema merge) and records the epoch."""
+    old_schema = pa.schema([f for f in state_rows.SCHEMA if f.name != "leader_epoch"])
+    first = plan(1, [split(0, 0, 4)])
+    old_json = json.loads(first.model_dump_json())
+    for s in old_json["splits"]:
+        del s["leader_epoch"]  # plans written before the field existed
+    head = state_rows.run_row("head", first, "committed", committed_at=T0, summary_json="{}")
+    head["plan_json"] = json.dumps(old_json)
+    partition = state_rows.partition_row(PID, state_rows.apply_plan(first, {}, T0)[0])
+    old_rows = [{k: v for k, v in r.items() if k in old_schema.names} for r in (head, partition)]
+    path = tmp_path / "state"
+    deltalake.write_deltalake(
+        str(path), pa.Table.from_pylist(old_rows, schema=old_schema), partition_by=["kind"], name=PID
+    )
+    assert "leader_epoch" not in DeltaTable(path).schema().to_arrow().names
+
+    store = StateStore(path, PID)
+    state = store.load()
+    assert state.partitions[tp(0)].next_offset == 4
+    assert state.partitions[tp(0)].leader_epoch is None
+    assert state.last_run is not None
+    assert state.last_run.plan.splits[0].leader_epoch is None
+
+    run_once(store, lambda seq: plan(seq, [split(0, 4, 9, leader_epoch=3)]))
+    assert "leader_epoch" in DeltaTable(path).schema().to_arrow().names
+    reloaded = store.load()
+    assert (reloaded.partitions[tp(0)].next_offset, reloaded.partitions[tp(0)].leader_epoch) == (9, 3)
