@@ -3,15 +3,18 @@
 ``python -m bench.avro [--records 1000000] [--repeats 2]`` starts (or reuses) one local Kafka cluster on
 127.0.0.1:19492 and one local Schema Registry on 127.0.0.1:18492 under ``.cache/bench/avro/``, produces the data
 set once (an 8-partition topic of Confluent wire-format Avro records: magic byte, schema id, an ``Order`` record of
-a long, a double, a string and a nullable string, ~60 bytes), then alternates:
+a long, a double, a string and a nullable string, ~60 bytes), then alternates (rotating the order each repeat):
 
-- **ours**: ``dynamic-kafka -v run --json`` in a fresh process, ``value_format: avro`` with the registry, from an
+- **ours**: ``dynamic-kafka run --json`` in a fresh process, ``value_format: avro`` with the registry, from an
   empty state and sink to a committed run (fields as top-level columns, dead-letter routing, the run summary);
+- **ours-fail**: the same with ``on_decode_error: fail`` (an undecodable record fails the run);
 - **baseline**: ``python -m bench.avro baseline SPEC`` in a fresh process: the same session builder, one
   ``spark.read.format("kafka")`` over the same offsets, ``from_avro(substring(value, 6), <schema>)``, the fields
   beside the Kafka columns, one Delta append. What a user would write knowing the one schema in advance.
 
-Prints the medians (wall and CPU of process + JVM) and the ratio. Stops what it started unless ``--keep``.
+Prints the medians (wall; CPU of the process and its JVM, which on a shared machine moves much less than wall
+time), each of ours' ratios to the baseline, and where ours' wall time went (the run summary's stages). Stops
+what it started unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.measure import run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / ".cache" / "bench" / "avro"
@@ -43,6 +47,8 @@ SCHEMA = {
     ],
 }
 SPARK = {"master": "local[2]", "conf": {"spark.driver.memory": "2g"}}
+# The measured jobs: ours under each decode policy (the default first), and the hand-written one (None).
+VARIANTS: dict[str, str | None] = {"ours": "dead_letter", "ours-fail": "fail", "baseline": None}
 
 
 def _produce(bootstrap: str, registry_url: str, topic: str, records: int) -> None:
@@ -98,16 +104,51 @@ def _ranges(bootstrap: str, topic: str) -> dict[str, list[int]]:
 
 
 def _measure(command: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds of the process tree (children's user + sys), stdout."""
-    before = os.times()
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
-    wall = time.perf_counter() - started
-    after = os.times()
-    if done.returncode != 0:
-        raise RuntimeError(f"{command} failed: {done.stderr[-2000:]}")
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return wall, cpu, done.stdout
+    """Wall seconds, CPU seconds of the process and its JVM (sampled from /proc: the JVM is not a child that this
+    process reaps, so ``os.times`` would miss it), stdout.
+    """
+    done = run_measured(command, cwd=ROOT).check()
+    return done.wall_s, done.driver_cpu_s + (done.jvm_cpu_s or 0.0), done.stdout
+
+
+def _run_ours(work: Path, bootstrap: str, url: str, topic: str, policy: str) -> tuple[float, float, Any]:
+    """``dynamic-kafka run --json`` in a fresh process with ``on_decode_error: policy``; wall, CPU, summary."""
+    (work / "metadata.yaml").write_text(
+        json.dumps(
+            {
+                "clusters": {"east": {"bootstrap_servers": bootstrap, "schema_registry": {"url": url}}},
+                "streams": {"orders": {"east": [topic]}},
+            }
+        )
+    )
+    pipeline = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, "value_format": "avro",
+                "on_decode_error": policy}  # fmt: skip
+    config: dict[str, Any] = {
+        "metadata_service": {"type": "file", "path": "metadata.yaml"},
+        "spark": SPARK,
+        "pipelines": [pipeline],
+    }
+    (work / "dynamic_kafka.yaml").write_text(json.dumps(config))
+    command = [sys.executable, "-m", "dynamic_kafka.cli.main", "run", "--json"]
+    command += ["--config", str(work / "dynamic_kafka.yaml"), "--pipeline", "p"]
+    wall, cpu, out = _measure(command)
+    return wall, cpu, json.loads(out)
+
+
+def _stages(summary: dict[str, Any], wall: float) -> dict[str, float]:
+    """Where one run's wall time went, from its summary: planning; registry fetch, Spark session start and schema
+    check (until the job starts); the Spark job (read, decode, writes); the state commit; the rest (process start,
+    imports, JVM exit).
+    """
+    plan, spark, commit = summary["plan_seconds"], summary["spark_seconds"], summary["commit_seconds"]
+    before_job = summary["total_seconds"] - plan - spark - commit
+    return {
+        "plan": plan,
+        "registry_session_schema": before_job,
+        "spark_job": spark,
+        "state_commit": commit,
+        "process_and_jvm_exit": wall - summary["total_seconds"],
+    }
 
 
 def baseline(spec_path: str) -> None:
@@ -162,60 +203,45 @@ def main() -> None:
         print(f"setup (produce if needed): {time.perf_counter() - setup:.1f}s", flush=True)
         ranges = _ranges(bootstrap, topic)
         total = sum(h - low for low, h in ranges.values())
-        ours: list[tuple[float, float]] = []
-        base: list[tuple[float, float]] = []
+        runs: dict[str, list[tuple[float, float]]] = {who: [] for who in VARIANTS}
+        stages: dict[str, list[dict[str, float]]] = {who: [] for who, policy in VARIANTS.items() if policy}
         for i in range(args.repeats):
-            for who in ("ours", "baseline") if i % 2 == 0 else ("baseline", "ours"):
+            # Rotated each repeat so that no variant always runs first (or right after the same other one).
+            names = list(VARIANTS)
+            for who in names[i % len(names) :] + names[: i % len(names)]:
                 work = Path(tempfile.mkdtemp(prefix=f"{who}-", dir=BASE))
-                if who == "ours":
-                    (work / "metadata.yaml").write_text(
-                        json.dumps(
-                            {
-                                "clusters": {"east": {"bootstrap_servers": bootstrap, "schema_registry": {"url": url}}},
-                                "streams": {"orders": {"east": [topic]}},
-                            }
-                        )
-                    )
-                    config: dict[str, Any] = {
-                        "metadata_service": {"type": "file", "path": "metadata.yaml"},
-                        "spark": SPARK,
-                        "pipelines": [
-                            {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, "value_format": "avro"}
-                        ],
-                    }
-                    (work / "dynamic_kafka.yaml").write_text(json.dumps(config))
-                    command = [sys.executable, "-m", "dynamic_kafka.cli.main", "run", "--json"]
-                    command += ["--config", str(work / "dynamic_kafka.yaml"), "--pipeline", "p"]
-                    wall, cpu, out = _measure(command)
-                    summary = json.loads(out)
-                    if (summary["records"], summary["dead_letters"]) != (total, 0):
-                        raise RuntimeError(f"ours landed {summary}")
-                    ours.append((wall, cpu))
-                else:
+                policy = VARIANTS[who]
+                if policy is None:
                     spec = {"spark": SPARK, "topic": topic, "ranges": ranges, "bootstrap_servers": bootstrap,
                             "sink": str(work / "sink")}  # fmt: skip
                     (work / "spec.json").write_text(json.dumps(spec))
                     wall, cpu, _ = _measure([sys.executable, "-m", "bench.avro", "baseline", str(work / "spec.json")])
-                    base.append((wall, cpu))
+                else:
+                    wall, cpu, summary = _run_ours(work, bootstrap, url, topic, policy)
+                    if (summary["records"], summary["dead_letters"]) != (total, 0):
+                        raise RuntimeError(f"{who} landed {summary}")
+                    stages[who].append(_stages(summary, wall))
+                runs[who].append((wall, cpu))
                 print(f"{who}: {wall:.1f}s wall, {cpu:.1f}s cpu, load {os.getloadavg()[0]:.1f}", flush=True)
-        ours_wall = statistics.median(w for w, _ in ours)
-        base_wall = statistics.median(w for w, _ in base)
-        ours_cpu = statistics.median(c for _, c in ours)
-        base_cpu = statistics.median(c for _, c in base)
-        print(
-            json.dumps(
-                {
-                    "records": total,
-                    "ours_wall_s": round(ours_wall, 1),
-                    "baseline_wall_s": round(base_wall, 1),
-                    "ratio_wall": round(ours_wall / base_wall, 3),
-                    "ours_cpu_s": round(ours_cpu, 1),
-                    "baseline_cpu_s": round(base_cpu, 1),
-                    "ratio_cpu": round(ours_cpu / base_cpu, 3),
-                    "load_avg_1m": os.getloadavg()[0],
-                }
-            )
-        )
+        base_wall = statistics.median(w for w, _ in runs["baseline"])
+        base_cpu = statistics.median(c for _, c in runs["baseline"])
+        figures: dict[str, Any] = {"records": total, "baseline_wall_s": round(base_wall, 1),
+                                   "baseline_cpu_s": round(base_cpu, 1)}  # fmt: skip
+        for who, policy in VARIANTS.items():
+            if policy is None:
+                continue
+            wall = statistics.median(w for w, _ in runs[who])
+            cpu = statistics.median(c for _, c in runs[who])
+            figures[who] = {
+                "on_decode_error": policy,
+                "wall_s": round(wall, 1),
+                "ratio_wall": round(wall / base_wall, 3),
+                "cpu_s": round(cpu, 1),
+                "ratio_cpu": round(cpu / base_cpu, 3),
+                "stages_s": {k: round(statistics.median(s[k] for s in stages[who]), 1) for k in stages[who][0]},
+            }
+        figures["load_avg_1m"] = os.getloadavg()[0]
+        print(json.dumps(figures, indent=1))
     finally:
         if not args.keep:
             stop_registries(["bench-avro"], base_dir=BASE / "registry")

@@ -11,11 +11,14 @@ Invariants:
   Without overlaps the append is blind: no sink read at all.
 - The dead-letter table is written first, the sink last (both with the same txn), so "the sink holds txn
   ``run_seq``" means the whole run's data is in (:func:`~dynamic_kafka.sink.tables.committed_txn_version`,
-  JVM-free, is the recovery check).
+  JVM-free, is the recovery check). A run without undecodable records writes the sink only.
 - Undecodable records never vanish: they go to the dead-letter table (``on_decode_error: dead_letter``) or the
   run fails with nothing written to the sink (``fail``).
-- Kafka is read once per write: with two outputs the decoded frame is persisted (memory, spilling to disk) and
-  unpersisted after; statistics come from ``DataFrame.observe`` during that same pass, never from a second job.
+- Statistics come from ``DataFrame.observe`` in the pass that commits the run, never from a separate job. Under
+  ``dead_letter`` a run first makes the one-pass append of ``fail`` (so a run without undecodable records, the
+  common case, is one job over Kafka, as a blind append is); only when that job stops at an undecodable record,
+  having committed nothing, is Kafka read again, the decoded frame persisted (memory, spilling to disk) and
+  written to both tables.
 
 One writer per decode policy (:func:`_writer`): bytes only (nothing can fail), fail on the first undecodable
 record, or route undecodable records to the dead-letter table.
@@ -76,8 +79,12 @@ class _Target:
     overlaps: Sequence[Split]
 
 
-# Writes the observed rows; returns the dead-letter table's version holding the run (None: not written).
-_Writer = Callable[["DataFrame", _Target], "int | None"]
+# The decoded rows with a fresh observation of the write's metrics (an observation is filled by one job only).
+_Observed = Callable[[], "tuple[DataFrame, Observation]"]
+
+# Writes the rows; returns the observation of the pass that committed them and the dead-letter table's version
+# holding the run (None: not written).
+_Writer = Callable[[_Observed, _Target], "tuple[Observation, int | None]"]
 
 
 def write_incremental(
@@ -149,10 +156,14 @@ def write_incremental(
             sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
         )
         decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
-        observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
         counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+
+        def observed_rows() -> tuple[DataFrame, Observation]:
+            observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
+            return decoded.observe(observation, *metric_columns(planned_pairs), *counts), observation
+
         try:
-            dead_letter_version = writer(decoded.observe(observation, *metric_columns(planned_pairs), *counts), target)
+            observation, dead_letter_version = writer(observed_rows, target)
         except Exception as e:
             incompatible = incompatible_error_from(e)
             if incompatible is not None:
@@ -184,16 +195,18 @@ def _writer(pipeline: PipelineConfig) -> _Writer:
     return _write_or_fail if pipeline.on_decode_error == "fail" else _write_with_dead_letters
 
 
-def _write_all(rows: DataFrame, target: _Target) -> int | None:
+def _write_all(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
     """Bytes keys and values: every record decodes, so one append to the sink."""
+    rows, observation = observed_rows()
     append_idempotent(sink_rows(rows, target.run_seq), target.sink_path, target.app_id, target.run_seq)
-    return None
+    return observation, None
 
 
-def _write_or_fail(rows: DataFrame, target: _Target) -> int | None:
+def _write_or_fail(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
     """``on_decode_error: fail``: the append's own tasks fail on an undecodable record, so nothing is committed."""
     from pyspark.sql import functions as sf
 
+    rows, observation = observed_rows()
     checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
         append_idempotent(sink_rows(checked, target.run_seq), target.sink_path, target.app_id, target.run_seq)
@@ -202,14 +215,34 @@ def _write_or_fail(rows: DataFrame, target: _Target) -> int | None:
         if decode_error is not None:
             raise decode_error from e
         raise
-    return None
+    return observation, None
 
 
-def _write_with_dead_letters(rows: DataFrame, target: _Target) -> int | None:
-    """``on_decode_error: dead_letter``: one read, persisted; dead letters first, then the sink (same txn)."""
+def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+    """``on_decode_error: dead_letter``: first the one-pass append of ``fail``; if a record does not decode
+    (that job committed nothing), the persisted two-table write.
+
+    Skipping the dead-letter table when the run has no dead letters keeps the recovery rule: the sink holding the
+    run's txn still means the whole run is in (there was nothing else to land), and a run that crashed before
+    that commit is executed again from its plan, as after any crash. A run without a dead-letter txn is what
+    ``fail`` and bytes pipelines always leave, so nothing reads that txn as a sign of a run.
+    """
+    try:
+        return _write_or_fail(observed_rows, target)
+    except UndecodableRecordError as e:
+        where = f"{e.cluster_id}/{e.topic}[{e.partition}] offset {e.offset}"
+        logger.info(
+            "run %d of pipeline %r: %s does not decode: writing dead letters", target.run_seq, target.app_id, where
+        )
+    return _write_both(observed_rows, target)
+
+
+def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+    """One read, persisted; dead letters first, then the sink (same txn)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
+    rows, observation = observed_rows()
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
@@ -224,7 +257,7 @@ def _write_with_dead_letters(rows: DataFrame, target: _Target) -> int | None:
         append_idempotent(sink_rows(good, target.run_seq), target.sink_path, target.app_id, target.run_seq)
     finally:
         cached.unpersist()
-    return txn_commit_version(target.dead_letter_path, target.app_id, target.run_seq)
+    return observation, txn_commit_version(target.dead_letter_path, target.app_id, target.run_seq)
 
 
 # --- outcome ----------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Spark modes: decoded in Python on the executors (an Arrow UDF), in the run's one
 Two versions of one file (the second adds ``note``) land once each with the union schema: a nested message, a
 repeated field, an enum and a map. A value that does not parse, one with an unknown schema id and one naming the
 file's second message go to the dead-letter table with their reasons. A ``.proto`` text schema is refused before
-anything is written.
+anything is written. A field whose type changed between two versions with records of both in the run, and (under
+``on_decode_error: fail``) a value that does not parse, fail the run naming what and where, with nothing written.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from deltalake import DeltaTable
 
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError, UndecodableRecordError
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
 from dynamic_kafka.testing.protobuf import descriptor_form, framed, message_class, order_file
 
+_ID_AS_STRING = 9  # FieldDescriptorProto.TYPE_STRING
+
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from dynamic_kafka.local_kafka import ClusterEndpoint
@@ -39,6 +43,31 @@ def new_topic(kafka_clusters: dict[str, ClusterEndpoint]) -> tuple[str, str]:
     return east, topic
 
 
+def register(url: str, topic: str, *files: Any) -> list[int]:
+    """Registers each file's descriptor form as the next version of ``<topic>-value``; their schema ids."""
+    registry = SchemaRegistryClient({"url": url})
+    return [registry.register_schema(f"{topic}-value", Schema(descriptor_form(f), "PROTOBUF")) for f in files]
+
+
+def harness_of(
+    folder: Path,
+    east: str,
+    url: str,
+    session: Callable[[], Any] | None,
+    spark_config: Mapping[str, Any] | None = None,
+    **pipeline: Any,
+) -> PipelineHarness:
+    """A ``value_format: protobuf`` pipeline on east (with east's registry); its streams are set by the test."""
+    return PipelineHarness(
+        folder,
+        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": url}}},
+        spark=session,
+        spark_config=spark_config,
+        value_format="protobuf",
+        **pipeline,
+    )
+
+
 def rows(path: Path) -> list[dict[str, Any]]:
     return list(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
 
@@ -50,10 +79,8 @@ def test_two_protobuf_versions_land_once_with_the_union_schema(
     spark_mode: Any,
 ) -> None:
     east, topic = new_topic(kafka_clusters)
-    registry = SchemaRegistryClient({"url": schema_registries["east"].url})
     v1_file, v2_file = order_file(), order_file(with_note=True)
-    v1 = registry.register_schema(f"{topic}-value", Schema(descriptor_form(v1_file), "PROTOBUF"))
-    v2 = registry.register_schema(f"{topic}-value", Schema(descriptor_form(v2_file), "PROTOBUF"))
+    v1, v2 = register(schema_registries["east"].url, topic, v1_file, v2_file)
     order_v1, order_v2 = message_class(v1_file, "shop.Order"), message_class(v2_file, "shop.Order")
     refund = message_class(v1_file, "shop.Refund")
 
@@ -83,13 +110,7 @@ def test_two_protobuf_versions_land_once_with_the_union_schema(
     ]
     produce(east, topic, records)
 
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": schema_registries["east"].url}}},
-        spark=spark_mode.session,
-        spark_config=spark_mode.config,
-        value_format="protobuf",
-    )
+    harness = harness_of(tmp_path, east, schema_registries["east"].url, spark_mode.session, spark_mode.config)
     harness.set_streams({"orders": {"east": [topic]}})
     summary = harness.runner().run()
 
@@ -121,11 +142,7 @@ def test_a_proto_text_schema_is_refused_before_anything_is_written(
     registry = SchemaRegistryClient({"url": schema_registries["east"].url})
     schema_id = registry.register_schema(f"{topic}-value", Schema(text, "PROTOBUF"))
     produce(east, topic, [Record(encode_header(schema_id) + b"\x00\x08\x01")])
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": schema_registries["east"].url}}},
-        value_format="protobuf",
-    )
+    harness = harness_of(tmp_path, east, schema_registries["east"].url, None)
     harness.set_streams({"orders": {"east": [topic]}})
 
     with pytest.raises(ConfigError) as refused:
@@ -135,3 +152,77 @@ def test_a_proto_text_schema_is_refused_before_anything_is_written(
     assert "Register the schema in descriptor form" in str(refused.value)
     assert not (tmp_path / "sink").exists()
     assert not (tmp_path / "sink_dead_letter").exists()
+
+
+def assert_nothing_written(harness: PipelineHarness) -> None:
+    """No commit in the sink or the dead-letter table, and the failed run is still only planned (no offsets)."""
+    # Delta may leave an empty _delta_log/_staged_commits folder behind, never a commit file.
+    assert not list(harness.folder.glob("sink/_delta_log/*.json"))
+    assert not list(harness.folder.glob("sink_dead_letter/_delta_log/*.json"))
+    state = harness.runner().store.load()
+    assert state.last_run is not None
+    assert state.last_run.status == "planned"
+    assert not state.partitions
+
+
+def test_a_field_changing_its_type_between_protobuf_versions_fails_the_run_with_nothing_written(
+    tmp_path: Path,
+    kafka_clusters: dict[str, ClusterEndpoint],
+    schema_registries: dict[str, LocalRegistry],
+    spark: Any,
+) -> None:
+    east, topic = new_topic(kafka_clusters)
+    v1_file, v2_file = order_file(), order_file()
+    v2_file.message_type[0].field[0].type = _ID_AS_STRING  # Order.id: int64 -> string (the registry's rule: NONE)
+    v1, v2 = register(schema_registries["east"].url, topic, v1_file, v2_file)
+    order_v1, order_v2 = message_class(v1_file, "shop.Order"), message_class(v2_file, "shop.Order")
+    produce(east, topic, [Record(framed(v1, order_v1(id=1))), Record(framed(v2, order_v2(id="x")))])
+    harness = harness_of(tmp_path, east, schema_registries["east"].url, lambda: spark)
+    harness.set_streams({"orders": {"east": [topic]}})
+
+    with pytest.raises(SchemaIncompatibleError) as refused:
+        harness.runner().run()
+
+    message = str(refused.value)
+    assert "stream 'orders'" in message
+    assert f"subject '{topic}-value'" in message
+    assert f"version 1 (id {v1}) cannot be read as the latest version 2" in message
+    assert "field id" in message
+    assert_nothing_written(harness)
+
+
+def test_on_decode_error_fail_names_the_undecodable_protobuf_record_with_nothing_written(
+    tmp_path: Path,
+    kafka_clusters: dict[str, ClusterEndpoint],
+    schema_registries: dict[str, LocalRegistry],
+    spark: Any,
+) -> None:
+    east, topic = new_topic(kafka_clusters)
+    v1_file = order_file()
+    (v1,) = register(schema_registries["east"].url, topic, v1_file)
+    order = message_class(v1_file, "shop.Order")
+    sent = produce(
+        east,
+        topic,
+        [
+            Record(framed(v1, order(id=1))),
+            Record(encode_header(v1) + b"\x00\xff\xff\xff"),  # bytes that do not parse
+            Record(framed(v1, order(id=3))),
+        ],
+    )
+    harness = harness_of(tmp_path, east, schema_registries["east"].url, lambda: spark, on_decode_error="fail")
+    harness.set_streams({"orders": {"east": [topic]}})
+
+    with pytest.raises(UndecodableRecordError) as refused:
+        harness.runner().run()
+
+    error = refused.value
+    assert (error.cluster_id, error.topic, error.partition, error.offset) == (
+        "east",
+        topic,
+        sent[1].partition,
+        sent[1].offset,
+    )
+    assert f"east/{topic}[{sent[1].partition}] offset {sent[1].offset}" in str(error)
+    assert error.reason.startswith(f"value is not valid Protobuf for schema id {v1}: bytes do not parse as shop.Order")
+    assert_nothing_written(harness)

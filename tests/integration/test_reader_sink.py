@@ -203,6 +203,12 @@ def _landing(
     return _Landing(_metadata(cluster), topic, sent, splits, _pipeline(tmp_path, **settings))
 
 
+def _one_bad_string(cluster: ClusterEndpoint, prefix: str, tmp_path: Path) -> _Landing:
+    """``value_format: string`` over three records, the second not UTF-8."""
+    records = [Record(value=v) for v in (b"ok", b"\xc3\x28", b"fine")]
+    return _landing(cluster, prefix, records, tmp_path, value_format="string")
+
+
 def _decoded(value: Any) -> Any:
     """A sink cell as a plain value: bytes for binary, a dict for a struct."""
     if isinstance(value, bytearray):
@@ -385,11 +391,40 @@ def test_undecodable_records_go_to_dead_letters_with_exact_coordinates(
 
 
 @pytest.mark.timeout(300)
+def test_a_run_without_undecodable_records_leaves_the_dead_letter_table_alone(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    landing = _one_bad_string(kafka_clusters["west"], "clean", tmp_path)
+    sent, pipeline = landing.sent, landing.pipeline
+    dead_letter_path = pipeline.sink.resolved_dead_letter_path
+    before_bad = [s.model_copy(update={"stop_offset": sent[1].offset}) for s in landing.splits]
+    from_bad = [s.model_copy(update={"start_offset": sent[1].offset}) for s in landing.splits]
+
+    clean = landing.write(spark, 1, before_bad)
+
+    assert (clean.records, clean.sink_records, clean.dead_letters) == (1, 1, 0)
+    assert (clean.sink_version, clean.dead_letter_version) == (0, None)
+    assert committed_txn_version(pipeline.sink.path, pipeline.id) == 1
+    assert not tables.table_exists(str(dead_letter_path))
+
+    # A run that has an undecodable record lands it in the dead-letter table first, then the rest in the sink.
+    mixed = landing.write(spark, 2, from_bad)
+
+    assert (mixed.records, mixed.sink_records, mixed.dead_letters) == (2, 1, 1)
+    assert (mixed.sink_version, mixed.dead_letter_version) == (1, 0)
+    assert committed_txn_version(dead_letter_path, pipeline.id) == 2
+    assert sorted(r.value for r in spark.read.format("delta").load(str(pipeline.sink.path)).collect()) == [
+        "fine",
+        "ok",
+    ]
+    assert [r.offset for r in spark.read.format("delta").load(str(dead_letter_path)).collect()] == [sent[1].offset]
+
+
+@pytest.mark.timeout(300)
 def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    records = [Record(value=v) for v in (b"ok", b"\xc3\x28", b"fine")]
-    landing = _landing(kafka_clusters["west"], "crash", records, tmp_path, value_format="string")
+    landing = _one_bad_string(kafka_clusters["west"], "crash", tmp_path)
     pipeline = landing.pipeline
     # The crashed attempt wrote its dead letters (with txn 3), then died before the sink append.
     decoded = decode(_read(spark, landing.splits, landing.clusters), pipeline)

@@ -22,7 +22,8 @@ What is simulated, and how closely:
   idempotent-write txn: ``append(app, version)`` is skipped when ``version <= txn[app]`` (Delta's rule).
   ``write_incremental`` mirrors ``dynamic_kafka.sink.incremental.write_incremental`` step for step:
   ``prior >= run_seq`` means "already committed"; overlaps with the backfill frontier are anti-joined on
-  (cluster, topic, partition, offset); dead letters are appended first, then the sink, with a crash point between.
+  (cluster, topic, partition, offset); dead letters (when there are any) are appended first, then the sink, with a
+  crash point between.
   ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent).
 * ``Harness`` builds a real ``PipelineRunner`` over a real ``StateStore`` (delta-rs on a temp dir) and an
   ``InMemoryMetadataService``, and swaps in the world for the few module functions that reach Kafka, Spark or the
@@ -413,8 +414,9 @@ class SinkModel:
             rows = [r for r in rows if not (in_overlaps(r) and coordinates(r) in present)]
         bad = [r for r in rows if r.bad]
         good = [r for r in rows if not r.bad]
-        self._append(self.dead, self.dead_txn, bad, app_id, run_seq)
-        self.crasher.point("between_dead_letters_and_sink")
+        if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
+            self._append(self.dead, self.dead_txn, bad, app_id, run_seq)
+            self.crasher.point("between_dead_letters_and_sink")
         self._append(self.rows, self.txn, good, app_id, run_seq)
         per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
         return WriteResult(
