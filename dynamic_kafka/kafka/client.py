@@ -32,7 +32,7 @@ from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _Adm
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
-from dynamic_kafka.kafka.epochs import EpochPosition, consumer_settings, outcome
+from dynamic_kafka.kafka.epochs import CommittedPosition, consumer_settings, outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
@@ -151,8 +151,7 @@ class KafkaAdmin(AdminConnection):
         """Several :meth:`list_offsets` queries over the same partitions, all in flight together. Returns
         ``{name: {partition: offset}}``.
         """
-        answers = self.offset_answers(partitions, specs, isolation_level=isolation_level)
-        return {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
+        return offsets_of(self.offset_answers(partitions, specs, isolation_level=isolation_level))
 
     def offset_answers(
         self,
@@ -201,7 +200,7 @@ class KafkaAdmin(AdminConnection):
             pending = {name: sorted(parts) for name, parts in retry.items()}
         return results
 
-    def diverged_offsets(self, positions: Collection[EpochPosition]) -> dict[Partition, int]:
+    def diverged_offsets(self, positions: Collection[CommittedPosition]) -> dict[Partition, int]:
         """Where each partition's log diverged below a position read before, by KIP-320's check: the leader is
         asked the end offset of the position's leader epoch (OffsetForLeaderEpoch); an end below the position's
         offset means an unclean leader election truncated the log there (the offsets above may be refilled
@@ -227,17 +226,17 @@ class KafkaAdmin(AdminConnection):
             consumer.close()
 
     def _check_positions(
-        self, consumer: Any, wanted: dict[Partition, EpochPosition], operation: str
+        self, consumer: Any, wanted: dict[Partition, CommittedPosition], operation: str
     ) -> dict[Partition, int]:
         deadline = time.monotonic() + self.timeout_s
-        consumer.assign([TopicPartition(t, p, w.offset) for (t, p), w in sorted(wanted.items())])
+        consumer.assign([TopicPartition(t, p, w.next_offset) for (t, p), w in sorted(wanted.items())])
         # The seek, not the assignment, sends OffsetForLeaderEpoch; events of the fetch the assignment started are
         # dropped by librdkafka once the seek is applied (they carry an older version of the partition).
         unseeked = dict(wanted)
         while unseeked and time.monotonic() < deadline:
             for part, w in list(unseeked.items()):
                 try:
-                    consumer.seek(TopicPartition(part[0], part[1], w.offset, leader_epoch=w.leader_epoch))
+                    consumer.seek(TopicPartition(part[0], part[1], w.next_offset, leader_epoch=w.leader_epoch))
                     del unseeked[part]
                 except KafkaException:
                     time.sleep(RETRY_PAUSE_S)  # the assignment is not applied yet
@@ -252,7 +251,7 @@ class KafkaAdmin(AdminConnection):
             part = (event.topic(), event.partition())
             if part not in pending:
                 continue
-            said = outcome(event.error(), wanted[part].offset)
+            said = outcome(event.error(), wanted[part].next_offset)
             if said is None:
                 logger.debug("%s %s[%d]: no usable answer (%s)", operation, part[0], part[1], event.error())
             elif said is not True:
@@ -317,6 +316,11 @@ class KafkaAdmin(AdminConnection):
                 raise self._wrap(error, operation)
             logger.debug("cluster %r: retrying %s after %s", self.cluster.cluster_id, operation, error.name())
             time.sleep(RETRY_PAUSE_S)
+
+
+def offsets_of(answers: Mapping[str, Mapping[Partition, OffsetAnswer]]) -> dict[str, dict[Partition, int | None]]:
+    """The offsets of :meth:`KafkaAdmin.offset_answers`, without their leader epochs."""
+    return {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
 
 
 def list_topic_names(cluster: ClusterMetadata) -> list[str]:

@@ -23,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 _DIVERGED = re.compile(r"log truncation detected at .*?: broker end offset is (\d+)")
 
 
-class EpochPosition(BaseModel):
-    """A position read before: ``offset`` (the committed next offset) and the leader epoch it was planned under."""
+class CommittedPosition(BaseModel):
+    """A partition's committed next offset and the leader epoch it was planned under, as the state recorded them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     topic: str
     partition: int = Field(ge=0)
-    offset: int = Field(gt=0, description="The committed next offset (0 has nothing below it to check).")
+    topic_id: str | None = Field(None, description="The topic incarnation the position belongs to.")
+    next_offset: int = Field(ge=0)
     leader_epoch: int = Field(ge=0)
 
 

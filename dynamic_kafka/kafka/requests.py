@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import MetadataServiceError
-from dynamic_kafka.kafka.snapshot import ClusterRequest, CommittedPosition
+from dynamic_kafka.kafka.epochs import CommittedPosition
+from dynamic_kafka.kafka.snapshot import ClusterRequest
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
-from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription
-from dynamic_kafka.kafka.epochs import EpochPosition
+from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
+from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.offsets import (
     CommittedOffsets,
@@ -34,18 +34,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 logger = logging.getLogger(__name__)
-
-
-class CommittedPosition(BaseModel):
-    """A partition's committed next offset and the leader epoch it was planned under, as the state recorded them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    topic: str
-    partition: int = Field(ge=0)
-    topic_id: str | None = Field(None, description="The topic incarnation the position belongs to.")
-    next_offset: int = Field(ge=0)
-    leader_epoch: int = Field(ge=0)
 
 
 class ClusterRequest(BaseModel):
@@ -138,7 +126,7 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
         if isinstance(request.stopping, TimestampOffsets):
             queries["stop"] = request.stopping.timestamp_ms
         answers = admin.offset_answers(partitions, queries, isolation_level=isolation_level)
-        offsets = {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
+        offsets = offsets_of(answers)
         if isinstance(request.starting, CommittedOffsets):
             offsets["start"] = dict(admin.committed_offsets(request.starting.group_id, partitions))
         diverged = admin.diverged_offsets(epoch_checks(request.positions, described, answers["latest"]))
@@ -172,7 +160,7 @@ def epoch_checks(
     positions: Sequence[CommittedPosition],
     described: Mapping[str, TopicDescription],
     latest: Mapping[Partition, OffsetAnswer],
-) -> list[EpochPosition]:
+) -> list[CommittedPosition]:
     """The committed positions worth a divergence check: of the same topic incarnation, with something below
     them, still reachable (latest at or beyond; below it the planner sees the truncation by offsets alone), and
     whose partition's leader epoch changed since. An unchanged epoch means no leader change, so no truncation:
@@ -190,8 +178,7 @@ def epoch_checks(
             continue
         if answer.offset is None or answer.offset < position.next_offset:
             continue
-        fields = position.model_dump(include={"topic", "partition", "leader_epoch"})
-        checks.append(EpochPosition(offset=position.next_offset, **fields))
+        checks.append(position)
     return checks
 
 

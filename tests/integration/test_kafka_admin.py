@@ -20,7 +20,7 @@ from dynamic_kafka import offsets
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.kafka.client import CHUNK
-from dynamic_kafka.kafka.epochs import EpochPosition
+from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.testing.kafka import (
     Record,
@@ -381,7 +381,7 @@ def test_leader_epoch_check_uses_the_cluster_connection_over_sasl(
         latest = admin.offset_answers([(topic, 0)], {"latest": "latest"})["latest"][(topic, 0)]
         assert latest.offset == 3
         assert latest.leader_epoch is not None
-        position = EpochPosition(topic=topic, partition=0, offset=3, leader_epoch=latest.leader_epoch)
+        position = CommittedPosition(topic=topic, partition=0, next_offset=3, leader_epoch=latest.leader_epoch)
         with caplog.at_level(logging.DEBUG, logger="dynamic_kafka.kafka.client"):
             assert admin.diverged_offsets([position]) == {}
         assert "answer" not in caplog.text  # neither "no usable answer" nor "no answer in ..."

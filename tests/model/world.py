@@ -300,7 +300,7 @@ class World:
         found: dict[int, int] = {}
         for check in epoch_checks(positions, described, latest):
             end = t.partitions[check.partition].end_offset_for(check.leader_epoch)
-            if end is not None and end < check.offset:
+            if end is not None and end < check.next_offset:
                 found[check.partition] = end
         return found
 

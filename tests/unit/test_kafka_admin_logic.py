@@ -25,9 +25,8 @@ from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, TopicDescription, ta
 from dynamic_kafka.kafka import snapshot as snapshot_module
 from dynamic_kafka.kafka.client import OffsetAnswer, _offset_spec_value
 from dynamic_kafka.kafka.connection import _ErrorSink
-from dynamic_kafka.kafka.epochs import EpochPosition, outcome
+from dynamic_kafka.kafka.epochs import CommittedPosition, outcome
 from dynamic_kafka.kafka.requests import run_requests
-from dynamic_kafka.kafka.snapshot import CommittedPosition
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -145,7 +144,7 @@ class FakeAdmin:
             answers[name] = {k: OffsetAnswer(v, self.epochs.get(k)) for k, v in found.items()}
         return answers
 
-    def diverged_offsets(self, positions: Collection[EpochPosition]) -> dict[tuple[str, int], int]:
+    def diverged_offsets(self, positions: Collection[CommittedPosition]) -> dict[tuple[str, int], int]:
         if positions:
             self.calls.append((self.cluster_id, "diverged", sorted((p.topic, p.partition) for p in positions)))
         asked = {(p.topic, p.partition) for p in positions}
@@ -315,7 +314,6 @@ def test_divergence_outcome_reads_librdkafka_answers() -> None:
     assert outcome(None, 5) is True  # a record fetched from the position
     assert outcome(KafkaError(KafkaError._PARTITION_EOF), 5) is True
     assert outcome(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), 5) is None
-    assert EpochPosition(topic="t", partition=0, offset=5, leader_epoch=0).offset == 5
 
 
 def test_one_request_per_cluster(fake_admin: type[FakeAdmin]) -> None:
