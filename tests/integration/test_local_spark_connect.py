@@ -44,6 +44,24 @@ def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: 
         spark.stop()
 
 
+def test_the_server_drops_unused_kafka_consumers_soon_and_gives_idle_memory_back(
+    spark_connect_server: ServerInfo,
+) -> None:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(spark_connect_server.remote).create()
+    try:
+        for pool in ("cache", "fetchedData.cache"):
+            assert spark.conf.get(f"spark.kafka.consumer.{pool}.timeout") == "30s"
+    finally:
+        spark.stop()
+    pid = _running_pid(spark_connect_server)
+    java_argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-XX:G1PeriodicGCInterval=60000" in java_argv
+    assert b"-XX:MaxHeapFreeRatio=30" in java_argv
+    assert b"MALLOC_ARENA_MAX=2" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
 def test_status_json_names_the_remote(spark_connect_server: ServerInfo, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["spark-connect", "status", "--json", "--base-dir", str(_base_dir(spark_connect_server))]) == 0
     status = json.loads(capsys.readouterr().out)
