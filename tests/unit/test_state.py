@@ -797,7 +797,9 @@ def test_load_does_not_grow_with_the_number_of_runs(tmp_path: Path) -> None:
     runs(20)
     store.maintain(force=True)
     early_bytes, early_time = _measure_load(store)
-    runs(180)
+    # Five times the runs (with ten partitions a run, state that grew with them would read about five times the
+    # bytes, far past the 10% margin below); 100 runs in all keep this unit test short.
+    runs(80)
     store.maintain(force=True)
     late_bytes, late_time = _measure_load(store)
 
@@ -806,11 +808,11 @@ def test_load_does_not_grow_with_the_number_of_runs(tmp_path: Path) -> None:
     assert len(current.files) == 2  # data files load() reads: one per kind, whatever the number of runs
     assert current.count_rows() == 11  # rows scanned: partitions + head
     history = dt.to_pyarrow_dataset(file_pruning_predicate="kind = 'run'").to_table()
-    assert pc.count_distinct(history.column("run_seq")).as_py() == 200  # the history is all there ...
+    assert pc.count_distinct(history.column("run_seq")).as_py() == 100  # the history is all there ...
     assert len(os.listdir(path / "_delta_log")) <= 10 + 4  # ... and the log replayed on open is bounded
     assert late_bytes <= early_bytes * 1.1 + 4096, (early_bytes, late_bytes)
     print(f"\nload() after 20 runs: {early_bytes} B read, {1000 * early_time:.1f} ms")
-    print(f"load() after 200 runs: {late_bytes} B read, {1000 * late_time:.1f} ms")
+    print(f"load() after 100 runs: {late_bytes} B read, {1000 * late_time:.1f} ms")
 
 
 def test_a_backfill_frontier_covers_one_topic_incarnation_and_a_reset_drops_it(store: StateStore) -> None:
