@@ -160,14 +160,14 @@ def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> d
     big: list[dict[str, Any]] = []
     landing: list[dict[str, Any]] = []
     baseline = list(e2e["baseline"]) if e2e and e2e.get("records") == data.records else []
-    warm_e2e: list[float] = []
-    for _ in range(WARM_E2E_RUNS):
-        config = write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
-        warm_e2e.append(_run(config, None, data.records)["wall_s"])
+
+    def e2e_config() -> Path:
+        return write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
+
+    warm_e2e = [_run(e2e_config(), None, data.records)["wall_s"] for _ in range(WARM_E2E_RUNS)]
     _progress(f"connect warm-up, {WARM_E2E_RUNS} runs of the e2e set: " + " ".join(f"{w:.1f}" for w in warm_e2e))
     for rep in range(settings.repeats):
-        config = write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
-        big.append(_run(config, server.pid, data.records))
+        big.append(_run(e2e_config(), server.pid, data.records))
         _progress(f"connect e2e #{rep + 1}: {big[-1]['wall_s']:.1f}s")
         measured = run_ceiling(env, data.topic, fresh_dir("landing-ceiling"), land=True)
         landing.append(
