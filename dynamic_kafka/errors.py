@@ -327,6 +327,12 @@ class SparkJobError(DynamicKafkaError):
     retriable = True
 
 
+class CommitLostError(SparkJobError):
+    """A staged append's commit lost to another writer that committed a transaction of the same pipeline first;
+    nothing of this write is visible. The caller looks at what that writer committed.
+    """
+
+
 class SchemaMismatchError(ConfigError):
     """The pipeline's ``value_schema`` is invalid, or the sink's existing schema does not match what the pipeline
     would write. Found before anything is planned; not retriable until the config or the table changes.

@@ -7,6 +7,8 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 - ``during_write:SECONDS``: that many seconds after the run's Spark session is obtained (a timer);
 - ``after_dead_letter``: the dead-letter table holds the run's txn, the sink does not yet (``dead_letter`` policy
   and a run with undecodable records);
+- ``after_staging``: a staged append's files are in the table's folder, not yet in its log
+  (:mod:`~dynamic_kafka.sink.staged_append`);
 - ``after_sink``: the sink holds the run's txn, the state is not committed;
 - ``recovering``: a run recovering a crashed planned run took its lease over, before finishing it;
 - ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;

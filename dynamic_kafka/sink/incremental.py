@@ -2,9 +2,11 @@
 
 Invariants:
 
-- Incremental runs append with Delta's idempotent-write options ``txnAppId`` = pipeline id and ``txnVersion`` =
-  ``run_seq``: Delta skips a write whose ``(app id, version)`` its log already holds, so re-executing a run after
-  a crash never duplicates rows.
+- Incremental runs append with the Delta transaction ``(app id, version)`` = (pipeline id, ``run_seq``): a write
+  whose transaction the table's log already holds is skipped, so re-executing a run after a crash never
+  duplicates rows. A blind append is staged (Spark writes the files, delta-rs commits them with the txn:
+  :mod:`~dynamic_kafka.sink.staged_append`); a first write, a new column or a dedupe against a backfill uses
+  delta-spark's ``txnAppId``/``txnVersion`` write options.
 - Where a run's ranges overlap what a backfill covered (``overlaps``, from the state's backfill frontier), the
   run's rows are left-anti-joined with the sink's (and dead-letter table's) rows in those ranges only, inside the
   same job and the sink's own write transaction (so Delta also checks that read against a concurrent MERGE).
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import SparkJobError, StateBehindSinkError, UndecodableRecordError
+from dynamic_kafka.errors import CommitLostError, SparkJobError, StateBehindSinkError, UndecodableRecordError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
@@ -77,6 +79,11 @@ class _Target:
     app_id: str
     run_seq: int
     overlaps: Sequence[Split]
+
+    @property
+    def blind(self) -> bool:
+        """Whether the run's appends read nothing of the tables (no backfill overlap to dedupe against)."""
+        return not self.overlaps
 
 
 # The decoded rows with a fresh observation of the write's metrics (an observation is filled by one job only).
@@ -164,6 +171,12 @@ def write_incremental(
 
         try:
             observation, dead_letter_version = writer(observed_rows, target)
+        except CommitLostError:
+            # Another writer committed a txn of this pipeline between our check and our commit.
+            latest = committed_txn_version(target.sink_path, target.app_id)
+            if latest == run_seq:
+                return _already_committed(target, latest)
+            raise
         except Exception as e:
             incompatible = incompatible_error_from(e)
             if incompatible is not None:
@@ -198,7 +211,9 @@ def _writer(pipeline: PipelineConfig) -> _Writer:
 def _write_all(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
     """Bytes keys and values: every record decodes, so one append to the sink."""
     rows, observation = observed_rows()
-    append_idempotent(sink_rows(rows, target.run_seq), target.sink_path, target.app_id, target.run_seq)
+    append_idempotent(
+        sink_rows(rows, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+    )
     return observation, None
 
 
@@ -209,7 +224,9 @@ def _write_or_fail(observed_rows: _Observed, target: _Target) -> tuple[Observati
     rows, observation = observed_rows()
     checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
-        append_idempotent(sink_rows(checked, target.run_seq), target.sink_path, target.app_id, target.run_seq)
+        append_idempotent(
+            sink_rows(checked, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+        )
     except Exception as e:
         decode_error = _decode_error_from(e)
         if decode_error is not None:
@@ -246,7 +263,13 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
-        append_idempotent(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target.app_id, target.run_seq)
+        append_idempotent(
+            dead_letter_rows(bad, target.run_seq),
+            target.dead_letter_path,
+            target.app_id,
+            target.run_seq,
+            blind=target.blind,
+        )
         crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
@@ -254,7 +277,9 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
             # Delta checks that read against a concurrent backfill MERGE (a MERGE committed in between
             # is skipped here, though then the counts still include its rows).
             good = _without_present(good, [target.sink_path], target.overlaps)
-        append_idempotent(sink_rows(good, target.run_seq), target.sink_path, target.app_id, target.run_seq)
+        append_idempotent(
+            sink_rows(good, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+        )
     finally:
         cached.unpersist()
     return observation, txn_commit_version(target.dead_letter_path, target.app_id, target.run_seq)

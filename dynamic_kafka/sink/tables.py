@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
 from dynamic_kafka.secrets import mask_secrets
+from dynamic_kafka.sink.staged_append import can_stage, staged_append
 from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 from dynamic_kafka.storage import TableLocation, TableRef
@@ -155,17 +156,32 @@ def _nullable(data_type: Any) -> Any:
     return data_type
 
 
-def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int) -> None:
-    """Appends with Delta's idempotent-write txn and schema merging. A new table is created by this same commit
-    (``delta.*`` write options become its properties), so a failed first write leaves no table behind.
+def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int, *, blind: bool = False) -> None:
+    """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it.
+
+    A ``blind`` append (its rows read nothing of the table) into an existing table of the same schema is staged:
+    Spark writes the files, delta-rs commits them with the txn (:mod:`~dynamic_kafka.sink.staged_append`, no
+    state reconstruction). Otherwise delta-spark's idempotent write (``txnAppId``/``txnVersion``) with schema
+    merging; a new table is created by this same commit (``delta.*`` write options become its properties), so a
+    failed first write leaves no table behind.
+
+    Raises:
+        CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
     """
+    ref = TableRef.of(table)
+    if blind:
+        opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
+        if opened is not None and can_stage(opened, rows.schema.jsonValue()):
+            if (opened.transaction_version(app_id) or -1) < run_seq:
+                staged_append(rows, ref, opened, app_id, run_seq)
+            return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused
     # before any write (registry_decode.check_table_schema).
     writer = writer.option("mergeSchema", "true")
-    if not table_exists(table):
+    if not table_exists(ref):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
-    writer.save(TableRef.of(table).spark_uri)
+    writer.save(ref.spark_uri)
 
 
 # --- versions and transactions ----------------------------------------------------------------------------------

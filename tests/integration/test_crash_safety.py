@@ -8,6 +8,8 @@ Each case commits a first run, then runs the CLI in a fresh process that dies at
   counts from the session start: the read setup before the write took 11 s at load 7 and ~3 s when idle, the
   write itself 15-50 s, so no fixed delay lands inside the write at every load of a shared machine; the first
   data file is a trigger that does.)
+- ``after_staging``: ``DYNAMIC_KAFKA_FAULT=after_staging``, a staged append's files are written into the sink's
+  folder, not yet committed to its log;
 - ``after_sink``: ``DYNAMIC_KAFKA_FAULT=after_sink``, after the sink commit but before the state commit.
 
 The next, normal run must recover exactly that run_seq (re-executing its plan, or only committing its offsets
@@ -53,7 +55,7 @@ from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration
 
-FAULTS = ("after_plan", "during_write", "after_sink")
+FAULTS = ("after_plan", "during_write", "after_staging", "after_sink")
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -92,7 +94,7 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
     else:
         assert sink_txn == 1
         assert harness.sink_rows() == first_rows
-    if fault == "during_write" and not orphaned:
+    if fault in ("during_write", "after_staging") and not orphaned:
         assert _unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
 
     later_rows = stream.produce("later", east=5, west=3)
@@ -213,10 +215,12 @@ def _alive_or_done(condition: Callable[[], Any], runner: threading.Thread) -> Ca
 
 
 def _unreferenced_data_files(sink: Path, referenced: set[str] | None = None) -> list[str]:
-    """Data files in the sink folder that no Delta version references (a write that never committed)."""
+    """Data files in the sink's folder (or a staged append's folder in it) that no Delta version references: a
+    write that never committed.
+    """
     if referenced is None:
         referenced = _referenced_files(sink)
-    return sorted(p.name for p in sink.glob("part-*.parquet") if p.name not in referenced)
+    return sorted(p.name for p in sink.rglob("part-*.parquet") if p.name not in referenced)
 
 
 def _referenced_files(sink: Path) -> set[str]:

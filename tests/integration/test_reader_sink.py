@@ -13,7 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from dynamic_kafka.config import PipelineConfig, SinkConfig
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
@@ -297,6 +299,59 @@ def test_two_clusters_land_exactly_the_planned_ranges_once(
     assert second.records == 5
     assert committed_txn_version(pipeline.sink.path, pipeline.id) == 2
     assert len(_sink_rows(spark, pipeline.sink.path)) == 20
+
+
+@pytest.mark.timeout(600)
+def test_a_blind_append_to_an_existing_table_is_staged_with_footer_statistics_and_a_lost_commit_shows_nothing(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    east = kafka_clusters["east"]
+    topic = _topic(east.bootstrap_servers, "staged", 2)
+    first = produce(east.bootstrap_servers, topic, _records("first", [0, 1], 3, BASE_TS_MS))
+    second = produce(east.bootstrap_servers, topic, _records("second", [0, 1], 3, BASE_TS_MS + 60_000))
+    pipeline, clusters = _pipeline(tmp_path), _metadata(east)
+    first_splits = _splits(east, topic, first, stream="orders")
+    second_splits = _splits(east, topic, second, stream="orders")
+    write_incremental(_read(spark, first_splits, clusters), pipeline, 1, _pairs(first_splits))
+    stale = tables.open_delta_rs(pipeline.sink.path, doing="the snapshot a racing writer checked")
+    assert stale is not None
+
+    result = write_incremental(_read(spark, second_splits, clusters), pipeline, 2, _pairs(second_splits))
+
+    expected = _expected(east.name, "orders", topic, [*first, *second], None)
+    landed = _sink_rows(spark, pipeline.sink.path)
+    assert sorted(row[:-1] for row in landed) == sorted(row[:-1] for row in expected)
+    assert sorted(row[-1] for row in landed) == [1] * len(first) + [2] * len(second)
+    assert (result.records, result.sink_version, result.already_committed) == (len(second), 1, False)
+    assert committed_txn_version(pipeline.sink.path, pipeline.id) == 2
+    # Run 2's files sit in its own folder, committed by delta-rs with statistics read from their footers.
+    adds = pa.table(DeltaTable(str(pipeline.sink.path)).get_add_actions(flatten=True)).to_pylist()
+    staged = [a for a in adds if a["path"].startswith("dk-run-2-")]
+    assert staged
+    assert sum(a["num_records"] for a in staged) == len(second)
+    assert min(a["min.offset"] for a in staged) == min(r.offset for r in second)
+    assert max(a["max.offset"] for a in staged) == max(r.offset for r in second)
+    assert {a["min.cluster"] for a in staged} == {a["max.cluster"] for a in staged} == {east.name}
+    assert {a["null_count.offset"] for a in staged} == {0}
+    info = tables.table_info(pipeline.sink.path)
+    assert info is not None
+    assert info.rows == len(first) + len(second)
+    # Delta-spark skips files by those statistics: a lookup of run 2's offsets reads only run 2's files.
+    lookup = spark.read.format("delta").load(str(pipeline.sink.path))
+    lookup = lookup.where(f"offset >= {min(r.offset for r in second)} AND _run_seq = 2")
+    assert {f.rsplit("/", 1)[-1] for f in lookup.inputFiles()} == {a["path"].rsplit("/", 1)[-1] for a in staged}
+
+    # A writer that checked the table before run 2 was committed (so it saw no txn 2) and commits run 2 again
+    # loses its commit: nothing of it becomes visible, and the run reports what the winner landed.
+    monkeypatch.setattr(sink, "committed_txn_and_files", lambda *a: (1, 1))
+    real_open, stale_once = tables.open_delta_rs, iter([stale])
+    monkeypatch.setattr(tables, "open_delta_rs", lambda *a, **k: next(stale_once, None) or real_open(*a, **k))
+    raced = write_incremental(_read(spark, second_splits, clusters), pipeline, 2, _pairs(second_splits))
+    monkeypatch.undo()
+    assert raced.already_committed
+    assert raced.sink_version == 1
+    assert len(_sink_rows(spark, pipeline.sink.path)) == len(first) + len(second)
+    assert DeltaTable(str(pipeline.sink.path)).version() == 1
 
 
 def test_no_splits_read_as_an_empty_frame_with_the_output_columns(spark: Any) -> None:

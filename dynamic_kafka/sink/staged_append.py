@@ -1,0 +1,240 @@
+"""Blind appends committed by the client: Spark writes a run's Parquet files into the table's folder, delta-rs
+commits them to the table's log together with the run's Delta transaction ``(app id, run_seq)``.
+
+Why not delta-spark's own idempotent write (``txnAppId``/``txnVersion``)? To find the transaction it rebuilds the
+table's whole state in two Spark jobs on every write, about 1 s of a small run through a warm Spark Connect server
+(docs/design.md, "Staged appends"). delta-rs reads the same transaction from the log in milliseconds, and its
+commit gives the same guarantees:
+
+- the check and the commit use one snapshot: the txn is read from it before Spark writes anything, and the
+  commit is built on it, so delta-rs's conflict check refuses the commit when any commit after that snapshot
+  recorded a transaction of the same app id (another writer landed this run, or a later one, meanwhile);
+- the log entry is written with put-if-absent (a hard link locally, a conditional put on S3), so the files and the
+  txn become visible together or not at all. Files of a run that died before its commit are in no version: no
+  reader sees them, and ``VACUUM`` removes them after the retention period.
+
+Only a blind append (no read of the table inside the write) may be staged, only into an existing table whose
+protocol delta-rs writes without checks of its own (reader 1, writer <= 2, no table features, no column
+metadata, every column nullable), and only when the rows' schema is exactly the table's (up to the order of the
+top-level columns). Anything else (a table's first write, a new column, a dedupe against a backfill) is left to
+delta-spark, which enforces and evolves schemas and checks reads against concurrent writes.
+
+File statistics (``numRecords``, ``minValues``, ``maxValues``, ``nullCount`` on the table's coordinate columns)
+come from the Parquet footers Spark wrote, so data skipping works on staged files as on delta-spark's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from dynamic_kafka.errors import CommitLostError, SparkJobError
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.spark.schema import STATS_COLUMNS
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable as DeltaTableRs
+    from deltalake.transaction import AddAction, RemoveAction
+    from pyspark.sql import DataFrame
+
+    from dynamic_kafka.storage import TableRef
+
+logger = logging.getLogger(__name__)
+
+# The folder of one staged write, under the table's root. Not hidden (no leading "_" or "."), so VACUUM cleans
+# the files of a write that never committed.
+_FOLDER_PREFIX = "dk-run-"
+_STATS = frozenset(STATS_COLUMNS.split(","))
+
+
+def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
+    """Whether rows of this (Spark) schema can be appended to ``table`` by a staged append."""
+    protocol = table.protocol()
+    if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
+        return False
+    if protocol.writer_features or protocol.reader_features:
+        return False
+    table_fields = json.loads(table.schema().to_json())["fields"]
+    if not all(_plain(field) for field in table_fields):
+        return False
+    return _by_name(table_fields) == _by_name(_as_nullable(rows_schema_json)["fields"])
+
+
+def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int) -> None:
+    """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
+    ``(app_id, run_seq)`` on the snapshot ``opened``.
+
+    The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
+
+    Raises:
+        CommitLostError: another writer committed a txn of ``app_id`` after ``opened``; nothing of ours is
+            visible (the caller looks at what that writer committed).
+        SparkJobError: reading the staged files or the commit failed; nothing is visible (retriable).
+        ObjectStoreError: the table's object store cannot be used.
+    """
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    folder = f"{_FOLDER_PREFIX}{run_seq}-{uuid.uuid4().hex[:12]}"
+    # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
+    # expectations); a plain Parquet write would use INT96, which carries no statistics.
+    rows.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    (
+        rows.write.mode("error")
+        # No _SUCCESS marker: a hidden file nothing would ever remove.
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
+    )
+    crash_point("after_staging")
+    doing = f"committing the staged files of run {run_seq} to {table}"
+    try:
+        adds = _add_actions(table, folder)
+        opened.create_write_transaction(
+            adds,
+            mode="append",
+            schema=opened.schema(),
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=run_seq)],
+                # delta-rs leaves this commitInfo field out; Delta's history shows it, and a staged append is
+                # blind by construction.
+                custom_metadata={"isBlindAppend": True},
+            ),
+        )
+    except CommitFailedError as e:
+        raise CommitLostError(
+            f"{doing}: another writer committed a transaction of {app_id!r} first ({e})",
+            hint="Nothing of this write is visible; the run's outcome is what that writer committed.",
+        ) from e
+    except (DeltaError, OSError) as e:
+        raise (table.failure(e, doing) or SparkJobError(f"{doing} failed: {e}", hint=_RETRY)) from e
+    logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
+
+
+_RETRY = "Nothing was committed; the next run recovers this one."
+
+
+def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]:
+    """One ``add`` per non-empty Parquet file in ``folder``, with statistics from its footer."""
+    import pyarrow.parquet as pq
+    from deltalake.fs import DeltaStorageHandler
+    from deltalake.transaction import AddAction
+    from pyarrow.fs import FileSelector, FileType, PyFileSystem
+
+    fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+    adds: list[AddAction | RemoveAction] = []
+    for info in fs.get_file_info(FileSelector(folder)):
+        if info.type != FileType.File or info.base_name.startswith(("_", ".")):
+            continue
+        with fs.open_input_file(info.path) as handle:
+            footer = pq.read_metadata(handle)
+        if footer.num_rows == 0:
+            continue
+        adds.append(
+            AddAction(
+                path=f"{folder}/{info.base_name}",
+                size=info.size or 0,
+                partition_values={},
+                modification_time=_epoch_ms(info.mtime),
+                data_change=True,
+                stats=json.dumps(file_stats(footer)),
+            )
+        )
+    return adds
+
+
+def file_stats(footer: Any) -> dict[str, Any]:
+    """Delta file statistics from a Parquet footer (``pyarrow.parquet.FileMetaData``): the record count, and the
+    minimum, maximum and null count of each coordinate column whose every row group has them.
+
+    A column is left out rather than given a guessed bound: a missing statistic only stops files from being
+    skipped, a wrong one would hide rows.
+    """
+    stats: dict[str, Any] = {"numRecords": footer.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    groups = [footer.row_group(g) for g in range(footer.num_row_groups)]
+    for index in range(footer.num_columns):
+        name = footer.schema.column(index).path
+        if name not in _STATS:
+            continue
+        column = [(group.num_rows, group.column(index).statistics) for group in groups]
+        if any(s is None or s.null_count is None for _, s in column):
+            continue
+        stats["nullCount"][name] = sum(s.null_count for _, s in column)
+        valued = [s for rows, s in column if s.null_count < rows]
+        if not valued or not all(s.has_min_max for s in valued):
+            continue
+        low, high = min(s.min for s in valued), max(s.max for s in valued)
+        if isinstance(low, (int, str)) and isinstance(high, (int, str)):
+            stats["minValues"][name], stats["maxValues"][name] = low, high
+        elif isinstance(low, datetime) and isinstance(high, datetime):
+            stats["minValues"][name], stats["maxValues"][name] = _millis(low, up=False), _millis(high, up=True)
+    return stats
+
+
+def _millis(moment: datetime, *, up: bool) -> str:
+    """A UTC timestamp in Delta's statistics format (milliseconds), rounded away from the inside of the range."""
+    at = moment.astimezone(UTC)
+    whole = at.replace(microsecond=at.microsecond // 1000 * 1000)
+    if up and whole != at:
+        whole += timedelta(milliseconds=1)
+    return whole.strftime("%Y-%m-%dT%H:%M:%S.") + f"{whole.microsecond // 1000:03d}Z"
+
+
+def _epoch_ms(moment: datetime | None) -> int:
+    return int((moment or datetime.now(UTC)).timestamp() * 1000)
+
+
+def _plain(field: dict[str, Any]) -> bool:
+    """Nullable, without metadata (no comment, invariant or generation expression), and so every nested field."""
+    if not field.get("nullable", False) or field.get("metadata"):
+        return False
+    return _plain_type(field["type"])
+
+
+def _plain_type(data_type: Any) -> bool:
+    if not isinstance(data_type, dict):
+        return True
+    kind = data_type["type"]
+    if kind == "struct":
+        return all(_plain(f) for f in data_type["fields"])
+    if kind == "array":
+        return bool(data_type.get("containsNull")) and _plain_type(data_type["elementType"])
+    if kind == "map":
+        return (
+            bool(data_type.get("valueContainsNull"))
+            and _plain_type(data_type["keyType"])
+            and _plain_type(data_type["valueType"])
+        )
+    return True
+
+
+def _as_nullable(data_type: Any) -> Any:
+    """A Spark schema (``StructType.jsonValue()``) as the table would store it: every field nullable, no metadata."""
+    if not isinstance(data_type, dict):
+        return data_type
+    kind = data_type["type"]
+    if kind == "struct":
+        return {
+            "type": "struct",
+            "fields": [
+                {"name": f["name"], "type": _as_nullable(f["type"]), "nullable": True, "metadata": {}}
+                for f in data_type["fields"]
+            ],
+        }
+    if kind == "array":
+        return {"type": "array", "elementType": _as_nullable(data_type["elementType"]), "containsNull": True}
+    if kind == "map":
+        return {
+            "type": "map",
+            "keyType": _as_nullable(data_type["keyType"]),
+            "valueType": _as_nullable(data_type["valueType"]),
+            "valueContainsNull": True,
+        }
+    return data_type
+
+
+def _by_name(fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """Top-level fields by name (readers match Parquet columns to table columns by name)."""
+    return {f["name"]: (f["type"], f["nullable"]) for f in fields}
