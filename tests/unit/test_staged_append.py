@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from dynamic_kafka.sink.staged_append import can_stage, file_stats
+from dynamic_kafka.sink.staged_append import can_stage, file_stats, keep_checkpoint_cadence
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -98,3 +98,23 @@ def test_a_column_without_statistics_in_some_row_group_is_left_out(tmp_path: Pat
         "maxValues": {"partition": 1},
         "nullCount": {"partition": 0},
     }
+
+
+def _commits_with_cadence(path: Path, commits: int) -> list[int]:
+    """Makes ``commits`` empty appends after version 0, each followed by the cadence; returns the checkpoints."""
+    table = DeltaTable(str(path))
+    for _ in range(commits):
+        table.create_write_transaction([], mode="append", schema=table.schema())
+        keep_checkpoint_cadence(table, "test")
+    return sorted(int(p.name.split(".")[0]) for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_staged_commits_keep_delta_sparks_checkpoint_interval(tmp_path: Path) -> None:
+    write_deltalake(str(tmp_path), pa.table({"offset": [1]}))
+    assert _commits_with_cadence(tmp_path, 9) == []
+    assert _commits_with_cadence(tmp_path, 12) == [10, 20]
+
+
+def test_a_table_with_its_own_checkpoint_interval_keeps_it(tmp_path: Path) -> None:
+    write_deltalake(str(tmp_path), pa.table({"offset": [1]}), configuration={"delta.checkpointInterval": "100"})
+    assert _commits_with_cadence(tmp_path, 12) == []
