@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import CommitLostError, SparkJobError
 from dynamic_kafka.faults import crash_point
+from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.schema import STATS_COLUMNS
 
 if TYPE_CHECKING:
@@ -105,11 +106,12 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
         )
     except CommitFailedError as e:
         raise CommitLostError(
-            f"{doing}: another writer committed a transaction of {app_id!r} first ({e})",
+            f"{doing}: another writer committed a transaction of {app_id!r} first ({mask_secrets(str(e))})",
             hint="Nothing of this write is visible; the run's outcome is what that writer committed.",
         ) from e
     except (DeltaError, OSError) as e:
-        raise (table.failure(e, doing) or SparkJobError(f"{doing} failed: {e}", hint=_RETRY)) from e
+        failure = table.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_RETRY)
+        raise failure from e
     logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
     keep_checkpoint_cadence(opened, str(table))
 
@@ -132,7 +134,10 @@ def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
         opened.create_checkpoint()
     except (DeltaError, OSError) as e:
         logger.warning(
-            "checkpoint of %s at version %d not written (the next one will be): %s", name, opened.version(), e
+            "checkpoint of %s at version %d not written (the next one will be): %s",
+            name,
+            opened.version(),
+            mask_secrets(str(e)),
         )
 
 
