@@ -49,10 +49,16 @@ logger = logging.getLogger(__name__)
 # the files of a write that never committed.
 _FOLDER_PREFIX = "dk-run-"
 _STATS = frozenset(STATS_COLUMNS.split(","))
+_RETRY = "Nothing was committed; the next run recovers this one."
+# delta-spark's default checkpoint interval, kept by staged commits unless the table sets its own.
+_INTERVAL_PROPERTY = "delta.checkpointInterval"
+_CHECKPOINT_INTERVAL = 10
 
 
 def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
-    """Whether rows of this (Spark) schema can be appended to ``table`` by a staged append."""
+    """Whether rows can be appended to ``table`` by a staged append; ``rows_schema_json`` is their Spark schema
+    (``StructType.jsonValue()``) made nullable throughout, as a table dynamic-kafka creates stores it.
+    """
     protocol = table.protocol()
     if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
         return False
@@ -61,7 +67,7 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
     table_fields = json.loads(table.schema().to_json())["fields"]
     if not all(_plain(field) for field in table_fields):
         return False
-    return _by_name(table_fields) == _by_name(_as_nullable(rows_schema_json)["fields"])
+    return _by_name(table_fields) == _by_name(rows_schema_json["fields"])
 
 
 def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int) -> None:
@@ -139,13 +145,6 @@ def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
             opened.version(),
             mask_secrets(str(e)),
         )
-
-
-_INTERVAL_PROPERTY = "delta.checkpointInterval"
-_CHECKPOINT_INTERVAL = 10
-
-
-_RETRY = "Nothing was committed; the next run recovers this one."
 
 
 def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]:
@@ -240,31 +239,6 @@ def _plain_type(data_type: Any) -> bool:
             and _plain_type(data_type["valueType"])
         )
     return True
-
-
-def _as_nullable(data_type: Any) -> Any:
-    """A Spark schema (``StructType.jsonValue()``) as the table would store it: every field nullable, no metadata."""
-    if not isinstance(data_type, dict):
-        return data_type
-    kind = data_type["type"]
-    if kind == "struct":
-        return {
-            "type": "struct",
-            "fields": [
-                {"name": f["name"], "type": _as_nullable(f["type"]), "nullable": True, "metadata": {}}
-                for f in data_type["fields"]
-            ],
-        }
-    if kind == "array":
-        return {"type": "array", "elementType": _as_nullable(data_type["elementType"]), "containsNull": True}
-    if kind == "map":
-        return {
-            "type": "map",
-            "keyType": _as_nullable(data_type["keyType"]),
-            "valueType": _as_nullable(data_type["valueType"]),
-            "valueContainsNull": True,
-        }
-    return data_type
 
 
 def _by_name(fields: list[dict[str, Any]]) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int, 
     ref = TableRef.of(table)
     if blind:
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
-        if opened is not None and can_stage(opened, rows.schema.jsonValue()):
+        if opened is not None and can_stage(opened, _nullable(rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
                 staged_append(rows, ref, opened, app_id, run_seq)
             return
