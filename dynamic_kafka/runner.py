@@ -35,7 +35,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -298,8 +298,11 @@ class PipelineRunner:
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-        commits = self._commit_consumer_group(plan, clusters)
-        self._maintain()
+        # Both follow the committed run and touch different systems (brokers, the state table): done at once.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynamic-kafka-group-commit") as pool:
+            group_commits = pool.submit(self._commit_consumer_group, plan, clusters)
+            self._maintain()
+            commits = group_commits.result()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
 
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
@@ -483,29 +486,36 @@ class PipelineRunner:
             log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
 
     def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> tuple[GroupCommit, ...]:
-        """Gives the consumer group every split's stop offset, per cluster; returns each cluster's outcome."""
+        """Gives the consumer group every split's stop offset, on all clusters at once; returns each cluster's
+        outcome, in cluster order.
+        """
         group = self.pipeline.consumer_group
         if group is None:
             return ()
         by_cluster: dict[str, dict[tuple[str, int], int]] = {}
         for s in plan.splits:
             by_cluster.setdefault(s.cluster_id, {})[(s.topic, s.partition)] = s.stop_offset
-        outcomes = []
-        for cluster_id, offsets in sorted(by_cluster.items()):
-            cluster = clusters.get(cluster_id)
-            if cluster is None:
-                continue
-            try:
-                with KafkaAdmin(cluster) as admin:
-                    admin.commit_group_offsets(group, offsets)
-            except DynamicKafkaError as e:
-                log.warning(
-                    "consumer group %r: offsets not committed on cluster %r (monitoring only): %s", group, cluster_id, e
-                )
-                outcomes.append(GroupCommit(cluster_id=cluster_id, group=group, committed=False, error=str(e)))
-            else:
-                outcomes.append(GroupCommit(cluster_id=cluster_id, group=group, committed=True))
-        return tuple(outcomes)
+        targets = [(clusters[c], offsets) for c, offsets in sorted(by_cluster.items()) if c in clusters]
+        if not targets:
+            return ()
+        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dynamic-kafka-group-commit") as pool:
+            return tuple(pool.map(lambda target: _commit_group(group, *target), targets))
+
+
+def _commit_group(group: str, cluster: ClusterMetadata, offsets: Mapping[tuple[str, int], int]) -> GroupCommit:
+    """Commits one cluster's offsets to the group; a failure is a warning (the group is for monitoring only)."""
+    try:
+        with KafkaAdmin(cluster) as admin:
+            admin.commit_group_offsets(group, offsets)
+    except DynamicKafkaError as e:
+        log.warning(
+            "consumer group %r: offsets not committed on cluster %r (monitoring only): %s",
+            group,
+            cluster.cluster_id,
+            e,
+        )
+        return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=False, error=str(e))
+    return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=True)
 
 
 def _abandon_command(runner: PipelineRunner, plan: Plan) -> str:

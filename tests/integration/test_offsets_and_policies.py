@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
@@ -224,6 +224,42 @@ def test_latest_reads_only_newer_records_and_a_cluster_override_beats_the_pipeli
 
     assert second.records == len(new_east) + len(new_west)
     assert harness.sink_rows() == sorted(rows("west", t_west, old_west + new_west) + rows("east", t_east, new_east))
+
+
+def test_each_cluster_gets_its_own_group_commit_and_a_refusing_cluster_does_not_stop_the_others(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    t_east, t_west = unique_name("grp-east"), unique_name("grp-west")
+    create_topic(east, t_east, 1)
+    create_topic(west, t_west, 2)
+    produced_east = produce(east, t_east, numbered("e", 3))
+    produced_west = produce(west, t_west, numbered("w0", 2, partition=0) + numbered("w1", 3, partition=1))
+    group = unique_name("monitor")
+    harness = harness_for(tmp_path, kafka_clusters, spark, consumer_group=group)
+    harness.set_streams({"orders": {"east": [t_east], "west": [t_west]}})
+    # An active member of the group on east: the broker refuses offsets from outside the group there.
+    member = Consumer({"bootstrap.servers": east, "group.id": group, "enable.auto.commit": False})
+    member.subscribe([t_east])
+    deadline = time.monotonic() + 60
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.2)
+    assert member.assignment(), "the group member never got its partition"
+    try:
+        summary = harness.runner().run()
+    finally:
+        member.close()
+
+    assert summary.records == len(produced_east) + len(produced_west)
+    assert [(c.cluster_id, c.group, c.committed) for c in summary.group_commits] == [
+        ("east", group, False),
+        ("west", group, True),
+    ]
+    assert summary.group_commits[0].error
+    admin = AdminClient({"bootstrap.servers": west})  # kept referenced: a collected client never answers
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t_west, p) for p in (0, 1)])
+    committed = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == {0: 2, 1: 3}
 
 
 # --- 3. caps --------------------------------------------------------------------------------------------------
