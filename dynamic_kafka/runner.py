@@ -298,11 +298,8 @@ class PipelineRunner:
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-        # Both follow the committed run and touch different systems (brokers, the state table): done at once.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dynamic-kafka-group-commit") as pool:
-            group_commits = pool.submit(self._commit_consumer_group, plan, clusters)
-            self._maintain()
-            commits = group_commits.result()
+        commits = self._commit_consumer_group(plan, clusters)
+        self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
 
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
