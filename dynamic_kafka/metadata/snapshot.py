@@ -49,6 +49,11 @@ class MetadataSnapshot(BaseModel):
                 return cluster
         return None
 
+    def starting_override(self, cluster_id: str) -> StartingOffsets | None:
+        """The cluster's own ``starting_offsets`` in the metadata, or None when it sets none."""
+        override = self.cluster_overrides(cluster_id)
+        return override.starting_offsets if override else None
+
     def initializers(
         self, cluster_id: str, starting: StartingOffsets, stopping: StoppingOffsets
     ) -> tuple[StartingOffsets, StoppingOffsets]:
@@ -57,6 +62,6 @@ class MetadataSnapshot(BaseModel):
         """
         override = self.cluster_overrides(cluster_id)
         return (
-            (override.starting_offsets if override else None) or starting,
+            self.starting_override(cluster_id) or starting,
             (override.stopping_offsets if override else None) or stopping,
         )

@@ -3,8 +3,10 @@
 No I/O happens here, so every rule is unit-tested without a broker. The rules, per subscribed partition:
 
 * start is the committed next offset when the state has one (also for a removed-then-re-added partition, which
-  resumes where it stopped), else ``earliest`` for a new partition of a known topic, else the starting initializer
-  (the cluster's override first, then the pipeline's);
+  resumes where it stopped), else ``earliest`` for a new partition of a known topic, else the cluster's own
+  ``starting_offsets`` in the metadata when it sets one (also for a cluster or topic new to a stream the state
+  already tracks: a failover to a mirror hands over by timestamp), else ``earliest`` for a cluster or topic new to
+  a tracked stream (a migration loses nothing), else the pipeline's starting initializer;
 * a committed offset below the broker's earliest is data loss: ``on_data_loss: fail`` raises naming every lost
   range; ``skip`` starts at earliest and records the gap;
 * a committed offset beyond latest of the same topic, or one the leader epoch recorded with it ended below (the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
@@ -43,8 +46,6 @@ from dynamic_kafka.offsets import (
 from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.snapshots import (
@@ -239,13 +240,19 @@ class _PlanBuilder:
         starting, stopping = self.metadata.initializers(
             cluster_id, self.pipeline.starting_offsets, self.pipeline.stopping_offsets
         )
+        override = self.metadata.starting_override(cluster_id)
         by_partition = {p.partition: p for p in same}
         # A new topic on a stream the state already tracks was added after the pipeline started (a migration, a
-        # topic added to the stream): like Flink for partitions it discovers, read it from earliest, so records
-        # written to it before this run are not skipped by a `latest` or timestamp initializer.
-        discovered = not known and bool(self.state_streams.intersection(stream_ids))
+        # topic added to the stream, a failover). The pipeline's initializer was for the stream's first run, so
+        # without a word from the metadata it is read from earliest: records written to it before this run are not
+        # skipped by a `latest` or timestamp initializer. The cluster's own starting_offsets is that word: a mirror
+        # holds records the old cluster already landed, and its timestamp says where they end.
+        discovered = not known and override is None and bool(self.state_streams.intersection(stream_ids))
         if not known and snapshot.partitions:
-            how = "earliest (its stream already has state)" if discovered else starting.kind
+            if override is not None:
+                how = f"{_describe(override)} (the starting_offsets of cluster {cluster_id!r})"
+            else:
+                how = "earliest (its stream already has state)" if discovered else _describe(starting)
             self.note(
                 "new_topic",
                 f"new topic {topic!r} on cluster {cluster_id!r}: starting at {how}",
@@ -269,8 +276,8 @@ class _PlanBuilder:
                     partition=partition,
                 )
                 start = offsets.earliest
-            elif stale or discovered:
-                start = offsets.earliest  # after a reset, or a topic discovered on a stream the state tracks
+            elif discovered:
+                start = offsets.earliest
             else:
                 start = self._initial_start(key, starting, snapshot, offsets)
             if start is None:
@@ -486,6 +493,14 @@ class _PlanBuilder:
             from_offset=start,
             to_offset=offsets.latest,
         )
+
+
+def _describe(initializer: AnyInitializer) -> str:
+    """An initializer as a finding names it: a timestamp with its UTC time, so a plan shows the handover point."""
+    if isinstance(initializer, TimestampOffsets):
+        at = datetime.fromtimestamp(initializer.timestamp_ms / 1000, tz=UTC)
+        return f"timestamp {at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+    return initializer.kind
 
 
 def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Split]) -> bool:

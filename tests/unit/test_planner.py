@@ -206,6 +206,97 @@ class TestStartingPositions:
         assert "new_partition" in kinds(p)
 
 
+def on(cid: str, topics: list[str], starting: offsets.AnyInitializer | None = None) -> ClusterMetadata:
+    """A cluster entry of the metadata, with its own ``starting_offsets`` when given."""
+    return ClusterMetadata(
+        cluster_id=cid, bootstrap_servers=f"{cid}:9092", topics=frozenset(topics), starting_offsets=starting
+    )
+
+
+def placed(*clusters: ClusterMetadata, stream_id: str = "orders") -> MetadataSnapshot:
+    return metadata(KafkaStream(stream_id=stream_id, clusters={c.cluster_id: c for c in clusters}))
+
+
+class TestClusterStartingOverride:
+    """A cluster's own ``starting_offsets`` (the metadata's per-cluster override) decides where every partition of
+    that cluster without committed state starts, whether its stream is new or already tracked; without one, a
+    cluster or topic new to a tracked stream starts at earliest (the loss-free default)."""
+
+    def test_tracked_stream_moved_to_a_mirror_starts_at_the_mirrors_timestamp(self) -> None:
+        """Failover: the stream read east, now lists west only, whose override is the switch time. Each partition
+        starts where the timestamp lookup found the first record at or after it (none found: latest), so the
+        mirrored history east already landed is not read again."""
+        p = plan(
+            placed(on("west", ["orders"], offsets.timestamp(1_000))),
+            brokers(west=[topic("orders", {0: (0, 10), 1: (0, 8)}, start_lookups={0: 4, 1: None})]),
+            state(("east", "orders", 0, 4), ("east", "orders", 1, 8)),
+        )
+        assert ranges(p) == {("west", "orders", 0): (4, 10), ("west", "orders", 1): (8, 8)}
+        new = next(f.message for f in p.findings if f.kind == "new_topic")
+        assert new.endswith("starting at timestamp 1970-01-01T00:00:01.000Z (the starting_offsets of cluster 'west')")
+
+    def test_topic_added_to_a_tracked_stream_follows_its_clusters_override(self) -> None:
+        p = plan(
+            placed(on("east", ["orders", "orders-v2"], offsets.latest())),
+            brokers(east=[topic("orders", {0: (0, 5)}), topic("orders-v2", {0: (2, 6)})]),
+            state(("east", "orders", 0, 3)),
+        )
+        assert ranges(p) == {("east", "orders", 0): (3, 5), ("east", "orders-v2", 0): (6, 6)}
+
+    def test_without_an_override_a_cluster_new_to_a_tracked_stream_starts_at_earliest(self) -> None:
+        """The pipeline's own initializer is for streams new to the state; a tracked stream's new cluster, even one
+        the pipeline's timestamp would start late, is read from earliest so nothing written to it is skipped."""
+        p = plan(
+            placed(on("west", ["orders"])),
+            brokers(west=[topic("orders", {0: (1, 9)}, start_lookups={0: 7})]),
+            state(("east", "orders", 0, 4)),
+            starting_offsets={"timestamp": 1_000},
+        )
+        assert ranges(p) == {("west", "orders", 0): (1, 9)}
+        new = next(f.message for f in p.findings if f.kind == "new_topic")
+        assert "earliest (its stream already has state)" in new
+
+    def test_committed_state_wins_over_the_override(self) -> None:
+        p = plan(
+            placed(on("west", ["orders"], offsets.timestamp(1_000))),
+            brokers(west=[topic("orders", {0: (0, 10)}, start_lookups={0: 2})]),
+            state(("west", "orders", 0, 6)),
+        )
+        assert ranges(p) == {("west", "orders", 0): (6, 10)}
+
+    @pytest.mark.parametrize(
+        "override",
+        [
+            offsets.latest(),
+            offsets.timestamp(1_000),
+            offsets.specific({"orders": {}}, fallback="latest"),
+            offsets.committed("g", reset="latest"),
+        ],
+    )
+    def test_new_partition_of_a_read_topic_starts_at_earliest_whatever_the_override(
+        self, override: offsets.AnyInitializer
+    ) -> None:
+        """The override says where reading a cluster's topic begins. A partition added to a topic already read was
+        created after that, so all its records are unread: it starts at earliest (as Flink's partition discovery
+        does), never at a later run's latest."""
+        p = plan(
+            placed(on("east", ["orders"], override)),
+            brokers(east=[topic("orders", {0: (0, 10), 1: (0, 4)}, start_lookups={0: 9, 1: 3})]),
+            state(("east", "orders", 0, 10)),
+        )
+        assert ranges(p) == {("east", "orders", 0): (10, 10), ("east", "orders", 1): (0, 4)}
+        assert "new_partition" in kinds(p)
+
+    def test_recreated_topic_reset_reads_from_earliest_despite_the_override(self) -> None:
+        p = plan(
+            placed(on("east", ["orders"], offsets.latest())),
+            brokers(east=[topic("orders", {0: (0, 4)}, topic_id="id-2")]),
+            state(("east", "orders", 0, 7)),
+            on_topic_recreated="reset",
+        )
+        assert ranges(p) == {("east", "orders", 0): (0, 4)}
+
+
 class TestStops:
     def test_stop_timestamp_and_specific(self) -> None:
         snap = brokers(east=[topic("orders", {0: (0, 10), 1: (0, 10)}, stop_lookups={0: 6, 1: None})])
