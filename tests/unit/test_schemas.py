@@ -1,0 +1,163 @@
+"""The shipped JSON Schemas: generated from the models, valid, and agreeing with the loaders on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from dynamic_kafka import schemas
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.metadata.file import parse_metadata_file
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schemas.shipped(name))
+
+
+def errors(name: str, document: Any) -> list[str]:
+    return [e.message for e in validator(name).iter_errors(document)]
+
+
+@pytest.mark.parametrize("name", [schemas.PROJECT_CONFIG, schemas.METADATA_FILE])
+def test_shipped_schema_is_what_the_models_generate(name: str) -> None:
+    shipped = schemas.shipped_path(name).read_text(encoding="utf-8")
+    assert shipped == schemas.render(schemas.generated()[name]), f"{name} is stale: run `make schemas`"
+
+
+@pytest.mark.parametrize("name", [schemas.PROJECT_CONFIG, schemas.METADATA_FILE])
+def test_shipped_schema_is_a_valid_json_schema_with_a_description_on_every_key(name: str) -> None:
+    schema = schemas.shipped(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    undescribed = [
+        f"{model.get('title')}.{key}"
+        for model in [schema, *schema["$defs"].values()]
+        for key, field in model.get("properties", {}).items()
+        if not field.get("description")
+    ]
+    assert undescribed == [], "describe these fields on the model (Field(description=...))"
+
+
+def test_fallback_descriptions_only_fill_fields_the_models_leave_undescribed() -> None:
+    plain = {
+        **schemas.ProjectConfig.model_json_schema()["$defs"],
+        **schemas.MetadataFile.model_json_schema()["$defs"],
+        "ProjectConfig": schemas.ProjectConfig.model_json_schema(),
+        "MetadataFile": schemas.MetadataFile.model_json_schema(),
+    }
+    for title, fields in schemas.FALLBACK_DESCRIPTIONS.items():
+        for key in fields:
+            assert key in plain[title]["properties"], f"{title}.{key} is no field any more: drop its fallback"
+            assert "description" not in plain[title]["properties"][key], f"{title}.{key} is described: drop it"
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [(schemas.PROJECT_CONFIG, p) for p in sorted(EXAMPLES.rglob("dynamic_kafka*.yaml"))]
+    + [(schemas.METADATA_FILE, p) for p in sorted(EXAMPLES.rglob("metadata*.yaml"))],
+    ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else v,
+)
+def test_example_files_validate_and_name_their_schema(name: str, path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert errors(name, yaml.safe_load(text)) == []
+    header = next(line for line in text.splitlines() if line.startswith("# yaml-language-server:"))
+    target = (path.parent / header.split("$schema=", 1)[1]).resolve()
+    assert target == schemas.shipped_path(name).resolve()
+
+
+SECRETS = """
+metadata_service: {type: single_cluster, cluster_id: east, bootstrap_servers: "127.0.0.1:9092",
+                   properties: {sasl.password: "${env:EAST_PW}"}}
+spark: {conf: {spark.hadoop.fs.s3a.secret.key: "${file:/run/secrets/s3}"}}
+pipelines:
+  - id: orders
+    streams: [orders]
+    sink: {path: "s3://lake/orders"}
+    storage: {access_key_id: "${env:AWS_ACCESS_KEY_ID}", secret_access_key: "${file:/run/secrets/s3}",
+              session_token: "${env:AWS_SESSION_TOKEN}"}
+    value_format: avro
+    schema_registry: {url: "http://127.0.0.1:8081", username: "${env:SR_USER}", password: "${env:SR_PW}"}
+"""
+
+
+def test_secret_references_validate_wherever_the_models_take_them(tmp_path: Path) -> None:
+    path = tmp_path / "dynamic_kafka.yaml"
+    path.write_text(SECRETS)
+    load_project_config(path)
+    assert errors(schemas.PROJECT_CONFIG, yaml.safe_load(SECRETS)) == []
+    metadata = yaml.safe_load("""
+clusters:
+  east:
+    bootstrap_servers: "127.0.0.1:19092"
+    properties: {sasl.jaas.config: "${file:/run/secrets/jaas}"}
+    schema_registry: {url: "http://127.0.0.1:8081", password: "${env:SR_PW}"}
+streams: {orders: {east: [orders]}}
+""")
+    assert errors(schemas.METADATA_FILE, metadata) == []
+
+
+PIPELINE = "metadata_service: {type: file, path: m.yaml}\npipelines:\n  - {id: p, streams: [s], sink: {path: t}, "
+
+# (pipeline keys, accepted by the loader): the schema must say the same.
+AGREEMENT = [
+    ("starting_offsets: earliest", True),
+    ("starting_offsets: latest, stopping_offsets: latest", True),
+    ('starting_offsets: {timestamp: "2026-01-01T00:00:00Z"}', True),
+    ("starting_offsets: {timestamp: 1700000000000}", True),
+    ("starting_offsets: {committed: {group_id: g, reset: earliest}}", True),
+    ("starting_offsets: {specific: {offsets: {orders: {'0': 42}}, fallback: latest}}", True),
+    ("starting_offsets: {kind: timestamp, timestamp_ms: 1700000000000}", True),
+    ("starting_offsets: newest", False),
+    ("starting_offsets: {committed: {reset: earliest}}", False),
+    ("stopping_offsets: earliest", False),
+    ("value_format: avro, formats: {clicks: {value_format: json_schema}}", True),
+    ("value_format: yaml", False),
+    ('backfill: {start: "2026-01-01T00:00:00", granularity: daily}', True),
+    ("backfill: {start: '2026-01-01', granularity: weekly}", False),
+    ("consumer_group: null, max_lag_records: 10", True),
+    ("max_records_per_run: 0", False),
+    ("sink: {path: t, dead_letter: u}", False),
+    ("sinks: {path: t}", False),
+    ("storage: {endpoint: 'http://127.0.0.1:9000', path_style: true}", True),
+]
+
+
+@pytest.mark.parametrize(("keys", "accepted"), AGREEMENT)
+def test_schema_accepts_and_refuses_what_the_loader_does(tmp_path: Path, keys: str, accepted: bool) -> None:
+    text = PIPELINE + keys + "}\n"
+    path = tmp_path / "dynamic_kafka.yaml"
+    path.write_text(text)
+    try:
+        load_project_config(path)
+        loaded = True
+    except ConfigError:
+        loaded = False
+    assert (loaded, errors(schemas.PROJECT_CONFIG, yaml.safe_load(text)) == []) == (accepted, accepted)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "accepted"),
+    [
+        ('{bootstrap_servers: "h:9092", starting_offsets: {timestamp: "2026-11-27T12:00:00Z"}}', True),
+        ('{bootstrap_servers: "h:9092", properties: {sasl.password: 123}}', False),
+        ('{bootstrap_servers: "h:9092", starting_offset: latest}', False),
+        ("{properties: {}}", False),
+    ],
+)
+def test_metadata_schema_accepts_and_refuses_what_the_loader_does(tmp_path: Path, cluster: str, accepted: bool) -> None:
+    text = f"clusters:\n  east: {cluster}\nstreams: {{orders: {{east: [orders]}}}}\n"
+    path = tmp_path / "metadata.yaml"
+    path.write_text(text)
+    try:
+        parse_metadata_file(path)
+        loaded = True
+    except ConfigError:
+        loaded = False
+    assert (loaded, errors(schemas.METADATA_FILE, yaml.safe_load(text)) == []) == (accepted, accepted)
