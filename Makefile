@@ -15,7 +15,7 @@ test: setup ## Set up and run the whole test suite (lint, types, docs build, uni
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
 	$(VENV)/mypy examples
-	$(VENV)/mkdocs build --strict --quiet --site-dir .cache/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --quiet --site-dir .cache/site
 	$(VENV)/pytest
 
 lint: setup ## ruff check + format check + mypy
@@ -29,7 +29,7 @@ fmt: setup ## Format and auto-fix
 	$(VENV)/ruff check --fix .
 
 docs: setup ## Build the documentation site into site/ with strict link checking (SERVE=1: serve it on 127.0.0.1:8000)
-	$(VENV)/$(if $(SERVE),mkdocs serve,mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/$(if $(SERVE),mkdocs serve,mkdocs build --strict)
 
 schemas: setup ## Regenerate the JSON Schemas shipped in dynamic_kafka/schemas/ from the config models
 	$(VENV)/python scripts/generate_schemas.py

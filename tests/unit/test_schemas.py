@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from dynamic_kafka import schemas
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.file import parse_metadata_file
+from dynamic_kafka.schemas.reference import render_reference, sections
+from dynamic_kafka.storage import TableLocation
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -75,7 +79,6 @@ def test_example_files_validate_and_name_their_schema(name: str, path: Path) -> 
 SECRETS = """
 metadata_service: {type: single_cluster, cluster_id: east, bootstrap_servers: "127.0.0.1:9092",
                    properties: {sasl.password: "${env:EAST_PW}"}}
-spark: {conf: {spark.hadoop.fs.s3a.secret.key: "${file:/run/secrets/s3}"}}
 pipelines:
   - id: orders
     streams: [orders]
@@ -161,3 +164,48 @@ def test_metadata_schema_accepts_and_refuses_what_the_loader_does(tmp_path: Path
     except ConfigError:
         loaded = False
     assert (loaded, errors(schemas.METADATA_FILE, yaml.safe_load(text)) == []) == (accepted, accepted)
+
+
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The config models inside a field's type (through Optional, unions, lists, maps, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+
+def reachable_models(root: type[BaseModel]) -> set[type[BaseModel]]:
+    found: set[type[BaseModel]] = set()
+    todo = [root]
+    while todo:
+        model = todo.pop()
+        if model in found or model is TableLocation:  # a location is written as text
+            continue
+        found.add(model)
+        todo += [m for f in model.model_fields.values() for m in models_in(f.annotation)]
+    return found
+
+
+def test_configuration_reference_lists_every_field_of_every_model() -> None:
+    page = render_reference()
+    rows = {
+        (section.name, row[0])
+        for schema, root in (
+            (schemas.project_config_schema(), "ProjectConfig"),
+            (schemas.metadata_file_schema(), "MetadataFile"),
+        )
+        for section in sections(schema, root)
+        for row in section.rows
+    }
+    missing = []
+    for root in (schemas.ProjectConfig, schemas.MetadataFile):
+        for model in reachable_models(root):
+            for name in set(model.model_fields) - schemas.LOADER_FIELDS.get(model, frozenset()):
+                if model.__name__.endswith("Offsets"):
+                    kind = model.model_fields["kind"].default
+                    ok = ("Offsets initializers", kind) in rows and (name == "kind" or f"`{name}`" in page)
+                else:
+                    ok = (model.__name__, name) in rows
+                if not ok:
+                    missing.append(f"{model.__name__}.{name}")
+    assert missing == []
+    assert "# yaml-language-server: $schema=" in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
