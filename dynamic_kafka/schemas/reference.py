@@ -25,6 +25,7 @@ class Section:
     name: str
     path: str
     description: str
+    anchor: str
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)  # key, type, default, description
 
 
@@ -37,11 +38,11 @@ def _is_block(defs: dict[str, Any], name: str) -> bool:
     return "properties" in defs[name]
 
 
-def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
+def _type(schema: dict[str, Any], defs: dict[str, Any], prefix: str) -> str:
     """A short, readable type: `string`, `earliest | latest`, `list of string`, a link to a block."""
     name = _ref_name(schema)
     if name is not None:
-        return f"[{name}](#{name.lower()})" if _is_block(defs, name) else _type(defs[name], defs)
+        return f"[{name}](#{prefix}{name.lower()})" if _is_block(defs, name) else _type(defs[name], defs, prefix)
     if "enum" in schema:
         return " \\| ".join(f"`{v}`" for v in schema["enum"])
     if "const" in schema:
@@ -50,12 +51,12 @@ def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
         options = [o for o in schema.get("anyOf", schema.get("oneOf", [])) if o.get("type") != "null"]
         if any("required" in o and len(o.get("properties", {})) == 1 for o in options):
             return "[offsets initializer](#offsets-initializers)"
-        return " or ".join(dict.fromkeys(_type(o, defs) for o in options))
+        return " or ".join(dict.fromkeys(_type(o, defs, prefix) for o in options))
     kind = schema.get("type")
     if kind == "array":
-        return f"list of {_type(schema.get('items', {}), defs)}"
+        return f"list of {_type(schema.get('items', {}), defs, prefix)}"
     if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
-        return f"map of {_type(schema['additionalProperties'], defs)}"
+        return f"map of {_type(schema['additionalProperties'], defs, prefix)}"
     return str(kind or "any")
 
 
@@ -89,19 +90,27 @@ def _children(schema: dict[str, Any]) -> list[str]:
     return found
 
 
-def sections(schema: dict[str, Any], root: str) -> list[Section]:
-    """The file's blocks in reading order (breadth first from the top), each listing its keys."""
+def sections(schema: dict[str, Any], root: str, prefix: str = "") -> list[Section]:
+    """The file's blocks in reading order (breadth first from the top), each listing its keys.
+
+    ``prefix`` starts every block's anchor, so that two files' blocks of the same model have different ones.
+    """
     defs = schema.get("$defs", {})
     out: list[Section] = []
     queue: list[tuple[str, dict[str, Any], str]] = [(root, schema, "")]
     seen = {root}
     while queue:
         name, model, path = queue.pop(0)
-        section = Section(name, path or "(top level)", _one_line(model.get("description", "")))
+        section = Section(name, path, _one_line(model.get("description", "")), prefix + name.lower())
         required = set(model.get("required", []))
         for key, prop in model["properties"].items():
             section.rows.append(
-                (key, _type(prop, defs), _default(prop, key in required), _one_line(prop.get("description", "")))
+                (
+                    key,
+                    _type(prop, defs, prefix),
+                    _default(prop, key in required),
+                    _one_line(prop.get("description", "")),
+                )
             )
             suffix = "[]" if prop.get("type") == "array" else ".<id>" if "additionalProperties" in prop else ""
             for child in _children(prop):
@@ -111,31 +120,38 @@ def sections(schema: dict[str, Any], root: str) -> list[Section]:
         out.append(section)
     initializers = [n for n in defs if n.endswith("Offsets")]
     if initializers:
-        out.append(_initializers_section(defs, initializers))
+        out.append(_initializers_section(defs, initializers, prefix))
     return out
 
 
-def _initializers_section(defs: dict[str, Any], names: list[str]) -> Section:
+def _initializers_section(defs: dict[str, Any], names: list[str], prefix: str) -> Section:
     section = Section(
         "Offsets initializers",
-        "starting_offsets, stopping_offsets",
+        "starting_offsets` / `stopping_offsets",
         "Written in a short form: `earliest`, `latest`, `{timestamp: ...}`, `{committed: {...}}`, "
         "`{specific: {...}}`. The keys of each form:",
+        "offsets-initializers",
     )
     for name in names:
         model = defs[name]
         kind = model["properties"]["kind"].get("default", "")
         keys = {k: v for k, v in model["properties"].items() if k != "kind"}
-        shown = ", ".join(f"`{k}`: {_type(v, defs)}" for k, v in keys.items()) or "no keys"
+        shown = ", ".join(f"`{k}`: {_type(v, defs, prefix)}" for k, v in keys.items()) or "no keys"
         section.rows.append((kind, shown, "", _one_line(model.get("description", ""))))
     return section
 
 
 def _table(section: Section, header: tuple[str, str, str, str]) -> list[str]:
+    if not section.path:
+        heading = "Top level"
+    elif section.anchor == "offsets-initializers":
+        heading = f"{section.name}: `{section.path}`"
+    else:
+        heading = f"`{section.path}` ({section.name})"
     lines = [
-        f"### {section.name}",
+        f"### {heading} {{#{section.anchor}}}",
         "",
-        f"At `{section.path}`. {section.description}".rstrip(),
+        section.description,
         "",
         "| " + " | ".join(header) + " |",
         "|---|---|---|---|",
@@ -154,12 +170,12 @@ def render_reference() -> str:
         "ship with the package and give the same descriptions in an editor.",
         "",
     ]
-    for title, schema, root in (
-        ("Project config (`dynamic_kafka.yaml`)", project_config_schema(), "ProjectConfig"),
-        ("Metadata file (`type: file` metadata service)", metadata_file_schema(), "MetadataFile"),
+    for title, schema, root, prefix in (
+        ("Project config (`dynamic_kafka.yaml`)", project_config_schema(), "ProjectConfig", ""),
+        ("Metadata file (`type: file` metadata service)", metadata_file_schema(), "MetadataFile", "metadata-"),
     ):
         lines += [f"## {title}", ""]
-        for section in sections(schema, root):
+        for section in sections(schema, root, prefix):
             if section.name == "Offsets initializers":
                 if root != "ProjectConfig":
                     continue
