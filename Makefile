@@ -15,7 +15,7 @@ test: setup ## Set up and run the whole test suite (lint, types, docs build, uni
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
 	$(VENV)/mypy examples
-	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --quiet --site-dir .cache/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --site-dir .cache/site
 	$(VENV)/pytest
 
 lint: setup ## ruff check + format check + mypy
