@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,18 @@ def test_configuration_reference_lists_every_field_of_every_model() -> None:
                     missing.append(f"{model.__name__}.{name}")
     assert missing == []
     assert "# yaml-language-server: $schema=" in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+
+
+HEADED_BLOCK = re.compile(r"```yaml\n(# yaml-language-server: \$schema=\S*/([\w.]+\.schema\.json)\n.*?)```", re.DOTALL)
+
+
+def test_documented_files_with_a_schema_header_validate() -> None:
+    blocks = [
+        (page.relative_to(ROOT), name, text)
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for text, name in HEADED_BLOCK.findall(page.read_text(encoding="utf-8"))
+        if yaml.safe_load(text) is not None  # a block showing the header alone
+    ]
+    assert len(blocks) >= 4  # the README's walkthrough and the getting-started page
+    for page, name, text in blocks:
+        assert errors(name, yaml.safe_load(text)) == [], f"a {name} example in {page}"
