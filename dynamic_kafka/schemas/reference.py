@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynamic_kafka.schemas import metadata_file_schema, project_config_schema
+from dynamic_kafka.schemas import METADATA_FILE, PROJECT_CONFIG, metadata_file_schema, project_config_schema
 
 
 @dataclass
@@ -166,8 +166,17 @@ def render_reference() -> str:
         "# Configuration reference",
         "",
         "Every key of the two files you write, generated from the models that validate them at each build of this",
-        "site, so it always matches the installed version. The [JSON Schemas](../configuration.md#editor-validation)",
-        "ship with the package and give the same descriptions in an editor.",
+        "site, so it always matches the installed version. The same descriptions show in your editor once the first",
+        "line of a file names its JSON Schema, shipped with the package (`python -m dynamic_kafka.schemas` prints",
+        "the paths; [editor validation](../configuration.md#editor-validation)):",
+        "",
+        "```yaml",
+        f"# yaml-language-server: $schema=/path/to/dynamic_kafka/schemas/{PROJECT_CONFIG}",
+        "```",
+        "",
+        "```yaml",
+        f"# yaml-language-server: $schema=/path/to/dynamic_kafka/schemas/{METADATA_FILE}",
+        "```",
         "",
     ]
     for title, schema, root, prefix in (
