@@ -10,11 +10,12 @@ setup: ## Install Java/Maven if missing, uv, and the locked .venv
 demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark Connect, Delta, Dagster)
 	$(VENV)/python examples/demo/demo.py
 
-test: setup ## Set up and run the whole test suite (lint, types, unit, integration, e2e)
+test: setup ## Set up and run the whole test suite (lint, types, docs build, unit, integration, e2e)
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
 	$(VENV)/mypy examples
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --site-dir .cache/site
 	$(VENV)/pytest
 
 lint: setup ## ruff check + format check + mypy
@@ -26,6 +27,12 @@ lint: setup ## ruff check + format check + mypy
 fmt: setup ## Format and auto-fix
 	$(VENV)/ruff format .
 	$(VENV)/ruff check --fix .
+
+docs: setup ## Build the documentation site into site/ with strict link checking (SERVE=1: serve it on 127.0.0.1:8000)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/$(if $(SERVE),mkdocs serve,mkdocs build --strict)
+
+schemas: setup ## Regenerate the JSON Schemas shipped in dynamic_kafka/schemas/ from the config models
+	$(VENV)/python scripts/generate_schemas.py
 
 unit: setup ## Fast tests only (no JVM, no brokers)
 	$(VENV)/pytest tests/unit
@@ -52,5 +59,5 @@ clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/dynamic-kafka spark-connect down
 	rm -rf .local-kafka .local-spark-connect data .dagster-home .demo
 
-.PHONY: help setup demo test lint fmt unit bench soak ui clean
+.PHONY: help setup demo test lint fmt docs schemas unit bench soak ui clean
 .PHONY: screenshot

@@ -1,4 +1,5 @@
-"""The README's three UI screenshots, taken by headless Chromium from a dagster-webserver on the demo's instance.
+"""The docs' three UI screenshots (README, docs/deployment.md), taken by headless Chromium from a dagster-webserver
+on the demo's instance.
 
 ``examples/demo/screenshot.sh`` starts the webserver (on ``.dagster-home`` after ``make demo``) and runs this with
 its port and the output folder. Each page is shot once its text shows what the picture is for, so a page still
