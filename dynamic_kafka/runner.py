@@ -531,10 +531,11 @@ def _edited_schema_files(pipeline: PipelineConfig, plan: Plan) -> list[str]:
     from dynamic_kafka.spark.registry_decode import schema_digest
 
     edited: list[str] = []
-    for stream_id, pinned in sorted({(p.stream_id, p.schema_file_sha256) for p in plan.decoding}):
+    files = {(p.stream_id, p.schema_file_sha256) for p in plan.decoding if p.schema_file_sha256 is not None}
+    for stream_id, pinned in sorted(files):
         path = pipeline.value_format_of(stream_id).value_schema_file
-        if pinned is None or path is None:
-            continue  # not a file then, or not one now: the stream's format pin says so
+        if path is None:
+            continue  # no file now: the stream's format pin names that change
         try:
             digest = schema_digest(path.read_text(encoding="utf-8"))
         except OSError as e:

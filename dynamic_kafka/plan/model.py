@@ -180,9 +180,10 @@ class Plan(BaseModel):
     metadata_fingerprint: str = ""
     config_pins: dict[str, str] = Field(
         default_factory=dict,
-        description="Per semantic setting (sink, formats, schema, isolation level, decode policy), a hash of the "
-        "value it was planned with: a crashed run is re-executed only under the same settings. Empty in plans "
-        "written before pins existed (not checked).",
+        description="Per semantic setting (sink, formats, schema, isolation level, decode policy, json_strict, "
+        "each read stream's resolved value format), a hash of the value it was planned with: a crashed run is "
+        "re-executed only under the same settings. Only the settings a plan pinned are checked (older versions "
+        "pinned fewer, or none).",
     )
     decoding: tuple[DecodePin, ...] = Field(
         (),
