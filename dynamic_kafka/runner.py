@@ -58,7 +58,7 @@ from dynamic_kafka.errors import (
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
-from dynamic_kafka.plan.planner import config_pins, plan_run
+from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.sink import committed_txn_version
@@ -208,6 +208,8 @@ class PipelineRunner:
         # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
         # retriable, with nothing written at all.
         prepared = self._prepare(plan, connections)
+        # The plan records the decoding's schema inputs, so a recovery of it decodes exactly as this run would.
+        plan = plan.model_copy(update={"decoding": prepared.pins()})
         self._check_schema(prepared)
         self.context.check_object_store()
         self._deadline.check()
@@ -305,7 +307,7 @@ class PipelineRunner:
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
         from dynamic_kafka.spark.registry_decode import prepare_decoding
 
-        return prepare_decoding(self.pipeline, plan.read_splits, clusters)
+        return prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.
@@ -412,11 +414,13 @@ class PipelineRunner:
         return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
 
     def _check_config(self, plan: Plan) -> None:
-        """Refuses to execute a planned run again under other semantic settings than it was planned with."""
-        if not plan.config_pins:
-            return  # planned before pins were recorded
-        now = config_pins(self.pipeline)
-        changed = sorted(k for k in plan.config_pins.keys() | now.keys() if plan.config_pins.get(k) != now.get(k))
+        """Refuses to execute a planned run again under other semantic settings than it was planned with: a
+        setting pinned in the plan whose value now hashes differently, or a pinned ``value_schema_file`` whose
+        contents changed. Settings a plan did not pin (written by an older version) are not checked.
+        """
+        now = config_pins(self.pipeline, {s.stream_id for s in plan.read_splits})
+        changed = [_pin_label(k) for k in sorted(plan.config_pins) if plan.config_pins[k] != now.get(k)]
+        changed += _edited_schema_files(self.pipeline, plan)
         if changed:
             raise ConfigError(
                 f"pipeline {self.pipeline.id!r}: run {plan.run_seq} was planned (and crashed) with other settings "
@@ -513,6 +517,33 @@ def _commit_group(group: str, cluster: ClusterMetadata, offsets: Mapping[tuple[s
         )
         return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=False, error=str(e))
     return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=True)
+
+
+def _pin_label(key: str) -> str:
+    """How a config pin is named to the user: the setting's key, or a stream's resolved value format."""
+    if key.startswith(FORMAT_PIN_PREFIX):
+        return f"the value format of stream {key.removeprefix(FORMAT_PIN_PREFIX)!r}"
+    return key
+
+
+def _edited_schema_files(pipeline: PipelineConfig, plan: Plan) -> list[str]:
+    """The pinned ``value_schema_file`` contents that differ now (or cannot be read), named by stream and path."""
+    from dynamic_kafka.spark.registry_decode import schema_digest
+
+    edited: list[str] = []
+    files = {(p.stream_id, p.schema_file_sha256) for p in plan.decoding if p.schema_file_sha256 is not None}
+    for stream_id, pinned in sorted(files):
+        path = pipeline.value_format_of(stream_id).value_schema_file
+        if path is None:
+            continue  # no file now: the stream's format pin names that change
+        try:
+            digest = schema_digest(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            edited.append(f"value_schema_file {str(path)!r} of stream {stream_id!r} (unreadable: {e.strerror})")
+            continue
+        if digest != pinned:
+            edited.append(f"the contents of value_schema_file {str(path)!r} of stream {stream_id!r}")
+    return edited
 
 
 def _abandon_command(runner: PipelineRunner, plan: Plan) -> str:

@@ -138,6 +138,33 @@ class Finding(BaseModel):
         )
 
 
+class PinnedVersion(BaseModel):
+    """One registered version of a subject a run was prepared with: its number and its (immutable) schema id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    schema_id: int
+
+
+class DecodePin(BaseModel):
+    """The schema input one planned ``(cluster, topic)`` of a registry or fixed-schema stream was prepared with.
+
+    A recovery decodes with exactly these: the pinned registry versions fetched by id (ids are immutable, and a
+    soft-deleted version's id still resolves), or the ``value_schema_file`` only if its contents still hash alike.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    stream_id: str
+    value_format: Literal["avro", "json_schema", "protobuf", "avro_file"]
+    subject: str | None = Field(None, description="The registry subject; None for a value_schema_file.")
+    versions: tuple[PinnedVersion, ...] = Field((), description="The subject's versions then, oldest first.")
+    schema_file_sha256: str | None = Field(None, description="The value_schema_file's contents, hashed.")
+
+
 class Plan(BaseModel):
     """Everything one run will do. Written to the state before any read, so a crashed run is finished exactly."""
 
@@ -153,9 +180,16 @@ class Plan(BaseModel):
     metadata_fingerprint: str = ""
     config_pins: dict[str, str] = Field(
         default_factory=dict,
-        description="Per semantic setting (sink, formats, schema, isolation level, decode policy), a hash of the "
-        "value it was planned with: a crashed run is re-executed only under the same settings. Empty in plans "
-        "written before pins existed (not checked).",
+        description="Per semantic setting (sink, formats, schema, isolation level, decode policy, json_strict, "
+        "each read stream's resolved value format), a hash of the value it was planned with: a crashed run is "
+        "re-executed only under the same settings. Only the settings a plan pinned are checked (older versions "
+        "pinned fewer, or none).",
+    )
+    decoding: tuple[DecodePin, ...] = Field(
+        (),
+        description="The schema inputs of the planned registry and fixed-schema sources, added once they were "
+        "prepared (before the plan is written): a recovery decodes with exactly these. Empty when the plan has no "
+        "such source, and in plans written before decode inputs were pinned (those recover with the latest).",
     )
     planned_at: datetime
 

@@ -46,6 +46,8 @@ from dynamic_kafka.offsets import (
 from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.snapshots import (
@@ -55,6 +57,10 @@ if TYPE_CHECKING:
         StateSnapshot,
         TopicSnapshot,
     )
+
+
+FORMAT_PIN_PREFIX = "format:"
+"""Prefix of the config pins of one stream's resolved value format (``format:<stream id>``)."""
 
 
 def plan_run(
@@ -89,15 +95,19 @@ def plan_run(
         skipped_clusters=tuple(builder.skipped),
         findings=tuple(builder.findings),
         metadata_fingerprint=metadata.fingerprint,
-        config_pins=config_pins(pipeline),
+        config_pins=config_pins(pipeline, {s.stream_id for s in splits if s.stop_offset > s.start_offset}),
         planned_at=now,
     )
 
 
-def config_pins(pipeline: PipelineConfig) -> dict[str, str]:
+def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[str, str]:
     """Per setting that decides what a run writes, a short hash of its value. A crashed run re-executed under
     other values would write its records differently from what was planned (another table, another decoding: a
     record undecodable only under the new format would go to a dead-letter transaction that may already exist).
+
+    ``streams``: the streams whose records the plan reads (a split's first stream decides its format); each gets a
+    ``format:<stream>`` pin of its resolved value format. A ``value_schema_file`` is pinned by its contents, once
+    prepared (:attr:`Plan.decoding`), not by its path here: a moved file with the same schema decodes alike.
     """
     values: dict[str, object] = {
         "sink": [str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)],
@@ -108,7 +118,15 @@ def config_pins(pipeline: PipelineConfig) -> dict[str, str]:
         "value_schema": pipeline.value_schema,
         "isolation_level": pipeline.isolation_level,
         "on_decode_error": pipeline.on_decode_error,
+        "json_strict": pipeline.json_strict,
     }
+    for stream_id in sorted(streams):
+        fmt = pipeline.value_format_of(stream_id)
+        values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = [
+            fmt.value_format,
+            fmt.value_schema,
+            fmt.value_schema_file is not None,
+        ]
     return {
         name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
         for name, value in values.items()

@@ -31,6 +31,7 @@ decoding (schema ids, the reader schema, the column names and types), and each h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -51,8 +52,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from dynamic_kafka.metadata.models import ClusterMetadata
-    from dynamic_kafka.plan.model import Split
-    from dynamic_kafka.registry.client import RegistryClient
+    from dynamic_kafka.plan.model import DecodePin, Split
+    from dynamic_kafka.registry.client import RegistryClient, WriterSchema
     from dynamic_kafka.registry.config import RegistryConfig
     from dynamic_kafka.registry.protobuf_codec import WriterFile
 
@@ -150,6 +151,25 @@ class PreparedDecoding:
                 )
         return tuple(found)
 
+    def pins(self) -> tuple[DecodePin, ...]:
+        """The schema inputs of every source, for the plan (:attr:`~dynamic_kafka.plan.model.Plan.decoding`)."""
+        from dynamic_kafka.plan.model import DecodePin, PinnedVersion
+
+        return tuple(
+            DecodePin(
+                cluster_id=s.cluster_id,
+                topic=s.topic,
+                stream_id=s.stream_id,
+                value_format=s.value_format,
+                subject=s.subject,
+                versions=tuple(PinnedVersion(version=v.version, schema_id=v.schema_id) for v in s.versions)
+                if s.subject is not None
+                else (),
+                schema_file_sha256=schema_digest(s.versions[0].schema_str) if s.subject is None else None,
+            )
+            for s in self.sources
+        )
+
     def _registry_versions(self) -> list[tuple[SourceDecoding, SchemaVersion]]:
         return [(s, v) for s in self.sources if s.subject is not None for v in s.versions]
 
@@ -163,6 +183,7 @@ def prepare_decoding(
     clusters: Mapping[str, ClusterMetadata],
     *,
     clients: dict[tuple[str, str | None, str | None], RegistryClient] | None = None,
+    pins: Sequence[DecodePin] = (),
 ) -> PreparedDecoding:
     """Fetches and checks the writer schemas of the planned ranges' registry streams. JVM-free.
 
@@ -171,13 +192,20 @@ def prepare_decoding(
         splits: the ranges to read.
         clusters: connection metadata by cluster id (their ``schema_registry``).
         clients: registry clients to reuse (keyed by url and credential references); filled as needed.
+        pins: the schema inputs a crashed run's plan was prepared with (:attr:`Plan.decoding`). A pinned registry
+            source is decoded with exactly its pinned versions, fetched by id (a version registered or
+            soft-deleted since changes nothing); a pinned schema file must still have the same contents. Sources
+            without a pin (plans written before pins existed, or a first preparation) use the subject's versions
+            as registered now.
 
     Raises:
-        ConfigError: a registry stream's cluster has no registry, a schema file cannot be read, a decoded field
-            collides with a Kafka column, or a schema is not a record/object.
+        ConfigError: a registry stream's cluster has no registry, a schema file cannot be read (or differs from
+            its pin), a pinned schema id is gone from the registry, a decoded field collides with a Kafka column,
+            or a schema is not a record/object.
         SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
     """
     clients = {} if clients is None else clients
+    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins}
     pairs: dict[tuple[str, str], str] = {}
     for split in splits:
         key = (split.cluster_id, split.topic)
@@ -196,12 +224,15 @@ def prepare_decoding(
                 )
             legacy = fmt
         elif fmt.value_schema_file is not None:
-            sources.append(_fixed_schema_source(stream_id, cluster_id, topic, fmt.value_schema_file))
+            source = _fixed_schema_source(stream_id, cluster_id, topic, fmt.value_schema_file)
+            _check_schema_file_pin(source, fmt.value_schema_file, pinned.get((cluster_id, topic)))
+            sources.append(source)
         else:
             registry = _registry_of(pipeline, stream_id, fmt, clusters.get(cluster_id), cluster_id)
             client = _client(clients, registry, cluster_id)
             subject = topic + SUBJECT_SUFFIX
-            registered = client.subject_schemas(subject)
+            pin = pinned.get((cluster_id, topic))
+            registered = client.subject_schemas(subject) if pin is None else _pinned_schemas(client, pin, subject)
             sources.append(_registry_source(stream_id, cluster_id, topic, fmt.value_format, subject, registered))
     for source in sources:
         _check_field_names(source)
@@ -265,6 +296,43 @@ def _fixed_schema_source(stream_id: str, cluster_id: str, topic: str, path: Path
         versions=(version,),
         reader=_with_sentinel(text, f"value_schema_file {str(path)!r}"),
     )
+
+
+def schema_digest(text: str) -> str:
+    """The hash a ``value_schema_file``'s contents are pinned by."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_schema_file_pin(source: SourceDecoding, path: Path, pin: DecodePin | None) -> None:
+    if pin is None or pin.schema_file_sha256 is None:
+        return
+    if schema_digest(source.versions[0].schema_str) != pin.schema_file_sha256:
+        raise ConfigError(
+            f"stream {source.stream_id!r}: value_schema_file {str(path)!r} was edited since the run being "
+            "finished was planned; its records are decoded only with the schema they were planned with.",
+            hint="Restore the file's contents until the run has finished, or give the run up with "
+            "`dynamic-kafka abandon`.",
+        )
+
+
+def _pinned_schemas(client: RegistryClient, pin: DecodePin, subject: str) -> list[tuple[int, WriterSchema]]:
+    """The pinned versions of ``subject``, fetched by their immutable ids (a soft-deleted version's id resolves)."""
+    from dynamic_kafka.errors import UnknownSchemaError
+
+    found: list[tuple[int, WriterSchema]] = []
+    for pinned in pin.versions:
+        try:
+            found.append((pinned.version, client.writer_schema(pinned.schema_id)))
+        except UnknownSchemaError as e:
+            raise ConfigError(
+                f"stream {pin.stream_id!r}: the run being finished was planned with version {pinned.version} "
+                f"(schema id {pinned.schema_id}) of subject {subject!r} on the registry of cluster "
+                f"{pin.cluster_id!r}, which no longer has that id (hard-deleted?); its records cannot be decoded "
+                "as planned.",
+                hint="Register the schema again under its id (or restore the registry), or give the run up with "
+                "`dynamic-kafka abandon`.",
+            ) from e
+    return found
 
 
 def _registry_source(
