@@ -1,6 +1,6 @@
 """The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-A fixed hole's replay is a plain regression test; every replay here is one today. An open hole would have its
+A fixed hole's replay is a plain regression test (issue 11's all are). An open hole (issue 24's, at the end) has its
 name in ``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here
 marked ``pytest.mark.xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open and
 fails the suite the day the fix lands, the signal to delete the mark AND the name (then the random model covers

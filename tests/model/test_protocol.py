@@ -9,8 +9,15 @@ exactly once, and every such record that retention or a topic deletion took befo
 Runs ``DYNAMIC_KAFKA_MODEL_EXAMPLES`` examples (default 50: about 20 s of CPU; the wall time grows with the
 machine's load); ``make soak`` sets it to thousands (``-s`` shows the counts). The suite's 50 are a smoke of the
 invariants on fresh random examples every run (no example database); the search for new holes is the soak's job,
-and every hole found so far is replayed exactly by ``test_holes.py``. The known holes of issue 11 are gated by
-``world.KNOWN_HOLES``; see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their replays.
+and every hole found so far is replayed exactly by ``test_holes.py``. Open holes are gated by ``world.KNOWN_HOLES``
+(today: issue 24's items 1-8); see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their replays.
+
+Besides the brokers and the pipeline's own runs, the world has the actors of issue 24: operators (abandon,
+realign, decode settings edited, also between a crash and its recovery), other writers of the sink (OPTIMIZE,
+DELETE, VACUUM, a backfill's MERGE, one of them taking a run append's version), late writers (a killed client's
+append finished by the server, a stalled backfill MERGE, at any later step or inside a run), a live run of another
+machine (with the same host name or not), failed lease renewals, and a mirrored topic failing over with a
+timestamp handover (a mirrored copy is the same record as its original for the invariant).
 """
 
 from __future__ import annotations
