@@ -281,3 +281,11 @@ def test_item8_a_run_whose_lease_renewal_failed_once_does_not_write_unleased() -
     with machine_without("item8_lease_renewal_not_retried") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_with_a_failed_lease_renewal(at=0)  # one renewal fails: the keeper stops for good, the run writes on
+
+
+@HOLE
+def test_item10_a_topic_recreated_between_the_plan_and_the_read_is_not_committed_as_the_old_one() -> None:
+    with machine_without("item10_topic_recreated_between_plan_and_read") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        # After run 1's plan (tid-1, a[0] [0, 2)) and before its read, a is recreated and refilled with 2 records.
+        r.run_with_a_topic_recreated(cid="c1", topic="a", partitions=2, count=2, at=0)
