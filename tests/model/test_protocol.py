@@ -133,7 +133,7 @@ class Oracle:
                     rf = offsets.earliest
                 elif override is not None:
                     # The cluster's own starting offsets apply to a partition without state (issue 24, item 1).
-                    rf = self.world.first_at(cid, tid, p, override.timestamp_ms, offsets.latest)
+                    rf = self.world.first_at(tid, p, override.timestamp_ms, offsets.latest)
                 elif starting == "earliest" or tracked.intersection(sids):
                     rf = offsets.earliest
                 else:

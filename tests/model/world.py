@@ -24,12 +24,19 @@ What is simulated, and how closely:
   ``prior >= run_seq`` means "already committed"; overlaps with the backfill frontier are anti-joined on
   (cluster, topic, partition, offset); dead letters (when there are any) are appended first, then the sink, with a
   crash point between.
-  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent).
+  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent). The decode verdict is the
+  config's at write time (value_format json: a record that is not JSON, and under ``json_strict`` one with an extra
+  field). Other writers: a foreign commit (OPTIMIZE, DELETE, VACUUM, a MERGE) may take the version of the next run
+  append, which then vanishes (delta-spark's check-then-write log stores); an append whose client was killed while
+  it ran is an ``Orphan`` the server may still commit at any later step (as may a stalled backfill MERGE).
 * ``Harness`` builds a real ``PipelineRunner`` over a real ``StateStore`` (delta-rs on a temp dir) and an
   ``InMemoryMetadataService``, and swaps in the world for the few module functions that reach Kafka, Spark or the
   sink's Delta log, only while a run or backfill executes. A crash (``Crash``, a BaseException the runner cannot
-  catch) can be injected at any numbered crash point of a call: after the plan is written, between the
-  dead-letter and sink appends, after the sink append, after the state commit, and the same points of a recovery.
+  catch) can be injected at any numbered crash point of a call: after the plan is written, while the dead-letter
+  or the sink append runs, between them, after the sink append, after the state commit, and the same points of a
+  recovery. Another actor can act at any of those points instead (``Crasher.arm``'s actions). The run's
+  ``LeaseKeeper`` renews only when the model makes a renewal fail (``Harness.lease_faults``), in step with the
+  crash points; ``Harness.on_other_machine`` is the same pipeline run by a process of another machine.
 """
 
 from __future__ import annotations
@@ -127,7 +134,6 @@ class Record:
     gone: str | None = None  # why it left the log: retention, compacted, deleted
     lax: bool = False  # JSON with a field value_schema lacks: undecodable only under json_strict
     identity: int = 0  # the record a mirrored copy was copied from (MirrorMaker keeps value and timestamp)
-    purged: bool = False  # a user's DELETE took it out of the sink on purpose
 
     def __post_init__(self) -> None:
         self.identity = self.identity or self.uid
@@ -287,7 +293,7 @@ class World:
             r = p.log.pop(candidates[pick % len(candidates)])
             r.gone = "compacted"
 
-    def first_at(self, cluster_id: str, topic_id: str, partition: int, ts_ms: int, otherwise: int) -> int:
+    def first_at(self, topic_id: str, partition: int, ts_ms: int, otherwise: int) -> int:
         """The offset a timestamp initializer starts ``partition`` at: the first held record at or after
         ``ts_ms``, else ``otherwise`` (the end)."""
         found = self._first_at(self.by_topic_id[topic_id].partitions[partition], ts_ms)
