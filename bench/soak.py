@@ -103,6 +103,7 @@ class Soak:
         )
         self.publish()
         self.produced: list[bytes] = []
+        self.mirrored: set[bytes] = set()
         self.maintenance: subprocess.Popen[str] | None = None
 
     # ---- components
@@ -156,6 +157,7 @@ class Soak:
             Record(value=v, key=v, timestamp_ms=now, partition=i % 2) for i, v in enumerate(self._numbered(1, 50))
         ]
         produce(self.bootstrap[self.mirror_on], self.mirror_topic, records)
+        self.mirrored.update(r.value for r in records if r.value is not None)
         if self.mirror_on == "east":
             copies = [
                 Record(value=r.value, key=r.key, timestamp_ms=r.timestamp_ms, partition=r.partition) for r in records
@@ -194,12 +196,13 @@ class Soak:
     def finish(self, process: subprocess.Popen[str], kill_after: float | None = None) -> int:
         """Waits for a run, killing its process group after ``kill_after`` seconds; returns its exit code."""
         try:
-            _, err = process.communicate(timeout=kill_after if kill_after is not None else RUN_TIMEOUT_S)
+            out, err = process.communicate(timeout=kill_after if kill_after is not None else RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-            _, err = process.communicate()
+            out, err = process.communicate()
         self.counts.runs += 1
         code = process.returncode
+        self.log_run(out, code)
         if code == -signal.SIGKILL:
             self.counts.kills += 1
         elif code != 0:
@@ -207,6 +210,22 @@ class Soak:
             # The error's first sentence names its kind; the counts show which failures were expected.
             self.counts.failures[err.strip().splitlines()[-1][:160] if err.strip() else f"exit {code}"] += 1
         return code
+
+    @staticmethod
+    def log_run(out: str, code: int) -> None:
+        """One line per run: its outcome, and the findings that say where new partitions start."""
+        try:
+            summary = json.loads(out)
+        except ValueError:
+            print(f"    run: exit {code}", flush=True)
+            return
+        notes = [f["message"] for f in summary.get("findings", []) if f.get("kind") in ("new_topic", "data_loss")]
+        print(
+            f"    run {summary.get('run_seq')}: {summary.get('status')}, {summary.get('records')} records"
+            f"{', recovered ' + str(summary['recovered_run_seq']) if summary.get('recovered_run_seq') else ''}"
+            + "".join(f"; {n}" for n in notes),
+            flush=True,
+        )
 
     def run(self) -> None:
         """One run: left alone, killed at a fault point, or killed after a random delay."""
@@ -297,6 +316,7 @@ class Soak:
             process = self.launch()
             out, err = process.communicate(timeout=RUN_TIMEOUT_S)
             self.counts.runs += 1
+            self.log_run(out, process.returncode)
             if process.returncode != 0:
                 raise SystemExit(f"soak: a settling run failed:\n{err[-3000:]}")
             if json.loads(out)["status"] == "empty":
@@ -313,9 +333,18 @@ class Soak:
             keys = opened.to_pyarrow_table(columns=["key"]).column("key").to_pylist()
             landed.update(k if isinstance(k, bytes) else str(k).encode() for k in keys if k is not None)
         expected = set(self.produced)
-        lost = sum(1 for v in expected if v not in landed)
-        duplicated = sum(n - 1 for v, n in landed.items() if n > 1)
-        return lost, duplicated
+        lost = sorted((v for v in expected if v not in landed), key=_number)
+        duplicated = {v: n for v, n in landed.items() if n > 1}
+        for what, values in (("lost", lost), ("duplicated", sorted(duplicated, key=_number))):
+            if values:
+                mirrored = sum(1 for v in values if v in self.mirrored)
+                shown = ", ".join(v.decode() for v in values[:12])
+                print(f"soak: {what}: {len(values)} records ({mirrored} of the mirrored stream): {shown}", flush=True)
+        return len(lost), sum(n - 1 for n in duplicated.values())
+
+
+def _number(value: bytes) -> int:
+    return int(value.decode().rsplit("-", 1)[1])
 
 
 def maintain(sink: Path) -> int:
@@ -393,13 +422,16 @@ def main(argv: list[str] | None = None) -> int:
         operating = time.monotonic()  # the duration bounds the operations, not the start of the components
         # Every kind of operation once first (in random order), so that even a short soak meets each nemesis.
         tour = rng.sample(names, len(names))
+        if tour.index("failover") < tour.index("run"):  # a failover is a handover only once the stream was read
+            a, b = tour.index("failover"), tour.index("run")
+            tour[a], tour[b] = tour[b], tour[a]
         for index in range(args.operations):
             if args.duration is not None and time.monotonic() - operating > args.duration:
                 break
             name = tour[index] if index < len(tour) else rng.choices(names, weights)[0]
             actions[name][1]()
             soak.counts.operations[name] += 1
-            print(f"  {index + 1}/{args.operations} {name} ({time.monotonic() - started:.0f} s)", flush=True)
+            print(f"  {index + 1}/{args.operations} {name} done ({time.monotonic() - started:.0f} s)", flush=True)
         soak.stop_maintenance()
         soak.settle()
         lost, duplicated = soak.verdict()

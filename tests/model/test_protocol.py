@@ -128,7 +128,7 @@ class Oracle:
                 key = (cid, tid, p)
                 if key in self.required_from:
                     continue
-                override = self.harness.override_of(cid, sids)
+                override = self.harness.overrides.get(cid)
                 if not fresh or recreated:
                     rf = offsets.earliest
                 elif override is not None:
@@ -715,7 +715,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         switch = self.world.clock_ms + 1
         self.harness.streams["s3"] = {"c2": {"m"}}
-        self.harness.overrides[("s3", "c2")] = TimestampOffsets(timestamp_ms=switch)
+        self.harness.overrides["c2"] = TimestampOffsets(timestamp_ms=switch)
         self.harness.publish_metadata()
         self.mirror = "c2"
         STATS["failovers"] += 1

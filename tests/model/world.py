@@ -77,7 +77,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     from dynamic_kafka.kafka.snapshot import ClusterRequest
@@ -665,8 +665,9 @@ class Harness:
         self.sink = sink or SinkModel(self.crasher)
         self.service = service or InMemoryMetadataService()
         self.streams: dict[str, dict[str, set[str]]] = {}
-        # Per (stream, cluster), the cluster's own starting_offsets in the metadata (a mirror's handover).
-        self.overrides: dict[tuple[str, str], TimestampOffsets] = {}
+        # Per cluster, its own starting_offsets in the metadata (a mirror's handover). Like a metadata file's
+        # cluster entry it is the cluster's, whatever stream lists it (the planner takes any stream's override).
+        self.overrides: dict[str, TimestampOffsets] = {}
         self.settings = dict(pipeline)
         self.committed: list[Plan] = []
         self.abandoned: set[int] = set()  # run_seqs given up, by an operator or by policy
@@ -787,12 +788,6 @@ class Harness:
 
     # ---- metadata
 
-    def override_of(self, cluster_id: str, stream_ids: Iterable[str]) -> TimestampOffsets | None:
-        """The cluster's own starting offsets in the metadata of any of ``stream_ids``."""
-        return next(
-            (self.overrides[(sid, cluster_id)] for sid in stream_ids if (sid, cluster_id) in self.overrides), None
-        )
-
     def publish_metadata(self) -> None:
         streams = []
         for sid, placements in sorted(self.streams.items()):
@@ -801,7 +796,7 @@ class Harness:
                     cluster_id=cid,
                     bootstrap_servers=self.world.clusters[cid].bootstrap,
                     topics=frozenset(topics),
-                    starting_offsets=self.overrides.get((sid, cid)),
+                    starting_offsets=self.overrides.get(cid),
                 )
                 for cid, topics in placements.items()
                 if topics
