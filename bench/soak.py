@@ -208,7 +208,7 @@ class Soak:
         elif code != 0:
             self.counts.failed += 1
             # The error's first sentence names its kind; the counts show which failures were expected.
-            self.counts.failures[err.strip().splitlines()[-1][:160] if err.strip() else f"exit {code}"] += 1
+            self.counts.failures[_last_error(err) if err.strip() else f"exit {code}"] += 1
         return code
 
     @staticmethod
@@ -260,9 +260,10 @@ class Soak:
         self.counts.nemesis["broker restart"] += 1
 
     def backfill_racing_a_run(self) -> None:
-        """A backfill of the last ten minutes, started together with an incremental run."""
-        end = datetime.now(UTC) + timedelta(seconds=1)
-        start = end - timedelta(minutes=10)
+        """A backfill of a short recent window, started together with an incremental run. Short: a backfill
+        lands every record of its window, so a wide one would hide what the runs lost."""
+        end = datetime.now(UTC) - timedelta(seconds=self.rng.uniform(0, 30))
+        start = end - timedelta(seconds=self.rng.uniform(5, 60))
         command = [sys.executable, "-m", "bench.soak", "--backfill", str(self.harness.config_path)]
         command += [start.isoformat(), end.isoformat()]
         backfill = subprocess.Popen(
@@ -275,7 +276,7 @@ class Soak:
             os.killpg(backfill.pid, signal.SIGKILL)
             _, err = backfill.communicate()
         if backfill.returncode != 0:
-            self.counts.failures["backfill: " + (err.strip().splitlines()[-1][:150] if err.strip() else "failed")] += 1
+            self.counts.failures["backfill: " + _last_error(err)] += 1
 
     def abandon_a_crashed_run(self) -> None:
         """A run killed right after writing its plan, then ``dynamic-kafka abandon`` of it (as an operator)."""
@@ -286,7 +287,7 @@ class Soak:
         process = self.launch("abandon", "--run-seq", str(head.run_seq), "--reason", "soak: operator gives it up")
         _, err = process.communicate(timeout=RUN_TIMEOUT_S)
         if process.returncode != 0:
-            self.counts.failures["abandon: " + (err.strip().splitlines()[-1][:150] if err.strip() else "failed")] += 1
+            self.counts.failures["abandon: " + _last_error(err)] += 1
         else:
             self.counts.nemesis["abandon"] += 1
 
@@ -341,6 +342,13 @@ class Soak:
                 shown = ", ".join(v.decode() for v in values[:12])
                 print(f"soak: {what}: {len(values)} records ({mirrored} of the mirrored stream): {shown}", flush=True)
         return len(lost), sum(n - 1 for n in duplicated.values())
+
+
+def _last_error(err: str) -> str:
+    """The last line of a process's stderr that names an error (else its last line), shortened."""
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    named = [line for line in lines if "rror" in line]
+    return (named or lines or ["failed"])[-1][:160]
 
 
 def _number(value: bytes) -> int:
