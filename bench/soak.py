@@ -261,7 +261,8 @@ class Soak:
 
     def backfill_racing_a_run(self) -> None:
         """A backfill of a short recent window, started together with an incremental run. Short: a backfill
-        lands every record of its window, so a wide one would hide what the runs lost."""
+        lands every record of its window, so a wide one would hide what the runs lost.
+        """
         end = datetime.now(UTC) - timedelta(seconds=self.rng.uniform(0, 30))
         start = end - timedelta(seconds=self.rng.uniform(5, 60))
         command = [sys.executable, "-m", "bench.soak", "--backfill", str(self.harness.config_path)]
