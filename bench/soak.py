@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -450,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             stop_server(base_dir=work / "connect")
             stop_clusters(base_dir=work / "clusters", purge=True)
+            shutil.rmtree(work, ignore_errors=True)
     c = soak.counts
     print(
         f"soak: {sum(c.operations.values())} operations ({dict(c.operations)}), runs {c.runs}, kills {c.kills}, "
