@@ -40,9 +40,9 @@ unit: setup ## Fast tests only (no JVM, no brokers)
 bench: setup ## Run the benchmarks and print the table (QUICK=1 for the short mode)
 	$(VENV)/python -m bench $(if $(QUICK),--quick,)
 
-soak: setup ## Long randomized exactly-once checks: the protocol model (EXAMPLES, default 3000) and kill -9 on real clusters (OPERATIONS=N)
+soak: setup ## Long randomized exactly-once checks: the protocol model (EXAMPLES, default 3000) and a nemesis soak on real components (OPERATIONS=N, DURATION=SECONDS)
 	DYNAMIC_KAFKA_MODEL_EXAMPLES=$${EXAMPLES:-3000} $(VENV)/pytest tests/model -q -s -p no:cacheprovider
-	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),)
+	$(VENV)/python -m bench.soak $(if $(OPERATIONS),--operations $(OPERATIONS),) $(if $(DURATION),--duration $(DURATION),)
 
 ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.demo/dynamic_kafka.yaml,examples/demo/dynamic_kafka.yaml)
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home

@@ -1,6 +1,6 @@
 """The minimal examples the model found for each hole, replayed step by step with the hole's switch off.
 
-A fixed hole's replay is a plain regression test; every replay here is one today. An open hole would have its
+A fixed hole's replay is a plain regression test (issue 11's all are). An open hole (issue 24's, at the end) has its
 name in ``world.KNOWN_HOLES`` (gating the rule or oracle that finds it, so the suite passes) and a replay here
 marked ``pytest.mark.xfail(strict=True, raises=ProtocolViolationError)``: it passes while the hole is open and
 fails the suite the day the fix lands, the signal to delete the mark AND the name (then the random model covers
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dynamic_kafka.errors import ConfigError, StateBehindSinkError
-from tests.model.test_protocol import ProtocolMachine
+from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -192,3 +192,100 @@ def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_cha
         r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)  # refilled to 4, beyond 3
         r.run_clean()  # DataLossError naming [1, 3) (checked against the world's truncation by the machine)
         assert r.m.oracle.blocked == "data loss under on_data_loss: fail"
+
+
+# ---------------------------------------------------------------------------------------- issue 24: open holes
+# Each replay is one item of issue 24 on today's code: strict xfail until that item's fix lands.
+
+HOLE = pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+
+
+@HOLE
+def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_record_twice() -> None:
+    with machine_without("item1_mirror_failover_reads_from_earliest") as r:
+        r.produce_mirrored(partition=0, count=2, bad=False)  # c1/m[0]@0, @1, copied to c2/m[0]@0, @1
+        r.run_clean()  # lands both from c1
+        r.fail_over_to_the_mirror()  # s3 -> c2, c2's starting_offsets {timestamp: switch}
+        r.produce_mirrored(partition=0, count=1, bad=False)  # c2/m[0]@2, after the switch
+        r.run_clean()  # c2 is new on a tracked stream: read from earliest, the override ignored: 2 copies land again
+
+
+@HOLE
+def test_item2_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_again() -> None:
+    with machine_without("item2_abandon_duplicates_dead_letters") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
+        r.run(crash_at=2)  # killed between the dead-letter append (txn 1) and the sink append
+        r.abandon()  # the sink lacks run 1: allowed
+        r.run_clean()  # run 2 plans [0, 2) again: @0 lands in the dead letters a second time
+
+
+@HOLE
+def test_item2_a_recovery_abandoned_by_retention_does_not_land_dead_letters_again() -> None:
+    with machine_without("item2_abandon_duplicates_dead_letters") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # @0 good
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @1 not JSON
+        r.run(crash_at=2)  # killed between the dead-letter append (txn 1) and the sink append
+        r.retention(cid="c1", topic="a", partition=0, count=1)  # @0 deleted: run 1's range is gone in part
+        r.run_clean()  # on_data_loss skip: recovery abandons run 1, run 2 reads [1, 2): @1 dead-lettered twice
+
+
+@HOLE
+def test_item3_a_late_write_of_an_abandoned_run_does_not_land() -> None:
+    with machine_without("item3_abandoned_run_not_fenced") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        r.run(crash_at=1)  # the client is killed while its sink append runs on the Connect server
+        r.abandon()  # the sink lacks run 1: allowed
+        r.late_write(pick=0, never=False)  # the server finishes run 1's append: txn 1, both records
+        r.run_clean()  # run 2 plans [0, 2) again and appends under txn 2: both records twice
+
+
+@HOLE
+def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> None:
+    with machine_without("item4_decode_inputs_not_pinned") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @0 not JSON
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False, lax=True)  # @1 {"id":1,"extra":1}
+        r.run(crash_at=2)  # killed between the dead-letter append (@0, txn 1) and the sink append
+        r.edit_config(setting="json_strict")  # true: @1 is undecodable now
+        r.run_clean()  # the recovery skips the dead letters (txn 1 exists), filters @1 out of the sink: neither
+
+
+@HOLE
+def test_item5_a_run_commits_its_offsets_only_after_finding_its_sink_commit() -> None:
+    with machine_without("item5_sink_commit_not_verified") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.foreign_commit(kind="OPTIMIZE", pick=0, concurrent=True)  # takes the version of the next run append
+        r.run_clean()  # the append's commit is replaced; sink_version None is accepted; offsets committed
+
+
+@HOLE
+def test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -> None:
+    with machine_without("item6_dead_letters_deduplicated_outside_their_append") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
+        m = r.m
+        m.harness.backfill(m.world.clock_ms - 1, m.world.clock_ms + 1, None, stall=True)  # frontier 2; MERGE runs
+        m._after_state_change()
+        # The run anti-joins against both tables (nothing yet), the backfill's MERGE lands before the run's
+        # dead-letter append (its step 1): @0 is in the dead letters twice; the sink append then conflicts.
+        r.run_with_a_late_write(pick=0, at=1, crash_at=None)
+
+
+@HOLE
+def test_item7_a_live_run_on_another_machine_with_the_same_hostname_is_not_taken_over() -> None:
+    with machine_without("item7_same_hostname_taken_for_crashed") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_beside_another_machine(same_hostname=True)  # its pid is absent here: "provably gone"
+
+
+@HOLE
+def test_item8_a_run_whose_lease_renewal_failed_once_does_not_write_unleased() -> None:
+    with machine_without("item8_lease_renewal_not_retried") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_with_a_failed_lease_renewal(at=0)  # one renewal fails: the keeper stops for good, the run writes on
+
+
+@HOLE
+def test_item10_a_topic_recreated_between_the_plan_and_the_read_is_not_committed_as_the_old_one() -> None:
+    with machine_without("item10_topic_recreated_between_plan_and_read") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
+        # After run 1's plan (tid-1, a[0] [0, 2)) and before its read, a is recreated and refilled with 2 records.
+        r.run_with_a_topic_recreated(cid="c1", topic="a", partitions=2, count=2, at=0)

@@ -9,14 +9,23 @@ exactly once, and every such record that retention or a topic deletion took befo
 Runs ``DYNAMIC_KAFKA_MODEL_EXAMPLES`` examples (default 50: about 20 s of CPU; the wall time grows with the
 machine's load); ``make soak`` sets it to thousands (``-s`` shows the counts). The suite's 50 are a smoke of the
 invariants on fresh random examples every run (no example database); the search for new holes is the soak's job,
-and every hole found so far is replayed exactly by ``test_holes.py``. The known holes of issue 11 are gated by
-``world.KNOWN_HOLES``; see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their replays.
+and every hole found so far is replayed exactly by ``test_holes.py``. Open holes are gated by ``world.KNOWN_HOLES``
+(today: issue 24's items 1-8 and 10); see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their
+replays.
+
+Besides the brokers and the pipeline's own runs, the world has the actors of issue 24: operators (abandon,
+realign, decode settings edited, also between a crash and its recovery), other writers of the sink (OPTIMIZE,
+DELETE, VACUUM, a backfill's MERGE, one of them taking a run append's version), late writers (a killed client's
+append finished by the server, a stalled backfill MERGE, at any later step or inside a run), a live run of another
+machine (with the same host name or not), failed lease renewals, and a mirrored topic failing over with a
+timestamp handover (a mirrored copy is the same record as its original for the invariant).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -35,17 +44,23 @@ from hypothesis.stateful import (
 
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
+    ConfigError,
     DataLossError,
     DynamicKafkaError,
     RunInProgressError,
     SparkJobError,
     StateBehindSinkError,
+    StateError,
+    UndecodableRecordError,
 )
+from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.sink.tables import backfill_app_id
-from tests.model.world import KNOWN_HOLES, Crash, Harness, Record, World
+from tests.model.world import KNOWN_HOLES, Crash, Harness, Orphan, Record, World, new_day
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan
 
@@ -113,7 +128,13 @@ class Oracle:
                 key = (cid, tid, p)
                 if key in self.required_from:
                     continue
-                if not fresh or recreated or starting == "earliest" or tracked.intersection(sids):
+                override = self.harness.overrides.get(cid)
+                if not fresh or recreated:
+                    rf = offsets.earliest
+                elif override is not None:
+                    # The cluster's own starting offsets apply to a partition without state (issue 24, item 1).
+                    rf = self.world.first_at(tid, p, override.timestamp_ms, offsets.latest)
+                elif starting == "earliest" or tracked.intersection(sids):
                     rf = offsets.earliest
                 else:
                     rf = offsets.latest
@@ -135,7 +156,7 @@ class Oracle:
         """Liveness after a committed run: what it covered landed exactly once, losses were reported."""
         if self.blocked is not None or plan.capped:
             return
-        landed = self.harness.sink.landed()
+        landed = self.landed()
         for s in plan.splits:
             if s.draining or s.topic_id is None:
                 continue
@@ -158,11 +179,31 @@ class Oracle:
                         if offset >= orf:
                             self._check_record(r, landed, f"run {plan.run_seq} (old topic id {old})")
 
+    def landed(self) -> Counter[int]:
+        """How often each record is in the two tables, less what an open hole's gate excuses."""
+        landed = self.harness.sink.landed()
+        if "item2_abandon_duplicates_dead_letters" in self.holes:
+            sink = self.harness.sink
+            for r, seq in zip(sink.dead, sink.dead_seqs, strict=True):
+                if seq in self.harness.abandoned and landed[r.identity] > 1:
+                    landed[r.identity] -= 1
+        return landed
+
+    def _tables(self, r: Record) -> str:
+        sink = self.harness.sink
+        rows = sum(1 for x in sink.rows if x.identity == r.identity)
+        dead = sum(1 for x in sink.dead if x.identity == r.identity)
+        return f" (sink table {rows}, dead letters {dead})"
+
     def _check_record(self, r: Record, landed: Counter[int], when: str) -> None:
-        n = landed[r.uid]
+        if r.identity in self.harness.sink.purged:
+            return  # a user's DELETE took it out of the sink on purpose
+        n = landed[r.identity]
         where = f"{r.cluster_id}/{r.topic}[{r.partition}]@{r.offset} (topic id {r.topic_id}, uid {r.uid})"
+        if r.identity != r.uid:
+            where += f" (a mirrored copy of uid {r.identity})"
         if n > 1:
-            raise ProtocolViolationError(f"after {when}: record {where} is in the sink {n} times")
+            raise ProtocolViolationError(f"after {when}: record {where} is in the sink {n} times{self._tables(r)}")
         if n == 0 and r.gone is None:
             raise ProtocolViolationError(f"after {when}: record {where} is still on the broker but not in the sink")
         if n == 0 and r.gone in ("retention", "deleted") and not self._is_reported(r):
@@ -190,6 +231,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.backup: Path | None = None
         self.frontier_topics: set[tuple[str, str]] = set()
         self.state = StateSnapshot(pipeline_id="p")
+        self.pending_seq = 0
+        self.edited_under_plan = False  # a pinned setting was edited while the head run was planned
+        self.mirror: str | None = None  # the cluster producers write topic m to (None: no mirrored topic yet)
 
     def teardown(self) -> None:
         if hasattr(self, "harness"):
@@ -230,10 +274,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         count=st.integers(1, 4),
         txn=st.booleans(),
         bad=st.booleans(),
+        lax=st.booleans(),
     )
-    def produce(self, cid: str, topic: str, partition: int, count: int, txn: bool, bad: bool) -> None:
+    def produce(
+        self, cid: str, topic: str, partition: int, count: int, txn: bool, bad: bool, lax: bool = False
+    ) -> None:
+        """``bad``: the first record is not JSON; ``lax``: the last has a field value_schema lacks."""
         if topic in self.world.clusters[cid].topics:
-            self.world.produce(cid, topic, partition, count, txn=txn, bad=bad)
+            self.world.produce(cid, topic, partition, count, txn=txn, bad=bad, lax=lax)
             STATS["records"] += count
 
     @rule(
@@ -345,7 +393,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         committed = 0 if last is None else (last.run_seq if last.status == "committed" else last.run_seq - 1)
         sink = self.harness.sink
         backfills = max(sink.txn.get(backfill_app_id("p"), 0), sink.dead_txn.get(backfill_app_id("p"), 0))
-        return (sink.txn.get("p") or 0) > committed or backfills > self.state.backfill_sequence
+        # The dead-letter table is written first: after a crash between the two appends it is the one ahead.
+        runs = max(sink.txn.get("p", 0), sink.dead_txn.get("p", 0))
+        return runs > committed or backfills > self.state.backfill_sequence
 
     def _pending_plan_unreachable(self) -> bool:
         last = self.state.last_run
@@ -362,13 +412,31 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(crash_at=st.one_of(st.none(), st.integers(0, 6)))
     def run(self, crash_at: int | None) -> None:
+        self._run(crash_at)
+
+    def _run(self, crash_at: int | None, actions: Mapping[int, Callable[[str], None]] | None = None) -> None:
         STATS["runs"] += 1
         sink_ahead = self._sink_ahead()
         pending_unreachable = self._pending_plan_unreachable()
+        pending_edited = self.pending and self.edited_under_plan
         try:
-            self.harness.run(crash_at)
+            self.harness.run(crash_at, actions)
         except Crash:
             STATS["crashes"] += 1
+        except ConfigError as e:
+            if not pending_edited:
+                raise ProtocolViolationError(f"run failed: {type(e).__name__}: {e}") from e
+            STATS["refused"] += 1  # a crashed run's pinned settings were edited: it waits for the operator
+        except UndecodableRecordError:
+            if self.harness.pipeline.on_decode_error != "fail":
+                raise
+        except SparkJobError as e:
+            if "ConcurrentAppendException" in str(e):
+                STATS["conflicts"] += 1  # a MERGE landed under the run's anti-join read: retriable
+            elif not pending_unreachable:
+                raise ProtocolViolationError(f"a run failed though every cluster it reads is reachable: {e}") from e
+            else:
+                STATS["unreachable"] += 1
         except DataLossError as e:
             if self.harness.pipeline.on_data_loss != "fail":
                 raise ProtocolViolationError(f"DataLossError under on_data_loss: skip: {e}") from e
@@ -379,16 +447,20 @@ class ProtocolMachine(RuleBasedStateMachine):
             STATS["unreachable"] += 1
         except RunInProgressError as e:
             raise ProtocolViolationError(f"a lone runner was refused: {e}") from e
-        except SparkJobError as e:
-            if not pending_unreachable:
-                raise ProtocolViolationError(f"a run failed though every cluster it reads is reachable: {e}") from e
-            STATS["unreachable"] += 1
         except DynamicKafkaError as e:
+            self._raise_violations()  # what the run did before it failed comes first
             if sink_ahead:  # a fixed hole 2 refuses loudly: accepted, the pipeline waits for the operator
                 self.oracle.blocked = f"refused: sink ahead of state: {e}"
             else:
                 raise ProtocolViolationError(f"run failed: {type(e).__name__}: {e}") from e
+        finally:
+            self.harness.lease_faults = 0
+        self._raise_violations()
         self._after_state_change()
+
+    def _raise_violations(self) -> None:
+        if self.harness.violations:
+            raise ProtocolViolationError(self.harness.violations[0])
 
     def _check_truncations(self, error: DataLossError) -> None:
         """A truncation the run names must be real: the log was cut back across its first offset (a clean leader
@@ -414,19 +486,24 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.oracle.on_commit(plan, brokers, metadata, state)
         self.processed = len(self.harness.committed)
         self.state = state = self.harness.store.load()
-        self.pending = state.last_run is not None and state.last_run.status == "planned"
+        pending = state.last_run is not None and state.last_run.status == "planned"
+        if not pending or (self.pending and self.pending_seq != state.last_run.run_seq):
+            self.edited_under_plan = False
+        self.pending = pending
+        self.pending_seq = state.last_run.run_seq if state.last_run is not None else 0
         self.frontier_topics = {(k.cluster_id, k.topic) for k in state.backfilled}
 
-    @rule(data=st.data(), crash_at=st.one_of(st.none(), st.integers(0, 3)))
-    def backfill(self, data: st.DataObject, crash_at: int | None) -> None:
-        """A time-window backfill over part of what was produced so far."""
+    @rule(data=st.data(), crash_at=st.one_of(st.none(), st.integers(0, 3)), stall=st.sampled_from([False, False, True]))
+    def backfill(self, data: st.DataObject, crash_at: int | None, stall: bool = False) -> None:
+        """A time-window backfill over part of what was produced so far; ``stall``: its MERGE is still running
+        when the next steps happen (it lands at a later step, maybe in the middle of a run, or never)."""
         first = int(self.world.records[min(self.world.records)].ts_ms) if self.world.records else self.world.clock_ms
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
         STATS["backfills"] += 1
         sink_ahead = self._sink_ahead()
         try:
-            self.harness.backfill(start, end, crash_at)
+            self.harness.backfill(start, end, crash_at, stall=stall)
         except Crash:
             STATS["crashes"] += 1
         except (RunInProgressError, ClusterUnreachableError, SparkJobError):
@@ -456,20 +533,208 @@ class ProtocolMachine(RuleBasedStateMachine):
             shutil.copytree(self.backup, state)
             self._after_state_change()
 
+    # ------------------------------------------------------------------------------------------ operators
+
+    @rule()
+    def abandon(self) -> None:
+        """`dynamic-kafka abandon` of the planned (crashed) head run, through the real ``PipelineRunner.abandon``."""
+        head = self.state.last_run
+        if head is None or head.status != "planned":
+            return
+        try:
+            self.harness.abandon(head.run_seq, "model: the operator gives the run up")
+        except StateError as e:
+            if (self.harness.sink.txn.get("p") or 0) < head.run_seq:
+                raise ProtocolViolationError(
+                    f"abandon was refused though the sink lacks run {head.run_seq}: {e}"
+                ) from e
+            return  # complete in the sink: the next run commits it
+        STATS["abandons"] += 1
+        self._after_state_change()
+
+    @rule()
+    def realign(self) -> None:
+        """`dynamic-kafka realign --yes` once a run was refused because the sink is ahead of the state."""
+        if self.oracle.blocked is None or not self.oracle.blocked.startswith("refused: sink ahead"):
+            return
+        self.harness.realign()
+        self.oracle.blocked = None
+        STATS["realigns"] += 1
+        self._after_state_change()
+
+    @rule(setting=st.sampled_from(["json_strict", "json_strict", "on_decode_error", "value_format"]))
+    def edit_config(self, setting: str) -> None:
+        """An operator flips a decode setting, maybe between a crash and its recovery."""
+        if setting == "json_strict" and self.pending and "item4_decode_inputs_not_pinned" in self.holes:
+            return
+        now = self.harness.pipeline
+        value = {
+            "json_strict": not now.json_strict,
+            "on_decode_error": "fail" if now.on_decode_error == "dead_letter" else "dead_letter",
+            "value_format": "string" if now.value_format == "json" else "json",
+        }[setting]
+        self.harness.reconfigure(**{setting: value})
+        self.edited_under_plan = self.edited_under_plan or self.pending
+        STATS["edits"] += 1
+
+    # -------------------------------------------------------------------------------------- other writers
+
+    @rule(
+        kind=st.sampled_from(["OPTIMIZE", "DELETE", "VACUUM", "backfill MERGE"]),
+        pick=st.integers(0, 9),
+        concurrent=st.booleans(),
+    )
+    def foreign_commit(self, kind: str, pick: int, concurrent: bool) -> None:
+        """Another Spark process commits to the sink: now, or concurrently with the next run append, taking its
+        version (delta-spark's local and S3 log stores check, then write: the later writer replaces the commit)."""
+        if concurrent and "item5_sink_commit_not_verified" in self.holes:
+            concurrent = False
+        if kind == "backfill MERGE" and not concurrent:
+            return  # a MERGE that wins cleanly is the backfill rule's
+        self.harness.sink.foreign_commit(kind, pick, replace_next=concurrent)
+        STATS["foreign commits"] += 1
+
+    def _land(self, orphan: Orphan, at: str) -> bool:
+        """Lands a late write unless an open hole's gate holds it back; returns whether it landed."""
+        abandoned = orphan.run_seq is not None and orphan.run_seq in self.harness.abandoned
+        if abandoned and "item3_abandoned_run_not_fenced" in self.holes:
+            return True  # gated: dropped, as a fence would make it
+        racing = orphan.run_seq is None and at == "writing_dead_letters"
+        if racing and "item6_dead_letters_deduplicated_outside_their_append" in self.holes:
+            return False  # gated: it lands after the run's dead-letter append instead
+        orphan.land()
+        STATS["late writes"] += 1
+        return True
+
+    @rule(pick=st.integers(0, 9), never=st.sampled_from([False, False, True]))
+    def late_write(self, pick: int, never: bool) -> None:
+        """A write that outlived its client lands now (``never``: the server dropped it)."""
+        orphans = self.harness.sink.orphans
+        if orphans:
+            orphan = orphans.pop(pick % len(orphans))
+            if not never and not self._land(orphan, "between steps"):
+                orphans.append(orphan)
+
+    @rule(pick=st.integers(0, 9), at=st.integers(0, 5), crash_at=st.one_of(st.none(), st.integers(0, 6)))
+    def run_with_a_late_write(self, pick: int, at: int, crash_at: int | None) -> None:
+        """A run during which a write that outlived its client lands (at the run's ``at``-th step)."""
+        orphans = self.harness.sink.orphans
+
+        def land(point: str) -> None:
+            if orphans:
+                orphan = orphans.pop(pick % len(orphans))
+                if not self._land(orphan, point):
+                    orphans.append(orphan)
+
+        self._run(crash_at, {at: land})
+
+    @rule(
+        cid=st.sampled_from(CLUSTERS),
+        topic=st.sampled_from(TOPICS),
+        partitions=st.integers(1, 3),
+        count=st.integers(0, 3),
+        at=st.integers(0, 2),
+    )
+    def run_with_a_topic_recreated(self, cid: str, topic: str, partitions: int, count: int, at: int) -> None:
+        """A run during which a topic is deleted and created again (and ``count`` records produced to it), at the
+        run's ``at``-th step: between its plan and its read when ``at`` is its first."""
+        if "item10_topic_recreated_between_plan_and_read" in self.holes or topic not in self.world.clusters[cid].topics:
+            return
+
+        def recreate(point: str) -> None:
+            self.recreate_topic(cid, topic, partitions, gone_first=False)
+            if count:
+                self.produce(cid, topic, 0, count, False, False)
+
+        self._run(None, {at: recreate})
+
+    @rule(at=st.integers(0, 3))
+    def run_with_a_failed_lease_renewal(self, at: int) -> None:
+        """One renewal of the run's lease fails (the state's store timed out once), at the run's ``at``-th step."""
+        if "item8_lease_renewal_not_retried" in self.holes:
+            return
+
+        def fail_once(point: str) -> None:
+            self.harness.lease_faults = 1
+
+        self._run(None, {at: fail_once})
+
+    @rule(same_hostname=st.booleans())
+    def run_beside_another_machine(self, same_hostname: bool) -> None:
+        """A process on another machine planned a run and is still working on it when this one runs."""
+        if self.pending:
+            return
+        if "item7_same_hostname_taken_for_crashed" in self.holes:
+            same_hostname = False
+        other = self.harness.on_other_machine(socket.gethostname() if same_hostname else "another-machine")
+        day = new_day()
+        try:
+            other.run(0, day=day)  # paused right after writing its plan: alive, lease fresh
+        except Crash:
+            pass
+        except DynamicKafkaError:
+            pass  # it could not plan (a cluster down, a refusal): nothing to race with
+        self._after_state_change()
+        if not self.pending:
+            return
+        owner = self.state.last_run.owner if self.state.last_run is not None else None
+        try:
+            self.harness.run(None, day=day)
+        except RunInProgressError:
+            STATS["refused live"] += 1
+            return
+        except (Crash, DynamicKafkaError):
+            pass
+        raise ProtocolViolationError(
+            f"run {self.pending_seq}, planned by a live process of another machine ({owner}, same host name), was "
+            "taken over as crashed"
+        )
+
+    # --------------------------------------------------------------------------------------------- mirror
+
+    @rule(partition=st.integers(0, 1), count=st.integers(1, 3), bad=st.booleans())
+    def produce_mirrored(self, partition: int, count: int, bad: bool) -> None:
+        """Produce to topic m on the cluster producers use; before the failover MirrorMaker 2 copies each record
+        to c2 at once (same partition and timestamp)."""
+        if self.mirror is None:
+            for cid in CLUSTERS:
+                self.world.create_topic(cid, "m", 2)
+            self.mirror = "c1"
+            self.harness.streams["s3"] = {"c1": {"m"}}
+            self.harness.publish_metadata()
+        produced = self.world.produce(self.mirror, "m", partition, count, txn=False, bad=bad)
+        STATS["records"] += count
+        if self.mirror == "c1":
+            self.world.mirror("c2", "m", produced)
+
+    @rule()
+    def fail_over_to_the_mirror(self) -> None:
+        """Stream s3 moves to the mirror c2 with a timestamp handover: c2's own ``starting_offsets`` in the metadata
+        is the switch time, and producers write to c2 from then on."""
+        if self.mirror != "c1" or "item1_mirror_failover_reads_from_earliest" in self.holes:
+            return
+        switch = self.world.clock_ms + 1
+        self.harness.streams["s3"] = {"c2": {"m"}}
+        self.harness.overrides["c2"] = TimestampOffsets(timestamp_ms=switch)
+        self.harness.publish_metadata()
+        self.mirror = "c2"
+        STATS["failovers"] += 1
+
     # ------------------------------------------------------------------------------------------ invariants
 
     @invariant()
     def no_record_twice(self) -> None:
         if not hasattr(self, "harness"):
             return
-        twice = {uid: n for uid, n in self.harness.sink.landed().items() if n > 1}
+        twice = {uid: n for uid, n in self.oracle.landed().items() if n > 1}
         if twice:
             uid, n = next(iter(twice.items()))
             r = self.world.records[uid]
             STATS["duplicated"] += len(twice)
             raise ProtocolViolationError(
                 f"record {r.cluster_id}/{r.topic}[{r.partition}]@{r.offset} (topic id {r.topic_id}) is in the sink "
-                f"{n} times ({len(twice)} records duplicated)"
+                f"{n} times{self.oracle._tables(r)} ({len(twice)} records duplicated; a mirrored copy counts as its "
+                "original)"
             )
 
     def count_final(self) -> None:
@@ -479,7 +744,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         STATS["landed"] += len(landed)
         for r in self.world.records.values():
             rf = self.oracle.required_from.get((r.cluster_id, r.topic_id, r.partition))
-            if rf is not None and r.offset >= rf and r.gone in ("retention", "deleted") and not landed[r.uid]:
+            if rf is not None and r.offset >= rf and r.gone in ("retention", "deleted") and not landed[r.identity]:
                 STATS["lost"] += 1
 
 
@@ -512,6 +777,24 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
             "\nmodel: "
             + ", ".join(
                 f"{k} {STATS[k]}"
-                for k in ("runs", "crashes", "backfills", "records", "landed", "lost", "unreachable", "duplicated")
+                for k in (
+                    "runs",
+                    "crashes",
+                    "backfills",
+                    "abandons",
+                    "edits",
+                    "refused",
+                    "foreign commits",
+                    "late writes",
+                    "conflicts",
+                    "refused live",
+                    "failovers",
+                    "realigns",
+                    "records",
+                    "landed",
+                    "lost",
+                    "unreachable",
+                    "duplicated",
+                )
             )
         )

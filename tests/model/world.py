@@ -24,18 +24,26 @@ What is simulated, and how closely:
   ``prior >= run_seq`` means "already committed"; overlaps with the backfill frontier are anti-joined on
   (cluster, topic, partition, offset); dead letters (when there are any) are appended first, then the sink, with a
   crash point between.
-  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent).
+  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent). The decode verdict is the
+  config's at write time (value_format json: a record that is not JSON, and under ``json_strict`` one with an extra
+  field). Other writers: a foreign commit (OPTIMIZE, DELETE, VACUUM, a MERGE) may take the version of the next run
+  append, which then vanishes (delta-spark's check-then-write log stores); an append whose client was killed while
+  it ran is an ``Orphan`` the server may still commit at any later step (as may a stalled backfill MERGE).
 * ``Harness`` builds a real ``PipelineRunner`` over a real ``StateStore`` (delta-rs on a temp dir) and an
   ``InMemoryMetadataService``, and swaps in the world for the few module functions that reach Kafka, Spark or the
   sink's Delta log, only while a run or backfill executes. A crash (``Crash``, a BaseException the runner cannot
-  catch) can be injected at any numbered crash point of a call: after the plan is written, between the
-  dead-letter and sink appends, after the sink append, after the state commit, and the same points of a recovery.
+  catch) can be injected at any numbered crash point of a call: after the plan is written, while the dead-letter
+  or the sink append runs, between them, after the sink append, after the state commit, and the same points of a
+  recovery. Another actor can act at any of those points instead (``Crasher.arm``'s actions). The run's
+  ``LeaseKeeper`` renews only when the model makes a renewal fail (``Harness.lease_faults``), in step with the
+  crash points; ``Harness.on_other_machine`` is the same pipeline run by a process of another machine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,12 +54,13 @@ from dynamic_kafka import context as context_module
 from dynamic_kafka import realign as realign_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
-from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError
+from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError, StateError, UndecodableRecordError
 from dynamic_kafka.kafka.client import OffsetAnswer, TopicDescription
 from dynamic_kafka.kafka.snapshot import epoch_checks
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.offsets import TimestampOffsets
+from dynamic_kafka.plan.model import TopicPartition
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
@@ -64,14 +73,17 @@ from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.spark import reader as reader_module
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.realign import Realignment
     from dynamic_kafka.state import StateStore
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -79,10 +91,27 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Counts the runner invocations of every harness (all share one state table in some replays): see Harness.patched.
 _INVOCATIONS = itertools.count(1)
 
-# Holes of issue 11 that today's code has: none. A hole found later gets a name here that gates the model's rules
-# or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix removes the name, and the
-# model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset()
+# Open holes, each named after the item of issue 24 that fixes it (issue 11's are all fixed). A name gates the
+# model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix removes the
+# name, and the model then drives the hole's scenario and checks the fixed behaviour.
+KNOWN_HOLES: frozenset[str] = frozenset(
+    {
+        "item1_mirror_failover_reads_from_earliest",
+        "item2_abandon_duplicates_dead_letters",
+        "item3_abandoned_run_not_fenced",
+        "item4_decode_inputs_not_pinned",
+        "item5_sink_commit_not_verified",
+        "item6_dead_letters_deduplicated_outside_their_append",
+        "item7_same_hostname_taken_for_crashed",
+        "item8_lease_renewal_not_retried",
+        "item10_topic_recreated_between_plan_and_read",
+    }
+)
+
+
+def new_day() -> int:
+    """A new invocation's day (see ``Harness.patched``); two processes running at once share one."""
+    return next(_INVOCATIONS)
 
 
 class Crash(BaseException):
@@ -101,8 +130,13 @@ class Record:
     partition: int
     offset: int
     ts_ms: int
-    bad: bool = False
+    bad: bool = False  # not JSON at all: undecodable under value_format json
     gone: str | None = None  # why it left the log: retention, compacted, deleted
+    lax: bool = False  # JSON with a field value_schema lacks: undecodable only under json_strict
+    identity: int = 0  # the record a mirrored copy was copied from (MirrorMaker keeps value and timestamp)
+
+    def __post_init__(self) -> None:
+        self.identity = self.identity or self.uid
 
 
 @dataclass(eq=False)
@@ -185,20 +219,40 @@ class World:
                 r.gone = "deleted"
             p.log = {}
 
-    def produce(self, cluster_id: str, name: str, partition: int, count: int, *, txn: bool, bad: bool) -> None:
+    def produce(
+        self, cluster_id: str, name: str, partition: int, count: int, *, txn: bool, bad: bool, lax: bool = False
+    ) -> list[Record]:
         topic = self.clusters[cluster_id].topics[name]
         index = partition % len(topic.partitions)
         p = topic.partitions[index]
+        produced = []
         for i in range(count):
             self.clock_ms += 1
             r = Record(next(self._uids), cluster_id, name, topic.topic_id, index, p.end, self.clock_ms)
             r.bad = bad and i == 0
-            p.log[p.end] = r
-            p.history[p.end] = r
-            self.records[r.uid] = r
-            p.end += 1
+            r.lax = lax and i == count - 1
+            self._append_record(p, r)
+            produced.append(r)
         if txn:
             p.end += 1  # the commit marker takes an offset and holds no record
+        return produced
+
+    def _append_record(self, p: WPartition, r: Record) -> None:
+        p.log[p.end] = r
+        p.history[p.end] = r
+        self.records[r.uid] = r
+        p.end += 1
+
+    def mirror(self, cluster_id: str, name: str, originals: Sequence[Record]) -> None:
+        """MirrorMaker 2 (identity replication policy) copies ``originals`` to ``cluster_id``'s topic ``name``:
+        same partition, value and timestamp, its own offsets; a copy is the same record as its original."""
+        topic = self.clusters[cluster_id].topics[name]
+        for o in originals:
+            index = o.partition % len(topic.partitions)
+            p = topic.partitions[index]
+            copy = Record(next(self._uids), cluster_id, name, topic.topic_id, index, p.end, o.ts_ms, bad=o.bad)
+            copy.lax, copy.identity = o.lax, o.identity
+            self._append_record(p, copy)
 
     def delete_records(self, cluster_id: str, name: str, partition: int, count: int) -> None:
         topic = self.clusters[cluster_id].topics[name]
@@ -238,6 +292,12 @@ class World:
         if candidates:
             r = p.log.pop(candidates[pick % len(candidates)])
             r.gone = "compacted"
+
+    def first_at(self, topic_id: str, partition: int, ts_ms: int, otherwise: int) -> int:
+        """The offset a timestamp initializer starts ``partition`` at: the first held record at or after
+        ``ts_ms``, else ``otherwise`` (the end)."""
+        found = self._first_at(self.by_topic_id[topic_id].partitions[partition], ts_ms)
+        return otherwise if found is None else found
 
     def reachable(self, connection: ClusterMetadata) -> WCluster | None:
         cluster = self.clusters.get(connection.cluster_id)
@@ -338,17 +398,26 @@ def coordinates(r: Record) -> Coordinates:
 
 
 class Crasher:
-    """Counts crash points during one call; raises ``Crash`` at the armed one."""
+    """Counts crash points during one call; raises ``Crash`` at the armed one. Before that, an action scheduled at
+    a point runs there (another actor acting in the middle of the call), and ``on_point`` at every point."""
 
     def __init__(self) -> None:
         self.armed: int | None = None
         self.count = 0
         self.crashed_at: str | None = None
+        self.actions: dict[int, Callable[[str], None]] = {}
+        self.on_point: Callable[[str], None] | None = None
 
-    def arm(self, at: int | None) -> None:
+    def arm(self, at: int | None, actions: Mapping[int, Callable[[str], None]] | None = None) -> None:
         self.armed, self.count, self.crashed_at = at, 0, None
+        self.actions = dict(actions or {})
 
     def point(self, name: str) -> None:
+        action = self.actions.pop(self.count, None)
+        if action is not None:
+            action(name)
+        if self.on_point is not None:
+            self.on_point(name)
         if self.armed is not None and self.count == self.armed:
             self.crashed_at = name
             self.armed = None
@@ -356,15 +425,43 @@ class Crasher:
         self.count += 1
 
 
+@dataclass(eq=False)
+class Orphan:
+    """A write that outlived its client: a Spark Connect server finishing a killed client's job, or a backfill's
+    MERGE still running. It may land at any later step, or never."""
+
+    run_seq: int | None  # the run it belongs to (None: a backfill's MERGE)
+    what: str
+    land: Callable[[], None]
+
+
+def undecodable(r: Record, pipeline: PipelineConfig) -> bool:
+    """The decode verdict of the CURRENT config, as ``dynamic_kafka.spark.decode`` gives it: under value_format json
+    a value that is not JSON, and with json_strict also one with a field ``value_schema`` lacks; nothing under
+    string."""
+    return pipeline.value_format == "json" and (r.bad or (r.lax and pipeline.json_strict))
+
+
 class SinkModel:
-    """The sink and dead-letter tables: rows plus Delta's per-app txn version."""
+    """The sink and dead-letter tables: rows (with their ``_run_seq``; None for a backfill's) plus Delta's per-app
+    txn version, and the other writers of the two tables."""
 
     def __init__(self, crasher: Crasher) -> None:
         self.rows: list[Record] = []
         self.dead: list[Record] = []
+        self.row_seqs: list[int | None] = []
+        self.dead_seqs: list[int | None] = []
         self.txn: dict[str, int] = {}
         self.dead_txn: dict[str, int] = {}
         self.crasher = crasher
+        self.sink_commits = 0  # commits to the sink table, any writer's (a non-blind append's conflict check)
+        # A foreign delta-spark commit (OPTIMIZE, DELETE, VACUUM, a backfill MERGE) that a check-then-rename log
+        # store lets take the version of the next run append: that append's commit (rows and txn) is gone.
+        self.replace_next: str | None = None
+        self.replaced: list[str] = []
+        self.orphans: list[Orphan] = []
+        self.purged: set[int] = set()  # identities a user's DELETE removed
+        self.on_append: Callable[[str, int], None] | None = None  # the harness's check that the writer may write
 
     def committed_txn_version(self, sink_path: object, app_id: str) -> int | None:
         return self.txn.get(app_id)
@@ -378,13 +475,46 @@ class SinkModel:
 
         return versions
 
-    @staticmethod
-    def _append(table: list[Record], txns: dict[str, int], rows: list[Record], app_id: str, version: int) -> None:
+    def landed_frontier(
+        self, pipeline: PipelineConfig, after_run_seq: int | None, *, backfills: bool = False
+    ) -> dict[TopicPartition, int]:
+        """``realign.landed_frontier`` over the model's rows."""
+        frontier: dict[TopicPartition, int] = {}
+        for table, seqs in ((self.rows, self.row_seqs), (self.dead, self.dead_seqs)):
+            for r, seq in zip(table, seqs, strict=True):
+                if (seq is None and backfills) or (
+                    seq is not None and after_run_seq is not None and seq > after_run_seq
+                ):
+                    key = TopicPartition(cluster_id=r.cluster_id, topic=r.topic, partition=r.partition)
+                    frontier[key] = max(frontier.get(key, 0), r.offset + 1)
+        return frontier
+
+    def _append(self, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> None:
+        table, seqs, txns = (self.dead, self.dead_seqs, self.dead_txn) if dead else (self.rows, self.row_seqs, self.txn)
         prior = txns.get(app_id)
         if prior is not None and version <= prior:
             return  # Delta skips an idempotent write whose version it has seen for the app
+        if self.on_append is not None:
+            self.on_append(what, version)
+        if not dead:
+            self.sink_commits += 1
+        if self.replace_next is not None:
+            self.replaced.append(f"the {what} of run {version} (replaced by a concurrent {self.replace_next})")
+            self.replace_next = None
+            return
         table.extend(rows)
+        seqs.extend([version] * len(rows))
         txns[app_id] = version
+
+    def _job(self, point: str, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> None:
+        """One Spark job appending to a table. A kill of the client while it runs (the crash point before it)
+        leaves it running on the server: an orphan that may still commit."""
+        try:
+            self.crasher.point(point)
+        except Crash:
+            self.orphans.append(Orphan(version, what, lambda: self._append(dead, rows, app_id, version, what)))
+            raise
+        self._append(dead, rows, app_id, version, what)
 
     def write_incremental(
         self,
@@ -395,12 +525,13 @@ class SinkModel:
         overlaps: Sequence[Split] = (),
         prepared: object = None,
     ) -> WriteResult:
-        del prepared  # the model's records carry their values; there is nothing to decode
+        del prepared  # the model's records carry their values; the verdict comes from the config
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior is not None and prior >= run_seq:
             return WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
         rows = list(frame)
+        read_at = self.sink_commits
         if overlaps:
             present = {coordinates(r) for r in [*self.rows, *self.dead]}
 
@@ -412,12 +543,24 @@ class SinkModel:
                 )
 
             rows = [r for r in rows if not (in_overlaps(r) and coordinates(r) in present)]
-        bad = [r for r in rows if r.bad]
-        good = [r for r in rows if not r.bad]
+        bad = [r for r in rows if undecodable(r, pipeline)]
+        good = [r for r in rows if not undecodable(r, pipeline)]
+        if bad and pipeline.on_decode_error == "fail":
+            first = bad[0]
+            raise UndecodableRecordError(
+                cluster_id=first.cluster_id,
+                topic=first.topic,
+                partition=first.partition,
+                offset=first.offset,
+                reason="simulated: value is not valid JSON",
+            )
         if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
-            self._append(self.dead, self.dead_txn, bad, app_id, run_seq)
+            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters")
             self.crasher.point("between_dead_letters_and_sink")
-        self._append(self.rows, self.txn, good, app_id, run_seq)
+        if overlaps and self.sink_commits != read_at:
+            # The anti-join read the sink inside the append's transaction: Delta's conflict check fails it.
+            raise SparkJobError(f"simulated ConcurrentAppendException: the sink changed under run {run_seq}'s read")
+        self._job("writing_sink", False, good, app_id, run_seq, "sink append")
         per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
         return WriteResult(
             records=len(rows),
@@ -428,28 +571,45 @@ class SinkModel:
             deduplicated=len(frame) - len(rows),
         )
 
-    def merge(self, rows: list[Record], marker: tuple[str, int] | None) -> int:
+    def merge(self, rows: list[Record], marker: tuple[str, int] | None, pipeline: PipelineConfig) -> int:
         """The backfill MERGEs: insert rows whose (cluster, topic, partition, offset) the table lacks; a table
         MERGEd into records ``marker`` (app id, version) unless its log holds a higher version for the app."""
         inserted = 0
-        for table, txns, part in (
-            (self.dead, self.dead_txn, [r for r in rows if r.bad]),
-            (self.rows, self.txn, [r for r in rows if not r.bad]),
+        for table, seqs, txns, part in (
+            (self.dead, self.dead_seqs, self.dead_txn, [r for r in rows if undecodable(r, pipeline)]),
+            (self.rows, self.row_seqs, self.txn, [r for r in rows if not undecodable(r, pipeline)]),
         ):
             if marker is not None and part and txns.get(marker[0], 0) < marker[1]:
                 txns[marker[0]] = marker[1]
+            if table is self.rows and part:
+                self.sink_commits += 1
             present = {coordinates(r) for r in table}
             for r in part:
                 if coordinates(r) not in present:
                     table.append(r)
+                    seqs.append(None)
                     present.add(coordinates(r))
                     inserted += 1
             if table is self.dead:
                 self.crasher.point("between_backfill_merges")
         return inserted
 
+    def foreign_commit(self, kind: str, pick: int, *, replace_next: bool) -> None:
+        """Another Spark process commits to the sink: OPTIMIZE and VACUUM change no row, a DELETE removes one (on
+        purpose: that record is no longer owed to the sink). With ``replace_next`` it is concurrent with the next
+        run append and takes that commit's version."""
+        if replace_next:
+            self.replace_next = kind
+            return
+        self.sink_commits += 1
+        if kind == "DELETE" and self.rows:
+            index = pick % len(self.rows)
+            self.purged.add(self.rows.pop(index).identity)
+            self.row_seqs.pop(index)
+
     def landed(self) -> Counter[int]:
-        return Counter(r.uid for r in [*self.rows, *self.dead])
+        """How often each record (by identity: a mirrored copy is its original) is in the two tables."""
+        return Counter(r.identity for r in [*self.rows, *self.dead])
 
 
 # ------------------------------------------------------------------------------------------------------ harness
@@ -467,15 +627,58 @@ class ModelRunner(runner_module.PipelineRunner):
         return plan, brokers, metadata
 
 
+class _OneTick:
+    """Stands in for a ``LeaseKeeper``'s stop event so that its loop makes exactly one renewal, now."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.ticked = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.ticked:
+            return True
+        self.ticked = True
+        return False
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+
+
 class Harness:
     """One pipeline over the world: real runner + real state store, world brokers + sink model."""
 
-    def __init__(self, root: Path, world: World, pipeline: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        world: World,
+        pipeline: dict[str, Any],
+        *,
+        sink: SinkModel | None = None,
+        service: InMemoryMetadataService | None = None,
+    ) -> None:
+        self.root = root
         self.world = world
-        self.crasher = Crasher()
-        self.sink = SinkModel(self.crasher)
-        self.service = InMemoryMetadataService()
+        self.crasher = sink.crasher if sink is not None else Crasher()
+        self.sink = sink or SinkModel(self.crasher)
+        self.service = service or InMemoryMetadataService()
         self.streams: dict[str, dict[str, set[str]]] = {}
+        # Per cluster, its own starting_offsets in the metadata (a mirror's handover). Like a metadata file's
+        # cluster entry it is the cluster's, whatever stream lists it (the planner takes any stream's override).
+        self.overrides: dict[str, TimestampOffsets] = {}
+        self.settings = dict(pipeline)
+        self.committed: list[Plan] = []
+        self.abandoned: set[int] = set()  # run_seqs given up, by an operator or by policy
+        self.keepers: list[LeaseKeeper] = []
+        self.lease_faults = 0  # renewals that fail (a state store timing out), from the next crash point on
+        self.violations: list[str] = []
+        self.crasher.on_point = self._on_point
+        self.sink.on_append = self._check_writer
+        self.runner = self._build(pipeline, [])
+
+    def _build(self, pipeline: dict[str, Any], planned: list[Any]) -> ModelRunner:
         project = ProjectConfig.model_validate(
             {
                 "metadata_service": {"type": "single_cluster", "cluster_id": "unused", "bootstrap_servers": "x:1"},
@@ -483,9 +686,10 @@ class Harness:
                     {
                         "id": "p",
                         "stream_pattern": "s[0-9]",
-                        "sink": {"path": str(root / "sink")},
-                        "state_path": str(root / "state"),
-                        "value_format": "string",
+                        "sink": {"path": str(self.root / "sink")},
+                        "state_path": str(self.root / "state"),
+                        "value_format": "json",
+                        "value_schema": "id INT",
                         "metadata_retries": {"attempts": 1, "backoff_seconds": 0},
                         # The group commit is monitoring only and talks to real brokers; the model has none.
                         "consumer_group": None,
@@ -494,13 +698,34 @@ class Harness:
                 ],
             }
         )
-        self.runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: None)  # type: ignore[arg-type,return-value]
-        self.runner.planned = []
-        self.pipeline = self.runner.pipeline
-        self.store: StateStore = self.runner.store
-        # Plans whose state commit happened, in commit order (a crash right after the commit still counts).
-        self.committed: list[Plan] = []
+        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: None)  # type: ignore[arg-type,return-value]
+        runner.planned = planned
+        self.pipeline = runner.pipeline
+        self.store: StateStore = runner.store
         self._wrap_store()
+        return runner
+
+    def reconfigure(self, **changes: Any) -> None:
+        """An operator edits the pipeline's config; the next invocation is a new process reading it."""
+        self.settings.update(changes)
+        if self.settings.get("value_format") == "string":
+            self.settings["value_schema"] = None
+        elif self.settings.get("value_format") == "json":
+            self.settings["value_schema"] = "id INT"
+        self.runner = self._build(self.settings, self.runner.planned)
+
+    def on_other_machine(self, host: str) -> Harness:
+        """The same pipeline run by a process of another machine named ``host`` whose pid namespace id equals
+        this one's (the initial pid namespace of every Linux machine has the same id) and whose pid does not
+        exist here. It shares the world, the sink, the metadata and the state."""
+        other = Harness(self.root, self.world, self.settings, sink=self.sink, service=self.service)
+        other.streams, other.overrides = self.streams, self.overrides
+        other.committed, other.abandoned = self.committed, self.abandoned
+        other.runner.planned = self.runner.planned
+        own = self.runner.owner
+        other.runner.owner = RunOwner(host=host, pid=_absent_pid(), pidns=own.pidns, token="f" * 16)
+        self.crasher.on_point, self.sink.on_append = self._on_point, self._check_writer
+        return other
 
     def _wrap_store(self) -> None:
         store = self.store
@@ -518,8 +743,48 @@ class Harness:
             self.crasher.point("after_state_commit")
             return version
 
+        abandon_run = store.abandon_run
+
+        def abandoning(run_seq: int, **kw: Any) -> int:
+            version = abandon_run(run_seq, **kw)
+            self.abandoned.add(run_seq)
+            return version
+
         store.commit_run = committing_run  # type: ignore[method-assign]
         store.commit_empty_run = committing_empty  # type: ignore[method-assign]
+        store.abandon_run = abandoning  # type: ignore[method-assign]
+
+    # ---- leases
+
+    def _on_point(self, name: str) -> None:
+        """A renewal of every live lease fails while ``lease_faults`` lasts (one renewal per crash point)."""
+        for keeper in self.keepers:
+            if self.lease_faults and not keeper._stopped.is_set() and keeper._lost is None:
+                self.lease_faults -= 1
+                self._renew_failing(keeper)
+
+    @staticmethod
+    def _renew_failing(keeper: LeaseKeeper) -> None:
+        store = keeper._store
+
+        def timing_out(*_: Any, **__: Any) -> int:
+            raise StateError("simulated: the state's object store timed out (one request)")
+
+        event = keeper._stopped
+        store.lease = timing_out  # type: ignore[method-assign]
+        keeper._stopped = _OneTick(event)  # type: ignore[assignment]
+        try:
+            keeper._loop()
+        finally:
+            keeper._stopped = event
+            del store.lease
+
+    def _check_writer(self, what: str, version: int) -> None:
+        """A run's data may land only while its lease holds: after a lost lease another process may have taken
+        the run over (or abandoned it)."""
+        for keeper in self.keepers:
+            if keeper._plan.run_seq == version and keeper._lost is not None and not keeper._stopped.is_set():
+                self.violations.append(f"run {version} wrote its {what} after its lease was lost ({keeper._lost})")
 
     # ---- metadata
 
@@ -528,7 +793,10 @@ class Harness:
         for sid, placements in sorted(self.streams.items()):
             clusters = {
                 cid: ClusterMetadata(
-                    cluster_id=cid, bootstrap_servers=self.world.clusters[cid].bootstrap, topics=frozenset(topics)
+                    cluster_id=cid,
+                    bootstrap_servers=self.world.clusters[cid].bootstrap,
+                    topics=frozenset(topics),
+                    starting_offsets=self.overrides.get(cid),
                 )
                 for cid, topics in placements.items()
                 if topics
@@ -540,15 +808,28 @@ class Harness:
     # ---- execution
 
     @contextlib.contextmanager
-    def patched(self) -> Iterator[None]:
+    def patched(self, day: int | None = None) -> Iterator[int]:
         # Each invocation is a new process: a crash in the previous one left a planned head whose owner is this
         # (live) pid, so the clock jumps past every earlier lease, as it would have expired before a real restart.
-        skew = timedelta(days=next(_INVOCATIONS))
+        # ``day``: the same moment as an earlier invocation (two processes at once, on two machines).
+        day = new_day() if day is None else day
+        skew = timedelta(days=day)
+        harness = self
+
+        class Keeper(LeaseKeeper):
+            """Renews only when the model says (``_on_point``): a renewal that succeeds changes nothing else."""
+
+            def start(self) -> LeaseKeeper:
+                harness.keepers.append(self)
+                return self
+
         swaps = [
             (runner_module, "committed_txn_version", self.sink.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
+            (runner_module, "LeaseKeeper", Keeper),
             (runner_module._Deadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
+            (realign_module, "landed_frontier", self.sink.landed_frontier),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
@@ -559,19 +840,36 @@ class Harness:
         saved = [(m, n, getattr(m, n)) for m, n, _ in swaps]
         for m, n, v in swaps:
             setattr(m, n, v)
+        self.crasher.on_point, self.sink.on_append = self._on_point, self._check_writer
         try:
-            yield
+            yield day
         finally:
             for m, n, v in saved:
                 setattr(m, n, v)
+            self.keepers = [k for k in self.keepers if not k._stopped.is_set() and k._lost is None]
 
-    def run(self, crash_at: int | None) -> Any:
-        self.crasher.arm(crash_at)
-        with self.patched():
+    def run(
+        self, crash_at: int | None, actions: Mapping[int, Callable[[str], None]] | None = None, day: int | None = None
+    ) -> Any:
+        self.crasher.arm(crash_at, actions)
+        with self.patched(day):
             return self.runner.run()
 
-    def backfill(self, start_ms: int, end_ms: int, crash_at: int | None) -> Plan | None:
-        """``backfill.run_backfill``'s steps with the world for Spark: plan, record the frontier, read, MERGE."""
+    def abandon(self, run_seq: int, reason: str) -> int:
+        """``dynamic-kafka abandon``: the real ``PipelineRunner.abandon``."""
+        self.crasher.arm(None)
+        with self.patched():
+            return self.runner.abandon(run_seq, reason)
+
+    def realign(self) -> Realignment:
+        """``dynamic-kafka realign --yes``: the real ``realign``."""
+        self.crasher.arm(None)
+        with self.patched():
+            return realign_module.realign(self.pipeline, self.store, yes=True)
+
+    def backfill(self, start_ms: int, end_ms: int, crash_at: int | None, *, stall: bool = False) -> Plan | None:
+        """``backfill.run_backfill``'s steps with the world for Spark: plan, record the frontier, read, MERGE.
+        ``stall``: the MERGE is still running when this returns (an orphan that lands later, or never)."""
         self.crasher.arm(crash_at)
         start = datetime.fromtimestamp(start_ms / 1000, UTC)
         end = datetime.fromtimestamp(end_ms / 1000, UTC)
@@ -586,15 +884,37 @@ class Harness:
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
             in_window = [r for r in frame if start_ms <= r.ts_ms < end_ms]
             marker = None if sequence is None else (backfill_app_id(self.pipeline.id), sequence)
-            self.sink.merge(in_window, marker)
+            pipeline = self.pipeline
+            if stall:
+                self.sink.orphans.append(
+                    Orphan(None, f"backfill {sequence} MERGE", lambda: self._merge(in_window, marker, pipeline))
+                )
+                return plan
+            self._merge(in_window, marker, pipeline)
             self.crasher.point("after_backfill_merge")
             return plan
+
+    def _merge(self, rows: list[Record], marker: tuple[str, int] | None, pipeline: PipelineConfig) -> None:
+        self.sink.merge(rows, marker, pipeline)
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
         for p, brokers, metadata, state in reversed(self.runner.planned):
             if p == plan:
                 return brokers, metadata, state
         raise AssertionError(f"run {plan.run_seq} was committed but never planned by the model's runner")
+
+
+def _absent_pid() -> int:
+    """A pid no process of this machine has."""
+    pid = 4_000_000
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid -= 1
 
 
 def epoch_ms(moment: datetime) -> int:
