@@ -200,7 +200,6 @@ def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_cha
 HOLE = pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
 
 
-@HOLE
 def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_record_twice() -> None:
     with machine_without("item1_mirror_failover_reads_from_earliest") as r:
         r.produce_mirrored(partition=0, count=2, bad=False)  # c1/m[0]@0, @1, copied to c2/m[0]@0, @1
@@ -239,7 +238,6 @@ def test_item3_a_late_write_of_an_abandoned_run_does_not_land() -> None:
         r.run_clean()  # run 2 plans [0, 2) again and appends under txn 2: both records twice
 
 
-@HOLE
 def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> None:
     with machine_without("item4_decode_inputs_not_pinned") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @0 not JSON

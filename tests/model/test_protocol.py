@@ -565,8 +565,6 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(setting=st.sampled_from(["json_strict", "json_strict", "on_decode_error", "value_format"]))
     def edit_config(self, setting: str) -> None:
         """An operator flips a decode setting, maybe between a crash and its recovery."""
-        if setting == "json_strict" and self.pending and "item4_decode_inputs_not_pinned" in self.holes:
-            return
         now = self.harness.pipeline
         value = {
             "json_strict": not now.json_strict,
@@ -711,7 +709,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def fail_over_to_the_mirror(self) -> None:
         """Stream s3 moves to the mirror c2 with a timestamp handover: c2's own ``starting_offsets`` in the metadata
         is the switch time, and producers write to c2 from then on."""
-        if self.mirror != "c1" or "item1_mirror_failover_reads_from_earliest" in self.holes:
+        if self.mirror != "c1":
             return
         switch = self.world.clock_ms + 1
         self.harness.streams["s3"] = {"c2": {"m"}}
