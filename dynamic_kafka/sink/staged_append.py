@@ -31,10 +31,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.errors import CommitLostError, SparkJobError
+from dynamic_kafka.errors import CommitLostError, DynamicKafkaError, SparkJobError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.secrets import mask_secrets
+from dynamic_kafka.sink.commits import COMMIT_ID_KEY, first_with_txn
 from dynamic_kafka.spark.schema import STATS_COLUMNS
+from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as DeltaTableRs
@@ -70,15 +72,17 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
     return _by_name(table_fields) == _by_name(rows_schema_json["fields"])
 
 
-def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int) -> None:
+def staged_append(
+    rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int, commit_id: str
+) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
-    ``(app_id, run_seq)`` on the snapshot ``opened``.
+    ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``.
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
 
     Raises:
-        CommitLostError: another writer committed a txn of ``app_id`` after ``opened``; nothing of ours is
-            visible (the caller looks at what that writer committed).
+        CommitLostError: another writer committed a txn of ``app_id`` after ``opened`` (the message names it);
+            nothing of ours is visible (the caller looks at what that writer committed).
         SparkJobError: reading the staged files or the commit failed; nothing is visible (retriable).
         ObjectStoreError: the table's object store cannot be used.
     """
@@ -88,15 +92,16 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
     folder = f"{_FOLDER_PREFIX}{run_seq}-{uuid.uuid4().hex[:12]}"
     # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
     # expectations); a plain Parquet write would use INT96, which carries no statistics.
-    rows.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    (
-        rows.write.mode("error")
-        # No _SUCCESS marker: a hidden file nothing would ever remove.
-        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-        .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
-    )
+    with session_settings(rows.sparkSession, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
+        (
+            rows.write.mode("error")
+            # No _SUCCESS marker: a hidden file nothing would ever remove.
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
+        )
     crash_point("after_staging")
     doing = f"committing the staged files of run {run_seq} to {table}"
+    read_version = opened.version()
     try:
         adds = _add_actions(table, folder)
         opened.create_write_transaction(
@@ -107,12 +112,13 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
                 app_transactions=[Transaction(app_id=app_id, version=run_seq)],
                 # delta-rs leaves this commitInfo field out; Delta's history shows it, and a staged append is
                 # blind by construction.
-                custom_metadata={"isBlindAppend": True},
+                custom_metadata={"isBlindAppend": True, COMMIT_ID_KEY: commit_id},
             ),
         )
     except CommitFailedError as e:
+        winner = _winner(table, read_version, app_id)
         raise CommitLostError(
-            f"{doing}: another writer committed a transaction of {app_id!r} first ({mask_secrets(str(e))})",
+            f"{doing}: another writer committed a transaction of {app_id!r} first: {winner} ({mask_secrets(str(e))})",
             hint="Nothing of this write is visible; the run's outcome is what that writer committed.",
         ) from e
     except (DeltaError, OSError) as e:
@@ -120,6 +126,20 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
         raise failure from e
     logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
     keep_checkpoint_cadence(opened, str(table))
+
+
+def _winner(table: TableRef, read_version: int, app_id: str) -> str:
+    """The commit that won against a staged commit built on ``read_version``, as the log names it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        latest = DeltaTable(table.delta_rs_uri, storage_options=table.storage_options()).version()
+        winner = first_with_txn(table, read_version, latest, app_id)
+    except (DeltaError, DynamicKafkaError, OSError) as e:
+        logger.debug("the log of %s does not say which writer won: %s", table, e)
+        winner = None
+    return winner.describe() if winner is not None else "the log does not say which writer"
 
 
 def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
