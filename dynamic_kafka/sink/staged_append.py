@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -47,9 +49,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# The folder of one staged write, under the table's root. Not hidden (no leading "_" or "."), so VACUUM cleans
-# the files of a write that never committed.
+# The folder of one run's staged writes, under the table's root (``dk-run-<run_seq>-<pipeline id>``), with one
+# subfolder per attempt. Not hidden (no leading "_" or "."), so VACUUM cleans the files of a write that never
+# committed; what VACUUM does not reach (hidden files, earlier attempts' task folders) the attempt that commits
+# removes.
 _FOLDER_PREFIX = "dk-run-"
+# Spark's name for a task's output file: part-<task>-<the write job's UUID>-c<file>[.<codec>].parquet.
+_JOB_FILE = re.compile(
+    r"^part-\d{5}-(?P<job>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-c\d{3}(\.\w+)?\.parquet$"
+)
 _STATS = frozenset(STATS_COLUMNS.split(","))
 _RETRY = "Nothing was committed; the next run recovers this one."
 # delta-spark's default checkpoint interval, kept by staged commits unless the table sets its own.
@@ -89,7 +97,8 @@ def staged_append(
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    folder = f"{_FOLDER_PREFIX}{run_seq}-{uuid.uuid4().hex[:12]}"
+    run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
+    folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
     # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
     # expectations); a plain Parquet write would use INT96, which carries no statistics.
     with session_settings(rows.sparkSession, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
@@ -97,6 +106,10 @@ def staged_append(
             rows.write.mode("error")
             # No _SUCCESS marker: a hidden file nothing would ever remove.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Tasks commit into the job's _temporary folder, and only the attempts the driver committed are moved
+            # into the folder when the job commits: a failed or retried attempt's output never becomes visible
+            # there (algorithm 2, which a session may set, moves each attempt's files in as it commits).
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
             .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
         )
     crash_point("after_staging")
@@ -126,6 +139,41 @@ def staged_append(
         raise failure from e
     logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
     keep_checkpoint_cadence(opened, str(table))
+    _remove_leftovers(table, run_folder, folder)
+
+
+def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
+    """Removes what VACUUM would not: earlier attempts of this run (killed writes: task folders, data files no
+    version references) and the hidden files beside the committed ones (Hadoop's checksums on local disk).
+
+    Only after this attempt's commit: the run's transaction is then in the log, so no other writer of the run
+    can commit an earlier attempt's files any more. A failure is logged, never raised: the commit stands, and
+    VACUUM still removes the visible files after the retention period.
+    """
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileSelector, FileType, PyFileSystem
+
+    try:
+        if table.location.is_local:
+            root = table.location.local_path
+            leftovers = [e for e in (root / run_folder).iterdir() if f"{run_folder}/{e.name}" != committed]
+            leftovers += [e for e in (root / committed).iterdir() if e.name.startswith(("_", "."))]
+            for entry in leftovers:
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            return
+        fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+        for info in fs.get_file_info(FileSelector(run_folder)):
+            if info.path.rstrip("/") != committed and info.type == FileType.Directory:
+                fs.delete_dir(info.path)
+            elif info.path.rstrip("/") != committed:
+                fs.delete_file(info.path)
+    except OSError as e:
+        logger.warning(
+            "leftovers of earlier writes under %s/%s not removed: %s", table, run_folder, mask_secrets(str(e))
+        )
 
 
 def _winner(table: TableRef, read_version: int, app_id: str) -> str:
@@ -176,9 +224,13 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
 
     fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
     adds: list[AddAction | RemoveAction] = []
-    for info in fs.get_file_info(FileSelector(folder)):
-        if info.type != FileType.File or info.base_name.startswith(("_", ".")):
-            continue
+    files = [
+        info
+        for info in fs.get_file_info(FileSelector(folder))
+        if info.type == FileType.File and not info.base_name.startswith(("_", "."))
+    ]
+    _check_one_job(table, folder, [info.base_name for info in files])
+    for info in files:
         with fs.open_input_file(info.path) as handle:
             footer = pq.read_metadata(handle)
         if footer.num_rows == 0:
@@ -194,6 +246,29 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
             )
         )
     return adds
+
+
+def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
+    """Refuses a staging folder that holds anything but the output files of one Spark job.
+
+    The folder is this attempt's own, so its visible files are the tasks the write's job committed; a file that
+    is not named as that job's output, or files of two jobs, mean something else wrote there, and committing the
+    folder could land records twice.
+
+    Raises:
+        SparkJobError: the folder holds other files (retriable: the next run writes the run into a new folder).
+    """
+    jobs = {match.group("job") if (match := _JOB_FILE.match(name)) else None for name in names}
+    if len(jobs) <= 1 and None not in jobs:
+        return
+    strays = sorted(name for name in names if not _JOB_FILE.match(name))
+    raise SparkJobError(
+        f"the staging folder {table}/{folder} holds files that are not the output of its write's Spark job "
+        f"({', '.join(strays[:5]) or f'output of {len(jobs)} jobs'}); nothing was committed, so no record can land "
+        "twice.",
+        hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
+        f"{_FOLDER_PREFIX}* folders of a sink.",
+    )
 
 
 def file_stats(footer: Any) -> dict[str, Any]:

@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,7 +23,7 @@ from exactly_once_support import TwoClusterStream, assert_nothing_left, committe
 from foreign_writer_support import fail_after_appends, race_appends
 
 from dynamic_kafka.errors import CommitLostError, DynamicKafkaError
-from dynamic_kafka.sink import committed_txn_version, tables
+from dynamic_kafka.sink import committed_txn_version, staged_append, tables
 from dynamic_kafka.storage import TableRef
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness
@@ -32,12 +35,20 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
+# A run that failed in this process keeps its lease until it expires (the next run then recovers it).
+LEASE_SECONDS = 3
+
+
+def _lease_expires() -> None:
+    time.sleep(LEASE_SECONDS + 0.5)
+
 
 def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_the_next_run_lands_it_once(
     kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
+    harness.configure(run_lease_seconds=LEASE_SECONDS)
     stream.produce("first", east=6, west=4)
     assert harness.runner().run().run_seq == 1
     ends_before = stream.end_offsets()
@@ -59,6 +70,7 @@ def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_th
     assert committed_offsets(harness) == ends_before
     assert committed_txn_version(harness.sink_path, "p") == 1
     assert not set(lost_rows) & set(harness.sink_rows())
+    _lease_expires()
 
     recovering = harness.runner().run()
 
@@ -84,6 +96,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
         value_format="json",
         value_schema="n INT",
         on_decode_error="dead_letter",
+        run_lease_seconds=LEASE_SECONDS,
     )
     harness.set_streams({"orders": {"east": [topic]}})
     dead_letter_path = tmp_path / "sink_dead_letter"
@@ -114,6 +127,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
     assert raised.value.retriable
     assert committed_txn_version(harness.sink_path, "p") == 1  # the sink was not written after the lost commit
     assert committed_txn_version(dead_letter_path, "p") == 1
+    _lease_expires()
     assert harness.runner().run().recovered_run_seq == 2
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
 
@@ -127,6 +141,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
 
     monkeypatch.undo()
     assert committed_txn_version(harness.sink_path, "p") == 2
+    _lease_expires()
     assert harness.runner().run().recovered_run_seq == 4
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
     assert_nothing_left(harness)
@@ -179,3 +194,42 @@ def test_a_staged_commit_that_lost_names_the_writer_that_won(spark: Any, tmp_pat
     assert "Delta-Lake/" in str(lost.value)
     assert "transaction p 3" in str(lost.value)
     assert committed_txn_version(table, "p") == 3
+
+
+def test_a_stray_file_in_a_staging_folder_never_lands_and_the_next_run_removes_the_leftovers(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file in a staged write's folder that its Spark job did not commit (as a retried task attempt's output
+    under the v2 file committer, or another writer, leaves) is never committed: the run fails retriably, and the
+    next run writes the run into a new folder and removes the earlier attempt's, hidden files included."""
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    harness = stream.harness
+    harness.configure(run_lease_seconds=LEASE_SECONDS)
+    stream.produce("first", east=4, west=2)
+    assert harness.runner().run().run_seq == 1
+    stream.produce("second", east=5, west=3)
+    strays: list[Path] = []
+
+    def stray_output(name: str) -> None:
+        if name != "after_staging" or strays:
+            return
+        written = max(harness.sink_path.glob("dk-run-*/**/part-*.parquet"), key=lambda p: p.stat().st_mtime)
+        stray = written.with_name(f"part-00000-{uuid.uuid4()}-c000.snappy.parquet")
+        shutil.copyfile(written, stray)
+        strays.append(stray)
+
+    monkeypatch.setattr(staged_append, "crash_point", stray_output)
+    with pytest.raises(DynamicKafkaError) as raised:
+        harness.runner().run()
+
+    monkeypatch.undo()
+    assert raised.value.retriable
+    assert strays[0].name in str(raised.value)
+    assert committed_txn_version(harness.sink_path, "p") == 1
+    _lease_expires()
+    assert harness.runner().run().recovered_run_seq == 2
+    assert harness.sink_rows() == stream.expected_rows()
+    assert not strays[0].parent.exists()
+    hidden = [p for p in harness.sink_path.glob("dk-run-*/**/*") if p.name.startswith((".", "_"))]
+    assert hidden == []
+    assert_nothing_left(harness)
