@@ -11,7 +11,12 @@ commit gives the same guarantees:
   recorded a transaction of the same app id (another writer landed this run, or a later one, meanwhile);
 - the log entry is written with put-if-absent (a hard link locally, a conditional put on S3), so the files and the
   txn become visible together or not at all. Files of a run that died before its commit are in no version: no
-  reader sees them, and ``VACUUM`` removes them after the retention period.
+  reader sees them; the attempt that commits the run removes them (``VACUUM`` would, after the retention
+  period, except hidden ones and ``_temporary`` task folders);
+- the commit adds exactly the output of the attempt's own Spark job: each attempt writes into a folder of its
+  own with the file committer's algorithm 1 (a task attempt's files reach the folder only when the job commits
+  it), and a folder holding anything else is refused;
+- the commit carries a commit id, so the caller finds it in the log (:mod:`~dynamic_kafka.sink.commits`).
 
 Only a blind append (no read of the table inside the write) may be staged, only into an existing table whose
 protocol delta-rs writes without checks of its own (reader 1, writer <= 2, no table features, no column
@@ -150,6 +155,7 @@ def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
     can commit an earlier attempt's files any more. A failure is logged, never raised: the commit stands, and
     VACUUM still removes the visible files after the retention period.
     """
+    from deltalake.exceptions import DeltaError
     from deltalake.fs import DeltaStorageHandler
     from pyarrow.fs import FileSelector, FileType, PyFileSystem
 
@@ -170,7 +176,7 @@ def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
                 fs.delete_dir(info.path)
             elif info.path.rstrip("/") != committed:
                 fs.delete_file(info.path)
-    except OSError as e:
+    except (DeltaError, OSError) as e:
         logger.warning(
             "leftovers of earlier writes under %s/%s not removed: %s", table, run_folder, mask_secrets(str(e))
         )
@@ -261,11 +267,11 @@ def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
     jobs = {match.group("job") if (match := _JOB_FILE.match(name)) else None for name in names}
     if len(jobs) <= 1 and None not in jobs:
         return
-    strays = sorted(name for name in names if not _JOB_FILE.match(name))
+    # Which of them the job wrote cannot be told from the names: all are shown.
+    shown = ", ".join(sorted(names)[:6]) + (" ..." if len(names) > 6 else "")
     raise SparkJobError(
-        f"the staging folder {table}/{folder} holds files that are not the output of its write's Spark job "
-        f"({', '.join(strays[:5]) or f'output of {len(jobs)} jobs'}); nothing was committed, so no record can land "
-        "twice.",
+        f"the staging folder {table}/{folder} holds files that are not the output of one Spark job ({shown}); "
+        "nothing was committed, so no record can land twice.",
         hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
         f"{_FOLDER_PREFIX}* folders of a sink.",
     )
