@@ -333,6 +333,20 @@ class CommitLostError(SparkJobError):
     """
 
 
+class CommitOverwrittenError(SparkJobError):
+    """A run's append reported success but its commit is not in the table's log: another process's delta-spark
+    commit at the same version replaced the log entry (delta-spark's local and S3 log stores check, then write).
+    The run's offsets are not committed; the next run writes the run again.
+
+    Attributes:
+        table: the table whose log lost the commit.
+    """
+
+    def __init__(self, message: str, *, table: str, hint: str | None = None) -> None:
+        self.table = table
+        super().__init__(message, hint=hint)
+
+
 class SchemaMismatchError(ConfigError):
     """The pipeline's ``value_schema`` is invalid, or the sink's existing schema does not match what the pipeline
     would write. Found before anything is planned; not retriable until the config or the table changes.

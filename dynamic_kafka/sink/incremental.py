@@ -37,9 +37,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import CommitLostError, SparkJobError, StateBehindSinkError, UndecodableRecordError
+from dynamic_kafka.errors import (
+    CommitLostError,
+    CommitOverwrittenError,
+    DynamicKafkaError,
+    StateBehindSinkError,
+    UndecodableRecordError,
+)
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
+from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
@@ -47,6 +54,9 @@ from dynamic_kafka.sink.tables import (
     committed_txn_and_files,
     committed_txn_version,
     dead_letter_rows,
+    latest_version,
+    run_commit,
+    safe_text,
     sink_rows,
     spark_failures,
     table_exists,
@@ -55,7 +65,7 @@ from dynamic_kafka.sink.tables import (
 from dynamic_kafka.spark.decode import can_fail, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
-from dynamic_kafka.spark.session import size_log_replay
+from dynamic_kafka.spark.session import log_replay_settings, session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
@@ -86,12 +96,29 @@ class _Target:
         return not self.overlaps
 
 
+@dataclass(frozen=True)
+class _Landed:
+    """What a writer landed: the observation of the pass that wrote, and the commits holding the run's txn in the
+    sink and (None: not written) the dead-letter table, each ours or another writer's of the same run.
+    """
+
+    observation: Observation
+    sink: _Found
+    dead_letters: _Found | None = None
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The commit holding a run's txn in one table, and whether this write made it (its commit id)."""
+
+    commit: Commit
+    ours: bool
+
+
 # The decoded rows with a fresh observation of the write's metrics (an observation is filled by one job only).
 _Observed = Callable[[], "tuple[DataFrame, Observation]"]
 
-# Writes the rows; returns the observation of the pass that committed them and the dead-letter table's version
-# holding the run (None: not written).
-_Writer = Callable[[_Observed, _Target], "tuple[Observation, int | None]"]
+_Writer = Callable[[_Observed, _Target], _Landed]
 
 
 def write_incremental(
@@ -157,32 +184,32 @@ def write_incremental(
                 state_run_seq=run_seq - 1,
                 state_path="(the state this run was planned from)",
             )
-        size_log_replay(df.sparkSession, files)
-        decoded_frame = decode(df, pipeline, prepared)
-        check_table_schema(
-            sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
-        )
-        decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
-        counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+        with session_settings(df.sparkSession, log_replay_settings(files)):
+            decoded_frame = decode(df, pipeline, prepared)
+            check_table_schema(
+                sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
+            )
+            decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
+            counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
 
-        def observed_rows() -> tuple[DataFrame, Observation]:
-            observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
-            return decoded.observe(observation, *metric_columns(planned_pairs), *counts), observation
+            def observed_rows() -> tuple[DataFrame, Observation]:
+                observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
+                return decoded.observe(observation, *metric_columns(planned_pairs), *counts), observation
 
-        try:
-            observation, dead_letter_version = writer(observed_rows, target)
-        except CommitLostError:
-            # Another writer committed a txn of this pipeline between our check and our commit.
-            latest = committed_txn_version(target.sink_path, target.app_id)
-            if latest == run_seq:
-                return _already_committed(target, latest)
-            raise
-        except Exception as e:
-            incompatible = incompatible_error_from(e)
-            if incompatible is not None:
-                raise incompatible from e
-            raise
-        result = _outcome(target, planned_pairs, observation, read_count, dead_letter_version)
+            try:
+                landed = writer(observed_rows, target)
+            except CommitLostError:
+                # Another writer committed a txn of this pipeline between our check and our commit.
+                latest = committed_txn_version(target.sink_path, target.app_id)
+                if latest == run_seq:
+                    return _already_committed(target, latest)
+                raise
+            except Exception as e:
+                incompatible = incompatible_error_from(e)
+                if incompatible is not None:
+                    raise incompatible from e
+                raise
+            result = _outcome(target, planned_pairs, landed, read_count)
     logger.info(
         "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "
         "from a backfill (%d ranges checked)",
@@ -208,34 +235,29 @@ def _writer(pipeline: PipelineConfig) -> _Writer:
     return _write_or_fail if pipeline.on_decode_error == "fail" else _write_with_dead_letters
 
 
-def _write_all(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+def _write_all(observed_rows: _Observed, target: _Target) -> _Landed:
     """Bytes keys and values: every record decodes, so one append to the sink."""
     rows, observation = observed_rows()
-    append_idempotent(
-        sink_rows(rows, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
-    )
-    return observation, None
+    return _Landed(observation, _append(sink_rows(rows, target.run_seq), target.sink_path, target))
 
 
-def _write_or_fail(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+def _write_or_fail(observed_rows: _Observed, target: _Target) -> _Landed:
     """``on_decode_error: fail``: the append's own tasks fail on an undecodable record, so nothing is committed."""
     from pyspark.sql import functions as sf
 
     rows, observation = observed_rows()
     checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
-        append_idempotent(
-            sink_rows(checked, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
-        )
+        found = _append(sink_rows(checked, target.run_seq), target.sink_path, target)
     except Exception as e:
         decode_error = _decode_error_from(e)
         if decode_error is not None:
             raise decode_error from e
         raise
-    return observation, None
+    return _Landed(observation, found)
 
 
-def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> _Landed:
     """``on_decode_error: dead_letter``: first the one-pass append of ``fail``; if a record does not decode
     (that job committed nothing), the persisted two-table write.
 
@@ -254,7 +276,7 @@ def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> tuple
     return _write_both(observed_rows, target)
 
 
-def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
+def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
     """One read, persisted; dead letters first, then the sink (same txn)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
@@ -263,13 +285,8 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
-        append_idempotent(
-            dead_letter_rows(bad, target.run_seq),
-            target.dead_letter_path,
-            target.app_id,
-            target.run_seq,
-            blind=target.blind,
-        )
+        # Confirmed before the sink is written: the sink holding the run means the whole run is in.
+        dead_letters = _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
         crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
@@ -277,12 +294,66 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
             # Delta checks that read against a concurrent backfill MERGE (a MERGE committed in between
             # is skipped here, though then the counts still include its rows).
             good = _without_present(good, [target.sink_path], target.overlaps)
-        append_idempotent(
-            sink_rows(good, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
-        )
+        found = _append(sink_rows(good, target.run_seq), target.sink_path, target)
     finally:
         cached.unpersist()
-    return observation, txn_commit_version(target.dead_letter_path, target.app_id, target.run_seq)
+    return _Landed(observation, found, dead_letters)
+
+
+def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
+    """Appends ``rows`` with the run's txn and a fresh commit id, then finds the commit holding the run in the
+    table's log: a run commits its offsets only on what the log says.
+
+    An append that raised may have committed all the same (a Connect server's answer lost after the commit,
+    delta-rs failing after publishing the entry): when the log holds this write's commit, the append stands.
+
+    Raises:
+        CommitOverwrittenError: the append reported success, but no version holds the run's txn: another
+            process's commit replaced the entry (nothing of the run is visible; the next run writes it again).
+    """
+    commit_id = new_commit_id()
+    try:
+        append_idempotent(rows, table, target.app_id, target.run_seq, commit_id=commit_id, blind=target.blind)
+    except CommitLostError:
+        raise
+    except Exception as e:
+        try:
+            commit = run_commit(table, target.app_id, target.run_seq)
+        except DynamicKafkaError as unreadable:
+            logger.warning("cannot tell whether the failed write to %s committed: %s", table, unreadable)
+            raise e from None
+        if commit is None or commit.commit_id != commit_id:
+            raise
+        logger.warning(
+            "run %d of pipeline %r: the write to %s failed after its commit landed at version %d; the run goes on (%s)",
+            target.run_seq,
+            target.app_id,
+            table,
+            commit.version,
+            safe_text(e),
+        )
+        return _Found(commit, ours=True)
+    commit = run_commit(table, target.app_id, target.run_seq)
+    if commit is None:
+        raise _overwritten(table, target)
+    return _Found(commit, ours=commit.commit_id == commit_id)
+
+
+def _overwritten(table: TableRef, target: _Target) -> CommitOverwrittenError:
+    """The error for a write whose commit no version holds, naming the commits that may have replaced it."""
+    latest = latest_version(table)
+    foreign = recent_foreign_commits(table, latest) if latest is not None else []
+    suspects = "; ".join(c.describe() for c in foreign) or "no commit the log can name"
+    return CommitOverwrittenError(
+        f"run {target.run_seq} of pipeline {target.app_id!r}: the write to {table} reported success, but no version "
+        f"of its log holds the run (transaction {target.app_id} {target.run_seq}): another process's commit replaced "
+        f"the log entry. Recent commits of other writers: {suspects}. Nothing of the run is visible and its offsets "
+        "were not committed.",
+        table=str(table),
+        hint="Run again: the next run writes the run once more. Do not run delta-spark commands that write the "
+        "table (OPTIMIZE, DELETE, UPDATE, MERGE, VACUUM, RESTORE) from another Spark application while the "
+        "pipeline runs (docs/object-storage.md, 'Who else may write a sink').",
+    )
 
 
 # --- outcome ----------------------------------------------------------------------------------------------------
@@ -291,30 +362,52 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
 def _outcome(
     target: _Target,
     planned_pairs: Sequence[tuple[str, str]],
-    observation: Observation,
+    landed: _Landed,
     read_count: Observation | None,
-    dead_letter_version: int | None,
 ) -> WriteResult:
-    """The result from the write's observed metrics (or: another writer committed this run first)."""
-    metrics = observed(observation)
+    """The result from the write's observed metrics; from the log when the write committed but its metrics were
+    lost with the failed call; already committed when another writer's commit holds the run.
+    """
+    if not landed.sink.ours:
+        # Our write was skipped (or replaced by another writer of this run): that writer landed the run.
+        return _already_committed(target, target.run_seq)
+    dead_letter_version = landed.dead_letters.commit.version if landed.dead_letters is not None else None
+    metrics = observed(landed.observation)
     if metrics is None:
-        # Delta skipped the write: another writer committed this run_seq between our check and our commit.
-        latest = committed_txn_version(target.sink_path, target.app_id)
-        if latest == target.run_seq:
-            return _already_committed(target, latest)
-        raise SparkJobError(
-            f"the write of run {target.run_seq} to {target.sink_path} reported no metrics; it may be incomplete"
-        )
+        return _counted_from_log(target, landed)
     result = write_result(
         metrics,
         planned_pairs,
-        sink_version=txn_commit_version(target.sink_path, target.app_id, target.run_seq),
+        sink_version=landed.sink.commit.version,
         dead_letter_version=dead_letter_version,
     )
     read = observed(read_count) if read_count is not None else None
     if read is not None:
         result = result.model_copy(update={"deduplicated": max(0, int(read["read"]) - result.records)})
     return result
+
+
+def _counted_from_log(target: _Target, landed: _Landed) -> WriteResult:
+    """What a confirmed write landed, from the record counts of its commits' files (bytes and per-topic counts
+    are not in the log).
+    """
+    sink_records = landed.sink.commit.added_records
+    dead_letters = landed.dead_letters.commit.added_records if landed.dead_letters is not None else 0
+    logger.warning(
+        "run %d of pipeline %r: the write's metrics were lost; %d records and %d dead letters counted from the log",
+        target.run_seq,
+        target.app_id,
+        sink_records,
+        dead_letters,
+    )
+    return WriteResult(
+        records=sink_records + dead_letters,
+        bytes=0,
+        sink_records=sink_records,
+        dead_letters=dead_letters,
+        sink_version=landed.sink.commit.version,
+        dead_letter_version=landed.dead_letters.commit.version if landed.dead_letters is not None else None,
+    )
 
 
 def _already_committed(target: _Target, committed: int) -> WriteResult:

@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import UndecodableRecordError
@@ -36,9 +35,11 @@ from dynamic_kafka.sink.tables import (
 from dynamic_kafka.spark.decode import decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
+from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
+    from contextlib import AbstractContextManager
     from datetime import datetime
 
     from pyspark.sql import DataFrame, SparkSession
@@ -192,18 +193,11 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, mar
     return int(metrics[0]["num_inserted_rows"]) if metrics else 0
 
 
-@contextmanager
-def _delta_transaction(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Delta records (app_id, version) as the transaction of the DML commands run inside (session settings,
-    unset after: the session may be shared).
+def _delta_transaction(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
+    """Delta records (app_id, version) as the transaction of the DML commands run inside (session settings, put
+    back after: the session may be shared).
     """
-    spark.conf.set(_TXN_APP_ID, app_id)
-    spark.conf.set(_TXN_VERSION, str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_TXN_APP_ID)
-        spark.conf.unset(_TXN_VERSION)
+    return session_settings(spark, {_TXN_APP_ID: app_id, _TXN_VERSION: str(version)})
 
 
 def _merge_scope(metrics: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> str:

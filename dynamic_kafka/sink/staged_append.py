@@ -11,7 +11,12 @@ commit gives the same guarantees:
   recorded a transaction of the same app id (another writer landed this run, or a later one, meanwhile);
 - the log entry is written with put-if-absent (a hard link locally, a conditional put on S3), so the files and the
   txn become visible together or not at all. Files of a run that died before its commit are in no version: no
-  reader sees them, and ``VACUUM`` removes them after the retention period.
+  reader sees them; the attempt that commits the run removes them (``VACUUM`` would, after the retention
+  period, except hidden ones and ``_temporary`` task folders);
+- the commit adds exactly the output of the attempt's own Spark job: each attempt writes into a folder of its
+  own with the file committer's algorithm 1 (a task attempt's files reach the folder only when the job commits
+  it), and a folder holding anything else is refused;
+- the commit carries a commit id, so the caller finds it in the log (:mod:`~dynamic_kafka.sink.commits`).
 
 Only a blind append (no read of the table inside the write) may be staged, only into an existing table whose
 protocol delta-rs writes without checks of its own (reader 1, writer <= 2, no table features, no column
@@ -27,14 +32,18 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.errors import CommitLostError, SparkJobError
+from dynamic_kafka.errors import CommitLostError, DynamicKafkaError, SparkJobError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.secrets import mask_secrets
+from dynamic_kafka.sink.commits import COMMIT_ID_KEY, first_with_txn
 from dynamic_kafka.spark.schema import STATS_COLUMNS
+from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as DeltaTableRs
@@ -45,9 +54,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# The folder of one staged write, under the table's root. Not hidden (no leading "_" or "."), so VACUUM cleans
-# the files of a write that never committed.
+# The folder of one run's staged writes, under the table's root (``dk-run-<run_seq>-<pipeline id>``), with one
+# subfolder per attempt. Not hidden (no leading "_" or "."), so VACUUM cleans the files of a write that never
+# committed; what VACUUM does not reach (hidden files, earlier attempts' task folders) the attempt that commits
+# removes.
 _FOLDER_PREFIX = "dk-run-"
+# Spark's name for a task's output file: part-<task>-<the write job's UUID>-c<file>[.<codec>].parquet.
+_JOB_FILE = re.compile(
+    r"^part-\d{5}-(?P<job>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-c\d{3}(\.\w+)?\.parquet$"
+)
 _STATS = frozenset(STATS_COLUMNS.split(","))
 _RETRY = "Nothing was committed; the next run recovers this one."
 # delta-spark's default checkpoint interval, kept by staged commits unless the table sets its own.
@@ -70,33 +85,41 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
     return _by_name(table_fields) == _by_name(rows_schema_json["fields"])
 
 
-def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int) -> None:
+def staged_append(
+    rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int, commit_id: str
+) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
-    ``(app_id, run_seq)`` on the snapshot ``opened``.
+    ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``.
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
 
     Raises:
-        CommitLostError: another writer committed a txn of ``app_id`` after ``opened``; nothing of ours is
-            visible (the caller looks at what that writer committed).
+        CommitLostError: another writer committed a txn of ``app_id`` after ``opened`` (the message names it);
+            nothing of ours is visible (the caller looks at what that writer committed).
         SparkJobError: reading the staged files or the commit failed; nothing is visible (retriable).
         ObjectStoreError: the table's object store cannot be used.
     """
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    folder = f"{_FOLDER_PREFIX}{run_seq}-{uuid.uuid4().hex[:12]}"
+    run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
+    folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
     # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
     # expectations); a plain Parquet write would use INT96, which carries no statistics.
-    rows.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    (
-        rows.write.mode("error")
-        # No _SUCCESS marker: a hidden file nothing would ever remove.
-        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-        .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
-    )
+    with session_settings(rows.sparkSession, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
+        (
+            rows.write.mode("error")
+            # No _SUCCESS marker: a hidden file nothing would ever remove.
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Tasks commit into the job's _temporary folder, and only the attempts the driver committed are moved
+            # into the folder when the job commits: a failed or retried attempt's output never becomes visible
+            # there (algorithm 2, which a session may set, moves each attempt's files in as it commits).
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+            .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
+        )
     crash_point("after_staging")
     doing = f"committing the staged files of run {run_seq} to {table}"
+    read_version = opened.version()
     try:
         adds = _add_actions(table, folder)
         opened.create_write_transaction(
@@ -107,12 +130,13 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
                 app_transactions=[Transaction(app_id=app_id, version=run_seq)],
                 # delta-rs leaves this commitInfo field out; Delta's history shows it, and a staged append is
                 # blind by construction.
-                custom_metadata={"isBlindAppend": True},
+                custom_metadata={"isBlindAppend": True, COMMIT_ID_KEY: commit_id},
             ),
         )
     except CommitFailedError as e:
+        winner = _winner(table, read_version, app_id)
         raise CommitLostError(
-            f"{doing}: another writer committed a transaction of {app_id!r} first ({mask_secrets(str(e))})",
+            f"{doing}: another writer committed a transaction of {app_id!r} first: {winner} ({mask_secrets(str(e))})",
             hint="Nothing of this write is visible; the run's outcome is what that writer committed.",
         ) from e
     except (DeltaError, OSError) as e:
@@ -120,6 +144,56 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
         raise failure from e
     logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
     keep_checkpoint_cadence(opened, str(table))
+    _remove_leftovers(table, run_folder, folder)
+
+
+def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
+    """Removes what VACUUM would not: earlier attempts of this run (killed writes: task folders, data files no
+    version references) and the hidden files beside the committed ones (Hadoop's checksums on local disk).
+
+    Only after this attempt's commit: the run's transaction is then in the log, so no other writer of the run
+    can commit an earlier attempt's files any more. A failure is logged, never raised: the commit stands, and
+    VACUUM still removes the visible files after the retention period.
+    """
+    from deltalake.exceptions import DeltaError
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileSelector, FileType, PyFileSystem
+
+    try:
+        if table.location.is_local:
+            root = table.location.local_path
+            leftovers = [e for e in (root / run_folder).iterdir() if f"{run_folder}/{e.name}" != committed]
+            leftovers += [e for e in (root / committed).iterdir() if e.name.startswith(("_", "."))]
+            for entry in leftovers:
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            return
+        fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+        for info in fs.get_file_info(FileSelector(run_folder)):
+            if info.path.rstrip("/") != committed and info.type == FileType.Directory:
+                fs.delete_dir(info.path)
+            elif info.path.rstrip("/") != committed:
+                fs.delete_file(info.path)
+    except (DeltaError, OSError) as e:
+        logger.warning(
+            "leftovers of earlier writes under %s/%s not removed: %s", table, run_folder, mask_secrets(str(e))
+        )
+
+
+def _winner(table: TableRef, read_version: int, app_id: str) -> str:
+    """The commit that won against a staged commit built on ``read_version``, as the log names it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        latest = DeltaTable(table.delta_rs_uri, storage_options=table.storage_options()).version()
+        winner = first_with_txn(table, read_version, latest, app_id)
+    except (DeltaError, DynamicKafkaError, OSError) as e:
+        logger.debug("the log of %s does not say which writer won: %s", table, e)
+        winner = None
+    return winner.describe() if winner is not None else "the log does not say which writer"
 
 
 def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
@@ -156,9 +230,13 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
 
     fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
     adds: list[AddAction | RemoveAction] = []
-    for info in fs.get_file_info(FileSelector(folder)):
-        if info.type != FileType.File or info.base_name.startswith(("_", ".")):
-            continue
+    files = [
+        info
+        for info in fs.get_file_info(FileSelector(folder))
+        if info.type == FileType.File and not info.base_name.startswith(("_", "."))
+    ]
+    _check_one_job(table, folder, [info.base_name for info in files])
+    for info in files:
         with fs.open_input_file(info.path) as handle:
             footer = pq.read_metadata(handle)
         if footer.num_rows == 0:
@@ -174,6 +252,29 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
             )
         )
     return adds
+
+
+def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
+    """Refuses a staging folder that holds anything but the output files of one Spark job.
+
+    The folder is this attempt's own, so its visible files are the tasks the write's job committed; a file that
+    is not named as that job's output, or files of two jobs, mean something else wrote there, and committing the
+    folder could land records twice.
+
+    Raises:
+        SparkJobError: the folder holds other files (retriable: the next run writes the run into a new folder).
+    """
+    jobs = {match.group("job") if (match := _JOB_FILE.match(name)) else None for name in names}
+    if len(jobs) <= 1 and None not in jobs:
+        return
+    # Which of them the job wrote cannot be told from the names: all are shown.
+    shown = ", ".join(sorted(names)[:6]) + (" ..." if len(names) > 6 else "")
+    raise SparkJobError(
+        f"the staging folder {table}/{folder} holds files that are not the output of one Spark job ({shown}); "
+        "nothing was committed, so no record can land twice.",
+        hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
+        f"{_FOLDER_PREFIX}* folders of a sink.",
+    )
 
 
 def file_stats(footer: Any) -> dict[str, Any]:

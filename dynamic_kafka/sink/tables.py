@@ -12,6 +12,8 @@ no JVM.
 
 from __future__ import annotations
 
+import json
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
 from dynamic_kafka.secrets import mask_secrets
+from dynamic_kafka.sink.commits import Commit, describe_writer, read_commit, user_metadata
 from dynamic_kafka.sink.staged_append import can_stage, staged_append
 from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
@@ -156,8 +159,11 @@ def _nullable(data_type: Any) -> Any:
     return data_type
 
 
-def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int, *, blind: bool = False) -> None:
-    """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it.
+def append_idempotent(
+    rows: DataFrame, table: Table, app_id: str, run_seq: int, *, commit_id: str, blind: bool = False
+) -> None:
+    """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
+    commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
 
     A ``blind`` append (its rows read nothing of the table) into an existing table of the same schema is staged:
     Spark writes the files, delta-rs commits them with the txn (:mod:`~dynamic_kafka.sink.staged_append`, no
@@ -173,9 +179,10 @@ def append_idempotent(rows: DataFrame, table: Table, app_id: str, run_seq: int, 
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
         if opened is not None and can_stage(opened, _nullable(rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
-                staged_append(rows, ref, opened, app_id, run_seq)
+                staged_append(rows, ref, opened, app_id, run_seq, commit_id)
             return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
+    writer = writer.option("userMetadata", user_metadata(commit_id))
     # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused
     # before any write (registry_decode.check_table_schema).
     writer = writer.option("mergeSchema", "true")
@@ -285,6 +292,12 @@ def txn_commit_version(table: Table, app_id: str, run_seq: int, *, max_steps: in
     return opened.version()
 
 
+def run_commit(table: Table, app_id: str, run_seq: int) -> Commit | None:
+    """The log entry of the commit that recorded txn ``(app_id, run_seq)``; None when no version holds it."""
+    version = txn_commit_version(table, app_id, run_seq)
+    return None if version is None else read_commit(TableRef.of(table), version)
+
+
 # --- failures ---------------------------------------------------------------------------------------------------
 
 
@@ -323,7 +336,27 @@ def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
         storage_failure = table.failure(e, doing) if table is not None else None
         if storage_failure is not None:
             raise storage_failure from e
+        winner = conflicting_writer(str(e))
         raise SparkJobError(
-            f"{doing} failed: {safe_text(e)}",
+            f"{doing} failed: {safe_text(e)}" + (f" The commit that won: {winner}." if winner else ""),
             hint="Nothing was committed to the state; the next run recovers this one.",
         ) from e
+
+
+_CONFLICTING_COMMIT = re.compile(r"Conflicting commit: (\{.*\})")
+
+
+def conflicting_writer(text: str) -> str | None:
+    """Who won a delta-spark commit conflict, from the ``Conflicting commit: {commitInfo}`` line of its error."""
+    match = _CONFLICTING_COMMIT.search(text)
+    if match is None:
+        return None
+    try:
+        info = json.loads(match.group(1))
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    version = info.get("version")
+    who = describe_writer(info)
+    return f"version {version} ({who})" if isinstance(version, int) else who

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from dynamic_kafka.spark.packages import session_jars, session_packages
 from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
     from pyspark.sql import SparkSession
@@ -115,11 +116,12 @@ def configure_object_storage(session: SparkSession, buckets: Mapping[str, Storag
 
 
 SNAPSHOT_FILES_PER_TASK = 20_000
-"""Data files per task when Delta rebuilds a table's snapshot (see :func:`size_log_replay`)."""
+"""Data files per task when Delta rebuilds a table's snapshot (see :func:`log_replay_settings`)."""
 
 
-def size_log_replay(spark: SparkSession, files: int) -> None:
-    """Sizes Delta's log replay (``snapshotPartitions``) for a table of ``files`` data files before writing to it.
+def log_replay_settings(files: int) -> dict[str, str]:
+    """The session setting that sizes Delta's log replay (``snapshotPartitions``) for a table of ``files`` data
+    files, for :func:`session_settings` around a write to it.
 
     An idempotent append rebuilds the table's snapshot to find its transaction: with the session default (4
     tasks), a small sink costs about four times the CPU of one task (measured through a warm Connect server: 0.8 s
@@ -127,7 +129,30 @@ def size_log_replay(spark: SparkSession, files: int) -> None:
     :data:`SNAPSHOT_FILES_PER_TASK` files.
     """
     tasks = max(1, min(50, math.ceil(files / SNAPSHOT_FILES_PER_TASK)))
-    spark.conf.set("spark.databricks.delta.snapshotPartitions", str(tasks))
+    return {"spark.databricks.delta.snapshotPartitions": str(tasks)}
+
+
+@contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Applies ``settings`` to the session for the block, then puts back what it held (unsets what it did not).
+
+    A session may be shared with the caller's own work (a notebook, other pipelines of a process, every client of
+    a Connect server's session), so what a run needs for one write must not outlive the write.
+    """
+    before = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        try:
+            for name, held in before.items():
+                if held is None:
+                    spark.conf.unset(name)
+                else:
+                    spark.conf.set(name, held)
+        except Exception as e:  # a session that went away (a stopped Connect server) keeps no settings to restore
+            logger.warning("Spark session settings %s not restored: %s", ", ".join(before), e)
 
 
 def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:
