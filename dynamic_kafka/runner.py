@@ -271,6 +271,7 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
+            lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
             result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps, prepared)
         except BaseException:
             lease.stop(quietly=True)
