@@ -54,8 +54,8 @@ from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
+from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import RunDeadline as _Deadline
-from dynamic_kafka.run_guard import in_progress_error
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -74,6 +74,9 @@ if TYPE_CHECKING:
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 log = logging.getLogger(__name__)
+
+# RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
+__all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
 
 
 class PipelineRunner:
