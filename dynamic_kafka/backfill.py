@@ -9,16 +9,24 @@ frontier (``StateStore.record_backfill``: per partition, the highest stop offset
 incremental runs dedupe the part of their ranges below the frontier against the sink. Recorded first, the frontier
 is seen by every run that can append after the merge (a run planned before it must commit before it is recorded);
 a backfill that then fails leaves a frontier that only costs those runs a check.
+
+A backfill is guarded like a run (:func:`run_backfill`): it holds the pipeline's run lock for its whole duration
+(no run or backfill of the pipeline on this machine beside it), takes the state's backfill lease in the commit that
+records its frontier (no run is planned or taken over beside it on any host, and it waits for none: a planned run
+refuses it), renews the lease while it merges and checks it before each MERGE, is bounded by ``max_run_seconds``,
+and checks ``value_schema`` and the sink's schema before anything is recorded.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
@@ -26,11 +34,15 @@ from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
+from dynamic_kafka.run_guard import RunDeadline, in_progress_error, run_lock_path
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+    from dynamic_kafka.state.store import RecordedBackfill
 
 logger = logging.getLogger(__name__)
 
@@ -98,23 +110,54 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
 
 def record_frontier(context: PipelineContext, plan: Plan, *, attempts: int = 5) -> int | None:
     """Records the backfill's frontier in the state, before anything is merged; returns the backfill's sequence
-    number for its MERGEs (None when the state's frontier already covered the plan).
+    number for its MERGEs (None when the state's frontier already covered the plan). Takes no lease
+    (:func:`run_backfill` takes one with the frontier).
 
     Raises:
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was recorded.
-        RunInProgressError: a run stayed planned through every attempt; nothing was recorded.
+        RunInProgressError: a run stayed planned through every attempt, or a backfill holds the lease; nothing
+            was recorded.
     """
+    return _record(context, plan, attempts=attempts, owner=None).sequence
+
+
+def _record(context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None) -> RecordedBackfill:
     check_not_behind(context.pipeline, context.store.load(), context.store.path)
-    recorded = context.store.record_backfill(
+    return context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits},
         topic_ids={s.key: s.topic_id for s in plan.read_splits},
         attempts=attempts,
+        owner=owner.text() if owner is not None else None,
+        lease_expires_at=_lease_end(context) if owner is not None else None,
     )
-    return recorded.sequence
 
 
 def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> RunSummary:
-    """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink."""
+    """Reads event time ``[start, end)`` from every subscribed partition and merges it into the sink.
+
+    Guarded like a run (see the module's docstring): never beside a run or another backfill of the pipeline.
+
+    Raises:
+        RunInProgressError: a run or backfill of the pipeline holds the run lock on this machine, a run is planned
+            (in flight, or crashed: the next run recovers it), or another backfill holds the lease; nothing was
+            written.
+        SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows; nothing was
+            written.
+        StateBehindSinkError: the state is behind its sink (restored or moved); nothing was written.
+        RunTimeoutError: the backfill exceeded ``max_run_seconds`` and was cancelled (retriable).
+        LeaseLostError: the backfill lost its lease before a MERGE (retriable); it merged no further.
+        DynamicKafkaError: any other failure; running the backfill again is harmless.
+    """
+    pipeline = context.pipeline
+    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
+        if not taken:
+            raise in_progress_error(context.store)
+        deadline = RunDeadline(pipeline.id, pipeline.max_run_seconds, hard_exit=False, backfill=True)
+        with deadline.enforced():
+            return _run_backfill(context, start, end, deadline)
+
+
+def _run_backfill(context: PipelineContext, start: datetime, end: datetime, deadline: RunDeadline) -> RunSummary:
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink import merge_backfill
@@ -125,28 +168,42 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
-    context.check_spark()  # a Spark Connect server that is down: fail before the frontier moves
-    from dynamic_kafka.spark.registry_decode import prepare_decoding
-
-    # Writer schemas first: a registry that is down fails the backfill before anything is recorded.
-    prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
-    context.check_object_store()
-    sequence = record_frontier(context, plan)
-    crash_point("after_frontier")
-    frame = read_splits(
-        context.spark(),
-        plan.read_splits,
-        metadata.clusters(),
-        isolation_level=context.pipeline.isolation_level,
-        min_partitions=context.pipeline.min_partitions,
-    )
-    # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
-    # also filtered on event time.
-    in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
-    pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-    result = merge_backfill(
-        in_window, context.pipeline, pairs, start=start, end=end, prepared=prepared, backfill_sequence=sequence
-    )
+    prepared = _before_writing(context, plan, metadata)
+    deadline.check()
+    owner = RunOwner.current()
+    recorded = _record(context, plan, attempts=5, owner=owner)
+    assert recorded.version is not None  # taking the lease always commits
+    lease = LeaseKeeper(
+        context.store, None, owner, timedelta(seconds=context.pipeline.run_lease_seconds), recorded.version, _now
+    ).start()
+    try:
+        crash_point("after_frontier")
+        spark = context.spark()
+        deadline.attach(spark)
+        frame = read_splits(
+            spark,
+            plan.read_splits,
+            metadata.clusters(),
+            isolation_level=context.pipeline.isolation_level,
+            min_partitions=context.pipeline.min_partitions,
+        )
+        # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
+        # also filtered on event time.
+        in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
+        pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
+        result = merge_backfill(
+            in_window,
+            context.pipeline,
+            pairs,
+            start=start,
+            end=end,
+            prepared=prepared,
+            backfill_sequence=recorded.sequence,
+            before_write=lease.check,
+        )
+    finally:
+        lease.stop(quietly=True)
+        _release(context, owner)
     done = time.monotonic()
     return RunSummary(
         **base_summary(plan, 0),
@@ -165,3 +222,36 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
         spark_seconds=done - planned,
         total_seconds=done - began,
     )
+
+
+def _before_writing(context: PipelineContext, plan: Plan, metadata: MetadataSnapshot) -> PreparedDecoding:
+    """The checks made before the frontier moves (the same a run makes before its plan is written): Spark reachable,
+    writer schemas fetched (a registry that is down fails here), ``value_schema`` and the sink's schema, the
+    tables' object store. Returns the prepared decoding.
+    """
+    from dynamic_kafka.sink.schema_check import check_sink_schema
+    from dynamic_kafka.spark.registry_decode import prepare_decoding
+
+    context.check_spark()
+    prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
+    check_sink_schema(context.spark(), context.pipeline, prepared)
+    context.check_object_store()
+    return prepared
+
+
+def _release(context: PipelineContext, owner: RunOwner) -> None:
+    """Gives the backfill lease up; a failure only delays runs until the lease expires."""
+    try:
+        context.store.release_backfill_lease(owner=owner.text())
+    except DynamicKafkaError as e:
+        logger.warning(
+            "pipeline %s: the backfill lease was not released (runs wait until it expires): %s", context.pipeline.id, e
+        )
+
+
+def _lease_end(context: PipelineContext) -> datetime:
+    return _now() + timedelta(seconds=context.pipeline.run_lease_seconds)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -222,7 +222,7 @@ class TopicRecreatedError(PlanningError):
 
 
 class RunInProgressError(DynamicKafkaError):
-    """Another run of the same pipeline holds the next run_seq.
+    """Another run of the same pipeline holds the next run_seq (or a backfill of it holds the backfill lease).
 
     Attributes:
         owner: who holds it (``host pid ...``) when its planned head names an owner with a fresh lease.
@@ -230,16 +230,40 @@ class RunInProgressError(DynamicKafkaError):
 
     retriable = True
 
-    def __init__(self, pipeline_id: str, run_seq: int, *, owner: str | None = None, until: str | None = None) -> None:
+    def __init__(
+        self,
+        pipeline_id: str,
+        run_seq: int,
+        *,
+        owner: str | None = None,
+        until: str | None = None,
+        backfill: bool = False,
+    ) -> None:
         self.pipeline_id = pipeline_id
         self.run_seq = run_seq
         self.owner = owner
         held = f"; it is held by {owner}, its lease runs until {until}" if owner else ""
+        if backfill:
+            super().__init__(
+                f"a backfill is in progress for pipeline {pipeline_id!r}{held}: runs and other backfills of the "
+                "pipeline wait for it (they would write the sink beside its MERGE).",
+                hint="Wait for it to finish; this one wrote nothing. If the backfill's process is gone, its lease "
+                "expires by itself.",
+            )
+            return
         super().__init__(
             f"another run is in progress for pipeline {pipeline_id!r} (it planned run_seq {run_seq} first){held}.",
             hint="Wait for it to finish; this run wrote nothing."
             + (" If that run's process is gone, the next run recovers it once its lease expires." if owner else ""),
         )
+
+
+class LeaseLostError(DynamicKafkaError):
+    """A run (or a backfill) lost its lease before writing the sink: it was not renewed in time, or the state names
+    another owner now. It stopped before the write; the next run recovers the planned run.
+    """
+
+    retriable = True
 
 
 class RunTimeoutError(DynamicKafkaError):

@@ -29,19 +29,12 @@ one class; the run's lease keeper and deadline live beside it because only the r
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import (
@@ -61,6 +54,9 @@ from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
+from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
+from dynamic_kafka.run_guard import RunDeadline as _Deadline
+from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -76,14 +72,11 @@ if TYPE_CHECKING:
     from dynamic_kafka.plan.model import Plan, Split
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
-    from dynamic_kafka.storage import TableLocation
 
 log = logging.getLogger(__name__)
 
-RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
-"""Where run locks live instead of beside a local state table (e.g. a state folder that is read-only, or shared
-over a network file system whose flock is not to be trusted). Processes using different folders do not see each
-other's locks: they are told apart by the state's lease and exact-version commits only, like runs on two hosts."""
+# RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
+__all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
 
 
 class PipelineRunner:
@@ -160,10 +153,7 @@ class PipelineRunner:
         """
         with try_exclusive_lock(_run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)) as taken:
             if not taken:
-                state = self.store.load()
-                head = state.last_run
-                in_flight = head.run_seq if head is not None and head.status == "planned" else state.next_run_seq
-                raise RunInProgressError(self.pipeline.id, in_flight)
+                raise in_progress_error(self.store)
             return self._run_with_deadline()
 
     def _run_with_deadline(self) -> RunSummary:
@@ -273,6 +263,7 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
+            lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
             result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps, prepared)
         except BaseException:
             lease.stop(quietly=True)
@@ -564,124 +555,6 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
         if offsets is not None:
             lag += max(0, offsets.latest - s.stop_offset)
     return lag
-
-
-def _run_lock_path(state: TableLocation, pipeline_id: str) -> Path:
-    """The run lock of a pipeline's state table: in ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` when set; else a hidden file
-    beside a local state table; else, for one on object storage, a file named after its URI in this machine's
-    run-lock folder (a lock guards runs on one machine only; the lease and the state's conditional commit guard
-    the rest).
-    """
-    folder_env = os.environ.get(RUN_LOCK_DIR_ENV)
-    if not folder_env and state.is_local:
-        path = state.local_path
-        return path.with_name(f".{path.name}.run.lock")
-    folder = Path(folder_env or cache_dir() / "run-locks").expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(state.delta_rs_uri.encode()).hexdigest()[:24]
-    return folder / f"{pipeline_id}-{digest}.run.lock"
-
-
-class _Deadline:
-    """The run's maximum duration (``max_run_seconds``): when it passes, the run's Spark operations (tagged with
-    this run's tag) are interrupted, so the run fails (retriably: nothing is committed to the state) instead of
-    holding its lock forever. With ``hard_exit`` (the CLI), a run still not finished ``_GRACE_SECONDS`` later
-    (blocked outside Spark) ends its process with exit code 124.
-    """
-
-    _GRACE_SECONDS = 60.0
-    _RECANCEL_SECONDS = 1.0
-
-    def __init__(self, pipeline_id: str, seconds: float | None, *, hard_exit: bool) -> None:
-        self.pipeline_id = pipeline_id
-        self.seconds = seconds or 0.0
-        self.hard_exit = hard_exit
-        self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"
-        self.expired = threading.Event()
-        self.finished = threading.Event()
-        self._tags: _RunTags | None = None
-        self._timer: threading.Timer | None = None
-        if seconds is not None:
-            self._timer = threading.Timer(seconds, self._fire)
-            self._timer.daemon = True
-            self._timer.start()
-
-    @classmethod
-    def unarmed(cls, pipeline_id: str) -> _Deadline:
-        """A deadline that never passes (outside ``run``)."""
-        return cls(pipeline_id, None, hard_exit=False)
-
-    def attach(self, spark: SparkSession) -> None:
-        """Tags the calling thread's Spark jobs with this run, so they can be cancelled."""
-        self._tags = _RunTags.of(spark)
-        self._tags.add(self.tag)
-
-    def check(self) -> None:
-        """Raises RunTimeoutError if the deadline passed (called between stages)."""
-        if self.expired.is_set():
-            raise self.error()
-
-    def error(self) -> RunTimeoutError:
-        return RunTimeoutError(
-            f"the run of pipeline {self.pipeline_id!r} exceeded max_run_seconds ({self.seconds:g}s) and was "
-            "cancelled; nothing was committed to the state.",
-            hint="The next run recovers it. If runs need longer, raise max_run_seconds or cap them with "
-            "max_records_per_run.",
-        )
-
-    def _fire(self) -> None:
-        self.expired.set()
-        log.error("pipeline %s: run exceeded max_run_seconds (%gs); cancelling it", self.pipeline_id, self.seconds)
-        give_up = time.monotonic() + self._GRACE_SECONDS
-        # Cancelling reaches only the jobs already submitted, and a busy driver may submit the run's next job a
-        # moment later: cancel again each second until the run gives up.
-        while True:
-            self._cancel_jobs()
-            if self.finished.wait(self._RECANCEL_SECONDS):
-                return
-            if self.hard_exit and time.monotonic() >= give_up:
-                log.error("pipeline %s: the run did not stop after its deadline; exiting", self.pipeline_id)
-                logging.shutdown()
-                os._exit(124)
-
-    def _cancel_jobs(self) -> None:
-        if self._tags is None:
-            return
-        try:
-            self._tags.cancel(self.tag)
-        except Exception as e:  # the session may be stopping; the grace period still applies
-            log.warning("pipeline %s: could not interrupt the Spark job: %s", self.pipeline_id, e)
-
-    def cancel(self) -> None:
-        self.finished.set()
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._tags is not None:
-            try:
-                self._tags.remove(self.tag)
-            except Exception as e:  # a stopped session has no tags left to remove
-                log.debug("pipeline %s: Spark tag not removed: %s", self.pipeline_id, e)
-
-
-@dataclass(frozen=True)
-class _RunTags:
-    """How to tag the calling thread's Spark operations with a run and cancel them from another thread."""
-
-    add: Callable[[str], None]
-    remove: Callable[[str], None]
-    cancel: Callable[[str], object]
-
-    @classmethod
-    def of(cls, spark: SparkSession) -> _RunTags:
-        """A Spark Connect session tags its own operations (it has no SparkContext in this process); an in-process
-        session's own tags interrupt nothing, since its jobs carry the SparkContext's job tags.
-        """
-        from dynamic_kafka.spark.remote import is_remote
-
-        if is_remote(spark):
-            return cls(spark.addTag, spark.removeTag, spark.interruptTag)
-        context = spark.sparkContext
-        return cls(context.addJobTag, context.removeJobTag, context.cancelJobsWithTag)
 
 
 def _now() -> datetime:

@@ -157,6 +157,12 @@ class StateSnapshot(_Frozen):
         description="How many backfills raised a frontier; each one's MERGEs record its number as a Delta "
         "transaction in the sink, so a sink ahead of it shows a state restored from before a backfill.",
     )
+    backfill_owner: str | None = Field(
+        None, description="The backfill in progress: the process holding the pipeline's backfill lease."
+    )
+    backfill_lease_expires_at: datetime | None = Field(
+        None, description="Until when ``backfill_owner`` holds the backfill lease unless it renews it."
+    )
 
     def backfill_floor(self, split: Split) -> int:
         """The first offset of ``split``'s partition whose sink rows can only be of ``split``'s topic incarnation:

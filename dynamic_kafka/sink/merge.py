@@ -38,7 +38,7 @@ from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from contextlib import AbstractContextManager
     from datetime import datetime
 
@@ -65,6 +65,7 @@ def merge_backfill(
     run_seq: int | None = None,
     prepared: PreparedDecoding | None = None,
     backfill_sequence: int | None = None,
+    before_write: Callable[[], None] | None = None,
 ) -> WriteResult:
     """Merges a backfill's records into the sink, inserting only records it does not hold yet.
 
@@ -85,6 +86,7 @@ def merge_backfill(
         backfill_sequence: the backfill's number from ``StateStore.record_backfill``; each MERGE records it as the
             Delta transaction ``backfill_app_id(pipeline.id)``, so a state restored from before this backfill is
             recognised (``dynamic_kafka.realign``). None: the backfill raised no frontier; nothing is recorded.
+        before_write: called right before each MERGE; raises to stop the backfill there (its lease was lost).
 
     Returns:
         Counts read, rows inserted into the sink (``sink_records``), dead letters inserted, and versions.
@@ -92,6 +94,7 @@ def merge_backfill(
     Raises:
         UndecodableRecordError: ``on_decode_error: fail`` and a record did not decode (the first one by
             coordinates is named); nothing was written.
+        DynamicKafkaError: what ``before_write`` raised; the tables merged before stay merged.
         SparkJobError: the Kafka read or a Delta operation failed (retriable; merging again is harmless).
 
     Example:
@@ -121,10 +124,14 @@ def merge_backfill(
             dead_letter_version, dead_letters, inserted = None, 0, 0
             if bad_count:
                 bad = dead_letter_rows(decoded.where(sf.col(DECODE_ERROR).isNotNull()), run_seq)
+                if before_write is not None:
+                    before_write()
                 dead_letters = _merge(spark, bad, dead_letter_path, scope, marker)
                 dead_letter_version = latest_version(dead_letter_path)
             if int(metrics["records"] or 0) > bad_count:
                 good = sink_rows(decoded.where(sf.col(DECODE_ERROR).isNull()), run_seq)
+                if before_write is not None:
+                    before_write()
                 inserted = _merge(spark, good, sink_path, scope, marker)
         finally:
             decoded.unpersist()

@@ -19,7 +19,9 @@ One Delta table per pipeline, partitioned by ``kind``:
   Incremental runs dedupe the part of their ranges below it against the sink. One ``backfill`` row with status
   ``sequence`` and no partition counts the backfills that raised a frontier: each such backfill takes the next
   number and its MERGEs carry it as a Delta transaction of their own, so a sink holding a higher number than the
-  state shows a state restored from before a backfill (see ``dynamic_kafka.realign``). Rewritten whole by each
+  state shows a state restored from before a backfill (see ``dynamic_kafka.realign``). The same row names the
+  backfill in progress (``owner``, ``lease_expires_at``): its lease, taken with its frontier and renewed while it
+  merges, keeps incremental runs of any host from planning beside it. Rewritten whole by each
   backfill; runs never touch these rows (nor backfills the others).
 
 Columns that do not apply to a kind are null. Timestamps are UTC, microseconds.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
 
@@ -177,6 +179,14 @@ def run_row(
 FLOOR = "floor"
 """The status of a ``backfill`` row that holds a floor instead of a frontier."""
 
+
+class BackfillLease(NamedTuple):
+    """Who holds the pipeline's backfill lease (an owner's text, ``RunOwner.text``) and until when."""
+
+    owner: str
+    expires_at: datetime | None
+
+
 SEQUENCE = "sequence"
 """The status of the one ``backfill`` row that holds the backfill sequence instead of a partition's offset."""
 
@@ -213,9 +223,32 @@ def backfill_row(
     )
 
 
-def backfill_sequence_row(pipeline_id: str, sequence: int, recorded_at: datetime) -> dict[str, Any]:
-    """Return the state row holding the backfill sequence: how many backfills raised a frontier."""
-    return _row("backfill", pipeline_id, SEQUENCE, next_offset=sequence, committed_at=utc(recorded_at))
+def backfill_sequence_row(
+    pipeline_id: str,
+    sequence: int,
+    recorded_at: datetime,
+    *,
+    owner: str | None = None,
+    lease_expires_at: datetime | None = None,
+) -> dict[str, Any]:
+    """Return the state row holding the backfill sequence (how many backfills raised a frontier) and the lease of
+    the backfill in progress, if any (``owner``, ``lease_expires_at``; earlier versions ignore both).
+    """
+    return _row(
+        "backfill",
+        pipeline_id,
+        SEQUENCE,
+        next_offset=sequence,
+        committed_at=utc(recorded_at),
+        owner=owner,
+        lease_expires_at=_utc_or_none(lease_expires_at),
+    )
+
+
+def backfill_lease_from_row(row: dict[str, Any]) -> BackfillLease | None:
+    """Return the backfill lease the backfill sequence row names (None: no backfill holds one)."""
+    owner = row.get("owner")  # absent in tables written before backfills held leases
+    return None if not owner else BackfillLease(owner, _utc_or_none(row.get("lease_expires_at")))
 
 
 def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:

@@ -44,6 +44,7 @@ from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapsho
 from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
+from dynamic_kafka.state.owner import RunOwner
 from dynamic_kafka.state.table import EMPTY_ROWS, FOREIGN_ERRORS, LostRaceError, StateTable
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class StateStore:
         the history. A missing table gives an empty snapshot with ``table_version=None``.
         """
         started = time.perf_counter()
-        dt, (head, partitions, backfilled, floors, sequence) = self._table.read_latest(_LOADED)
+        dt, (head, partitions, backfilled, floors, sequence, lease) = self._table.read_latest(_LOADED)
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
         snapshot = StateSnapshot(
@@ -149,6 +150,8 @@ class StateStore:
             backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
             backfill_floors={k: floor for k, (floor, _) in floors.items()},
             backfill_sequence=sequence,
+            backfill_owner=lease.owner if lease is not None else None,
+            backfill_lease_expires_at=lease.expires_at if lease is not None else None,
         )
         logger.debug(
             "loaded state of %s at version %d: %d partitions in %.1f ms",
@@ -224,8 +227,9 @@ class StateStore:
             self._check_next(None, plan)
             return self._table.create(rows, plan, "begin_run")
         dt = self._table.open_at(expected_version, plan)
-        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
+        head, _, _, _, _, backfill = self._table.read_rows(dt, "kind IN ('head', 'backfill')")
         self._check_next(head, plan)
+        self._refuse_live_backfill(backfill, plan.run_seq)
         return self._table.overwrite(dt, rows, "kind = 'head'", plan, "begin_run")
 
     def lease(self, plan: Plan, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
@@ -242,13 +246,15 @@ class StateStore:
         """
         self._check_pipeline(plan)
         dt = self._table.open_at(expected_version, plan)
-        head, _ = self._table.read_current(dt, predicate="kind = 'head'")
+        head, _, _, _, _, backfill = self._table.read_rows(dt, "kind IN ('head', 'backfill')")
         if head is None or head.status != "planned" or head.run_seq != plan.run_seq or head.plan != plan:
             found = "no run" if head is None else f"run {head.run_seq} {head.status}"
             raise StateError(
                 f"cannot lease run {plan.run_seq} of pipeline {self.pipeline_id!r}: the state table at {self.path} "
                 f"has {found} at version {expected_version}, not run {plan.run_seq} planned with this plan."
             )
+        if head.owner != owner:  # a takeover (recovery) writes the sink next: never beside a backfill
+            self._refuse_live_backfill(backfill, plan.run_seq)
         rows = [_rows.run_row("head", plan, "planned", owner=owner, lease_expires_at=lease_expires_at)]
         return self._table.overwrite(dt, rows, "kind = 'head'", plan, "lease")
 
@@ -277,7 +283,7 @@ class StateStore:
             StateError: the sink holds neither a later run nor a later backfill than the state.
         """
         dt = None if expected_version is None else self._table.open(expected_version)
-        head, partitions, recorded, floors, sequence = (
+        head, partitions, recorded, floors, sequence, _ = (
             self._table.read_rows(dt, _LOADED) if dt is not None else EMPTY_ROWS
         )
         last = head.run_seq if head is not None else 0
@@ -429,7 +435,7 @@ class StateStore:
         if not (reset or truncated):
             return None
         ids = {(s.cluster_id, s.topic): s.topic_id for s in plan.splits}
-        _, _, recorded, floors, sequence = self._table.read_rows(dt, "kind = 'backfill'")
+        _, _, recorded, floors, sequence, _ = self._table.read_rows(dt, "kind = 'backfill'")
         now = self._clock()
         kept = {
             k: (min(offset, truncated.get(k, offset)), tid)
@@ -477,6 +483,8 @@ class StateStore:
         topic_ids: Mapping[TopicPartition, str | None] | None = None,
         attempts: int = 5,
         retry_delay: float = 0.5,
+        owner: str | None = None,
+        lease_expires_at: datetime | None = None,
     ) -> RecordedBackfill:
         """Raise the backfill frontier of every partition in ``frontier`` (to the highest stop offset a backfill
         covers) in one commit. Call it BEFORE the backfill writes the sink: a run planned after this commit
@@ -495,25 +503,34 @@ class StateStore:
         then record as their Delta transaction (``dynamic_kafka.sink.merge``): a sink holding a higher number than
         the state tells a state restored from before the backfill (``dynamic_kafka.realign``).
 
+        With an ``owner``, the same commit takes the backfill lease (made even when no frontier rises): until it
+        expires or is released (:meth:`release_backfill_lease`), no run is planned or taken over, on any host, and
+        no other backfill starts. The owner renews it (:meth:`renew_backfill_lease`) while it merges.
+
         Args:
             frontier: per partition, the stop offset (exclusive) of the backfill's range.
             topic_ids: per partition, the topic id the backfill read (from its broker snapshot).
             attempts: how many times to try before giving up.
             retry_delay: the first wait between attempts, in seconds; doubled after each.
+            owner: the backfill's process (``RunOwner.text``), to take the backfill lease; None takes none.
+            lease_expires_at: until when ``owner`` holds the lease unless it renews it.
 
         Returns:
             The table version holding the frontier (None when ``frontier`` is empty and no state exists) and the
-            backfill's sequence number (None when every frontier was already as high: nothing was written).
+            backfill's sequence number (None when every frontier was already as high).
 
         Raises:
             RunInProgressError: a run was still planned after the last attempt (in flight, or crashed: the next
-                incremental run recovers it); nothing was written. Retry the backfill.
+                incremental run recovers it), or another backfill holds a fresh lease; nothing was written. Retry
+                the backfill.
             StateError: the table is unreadable, or every attempt lost the race to another commit.
         """
         delay = retry_delay
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
-            dt, (head, _, recorded, floors, sequence) = self._table.read_latest("kind IN ('head', 'backfill')")
+            dt, (head, _, recorded, floors, sequence, lease) = self._table.read_latest("kind IN ('head', 'backfill')")
+            if lease is not None and lease.owner != owner:
+                self._refuse_live_backfill(lease, head.run_seq + 1 if head is not None else 1)
             if head is not None and head.status == "planned":
                 if last:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
@@ -526,19 +543,18 @@ class StateStore:
                     new_id = ids.get(key) or old_id
                     same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
                     merged[key] = (max(offset, old_offset) if same else offset, new_id)
-                if merged == recorded:
+                raised = merged != recorded
+                if not raised and owner is None:
                     return RecordedBackfill(version=None if dt is None else dt.version(), sequence=None)
-                now = self._clock()
-                rows = [
-                    _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
-                    for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
-                ] + _floor_rows(self.pipeline_id, floors, sequence + 1, now)
+                taken = sequence + 1 if raised else sequence
+                lease = None if owner is None else _rows.BackfillLease(owner, lease_expires_at)
+                rows = self._backfill_rows(merged, floors, taken, lease)
                 try:
                     if dt is None:
                         version = self._table.create(rows, None, "record_backfill")
                     else:
                         version = self._table.overwrite(dt, rows, "kind = 'backfill'", None, "record_backfill")
-                    return RecordedBackfill(version=version, sequence=sequence + 1)
+                    return RecordedBackfill(version=version, sequence=taken if raised else None)
                 except LostRaceError:
                     if last:
                         break
@@ -549,6 +565,101 @@ class StateStore:
             f"could not record the backfill frontier of pipeline {self.pipeline_id!r} in the state table at "
             f"{self.path}: other commits won the race {attempts} times.",
             hint="Nothing was recorded and the sink was not written; retry the backfill.",
+        )
+
+    def renew_backfill_lease(self, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
+        """Renew the backfill lease ``owner`` holds, in one commit against ``expected_version``.
+
+        Returns:
+            The new table version.
+
+        Raises:
+            StateError: the state at ``expected_version`` names another holder (or none), or the table changed
+                since (the caller reads it again to tell which); nothing was written.
+        """
+        return self._rewrite_backfill_lease(owner, lease_expires_at, expected_version, "renew_backfill_lease")
+
+    def release_backfill_lease(self, *, owner: str, attempts: int = 5) -> int | None:
+        """Give up the backfill lease ``owner`` holds (the backfill ended), at the latest version.
+
+        Returns:
+            The new table version; None when ``owner`` held no lease (it expired and was taken, or was released).
+
+        Raises:
+            StateError: every attempt lost the race to another commit, or the state cannot be written; the lease
+                then expires by itself.
+        """
+        for _ in range(attempts):
+            version = self._table.latest_version()
+            if version is None:
+                return None
+            try:
+                return self._rewrite_backfill_lease(owner, None, version, "release_backfill_lease")
+            except _NotHolderError:
+                return None
+            except _LostLeaseRaceError:
+                continue
+        raise StateError(
+            f"could not release the backfill lease of pipeline {self.pipeline_id!r} in the state table at "
+            f"{self.path}: other commits won the race {attempts} times.",
+            hint="It expires by itself; runs are refused until then.",
+        )
+
+    def _rewrite_backfill_lease(
+        self, owner: str, lease_expires_at: datetime | None, expected_version: int, action: str
+    ) -> int:
+        """The backfill rows as they are, with the lease renewed (``lease_expires_at``) or released (None)."""
+        dt = self._table.open(expected_version)
+        _, _, recorded, floors, sequence, lease = (
+            self._table.read_rows(dt, "kind = 'backfill'") if dt is not None else EMPTY_ROWS
+        )
+        if dt is None or lease is None or lease.owner != owner:
+            holder = "none" if lease is None else (_owner_text(lease.owner))
+            raise _NotHolderError(
+                f"cannot {action.replace('_', ' ')} of pipeline {self.pipeline_id!r}: the state table at {self.path} "
+                f"names {holder} as the backfill in progress at version {expected_version}, not this process."
+            )
+        renewed = None if lease_expires_at is None else _rows.BackfillLease(owner, lease_expires_at)
+        try:
+            return self._table.overwrite(
+                dt, self._backfill_rows(recorded, floors, sequence, renewed), "kind = 'backfill'", None, action
+            )
+        except LostRaceError as e:
+            raise _LostLeaseRaceError(
+                f"could not {action.replace('_', ' ')} of pipeline {self.pipeline_id!r}: the state table at "
+                f"{self.path} changed after version {expected_version}."
+            ) from e
+
+    def _backfill_rows(
+        self,
+        frontiers: Mapping[TopicPartition, tuple[int, str | None]],
+        floors: Mapping[TopicPartition, tuple[int, str | None]],
+        sequence: int,
+        lease: _rows.BackfillLease | None,
+    ) -> list[dict[str, Any]]:
+        now = self._clock()
+        return [
+            _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
+            for k, (v, tid) in sorted(frontiers.items(), key=lambda kv: str(kv[0]))
+        ] + _floor_rows(self.pipeline_id, floors, sequence, now, lease)
+
+    def _refuse_live_backfill(self, lease: _rows.BackfillLease | None, run_seq: int) -> None:
+        """Raise when a backfill holds a fresh lease (its process not provably gone from this machine).
+
+        Raises:
+            RunInProgressError: the backfill is alive; nothing was written.
+        """
+        if lease is None or lease.expires_at is None or lease.expires_at <= self._clock():
+            return
+        holder = RunOwner.parse(lease.owner)
+        if holder is not None and holder.is_gone():
+            return
+        raise RunInProgressError(
+            self.pipeline_id,
+            run_seq,
+            owner=holder.describe() if holder is not None else lease.owner,
+            until=lease.expires_at.isoformat(),
+            backfill=True,
         )
 
     # ------------------------------------------------------------------------------------------ maintenance
@@ -609,11 +720,33 @@ class StateStore:
 
 
 def _floor_rows(
-    pipeline_id: str, floors: Mapping[TopicPartition, tuple[int, str | None]], sequence: int, now: datetime
+    pipeline_id: str,
+    floors: Mapping[TopicPartition, tuple[int, str | None]],
+    sequence: int,
+    now: datetime,
+    lease: _rows.BackfillLease | None = None,
 ) -> list[dict[str, Any]]:
-    """The backfill rows every rewrite of them keeps besides the frontiers: the floors and the backfill sequence."""
+    """The backfill rows every rewrite of them keeps besides the frontiers: the floors and the backfill sequence
+    (with the backfill lease, when one is held).
+    """
     kept = [
         _rows.backfill_row(pipeline_id, k, offset, now, topic_id=tid, floor=True)
         for k, (offset, tid) in sorted(floors.items(), key=lambda kv: str(kv[0]))
     ]
-    return kept + ([_rows.backfill_sequence_row(pipeline_id, sequence, now)] if sequence else [])
+    if not (sequence or lease):
+        return kept
+    owner, until = lease if lease is not None else (None, None)
+    return [*kept, _rows.backfill_sequence_row(pipeline_id, sequence, now, owner=owner, lease_expires_at=until)]
+
+
+def _owner_text(owner: str) -> str:
+    holder = RunOwner.parse(owner)
+    return holder.describe() if holder is not None else repr(owner)
+
+
+class _NotHolderError(StateError):
+    """The backfill lease is not held by the caller (expired and taken, released, or never taken)."""
+
+
+class _LostLeaseRaceError(StateError):
+    """A renewal or release of the backfill lease lost the race for its version to another commit."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.plan.model import Plan, TopicPartition
     from dynamic_kafka.plan.snapshots import PartitionState, RunRecord
+    from dynamic_kafka.state.rows import BackfillLease
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
 
 class StateRows(NamedTuple):
     """The rows of a state table a read selected, by kind. Frontiers and floors are per partition
-    (offset, topic id the row is for); ``backfill_sequence`` is 0 when no backfill raised a frontier.
+    (offset, topic id the row is for); ``backfill_sequence`` is 0 when no backfill raised a frontier;
+    ``backfill_lease`` is the lease the backfill sequence row names (None: no backfill holds one).
     """
 
     head: RunRecord | None
@@ -52,6 +54,7 @@ class StateRows(NamedTuple):
     backfilled: dict[TopicPartition, tuple[int, str | None]]
     floors: dict[TopicPartition, tuple[int, str | None]]
     backfill_sequence: int
+    backfill_lease: BackfillLease | None = None
 
 
 EMPTY_ROWS = StateRows(None, {}, {}, {}, 0)
@@ -171,6 +174,7 @@ class StateTable:
         backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
         floors: dict[TopicPartition, tuple[int, str | None]] = {}
         sequence = 0
+        lease: BackfillLease | None = None
         try:
             table = dt.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
             head: RunRecord | None = None
@@ -182,6 +186,7 @@ class StateTable:
                     found.append(_rows.partition_from_row(row))
                 elif row["kind"] == "backfill" and row["status"] == _rows.SEQUENCE:
                     sequence = int(row["next_offset"])
+                    lease = _rows.backfill_lease_from_row(row)
                 elif row["kind"] == "backfill":
                     key, offset, topic_id = _rows.backfill_from_row(row)
                     (floors if row["status"] == _rows.FLOOR else backfilled)[key] = (offset, topic_id)
@@ -192,7 +197,7 @@ class StateTable:
         except (*FOREIGN_ERRORS, ValidationError, ValueError, KeyError, TypeError) as e:
             raise self.unreadable(e) from e
         found.sort(key=lambda p: (p.cluster_id, p.topic, p.partition))
-        return StateRows(head, {p.key: p for p in found}, backfilled, floors, sequence)
+        return StateRows(head, {p.key: p for p in found}, backfilled, floors, sequence, lease)
 
     def unreadable(self, e: Exception) -> DynamicKafkaError:
         """Return the error that says the state table cannot be read, and what to do."""

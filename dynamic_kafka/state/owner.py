@@ -1,0 +1,107 @@
+"""Who a run's (or a backfill's) process is, as the state names it, and whether it is provably gone.
+
+The owner's text form (``host=... boot=... pid=... pidns=... token=...``) is what the state's head row (and the
+backfill lease) holds; :mod:`dynamic_kafka.state.lease` explains how leases use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+# ``boot=`` was added later: owners written by earlier versions have none (and are never taken for gone).
+_OWNER = re.compile(
+    r"^host=(?P<host>\S*)(?: boot=(?P<boot>\S+))? pid=(?P<pid>\d+) pidns=(?P<pidns>\S*) token=(?P<token>\S+)$"
+)
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_MACHINE_ID = Path("/etc/machine-id")
+
+
+class RunOwner(BaseModel):
+    """The process running a run (or a backfill). Its text form is what the state holds.
+
+    ``boot`` tells machines apart where the hostname cannot: the kernel's boot id (new at every boot, so it also
+    tells a rebooted machine from the one that wrote the owner), else the machine id (prefixed ``machine-``).
+    None for an owner written by an earlier version, or when this machine has neither.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str
+    pid: int
+    pidns: str
+    token: str
+    boot: str | None = None
+
+    @classmethod
+    def current(cls) -> RunOwner:
+        """This process, with a fresh random token."""
+        return cls(
+            host=socket.gethostname(),
+            boot=_boot_id(),
+            pid=os.getpid(),
+            pidns=_pid_namespace(),
+            token=secrets.token_hex(8),
+        )
+
+    @classmethod
+    def parse(cls, text: str | None) -> RunOwner | None:
+        """The owner a state row names; None for no owner or an unknown form."""
+        match = _OWNER.match(text or "")
+        if match is None:
+            return None
+        return cls(
+            host=match["host"], boot=match["boot"], pid=int(match["pid"]), pidns=match["pidns"], token=match["token"]
+        )
+
+    def text(self) -> str:
+        """Return the owner as the text stored in the state."""
+        boot = f" boot={self.boot}" if self.boot else ""
+        return f"host={self.host}{boot} pid={self.pid} pidns={self.pidns} token={self.token}"
+
+    def describe(self) -> str:
+        """For messages: host and pid (the token is for matching only)."""
+        return f"host {self.host} pid {self.pid}"
+
+    def is_gone(self) -> bool:
+        """Whether this owner's process provably no longer exists: it ran on this very machine, in this boot and
+        this pid namespace, and no process has its pid. False whenever that cannot be told: another machine (even
+        one with the same hostname), an owner that names no boot (written by an earlier version), a machine whose
+        boot cannot be read, another container.
+        """
+        here = _boot_id()
+        if self.boot is None or here is None or self.boot != here:
+            return False
+        if self.host != socket.gethostname() or self.pidns != _pid_namespace() or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+def _boot_id() -> str | None:
+    """This machine's current boot (the kernel's boot id), else its machine id; None when neither is readable."""
+    for path, prefix in ((_BOOT_ID, ""), (_MACHINE_ID, "machine-")):
+        try:
+            value = path.read_text().strip()
+        except OSError:
+            continue
+        if value and not any(c.isspace() for c in value):
+            return prefix + value
+    return None
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").replace(":", "").replace("[", "").replace("]", "")
+    except OSError:
+        return "unknown"
