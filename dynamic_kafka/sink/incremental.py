@@ -37,9 +37,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import CommitLostError, SparkJobError, StateBehindSinkError, UndecodableRecordError
+from dynamic_kafka.errors import (
+    CommitLostError,
+    SparkJobError,
+    StateBehindSinkError,
+    StateError,
+    UndecodableRecordError,
+)
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
+from dynamic_kafka.sink.fence import run_txn
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
@@ -318,6 +325,12 @@ def _outcome(
 
 
 def _already_committed(target: _Target, committed: int) -> WriteResult:
+    if run_txn(target.sink_path, target.app_id) == (target.run_seq, True):
+        raise StateError(
+            f"run {target.run_seq} of pipeline {target.app_id!r} was abandoned: its transaction in "
+            f"{target.sink_path} is a fence, so nothing of it may land; nothing of this write is visible.",
+            hint="The state's run history says why it was abandoned; the next run plans its offsets again.",
+        )
     logger.info(
         "sink %s already holds txn %d of pipeline %r (run %d): nothing to write",
         target.sink_path,
