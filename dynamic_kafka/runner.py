@@ -62,7 +62,8 @@ from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind, run_frontier
-from dynamic_kafka.sink.fence import fence_run, run_txn
+from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -347,8 +348,9 @@ class PipelineRunner:
         owner = _refuse_live_owner(self.pipeline.id, head)
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         # holding the run means the whole run is in. A fence there means an abandon was interrupted after it.
-        written, fenced = run_txn(self.pipeline.sink_table, self.pipeline.id)
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
         in_sink = written == plan.run_seq
+        fenced = in_sink and is_fence(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)
         log.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
@@ -418,8 +420,10 @@ class PipelineRunner:
         if head is None or head.status != "planned" or head.run_seq != run_seq:
             # Not the planned head: the store refuses it, naming what the state holds.
             return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
-        written, fenced = run_txn(self.pipeline.sink_table, self.pipeline.id)
-        if written is not None and written >= run_seq and not (fenced and written == run_seq):
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
+        # A fence of this run there is an abandon that was interrupted: it may be finished.
+        fenced = written == run_seq and is_fence(self.pipeline.sink_table, self.pipeline.id, run_seq)
+        if written is not None and written >= run_seq and not fenced:
             raise self._complete_error(run_seq)
         _refuse_live_owner(self.pipeline.id, head)
         assert state.table_version is not None  # a state with a planned head has a table

@@ -57,14 +57,10 @@ def fence_app_id(pipeline_id: str) -> str:
     return f"{pipeline_id}/fence"
 
 
-def run_txn(table: Table, app_id: str) -> tuple[int | None, bool]:
-    """The last run transaction of ``app_id`` the table holds (None: none, or no table) and whether that
-    transaction is a fence rather than landed data (JVM-free, one read of the log).
-    """
+def is_fence(table: Table, app_id: str, run_seq: int) -> bool:
+    """Whether the table's transaction of ``app_id`` is run ``run_seq``'s fence (not its data). JVM-free."""
     opened = open_delta_rs(table, doing=f"reading the Delta log of {TableRef.of(table)}")
-    if opened is None:
-        return None, False
-    return _txn_of(opened, app_id)
+    return opened is not None and _txn_of(opened, app_id) == (run_seq, True)
 
 
 def fence_run(table: Table, kind: TableKind, app_id: str, run_seq: int, reason: str) -> Outcome:

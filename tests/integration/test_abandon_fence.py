@@ -54,9 +54,10 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Run 2 commits its dead letters and crashes before the sink append. It is abandoned by the operator, or by
-    policy because retention deleted the first offset of its range (``on_data_loss: skip``). The next run re-reads
-    run 2's offsets: its good records land once in the sink, its dead letters stay once in the dead-letter table."""
+    """Run 2 commits its dead letters and crashes before the sink append. It is abandoned by the operator (having
+    switched to ``on_decode_error: fail``), or by policy because retention deleted the first offset of its range
+    (``on_data_loss: skip``). The next run re-reads run 2's offsets: its good records land once in the sink, its
+    dead letters stay once in the dead-letter table (and, under ``fail``, do not fail the run)."""
     stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 1)
     harness, dead_letter_path = stream.harness, stream.dead_letter_path
     good, bad = stream.send("first", 3, 2)
@@ -68,7 +69,10 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
     assert table_coordinates(dead_letter_path) == sorted(bad | crashed_bad)
 
     if abandoned_by == "operator":
-        harness.runner().abandon(2, "the decode settings were changed on purpose")
+        # The recovery refuses to finish run 2 under another policy: the operator gives it up instead. Its dead
+        # letters stay where they are; none of them may fail the next run or land in the sink too.
+        harness.configure(on_decode_error="fail")
+        harness.runner().abandon(2, "on_decode_error was changed on purpose")
         summary = harness.runner().run()
         assert summary.recovered_run_seq is None
     else:

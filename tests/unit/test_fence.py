@@ -11,7 +11,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from dynamic_kafka.sink.fence import FENCE_KEY, fence_run, run_txn
+from dynamic_kafka.sink.fence import FENCE_KEY, fence_run, is_fence
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, STATS_COLUMNS
 
 if TYPE_CHECKING:
@@ -38,11 +38,11 @@ def test_a_fence_commits_the_run_transaction_without_data_and_reads_back_as_a_fe
     assert table.transaction_version("p") == 2
     assert table.to_pyarrow_table().num_rows == 1
     assert json.loads(table.history(1)[0][FENCE_KEY]) == {"run_seq": 2, "abandoned": "cluster gone"}
-    assert run_txn(tmp_path / "sink", "p") == (2, True)
+    assert is_fence(tmp_path / "sink", "p", 2)
     assert fence_run(tmp_path / "sink", "sink", "p", 2, "again") == "fenced"  # idempotent: nothing committed
     assert DeltaTable(str(tmp_path / "sink")).version() == table.version()
     _append(tmp_path / "sink", 3)  # the next run's data is data again
-    assert run_txn(tmp_path / "sink", "p") == (3, False)
+    assert not is_fence(tmp_path / "sink", "p", 3)
 
 
 def test_a_table_holding_the_run_is_not_fenced(tmp_path: Path) -> None:
@@ -50,12 +50,12 @@ def test_a_table_holding_the_run_is_not_fenced(tmp_path: Path) -> None:
 
     assert fence_run(tmp_path / "dead_letters", "dead_letter", "p", 2, "x") == "landed"
 
-    assert run_txn(tmp_path / "dead_letters", "p") == (2, False)
+    assert not is_fence(tmp_path / "dead_letters", "p", 2)
     assert DeltaTable(str(tmp_path / "dead_letters")).version() == 0
 
 
 def test_a_missing_table_is_created_by_its_fence_with_the_columns_every_row_has(tmp_path: Path) -> None:
-    assert run_txn(tmp_path / "none", "p") == (None, False)
+    assert not is_fence(tmp_path / "none", "p", 1)
 
     assert fence_run(tmp_path / "dl", "dead_letter", "p", 1, "x") == "fenced"
     assert fence_run(tmp_path / "sink", "sink", "p", 1, "x") == "fenced"
@@ -67,7 +67,7 @@ def test_a_missing_table_is_created_by_its_fence_with_the_columns_every_row_has(
     for table in (dead_letters, sink):
         assert table.metadata().configuration == {"delta.dataSkippingStatsColumns": STATS_COLUMNS}
         assert (table.version(), table.transaction_version("p")) == (0, 1)
-    assert run_txn(tmp_path / "sink", "p") == (1, True)
+    assert is_fence(tmp_path / "sink", "p", 1)
 
 
 def test_a_writer_of_the_run_that_read_the_table_before_its_fence_loses_and_one_that_won_is_not_fenced(
@@ -86,4 +86,4 @@ def test_a_writer_of_the_run_that_read_the_table_before_its_fence_loses_and_one_
     _append(tmp_path / "other", 1)
     _append(tmp_path / "other", 2)  # the run's writer won the race: the fence finds its data
     assert fence_run(tmp_path / "other", "sink", "p", 2, "x") == "landed"
-    assert run_txn(tmp_path / "other", "p") == (2, False)
+    assert not is_fence(tmp_path / "other", "p", 2)
