@@ -50,6 +50,7 @@ Outcome = Literal["fenced", "landed"]
 (or a later run's), so it needs no fence."""
 
 _ATTEMPTS = 3
+_AGAIN = "The run was not abandoned (it stays planned); abandon it again, or run the pipeline to let its policy decide."
 
 
 def fence_app_id(pipeline_id: str) -> str:
@@ -104,14 +105,14 @@ def fence_run(table: Table, kind: TableKind, app_id: str, run_seq: int, reason: 
         except DeltaError as e:
             if opened is None and "already exists" in str(e):
                 continue  # created meanwhile: look at what its first commit holds
-            raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}") from e
+            raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
         except OSError as e:
-            raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}") from e
+            raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
         logger.warning("run %d of %r fenced in %s (abandoned: %s)", run_seq, app_id, ref, reason)
         return "fenced"
     raise SparkJobError(
         f"{doing}: other writers of the table kept committing first ({_ATTEMPTS} attempts).",
-        hint="Nothing was abandoned; try again once the other writer (a run or backfill of this pipeline) is done.",
+        hint=_AGAIN,
     )
 
 
