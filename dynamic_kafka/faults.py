@@ -12,7 +12,9 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 - ``after_sink``: the sink holds the run's txn, the state is not committed;
 - ``recovering``: a run recovering a crashed planned run took its lease over, before finishing it;
 - ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;
-- ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE.
+- ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE;
+- ``after_fence``: an abandon fenced the run in the sink, before the dead-letter table's fence and the state's
+  abandon commit (:mod:`~dynamic_kafka.sink.fence`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The sink's Delta log records, per pipeline, the last transaction version (= run_
 state's last committed run, or its planned run when a crash came after the sink commit. When it is higher, the
 state is older than the sink (restored from a backup, moved, replaced by a copy): runs the state does not know
 landed records. Running on would reuse their run_seqs; Delta skips an append whose txn version it already holds,
-so those runs would commit offsets and land nothing. :func:`check_not_behind` refuses that before planning.
+so those runs would commit offsets and land nothing. :func:`check_not_behind` refuses that before planning. The
+fence of an abandoned run (:mod:`dynamic_kafka.sink.fence`) is such a transaction too: its run_seq is used up.
 
 :func:`realign` repairs it without losing or duplicating records, using the dedupe that backfills already need:
 
@@ -38,9 +39,12 @@ from dynamic_kafka.plan.model import TopicPartition
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.plan.snapshots import StateSnapshot
     from dynamic_kafka.state import StateStore
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
@@ -118,11 +122,20 @@ def landed_frontier(
         wanted.append(pc.field("_run_seq") > after_run_seq)
     if backfills:
         wanted.append(pc.field("_run_seq").is_null())
-    frontier: dict[TopicPartition, int] = {}
     if not wanted:
-        return frontier
+        return {}
     condition = wanted[0] if len(wanted) == 1 else wanted[0] | wanted[1]
-    for table in (pipeline.sink_table, pipeline.dead_letter_table):
+    return _frontier((pipeline.sink_table, pipeline.dead_letter_table), condition)
+
+
+def run_frontier(table: TableRef, run_seq: int) -> dict[TopicPartition, int]:
+    """Per partition, one past the highest offset ``table`` holds from run ``run_seq``. JVM-free."""
+    return _frontier((table,), pc.field("_run_seq") == run_seq)
+
+
+def _frontier(tables: Sequence[TableRef], condition: pc.Expression) -> dict[TopicPartition, int]:
+    frontier: dict[TopicPartition, int] = {}
+    for table in tables:
         opened = open_delta_rs(table, doing=f"reading the landed offsets of {table}")
         if opened is None:
             continue

@@ -6,7 +6,8 @@ The protocol (DESIGN.md section 5):
    (the state was restored or moved; ``dynamic-kafka realign`` repairs it);
 1. a run left ``planned`` by a crash is finished first, with exactly its plan: if the sink already holds its data
    (Delta ``txn`` for this pipeline at exactly that run_seq) only its offsets are committed, else it is executed
-   again. A planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
+   again; a fence of it there (:mod:`~dynamic_kafka.sink.fence`) is an interrupted abandon, which is finished. A
+   planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
 4. for a plan with something to read, ``value_schema`` and the sink's schema are checked (not retriable); the plan
@@ -53,11 +54,13 @@ from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
-from dynamic_kafka.realign import check_not_behind
+from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import RunDeadline as _Deadline
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.fence import fence_run, is_fence
+from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.plan.model import Plan, Split, TopicPartition
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
@@ -77,6 +80,11 @@ log = logging.getLogger(__name__)
 
 # RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
 __all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
+
+_INTERRUPTED_ABANDON = (
+    "abandoned: its transaction is fenced in the sink by an abandon that stopped before recording it (the sink's "
+    "history has the reason, commitInfo.dynamicKafkaFence)"
+)
 
 
 class PipelineRunner:
@@ -312,8 +320,8 @@ class PipelineRunner:
         before the lease is taken over, so a refusal writes nothing), and a fresh snapshot of its clusters must
         still hold its ranges under the same topic ids. A range deleted by retention or truncated is decided by
         ``on_data_loss`` and a recreated topic by ``on_topic_recreated``: ``fail`` raises, ``skip`` / ``reset``
-        abandons the run (its offsets are not committed, the history says why) so the next plan applies the
-        policy to the committed offsets.
+        abandons the run (fenced first, see :meth:`_give_up`; its offsets are not committed, the history says why)
+        so the next plan applies the policy to the committed offsets.
 
         Returns:
             The recovered run's run_seq, or None when its plan could no longer be executed and was abandoned by
@@ -332,29 +340,36 @@ class PipelineRunner:
         plan = head.plan
         owner = _refuse_live_owner(self.pipeline.id, head)
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
-        # holding the run means the whole run is in.
+        # holding the run means the whole run is in. A fence there means an abandon was interrupted after it.
         written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
+        in_sink = written == plan.run_seq
+        fenced = in_sink and is_fence(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)
         log.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
             plan.run_seq,
             owner.describe() if owner is not None else "unknown",
-            "its data is in the sink, committing its offsets" if written == plan.run_seq else "executing it again",
+            ("it is fenced, finishing its abandon" if fenced else "its data is in the sink, committing its offsets")
+            if in_sink
+            else "executing it again",
         )
-        if written != plan.run_seq:
+        if not in_sink:
             self._check_config(plan)
         version = self.store.lease(
             plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
         )
         crash_point("recovering")
-        if written == plan.run_seq:
+        if in_sink and fenced:
+            self._give_up(plan, _INTERRUPTED_ABANDON, version)
+            return None
+        if in_sink:
             summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             self._commit_consumer_group(plan, self.context.connections(plan))
             return plan.run_seq
         void = self._stale_plan_reason(plan)
         if void is not None:
-            self.store.abandon_run(plan.run_seq, reason=void, expected_version=version)
+            self._give_up(plan, void, version)
             return None
         connections = self.context.connections(plan)
         prepared = self._prepare(plan, connections)
@@ -374,7 +389,8 @@ class PipelineRunner:
         """Give up the planned (crashed) run ``run_seq``: its offsets are not committed, the history records why.
 
         For a run no policy settles (its cluster is gone for good, its config was changed on purpose). The next run
-        plans those offsets afresh under the current config.
+        plans those offsets afresh under the current config. The run is fenced first (see :meth:`_give_up`): no
+        late writer of it lands anything afterwards, and dead letters it already landed are not landed again.
 
         Args:
             run_seq: the planned head run to abandon.
@@ -386,23 +402,68 @@ class PipelineRunner:
         Raises:
             StateError: no reason, the sink already holds the run (it is complete: a run commits it), or the run
                 is not the planned head.
-            RunInProgressError: the run's owner is alive (its lease is fresh).
+            RunInProgressError: the run's owner is alive (its lease is fresh), or another process took the run
+                over meanwhile.
         """
         reason = reason.strip()
         if not reason:
             raise StateError("abandon needs a --reason: it is recorded in the run history for whoever looks next.")
-        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
-        if written is not None and written >= run_seq:
-            raise StateError(
-                f"run {run_seq} of pipeline {self.pipeline.id!r} is complete in the sink (it holds its "
-                "transaction); abandoning it would leave its records landed without their offsets.",
-                hint="Run the pipeline: the recovery commits the run's offsets.",
-            )
         state = self.store.load()
         head = state.last_run
-        if head is not None and head.status == "planned" and head.run_seq == run_seq:
-            _refuse_live_owner(self.pipeline.id, head)
-        return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
+        if head is None or head.status != "planned" or head.run_seq != run_seq:
+            # Not the planned head: the store refuses it, naming what the state holds.
+            return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
+        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
+        # A fence of this run there is an abandon that was interrupted: it may be finished.
+        fenced = written == run_seq and is_fence(self.pipeline.sink_table, self.pipeline.id, run_seq)
+        if written is not None and written >= run_seq and not fenced:
+            raise self._complete_error(run_seq)
+        _refuse_live_owner(self.pipeline.id, head)
+        assert state.table_version is not None  # a state with a planned head has a table
+        # Taking the run over moves the state's version: an owner whose lease expired can no longer commit it.
+        version = self.store.lease(
+            head.plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
+        )
+        return self._give_up(head.plan, reason, version)
+
+    def _give_up(self, plan: Plan, reason: str, version: int) -> int:
+        """Abandons the planned run ``plan``, which this process holds (state ``version``), and returns the new
+        state version.
+
+        First its transaction is fenced (:mod:`dynamic_kafka.sink.fence`): in the sink, then in the dead-letter
+        table, so no late writer of the run lands anything once the abandon is recorded. The sink goes first: a
+        crash between the two leaves a fenced sink, which the next recovery reads as this abandon and finishes,
+        never a fenced dead-letter table under a sink a recovery would still write. Then the dead letters the run
+        landed before it crashed (its dead-letter transaction, final behind the fence) raise the backfill frontier
+        in the abandon's own commit, so the next run, re-reading those offsets, does not land them again.
+
+        Raises:
+            StateError: the sink holds the run's data (a late writer of it landed first): the run is complete.
+        """
+        from dynamic_kafka.spark.decode import can_fail
+
+        if fence_run(self.pipeline.sink_table, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":
+            raise self._complete_error(plan.run_seq)
+        crash_point("after_fence")
+        dead_letters = self.pipeline.dead_letter_table
+        # A dead-letter table that is not there yet is created by its fence only if the run could have written
+        # one: under the config's settings, or under the other settings it was planned with.
+        may_have = (self.pipeline.on_decode_error == "dead_letter" and can_fail(self.pipeline)) or (
+            bool(plan.config_pins) and plan.config_pins != config_pins(self.pipeline)
+        )
+        landed: dict[TopicPartition, int] = {}
+        if (may_have or table_exists(dead_letters)) and fence_run(
+            dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason
+        ) == "landed":
+            landed = run_frontier(dead_letters, plan.run_seq)
+        return self.store.abandon_run(plan.run_seq, reason=reason, expected_version=version, landed=landed)
+
+    def _complete_error(self, run_seq: int) -> StateError:
+        return StateError(
+            f"run {run_seq} of pipeline {self.pipeline.id!r} is complete in the sink (it holds its "
+            "transaction); abandoning it would leave its records landed without their offsets.",
+            hint="Run the pipeline: the recovery commits the run's offsets.",
+        )
 
     def _check_config(self, plan: Plan) -> None:
         """Refuses to execute a planned run again under other semantic settings than it was planned with: a

@@ -42,11 +42,13 @@ from dynamic_kafka.errors import (
     CommitOverwrittenError,
     DynamicKafkaError,
     StateBehindSinkError,
+    StateError,
     UndecodableRecordError,
 )
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
+from dynamic_kafka.sink.fence import is_fence
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
@@ -189,7 +191,7 @@ def write_incremental(
             check_table_schema(
                 sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
             )
-            decoded, read_count = _skip_backfilled(decoded_frame, target, both=writer is _write_with_dead_letters)
+            decoded, read_count = _skip_backfilled(decoded_frame, target)
             counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
 
             def observed_rows() -> tuple[DataFrame, Observation]:
@@ -411,6 +413,12 @@ def _counted_from_log(target: _Target, landed: _Landed) -> WriteResult:
 
 
 def _already_committed(target: _Target, committed: int) -> WriteResult:
+    if is_fence(target.sink_path, target.app_id, target.run_seq):
+        raise StateError(
+            f"run {target.run_seq} of pipeline {target.app_id!r} was abandoned: its transaction in "
+            f"{target.sink_path} is a fence, so nothing of it may land; nothing of this write is visible.",
+            hint="The state's run history says why it was abandoned; the next run plans its offsets again.",
+        )
     logger.info(
         "sink %s already holds txn %d of pipeline %r (run %d): nothing to write",
         target.sink_path,
@@ -431,9 +439,13 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
 # --- ranges a backfill already landed ---------------------------------------------------------------------------
 
 
-def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tuple[DataFrame, Observation | None]:
-    """``decoded`` minus what the sink (and, when ``both``, the dead-letter table) already holds in the overlaps,
-    with an observation counting the rows read before that; unchanged (and no observation) without overlaps.
+def _skip_backfilled(decoded: DataFrame, target: _Target) -> tuple[DataFrame, Observation | None]:
+    """``decoded`` minus what the sink or the dead-letter table already holds in the overlaps, with an observation
+    counting the rows read before that; unchanged (and no observation) without overlaps.
+
+    The dead-letter table is checked whatever the policy is now: a record landed there (by a backfill, or by an
+    abandoned run before ``on_decode_error`` or a format was changed) must neither fail a ``fail`` run nor land in
+    the sink as well. A pipeline that never had dead letters has no such table, and nothing more is read.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as sf
@@ -442,8 +454,7 @@ def _skip_backfilled(decoded: DataFrame, target: _Target, *, both: bool) -> tupl
         return decoded, None
     read_count = Observation(f"dynamic_kafka_{target.app_id}_{target.run_seq}_read_{uuid.uuid4().hex[:8]}")
     counted = decoded.observe(read_count, sf.count(sf.lit(1)).alias("read"))
-    paths = [target.sink_path, *([target.dead_letter_path] if both else [])]
-    return _without_present(counted, paths, target.overlaps), read_count
+    return _without_present(counted, [target.sink_path, target.dead_letter_path], target.overlaps), read_count
 
 
 def _without_present(rows: DataFrame, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> DataFrame:

@@ -369,18 +369,30 @@ class StateStore:
             predicate += " OR kind = 'backfill'"
         return self._table.overwrite(dt, rows, predicate, plan, "commit_run")
 
-    def abandon_run(self, run_seq: int, *, reason: str, expected_version: int | None = None) -> int:
+    def abandon_run(
+        self,
+        run_seq: int,
+        *,
+        reason: str,
+        expected_version: int | None = None,
+        landed: Mapping[TopicPartition, int] | None = None,
+    ) -> int:
         """Marks the planned run ``run_seq`` abandoned: its offsets are NOT committed, the head and a history row
         record it with ``reason``, and the next run plans afresh (from the committed offsets) as run ``run_seq + 1``.
 
         For a planned run that cannot complete (its range was deleted, its topic recreated, its cluster is gone, or
         the config it was planned with changed). The caller must know the sink does not hold the run's transaction
-        (else the run is complete and must be committed instead).
+        (else the run is complete and must be committed instead), and should have fenced it
+        (:mod:`dynamic_kafka.sink.fence`) so that no late writer of it lands anything afterwards.
 
         Args:
             run_seq: the planned run to abandon (must be the head, planned).
             reason: why; recorded in the run's summary in the state's history.
             expected_version: the table version read; None reads the latest.
+            landed: per partition, one past the highest offset of the records the run did land (its dead
+                letters, committed before the crash). The backfill frontier is raised over them in this same
+                commit, so the next run, re-reading those offsets, skips every record already landed (checked
+                against the sink and dead-letter table), as after a backfill.
 
         Returns:
             The new table version.
@@ -407,6 +419,11 @@ class StateStore:
             _rows.run_row("run", plan, "abandoned", committed_at=now, summary_json=summary),
         ]
         predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+        if landed:
+            _, _, recorded, floors, sequence, lease = self._table.read_rows(dt, "kind = 'backfill'")
+            ids = {s.key: s.topic_id for s in plan.splits}
+            rows += self._backfill_rows(_raised_frontier(recorded, landed, ids), floors, sequence, lease)
+            predicate += " OR kind = 'backfill'"
         version = self._table.overwrite(dt, rows, predicate, plan, "abandon_run")
         logger.warning("pipeline %s: run %d abandoned (offsets not committed): %s", self.pipeline_id, run_seq, reason)
         return version
@@ -536,13 +553,7 @@ class StateStore:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
                 logger.info("backfill frontier of %s waits for planned run %d", self.pipeline_id, head.run_seq)
             else:
-                ids = topic_ids or {}
-                merged = dict(recorded)
-                for key, offset in frontier.items():
-                    old_offset, old_id = merged.get(key, (0, None))
-                    new_id = ids.get(key) or old_id
-                    same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
-                    merged[key] = (max(offset, old_offset) if same else offset, new_id)
+                merged = _raised_frontier(recorded, frontier, topic_ids or {})
                 raised = merged != recorded
                 if not raised and owner is None:
                     return RecordedBackfill(version=None if dt is None else dt.version(), sequence=None)
@@ -717,6 +728,22 @@ class StateStore:
         # Replaces every current row and inserts (or, were it ever re-committed, replaces) this run's history
         # row. The history files hold older run_seqs only, so their statistics exclude them from the rewrite.
         return f"kind = 'partition' OR kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
+
+
+def _raised_frontier(
+    recorded: Mapping[TopicPartition, tuple[int, str | None]],
+    frontier: Mapping[TopicPartition, int],
+    ids: Mapping[TopicPartition, str | None],
+) -> dict[TopicPartition, tuple[int, str | None]]:
+    """``recorded`` (offset and topic id per partition) raised to ``frontier``. A frontier belongs to one
+    incarnation of its topic: one recorded for another topic id than ``ids`` gives is replaced, not raised.
+    """
+    merged = dict(recorded)
+    for key, offset in frontier.items():
+        old_offset, old_id = merged.get(key, (0, None))
+        same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
+        merged[key] = (max(offset, old_offset) if same else offset, ids.get(key) or old_id)
+    return merged
 
 
 def _floor_rows(

@@ -72,6 +72,41 @@ class TwoClusterStream:
         return ends
 
 
+class DeadLetterStream:
+    """A JSON pipeline ``p`` (``value_schema: n INT``, ``on_decode_error: dead_letter``) on a fresh topic of
+    ``servers``, in ``folder``; :meth:`send` produces good and undecodable records."""
+
+    def __init__(self, servers: str, folder: Path, spark: Any, partitions: int) -> None:
+        self.servers = servers
+        self.topic = unique_name("dead-letters")
+        create_topic(servers, self.topic, partitions)
+        self.harness = PipelineHarness(
+            folder,
+            clusters={"east": servers},
+            spark=lambda: spark,
+            value_format="json",
+            value_schema="n INT",
+            on_decode_error="dead_letter",
+        )
+        self.harness.set_streams({"orders": {"east": [self.topic]}})
+        self.dead_letter_path = folder / "sink_dead_letter"
+
+    def send(self, tag: str, good: int, bad: int) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+        """Produces ``good`` JSON values then ``bad`` undecodable ones; returns their (partition, offset)s."""
+        records = [Record(value=json.dumps({"n": i}).encode()) for i in range(good)]
+        records += [Record(value=f"not json {tag} {i}".encode()) for i in range(bad)]
+        delivered = [(r.partition or 0, r.offset or 0) for r in produce(self.servers, self.topic, records)]
+        return set(delivered[:good]), set(delivered[good:])
+
+
+def table_coordinates(path: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every row of a Delta table, sorted, duplicates kept."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
+    return sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+
+
 def _row(cluster: str, topic: str, record: Record) -> Row:
     assert record.partition is not None
     assert record.offset is not None

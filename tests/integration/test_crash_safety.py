@@ -23,7 +23,6 @@ the crashed run over, and after re-executing it into the sink), between the dead
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -36,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
-from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
+from exactly_once_support import (
+    DeadLetterStream,
+    TwoClusterStream,
+    assert_nothing_left,
+    committed_offsets,
+    table_coordinates,
+    tail,
+)
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
@@ -308,26 +314,8 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
     """JSON values with bad records under ``on_decode_error: dead_letter``: the dead-letter table is committed with
     run 2's txn, the sink is not, and the process dies. The next run finishes run 2: the dead letters are not
     written twice (Delta skips the txn it holds), the good records land once."""
-    servers = kafka_clusters["east"].bootstrap_servers
-    topic = unique_name("dead-letters")
-    create_topic(servers, topic, 2)
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": servers},
-        spark=lambda: spark,
-        value_format="json",
-        value_schema="n INT",
-        on_decode_error="dead_letter",
-    )
-    harness.set_streams({"orders": {"east": [topic]}})
-
-    def send(tag: str, good: int, bad: int) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-        records = [Record(value=json.dumps({"n": i}).encode()) for i in range(good)]
-        records += [Record(value=f"not json {tag} {i}".encode()) for i in range(bad)]
-        delivered = produce(servers, topic, records)
-        coordinates = [(r.partition or 0, r.offset or 0) for r in delivered]
-        return set(coordinates[:good]), set(coordinates[good:])
-
+    stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 2)
+    harness, send = stream.harness, stream.send
     good, bad = send("first", 3, 2)
     assert harness.runner().run().dead_letters == 2
     crashed_good, crashed_bad = send("crashed", 4, 3)
@@ -335,17 +323,17 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
     crash = _cli_run_with_fault(harness, "after_dead_letter")
 
     assert crash.returncode == -signal.SIGKILL, tail(crash.stderr)
-    dead_letter_path = tmp_path / "sink_dead_letter"
+    dead_letter_path = stream.dead_letter_path
     assert committed_txn_version(dead_letter_path, "p") == 2
     assert committed_txn_version(harness.sink_path, "p") == 1
-    assert _coordinates(dead_letter_path) == sorted(bad | crashed_bad)
-    assert _coordinates(harness.sink_path) == sorted(good)
+    assert table_coordinates(dead_letter_path) == sorted(bad | crashed_bad)
+    assert table_coordinates(harness.sink_path) == sorted(good)
 
     summary = harness.runner().run()
 
     assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
-    assert _coordinates(harness.sink_path) == sorted(good | crashed_good)
-    assert _coordinates(dead_letter_path) == sorted(bad | crashed_bad)
+    assert table_coordinates(harness.sink_path) == sorted(good | crashed_good)
+    assert table_coordinates(dead_letter_path) == sorted(bad | crashed_bad)
     assert committed_txn_version(harness.sink_path, "p") == 2
     assert_nothing_left(harness)
 
@@ -415,9 +403,3 @@ def _backfill_cli(
         env={**os.environ, **env},
         check=False,
     )
-
-
-def _coordinates(path: Path) -> list[tuple[int, int]]:
-    """(partition, offset) of every row of a Delta table, sorted, duplicates kept."""
-    table = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset"])
-    return sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))

@@ -860,6 +860,28 @@ def test_abandon_run_leaves_the_offsets_and_records_why(store: StateStore) -> No
     assert store.load().last_run.run_seq == 3  # type: ignore[union-attr]
 
 
+def test_abandon_run_raises_the_frontier_over_what_the_run_landed_in_the_same_commit(store: StateStore) -> None:
+    """A run that landed its dead letters before it crashed is abandoned with those offsets: the backfill frontier
+    is raised over them (never lowered, for the run's topic incarnation) in the abandon's commit, so the next run
+    checks exactly that range against the tables; the backfill sequence and floors are kept."""
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 5), split(1, 0, 5)]))
+    store.record_backfill({tp(1): 12}, topic_ids={tp(1): "tid-1"})
+    state = store.load()
+    crashed = plan(2, [split(0, 5, 20), split(1, 5, 20)])
+    version = store.begin_run(crashed, expected_version=state.table_version)
+
+    store.abandon_run(2, reason="x", expected_version=version, landed={tp(0): 9, tp(1): 8})
+
+    after = store.load()
+    assert (after.backfilled, after.backfill_topic_ids) == ({tp(0): 9, tp(1): 12}, {tp(0): "tid-1", tp(1): "tid-1"})
+    assert after.backfill_sequence == state.backfill_sequence == 1
+    assert {k: v.next_offset for k, v in after.partitions.items()} == {tp(0): 5, tp(1): 5}
+    assert after.backfill_overlaps(plan(3, [split(0, 5, 25), split(1, 5, 25)]).splits) == (
+        split(0, 5, 9),
+        split(1, 5, 12),
+    )
+
+
 def test_abandon_command_is_audited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``dynamic-kafka abandon`` gives up the planned run with its reason; it refuses an unplanned run_seq."""
     from dynamic_kafka.cli.main import main
