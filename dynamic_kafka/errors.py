@@ -394,6 +394,12 @@ class LocalSparkConnectError(DynamicKafkaError):
     """The local Spark Connect server could not be started, stopped or found."""
 
 
+class SparkConnectAuthenticationError(ConfigError):
+    """The Spark Connect server refused the client's token, or requires one and none was sent. Nothing was read
+    or written. Not retriable: the client's token setting must be fixed.
+    """
+
+
 class SparkConnectUnavailableError(SparkJobError):
     """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
 
