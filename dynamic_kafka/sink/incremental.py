@@ -79,6 +79,7 @@ class _Target:
     app_id: str
     run_seq: int
     overlaps: Sequence[Split]
+    before_commit: Callable[[], None] | None = None
 
     @property
     def blind(self) -> bool:
@@ -101,6 +102,8 @@ def write_incremental(
     planned_pairs: Sequence[tuple[str, str]],
     overlaps: Sequence[Split] = (),
     prepared: PreparedDecoding | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -114,6 +117,10 @@ def write_incremental(
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
         prepared: the writer schemas of registry / schema-file streams
             (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).
+        before_commit: called before each table's commit of the run's rows (the dead-letter table's, the sink's);
+            raising stops the write with that commit not made. For a staged append it runs once the rows were read
+            and written as files; for delta-spark's own write (a first write, a new column, a dedupe against a
+            backfill), just before that write's job, which reads and commits in one step.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -142,6 +149,7 @@ def write_incremental(
         app_id=pipeline.id,
         run_seq=run_seq,
         overlaps=overlaps,
+        before_commit=before_commit,
     )
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
@@ -212,7 +220,12 @@ def _write_all(observed_rows: _Observed, target: _Target) -> tuple[Observation, 
     """Bytes keys and values: every record decodes, so one append to the sink."""
     rows, observation = observed_rows()
     append_idempotent(
-        sink_rows(rows, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+        sink_rows(rows, target.run_seq),
+        target.sink_path,
+        target.app_id,
+        target.run_seq,
+        blind=target.blind,
+        before_commit=target.before_commit,
     )
     return observation, None
 
@@ -225,7 +238,12 @@ def _write_or_fail(observed_rows: _Observed, target: _Target) -> tuple[Observati
     checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
         append_idempotent(
-            sink_rows(checked, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+            sink_rows(checked, target.run_seq),
+            target.sink_path,
+            target.app_id,
+            target.run_seq,
+            blind=target.blind,
+            before_commit=target.before_commit,
         )
     except Exception as e:
         decode_error = _decode_error_from(e)
@@ -269,6 +287,7 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
             target.app_id,
             target.run_seq,
             blind=target.blind,
+            before_commit=target.before_commit,
         )
         crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
@@ -278,7 +297,12 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
             # is skipped here, though then the counts still include its rows).
             good = _without_present(good, [target.sink_path], target.overlaps)
         append_idempotent(
-            sink_rows(good, target.run_seq), target.sink_path, target.app_id, target.run_seq, blind=target.blind
+            sink_rows(good, target.run_seq),
+            target.sink_path,
+            target.app_id,
+            target.run_seq,
+            blind=target.blind,
+            before_commit=target.before_commit,
         )
     finally:
         cached.unpersist()

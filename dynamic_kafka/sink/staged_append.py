@@ -37,6 +37,8 @@ from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.spark.schema import STATS_COLUMNS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from deltalake import DeltaTable as DeltaTableRs
     from deltalake.transaction import AddAction, RemoveAction
     from pyspark.sql import DataFrame
@@ -70,9 +72,18 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
     return _by_name(table_fields) == _by_name(rows_schema_json["fields"])
 
 
-def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int) -> None:
+def staged_append(
+    rows: DataFrame,
+    table: TableRef,
+    opened: DeltaTableRs,
+    app_id: str,
+    run_seq: int,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
-    ``(app_id, run_seq)`` on the snapshot ``opened``.
+    ``(app_id, run_seq)`` on the snapshot ``opened``; ``before_commit`` runs between the two (``rows`` are all
+    computed then) and stops the commit by raising (the staged files are left, as by a crash).
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
 
@@ -96,6 +107,8 @@ def staged_append(rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id
         .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
     )
     crash_point("after_staging")
+    if before_commit is not None:
+        before_commit()
     doing = f"committing the staged files of run {run_seq} to {table}"
     try:
         adds = _add_actions(table, folder)
