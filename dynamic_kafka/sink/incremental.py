@@ -219,14 +219,7 @@ def _writer(pipeline: PipelineConfig) -> _Writer:
 def _write_all(observed_rows: _Observed, target: _Target) -> tuple[Observation, int | None]:
     """Bytes keys and values: every record decodes, so one append to the sink."""
     rows, observation = observed_rows()
-    append_idempotent(
-        sink_rows(rows, target.run_seq),
-        target.sink_path,
-        target.app_id,
-        target.run_seq,
-        blind=target.blind,
-        before_commit=target.before_commit,
-    )
+    _append(sink_rows(rows, target.run_seq), target.sink_path, target)
     return observation, None
 
 
@@ -237,14 +230,7 @@ def _write_or_fail(observed_rows: _Observed, target: _Target) -> tuple[Observati
     rows, observation = observed_rows()
     checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
-        append_idempotent(
-            sink_rows(checked, target.run_seq),
-            target.sink_path,
-            target.app_id,
-            target.run_seq,
-            blind=target.blind,
-            before_commit=target.before_commit,
-        )
+        _append(sink_rows(checked, target.run_seq), target.sink_path, target)
     except Exception as e:
         decode_error = _decode_error_from(e)
         if decode_error is not None:
@@ -281,14 +267,7 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
-        append_idempotent(
-            dead_letter_rows(bad, target.run_seq),
-            target.dead_letter_path,
-            target.app_id,
-            target.run_seq,
-            blind=target.blind,
-            before_commit=target.before_commit,
-        )
+        _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
         crash_point("after_dead_letter")
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
@@ -296,17 +275,17 @@ def _write_both(observed_rows: _Observed, target: _Target) -> tuple[Observation,
             # Delta checks that read against a concurrent backfill MERGE (a MERGE committed in between
             # is skipped here, though then the counts still include its rows).
             good = _without_present(good, [target.sink_path], target.overlaps)
-        append_idempotent(
-            sink_rows(good, target.run_seq),
-            target.sink_path,
-            target.app_id,
-            target.run_seq,
-            blind=target.blind,
-            before_commit=target.before_commit,
-        )
+        _append(sink_rows(good, target.run_seq), target.sink_path, target)
     finally:
         cached.unpersist()
     return observation, txn_commit_version(target.dead_letter_path, target.app_id, target.run_seq)
+
+
+def _append(rows: DataFrame, table: TableRef, target: _Target) -> None:
+    """Appends one table's rows of the run with its transaction, checked by ``before_commit`` before the commit."""
+    append_idempotent(
+        rows, table, target.app_id, target.run_seq, blind=target.blind, before_commit=target.before_commit
+    )
 
 
 # --- outcome ----------------------------------------------------------------------------------------------------
