@@ -26,8 +26,8 @@ from dynamic_kafka.config import (
     PythonMetadataServiceConfig,
     SingleClusterMetadataServiceConfig,
 )
-from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.kafka import ClusterRequest, list_topic_names, run_requests, take_broker_snapshot
+from dynamic_kafka.errors import ConfigError, TopicRecreatedError
+from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, run_requests, take_broker_snapshot
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.references import ReferenceGuard
@@ -38,7 +38,7 @@ from dynamic_kafka.state import StateStore
 from dynamic_kafka.storage import check_environment
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pyspark.sql import SparkSession
 
@@ -172,6 +172,30 @@ class PipelineContext:
         ]
         return take_broker_snapshot(requests, isolation_level=self.pipeline.isolation_level, now=datetime.now(UTC))
 
+    def check_topics_unchanged(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> None:
+        """Checks, after a run's records were read and before any of them is committed, that every topic it read is
+        still the incarnation it planned (same topic id): then every record read came from that incarnation, since
+        a topic id never comes back once its topic is deleted. One describe call per cluster.
+
+        Raises:
+            TopicRecreatedError: a topic of the plan was deleted or recreated since the plan. Not retriable under
+                ``on_topic_recreated: fail``; retriable under ``reset`` (the caller gives the run up first, so the
+                next run plans the new topic from its earliest offset).
+            KafkaClientError: a cluster could not be queried (retriable; nothing is committed).
+        """
+        planned: dict[str, dict[str, str]] = {}
+        for split in plan.read_splits:
+            if split.topic_id and split.stop_offset > split.start_offset:
+                planned.setdefault(split.cluster_id, {})[split.topic] = split.topic_id
+        for cluster_id, topics in sorted(planned.items()):
+            with KafkaAdmin(clusters[cluster_id]) as admin:
+                described = admin.describe_topics(topics)
+            for topic, topic_id in sorted(topics.items()):
+                now = described[topic]
+                if now.exists and now.topic_id in (None, topic_id):
+                    continue
+                raise _recreated_during_run(self.pipeline, plan.run_seq, cluster_id, topic)
+
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
         """How to reach every cluster of a plan: the resolved metadata's connection, else (a removed cluster being
         drained, or a recovered plan whose credentials may have been rotated since) the service's current one,
@@ -188,6 +212,23 @@ class PipelineContext:
                 or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
             )
         return found
+
+
+def _recreated_during_run(pipeline: PipelineConfig, run_seq: int, cluster_id: str, topic: str) -> TopicRecreatedError:
+    why = (
+        f"deleted or recreated while run {run_seq} of pipeline {pipeline.id!r} read it: its records may be the new "
+        "topic's at the old topic's offsets, so none of them was committed"
+    )
+    if pipeline.on_topic_recreated == "fail":
+        return TopicRecreatedError(cluster_id, topic, why)
+    return TopicRecreatedError(
+        cluster_id,
+        topic,
+        why,
+        retriable=True,
+        hint=f"Run {run_seq} was given up (on_topic_recreated: reset); the next run reads the new topic from its "
+        "earliest offset.",
+    )
 
 
 def guard_references(service: KafkaMetadataService, project: ProjectConfig, source: str) -> KafkaMetadataService:

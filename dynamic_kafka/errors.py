@@ -211,12 +211,16 @@ class TopicRecreatedError(PlanningError):
         topic: the topic name.
     """
 
-    def __init__(self, cluster_id: str, topic: str, reason: str) -> None:
+    def __init__(
+        self, cluster_id: str, topic: str, reason: str, *, hint: str | None = None, retriable: bool = False
+    ) -> None:
         self.cluster_id = cluster_id
         self.topic = topic
+        self.retriable = retriable
         super().__init__(
             f"topic {topic!r} on cluster {cluster_id!r} was recreated ({reason}).",
-            hint="Nothing was written. To read the new topic from its earliest offset, "
+            hint=hint
+            or "Nothing was written. To read the new topic from its earliest offset, "
             "set `on_topic_recreated: reset` on the pipeline.",
         )
 
@@ -430,6 +434,12 @@ class SchemaIncompatibleError(DecodeError):
 
 class LocalSparkConnectError(DynamicKafkaError):
     """The local Spark Connect server could not be started, stopped or found."""
+
+
+class SparkConnectAuthenticationError(ConfigError):
+    """The Spark Connect server refused the client's token, or requires one and none was sent. Nothing was read
+    or written. Not retriable: the client's token setting must be fixed.
+    """
 
 
 class SparkConnectUnavailableError(SparkJobError):

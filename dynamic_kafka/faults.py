@@ -4,6 +4,7 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 ``finally``, exactly like ``kill -9``. Unset, these calls cost one environment lookup. The points:
 
 - ``after_plan``: an incremental run's plan was written ahead (before any JVM);
+- ``before_read``: a run's Spark read is defined (lazily) and about to run: nothing of its plan was read yet;
 - ``during_write:SECONDS``: that many seconds after the run's Spark session is obtained (a timer);
 - ``after_dead_letter``: the dead-letter table holds the run's txn, the sink does not yet (``dead_letter`` policy
   and a run with undecodable records);
@@ -15,6 +16,9 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 - ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE;
 - ``after_fence``: an abandon fenced the run in the sink, before the dead-letter table's fence and the state's
   abandon commit (:mod:`~dynamic_kafka.sink.fence`).
+
+In-process, :func:`acting_at` runs an action at a point instead (another actor's move at exactly that step: a
+test deleting and recreating a topic between a run's plan and its read).
 """
 
 from __future__ import annotations
@@ -22,8 +26,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 ENV = "DYNAMIC_KAFKA_FAULT"
+
+_actions: dict[str, Callable[[], None]] = {}
 
 
 def _kill() -> None:
@@ -31,9 +42,24 @@ def _kill() -> None:
 
 
 def crash_point(name: str) -> None:
-    """Dies here if ``DYNAMIC_KAFKA_FAULT`` names this point."""
+    """Runs the action :func:`acting_at` set for this point, then dies here if ``DYNAMIC_KAFKA_FAULT`` names it."""
+    action = _actions.get(name)
+    if action is not None:
+        action()
     if os.environ.get(ENV) == name:
         _kill()
+
+
+@contextmanager
+def acting_at(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Within the block, every time this process reaches the point ``name``, ``action`` runs there first."""
+    if name in _actions:
+        raise ValueError(f"an action is already set at {name!r}")
+    _actions[name] = action
+    try:
+        yield
+    finally:
+        del _actions[name]
 
 
 def arm_timer(name: str) -> None:

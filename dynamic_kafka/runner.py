@@ -270,9 +270,25 @@ class PipelineRunner:
                 isolation_level=self.pipeline.isolation_level,
                 min_partitions=self.pipeline.min_partitions,
             )
+            crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
-            result = write_incremental(frame, self.pipeline, plan.run_seq, pairs, overlaps, prepared)
+            result = write_incremental(
+                frame,
+                self.pipeline,
+                plan.run_seq,
+                pairs,
+                overlaps,
+                prepared,
+                before_commit=lambda: self.context.check_topics_unchanged(plan, clusters),
+            )
+        except TopicRecreatedError as e:
+            # A topic recreated under the run: what it read may be the new topic's records at the old one's
+            # offsets, and nothing of it was committed. Under reset the run is given up now, as its recovery would.
+            version = lease.stop()
+            if e.retriable:
+                self._give_up(plan, str(e), version)
+            raise
         except BaseException:
             lease.stop(quietly=True)
             raise

@@ -47,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting of the server, e.g. spark.cores.max=4 on a shared standalone cluster (repeatable; "
-        "it is on the server's command line, so never a secret)",
+        "it is on the server's command line, so one that looks like a secret is refused; the server's "
+        "authentication token is generated into the `token` file of its folder)",
     )
     up.add_argument("--json", action="store_true", help='print {"remote": "sc://127.0.0.1:PORT", ...}')
     up.set_defaults(handler=_up)

@@ -7,6 +7,7 @@ says otherwise)::
     server.pid          the server's pid while it runs
     log4j2.properties   the server's logging config (WARN, with the Connect service's start line)
     server.log          the server's stdout and stderr
+    token               the token clients authenticate with (mode 0600; kept across restarts)
     work/               the server's working folder (Spark's scratch space, Derby files)
 
 The server is pyspark's own ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``, so
@@ -14,6 +15,12 @@ its Spark is exactly the client's (same version, same jars). The Kafka connector
 resolved jars the in-process session uses (:class:`dynamic_kafka.spark.session.SessionLaunch`), so neither mode
 downloads them twice. The process is identified by its pid and by the path of its log4j config in its
 command line, so a reused pid never counts as our server.
+
+Authentication: the server refuses every client that does not send its pre-shared token (Spark Connect's
+``spark.connect.authenticate.token`` check, fed through the server's environment variable
+``SPARK_CONNECT_AUTHENTICATE_TOKEN``, never its command line). ``up`` generates the token once per folder into
+``token`` (readable by its owner only) and records the folder per port in this machine's cache, so a client of a
+local server finds the token without configuration (:mod:`~dynamic_kafka.local_spark_connect.tokens`).
 
 Secrets: clients send Kafka credentials as data source options inside query plans. The server redacts every key
 matching :data:`dynamic_kafka.secrets.SPARK_REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
@@ -25,10 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import ipaddress
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,6 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.errors import LocalSparkConnectError
+from dynamic_kafka.local_spark_connect.tokens import TOKEN_ENV, is_loopback, record_port, server_token
+from dynamic_kafka.secrets import is_sensitive_key, secrets_in_text
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +62,8 @@ _PID_FILE = "server.pid"
 _LOG_FILE = "server.log"
 _LOG4J_FILE = "log4j2.properties"
 _LOCK_FILE = ".lock"
+# Beyond the sensitive keys of dynamic_kafka.secrets: any "key" word (fs.s3a.access.key, a keystore key...).
+_KEY_WORD = re.compile(r"(?i)key(?![a-z])")
 # Spark Connect's own defaults for these are fine for one user; the bounds keep a long-lived server's memory flat.
 _SERVER_CONF = {
     "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -147,17 +158,18 @@ def start_server(
         driver_memory: the server JVM's heap (the driver of every client's jobs).
         ui: serve Spark's UI (port 4040 and up); off by default.
         conf: extra Spark settings; they win over dynamic-kafka's defaults. No secret belongs here: settings are
-            on the server's command line.
+            on the server's command line, so one that looks like a secret is refused.
         start_timeout_s: how long to wait for the port to accept connections.
 
     Returns:
         The running server.
 
     Raises:
-        LocalSparkConnectError: another server of this folder runs with other settings, the port is taken, or the
-            server did not come up (the message has its log's tail).
+        LocalSparkConnectError: a setting of ``conf`` looks like a secret, another server of this folder runs with
+            other settings, the port is taken, or the server did not come up (the message has its log's tail).
         ToolchainError: no Java 17+, or the jars cannot be fetched.
     """
+    refuse_secret_settings(conf or {})
     base = resolve_base_dir(base_dir)
     with exclusive_lock(base / _LOCK_FILE):
         current = _load(base)
@@ -178,6 +190,32 @@ def start_server(
             ui=ui,
             conf=conf or {},
             start_timeout_s=start_timeout_s,
+        )
+
+
+def refuse_secret_settings(conf: dict[str, str]) -> None:
+    """Refuses settings for the server's command line that look like secrets (by key or by an assignment in
+    the value): every user of the machine can read a command line (``ps``, ``/proc/*/cmdline``).
+
+    Raises:
+        LocalSparkConnectError: names the setting (never its value) and where a secret belongs instead.
+    """
+    for key, value in sorted(conf.items()):
+        if not (is_sensitive_key(key) or _KEY_WORD.search(key) or secrets_in_text(value)):
+            continue
+        if key == "spark.connect.authenticate.token":
+            hint = "Leave it out: the server generates its own token (the `token` file of its folder) and local "
+            hint += "clients find it; others set spark.token to a ${file:...} or ${env:...} reference to it."
+        else:
+            hint = (
+                "Give the server its secrets through its environment (e.g. AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY for S3A, exported before `spark-connect up`) or a file readable by you only, "
+                "never as --conf."
+            )
+        raise LocalSparkConnectError(
+            f"the Spark setting {key!r} looks like a secret; settings go on the Spark Connect server's command "
+            "line, which every user of this machine can read, so it was refused and no server was started.",
+            hint=hint,
         )
 
 
@@ -281,6 +319,8 @@ def _start(
     # PYSPARK_* variables of a calling pyspark process must not leak into the server's launcher.
     for key in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
         env.pop(key, None)
+    # The token reaches the server through its environment: a command line is readable by every user.
+    env[TOKEN_ENV] = server_token(base)
     if master_on_loopback(master):
         # Every executor runs on this host (in the driver's JVM, or on a loopback cluster's workers): bind every
         # Spark port (driver, block manager, UI) to loopback only. Otherwise, on a host whose name resolves to
@@ -316,6 +356,7 @@ def _start(
             )
         time.sleep(0.2)
     _save(base, info)
+    record_port(base, port)
     logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
     return info
 
@@ -334,16 +375,7 @@ def master_on_loopback(master: str) -> bool:
     if not master.startswith("spark://"):
         return False
     hosts = [address.rpartition(":")[0].strip("[]") for address in master.removeprefix("spark://").split(",")]
-    return all(_is_loopback(host) for host in hosts)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to any interface, so the driver must be reachable there
-        return False
+    return all(is_loopback(host) for host in hosts)
 
 
 def _marker(base: Path) -> str:

@@ -91,6 +91,7 @@ class _Target:
     app_id: str
     run_seq: int
     overlaps: Sequence[Split]
+    before_commit: Callable[[], None] | None = None
 
     @property
     def blind(self) -> bool:
@@ -130,6 +131,8 @@ def write_incremental(
     planned_pairs: Sequence[tuple[str, str]],
     overlaps: Sequence[Split] = (),
     prepared: PreparedDecoding | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -143,6 +146,10 @@ def write_incremental(
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
         prepared: the writer schemas of registry / schema-file streams
             (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).
+        before_commit: called before each table's commit of the run's rows (the dead-letter table's, the sink's);
+            raising stops the write with that commit not made. For a staged append it runs once the rows were read
+            and written as files; for delta-spark's own write (a first write, a new column, a dedupe against a
+            backfill), just before that write's job, which reads and commits in one step.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -171,6 +178,7 @@ def write_incremental(
         app_id=pipeline.id,
         run_seq=run_seq,
         overlaps=overlaps,
+        before_commit=before_commit,
     )
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
@@ -315,7 +323,15 @@ def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
     """
     commit_id = new_commit_id()
     try:
-        append_idempotent(rows, table, target.app_id, target.run_seq, commit_id=commit_id, blind=target.blind)
+        append_idempotent(
+            rows,
+            table,
+            target.app_id,
+            target.run_seq,
+            commit_id=commit_id,
+            blind=target.blind,
+            before_commit=target.before_commit,
+        )
     except CommitLostError:
         raise
     except Exception as e:

@@ -46,6 +46,8 @@ from dynamic_kafka.spark.schema import STATS_COLUMNS
 from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from deltalake import DeltaTable as DeltaTableRs
     from deltalake.transaction import AddAction, RemoveAction
     from pyspark.sql import DataFrame
@@ -86,10 +88,18 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
 
 
 def staged_append(
-    rows: DataFrame, table: TableRef, opened: DeltaTableRs, app_id: str, run_seq: int, commit_id: str
+    rows: DataFrame,
+    table: TableRef,
+    opened: DeltaTableRs,
+    app_id: str,
+    run_seq: int,
+    commit_id: str,
+    *,
+    before_commit: Callable[[], None] | None = None,
 ) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
-    ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``.
+    ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``; ``before_commit`` runs between the two
+    (``rows`` are all computed then) and stops the commit by raising (the staged files are left, as by a crash).
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
 
@@ -118,6 +128,8 @@ def staged_append(
             .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
         )
     crash_point("after_staging")
+    if before_commit is not None:
+        before_commit()
     doing = f"committing the staged files of run {run_seq} to {table}"
     read_version = opened.version()
     try:

@@ -29,7 +29,7 @@ from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR,
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -160,7 +160,14 @@ def _nullable(data_type: Any) -> Any:
 
 
 def append_idempotent(
-    rows: DataFrame, table: Table, app_id: str, run_seq: int, *, commit_id: str, blind: bool = False
+    rows: DataFrame,
+    table: Table,
+    app_id: str,
+    run_seq: int,
+    *,
+    commit_id: str,
+    blind: bool = False,
+    before_commit: Callable[[], None] | None = None,
 ) -> None:
     """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
     commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
@@ -171,6 +178,9 @@ def append_idempotent(
     merging; a new table is created by this same commit (``delta.*`` write options become its properties), so a
     failed first write leaves no table behind.
 
+    ``before_commit`` runs before the commit and may stop it by raising: for a staged append once ``rows`` were
+    computed and written as files; for delta-spark's write just before its job (which reads and commits in one).
+
     Raises:
         CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
     """
@@ -179,7 +189,7 @@ def append_idempotent(
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
         if opened is not None and can_stage(opened, _nullable(rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
-                staged_append(rows, ref, opened, app_id, run_seq, commit_id)
+                staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit)
             return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     writer = writer.option("userMetadata", user_metadata(commit_id))
@@ -188,6 +198,8 @@ def append_idempotent(
     writer = writer.option("mergeSchema", "true")
     if not table_exists(ref):
         writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
+    if before_commit is not None:
+        before_commit()
     writer.save(ref.spark_uri)
 
 

@@ -7,6 +7,15 @@ before anything is planned as written, instead of the client's default of retryi
 :func:`dynamic_kafka.spark.session.build_spark_session` is the one entry point: it calls this module when the
 settings name a remote.
 
+Authentication: a server may require a pre-shared token (Spark Connect's ``spark.connect.authenticate.token``; a
+server started by ``dynamic-kafka spark-connect up`` always does). The client sends it as a bearer token: the
+``spark.token`` setting (a secret reference), else a ``token`` parameter of the URL or
+``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own sources), else, for a server on this machine's loopback, the
+token of the local server recorded for that port (:func:`~dynamic_kafka.local_spark_connect.tokens.local_token`). To a
+loopback server the token travels over gRPC's local credentials (no TLS needed on one machine); to another host,
+as pyspark does, over TLS. A refused token is a :class:`~dynamic_kafka.errors.SparkConnectAuthenticationError`
+naming the fix, never a gRPC trace, and no token is ever in a log line, an error or a URL shown.
+
 What the server decides (its start, ``dynamic-kafka spark-connect up``): the master, the jars (Delta, the Kafka
 connector), static settings, the redaction pattern, logging and the UI. What a client may set: session (runtime
 SQL) settings, from ``spark.conf``.
@@ -15,11 +24,15 @@ SQL) settings, from ``spark.conf``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
+from urllib.parse import urlparse
 
-from dynamic_kafka.errors import ConfigError, SparkConnectUnavailableError
+from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError, SparkConnectUnavailableError
+from dynamic_kafka.local_spark_connect.tokens import TOKEN_ENV, is_loopback, local_token
+from dynamic_kafka.secrets import resolve_value
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,7 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_SessionKey = tuple[str, tuple[tuple[str, str], ...], int, int]
+_SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int]
 _sessions: dict[_SessionKey, SparkSession] = {}
 # Server-side errors that mean "this client's session is gone" (the server restarted or timed the session out):
 # a new session fixes them.
@@ -54,7 +67,9 @@ def build_remote_session(settings: SparkConfig) -> SparkSession:
 
     Raises:
         SparkConnectUnavailableError: the server is down or unreachable (retriable; nothing was read or written).
-        ConfigError: a setting in ``conf`` cannot be set on a session (a static setting belongs to the server).
+        SparkConnectAuthenticationError: the server refused the client's token, or that no token was sent.
+        ConfigError: a setting in ``conf`` cannot be set on a session (a static setting belongs to the server), or
+            ``token`` references a variable or file that is not there.
 
     Example:
         >>> spark = build_remote_session(SparkConfig(remote="sc://127.0.0.1:15002"))  # doctest: +SKIP
@@ -65,6 +80,7 @@ def build_remote_session(settings: SparkConfig) -> SparkSession:
         raise ValueError("build_remote_session needs settings with remote set")
     key: _SessionKey = (
         settings.remote,
+        settings.token,
         tuple(sorted(settings.conf.items())),
         settings.remote_retries,
         settings.remote_max_backoff_ms,
@@ -111,8 +127,12 @@ def _connect(settings: SparkConfig) -> SparkSession:
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     assert settings.remote is not None
+    token = client_token(settings)
     # create(), not getOrCreate(): a process may hold sessions of several servers, and a dropped one stays dropped.
-    session: SparkSession = SparkSession.builder.remote(settings.remote).create()
+    if token is None:
+        session: SparkSession = SparkSession.builder.remote(settings.remote).create()
+    else:
+        session = _authenticated_session(settings.remote, token)
     # The builder is typed as the classic session's; a remote one is pyspark.sql.connect's, with a client.
     cast("ConnectSparkSession", session).client.set_retry_policies(
         [DefaultPolicy(max_retries=settings.remote_retries, max_backoff=settings.remote_max_backoff_ms)]
@@ -134,11 +154,70 @@ def _connect(settings: SparkConfig) -> SparkSession:
     return session
 
 
+def client_token(settings: SparkConfig) -> str | None:
+    """The token to send to ``settings.remote``: ``settings.token`` resolved, else the URL's ``token`` parameter,
+    else ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, else the local server's own token for a loopback URL; None: none.
+
+    Raises:
+        ConfigError: ``settings.token`` references an unset variable or an unreadable file.
+    """
+    assert settings.remote is not None
+    if settings.token is not None:
+        return resolve_value(settings.token, key="spark.token", cluster_id=str(settings.shown_remote)) or None
+    url = urlparse(settings.remote)
+    for parameter in url.path.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name == "token" and value:
+            return value
+    from_env = os.environ.get(TOKEN_ENV)
+    if from_env:
+        return from_env
+    return local_token(url.hostname or "", url.port or _DEFAULT_PORT)
+
+
+def _authenticated_session(remote: str, token: str) -> SparkSession:
+    """A Connect session sending ``token`` as its bearer token; to a loopback server over gRPC's local
+    credentials (pyspark uses them only for the name ``localhost``, and TLS for ``127.0.0.1``, which a local
+    server does not speak).
+    """
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    class TokenChannel(DefaultChannelBuilder):
+        @property
+        def token(self) -> str:
+            return token
+
+        def toChannel(self) -> grpc.Channel:  # noqa: N802 (pyspark's name)
+            if self.use_ssl or not is_loopback(self.host):
+                return super().toChannel()
+            credentials = grpc.composite_channel_credentials(
+                grpc.local_channel_credentials(), grpc.access_token_call_credentials(token)
+            )
+            return self._secure_channel(self.endpoint, credentials)
+
+    # What pyspark's builder.remote(...).create() does before creating a session: mark the process as a Connect
+    # client, so pyspark's functions dispatch to Connect.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return cast("SparkSession", ConnectSession.builder.channelBuilder(TokenChannel(remote)).create())
+
+
 @contextmanager
 def _unavailable_as_error(settings: SparkConfig) -> Iterator[None]:
     try:
         yield
     except Exception as e:
+        if is_unauthenticated(e):
+            why = "its token was not accepted" if client_token(settings) else "it requires a token and none was found"
+            raise SparkConnectAuthenticationError(
+                f"the Spark Connect server at {settings.shown_remote} refused this client: {why}; nothing was "
+                "read or written.",
+                hint="Set spark.token to a ${file:PATH} or ${env:NAME} reference to the server's token (a server "
+                "started by `dynamic-kafka spark-connect up` keeps it in the `token` file of its folder, and local "
+                "clients find it when that server was started on this machine), or export "
+                "SPARK_CONNECT_AUTHENTICATE_TOKEN.",
+            ) from e
         if not is_unavailable(e):
             raise
         raise SparkConnectUnavailableError(
@@ -170,6 +249,22 @@ def is_unavailable(error: BaseException) -> bool:
 
 
 _DOWN = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+_DEFAULT_PORT = 15002  # Spark Connect's, for a URL without a port
+
+
+def is_unauthenticated(error: BaseException) -> bool:
+    """Whether ``error`` (from a Spark Connect call) is the server refusing the client's token (gRPC's
+    UNAUTHENTICATED anywhere in the cause chain).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = getattr(current, "code", None)
+        if type(current).__module__.startswith("grpc") and callable(code) and _status_name(code()) == "UNAUTHENTICATED":
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _status_name(status: object) -> str:

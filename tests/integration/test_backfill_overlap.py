@@ -48,8 +48,9 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[Write]:
         pairs: Any,
         overlaps: tuple[Split, ...] | list[Split] = (),
         prepared: Any = None,
+        **options: Any,
     ) -> WriteResult:
-        result = real(df, pipeline, run_seq, pairs, overlaps, prepared)
+        result = real(df, pipeline, run_seq, pairs, overlaps, prepared, **options)
         calls.append((tuple(overlaps), result))
         return result
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.errors import LocalSparkConnectError
+from dynamic_kafka.errors import ConfigError, LocalSparkConnectError, SparkConnectAuthenticationError
 from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server
 
 pytestmark = pytest.mark.integration
@@ -29,10 +32,18 @@ def _running_pid(info: ServerInfo) -> int:
     return status.info.pid
 
 
-def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: ServerInfo, tmp_path: Path) -> None:
+def _pyspark_session(info: ServerInfo) -> Any:
+    """A plain pyspark client of the server, as a user's own program writes it: the token in the URL (pyspark
+    sends it over gRPC's local credentials to ``localhost``).
+    """
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(spark_connect_server.remote).create()
+    token = (_base_dir(info) / "token").read_text().strip()
+    return SparkSession.builder.remote(f"sc://localhost:{info.port}/;token={token}").create()
+
+
+def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: ServerInfo, tmp_path: Path) -> None:
+    spark = _pyspark_session(spark_connect_server)
     try:
         assert [row.id for row in spark.range(3).collect()] == [0, 1, 2]
         table = str(tmp_path / "t")
@@ -47,9 +58,7 @@ def test_a_client_runs_queries_with_delta_over_the_remote(spark_connect_server: 
 def test_the_server_drops_unused_kafka_consumers_soon_and_gives_idle_memory_back(
     spark_connect_server: ServerInfo,
 ) -> None:
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(spark_connect_server.remote).create()
+    spark = _pyspark_session(spark_connect_server)
     try:
         for pool in ("cache", "fetchedData.cache"):
             assert spark.conf.get(f"spark.kafka.consumer.{pool}.timeout") == "30s"
@@ -123,3 +132,83 @@ def test_an_unreachable_server_is_a_retriable_error() -> None:
     with pytest.raises(SparkConnectUnavailableError, match="did not answer") as failure:
         build_spark_session(settings)
     assert failure.value.retriable
+
+
+# --- authentication -----------------------------------------------------------------------------------------------
+
+
+def _refused(settings: SparkConfig) -> SparkConnectAuthenticationError:
+    from dynamic_kafka.spark.session import build_spark_session
+
+    with pytest.raises(SparkConnectAuthenticationError) as failure:
+        build_spark_session(settings)
+    assert not failure.value.retriable
+    assert "dynamic-kafka spark-connect up" in (failure.value.hint or "")
+    return failure.value
+
+
+def test_the_server_refuses_a_client_without_its_token(
+    spark_connect_server: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another cache: this client does not find the local server's token, and sends none.
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", raising=False)
+    error = _refused(SparkConfig(remote=spark_connect_server.remote, remote_retries=0))
+    assert "requires a token and none was found" in str(error)
+    assert "Traceback" not in str(error)
+
+
+def test_the_server_refuses_a_wrong_token_and_the_error_does_not_show_it(
+    spark_connect_server: ServerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WRONG_CONNECT_TOKEN", "not-the-server-token-5f1e")
+    error = _refused(SparkConfig(remote=spark_connect_server.remote, token="${env:WRONG_CONNECT_TOKEN}"))
+    assert "token was not accepted" in str(error)
+    assert "not-the-server-token" not in f"{error} {error.hint}"
+
+
+def test_a_token_reference_reaches_the_server_and_a_missing_one_is_named(spark_connect_server: ServerInfo) -> None:
+    from dynamic_kafka.spark.session import build_spark_session
+
+    token_file = _base_dir(spark_connect_server) / "token"
+    spark = build_spark_session(SparkConfig(remote=spark_connect_server.remote, token=f"${{file:{token_file}}}"))
+    assert spark.range(3).count() == 3
+    with pytest.raises(ConfigError, match="NO_SUCH_CONNECT_TOKEN"):
+        build_spark_session(SparkConfig(remote=spark_connect_server.remote, token="${env:NO_SUCH_CONNECT_TOKEN}"))
+
+
+def test_the_token_is_in_a_private_file_and_in_no_command_line_log_or_record(spark_connect_server: ServerInfo) -> None:
+    base = _base_dir(spark_connect_server)
+    token_file = base / "token"
+    token = token_file.read_text().strip()
+    assert len(token) >= 32
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    pid = _running_pid(spark_connect_server)
+    assert f"SPARK_CONNECT_AUTHENTICATE_TOKEN={token}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:  # the process ended meanwhile, or is not ours to read
+                continue
+            assert token.encode() not in cmdline, f"the token is on the command line of process {entry.name}"
+    for path in base.iterdir():
+        if path.is_file() and path != token_file:
+            assert token.encode() not in path.read_bytes(), f"the token is in {path}"
+
+
+def test_up_refuses_settings_that_look_like_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for setting in (
+        "spark.hadoop.fs.s3a.secret.key=abc",
+        "spark.hadoop.fs.s3a.access.key=AKIA",
+        "spark.connect.authenticate.token=abc",
+        "spark.driver.extraJavaOptions=-Djavax.net.ssl.keyStorePassword=abc",
+    ):
+        argv = ["spark-connect", "up", "--base-dir", str(tmp_path), "--port", str(free_port()), "--conf", setting]
+        assert main(argv) != 0
+        err = capsys.readouterr().err
+        assert f"{setting.partition('=')[0]!r} looks like a secret" in err
+        assert "environment" in err or "generates its own token" in err
+        assert "abc" not in err
+        assert server_status(tmp_path) is None  # refused before anything started
+    assert not os.listdir(tmp_path)
