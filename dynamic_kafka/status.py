@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.kafka import status_requests, take_broker_snapshot
+from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
 from dynamic_kafka.plan.model import Finding, LostRange
 from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.plan.summary import RunSummary
@@ -40,6 +40,11 @@ class PipelineStatus(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pipeline_id: str
+    never_ran: bool = Field(
+        False,
+        description="No run was ever planned: nothing is committed, so there is no lag yet. The brokers of the "
+        "streams the pipeline subscribes to are still asked, so an unreachable one shows in unreachable_clusters.",
+    )
     partitions: tuple[PartitionLag, ...]
     total_lag: int
     unreachable_clusters: tuple[str, ...]
@@ -55,10 +60,16 @@ class PipelineStatus(BaseModel):
 
 def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
-    shows no lag rather than failing the report).
+    shows no lag rather than failing the report). A pipeline that never ran has no cluster in its state: then the
+    clusters of the streams it subscribes to are asked, so that brokers it cannot reach are reported all the same.
     """
     state = context.store.load()
-    requests = status_requests(state, context.service)
+    never_ran = state.last_run is None and not state.partitions
+    if never_ran:
+        first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
+        requests = [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
+    else:
+        requests = status_requests(state, context.service)
     brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
@@ -86,6 +97,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
     skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
         pipeline_id=context.pipeline.id,
+        never_ran=never_ran,
         partitions=tuple(rows),
         total_lag=sum(r.lag or 0 for r in rows if r.status == "active"),
         unreachable_clusters=unreachable,
