@@ -311,6 +311,12 @@ class PipelineConfig(_Config):
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     isolation_level: Isolation = "read_committed"
+    properties: StringProperties = Field(
+        default_factory=dict,
+        description="Kafka client properties for every cluster of this pipeline, under each cluster's own "
+        "`properties` from the metadata (a cluster's value wins). Every client also gets `client.id` "
+        "'dynamic-kafka-<id>-<cluster>' unless these or the cluster's properties set one.",
+    )
     consumer_group: str | None = Field(
         None,
         description="Also commit offsets to this consumer group (monitoring only: `kafka-consumer-groups --describe` "
