@@ -325,6 +325,12 @@ class PipelineConfig(_Config):
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
     sensor: SensorConfig = Field(default_factory=SensorConfig)
+    automation_default_status: Literal["running", "stopped"] = Field(
+        "stopped",
+        description="Whether the pipeline's schedule and metadata-change sensor start running or stopped when "
+        "Dagster first loads them (a toggle in the UI overrides it afterwards). Default stopped: a new deployment "
+        "runs nothing until someone turns it on. The catch-up sensor always starts running.",
+    )
     backfill: BackfillConfig | None = None
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     max_dead_letters: int = Field(
