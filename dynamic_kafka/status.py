@@ -32,6 +32,9 @@ class PartitionLag(BaseModel):
     latest_offset: int | None
     lag: int | None
     removed_at: datetime | None = None
+    earliest_offset: int | None = Field(None, description="The broker's earliest offset (None: not answered).")
+    topic_id: str | None = Field(None, description="The topic id the committed offset belongs to.")
+    updated_run_seq: int = Field(0, description="The last run that moved this partition's offset.")
 
 
 class PipelineStatus(BaseModel):
@@ -77,6 +80,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         topic = answered.topics.get(key.topic) if answered and answered.reachable else None
         offsets = topic.partitions.get(key.partition) if topic else None
         latest = offsets.latest if offsets else None
+        earliest = offsets.earliest if offsets else None
         rows.append(
             PartitionLag(
                 cluster_id=key.cluster_id,
@@ -87,6 +91,9 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
                 latest_offset=latest,
                 lag=None if latest is None else max(0, latest - row.next_offset),
                 removed_at=row.removed_at,
+                earliest_offset=earliest,
+                topic_id=row.topic_id,
+                updated_run_seq=row.updated_run_seq,
             )
         )
     runs = context.store.run_history(limit=history)

@@ -97,3 +97,24 @@ def test_backfill_command_merges_a_window_once_and_leaves_the_offsets(
     assert harness.sink_rows() == sorted(("east", topic, 0, r.offset or 0, r.value) for r in delivered)
     state = harness.runner().store.load()
     assert (state.last_run, dict(state.partitions)) == (None, {}), "a backfill never moves the incremental offsets"
+
+
+def test_offsets_show_lists_each_partition_against_the_broker(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, topic = one_topic_pipeline(kafka_clusters, tmp_path, spark)
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    produce(bootstrap, topic, [Record(value=f"a{i}".encode()) for i in range(3)])
+    assert harness.runner().run().records == 3
+    produce(bootstrap, topic, [Record(value=f"b{i}".encode()) for i in range(2)])
+
+    assert cli(harness, "offsets", "show", "--json") == 0
+    (row,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert (row["cluster_id"], row["topic"], row["partition"], row["status"]) == ("east", topic, 0, "active")
+    assert (row["next_offset"], row["earliest_offset"], row["latest_offset"], row["lag"]) == (3, 0, 5, 2)
+    assert (row["updated_run_seq"], bool(row["topic_id"])) == (1, True)
+
+    assert cli(harness, "offsets", "show") == 0
+    assert f"east       {topic:<20} {row['topic_id']:<24}    0          3          0          5        2  active" in (
+        capsys.readouterr().out
+    )
