@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
+from dynamic_kafka.validation_text import plain_message, suggest_key
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
@@ -317,6 +318,12 @@ class PipelineConfig(_Config):
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     isolation_level: Isolation = "read_committed"
+    properties: StringProperties = Field(
+        default_factory=dict,
+        description="Kafka client properties for every cluster of this pipeline, under each cluster's own "
+        "`properties` from the metadata (a cluster's value wins). Every client also gets `client.id` "
+        "'dynamic-kafka-<id>-<cluster>' unless these or the cluster's properties set one.",
+    )
     consumer_group: str | None = Field(
         None,
         description="Also commit offsets to this consumer group (monitoring only: `kafka-consumer-groups --describe` "
@@ -325,6 +332,12 @@ class PipelineConfig(_Config):
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
     schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
     sensor: SensorConfig = Field(default_factory=SensorConfig)
+    automation_default_status: Literal["running", "stopped"] = Field(
+        "stopped",
+        description="Whether the pipeline's schedule and metadata-change sensor start running or stopped when "
+        "Dagster first loads them (a toggle in the UI overrides it afterwards). Default stopped: a new deployment "
+        "runs nothing until someone turns it on. The catch-up sensor always starts running.",
+    )
     backfill: BackfillConfig | None = None
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     max_dead_letters: int = Field(
@@ -555,26 +568,44 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax.") from e
 
 
-def describe_validation_error(error: ValidationError, source: str) -> ConfigError:
-    """One ConfigError listing every invalid key as ``a.b[0].c: problem``, with the fix for unknown keys."""
-    lines = []
-    for item in error.errors():
-        loc = _format_location(item["loc"])
-        if item["type"] == "extra_forbidden":
-            lines.append(f"{loc}: unknown key; remove it or check its spelling")
-        elif item["type"] == "missing":
-            lines.append(f"{loc}: required key is missing")
-        elif "storage" in item["loc"] or isinstance(item.get("input"), dict | list):
-            # A storage block may hold credentials, and a whole model's input holds the storage block: never echo.
-            lines.append(f"{loc}: {item['msg']}")
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            if _may_show(item["loc"], item.get("input")):
-                message += f" (got {_short(item.get('input'))})"
-            lines.append(mask_secrets(f"{loc}: {message}"))
+def describe_validation_error(error: ValidationError, source: str, model: type[BaseModel] | None = None) -> ConfigError:
+    """One ConfigError listing every invalid key as ``a.b[0].c: problem``, in plain words (see
+    :func:`validation_problems`).
+    """
+    lines = [f"{location}: {message}" for location, message in validation_problems(error, model)]
     return ConfigError(
         "invalid configuration:\n  " + "\n  ".join(lines), source=source, hint="\nFix the keys listed above."
     )
+
+
+def validation_problems(error: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Every problem of ``error`` as (key path, what to write instead); an unknown key gets the accepted key of
+    ``model`` it is closest to ("did you mean"). Values are echoed only where they cannot be secrets.
+    """
+    problems = []
+    for item in error.errors():
+        loc = _format_location(item["loc"])
+        if item["type"] == "extra_forbidden":
+            near = suggest_key(model, item["loc"]) if model is not None else None
+            fix = f"did you mean `{near}`?" if near else "remove it or check its spelling"
+            problems.append((loc, f"unknown key; {fix}"))
+        elif item["type"] == "missing":
+            problems.append((loc, "required key is missing"))
+        elif "storage" in item["loc"] or isinstance(item.get("input"), dict | list):
+            # A storage block may hold credentials, and a whole model's input holds the storage block: never echo.
+            problems.append((loc, plain_message(item["type"], item["msg"], item.get("ctx"), None)))
+        else:
+            shown = _short(item.get("input")) if _may_show(item["loc"], item.get("input")) else None
+            example = shown.strip("'\"") if shown is not None else None
+            message = plain_message(item["type"], item["msg"], item.get("ctx"), example)
+            # Already in the message: a list's fix ("write a list: [orders]"), or a validator quoting the value.
+            echoed = message.startswith("write a list:") or (
+                item["type"] == "value_error" and example is not None and example in message
+            )
+            if shown is not None and not echoed:
+                message += f" (got {shown})"
+            problems.append((loc, mask_secrets(message)))
+    return problems
 
 
 def _format_location(loc: tuple[int | str, ...]) -> str:
@@ -665,8 +696,18 @@ def load_project_config(path: str | Path) -> ProjectConfig:
             source=str(path),
             hint="See the README's 'Project config' section.",
         )
-    data = _resolve_relative(dict(raw), path.resolve().parent)
     try:
-        return ProjectConfig.model_validate({**data, "source": str(path)})
+        return validate_project_data(raw, path)
     except ValidationError as e:
-        raise describe_validation_error(e, str(path)) from None
+        raise describe_validation_error(e, str(path), ProjectConfig) from None
+
+
+def validate_project_data(raw: dict[str, Any], path: Path) -> ProjectConfig:
+    """The project config of ``raw``, the parsed content of the file ``path`` (relative paths in it resolved
+    against the file's folder).
+
+    Raises:
+        ValidationError: pydantic's, with every problem (see :func:`validation_problems`).
+    """
+    data = _resolve_relative(dict(raw), path.resolve().parent)
+    return ProjectConfig.model_validate({**data, "source": str(path)})

@@ -29,6 +29,7 @@ from dynamic_kafka.config import (
 from dynamic_kafka.errors import ConfigError, TopicRecreatedError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, run_requests, take_broker_snapshot
 from dynamic_kafka.metadata.file import FileMetadataService
+from dynamic_kafka.metadata.identity import PipelineClientProperties, with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.references import ReferenceGuard
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metadata
@@ -83,7 +84,8 @@ class PipelineContext:
     @property
     def service(self) -> KafkaMetadataService:
         """The metadata service (the one given, else built from the project config on first use), every call
-        bounded by the pipeline's ``metadata_retries.timeout_seconds``.
+        bounded by the pipeline's ``metadata_retries.timeout_seconds``, every cluster it returns carrying the
+        pipeline's client properties (:mod:`dynamic_kafka.metadata.identity`: ``client.id`` and ``properties``).
         """
         if self._service is None:
             config = self.project.metadata_service
@@ -91,8 +93,9 @@ class PipelineContext:
             if isinstance(config, PythonMetadataServiceConfig):
                 service = guard_references(service, self.project, f"metadata service {config.import_path!r}")
             self._service = service
-        if not isinstance(self._service, BoundedMetadataService):
-            self._service = BoundedMetadataService(self._service, self.pipeline.metadata_retries.timeout_seconds)
+        if not isinstance(self._service, PipelineClientProperties):
+            bounded = BoundedMetadataService(self._service, self.pipeline.metadata_retries.timeout_seconds)
+            self._service = PipelineClientProperties(bounded, self.pipeline.id, self.pipeline.properties)
         return self._service
 
     def spark(self) -> SparkSession:
@@ -209,7 +212,11 @@ class PipelineContext:
             found[split.cluster_id] = (
                 active.get(split.cluster_id)
                 or self.service.describe_cluster(split.cluster_id)
-                or ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers)
+                or with_pipeline_properties(
+                    ClusterMetadata(cluster_id=split.cluster_id, bootstrap_servers=split.bootstrap_servers),
+                    self.pipeline.id,
+                    self.pipeline.properties,
+                )
             )
         return found
 

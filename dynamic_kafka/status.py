@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.kafka import status_requests, take_broker_snapshot
+from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
 from dynamic_kafka.plan.model import Finding, LostRange
 from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.plan.summary import RunSummary
@@ -32,6 +32,9 @@ class PartitionLag(BaseModel):
     latest_offset: int | None
     lag: int | None
     removed_at: datetime | None = None
+    earliest_offset: int | None = Field(None, description="The broker's earliest offset (None: not answered).")
+    topic_id: str | None = Field(None, description="The topic id the committed offset belongs to.")
+    updated_run_seq: int = Field(0, description="The last run that moved this partition's offset.")
 
 
 class PipelineStatus(BaseModel):
@@ -40,6 +43,11 @@ class PipelineStatus(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pipeline_id: str
+    never_ran: bool = Field(
+        False,
+        description="No run was ever planned: nothing is committed, so there is no lag yet. The brokers of the "
+        "streams the pipeline subscribes to are still asked, so an unreachable one shows in unreachable_clusters.",
+    )
     partitions: tuple[PartitionLag, ...]
     total_lag: int
     unreachable_clusters: tuple[str, ...]
@@ -55,10 +63,16 @@ class PipelineStatus(BaseModel):
 
 def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
-    shows no lag rather than failing the report).
+    shows no lag rather than failing the report). A pipeline that never ran has no cluster in its state: then the
+    clusters of the streams it subscribes to are asked, so that brokers it cannot reach are reported all the same.
     """
     state = context.store.load()
-    requests = status_requests(state, context.service)
+    never_ran = state.last_run is None and not state.partitions
+    if never_ran:
+        first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
+        requests = [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
+    else:
+        requests = status_requests(state, context.service)
     brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
@@ -66,6 +80,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         topic = answered.topics.get(key.topic) if answered and answered.reachable else None
         offsets = topic.partitions.get(key.partition) if topic else None
         latest = offsets.latest if offsets else None
+        earliest = offsets.earliest if offsets else None
         rows.append(
             PartitionLag(
                 cluster_id=key.cluster_id,
@@ -76,6 +91,9 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
                 latest_offset=latest,
                 lag=None if latest is None else max(0, latest - row.next_offset),
                 removed_at=row.removed_at,
+                earliest_offset=earliest,
+                topic_id=row.topic_id,
+                updated_run_seq=row.updated_run_seq,
             )
         )
     runs = context.store.run_history(limit=history)
@@ -86,6 +104,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
     skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
         pipeline_id=context.pipeline.id,
+        never_ran=never_ran,
         partitions=tuple(rows),
         total_lag=sum(r.lag or 0 for r in rows if r.status == "active"),
         unreachable_clusters=unreachable,

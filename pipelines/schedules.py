@@ -1,10 +1,13 @@
-"""Per pipeline with a ``schedule`` (cron, UTC): the incremental job on that cron. Pipelines without one get none."""
+"""Per pipeline with a ``schedule`` (cron, UTC): the incremental job on that cron. Pipelines without one get none.
+
+It starts running or stopped as the pipeline's ``automation_default_status`` says (default stopped).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
+from dagster import DagsterInvalidDefinitionError, DefaultScheduleStatus, ScheduleDefinition
 
 from dynamic_kafka.errors import ConfigError
 from pipelines.names import TRIGGER_TAG, schedule_name
@@ -29,6 +32,7 @@ def build_schedule(pipeline: PipelineConfig, job: AssetJob, *, source: str | Non
             job=job,
             execution_timezone="UTC",
             tags={TRIGGER_TAG: "schedule"},
+            default_status=DefaultScheduleStatus(pipeline.automation_default_status.upper()),
             description=f"Incremental runs of {pipeline.id!r} on '{pipeline.schedule}' (UTC).",
         )
     except DagsterInvalidDefinitionError as e:

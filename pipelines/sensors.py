@@ -6,7 +6,8 @@ service failures survive daemon restarts. A change requests one run keyed by the
 changes seen (Dagster never launches two runs with one key, so a repeated tick cannot duplicate it, while a layout
 that comes back, A -> B -> A, is a new key); up to ``sensor.failure_threshold``
 consecutive failures are skipped ticks that say why; the next one fails the tick until the service answers again.
-The first tick (no cursor) requests a run, which records the baseline fingerprint.
+The first tick (no cursor) requests a run, which records the baseline fingerprint. It starts running or stopped as
+the pipeline's ``automation_default_status`` says (default stopped).
 
 Catch-up sensor: after a successful incremental run whose materialization says ``capped`` (a per-run or
 per-partition cap left records behind), it requests the next run at once instead of waiting for the schedule.
@@ -67,6 +68,7 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDe
         name=metadata_sensor_name(pipeline_id),
         job=job,
         minimum_interval_seconds=pipeline.sensor.interval_seconds,
+        default_status=DefaultSensorStatus(pipeline.automation_default_status.upper()),
         description=f"Runs {pipeline_id!r} when its resolved metadata fingerprint changes "
         f"(tolerates {threshold} consecutive metadata service failure(s)).",
     )

@@ -3,21 +3,28 @@
 Each group lives in its own module with a ``register(subparsers)`` function that adds its parser and sets a
 ``handler`` (``Namespace -> exit code``) on every leaf command. To add a group, write its module and list its
 ``register`` in ``_GROUPS``. Errors from the library (:class:`DynamicKafkaError`) become one paragraph on stderr
-and exit code 1; results go to stdout.
+and exit code 1; results go to stdout. With ``--json`` anywhere on the command line, errors are one JSON document
+on stderr instead (``{"error": {"type", "message", "hint", "retriable"}}``), usage errors included (exit code 2),
+so a program reads stdout for the result and stderr for the error, never prose.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from dynamic_kafka.cli import backfill as cli_backfill
+from dynamic_kafka.cli import check as cli_check
 from dynamic_kafka.cli import local_kafka as cli_local_kafka
 from dynamic_kafka.cli import local_postgres as cli_local_postgres
 from dynamic_kafka.cli import local_registry as cli_local_registry
 from dynamic_kafka.cli import local_s3 as cli_local_s3
+from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import realign as cli_realign
 from dynamic_kafka.cli import spark_connect as cli_spark_connect
@@ -30,34 +37,61 @@ Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_
 
 # One registrar per subcommand group: it adds parsers to the top-level subparsers.
 _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
+    cli_backfill.register,
+    cli_check.register,
     cli_local_kafka.register,
     cli_local_postgres.register,
     cli_local_registry.register,
     cli_local_s3.register,
+    cli_offsets.register,
     cli_pipeline.register,
     cli_realign.register,
     cli_spark_connect.register,
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the parser of the whole command, with every registered subcommand group."""
-    parser = argparse.ArgumentParser(
+class _JsonErrorParser(argparse.ArgumentParser):
+    """A parser whose usage errors are a JSON document on stderr (for ``--json`` command lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(json.dumps({"error": {"type": "UsageError", "message": f"{self.prog}: {message}"}}), file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """Return the parser of the whole command, with every registered subcommand group (``json_errors``: usage
+    errors as JSON, see the module's docstring).
+    """
+    parser_class = _JsonErrorParser if json_errors else argparse.ArgumentParser
+    parser = parser_class(
         prog="dynamic-kafka",
         description="Exactly-once batch landing of multi-cluster Kafka streams into Delta Lake.",
     )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {importlib.metadata.version('dynamic-kafka')}"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every component's progress to stderr")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
     for register in _GROUPS:
         register(subparsers)
     return parser
 
 
+def error_document(error: DynamicKafkaError) -> str:
+    """An error as the one-line JSON document ``--json`` prints on stderr (never a secret: messages hold none)."""
+    message = str(error).removesuffix(f" {error.hint}") if error.hint else str(error)
+    body = {"type": type(error).__name__, "message": message, "hint": error.hint, "retriable": error.retriable}
+    return json.dumps({"error": body})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    json_errors = "--json" in arguments
+    args = build_parser(json_errors=json_errors).parse_args(arguments)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        # With --json, stderr carries the error document alone: warnings are in the result (findings) already.
+        level=logging.INFO if args.verbose else logging.ERROR if json_errors else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -65,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except DynamicKafkaError as e:
-        print(f"dynamic-kafka: error: {e}", file=sys.stderr)
+        print(error_document(e) if json_errors else f"dynamic-kafka: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("dynamic-kafka: interrupted", file=sys.stderr)

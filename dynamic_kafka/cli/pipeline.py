@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import load_project_config
+from dynamic_kafka.errors import ClusterUnreachableError
 from dynamic_kafka.runner import PipelineRunner
 
 if TYPE_CHECKING:
@@ -112,6 +113,11 @@ def _status(args: argparse.Namespace) -> int:
     status = pipeline_status(_runner(args).context)
 
     def text() -> str:
+        if status.never_ran:
+            return (
+                f"pipeline {status.pipeline_id} has never run: no offsets are committed yet, so there is no lag to "
+                "show; its first run (`dynamic-kafka run`) starts at its starting_offsets"
+            )
         lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
         lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'next':>12} {'latest':>12} {'lag':>10}  status")
         for p in status.partitions:
@@ -130,7 +136,17 @@ def _status(args: argparse.Namespace) -> int:
         lines += _findings_text(status.warnings)
         return "\n".join(lines)
 
-    return _emit(args, status.model_dump(mode="json"), text)
+    _emit(args, status.model_dump(mode="json"), text)
+    if status.unreachable_clusters:
+        # The report above shows what is known; an exit code of 0 would tell a script the lag is known.
+        names = ", ".join(status.unreachable_clusters)
+        raise ClusterUnreachableError(
+            "no answer from the brokers, so its lag is unknown (a status that cannot see the lag does not pass).",
+            cluster_id=names,
+            hint="Check that the brokers run and that the metadata's bootstrap_servers and properties for "
+            f"{names} are right (`dynamic-kafka check` validates the files).",
+        )
+    return 0
 
 
 def _abandon(args: argparse.Namespace) -> int:

@@ -127,7 +127,7 @@ def parse_metadata_file(path: Path) -> MetadataFile:
     try:
         return MetadataFile.model_validate(raw)
     except ValidationError as e:
-        raise describe_validation_error(e, str(path)) from None
+        raise describe_validation_error(e, str(path), MetadataFile) from None
 
 
 class FileMetadataService(KafkaMetadataService):

@@ -24,6 +24,7 @@ from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.sink.commits import Commit, describe_writer, read_commit, user_metadata
 from dynamic_kafka.sink.staged_append import can_stage, staged_append
+from dynamic_kafka.sink.type_names import spark_type_name
 from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
 from dynamic_kafka.storage import TableLocation, TableRef
@@ -262,7 +263,9 @@ class TableInfo(BaseModel):
 
     version: int
     rows: int = Field(description="Rows in the current version (the sum of the data files' record counts).")
-    columns: tuple[tuple[str, str], ...] = Field(description="(name, Arrow type) of each column, in table order.")
+    columns: tuple[tuple[str, str], ...] = Field(
+        description="(name, Spark SQL type such as 'bigint' or 'struct<a: int>') of each column, in table order."
+    )
 
 
 def table_info(table: Table) -> TableInfo | None:
@@ -277,8 +280,7 @@ def table_info(table: Table) -> TableInfo | None:
     if opened is None:
         return None
     counts = opened.get_add_actions(flatten=True).column("num_records").to_pylist()
-    arrow: Any = opened.schema().to_arrow()  # an arro3 schema; iterating gives its fields
-    columns = tuple((f.name, str(f.type)) for f in arrow)
+    columns = tuple((f.name, spark_type_name(f.type)) for f in opened.schema().fields)
     return TableInfo(version=opened.version(), rows=sum(c or 0 for c in counts), columns=columns)
 
 

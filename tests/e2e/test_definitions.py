@@ -12,6 +12,8 @@ from dagster import (
     AssetKey,
     BackfillPolicy,
     DagsterInstance,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
     Failure,
     RetryRequested,
     TimeWindowPartitionsDefinition,
@@ -187,3 +189,22 @@ def test_library_warnings_land_in_the_run_event_log_with_the_demo_instance(tmp_p
 
     assert result.success
     assert any("offsets not committed on 'east'" in m for m in messages), messages
+
+
+def test_the_schedule_and_metadata_sensor_start_as_the_config_says(project: Project) -> None:
+    project.add_pipeline("orders", ["orders"], schedule="*/15 * * * *")
+    project.add_pipeline("live", ["orders"], schedule="0 * * * *", automation_default_status="running")
+
+    repo = project.definitions().get_repository_def()
+
+    schedules = {s.name: s.default_status for s in repo.schedule_defs}
+    sensors = {s.name: s.default_status for s in repo.sensor_defs}
+    assert schedules == {
+        "orders_schedule": DefaultScheduleStatus.STOPPED,
+        "live_schedule": DefaultScheduleStatus.RUNNING,
+    }
+    assert (sensors["orders_metadata_sensor"], sensors["live_metadata_sensor"]) == (
+        DefaultSensorStatus.STOPPED,
+        DefaultSensorStatus.RUNNING,
+    )
+    assert sensors["orders_catch_up_sensor"] == sensors["live_catch_up_sensor"] == DefaultSensorStatus.RUNNING

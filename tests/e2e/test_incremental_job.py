@@ -90,7 +90,13 @@ def test_incremental_job_lands_every_record_once_and_reports_it(
     # (plotted over runs) and per-partition offsets.
     assert meta["dagster/row_count"] == 8
     assert meta["dagster/uri"] == project.sink_path("orders").as_uri()
-    assert {c.name for c in meta["dagster/column_schema"].columns} >= {"cluster", "topic", "partition", "offset"}
+    columns = {c.name: c.type for c in meta["dagster/column_schema"].columns}
+    assert {k: columns[k] for k in ("cluster", "topic", "partition", "offset")} == {
+        "cluster": "string",
+        "topic": "string",
+        "partition": "int",
+        "offset": "bigint",
+    }
     assert (meta["records/east"], meta["records/west"], meta["lag/east"], meta["lag/west"]) == (5, 3, 0, 0)
     assert meta["delta_version"] == meta["sink_version"]
     assert {"plan_seconds", "spark_seconds", "commit_seconds"} <= set(meta)

@@ -311,7 +311,7 @@ BAD_INPUT_CASES: list[tuple[str, Mutation, str, list[str]]] = [
         "negative-offset",
         lambda h, t: h.configure(starting_offsets={"specific": {"offsets": {t: {0: -5}}}}),
         "config",
-        ["pipelines[0].starting_offsets", "greater than or equal to 0", "-5"],
+        ["pipelines[0].starting_offsets", "must be at least 0", "-5"],
     ),
     (
         "negative-offset-cluster-override",
@@ -319,7 +319,7 @@ BAD_INPUT_CASES: list[tuple[str, Mutation, str, list[str]]] = [
             "east", **h.clusters["east"], starting_offsets={"specific": {"offsets": {t: {0: -1}}}}
         ),
         "metadata",
-        ["clusters.east.starting_offsets", "greater than or equal to 0"],
+        ["clusters.east.starting_offsets", "must be at least 0"],
     ),
 ]
 

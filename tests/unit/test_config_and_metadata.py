@@ -75,7 +75,7 @@ class TestProjectConfig:
             (
                 "  - id: o\n    streams: [a]\n    sink: {path: s}\n"
                 "    starting_offsets: {specific: {offsets: {t: {0: -1}}}}\n",
-                r"greater than or equal to 0",
+                r"offsets\.t\[0\]: must be at least 0 \(got -1\)",
             ),
             ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    max_records_per_run: 0\n", r"max_records_per_run"),
             ("  - id: o\n    streams: [a]\n", r"pipelines\[0\]\.sink: required key is missing"),

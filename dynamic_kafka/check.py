@@ -1,0 +1,200 @@
+"""``dynamic-kafka check``: every problem of a project's config and metadata files at once, offline.
+
+It reads the project config and, for a ``file`` metadata service, the metadata file; it contacts no broker,
+registry, object store or Spark. Every problem is reported, not the first one: each invalid key of both files (in
+plain words, with "did you mean" for misspelled keys), each schedule that is not a cron expression Dagster takes,
+each stream a pipeline subscribes to that the metadata file does not define, and each Avro schema file that cannot
+be read. A pipeline whose ``stream_pattern`` matches no stream of the file is a note: the stream may come later.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dynamic_kafka.config import ProjectConfig, load_yaml, validate_project_data, validation_problems
+from dynamic_kafka.cron import cron_problem
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.metadata.file import MetadataFile
+
+
+class Problem(BaseModel):
+    """One thing to fix: in which file, at which key, and what to write instead."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    location: str = Field(description="The key path, e.g. 'pipelines[0].streams'; '(file)' for the whole file.")
+    message: str
+
+
+class CheckReport(BaseModel):
+    """What ``dynamic-kafka check`` found."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool = Field(description="True when there is no problem (notes do not count).")
+    files: tuple[str, ...] = Field(description="The files read.")
+    pipelines: tuple[str, ...] = Field(description="Pipeline ids of a valid config; empty when it is invalid.")
+    streams: tuple[str, ...] = Field(description="Stream ids the metadata file defines (a file service only).")
+    problems: tuple[Problem, ...]
+    notes: tuple[str, ...] = Field(description="Things worth knowing that are not errors.")
+
+
+def check_project(path: str | Path) -> CheckReport:
+    """Every problem of the project config at ``path`` and of the metadata file it names, without contacting
+    anything.
+    """
+    path = Path(path)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    files = [str(path)]
+    raw = _read(path, problems)
+    if raw is None:
+        return _report(files, (), (), problems, notes)
+    problems += _cron_problems(raw, str(path))
+    project: ProjectConfig | None = None
+    try:
+        project = validate_project_data(raw, path)
+    except ValidationError as e:
+        problems += [
+            Problem(file=str(path), location=loc, message=m) for loc, m in validation_problems(e, ProjectConfig)
+        ]
+    metadata, metadata_path = _metadata(raw, path, problems, notes)
+    if metadata_path is not None:
+        files.append(str(metadata_path))
+    if project is not None and metadata is not None:
+        problems += _subscription_problems(project, metadata, str(path), notes)
+    if project is not None:
+        problems += _schema_file_problems(project, str(path))
+    return _report(
+        files,
+        tuple(p.id for p in project.pipelines) if project is not None else (),
+        tuple(sorted(metadata.streams)) if metadata is not None else (),
+        problems,
+        notes,
+    )
+
+
+def _report(
+    files: list[str], pipelines: tuple[str, ...], streams: tuple[str, ...], problems: list[Problem], notes: list[str]
+) -> CheckReport:
+    return CheckReport(
+        ok=not problems,
+        files=tuple(files),
+        pipelines=pipelines,
+        streams=streams,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )
+
+
+def _read(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    """The file's top-level mapping, or None (with the problem recorded) when it cannot be read as one."""
+    try:
+        raw = load_yaml(path)
+    except ConfigError as e:
+        problems.append(Problem(file=str(path), location="(file)", message=str(e).removeprefix(f"{path}: ")))
+        return None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(Problem(file=str(path), location="(file)", message="write a mapping of keys, not a list"))
+        return None
+    return raw
+
+
+def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
+    pipelines = raw.get("pipelines")
+    found = []
+    for index, pipeline in enumerate(pipelines if isinstance(pipelines, list) else []):
+        schedule = pipeline.get("schedule") if isinstance(pipeline, dict) else None
+        problem = cron_problem(schedule) if isinstance(schedule, str) else None
+        if problem:
+            found.append(Problem(file=source, location=f"pipelines[{index}].schedule", message=problem))
+    return found
+
+
+def _metadata(
+    raw: dict[str, Any], config_path: Path, problems: list[Problem], notes: list[str]
+) -> tuple[MetadataFile | None, Path | None]:
+    """The metadata file a ``file`` service names, validated (None when invalid, absent, or not a file service)."""
+    service = raw.get("metadata_service")
+    if (
+        not isinstance(service, dict)
+        or service.get("type", "file") != "file"
+        or not isinstance(service.get("path"), str)
+    ):
+        if isinstance(service, dict) and service.get("type") == "python":
+            notes.append("metadata_service is a python service: its streams are not checked (that runs user code)")
+        return None, None
+    path = Path(service["path"])
+    path = path if path.is_absolute() else config_path.parent / path
+    if not path.exists():
+        problems.append(
+            Problem(
+                file=str(config_path),
+                location="metadata_service.path",
+                message=f"the metadata file {str(path)!r} does not exist; create it or fix the path",
+            )
+        )
+        return None, path
+    document = _read(path, problems)
+    if document is None:
+        return None, path
+    try:
+        return MetadataFile.model_validate(document), path
+    except ValidationError as e:
+        problems += [
+            Problem(file=str(path), location=loc, message=m) for loc, m in validation_problems(e, MetadataFile)
+        ]
+        return None, path
+
+
+def _subscription_problems(
+    project: ProjectConfig, metadata: MetadataFile, source: str, notes: list[str]
+) -> list[Problem]:
+    known = sorted(metadata.streams)
+    found = []
+    for index, pipeline in enumerate(project.pipelines):
+        for position, stream_id in enumerate(pipeline.streams or ()):
+            if stream_id in metadata.streams:
+                continue
+            near = difflib.get_close_matches(stream_id, known, n=1, cutoff=0.75)
+            fix = f"did you mean {near[0]!r}?" if near else f"the metadata file defines: {', '.join(known) or '(none)'}"
+            found.append(
+                Problem(
+                    file=source,
+                    location=f"pipelines[{index}].streams[{position}]",
+                    message=f"unknown stream {stream_id!r}; {fix}",
+                )
+            )
+        pattern = pipeline.stream_pattern
+        if pattern is not None and not any(re.fullmatch(pattern, s) for s in known):
+            notes.append(f"pipeline {pipeline.id!r}: stream_pattern {pattern!r} matches no stream of the metadata file")
+    return found
+
+
+def _schema_file_problems(project: ProjectConfig, source: str) -> list[Problem]:
+    found = []
+    for index, pipeline in enumerate(project.pipelines):
+        entries = [(f"pipelines[{index}]", pipeline.value_schema_file)]
+        entries += [(f"pipelines[{index}].formats.{s}", f.value_schema_file) for s, f in pipeline.formats.items()]
+        for location, schema_file in entries:
+            if schema_file is None:
+                continue
+            try:
+                json.loads(schema_file.read_text(encoding="utf-8"))
+            except OSError as e:
+                message = f"cannot read the Avro schema file {str(schema_file)!r} ({e.strerror}); fix the path"
+            except ValueError as e:
+                message = f"the Avro schema file {str(schema_file)!r} is not JSON ({e}); an .avsc file is JSON"
+            else:
+                continue
+            found.append(Problem(file=source, location=f"{location}.value_schema_file", message=message))
+    return found

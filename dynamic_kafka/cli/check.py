@@ -1,0 +1,46 @@
+"""The ``check`` command: validate a project's config and metadata files offline, every problem at once.
+
+Exit code 0 when there is none, 1 otherwise; see :mod:`dynamic_kafka.check` for what is checked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.check import CheckReport, check_project
+
+if TYPE_CHECKING:
+    import argparse
+
+DEFAULT_CONFIG = "dynamic_kafka.yaml"
+HELP = "validate the config and metadata files offline and list every problem (contacts nothing)"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Registers ``check``."""
+    parser = subparsers.add_parser("check", help=HELP, description=HELP)
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    report = check_project(args.config)
+    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    return 0 if report.ok else 1
+
+
+def format_report(report: CheckReport) -> str:
+    """The problems grouped by file, then the notes; or a one-line all-clear."""
+    lines = []
+    if report.ok:
+        pipelines = ", ".join(report.pipelines) or "none"
+        lines.append(f"ok: {' and '.join(report.files)} (pipelines: {pipelines}; streams: {len(report.streams)})")
+    else:
+        count = len(report.problems)
+        lines.append(f"{count} problem{'s' if count != 1 else ''} found:")
+        for file in dict.fromkeys(p.file for p in report.problems):
+            lines.append(f"{file}:")
+            lines += [f"  {p.location}: {p.message}" for p in report.problems if p.file == file]
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines)

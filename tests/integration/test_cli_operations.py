@@ -1,0 +1,120 @@
+"""The operations commands on real brokers, Spark and Delta, run in this process through the CLI's ``main``:
+
+- ``status`` of a pipeline that never ran says so; brokers it cannot reach fail it (exit 1) with the cluster named,
+  as JSON with ``--json``, instead of "total lag 0";
+- ``backfill`` merges a window into the sink outside Dagster: each record once, however often it is run, and the
+  incremental offsets untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dynamic_kafka.cli.main import main
+from dynamic_kafka.testing.clusters import distinct_free_ports
+from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.pipeline import PipelineHarness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+def cli(harness: PipelineHarness, *args: str) -> int:
+    return main([*args, "--config", str(harness.config_path), "--pipeline", "p"])
+
+
+def one_topic_pipeline(
+    kafka_clusters: dict[str, ClusterEndpoint], folder: Path, spark: Any = None
+) -> tuple[PipelineHarness, str]:
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    harness = PipelineHarness(
+        folder, clusters={"east": bootstrap}, spark=(lambda: spark) if spark is not None else None
+    )
+    topic = unique_name("orders")
+    create_topic(bootstrap, topic)
+    harness.set_streams({"orders": {"east": [topic]}})
+    return harness, topic
+
+
+def test_status_of_a_pipeline_that_never_ran_says_so(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, _ = one_topic_pipeline(kafka_clusters, tmp_path)
+
+    assert cli(harness, "status") == 0
+    assert capsys.readouterr().out.startswith("pipeline p has never run: no offsets are committed yet")
+
+    assert cli(harness, "status", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["never_ran"], report["unreachable_clusters"]) == (True, [])
+
+
+def test_status_fails_naming_the_brokers_it_cannot_reach(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, topic = one_topic_pipeline(kafka_clusters, tmp_path)
+    (nobody,) = distinct_free_ports(1)
+    harness.set_cluster("west", bootstrap_servers=f"127.0.0.1:{nobody}")
+    harness.set_streams({"orders": {"east": [topic], "west": [topic]}})
+
+    assert cli(harness, "status") == 1
+    captured = capsys.readouterr()
+    assert "has never run" in captured.out
+    assert captured.err.startswith("dynamic-kafka: error: cluster 'west': no answer from the brokers")
+    assert "Traceback" not in captured.err
+
+    assert cli(harness, "status", "--json") == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["unreachable_clusters"] == ["west"]
+    error = json.loads(captured.err)["error"]
+    assert (error["type"], error["retriable"]) == ("ClusterUnreachableError", True)
+
+
+def test_backfill_command_merges_a_window_once_and_leaves_the_offsets(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, topic = one_topic_pipeline(kafka_clusters, tmp_path, spark)
+    delivered = produce(
+        kafka_clusters["east"].bootstrap_servers, topic, [Record(value=f"v{i}".encode()) for i in range(5)]
+    )
+    now = datetime.now(UTC)
+    window = ["--start", (now - timedelta(hours=1)).isoformat(), "--end", (now + timedelta(minutes=5)).isoformat()]
+
+    assert cli(harness, "backfill", *window, "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["status"], summary["records"]) == ("committed", 5)
+    assert cli(harness, "backfill", *window) == 0
+    assert "backfill [" in capsys.readouterr().out
+
+    assert harness.sink_rows() == sorted(("east", topic, 0, r.offset or 0, r.value) for r in delivered)
+    state = harness.runner().store.load()
+    assert (state.last_run, dict(state.partitions)) == (None, {}), "a backfill never moves the incremental offsets"
+
+
+def test_offsets_show_lists_each_partition_against_the_broker(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, topic = one_topic_pipeline(kafka_clusters, tmp_path, spark)
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    produce(bootstrap, topic, [Record(value=f"a{i}".encode()) for i in range(3)])
+    assert harness.runner().run().records == 3
+    produce(bootstrap, topic, [Record(value=f"b{i}".encode()) for i in range(2)])
+
+    assert cli(harness, "offsets", "show", "--json") == 0
+    (row,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert (row["cluster_id"], row["topic"], row["partition"], row["status"]) == ("east", topic, 0, "active")
+    assert (row["next_offset"], row["earliest_offset"], row["latest_offset"], row["lag"]) == (3, 0, 5, 2)
+    assert (row["updated_run_seq"], bool(row["topic_id"])) == (1, True)
+
+    assert cli(harness, "offsets", "show") == 0
+    assert f"east       {topic:<20} {row['topic_id']:<24}    0          3          0          5        2  active" in (
+        capsys.readouterr().out
+    )
