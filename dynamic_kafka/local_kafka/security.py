@@ -78,7 +78,12 @@ class SecurityModes(BaseModel):
 
 
 def validate_scram_user(user: str) -> None:
-    """Raises LocalKafkaError unless ``user`` is 1-64 letters, digits or ``_``."""
+    """Raises LocalKafkaError unless ``user`` is 1-64 letters, digits or ``_``; never echoes a ``user:password``."""
+    if ":" in user:
+        raise LocalKafkaError(
+            "--scram takes the user only: a password on the command line is visible to every user in the process "
+            f"list. Put the password in ${SCRAM_PASSWORD_ENV} or pipe it on stdin."
+        )
     if not _SCRAM_USER_RE.fullmatch(user):
         raise LocalKafkaError(f"invalid SCRAM user {user!r}; use 1-64 letters, digits or _.")
 
