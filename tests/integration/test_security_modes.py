@@ -24,6 +24,7 @@ from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 if TYPE_CHECKING:
     from dynamic_kafka.local_kafka import LocalCluster
     from dynamic_kafka.local_spark_connect import ServerInfo
+    from dynamic_kafka.plan.summary import RunSummary
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,15 @@ def _harness(folder: Path, broker: LocalCluster, modes: dict[str, tuple[str, Sec
     return harness, topics, sorted(expected)
 
 
-def _assert_group_committed(harness: PipelineHarness, topics: dict[str, str], expected: list[Row]) -> None:
-    """The pipeline's consumer group holds each partition's end offset, read back over the secured listener."""
+def _assert_group_committed(
+    harness: PipelineHarness, summary: RunSummary, topics: dict[str, str], expected: list[Row]
+) -> None:
+    """The run committed the pipeline's consumer group on every cluster (a failure there is only a warning, so
+    the summary is asked first, for a clear message), and the group holds each partition's end offset, read back
+    over the secured listener.
+    """
+    assert {c.cluster_id: c.error for c in summary.group_commits if not c.committed} == {}
+    assert sorted(c.cluster_id for c in summary.group_commits) == sorted(topics)
     group = harness.runner().pipeline.consumer_group
     assert group is not None
     for cluster_id, topic in topics.items():
@@ -71,7 +79,7 @@ def _assert_group_committed(harness: PipelineHarness, topics: dict[str, str], ex
         for c, t, partition, offset, _ in expected:
             if c == cluster_id:
                 ends[(t, partition)] = max(ends.get((t, partition), 0), offset + 1)
-        with KafkaAdmin(cluster, timeout_s=20) as admin:
+        with KafkaAdmin(cluster, timeout_s=30) as admin:
             committed = admin.committed_offsets(group, [(topic, 0), (topic, 1)])
         assert {k: v for k, v in committed.items() if v} == ends, cluster_id
 
@@ -106,7 +114,7 @@ def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
-    _assert_group_committed(harness, topics, expected)
+    _assert_group_committed(harness, summary, topics, expected)
     assert secured_broker.tls_dir is not None
     store = store_password(secured_broker.tls_dir).read_text()
     jaas = harness.clusters["scram-jaas"]["properties"]["sasl.jaas.config"].replace(f"${{env:{SCRAM_VAR}}}", "")
@@ -156,4 +164,4 @@ def test_secured_clusters_read_over_spark_connect(
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
-    _assert_group_committed(harness, topics, expected)
+    _assert_group_committed(harness, summary, topics, expected)
