@@ -63,6 +63,28 @@ def sasl_cluster(tmp_path_factory: pytest.TempPathFactory, sasl_password: str) -
 
 
 @pytest.fixture(scope="session")
+def scram_password() -> str:
+    """The random password of ``secured_broker``'s SCRAM user ``reader``."""
+    return secrets.token_urlsafe(18)
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory, scram_password: str) -> Iterator[LocalCluster]:
+    """One more local broker with a secured listener per mode (TLS, mutual TLS, SCRAM-SHA-512 over TLS,
+    OAUTHBEARER unsecured JWT) besides its PLAINTEXT one; see ``cluster.secure_listeners`` and
+    :func:`dynamic_kafka.testing.clusters.secured_properties`. One broker for every mode keeps the session short.
+    """
+    from dynamic_kafka.local_kafka.security import SecurityModes
+
+    if clusters_from_env() is not None:
+        pytest.skip("bring-your-own clusters ($DYNAMIC_KAFKA_TEST_CLUSTERS) include no secured listeners")
+    modes = SecurityModes(tls=True, mtls=True, scram_user="reader", oauthbearer=True)
+    base_dir = tmp_path_factory.mktemp("local-kafka-secured")
+    with local_test_clusters(["modes"], base_dir, security=modes, scram_password=scram_password) as clusters:
+        yield clusters["modes"]
+
+
+@pytest.fixture(scope="session")
 def schema_registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalRegistry]]:
     """Two local Schema Registries (Apicurio, Confluent-compatible API), "east" and "west", on free ports."""
     with local_test_registries(["east", "west"], tmp_path_factory.mktemp("local-registry")) as registries:

@@ -2,6 +2,9 @@
 
 The password of ``--sasl-plain USER`` comes from ``$DYNAMIC_KAFKA_SASL_PASSWORD`` or stdin, never from the command
 line (which every user sees in the process list); it is passed to the broker's config and never printed or logged.
+``--scram USER`` takes its password the same way from ``$DYNAMIC_KAFKA_SCRAM_PASSWORD``; ``--tls``, ``--mtls``,
+``--scram`` and ``--oauthbearer`` each add a listener on a free port (see ``status --json``), with certificates and
+PKCS12/JKS stores under ``NAME/tls/`` (their password in the 0600 file ``NAME/tls/store-password``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._service import service_commands
+from dynamic_kafka.errors import LocalKafkaError
 from dynamic_kafka.local_kafka import (
     DEFAULT_KAFKA_VERSION,
     SASL_PASSWORD_ENV,
@@ -24,6 +28,7 @@ from dynamic_kafka.local_kafka import (
     start_clusters,
     stop_clusters,
 )
+from dynamic_kafka.local_kafka.security import SCRAM_PASSWORD_ENV, SecurityModes
 
 if TYPE_CHECKING:
     import argparse
@@ -49,6 +54,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"require SASL_PLAINTEXT with PLAIN for this user on the client listener; its password comes from "
         f"${SASL_PASSWORD_ENV} or, when that is unset, the first line of stdin",
     )
+    up.add_argument("--tls", action="store_true", help="add a TLS listener (a self-signed CA made with openssl)")
+    up.add_argument("--mtls", action="store_true", help="add a TLS listener that requires a client certificate")
+    up.add_argument(
+        "--scram",
+        metavar="USER",
+        help=f"add a SASL_SSL listener with SCRAM-SHA-512 for this user; its password comes from "
+        f"${SCRAM_PASSWORD_ENV} or, when that is unset, the first line of stdin",
+    )
+    up.add_argument(
+        "--oauthbearer", action="store_true", help="add a SASL_PLAINTEXT listener with OAUTHBEARER (unsecured JWT)"
+    )
     up.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help="Kafka release (default: %(default)s)")
     up.add_argument("--json", action="store_true", help='print {"NAME": "BOOTSTRAP"} instead of lines')
     up.set_defaults(handler=_up)
@@ -66,8 +82,26 @@ def _up(args: argparse.Namespace) -> int:
     for name in ("dynamic_kafka.local_kafka", "dynamic_kafka._toolchain.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     specs = [parse_cluster_spec(s) for s in args.clusters]
-    sasl = sasl_plain_credentials(args.sasl_plain, _sasl_password) if args.sasl_plain is not None else None
-    clusters = start_clusters(specs, base_dir=args.base_dir, sasl_plain=sasl, kafka_version=args.kafka_version)
+    both_from_stdin = not {SASL_PASSWORD_ENV, SCRAM_PASSWORD_ENV} & os.environ.keys()
+    if args.sasl_plain is not None and args.scram is not None and both_from_stdin:
+        raise LocalKafkaError(
+            f"--sasl-plain and --scram together need one of their passwords in ${SASL_PASSWORD_ENV} or "
+            f"${SCRAM_PASSWORD_ENV}: stdin holds only one."
+        )
+    sasl = (
+        sasl_plain_credentials(args.sasl_plain, lambda: _password(SASL_PASSWORD_ENV))
+        if args.sasl_plain is not None
+        else None
+    )
+    modes = SecurityModes(tls=args.tls, mtls=args.mtls, scram_user=args.scram, oauthbearer=args.oauthbearer)
+    clusters = start_clusters(
+        specs,
+        base_dir=args.base_dir,
+        sasl_plain=sasl,
+        security=modes,
+        scram_password=_password(SCRAM_PASSWORD_ENV) if args.scram is not None else None,
+        kafka_version=args.kafka_version,
+    )
     if args.json:
         print(json.dumps({name: c.bootstrap_servers for name, c in clusters.items()}))
     else:
@@ -76,8 +110,8 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sasl_password() -> str | None:
-    password = os.environ.get(SASL_PASSWORD_ENV)
+def _password(variable: str) -> str | None:
+    password = os.environ.get(variable)
     if password is None and not sys.stdin.isatty():
         password = sys.stdin.readline().rstrip("\r\n")
     return password
@@ -100,6 +134,9 @@ def _status(args: argparse.Namespace) -> int:
                 "running": s.running,
                 "bootstrap_servers": s.cluster.bootstrap_servers,
                 "sasl_user": s.cluster.sasl_user,
+                "secure_listeners": s.cluster.secure_listeners,
+                "scram_user": s.cluster.scram_user,
+                "tls_dir": str(s.cluster.tls_dir) if s.cluster.tls_dir else None,
                 "cluster_id": s.cluster.cluster_id,
             }
             for s in statuses
@@ -115,4 +152,5 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _security(cluster: LocalCluster) -> str:
-    return f"\tSASL_PLAINTEXT/PLAIN user {cluster.sasl_user}" if cluster.sasl_user else ""
+    shown = f"\tSASL_PLAINTEXT/PLAIN user {cluster.sasl_user}" if cluster.sasl_user else ""
+    return shown + "".join(f"\t{mode} {bootstrap}" for mode, bootstrap in cluster.secure_listeners.items())

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from dynamic_kafka.errors import ClusterUnreachableError, KafkaClientError
+from dynamic_kafka.kafka.driver_properties import librdkafka_properties
 from dynamic_kafka.kafka.failures import (
     UNREACHABLE_HINT,
     ScrubbingLogger,
@@ -119,12 +120,19 @@ class AdminConnection:
         self._admin = None
 
     def _conf(self) -> dict[str, Any]:
-        """Librdkafka settings shared by this cluster's clients; resolves the secret references."""
+        """Librdkafka settings shared by this cluster's clients; resolves the secret references and translates
+        properties written in the Java client's language (:func:`librdkafka_properties`).
+        """
         resolved = self.cluster.client_properties()
-        self._secrets = secret_values(self.cluster.properties, resolved)
+        translated = librdkafka_properties(resolved, cluster_id=self.cluster.cluster_id)
+        self._secrets = sorted(
+            {*secret_values(self.cluster.properties, resolved), *secret_values(self.cluster.properties, translated)},
+            key=len,
+            reverse=True,
+        )
         return {
             "client.id": f"dynamic-kafka-{self.cluster.cluster_id}",
-            **resolved,
+            **translated,
             "bootstrap.servers": self.cluster.bootstrap_servers,
             "error_cb": self._errors,
             "logger": ScrubbingLogger(_librdkafka_logger, self._secrets),

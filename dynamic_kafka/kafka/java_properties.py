@@ -11,6 +11,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.kafka.driver_properties import OVERRIDDEN_KEYS, report_overridden
+from dynamic_kafka.kafka.jaas import (
+    KERBEROS_MODULE,
+    OAUTH_MODULE,
+    PLAIN_MODULE,
+    SCRAM_MODULE,
+    parse_jaas,
+    render_jaas,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -28,20 +37,10 @@ _RENAMED = {
     "topic.metadata.refresh.interval.ms": "metadata.max.age.ms",
 }
 
-# Keys never passed to Spark: set by the reader itself, forbidden by the Spark connector (it manages groups,
-# offsets and deserializers), or librdkafka-only knobs the Java client does not know.
-_DROPPED = frozenset(
+# Keys never passed to Spark: set by the reader itself or forbidden by the Spark connector (OVERRIDDEN_KEYS,
+# reported as ignored), or librdkafka-only knobs the Java client does not know.
+_DROPPED = OVERRIDDEN_KEYS.keys() | frozenset(
     {
-        "bootstrap.servers",
-        "metadata.broker.list",
-        "isolation.level",  # the pipeline's isolation_level wins: the plan's stop offsets were computed under it
-        "group.id",
-        "auto.offset.reset",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "key.deserializer",
-        "value.deserializer",
-        "interceptor.classes",
         "enable.partition.eof",
         "partition.assignment.strategy",
         "debug",
@@ -56,17 +55,15 @@ _DROPPED = frozenset(
         "queued.min.messages",
         "queued.max.messages.kbytes",
         "sasl.oauthbearer.method",
+        "sasl.oauthbearer.config",
+        "enable.sasl.oauthbearer.unsecure.jwt",
     }
 )
 
-_SASL_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-_OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_SASL_LOGIN_MODULES = {"PLAIN": PLAIN_MODULE, "SCRAM-SHA-256": SCRAM_MODULE, "SCRAM-SHA-512": SCRAM_MODULE}
+# The mechanism a login module implies, for a sasl.jaas.config written without sasl.mechanism (SCRAM has two).
+_MODULE_MECHANISMS = {PLAIN_MODULE: "PLAIN", OAUTH_MODULE: "OAUTHBEARER", KERBEROS_MODULE: "GSSAPI"}
 _OAUTH_CALLBACK_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
-_KERBEROS_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 
 
 def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) -> dict[str, str]:
@@ -89,18 +86,24 @@ def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) ->
     ``sasl.kerberos.keytab`` + ``sasl.kerberos.principal``      ``sasl.jaas.config`` with ``Krb5LoginModule``
     ``sasl.mechanisms``                                         ``sasl.mechanism``
     ``security.protocol`` (any case)                            upper case (the Java client requires it)
-    ``ssl.ca.location`` (a PEM file)                            ``ssl.truststore.location`` + ``type=PEM``
+    ``sasl.oauthbearer.config`` (unsecured JWT, for tests)     ``sasl.jaas.config`` with ``OAuthBearerLoginModule``
+                                                                (``unsecuredLoginStringClaim_sub``...)
+    ``ssl.ca.location`` (a PEM file) / ``ssl.ca.pem``           ``ssl.truststore.location`` /
+                                                                ``ssl.truststore.certificates`` + ``type=PEM``
     ``ssl.certificate.location`` = ``ssl.key.location``         ``ssl.keystore.location`` + ``type=PEM``
+    ``ssl.certificate.pem`` / ``ssl.key.pem``                   ``ssl.keystore.certificate.chain`` / ``.key``
     ``ssl.endpoint.identification.algorithm: none``             the same key, empty value
     ``fetch.wait.max.ms``, ``fetch.message.max.bytes``,          ``fetch.max.wait.ms``, ``max.partition.fetch.bytes``,
     ``socket.{receive,send}.buffer.bytes``,                      ``{receive,send}.buffer.bytes``,
     ``socket.timeout.ms``, ``topic.metadata.refresh.interval.ms``  ``request.timeout.ms``, ``metadata.max.age.ms``
     ==========================================================  ==================================================
 
-    An explicit ``sasl.jaas.config`` wins over ``sasl.username``/``sasl.password``. Dropped: connection keys the
-    reader sets itself (``bootstrap.servers``, ``isolation.level``), keys the Spark connector forbids or manages
-    (``group.id``, ``auto.offset.reset``, ``enable.auto.commit``, deserializers, interceptors) and librdkafka-only
-    knobs (``debug``, ``statistics.interval.ms``, ``socket.keepalive.enable``...).
+    Java forms win over translations of librdkafka ones: an explicit ``sasl.jaas.config`` over
+    ``sasl.username``/``sasl.password`` (its login module implies ``sasl.mechanism`` when that is not set),
+    ``ssl.truststore.*`` over ``ssl.ca.location``, ``ssl.keystore.*`` over ``ssl.certificate.location``. Dropped:
+    :data:`~dynamic_kafka.kafka.driver_properties.OVERRIDDEN_KEYS` (reported once as ignored) and librdkafka-only
+    knobs (``debug``, ``statistics.interval.ms``, ``socket.keepalive.enable``...). The driver's translation the
+    other way is :func:`~dynamic_kafka.kafka.driver_properties.librdkafka_properties`.
 
     Args:
         properties: resolved client properties (may hold secrets: never log the result).
@@ -120,6 +123,7 @@ def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) ->
         ...      "sasl.username": "u", "sasl.password": "p"}, cluster_id="east")["sasl.jaas.config"]
         'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
     """
+    report_overridden(properties, cluster_id=cluster_id)
     props = dict(properties)
     out: dict[str, str] = {}
 
@@ -138,8 +142,13 @@ def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) ->
     jaas = take("sasl.jaas.config")
     oauth = {k: props.pop(k) for k in list(props) if k.startswith("sasl.oauthbearer.") and k in _OAUTH_JAAS_KEYS}
     keytab, principal = take("sasl.kerberos.keytab"), take("sasl.kerberos.principal")
+    unsecured = take("sasl.oauthbearer.config")
     if jaas is not None:
         out["sasl.jaas.config"] = jaas
+        if mechanism is None:
+            implied = _MODULE_MECHANISMS.get(parse_jaas(jaas, cluster_id=cluster_id).module)
+            if implied is not None:
+                out["sasl.mechanism"] = implied
         if username is not None or password is not None:
             logger.warning(
                 "cluster %r: both sasl.jaas.config and sasl.username/sasl.password are set; using sasl.jaas.config",
@@ -153,7 +162,7 @@ def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) ->
                 f"{mechanism!r} by the Spark (Java) Kafka client.",
                 hint="Use PLAIN or SCRAM-SHA-256/512, or set sasl.jaas.config in the Java client's syntax.",
             )
-        out["sasl.jaas.config"] = _jaas(module, {"username": username or "", "password": password or ""})
+        out["sasl.jaas.config"] = render_jaas(module, {"username": username or "", "password": password or ""})
     elif oauth:
         options = {
             "clientId": oauth.get("sasl.oauthbearer.client.id"),
@@ -164,20 +173,34 @@ def java_client_properties(properties: Mapping[str, str], *, cluster_id: str) ->
             name, sep, value = item.partition("=")
             if sep and name.strip():
                 options[f"extension_{name.strip()}"] = value.strip()
-        out["sasl.jaas.config"] = _jaas(_OAUTH_LOGIN_MODULE, {k: v for k, v in options.items() if v is not None})
+        out["sasl.jaas.config"] = render_jaas(OAUTH_MODULE, {k: v for k, v in options.items() if v is not None})
         out["sasl.login.callback.handler.class"] = _OAUTH_CALLBACK_HANDLER
+    elif unsecured is not None:
+        out["sasl.jaas.config"] = render_jaas(OAUTH_MODULE, _unsecured_jwt_options(unsecured))
     elif keytab is not None or principal is not None:
-        out["sasl.jaas.config"] = _jaas(
-            _KERBEROS_LOGIN_MODULE,
+        out["sasl.jaas.config"] = render_jaas(
+            KERBEROS_MODULE,
             {"useKeyTab": "true", "storeKey": "true", "keyTab": keytab or "", "principal": principal or ""},
         )
 
-    ca = take("ssl.ca.location")
-    if ca is not None:
-        out["ssl.truststore.location"] = ca
-        out["ssl.truststore.type"] = "PEM"
+    # A Java trust or key store wins over librdkafka's PEM settings (those stay the driver's).
+    ca, ca_pem = take("ssl.ca.location"), take("ssl.ca.pem")
+    if "ssl.truststore.location" not in props and "ssl.truststore.certificates" not in props:
+        if ca is not None:
+            out["ssl.truststore.location"] = ca
+            out["ssl.truststore.type"] = "PEM"
+        elif ca_pem is not None:
+            out["ssl.truststore.certificates"] = ca_pem
+            out["ssl.truststore.type"] = "PEM"
     certificate, key = take("ssl.certificate.location"), take("ssl.key.location")
-    if certificate is not None or key is not None:
+    certificate_pem, key_pem = take("ssl.certificate.pem"), take("ssl.key.pem")
+    java_key_store = "ssl.keystore.location" in props or "ssl.keystore.certificate.chain" in props
+    if certificate_pem is not None and not java_key_store:
+        out["ssl.keystore.certificate.chain"] = certificate_pem
+        out["ssl.keystore.type"] = "PEM"
+        if key_pem is not None:
+            out["ssl.keystore.key"] = key_pem
+    elif (certificate is not None or key is not None) and not java_key_store:
         if certificate is None or certificate != key:
             raise ConfigError(
                 f"cluster {cluster_id!r}: ssl.certificate.location and ssl.key.location name different files; the "
@@ -215,11 +238,23 @@ _OAUTH_JAAS_KEYS = frozenset(
 )
 
 
-def _jaas(module: str, options: Mapping[str, str]) -> str:
-    r"""A JAAS config line. Values are double-quoted, with ``\\`` and ``"`` escaped as the Java parser expects."""
-    rendered = " ".join(f'{name}="{_quote(value)}"' for name, value in options.items())
-    return f"{module} required {rendered};"
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def _unsecured_jwt_options(config: str) -> dict[str, str]:
+    """The Java unsecured login module's options for librdkafka's ``sasl.oauthbearer.config`` (``principal=alice
+    scope=a,b lifeSeconds=60 extension_x=1``), so that both clients present the same unsecured token.
+    """
+    settings = dict(item.partition("=")[::2] for item in config.split())
+    claim = settings.pop("principalClaimName", "sub")
+    options = {f"unsecuredLoginStringClaim_{claim}": settings.pop("principal", "")}
+    if claim != "sub":
+        options["unsecuredLoginPrincipalClaimName"] = claim
+    if "lifeSeconds" in settings:
+        options["unsecuredLoginLifetimeSeconds"] = settings.pop("lifeSeconds")
+    scope_claim = settings.pop("scopeClaimName", "scope")
+    if "scope" in settings:
+        options[f"unsecuredLoginListClaim_{scope_claim}"] = "," + settings.pop("scope")
+        if scope_claim != "scope":
+            options["unsecuredLoginScopeClaimName"] = scope_claim
+    for name, value in settings.items():
+        if name.startswith("extension_"):
+            options[f"unsecuredLoginExtension_{name.removeprefix('extension_')}"] = value
+    return options

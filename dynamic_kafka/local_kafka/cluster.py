@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
@@ -45,6 +46,14 @@ from dynamic_kafka.local_kafka.properties import (
     render_properties,
     server_settings,
     validate_sasl_plain,
+)
+from dynamic_kafka.local_kafka.security import (
+    SCRAM_PASSWORD_ENV,
+    Mode,
+    SecurityModes,
+    listener_settings,
+    make_certificates,
+    validate_scram_user,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,6 +81,8 @@ def start_clusters(
     *,
     base_dir: Path | None = None,
     sasl_plain: tuple[str, str] | None = None,
+    security: SecurityModes | None = None,
+    scram_password: str | None = None,
     kafka_version: str = DEFAULT_KAFKA_VERSION,
     start_timeout_s: float = START_TIMEOUT_S,
 ) -> dict[str, LocalCluster]:
@@ -84,6 +95,9 @@ def start_clusters(
         specs: ``(name, port)`` pairs; the client listener binds ``127.0.0.1:port``.
         base_dir: folder holding the clusters (see :func:`resolve_base_dir`).
         sasl_plain: ``(user, password)``: the client listener then requires SASL_PLAINTEXT with PLAIN.
+        security: secured listeners to add (TLS, mutual TLS, SCRAM over TLS, OAUTHBEARER), each on a free port;
+            see :mod:`dynamic_kafka.local_kafka.security`.
+        scram_password: the password of ``security.scram_user`` (created once the broker serves).
         kafka_version: the Kafka release, fetched from Maven Central on first use.
         start_timeout_s: how long each broker may take to accept clients.
 
@@ -101,19 +115,20 @@ def start_clusters(
     _check_specs(specs)
     if sasl_plain is not None:
         validate_sasl_plain(*sasl_plain)
+    secured = _Secured(security or SecurityModes(), scram_password)
     base = resolve_base_dir(base_dir)
     result: dict[str, LocalCluster] = {}
     with exclusive_lock(base / ".lock"):
         to_start = []
         for name, port in specs:
-            running = _running_cluster(base / name, port, sasl_plain)
+            running = _running_cluster(base / name, port, sasl_plain, secured)
             if running is not None:
                 logger.info("local cluster %s already runs at %s", name, running.bootstrap_servers)
                 result[name] = running
             else:
                 to_start.append((name, port))
         if to_start:
-            result.update(_start_new(base, to_start, sasl_plain, kafka_version, start_timeout_s))
+            result.update(_start_new(base, to_start, sasl_plain, secured, kafka_version, start_timeout_s))
     return {name: result[name] for name, _ in specs}
 
 
@@ -179,12 +194,25 @@ def _check_specs(specs: list[tuple[str, int]]) -> None:
             raise LocalKafkaError(f"each cluster needs its own {label}; repeated: {', '.join(repeated)}.")
 
 
-def _running_cluster(cluster_dir: Path, port: int, sasl_plain: tuple[str, str] | None) -> LocalCluster | None:
+def _running_cluster(
+    cluster_dir: Path, port: int, sasl_plain: tuple[str, str] | None, secured: _Secured
+) -> LocalCluster | None:
     cluster = _load(cluster_dir)
     if cluster is None or not _is_running(cluster):
         return None
+    ports: dict[Mode, int] = {
+        mode: int(cluster.secure_listeners[mode].rpartition(":")[2])
+        for mode in secured.modes.modes
+        if mode in cluster.secure_listeners
+    }
+    if set(cluster.secure_listeners) != set(ports):
+        ports = {}
     wanted = server_settings(
-        port=port, controller_port=cluster.controller_port, log_dir=cluster_dir / "data", sasl_plain=sasl_plain
+        port=port,
+        controller_port=cluster.controller_port,
+        log_dir=cluster_dir / "data",
+        sasl_plain=sasl_plain,
+        secured=secured.settings(ports, cluster_dir) if ports else None,
     )
     props = cluster_dir / "server.properties"
     current = parse_properties(props.read_text()) if props.is_file() else {}
@@ -202,6 +230,7 @@ def _start_new(
     base: Path,
     specs: list[tuple[str, int]],
     sasl_plain: tuple[str, str] | None,
+    secured: _Secured,
     kafka_version: str,
     start_timeout_s: float,
 ) -> dict[str, LocalCluster]:
@@ -220,10 +249,24 @@ def _start_new(
         for name, port in specs:
             controller_port = _controller_port(base / name, taken)
             taken.add(controller_port)
-            started.append(_launch(base / name, name, (port, controller_port), sasl_plain, kafka_version, java, libs))
+            secure_ports = _secure_ports(base / name, secured.modes, taken)
+            if secured.modes.needs_certificates:
+                make_certificates(base / name / "tls", java.parent / "keytool")
+            started.append(
+                _launch(
+                    base / name,
+                    name,
+                    (port, controller_port, secure_ports),
+                    (sasl_plain, secured),
+                    kafka_version,
+                    (java, libs),
+                )
+            )
         deadline = time.monotonic() + start_timeout_s
         for cluster in started:
             _wait_until_serving(cluster, sasl_plain, deadline)
+            if secured.modes.scram_user is not None and secured.scram_password is not None:
+                _create_scram_user(cluster, sasl_plain, secured.modes.scram_user, secured.scram_password)
     except BaseException:
         for cluster in started:
             _stop_one(cluster, STOP_TIMEOUT_S)
@@ -242,16 +285,32 @@ def _controller_port(cluster_dir: Path, taken: set[int]) -> int:
     return port
 
 
+def _secure_ports(cluster_dir: Path, modes: SecurityModes, taken: set[int]) -> dict[Mode, int]:
+    # Like the controller port: a restarted broker keeps its secured listeners' ports when they are still free.
+    previous = _load(cluster_dir)
+    kept = previous.secure_listeners if previous else {}
+    ports: dict[Mode, int] = {}
+    for mode in modes.modes:
+        port = int(kept[mode].rpartition(":")[2]) if mode in kept else 0
+        if not port or port in taken or not process.port_is_free(port):
+            while (port := process.free_port()) in taken:
+                pass
+        taken.add(port)
+        ports[mode] = port
+    return ports
+
+
 def _launch(
     cluster_dir: Path,
     name: str,
-    ports: tuple[int, int],
-    sasl_plain: tuple[str, str] | None,
+    ports: tuple[int, int, dict[Mode, int]],
+    security: tuple[tuple[str, str] | None, _Secured],
     kafka_version: str,
-    java: Path,
-    libs: Path,
+    toolchain: tuple[Path, Path],
 ) -> LocalCluster:
-    port, controller_port = ports
+    port, controller_port, secure_ports = ports
+    sasl_plain, secured = security
+    java, libs = toolchain
     previous = _load(cluster_dir)
     cluster_dir.mkdir(parents=True, exist_ok=True)
     data_dir = cluster_dir / "data"
@@ -260,7 +319,13 @@ def _launch(
     props.chmod(0o600)
     props.write_text(
         render_properties(
-            server_settings(port=port, controller_port=controller_port, log_dir=data_dir, sasl_plain=sasl_plain)
+            server_settings(
+                port=port,
+                controller_port=controller_port,
+                log_dir=data_dir,
+                sasl_plain=sasl_plain,
+                secured=secured.settings(secure_ports, cluster_dir) if secure_ports else None,
+            )
         )
     )
     log4j = cluster_dir / "log4j2.properties"
@@ -286,6 +351,9 @@ def _launch(
         kafka_version=kafka_version,
         cluster_dir=cluster_dir,
         log_file=log_file,
+        secure_listeners={mode: f"127.0.0.1:{p}" for mode, p in secure_ports.items()},
+        scram_user=secured.modes.scram_user,
+        tls_dir=cluster_dir / "tls" if secured.modes.needs_certificates else None,
     )
     (cluster_dir / _STATE_FILE).write_text(cluster.model_dump_json(indent=2) + "\n")
     logger.info("local cluster %s: started pid %d for %s", name, pid, cluster.bootstrap_servers)
@@ -340,6 +408,49 @@ def _wait_until_serving(cluster: LocalCluster, sasl_plain: tuple[str, str] | Non
             last_error = "metadata lists no broker yet"
         admin.poll(0)
     raise _not_serving(cluster, f"it did not accept clients before the deadline (last error: {last_error})")
+
+
+def _create_scram_user(cluster: LocalCluster, sasl_plain: tuple[str, str] | None, user: str, password: str) -> None:
+    """Creates (or resets) the SCRAM user over the ``CLIENT`` listener; the password goes in the request only."""
+    config: dict[str, Any] = {
+        **cluster.client_config(sasl_plain[1] if sasl_plain else None),
+        "logger": logging.getLogger(f"{__name__}.librdkafka"),
+    }
+    admin = AdminClient(config)
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+    )
+    try:
+        for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
+            future.result(timeout=30)
+    except KafkaException as e:
+        raise LocalKafkaError(
+            f"local cluster {cluster.name!r}: creating SCRAM user {user!r} failed "
+            f"({e.args[0].name() if e.args else e})."
+        ) from None
+    logger.info(
+        "local cluster %s: SCRAM-SHA-512 user %s ready at %s", cluster.name, user, cluster.secure_listeners["scram"]
+    )
+
+
+class _Secured:
+    """The secured listeners asked for and the SCRAM password (never stored, never logged)."""
+
+    def __init__(self, modes: SecurityModes, scram_password: str | None) -> None:
+        if modes.scram_user is not None:
+            validate_scram_user(modes.scram_user)
+            if not scram_password:
+                raise LocalKafkaError(
+                    f"no SCRAM password for user {modes.scram_user!r}: set ${SCRAM_PASSWORD_ENV} or pipe it on stdin."
+                )
+        self.modes = modes
+        self.scram_password = scram_password
+
+    def settings(self, ports: dict[Mode, int], cluster_dir: Path) -> tuple[list[str], list[str], dict[str, str]]:
+        return listener_settings(self.modes, ports, cluster_dir / "tls")
+
+    def __repr__(self) -> str:
+        return f"_Secured({self.modes!r})"
 
 
 def _not_serving(cluster: LocalCluster, reason: str) -> LocalKafkaError:

@@ -59,6 +59,12 @@ class LocalCluster(ClusterEndpoint):
     pid: int | None = Field(default=None, description="Broker process id at the last start.")
     kafka_version: str = Field(description="Kafka release the broker runs.")
     cluster_dir: Path = Field(description="The cluster's folder (config, pid, log, data).")
+    secure_listeners: dict[str, str] = Field(
+        default_factory=dict,
+        description="Secured listeners by mode (tls, mtls, scram, oauthbearer): their bootstrap servers.",
+    )
+    scram_user: str | None = Field(default=None, description="The SCRAM-SHA-512 user of the scram listener.")
+    tls_dir: Path | None = Field(default=None, description="Certificates and stores for the TLS listeners.")
     log_file: Path = Field(description="The broker's log file.")
 
 

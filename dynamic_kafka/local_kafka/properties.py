@@ -135,6 +135,7 @@ def server_settings(
     controller_port: int,
     log_dir: Path,
     sasl_plain: tuple[str, str] | None = None,
+    secured: tuple[list[str], list[str], dict[str, str]] | None = None,
 ) -> dict[str, str]:
     """Return the server.properties settings of a single-node combined broker+controller.
 
@@ -143,23 +144,29 @@ def server_settings(
         controller_port: the controller listener's port on 127.0.0.1.
         log_dir: where the broker keeps its partitions and the metadata log.
         sasl_plain: ``(user, password)`` to make the client listener require SASL_PLAINTEXT with PLAIN.
+        secured: more listeners, their ``NAME:PROTOCOL`` pairs and their settings
+            (:func:`dynamic_kafka.local_kafka.security.listener_settings`).
 
     Returns:
         The settings, in file order. They hold the password when ``sasl_plain`` is given.
     """
     client_protocol = "SASL_PLAINTEXT" if sasl_plain else "PLAINTEXT"
-    listeners = f"{CLIENT_LISTENER}://127.0.0.1:{port},{CONTROLLER_LISTENER}://127.0.0.1:{controller_port}"
+    extra_listeners, extra_protocols, extra_settings = secured or ([], [], {})
+    client, controller = f"{CLIENT_LISTENER}://127.0.0.1:{port}", f"{CONTROLLER_LISTENER}://127.0.0.1:{controller_port}"
+    listeners = ",".join([client, controller, *extra_listeners])
+    protocols = ",".join([f"{CLIENT_LISTENER}:{client_protocol}", f"{CONTROLLER_LISTENER}:PLAINTEXT", *extra_protocols])
     settings: dict[str, str] = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
         "listeners": listeners,
         "advertised.listeners": listeners,
-        "listener.security.protocol.map": f"{CLIENT_LISTENER}:{client_protocol},{CONTROLLER_LISTENER}:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "controller.listener.names": CONTROLLER_LISTENER,
         "inter.broker.listener.name": CLIENT_LISTENER,
         "log.dirs": str(log_dir),
         **_SMALL_MACHINE_SETTINGS,
+        **extra_settings,
     }
     if sasl_plain:
         user, password = sasl_plain

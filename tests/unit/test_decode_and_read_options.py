@@ -80,8 +80,8 @@ OAUTH = "org.apache.kafka.common.security.oauthbearer"
                 "sasl.username": "u",
                 "sasl.password": "p",
             },
-            {"sasl.jaas.config": f'{PLAIN} required username="j" password="k";'},
-            id="an-explicit-jaas-config-wins-over-username-and-password",
+            {"sasl.mechanism": "PLAIN", "sasl.jaas.config": f'{PLAIN} required username="j" password="k";'},
+            id="an-explicit-jaas-config-wins-over-username-and-password-and-implies-its-mechanism",
         ),
         pytest.param(
             {

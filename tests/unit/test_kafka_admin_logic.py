@@ -82,8 +82,13 @@ def test_bad_client_property_is_a_non_retriable_client_error_without_the_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KA_TEST_PW", "pw-from-env-123")
-    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="jaas-pw-456";'
-    admin = KafkaAdmin(_cluster(**{"sasl.password": "${env:KA_TEST_PW}", "sasl.jaas.config": jaas}))
+    monkeypatch.setenv("KA_TEST_BAD", "jaas-pw-456")
+    # librdkafka echoes the value it refuses ("Invalid value ... for configuration property"): here a secret one.
+    admin = KafkaAdmin(
+        _cluster(
+            **{"sasl.password": "${env:KA_TEST_PW}", "ssl.endpoint.identification.algorithm": "${env:KA_TEST_BAD}"}
+        )
+    )
     with pytest.raises(KafkaClientError) as caught:
         admin.describe_topics(["orders"])
     assert caught.value.retriable is False

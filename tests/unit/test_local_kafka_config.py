@@ -32,6 +32,7 @@ from dynamic_kafka.local_kafka.properties import (
     render_properties,
     server_settings,
 )
+from dynamic_kafka.local_kafka.security import SecurityModes, listener_settings, validate_scram_user
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -297,3 +298,36 @@ def test_cli_refuses_a_password_on_the_command_line(capsys: pytest.CaptureFixtur
 def test_cli_status_of_an_empty_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["local-kafka", "status", "--base-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"no local clusters under {tmp_path}\n"
+
+
+# --- secured listeners ----------------------------------------------------------------------------------------------
+
+
+def test_secured_listeners_are_added_beside_the_client_listener_with_their_settings(tmp_path: Path) -> None:
+    modes = SecurityModes(tls=True, mtls=True, scram_user="reader", oauthbearer=True)
+    ports = {"tls": 9101, "mtls": 9102, "scram": 9103, "oauthbearer": 9104}
+    settings = server_settings(
+        port=9092,
+        controller_port=9093,
+        log_dir=tmp_path,
+        secured=listener_settings(modes, ports, tmp_path / "tls"),  # type: ignore[arg-type]
+    )
+    assert settings["listeners"] == (
+        "CLIENT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,TLS://127.0.0.1:9101,MTLS://127.0.0.1:9102,"
+        "SCRAM://127.0.0.1:9103,OAUTH://127.0.0.1:9104"
+    )
+    assert settings["listener.security.protocol.map"] == (
+        "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT,TLS:SSL,MTLS:SSL,SCRAM:SASL_SSL,OAUTH:SASL_PLAINTEXT"
+    )
+    assert settings["listener.name.mtls.ssl.client.auth"] == "required"
+    assert settings["listener.name.scram.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert settings["listener.name.oauth.sasl.enabled.mechanisms"] == "OAUTHBEARER"
+    assert settings["ssl.keystore.location"] == str(tmp_path / "tls" / "broker.pem")
+    assert settings["inter.broker.listener.name"] == "CLIENT"
+
+
+def test_a_scram_password_on_the_command_line_is_refused_without_showing_it() -> None:
+    with pytest.raises(LocalKafkaError) as raised:
+        validate_scram_user("reader:hunter2")
+    assert "hunter2" not in str(raised.value)
+    assert "DYNAMIC_KAFKA_SCRAM_PASSWORD" in str(raised.value)
