@@ -25,6 +25,7 @@ from exactly_once_support import DeadLetterStream, assert_nothing_left, table_co
 
 from dynamic_kafka.errors import CommitLostError
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.sink.staged_append import staged_append
 from dynamic_kafka.sink.tables import append_idempotent, sink_rows
 from dynamic_kafka.spark.decode import decode
@@ -123,11 +124,13 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
     landed_before = table_coordinates(harness.sink_path)  # a fenced first run's sink has no value column yet
     late = _late_rows(harness, spark, plan)
     sink = harness.runner().pipeline.sink_table
-    append_idempotent(late, sink, "p", abandoned)  # delta-spark's idempotent write
-    append_idempotent(late, sink, "p", abandoned, blind=True)  # staged when the table's schema allows it
+    append_idempotent(late, sink, "p", abandoned, commit_id=new_commit_id())  # delta-spark's idempotent write
+    append_idempotent(
+        late, sink, "p", abandoned, commit_id=new_commit_id(), blind=True
+    )  # staged when the table's schema allows it
     if stale is not None:
         with pytest.raises(CommitLostError):
-            staged_append(late, sink, stale, "p", abandoned)
+            staged_append(late, sink, stale, "p", abandoned, new_commit_id())
     assert table_coordinates(harness.sink_path) == landed_before
     assert committed_txn_version(harness.sink_path, "p") == abandoned  # the fence: the run's txn, no rows
 
@@ -135,7 +138,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
 
     assert (summary.run_seq, summary.status, summary.records) == (abandoned + 1, "committed", 8)
     assert harness.sink_rows() == sorted(rows)
-    append_idempotent(late, sink, "p", abandoned)  # still nothing, after the next run too
+    append_idempotent(late, sink, "p", abandoned, commit_id=new_commit_id())  # still nothing, after the next run too
     assert harness.sink_rows() == sorted(rows)
     assert_nothing_left(harness)
 

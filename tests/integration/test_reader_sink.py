@@ -24,6 +24,7 @@ from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfill, tables, write_incremental
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
+from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
@@ -488,6 +489,7 @@ def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
         str(pipeline.sink.resolved_dead_letter_path),
         pipeline.id,
         3,
+        commit_id=new_commit_id(),
     )
     assert committed_txn_version(pipeline.sink.path, pipeline.id) is None
 
