@@ -194,8 +194,8 @@ def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_cha
         assert r.m.oracle.blocked == "data loss under on_data_loss: fail"
 
 
-# ---------------------------------------------------------------------------------------- issue 24: open holes
-# Each replay is one item of issue 24 on today's code: strict xfail until that item's fix lands.
+# ---------------------------------------------------------------------------------------------------- issue 24
+# Each replay is one item of issue 24, fixed: a plain regression test. HOLE marks a replay whose fix has not landed.
 
 HOLE = pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
 
@@ -209,30 +209,30 @@ def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_
         r.run_clean()  # c2 is new on a tracked stream: read from earliest, the override ignored: 2 copies land again
 
 
-@HOLE
 def test_item2_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_again() -> None:
     with machine_without("item2_abandon_duplicates_dead_letters") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
-        r.run(crash_at=2)  # killed between the dead-letter append (txn 1) and the sink append
+        r.run(crash_at=3)  # killed between the dead-letter append (txn 1) and the sink append
+        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
         r.abandon()  # the sink lacks run 1: allowed
         r.run_clean()  # run 2 plans [0, 2) again: @0 lands in the dead letters a second time
 
 
-@HOLE
 def test_item2_a_recovery_abandoned_by_retention_does_not_land_dead_letters_again() -> None:
     with machine_without("item2_abandon_duplicates_dead_letters") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # @0 good
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @1 not JSON
-        r.run(crash_at=2)  # killed between the dead-letter append (txn 1) and the sink append
+        r.run(crash_at=3)  # killed between the dead-letter append (txn 1) and the sink append
+        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
         r.retention(cid="c1", topic="a", partition=0, count=1)  # @0 deleted: run 1's range is gone in part
         r.run_clean()  # on_data_loss skip: recovery abandons run 1, run 2 reads [1, 2): @1 dead-lettered twice
 
 
-@HOLE
 def test_item3_a_late_write_of_an_abandoned_run_does_not_land() -> None:
     with machine_without("item3_abandoned_run_not_fenced") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
-        r.run(crash_at=1)  # the client is killed while its sink append runs on the Connect server
+        r.run(crash_at=2)  # the client is killed while its sink append runs on the Connect server
+        assert r.m.harness.crasher.crashed_at == "writing_sink"
         r.abandon()  # the sink lacks run 1: allowed
         r.late_write(pick=0, never=False)  # the server finishes run 1's append: txn 1, both records
         r.run_clean()  # run 2 plans [0, 2) again and appends under txn 2: both records twice
@@ -242,12 +242,12 @@ def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> No
     with machine_without("item4_decode_inputs_not_pinned") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @0 not JSON
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False, lax=True)  # @1 {"id":1,"extra":1}
-        r.run(crash_at=2)  # killed between the dead-letter append (@0, txn 1) and the sink append
+        r.run(crash_at=3)  # killed between the dead-letter append (@0, txn 1) and the sink append
+        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
         r.edit_config(setting="json_strict")  # true: @1 is undecodable now
         r.run_clean()  # the recovery skips the dead letters (txn 1 exists), filters @1 out of the sink: neither
 
 
-@HOLE
 def test_item5_a_run_commits_its_offsets_only_after_finding_its_sink_commit() -> None:
     with machine_without("item5_sink_commit_not_verified") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
@@ -263,25 +263,22 @@ def test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -
         m.harness.backfill(m.world.clock_ms - 1, m.world.clock_ms + 1, None, stall=True)  # frontier 2; MERGE runs
         m._after_state_change()
         # The run anti-joins against both tables (nothing yet), the backfill's MERGE lands before the run's
-        # dead-letter append (its step 1): @0 is in the dead letters twice; the sink append then conflicts.
-        r.run_with_a_late_write(pick=0, at=1, crash_at=None)
+        # dead-letter append (its step 2, after after_plan and before_read): @0 is in the dead letters twice.
+        r.run_with_a_late_write(pick=0, at=2, crash_at=None)
 
 
-@HOLE
 def test_item7_a_live_run_on_another_machine_with_the_same_hostname_is_not_taken_over() -> None:
     with machine_without("item7_same_hostname_taken_for_crashed") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_beside_another_machine(same_hostname=True)  # its pid is absent here: "provably gone"
 
 
-@HOLE
 def test_item8_a_run_whose_lease_renewal_failed_once_does_not_write_unleased() -> None:
     with machine_without("item8_lease_renewal_not_retried") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_with_a_failed_lease_renewal(at=0)  # one renewal fails: the keeper stops for good, the run writes on
 
 
-@HOLE
 def test_item10_a_topic_recreated_between_the_plan_and_the_read_is_not_committed_as_the_old_one() -> None:
     with machine_without("item10_topic_recreated_between_plan_and_read") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)

@@ -10,7 +10,7 @@ Runs ``DYNAMIC_KAFKA_MODEL_EXAMPLES`` examples (default 50: about 20 s of CPU; t
 machine's load); ``make soak`` sets it to thousands (``-s`` shows the counts). The suite's 50 are a smoke of the
 invariants on fresh random examples every run (no example database); the search for new holes is the soak's job,
 and every hole found so far is replayed exactly by ``test_holes.py``. Open holes are gated by ``world.KNOWN_HOLES``
-(today: issue 24's items 1-8 and 10); see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their
+(today: issue 24's item 6, see HOLES.md); see ``HOLES.md`` for their minimal examples and ``test_holes.py`` for their
 replays.
 
 Besides the brokers and the pipeline's own runs, the world has the actors of issue 24: operators (abandon,
@@ -44,6 +44,7 @@ from hypothesis.stateful import (
 
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
+    CommitOverwrittenError,
     ConfigError,
     DataLossError,
     DynamicKafkaError,
@@ -51,6 +52,7 @@ from dynamic_kafka.errors import (
     SparkJobError,
     StateBehindSinkError,
     StateError,
+    TopicRecreatedError,
     UndecodableRecordError,
 )
 from dynamic_kafka.offsets import TimestampOffsets
@@ -180,14 +182,8 @@ class Oracle:
                             self._check_record(r, landed, f"run {plan.run_seq} (old topic id {old})")
 
     def landed(self) -> Counter[int]:
-        """How often each record is in the two tables, less what an open hole's gate excuses."""
-        landed = self.harness.sink.landed()
-        if "item2_abandon_duplicates_dead_letters" in self.holes:
-            sink = self.harness.sink
-            for r, seq in zip(sink.dead, sink.dead_seqs, strict=True):
-                if seq in self.harness.abandoned and landed[r.identity] > 1:
-                    landed[r.identity] -= 1
-        return landed
+        """How often each record is in the two tables."""
+        return self.harness.sink.landed()
 
     def _tables(self, r: Record) -> str:
         sink = self.harness.sink
@@ -414,15 +410,30 @@ class ProtocolMachine(RuleBasedStateMachine):
     def run(self, crash_at: int | None) -> None:
         self._run(crash_at)
 
-    def _run(self, crash_at: int | None, actions: Mapping[int, Callable[[str], None]] | None = None) -> None:
+    def _run(
+        self,
+        crash_at: int | None,
+        actions: Mapping[int, Callable[[str], None]] | None = None,
+        *,
+        recreating: bool = False,
+    ) -> None:
         STATS["runs"] += 1
         sink_ahead = self._sink_ahead()
         pending_unreachable = self._pending_plan_unreachable()
         pending_edited = self.pending and self.edited_under_plan
+        replaced = len(self.harness.sink.replaced)
         try:
             self.harness.run(crash_at, actions)
         except Crash:
             STATS["crashes"] += 1
+        except CommitOverwrittenError as e:
+            if len(self.harness.sink.replaced) == replaced:
+                raise ProtocolViolationError(f"a run's commit was overwritten though no one else wrote: {e}") from e
+            STATS["overwritten"] += 1  # a foreign commit replaced the run's append: retriable, nothing committed
+        except TopicRecreatedError as e:
+            if not (recreating and e.retriable):
+                raise ProtocolViolationError(f"run failed: {type(e).__name__}: {e}") from e
+            STATS["recreated under a run"] += 1  # given up under reset: the next run reads the new topic
         except ConfigError as e:
             if not pending_edited:
                 raise ProtocolViolationError(f"run failed: {type(e).__name__}: {e}") from e
@@ -585,8 +596,6 @@ class ProtocolMachine(RuleBasedStateMachine):
     def foreign_commit(self, kind: str, pick: int, concurrent: bool) -> None:
         """Another Spark process commits to the sink: now, or concurrently with the next run append, taking its
         version (delta-spark's local and S3 log stores check, then write: the later writer replaces the commit)."""
-        if concurrent and "item5_sink_commit_not_verified" in self.holes:
-            concurrent = False
         if kind == "backfill MERGE" and not concurrent:
             return  # a MERGE that wins cleanly is the backfill rule's
         self.harness.sink.foreign_commit(kind, pick, replace_next=concurrent)
@@ -594,9 +603,6 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     def _land(self, orphan: Orphan, at: str) -> bool:
         """Lands a late write unless an open hole's gate holds it back; returns whether it landed."""
-        abandoned = orphan.run_seq is not None and orphan.run_seq in self.harness.abandoned
-        if abandoned and "item3_abandoned_run_not_fenced" in self.holes:
-            return True  # gated: dropped, as a fence would make it
         racing = orphan.run_seq is None and at == "writing_dead_letters"
         if racing and "item6_dead_letters_deduplicated_outside_their_append" in self.holes:
             return False  # gated: it lands after the run's dead-letter append instead
@@ -610,6 +616,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         orphans = self.harness.sink.orphans
         if orphans:
             orphan = orphans.pop(pick % len(orphans))
+            self.harness.crasher.arm(None)  # between steps no call runs: a crash point armed by the last is void
             if not never and not self._land(orphan, "between steps"):
                 orphans.append(orphan)
 
@@ -636,7 +643,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def run_with_a_topic_recreated(self, cid: str, topic: str, partitions: int, count: int, at: int) -> None:
         """A run during which a topic is deleted and created again (and ``count`` records produced to it), at the
         run's ``at``-th step: between its plan and its read when ``at`` is its first."""
-        if "item10_topic_recreated_between_plan_and_read" in self.holes or topic not in self.world.clusters[cid].topics:
+        if topic not in self.world.clusters[cid].topics:
             return
 
         def recreate(point: str) -> None:
@@ -644,13 +651,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             if count:
                 self.produce(cid, topic, 0, count, False, False)
 
-        self._run(None, {at: recreate})
+        self._run(None, {at: recreate}, recreating=True)
 
     @rule(at=st.integers(0, 3))
     def run_with_a_failed_lease_renewal(self, at: int) -> None:
         """One renewal of the run's lease fails (the state's store timed out once), at the run's ``at``-th step."""
-        if "item8_lease_renewal_not_retried" in self.holes:
-            return
 
         def fail_once(point: str) -> None:
             self.harness.lease_faults = 1
@@ -662,8 +667,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         """A process on another machine planned a run and is still working on it when this one runs."""
         if self.pending:
             return
-        if "item7_same_hostname_taken_for_crashed" in self.holes:
-            same_hostname = False
         other = self.harness.on_other_machine(socket.gethostname() if same_hostname else "another-machine")
         day = new_day()
         try:

@@ -54,7 +54,14 @@ from dynamic_kafka import context as context_module
 from dynamic_kafka import realign as realign_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
-from dynamic_kafka.errors import ClusterUnreachableError, SparkJobError, StateError, UndecodableRecordError
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    CommitOverwrittenError,
+    SparkJobError,
+    StateBehindSinkError,
+    StateError,
+    UndecodableRecordError,
+)
 from dynamic_kafka.kafka.client import OffsetAnswer, TopicDescription
 from dynamic_kafka.kafka.snapshot import epoch_checks
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
@@ -77,7 +84,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     from dynamic_kafka.kafka.snapshot import ClusterRequest
@@ -91,20 +98,11 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Counts the runner invocations of every harness (all share one state table in some replays): see Harness.patched.
 _INVOCATIONS = itertools.count(1)
 
-# Open holes, each named after the item of issue 24 that fixes it (issue 11's are all fixed). A name gates the
-# model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix removes the
-# name, and the model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset(
-    {
-        "item2_abandon_duplicates_dead_letters",
-        "item3_abandoned_run_not_fenced",
-        "item5_sink_commit_not_verified",
-        "item6_dead_letters_deduplicated_outside_their_append",
-        "item7_same_hostname_taken_for_crashed",
-        "item8_lease_renewal_not_retried",
-        "item10_topic_recreated_between_plan_and_read",
-    }
-)
+# Open holes, each named after the item of the issue that fixes it (issue 11's are all fixed, of issue 24's only
+# item 6 is open). A name gates the model's rules or oracle so the suite passes until its fix lands (see
+# tests/model/HOLES.md); the fix removes the name, and the model then drives the hole's scenario and checks the fixed
+# behaviour.
+KNOWN_HOLES: frozenset[str] = frozenset({"item6_dead_letters_deduplicated_outside_their_append"})
 
 
 def new_day() -> int:
@@ -362,6 +360,10 @@ class World:
                 found[check.partition] = end
         return found
 
+    def admin(self, connection: ClusterMetadata) -> _WorldAdmin:
+        """``KafkaAdmin`` over the world: what the run's topic-id check after the read asks."""
+        return _WorldAdmin(self, connection)
+
     def read_splits(
         self, spark: Any, splits: Sequence[Split], clusters: Mapping[str, ClusterMetadata], **_: Any
     ) -> list[Record]:
@@ -383,6 +385,29 @@ class World:
                 )
             rows.extend(p.log[o] for o in range(s.start_offset, s.stop_offset) if o in p.log)
         return rows
+
+
+class _WorldAdmin:
+    """The part of ``KafkaAdmin`` the runner's topic check uses: ``describe_topics`` by name."""
+
+    def __init__(self, world: World, connection: ClusterMetadata) -> None:
+        self.world, self.connection = world, connection
+
+    def __enter__(self) -> _WorldAdmin:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        cluster = self.world.reachable(self.connection)
+        if cluster is None:
+            raise ClusterUnreachableError("simulated: no broker answers", cluster_id=self.connection.cluster_id)
+        found: dict[str, TopicDescription] = {}
+        for name in names:
+            t = cluster.topics.get(name)
+            found[name] = TopicDescription(topic=name, exists=t is not None, topic_id=t.topic_id if t else None)
+        return found
 
 
 # --------------------------------------------------------------------------------------------------------- sink
@@ -460,6 +485,8 @@ class SinkModel:
         self.orphans: list[Orphan] = []
         self.purged: set[int] = set()  # identities a user's DELETE removed
         self.on_append: Callable[[str, int], None] | None = None  # the harness's check that the writer may write
+        # Runs fenced by an abandon, per table (True: the dead-letter table): their txn holds no row.
+        self.fences: set[tuple[bool, str, int]] = set()
 
     def committed_txn_version(self, sink_path: object, app_id: str) -> int | None:
         return self.txn.get(app_id)
@@ -487,11 +514,12 @@ class SinkModel:
                     frontier[key] = max(frontier.get(key, 0), r.offset + 1)
         return frontier
 
-    def _append(self, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> None:
+    def _append(self, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> bool:
+        """One append with the run's txn; whether this write committed (False: Delta skipped it, the txn held)."""
         table, seqs, txns = (self.dead, self.dead_seqs, self.dead_txn) if dead else (self.rows, self.row_seqs, self.txn)
         prior = txns.get(app_id)
         if prior is not None and version <= prior:
-            return  # Delta skips an idempotent write whose version it has seen for the app
+            return False  # Delta skips an idempotent write whose version it has seen for the app
         if self.on_append is not None:
             self.on_append(what, version)
         if not dead:
@@ -499,20 +527,95 @@ class SinkModel:
         if self.replace_next is not None:
             self.replaced.append(f"the {what} of run {version} (replaced by a concurrent {self.replace_next})")
             self.replace_next = None
-            return
+            return True
         table.extend(rows)
         seqs.extend([version] * len(rows))
         txns[app_id] = version
+        return True
 
-    def _job(self, point: str, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> None:
-        """One Spark job appending to a table. A kill of the client while it runs (the crash point before it)
-        leaves it running on the server: an orphan that may still commit."""
+    def _job(
+        self,
+        point: str,
+        dead: bool,
+        rows: list[Record],
+        app_id: str,
+        version: int,
+        what: str,
+        before_commit: Callable[[], None] | None = None,
+    ) -> bool:
+        """One Spark job appending to a table, as ``incremental._append``: the run's check before the commit, the
+        append, then the run finds its commit in the log (a replaced one raises ``CommitOverwrittenError``); whether
+        the commit found is this write's. A kill of the client while it runs (the crash point before it) leaves it
+        running on the server: an orphan that may still commit."""
         try:
             self.crasher.point(point)
         except Crash:
             self.orphans.append(Orphan(version, what, lambda: self._append(dead, rows, app_id, version, what)))
             raise
-        self._append(dead, rows, app_id, version, what)
+        if before_commit is not None:
+            before_commit()
+        ours = self._append(dead, rows, app_id, version, what)
+        txns = self.dead_txn if dead else self.txn
+        if txns.get(app_id) != version:
+            raise CommitOverwrittenError(
+                f"simulated: the {what} of run {version} reported success, but no version holds it",
+                table="dead letters" if dead else "sink",
+            )
+        return ours
+
+    def is_fence(self, dead_letter_table: object) -> Callable[[object, str, int], bool]:
+        """``fence.is_fence`` over the model's tables."""
+
+        def fenced(table: object, app_id: str, run_seq: int) -> bool:
+            dead = str(table) == str(dead_letter_table)
+            return (self.dead_txn if dead else self.txn).get(app_id) == run_seq and (
+                dead,
+                app_id,
+                run_seq,
+            ) in self.fences
+
+        return fenced
+
+    def fence_run(self, table: object, kind: str, app_id: str, run_seq: int, reason: str) -> str:
+        """``fence.fence_run``: commits the run's txn with no rows, marked a fence, unless the table holds it."""
+        del table, reason
+        dead = kind == "dead_letter"
+        txns = self.dead_txn if dead else self.txn
+        held = txns.get(app_id)
+        if held is not None and held >= run_seq:
+            return "fenced" if held == run_seq and (dead, app_id, run_seq) in self.fences else "landed"
+        txns[app_id] = run_seq
+        self.fences.add((dead, app_id, run_seq))
+        if not dead:
+            self.sink_commits += 1
+        return "fenced"
+
+    def table_exists(self, dead_letter_table: object) -> Callable[[object], bool]:
+        """``tables.table_exists``: a table exists once anything committed to it."""
+
+        def exists(table: object) -> bool:
+            if str(table) == str(dead_letter_table):
+                return bool(self.dead or self.dead_txn)
+            return bool(self.rows or self.txn or self.sink_commits)
+
+        return exists
+
+    def run_frontier(self, table: object, run_seq: int) -> dict[TopicPartition, int]:
+        """``realign.run_frontier`` of the dead-letter table: per partition, one past its highest offset from
+        ``run_seq``."""
+        del table
+        frontier: dict[TopicPartition, int] = {}
+        for r, seq in zip(self.dead, self.dead_seqs, strict=True):
+            if seq == run_seq:
+                key = TopicPartition(cluster_id=r.cluster_id, topic=r.topic, partition=r.partition)
+                frontier[key] = max(frontier.get(key, 0), r.offset + 1)
+        return frontier
+
+    def _already_committed(self, app_id: str, run_seq: int) -> WriteResult:
+        """``incremental._already_committed``: a fence is refused."""
+        if (self.txn.get(app_id) == run_seq) and (False, app_id, run_seq) in self.fences:
+            raise StateError(f"simulated: run {run_seq} of pipeline {app_id!r} was abandoned: its txn is a fence")
+        return WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
 
     def write_incremental(
         self,
@@ -522,12 +625,18 @@ class SinkModel:
         planned_pairs: Sequence[tuple[str, str]],
         overlaps: Sequence[Split] = (),
         prepared: object = None,
+        *,
+        before_commit: Callable[[], None] | None = None,
     ) -> WriteResult:
         del prepared  # the model's records carry their values; the verdict comes from the config
         app_id = pipeline.id
         prior = self.txn.get(app_id)
-        if prior is not None and prior >= run_seq:
-            return WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
+        if prior == run_seq:
+            return self._already_committed(app_id, run_seq)
+        if prior is not None and prior > run_seq:
+            raise StateBehindSinkError(
+                app_id, table="sink", sink_txn=prior, state_run_seq=run_seq - 1, state_path="(the model's state)"
+            )
         rows = list(frame)
         read_at = self.sink_commits
         if overlaps:
@@ -553,12 +662,13 @@ class SinkModel:
                 reason="simulated: value is not valid JSON",
             )
         if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
-            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters")
+            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit)
             self.crasher.point("between_dead_letters_and_sink")
         if overlaps and self.sink_commits != read_at:
             # The anti-join read the sink inside the append's transaction: Delta's conflict check fails it.
             raise SparkJobError(f"simulated ConcurrentAppendException: the sink changed under run {run_seq}'s read")
-        self._job("writing_sink", False, good, app_id, run_seq, "sink append")
+        if not self._job("writing_sink", False, good, app_id, run_seq, "sink append", before_commit):
+            return self._already_committed(app_id, run_seq)  # another writer of this run landed it
         per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
         return WriteResult(
             records=len(rows),
@@ -828,10 +938,15 @@ class Harness:
             (runner_module._Deadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
             (realign_module, "landed_frontier", self.sink.landed_frontier),
+            (runner_module, "fence_run", self.sink.fence_run),
+            (runner_module, "is_fence", self.sink.is_fence(self.pipeline.dead_letter_table)),
+            (runner_module, "run_frontier", self.sink.run_frontier),
+            (runner_module, "table_exists", self.sink.table_exists(self.pipeline.dead_letter_table)),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
+            (context_module, "KafkaAdmin", self.world.admin),
             (reader_module, "read_splits", self.world.read_splits),
             (incremental_module, "write_incremental", self.sink.write_incremental),
         ]
