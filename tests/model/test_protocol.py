@@ -508,6 +508,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     def backfill(self, data: st.DataObject, crash_at: int | None, stall: bool = False) -> None:
         """A time-window backfill over part of what was produced so far; ``stall``: its MERGE is still running
         when the next steps happen (it lands at a later step, maybe in the middle of a run, or never)."""
+        if self.mirror == "c2" and "new_backfill_repeated_across_a_mirror_failover" in self.holes:
+            return  # open: a backfill's MERGE keys rows by cluster, so a mirrored copy is not matched (HOLES.md)
         first = int(self.world.records[min(self.world.records)].ts_ms) if self.world.records else self.world.clock_ms
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
