@@ -156,6 +156,9 @@ def test_secured_clusters_read_over_spark_connect(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(SCRAM_VAR, scram_password)
+    # pyspark dispatches its functions on one process-wide switch (see tests/conftest.py `spark_mode`): this test
+    # process also holds an in-process session, so the switch is set for this Connect run and restored after it.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
     harness, topics, expected = _harness(
         tmp_path, secured_broker, OVER_CONNECT, spark_config={"remote": spark_connect_server.remote}
     )
