@@ -11,20 +11,20 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.context import PipelineContext
 
 if TYPE_CHECKING:
     from dynamic_kafka.plan.summary import RunSummary
 
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
 HELP = "merge the records whose timestamps fall in [--start, --end) into the sink (no duplicates, offsets untouched)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``backfill``."""
     parser = subparsers.add_parser("backfill", help=HELP, description=HELP)
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    add_config_argument(parser)
     parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
     parser.add_argument("--start", required=True, type=timestamp, help="window start, ISO-8601 (UTC when no offset)")
     parser.add_argument("--end", required=True, type=timestamp, help="window end (exclusive), ISO-8601")

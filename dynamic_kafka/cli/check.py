@@ -8,18 +8,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.check import CheckReport, check_project
+from dynamic_kafka.cli._args import add_config_argument
 
 if TYPE_CHECKING:
     import argparse
 
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
 HELP = "validate the config and metadata files offline and list every problem (contacts nothing)"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``check``."""
     parser = subparsers.add_parser("check", help=HELP, description=HELP)
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=_check)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import ClusterUnreachableError
@@ -18,7 +19,6 @@ from dynamic_kafka.status import PipelineStatus, pipeline_status
 if TYPE_CHECKING:
     import argparse
 
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
 HELP = "show per partition the committed next offset, the broker's earliest and latest, the lag and the last run"
 
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser("offsets", help="a pipeline's committed offsets", description=HELP)
     commands = group.add_subparsers(dest="offsets_command", required=True, metavar="COMMAND")
     show = commands.add_parser("show", help=HELP, description=HELP)
-    show.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    add_config_argument(show)
     show.add_argument("--pipeline", required=True, help="pipeline id from the config")
     show.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     show.set_defaults(handler=_show)

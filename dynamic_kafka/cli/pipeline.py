@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError
 from dynamic_kafka.runner import PipelineRunner
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.plan.model import Finding, Plan
     from dynamic_kafka.plan.summary import RunSummary
-
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ]
     for name, help_text, handler in commands:
         parser = subparsers.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+        add_config_argument(parser)
         parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
         parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         if name == "abandon":

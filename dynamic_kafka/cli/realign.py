@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.realign import Realignment, realign
@@ -15,14 +16,13 @@ from dynamic_kafka.realign import Realignment, realign
 if TYPE_CHECKING:
     import argparse
 
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
 HELP = "realign a pipeline's state with its sink after the state was restored from a backup or moved"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``realign``."""
     parser = subparsers.add_parser("realign", help=HELP, description=HELP)
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"project config file (default {DEFAULT_CONFIG})")
+    add_config_argument(parser)
     parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
     parser.add_argument("--yes", action="store_true", help="make the change (without it, only show it)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
