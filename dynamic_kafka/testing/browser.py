@@ -42,6 +42,14 @@ _CLICK_JS = """(() => {
   return true;
 })()"""
 
+# Canvases with at least one painted (non-transparent) pixel: a chart that drew something.
+_DRAWN_CANVASES_JS = """[...document.querySelectorAll('canvas')].filter(c => {
+  if (!c.width || !c.height) return false;
+  const pixels = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  for (let i = 3; i < pixels.length; i += 4) if (pixels[i] !== 0) return true;
+  return false;
+}).length"""
+
 
 def chromium_path() -> str:
     """The Chromium executable on PATH (Debian's package installs ``chromium``)."""
@@ -200,6 +208,20 @@ class HeadlessChromium:
                 raise LocalBrowserError(
                     f"The page never showed {missing} within {timeout_s:.0f} s; it shows: {shown[:2000]!r}."
                 )
+            time.sleep(_POLL_S)
+
+    def wait_for_drawn_canvases(self, count: int, timeout_s: float = 120) -> int:
+        """Wait until at least ``count`` canvases on the page have painted pixels; return how many have.
+
+        Charts (the Dagster UI's plots use Chart.js) draw on canvases, so their titles and axes are not page text.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            drawn = int(self.evaluate(_DRAWN_CANVASES_JS))
+            if drawn >= count:
+                return drawn
+            if time.monotonic() > deadline:
+                raise LocalBrowserError(f"The page drew {drawn} canvases within {timeout_s:.0f} s, not {count}.")
             time.sleep(_POLL_S)
 
     def open(self, url: str, wait_for: Sequence[str], timeout_s: float = 120) -> str:

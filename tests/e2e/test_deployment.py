@@ -254,11 +254,6 @@ def test_a_three_partition_backfill_is_one_run_and_the_partition_view_shows_the_
     assert materializations[0]["metadata"]["records"] == 3
 
 
-@pytest.mark.skip(
-    reason="regression under investigation (2026-11-27): after this wave's merges the asset page's Plots tab lists "
-    "the metadata labels but never draws a chart ('Timestamp' never shows within 120 s), reproduced twice; see the "
-    "session's closing note"
-)
 def test_the_ui_renders_the_sinks_metadata_its_plots_and_the_backfilled_partitions(
     deployment: Deployment, tmp_path: Path
 ) -> None:
@@ -275,10 +270,12 @@ def test_the_ui_renders_the_sinks_metadata_its_plots_and_the_backfilled_partitio
         )
         assert "records/north" not in shown  # the page shows the labels it has, not any label asked for
 
-        # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too.
+        # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too. The
+        # charts draw on canvases (no text), so the check counts canvases with painted pixels.
         browser.click_button("Plots")
-        shown = browser.wait_for_text(["records/east", "records/west", "dagster/row_count", "lag/west", "Timestamp"])
+        shown = browser.wait_for_text(["records/east", "records/west", "dagster/row_count", "lag/west"])
         assert "consumer_group/west" not in shown  # a text label has no plot
+        browser.wait_for_drawn_canvases(4)  # raises when fewer charts drew
 
         # The backfill asset's partitions: the three backfilled hours materialized, the others missing.
         browser.open(f"{base}/dynamic_kafka/{BACKFILL}_backfill?view=partitions", wait_for=["Materialized (3)"])
