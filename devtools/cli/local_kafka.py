@@ -1,4 +1,4 @@
-"""``dynamic-kafka local-kafka up|down|status``: real local Kafka clusters from the command line.
+"""``python -m devtools local-kafka up|down|status``: real local Kafka clusters from the command line.
 
 The password of ``--sasl-plain USER`` comes from ``$DYNAMIC_KAFKA_SASL_PASSWORD`` or stdin, never from the command
 line (which every user sees in the process list); it is passed to the broker's config and never printed or logged.
@@ -15,9 +15,9 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._service import service_commands
-from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.local_kafka import (
+from devtools.cli._service import service_commands
+from devtools.errors import LocalKafkaError
+from devtools.local_kafka import (
     DEFAULT_KAFKA_VERSION,
     SASL_PASSWORD_ENV,
     LocalCluster,
@@ -28,7 +28,7 @@ from dynamic_kafka.local_kafka import (
     start_clusters,
     stop_clusters,
 )
-from dynamic_kafka.local_kafka.security import SCRAM_PASSWORD_ENV, SecurityModes
+from devtools.local_kafka.security import SCRAM_PASSWORD_ENV, SecurityModes
 
 if TYPE_CHECKING:
     import argparse
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # Starting brokers (and the first jar download) takes a while: show progress even without --verbose.
-    for name in ("dynamic_kafka.local_kafka", "dynamic_kafka._toolchain.maven"):
+    for name in ("devtools.local_kafka", "dynamic_kafka._toolchain.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     specs = [parse_cluster_spec(s) for s in args.clusters]
     both_from_stdin = not {SASL_PASSWORD_ENV, SCRAM_PASSWORD_ENV} & os.environ.keys()

@@ -1,4 +1,4 @@
-"""``dynamic-kafka local-postgres up|down|status``: a local PostgreSQL server (e.g. for Dagster's storage).
+"""``python -m devtools local-postgres up|down|status``: a local PostgreSQL server (e.g. for Dagster's storage).
 
 The password is generated at the first ``up`` into ``<base dir>/password`` (0600). It is printed only by
 ``--json`` (inside the connection URL), never logged, never on a command line.
@@ -10,8 +10,8 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._service import service_commands
-from dynamic_kafka.local_postgres import (
+from devtools.cli._service import service_commands
+from devtools.local_postgres import (
     LocalPostgres,
     postgres_status,
     resolve_base_dir,
@@ -60,7 +60,7 @@ def _details(server: LocalPostgres, running: bool) -> dict[str, object]:
 
 
 def _up(args: argparse.Namespace) -> int:
-    logging.getLogger("dynamic_kafka.local_postgres").setLevel(logging.INFO)
+    logging.getLogger("devtools.local_postgres").setLevel(logging.INFO)
     server = start_postgres(base_dir=args.base_dir, port=args.port)
     if args.json:
         print(json.dumps(_details(server, True), indent=2))

@@ -1,4 +1,4 @@
-"""``dynamic-kafka local-registry up|down|status``: real local Schema Registries from the command line.
+"""``python -m devtools local-registry up|down|status``: real local Schema Registries from the command line.
 
 The password given to ``--basic-auth`` goes to the registry's 0600 config file only, never to output or logs.
 """
@@ -9,8 +9,8 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._service import service_commands
-from dynamic_kafka.local_registry import (
+from devtools.cli._service import service_commands
+from devtools.local_registry import (
     DEFAULT_REGISTRY_VERSION,
     parse_basic_auth,
     parse_registry_spec,
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # Starting a registry (and the first download) takes a while: show progress even without --verbose.
-    logging.getLogger("dynamic_kafka.local_registry").setLevel(logging.INFO)
+    logging.getLogger("devtools.local_registry").setLevel(logging.INFO)
     specs = [parse_registry_spec(s) for s in args.registries]
     auth = parse_basic_auth(args.basic_auth) if args.basic_auth is not None else None
     registries = start_registries(

@@ -1,4 +1,4 @@
-"""``dynamic-kafka local-s3 up|down|status``: a real local S3 API server (moto) from the command line.
+"""``python -m devtools local-s3 up|down|status``: a real local S3 API server (moto) from the command line.
 
 ``status --json`` (and ``up --json``) print the endpoint and the environment variables that point AWS tools,
 delta-rs and dynamic-kafka at the server; ``--env`` prints them as ``export`` lines for ``eval``.
@@ -11,8 +11,8 @@ import logging
 import shlex
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._service import service_commands
-from dynamic_kafka.local_s3 import (
+from devtools.cli._service import service_commands
+from devtools.local_s3 import (
     DEFAULT_PORT,
     LocalS3Server,
     resolve_base_dir,
@@ -67,12 +67,12 @@ def _payload(server: LocalS3Server, running: bool) -> dict[str, object]:
 
 
 def _up(args: argparse.Namespace) -> int:
-    logging.getLogger("dynamic_kafka.local_s3").setLevel(logging.INFO)
+    logging.getLogger("devtools.local_s3").setLevel(logging.INFO)
     server = start_server(port=args.port, base_dir=args.base_dir, buckets=args.bucket)
     if args.json:
         print(json.dumps(_payload(server, True), indent=2))
     else:
-        print(f"local-s3\trunning\t{server.endpoint}\t(`dynamic-kafka local-s3 status --env` for the variables)")
+        print(f"local-s3\trunning\t{server.endpoint}\t(`python -m devtools local-s3 status --env` for the variables)")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``dynamic-kafka spark-connect up|down|status``: a local Spark Connect server from the command line."""
+"""``python -m devtools spark-connect up|down|status``: a local Spark Connect server from the command line."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 from argparse import ArgumentTypeError
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._service import service_commands
-from dynamic_kafka.local_spark_connect import (
+from devtools.cli._service import service_commands
+from devtools.local_spark_connect import (
     DEFAULT_MASTER,
     DEFAULT_PORT,
     resolve_base_dir,
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # The first start downloads jars and a start takes seconds: show progress even without --verbose.
-    for name in ("dynamic_kafka.local_spark_connect", "dynamic_kafka.maven"):
+    for name in ("devtools.local_spark_connect", "dynamic_kafka.maven"):
         logging.getLogger(name).setLevel(logging.INFO)
     info = start_server(
         base_dir=args.base_dir,

@@ -32,13 +32,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-from dynamic_kafka._toolchain import process
-from dynamic_kafka._toolchain.filelock import exclusive_lock
-from dynamic_kafka._toolchain.java import find_java
-from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.local_kafka.jars import resolve_kafka_jars
-from dynamic_kafka.local_kafka.models import ClusterStatus, LocalCluster
-from dynamic_kafka.local_kafka.properties import (
+from devtools.errors import LocalKafkaError
+from devtools.local_kafka.jars import resolve_kafka_jars
+from devtools.local_kafka.models import ClusterStatus, LocalCluster
+from devtools.local_kafka.properties import (
     client_facing,
     new_cluster_id,
     parse_properties,
@@ -47,7 +44,7 @@ from dynamic_kafka.local_kafka.properties import (
     server_settings,
     validate_sasl_plain,
 )
-from dynamic_kafka.local_kafka.security import (
+from devtools.local_kafka.security import (
     SCRAM_PASSWORD_ENV,
     Mode,
     SecurityModes,
@@ -55,6 +52,9 @@ from dynamic_kafka.local_kafka.security import (
     make_certificates,
     validate_scram_user,
 )
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
+from dynamic_kafka._toolchain.java import find_java
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def start_clusters(
         base_dir: folder holding the clusters (see :func:`resolve_base_dir`).
         sasl_plain: ``(user, password)``: the client listener then requires SASL_PLAINTEXT with PLAIN.
         security: secured listeners to add (TLS, mutual TLS, SCRAM over TLS, OAUTHBEARER), each on a free port;
-            see :mod:`dynamic_kafka.local_kafka.security`.
+            see :mod:`devtools.local_kafka.security`.
         scram_password: the password of ``security.scram_user`` (created once the broker serves).
         kafka_version: the Kafka release, fetched from Maven Central on first use.
         start_timeout_s: how long each broker may take to accept clients.
@@ -221,7 +221,7 @@ def _running_cluster(
         security = f"SASL user {cluster.sasl_user!r}" if cluster.sasl_user else "no SASL"
         raise LocalKafkaError(
             f"local cluster {cluster.name!r} already runs with other settings (port {cluster.port}, {security}).",
-            hint=f"Stop it first: `dynamic-kafka local-kafka down {cluster.name}`.",
+            hint=f"Stop it first: `python -m devtools local-kafka down {cluster.name}`.",
         )
     return cluster
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.errors import LocalKafkaError
+from devtools.errors import LocalKafkaError
 
 
 class ClusterEndpoint(BaseModel):
@@ -47,7 +47,7 @@ class LocalCluster(ClusterEndpoint):
     """One local single-node Kafka cluster, as recorded in its ``cluster.json``.
 
     Example:
-        >>> from dynamic_kafka.local_kafka import start_clusters
+        >>> from devtools.local_kafka import start_clusters
         >>> clusters = start_clusters([("east", 19092)])  # doctest: +SKIP
         >>> clusters["east"].bootstrap_servers  # doctest: +SKIP
         '127.0.0.1:19092'

@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.errors import LocalKafkaError
+from devtools.errors import LocalKafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -145,7 +145,7 @@ def server_settings(
         log_dir: where the broker keeps its partitions and the metadata log.
         sasl_plain: ``(user, password)`` to make the client listener require SASL_PLAINTEXT with PLAIN.
         secured: more listeners, their ``NAME:PROTOCOL`` pairs and their settings
-            (:func:`dynamic_kafka.local_kafka.security.listener_settings`).
+            (:func:`devtools.local_kafka.security.listener_settings`).
 
     Returns:
         The settings, in file order. They hold the password when ``sasl_plain`` is given.

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.errors import LocalKafkaError
+from devtools.errors import LocalKafkaError
 
 Mode = Literal["tls", "mtls", "scram", "oauthbearer"]
 LISTENERS: dict[Mode, tuple[str, str]] = {

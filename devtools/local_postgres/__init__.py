@@ -1,7 +1,7 @@
 """A local PostgreSQL server (Debian's packages) for Dagster's storage in demos, tests and development.
 
 Example:
-    >>> from dynamic_kafka.local_postgres import start_postgres, stop_postgres
+    >>> from devtools.local_postgres import start_postgres, stop_postgres
     >>> server = start_postgres(port=15432)  # doctest: +SKIP
     >>> server.url(with_password=False)  # doctest: +SKIP
     'postgresql://dynamic_kafka@127.0.0.1:15432/dagster'
@@ -9,7 +9,7 @@ Example:
     True
 """
 
-from dynamic_kafka.local_postgres.server import (
+from devtools.local_postgres.server import (
     DEFAULT_DATABASE,
     DEFAULT_PORT,
     DEFAULT_USER,

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from devtools.errors import LocalPostgresError
 from dynamic_kafka._toolchain.process import accepts_connections, port_is_free, tail
-from dynamic_kafka.errors import LocalPostgresError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class LocalPostgres(BaseModel):
     """One local PostgreSQL server, as recorded in its ``server.json``. Its repr holds no secret.
 
     Example:
-        >>> from dynamic_kafka.local_postgres import start_postgres
+        >>> from devtools.local_postgres import start_postgres
         >>> server = start_postgres(port=15432)  # doctest: +SKIP
         >>> server.url(with_password=False)  # doctest: +SKIP
         'postgresql://dynamic_kafka@127.0.0.1:15432/dagster'
@@ -104,7 +104,7 @@ class LocalPostgres(BaseModel):
         except OSError as e:
             raise LocalPostgresError(
                 f"cannot read the local PostgreSQL password file {self.password_file}: {e.strerror}.",
-                hint="Run `dynamic-kafka local-postgres down --purge` and `up` again to create a new server.",
+                hint="Run `python -m devtools local-postgres down --purge` and `up` again to create a new server.",
             ) from e
 
     def url(self, *, with_password: bool = True) -> str:
@@ -279,7 +279,7 @@ def _initialize(server: LocalPostgres, bin_dir: Path) -> None:
     # later `up --port` can move the server.
     with (server.data_dir / "postgresql.conf").open("a", encoding="utf-8") as conf:
         conf.write(
-            "\n# dynamic-kafka local-postgres\n"
+            "\n# python -m devtools local-postgres\n"
             "listen_addresses = '127.0.0.1'\n"
             f"unix_socket_directories = '{server.socket_dir}'\n"
             # A local development server: a crash of the machine may lose the last transactions, never corrupts.
@@ -349,7 +349,7 @@ def start_postgres(
         if port is not None and port != recorded.port:
             raise LocalPostgresError(
                 f"the local PostgreSQL under {base} already runs on port {recorded.port}, not {port}.",
-                hint="Run `dynamic-kafka local-postgres down` first to move it.",
+                hint="Run `python -m devtools local-postgres down` first to move it.",
             )
         _ensure_database(recorded, bin_dir)
         _write_state(recorded)

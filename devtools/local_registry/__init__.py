@@ -5,7 +5,7 @@ runs on the machine's Java 17+, detached, on 127.0.0.1, and survives the process
 ``LocalRegistry.url`` (``http://127.0.0.1:PORT/apis/ccompat/v7``) as a Confluent Schema Registry URL.
 
 Example:
-    >>> from dynamic_kafka.local_registry import start_registries, stop_registries
+    >>> from devtools.local_registry import start_registries, stop_registries
     >>> registries = start_registries([("east", 18081), ("west", 28081)])  # doctest: +SKIP
     >>> registries["east"].url  # doctest: +SKIP
     'http://127.0.0.1:18081/apis/ccompat/v7'
@@ -13,9 +13,9 @@ Example:
     ['east', 'west']
 """
 
-from dynamic_kafka.local_registry.distribution import DEFAULT_REGISTRY_VERSION, resolve_registry_distribution
-from dynamic_kafka.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
-from dynamic_kafka.local_registry.registry import (
+from devtools.local_registry.distribution import DEFAULT_REGISTRY_VERSION, resolve_registry_distribution
+from devtools.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
+from devtools.local_registry.registry import (
     parse_basic_auth,
     parse_registry_spec,
     registry_status,

@@ -13,7 +13,7 @@ class LocalRegistry(BaseModel):
     """One local Apicurio Registry, as recorded in its ``registry.json``.
 
     Example:
-        >>> from dynamic_kafka.local_registry import start_registries
+        >>> from devtools.local_registry import start_registries
         >>> start_registries([("east", 18081)])["east"].url  # doctest: +SKIP
         'http://127.0.0.1:18081/apis/ccompat/v7'
     """

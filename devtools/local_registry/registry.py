@@ -29,17 +29,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from dynamic_kafka._toolchain import process
-from dynamic_kafka._toolchain.filelock import exclusive_lock
-from dynamic_kafka._toolchain.java import find_java
-from dynamic_kafka.errors import LocalRegistryError
-from dynamic_kafka.local_kafka.properties import parse_cluster_spec
-from dynamic_kafka.local_registry.distribution import (
+from devtools.errors import LocalRegistryError
+from devtools.local_kafka.properties import parse_cluster_spec
+from devtools.local_registry.distribution import (
     DEFAULT_REGISTRY_VERSION,
     resolve_registry_distribution,
     runner_jar,
 )
-from dynamic_kafka.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
+from devtools.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
+from dynamic_kafka._toolchain.java import find_java
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def _running_registry(registry_dir: Path, port: int, basic_auth: tuple[str, str]
         auth = f"basic-auth user {registry.basic_auth_user!r}" if registry.basic_auth_user else "no auth"
         raise LocalRegistryError(
             f"local registry {registry.name!r} already runs with other settings (port {registry.port}, {auth}).",
-            hint=f"Stop it first: `dynamic-kafka local-registry down {registry.name}`.",
+            hint=f"Stop it first: `python -m devtools local-registry down {registry.name}`.",
         )
     return registry
 

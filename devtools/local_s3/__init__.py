@@ -5,20 +5,20 @@ requests signed with the access key it makes at start (:meth:`LocalS3Server.cred
 and survives the process that started it, and keeps its objects in memory until it stops.
 
 Example:
-    >>> from dynamic_kafka.local_s3 import start_server, stop_server
+    >>> from devtools.local_s3 import start_server, stop_server
     >>> server = start_server(port=19000, buckets=["lake"])  # doctest: +SKIP
     >>> server.environment()["AWS_ENDPOINT_URL"]  # doctest: +SKIP
     'http://127.0.0.1:19000'
     >>> stop_server(purge=True)  # doctest: +SKIP
 """
 
-from dynamic_kafka.local_s3.models import (
+from devtools.local_s3.models import (
     LOCAL_REGION,
     LocalS3Credentials,
     LocalS3Server,
     LocalS3Status,
 )
-from dynamic_kafka.local_s3.server import (
+from devtools.local_s3.server import (
     DEFAULT_PORT,
     create_bucket,
     resolve_base_dir,

@@ -1,4 +1,4 @@
-"""Entry point of the detached server process: ``python -m dynamic_kafka.local_s3._serve --dir DIR --port P``.
+"""Entry point of the detached server process: ``python -m devtools.local_s3._serve --dir DIR --port P``.
 
 It runs moto's standalone S3 server, bound to 127.0.0.1. ``--dir`` is unused by the server itself: it puts the
 server's folder in the process's command line, which is how a recorded pid is recognised as this server (a pid
@@ -12,7 +12,7 @@ import argparse
 
 def main() -> None:
     """Parse ``--dir`` and ``--port`` and serve S3 on 127.0.0.1 until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="dynamic_kafka.local_s3._serve")
+    parser = argparse.ArgumentParser(prog="devtools.local_s3._serve")
     parser.add_argument("--dir", required=True, help="the server's folder (identifies the process)")
     parser.add_argument("--port", required=True, type=int)
     args = parser.parse_args()

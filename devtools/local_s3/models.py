@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from dynamic_kafka.errors import LocalS3Error
+from devtools.errors import LocalS3Error
 
 LOCAL_REGION = "us-east-1"
 # The server's access key, written by `up` (mode 0600) and read by `status`; never in server.json or a log.
@@ -26,7 +26,7 @@ class LocalS3Server(BaseModel):
     """The local S3 API server, as recorded in its ``server.json``.
 
     Example:
-        >>> from dynamic_kafka.local_s3 import start_server
+        >>> from devtools.local_s3 import start_server
         >>> start_server(port=19000).endpoint  # doctest: +SKIP
         'http://127.0.0.1:19000'
     """
@@ -74,7 +74,7 @@ class LocalS3Server(BaseModel):
         except (OSError, ValueError) as e:
             raise LocalS3Error(
                 f"the local S3 server's credentials file {path} cannot be read ({type(e).__name__}).",
-                hint="Restart the server (`dynamic-kafka local-s3 down` then `up`): `up` makes a new access key.",
+                hint="Restart the server (`python -m devtools local-s3 down` then `up`): `up` makes a new access key.",
             ) from e
 
 

@@ -34,16 +34,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain import process
-from dynamic_kafka._toolchain.filelock import exclusive_lock
-from dynamic_kafka.errors import LocalS3Error
-from dynamic_kafka.local_s3.models import (
+from devtools.errors import LocalS3Error
+from devtools.local_s3.models import (
     CREDENTIALS_FILE,
     LOCAL_REGION,
     LocalS3Credentials,
     LocalS3Server,
     LocalS3Status,
 )
+from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
 
 if TYPE_CHECKING:
     from typing import Any
@@ -107,7 +107,7 @@ def start_server(
             if port is not None and port != current.port:
                 raise LocalS3Error(
                     f"the local S3 server under {base} already runs on port {current.port}, not {port}.",
-                    hint="Stop it first (`dynamic-kafka local-s3 down`) or use its port.",
+                    hint="Stop it first (`python -m devtools local-s3 down`) or use its port.",
                 )
             logger.info("local S3 server already runs at %s", current.endpoint)
             server = current
@@ -230,12 +230,12 @@ def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
     if not process.port_is_free(port):
         raise LocalS3Error(
             f"port {port} is already in use on 127.0.0.1 by another process.",
-            hint="Pick another port (`dynamic-kafka local-s3 up --port P`) or stop what holds it (`ss -ltnp`).",
+            hint="Pick another port (`python -m devtools local-s3 up --port P`) or stop what holds it (`ss -ltnp`).",
         )
     log_file = base / _LOG_FILE
     if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
         log_file.replace(log_file.with_name(log_file.name + ".1"))
-    argv = [sys.executable, "-m", "dynamic_kafka.local_s3._serve", "--dir", _marker(base), "--port", str(port)]
+    argv = [sys.executable, "-m", "devtools.local_s3._serve", "--dir", _marker(base), "--port", str(port)]
     # Credentials in the environment would only show up in the server's log lines: never pass them on.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     pid = process.spawn_detached(argv, log_file=log_file, cwd=base, env=env)

@@ -5,14 +5,14 @@ connector and Delta Lake (SQL extension and catalog) on its classpath from dynam
 detached on 127.0.0.1 and survives the process that started it.
 
 Example:
-    >>> from dynamic_kafka.local_spark_connect import start_server, stop_server
+    >>> from devtools.local_spark_connect import start_server, stop_server
     >>> server = start_server(port=15002)  # doctest: +SKIP
     >>> server.remote  # doctest: +SKIP
     'sc://127.0.0.1:15002'
     >>> stop_server()  # doctest: +SKIP
 """
 
-from dynamic_kafka.local_spark_connect.server import (
+from devtools.local_spark_connect.server import (
     DEFAULT_MASTER,
     DEFAULT_PORT,
     ServerInfo,

@@ -20,7 +20,7 @@ Authentication: the server refuses every client that does not send its pre-share
 ``spark.connect.authenticate.token`` check, fed through the server's environment variable
 ``SPARK_CONNECT_AUTHENTICATE_TOKEN``, never its command line). ``up`` generates the token once per folder into
 ``token`` (readable by its owner only) and records the folder per port in this machine's cache, so a client of a
-local server finds the token without configuration (:mod:`~dynamic_kafka.local_spark_connect.tokens`).
+local server finds the token without configuration (:mod:`~devtools.local_spark_connect.tokens`).
 
 Secrets: clients send Kafka credentials as data source options inside query plans. The server redacts every key
 matching :data:`dynamic_kafka.secrets.SPARK_REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
@@ -42,11 +42,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from devtools.errors import LocalSparkConnectError
+from devtools.local_spark_connect.tokens import record_port, server_token
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
-from dynamic_kafka.errors import LocalSparkConnectError
-from dynamic_kafka.local_spark_connect.tokens import TOKEN_ENV, is_loopback, record_port, server_token
 from dynamic_kafka.secrets import is_sensitive_key, secrets_in_text
+from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def start_server(
                 raise LocalSparkConnectError(
                     f"a Spark Connect server already runs from {base} on port {current.port} with master "
                     f"{current.master}; asked for port {port} with master {master}.",
-                    hint="Stop it first (`dynamic-kafka spark-connect down`) or use another --base-dir.",
+                    hint="Stop it first (`python -m devtools spark-connect down`) or use another --base-dir.",
                 )
             logger.info("Spark Connect server already runs at %s (pid %d)", current.remote, current.pid)
             return current

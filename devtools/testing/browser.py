@@ -24,7 +24,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from dynamic_kafka.errors import LocalBrowserError
+from devtools.errors import LocalBrowserError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

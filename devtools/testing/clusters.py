@@ -11,10 +11,10 @@ import json
 import os
 from typing import TYPE_CHECKING, Literal
 
+from devtools.errors import LocalKafkaError
+from devtools.local_kafka import ClusterEndpoint, LocalCluster, start_clusters, stop_clusters
+from devtools.local_kafka.security import SecurityModes, store_password
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, start_clusters, stop_clusters
-from dynamic_kafka.local_kafka.security import SecurityModes, store_password
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -81,7 +81,7 @@ def secured_properties(
     ``cluster.secure_listeners[mode]``.
 
     Args:
-        cluster: a cluster started with :class:`~dynamic_kafka.local_kafka.security.SecurityModes`.
+        cluster: a cluster started with :class:`~devtools.local_kafka.security.SecurityModes`.
         mode: ``tls``, ``mtls``, ``scram`` or ``oauthbearer``.
         form: how TLS material and SASL logins are written: ``pem`` (librdkafka's PEM files and
             ``sasl.username``), ``pkcs12`` (Java PKCS12 stores, with the CA also as PEM for the driver), ``jks``

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from devtools.cli.main import main
+from devtools.errors import LocalSparkConnectError
+from devtools.local_spark_connect import ServerInfo, server_status, start_server
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.cli.main import main
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.errors import ConfigError, LocalSparkConnectError, SparkConnectAuthenticationError
-from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server
+from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +144,7 @@ def _refused(settings: SparkConfig) -> SparkConnectAuthenticationError:
     with pytest.raises(SparkConnectAuthenticationError) as failure:
         build_spark_session(settings)
     assert not failure.value.retriable
-    assert "dynamic-kafka spark-connect up" in (failure.value.hint or "")
+    assert "python -m devtools spark-connect up" in (failure.value.hint or "")
     return failure.value
 
 

@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from e2e_support import REPO_ROOT
 
 from dynamic_kafka._toolchain.process import free_port
+from tests.support.e2e import REPO_ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path
 
-    from dynamic_kafka.local_postgres import LocalPostgres
+    from devtools.local_postgres import LocalPostgres
 
 log = logging.getLogger(__name__)
 

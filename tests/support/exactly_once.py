@@ -12,15 +12,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 Coordinates = tuple[str, str, int]  # cluster, topic, partition
 

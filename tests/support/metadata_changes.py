@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.testing.kafka import Record, create_topic, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
+from devtools.testing.kafka import Record, create_topic, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
     from dynamic_kafka.plan.model import Finding
     from dynamic_kafka.plan.snapshots import PartitionState
 

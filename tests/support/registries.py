@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.local_registry import LocalRegistry, start_registries, stop_registries
-from dynamic_kafka.testing.clusters import distinct_free_ports
+from devtools.local_registry import LocalRegistry, start_registries, stop_registries
+from devtools.testing.clusters import distinct_free_ports
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
