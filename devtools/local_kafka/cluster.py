@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from devtools.errors import LocalKafkaError
+from devtools.lifecycle import ServiceKind, is_running
 from devtools.local_kafka.jars import resolve_kafka_jars
 from devtools.local_kafka.models import ClusterStatus, LocalCluster
 from devtools.local_kafka.properties import (
@@ -56,6 +55,9 @@ from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka._toolchain.java import find_java
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_KAFKA_VERSION = "4.1.1"
@@ -63,17 +65,19 @@ LOCAL_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_DIR"
 BROKER_JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
-_LOG_ROTATE_BYTES = 64 * 1024 * 1024
-_STATE_FILE = "cluster.json"
-_PID_FILE = "kafka.pid"
+KIND = ServiceKind(
+    label="local cluster",
+    dir_env=LOCAL_DIR_ENV,
+    default_dir=".local-kafka",
+    state_file="cluster.json",
+    pid_file="kafka.pid",
+    error=LocalKafkaError,
+)
 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_LOCAL_DIR``, else ``./.local-kafka``."""
-    if base_dir is not None:
-        return Path(base_dir).absolute()
-    env = os.environ.get(LOCAL_DIR_ENV)
-    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-kafka"
+    return KIND.resolve_base_dir(base_dir)
 
 
 def start_clusters(
@@ -335,11 +339,7 @@ def _launch(
     if not (data_dir / "meta.properties").exists():
         _format_storage(jvm_base, cluster_id, props, name)
     log_file = cluster_dir / "kafka.log"
-    _rotate(log_file)
-    pid = process.spawn_detached(
-        [*jvm_base, *BROKER_JVM_OPTS, "kafka.Kafka", str(props)], log_file=log_file, cwd=cluster_dir
-    )
-    (cluster_dir / _PID_FILE).write_text(f"{pid}\n")
+    pid = KIND.spawn([*jvm_base, *BROKER_JVM_OPTS, "kafka.Kafka", str(props)], folder=cluster_dir, log_file=log_file)
     cluster = LocalCluster(
         name=name,
         port=port,
@@ -355,7 +355,7 @@ def _launch(
         scram_user=secured.modes.scram_user,
         tls_dir=cluster_dir / "tls" if secured.modes.needs_certificates else None,
     )
-    (cluster_dir / _STATE_FILE).write_text(cluster.model_dump_json(indent=2) + "\n")
+    KIND.save(cluster_dir, cluster)
     logger.info("local cluster %s: started pid %d for %s", name, pid, cluster.bootstrap_servers)
     return cluster
 
@@ -385,29 +385,27 @@ def _wait_until_serving(cluster: LocalCluster, sasl_plain: tuple[str, str] | Non
         # Route librdkafka's "connection refused" chatter during startup to a debug logger, not stderr.
         "logger": logging.getLogger(f"{__name__}.librdkafka"),
     }
-    last_error = "the port never accepted a connection"
-    admin: AdminClient | None = None
-    while time.monotonic() < deadline:
-        if not _is_running(cluster):
-            code = process.exit_code(cluster.pid) if cluster.pid else None
-            raise _not_serving(cluster, f"its process exited (code {code})")
+    admins: list[AdminClient] = []
+
+    def probe() -> str | None:
         # A plain TCP probe first: a client started before the listener opens only logs connection failures.
-        if admin is None:
+        if not admins:
             if not process.accepts_connections(cluster.port):
-                time.sleep(0.1)
-                continue
-            admin = AdminClient(config)
+                return "the port never accepted a connection"
+            admins.append(AdminClient(config))
         try:
-            metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            metadata = admins[0].list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
         except KafkaException as e:
-            last_error = str(e.args[0]) if e.args else repr(e)
-        else:
-            if metadata.brokers:
-                logger.info("local cluster %s: serving at %s", cluster.name, cluster.bootstrap_servers)
-                return
-            last_error = "metadata lists no broker yet"
-        admin.poll(0)
-    raise _not_serving(cluster, f"it did not accept clients before the deadline (last error: {last_error})")
+            return str(e.args[0]) if e.args else repr(e)
+        finally:
+            admins[0].poll(0)
+        return None if metadata.brokers else "metadata lists no broker yet"
+
+    assert cluster.pid is not None  # a cluster just launched has its pid
+    KIND.wait_until_ready(
+        cluster.pid, _marker(cluster), probe, deadline=deadline, not_ready=lambda why: _not_serving(cluster, why)
+    )
+    logger.info("local cluster %s: serving at %s", cluster.name, cluster.bootstrap_servers)
 
 
 def _create_scram_user(cluster: LocalCluster, sasl_plain: tuple[str, str] | None, user: str, password: str) -> None:
@@ -461,15 +459,11 @@ def _not_serving(cluster: LocalCluster, reason: str) -> LocalKafkaError:
 
 
 def _stop_one(cluster: LocalCluster, timeout_s: float) -> None:
-    pid_file = cluster.cluster_dir / _PID_FILE
-    if cluster.pid is not None and _is_running(cluster):
-        clean = process.terminate(cluster.pid, _marker(cluster), timeout_s=timeout_s)
-        logger.info("local cluster %s: %s pid %d", cluster.name, "stopped" if clean else "killed", cluster.pid)
-    pid_file.unlink(missing_ok=True)
+    KIND.stop(cluster.cluster_dir, cluster.pid, _marker(cluster), timeout_s=timeout_s)
 
 
 def _is_running(cluster: LocalCluster) -> bool:
-    return cluster.pid is not None and process.is_alive(cluster.pid, _marker(cluster))
+    return is_running(cluster.pid, _marker(cluster))
 
 
 def _marker(cluster: LocalCluster) -> str:
@@ -477,24 +471,10 @@ def _marker(cluster: LocalCluster) -> str:
 
 
 def _load(cluster_dir: Path) -> LocalCluster | None:
-    state = cluster_dir / _STATE_FILE
-    if not state.is_file():
-        return None
-    try:
-        return LocalCluster.model_validate_json(state.read_text())
-    except ValueError as e:
-        raise LocalKafkaError(
-            f"unreadable local cluster state {state}: {e}",
-            hint=f"Delete {cluster_dir} to start that cluster afresh.",
-        ) from e
+    return KIND.load(cluster_dir, LocalCluster)
 
 
 def _load_all(base: Path) -> list[LocalCluster]:
     if not base.is_dir():
         return []
     return [c for d in sorted(base.iterdir()) if d.is_dir() and (c := _load(d)) is not None]
-
-
-def _rotate(log_file: Path) -> None:
-    if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
-        log_file.replace(log_file.with_name(log_file.name + ".1"))

@@ -39,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from devtools.errors import LocalPostgresError
+from devtools.lifecycle import ServiceKind
 from dynamic_kafka._toolchain.process import accepts_connections, port_is_free, tail
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,16 @@ DEFAULT_USER = "dynamic_kafka"
 DEFAULT_DATABASE = "dagster"
 SERVICE_USER = "postgres"  # Debian's system user, used only when we are root
 START_TIMEOUT_S = 60.0
-_STATE_FILE = "server.json"
+# pg_ctl starts, waits for and stops the server itself (and keeps its pid in the data folder): of the shared
+# lifecycle, this service uses the folder and the record.
+KIND = ServiceKind(
+    label="local PostgreSQL",
+    dir_env=LOCAL_DIR_ENV,
+    default_dir=".local-postgres",
+    state_file="server.json",
+    pid_file="data/postmaster.pid",
+    error=LocalPostgresError,
+)
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -124,10 +134,7 @@ class PostgresStatus(BaseModel):
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """The argument, else ``$DYNAMIC_KAFKA_LOCAL_POSTGRES_DIR``, else ``./.local-postgres``, made absolute."""
-    if base_dir is not None:
-        return Path(base_dir).absolute()
-    env = os.environ.get(LOCAL_DIR_ENV)
-    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-postgres"
+    return KIND.resolve_base_dir(base_dir)
 
 
 def find_bin_dir() -> Path:
@@ -197,14 +204,11 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, what:
 
 
 def _read_state(base_dir: Path) -> LocalPostgres | None:
-    path = base_dir / _STATE_FILE
-    if not path.is_file():
-        return None
-    return LocalPostgres.model_validate_json(path.read_text(encoding="utf-8"))
+    return KIND.load(base_dir, LocalPostgres)
 
 
 def _write_state(server: LocalPostgres) -> None:
-    (server.base_dir / _STATE_FILE).write_text(server.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    KIND.save(server.base_dir, server)
 
 
 def is_running(server: LocalPostgres) -> bool:

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import shutil
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devtools.errors import LocalRegistryError
+from devtools.lifecycle import ServiceKind, is_running
 from devtools.local_kafka.properties import parse_cluster_spec
 from devtools.local_registry.distribution import (
     DEFAULT_REGISTRY_VERSION,
@@ -40,6 +40,9 @@ from devtools.local_registry.models import CCOMPAT_PATH, LocalRegistry, Registry
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka._toolchain.java import find_java
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +59,14 @@ REGISTRY_JVM_OPTS = (
 )
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-_LOG_ROTATE_BYTES = 64 * 1024 * 1024
-_STATE_FILE = "registry.json"
-_PID_FILE = "registry.pid"
+KIND = ServiceKind(
+    label="local registry",
+    dir_env=LOCAL_DIR_ENV,
+    default_dir=".local-registry",
+    state_file="registry.json",
+    pid_file="registry.pid",
+    error=LocalRegistryError,
+)
 _MARKER_PROPERTY = "dynamic_kafka.registry.dir"
 _USER_RE = re.compile(r"[a-z][a-z0-9]{0,31}")
 # Printable ASCII without the characters a .properties value would need escaped.
@@ -84,10 +92,7 @@ def parse_basic_auth(value: str) -> tuple[str, str]:
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_LOCAL_REGISTRY_DIR``, else ``./.local-registry``."""
-    if base_dir is not None:
-        return Path(base_dir).absolute()
-    env = os.environ.get(LOCAL_DIR_ENV)
-    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-registry"
+    return KIND.resolve_base_dir(base_dir)
 
 
 def parse_registry_spec(spec: str) -> tuple[str, int]:
@@ -277,7 +282,6 @@ def _launch(
     data_dir = registry_dir / "data"
     data_dir.mkdir(exist_ok=True)
     log_file = registry_dir / "registry.log"
-    _rotate(log_file)
     argv = [
         str(java),
         *REGISTRY_JVM_OPTS,
@@ -292,8 +296,7 @@ def _launch(
         "-jar",
         str(dist / runner_jar(registry_version)),
     ]
-    pid = process.spawn_detached(argv, log_file=log_file, cwd=registry_dir)
-    (registry_dir / _PID_FILE).write_text(f"{pid}\n")
+    pid = KIND.spawn(argv, folder=registry_dir, log_file=log_file)
     registry = LocalRegistry(
         name=name,
         port=port,
@@ -304,7 +307,7 @@ def _launch(
         registry_dir=registry_dir,
         log_file=log_file,
     )
-    (registry_dir / _STATE_FILE).write_text(registry.model_dump_json(indent=2) + "\n")
+    KIND.save(registry_dir, registry)
     logger.info("local registry %s: started pid %d for %s", name, pid, registry.url)
     return registry
 
@@ -346,31 +349,30 @@ def _write_auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> 
 
 
 def _wait_until_serving(registry: LocalRegistry, deadline: float) -> None:
-    last_error = "the port never accepted a connection"
-    while time.monotonic() < deadline:
-        if not _is_running(registry):
-            code = process.exit_code(registry.pid) if registry.pid else None
-            raise _not_serving(registry, f"its process exited (code {code})")
+    def probe() -> str | None:
         if not process.accepts_connections(registry.port):
-            time.sleep(0.2)
-            continue
+            return "the port never accepted a connection"
         try:
             # The URL is built here from 127.0.0.1 and a port: always http.
             with urllib.request.urlopen(f"{registry.url}/subjects", timeout=5) as response:  # noqa: S310
-                if response.status == 200:
-                    logger.info("local registry %s: serving at %s", registry.name, registry.url)
-                    return
-                last_error = f"HTTP {response.status}"
+                return None if response.status == 200 else f"HTTP {response.status}"
         except urllib.error.HTTPError as e:
-            if e.code == 401 and registry.basic_auth_user:
-                # Answering "who are you?" on the API path means the registry is up and enforcing basic auth.
-                logger.info("local registry %s: serving at %s (basic auth)", registry.name, registry.url)
-                return
-            last_error = f"HTTP {e.code}"
+            # Answering "who are you?" on the API path means the registry is up and enforcing basic auth.
+            return None if e.code == 401 and registry.basic_auth_user else f"HTTP {e.code}"
         except (urllib.error.URLError, OSError) as e:
-            last_error = str(e)
-        time.sleep(0.2)
-    raise _not_serving(registry, f"it did not answer before the deadline (last error: {last_error})")
+            return str(e)
+
+    assert registry.pid is not None  # a registry just launched has its pid
+    KIND.wait_until_ready(
+        registry.pid,
+        _marker(registry),
+        probe,
+        deadline=deadline,
+        not_ready=lambda why: _not_serving(registry, why),
+        interval_s=0.2,
+    )
+    auth = " (basic auth)" if registry.basic_auth_user else ""
+    logger.info("local registry %s: serving at %s%s", registry.name, registry.url, auth)
 
 
 def _not_serving(registry: LocalRegistry, reason: str) -> LocalRegistryError:
@@ -381,14 +383,11 @@ def _not_serving(registry: LocalRegistry, reason: str) -> LocalRegistryError:
 
 
 def _stop_one(registry: LocalRegistry, timeout_s: float) -> None:
-    if registry.pid is not None and _is_running(registry):
-        clean = process.terminate(registry.pid, _marker(registry), timeout_s=timeout_s)
-        logger.info("local registry %s: %s pid %d", registry.name, "stopped" if clean else "killed", registry.pid)
-    (registry.registry_dir / _PID_FILE).unlink(missing_ok=True)
+    KIND.stop(registry.registry_dir, registry.pid, _marker(registry), timeout_s=timeout_s)
 
 
 def _is_running(registry: LocalRegistry) -> bool:
-    return registry.pid is not None and process.is_alive(registry.pid, _marker(registry))
+    return is_running(registry.pid, _marker(registry))
 
 
 def _marker(registry: LocalRegistry) -> str:
@@ -396,24 +395,10 @@ def _marker(registry: LocalRegistry) -> str:
 
 
 def _load(registry_dir: Path) -> LocalRegistry | None:
-    state = registry_dir / _STATE_FILE
-    if not state.is_file():
-        return None
-    try:
-        return LocalRegistry.model_validate_json(state.read_text())
-    except ValueError as e:
-        raise LocalRegistryError(
-            f"unreadable local registry state {state}: {e}",
-            hint=f"Delete {registry_dir} to start that registry afresh.",
-        ) from e
+    return KIND.load(registry_dir, LocalRegistry)
 
 
 def _load_all(base: Path) -> list[LocalRegistry]:
     if not base.is_dir():
         return []
     return [r for d in sorted(base.iterdir()) if d.is_dir() and (r := _load(d)) is not None]
-
-
-def _rotate(log_file: Path) -> None:
-    if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
-        log_file.replace(log_file.with_name(log_file.name + ".1"))

@@ -31,10 +31,10 @@ import sys
 import time
 import urllib.request
 from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devtools.errors import LocalS3Error
+from devtools.lifecycle import ServiceKind, is_running
 from devtools.local_s3.models import (
     CREDENTIALS_FILE,
     LOCAL_REGION,
@@ -46,6 +46,7 @@ from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -54,10 +55,15 @@ LOCAL_S3_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_S3_DIR"
 DEFAULT_PORT = 9000
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
-_STATE_FILE = "server.json"
-_PID_FILE = "s3.pid"
+KIND = ServiceKind(
+    label="local S3 server",
+    dir_env=LOCAL_S3_DIR_ENV,
+    default_dir=".local-s3",
+    state_file="server.json",
+    pid_file="s3.pid",
+    error=LocalS3Error,
+)
 _LOG_FILE = "s3.log"
-_LOG_ROTATE_BYTES = 64 * 1024 * 1024
 _HTTP_TIMEOUT_S = 2.0
 _IAM_USER = "local-s3"
 _S3_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
@@ -65,10 +71,7 @@ _S3_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": 
 
 def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_LOCAL_S3_DIR``, else ``./.local-s3``."""
-    if base_dir is not None:
-        return Path(base_dir).absolute()
-    env = os.environ.get(LOCAL_S3_DIR_ENV)
-    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-s3"
+    return KIND.resolve_base_dir(base_dir)
 
 
 def start_server(
@@ -136,10 +139,7 @@ def stop_server(
         return None
     with exclusive_lock(base / ".lock"):
         server = _load(base)
-        if server is not None and server.pid is not None and _is_running(server):
-            clean = process.terminate(server.pid, _marker(base), timeout_s=stop_timeout_s)
-            logger.info("local S3 server: %s pid %d", "stopped" if clean else "killed", server.pid)
-        (base / _PID_FILE).unlink(missing_ok=True)
+        KIND.stop(base, server.pid if server else None, _marker(base), timeout_s=stop_timeout_s)
     if purge:
         shutil.rmtree(base, ignore_errors=True)
     return server
@@ -233,43 +233,41 @@ def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
             hint="Pick another port (`python -m devtools local-s3 up --port P`) or stop what holds it (`ss -ltnp`).",
         )
     log_file = base / _LOG_FILE
-    if log_file.exists() and log_file.stat().st_size > _LOG_ROTATE_BYTES:
-        log_file.replace(log_file.with_name(log_file.name + ".1"))
     argv = [sys.executable, "-m", "devtools.local_s3._serve", "--dir", _marker(base), "--port", str(port)]
     # Credentials in the environment would only show up in the server's log lines: never pass them on.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    pid = process.spawn_detached(argv, log_file=log_file, cwd=base, env=env)
-    (base / _PID_FILE).write_text(f"{pid}\n")
+    pid = KIND.spawn(argv, folder=base, log_file=log_file, env=env)
     server = LocalS3Server(port=port, pid=pid, server_dir=base, log_file=log_file, moto_version=moto_version)
-    (base / _STATE_FILE).write_text(server.model_dump_json(indent=2) + "\n")
+    KIND.save(base, server)
     try:
         _wait_until_serving(server, time.monotonic() + start_timeout_s)
         _enforce_credentials(server)
     except BaseException:
-        process.terminate(pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
-        (base / _PID_FILE).unlink(missing_ok=True)
+        KIND.stop(base, pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
         raise
     logger.info("local S3 server: pid %d serving at %s (moto %s)", pid, server.endpoint, moto_version)
     return server
 
 
 def _wait_until_serving(server: LocalS3Server, deadline: float) -> None:
-    last_error = "the port never accepted a connection"
-    while time.monotonic() < deadline:
-        if not _is_running(server):
-            code = process.exit_code(server.pid) if server.pid else None
-            raise _not_serving(server, f"its process exited (code {code})")
-        if process.accepts_connections(server.port):
-            try:
-                with urllib.request.urlopen(f"{server.endpoint}/", timeout=_HTTP_TIMEOUT_S) as response:  # noqa: S310
-                    body = response.read()
-                if b"ListAllMyBucketsResult" in body:
-                    return
-                last_error = f"GET / did not list buckets: {body[:200]!r}"
-            except OSError as e:
-                last_error = str(e)
-        time.sleep(0.1)
-    raise _not_serving(server, f"it did not answer S3 requests before the deadline (last error: {last_error})")
+    def probe() -> str | None:
+        if not process.accepts_connections(server.port):
+            return "the port never accepted a connection"
+        try:
+            with urllib.request.urlopen(f"{server.endpoint}/", timeout=_HTTP_TIMEOUT_S) as response:  # noqa: S310
+                body = response.read()
+        except OSError as e:
+            return str(e)
+        return None if b"ListAllMyBucketsResult" in body else f"GET / did not list buckets: {body[:200]!r}"
+
+    assert server.pid is not None  # a server just launched has its pid
+    KIND.wait_until_ready(
+        server.pid,
+        _marker(server.server_dir),
+        probe,
+        deadline=deadline,
+        not_ready=lambda why: _not_serving(server, why),
+    )
 
 
 def _not_serving(server: LocalS3Server, reason: str) -> LocalS3Error:
@@ -280,7 +278,7 @@ def _not_serving(server: LocalS3Server, reason: str) -> LocalS3Error:
 
 
 def _is_running(server: LocalS3Server) -> bool:
-    return server.pid is not None and process.is_alive(server.pid, _marker(server.server_dir))
+    return is_running(server.pid, _marker(server.server_dir))
 
 
 def _marker(base: Path) -> str:
@@ -288,12 +286,4 @@ def _marker(base: Path) -> str:
 
 
 def _load(base: Path) -> LocalS3Server | None:
-    state = base / _STATE_FILE
-    if not state.is_file():
-        return None
-    try:
-        return LocalS3Server.model_validate_json(state.read_text())
-    except ValueError as e:
-        raise LocalS3Error(
-            f"unreadable local S3 server record {state}: {e}", hint=f"Delete {base} to start afresh."
-        ) from e
+    return KIND.load(base, LocalS3Server)

@@ -30,9 +30,7 @@ and its command line holds no secret.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import re
@@ -43,11 +41,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from devtools.errors import LocalSparkConnectError
+from devtools.lifecycle import ServiceKind, is_running, not_running_reason
 from devtools.local_spark_connect.tokens import record_port, server_token
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.secrets import is_sensitive_key, secrets_in_text
-from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
+from dynamic_kafka.spark.connect_token import STATE_FILE, TOKEN_ENV, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +57,14 @@ DEFAULT_DRIVER_MEMORY = "2g"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
-_STATE_FILE = "server.json"
-_PID_FILE = "server.pid"
+KIND = ServiceKind(
+    label="Spark Connect server",
+    dir_env=BASE_DIR_ENV,
+    default_dir=".local-spark-connect",
+    state_file=STATE_FILE,
+    pid_file="server.pid",
+    error=LocalSparkConnectError,
+)
 _LOG_FILE = "server.log"
 _LOG4J_FILE = "log4j2.properties"
 _LOCK_FILE = ".lock"
@@ -134,10 +139,7 @@ def resolve_base_dir(base_dir: Path | None = None) -> Path:
     """Return the base folder: the argument, else ``$DYNAMIC_KAFKA_SPARK_CONNECT_DIR``, else
     ``./.local-spark-connect``.
     """
-    if base_dir is not None:
-        return Path(base_dir).absolute()
-    env = os.environ.get(BASE_DIR_ENV)
-    return Path(env).expanduser().absolute() if env else Path.cwd() / ".local-spark-connect"
+    return KIND.resolve_base_dir(base_dir)
 
 
 def start_server(
@@ -227,12 +229,8 @@ def stop_server(*, base_dir: Path | None = None, timeout_s: float = STOP_TIMEOUT
         current = _load(base)
         if current is None:
             return None
-        was_running = _running(current)
-        if was_running:
-            logger.info("stopping Spark Connect server (pid %d)", current.pid)
-            process.terminate(current.pid, _marker(base), timeout_s=timeout_s)
-        (base / _PID_FILE).unlink(missing_ok=True)
-        return current if was_running else None
+        stopped = KIND.stop(base, current.pid, _marker(base), timeout_s=timeout_s)
+        return None if stopped is None else current
 
 
 def server_status(base_dir: Path | None = None) -> ServerStatus | None:
@@ -308,8 +306,6 @@ def _start(
     (base / "work").mkdir(exist_ok=True)
     (base / _LOG4J_FILE).write_text(_LOG4J2)
     log_file = base / _LOG_FILE
-    if log_file.exists() and log_file.stat().st_size > 64 * 1024 * 1024:
-        log_file.replace(log_file.with_suffix(".log.1"))
     argv = server_command(base, port=port, master=master, driver_memory=driver_memory, ui=ui, conf=conf)
     env = {
         "MALLOC_ARENA_MAX": _SERVER_MALLOC_ARENAS,
@@ -328,8 +324,7 @@ def _start(
         # loopback, Spark binds the driver to the first network interface and executors call it back there.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
     begun = time.monotonic()
-    pid = process.spawn_detached(argv, log_file=log_file, cwd=base / "work", env=env)
-    (base / _PID_FILE).write_text(f"{pid}\n")
+    pid = KIND.spawn(argv, folder=base, log_file=log_file, cwd=base / "work", env=env)
     info = ServerInfo(
         pid=pid,
         port=port,
@@ -339,24 +334,22 @@ def _start(
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     logger.info("starting Spark Connect server on 127.0.0.1:%d (master %s, pid %d)", port, master, pid)
-    deadline = begun + start_timeout_s
-    while not process.accepts_connections(port):
-        if not process.is_alive(pid, _marker(base)):
-            code = process.exit_code(pid)
-            (base / _PID_FILE).unlink(missing_ok=True)
-            raise LocalSparkConnectError(
-                f"the Spark Connect server exited during start-up (exit code {code}); last lines of {log_file}:\n"
-                f"{process.tail(log_file)}"
-            )
-        if time.monotonic() >= deadline:
-            process.terminate(pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
-            (base / _PID_FILE).unlink(missing_ok=True)
-            raise LocalSparkConnectError(
-                f"the Spark Connect server did not accept connections on port {port} within {start_timeout_s:.0f} s; "
-                f"it was stopped. Last lines of {log_file}:\n{process.tail(log_file)}"
-            )
-        time.sleep(0.2)
-    _save(base, info)
+    try:
+        KIND.wait_until_ready(
+            pid,
+            _marker(base),
+            lambda: not_running_reason(port),
+            deadline=begun + start_timeout_s,
+            not_ready=lambda why: LocalSparkConnectError(
+                f"the Spark Connect server on port {port} did not come up: {why}; it was stopped; "
+                f"last lines of {log_file}:\n{process.tail(log_file)}"
+            ),
+            interval_s=0.2,
+        )
+    except BaseException:
+        KIND.stop(base, pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
+        raise
+    KIND.save(base, info)
     record_port(base, port)
     logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
     return info
@@ -384,26 +377,11 @@ def _marker(base: Path) -> str:
 
 
 def _running(info: ServerInfo) -> bool:
-    base = Path(info.log_file).parent
-    return process.is_alive(info.pid, _marker(base))
+    return is_running(info.pid, _marker(Path(info.log_file).parent))
 
 
 def _load(base: Path) -> ServerInfo | None:
-    with contextlib.suppress(FileNotFoundError):
-        try:
-            return ServerInfo.model_validate_json((base / _STATE_FILE).read_text())
-        except ValueError as e:
-            raise LocalSparkConnectError(
-                f"{base / _STATE_FILE} is not a server record ({e.__class__.__name__}).",
-                hint="Stop any server started from this folder by hand and delete the file.",
-            ) from e
-    return None
-
-
-def _save(base: Path, info: ServerInfo) -> None:
-    partial = base / f"{_STATE_FILE}.{os.getpid()}.tmp"
-    partial.write_text(json.dumps(info.model_dump(), indent=2) + "\n")
-    os.replace(partial, base / _STATE_FILE)
+    return KIND.load(base, ServerInfo)
 
 
 # WARN everywhere (Kafka's client config dumps and Connect's per-request traces are INFO/DEBUG), plus the two

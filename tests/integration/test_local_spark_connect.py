@@ -101,7 +101,7 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_server_that_does_not_come_up_reports_its_log(tmp_path: Path) -> None:
-    with pytest.raises(LocalSparkConnectError, match="exited during start-up") as failure:
+    with pytest.raises(LocalSparkConnectError, match="did not come up: its process exited") as failure:
         start_server(base_dir=tmp_path, port=free_port(), conf={"spark.driver.extraJavaOptions": "-Xmx1k"})
     assert "last lines of" in str(failure.value)
     status = server_status(tmp_path)
