@@ -48,15 +48,15 @@ ui: export DYNAMIC_KAFKA_CONFIG ?= $(if $(wildcard .demo/dynamic_kafka.yaml),.de
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace (and the local Spark Connect server its runs use)
 	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
-	$(VENV)/dynamic-kafka spark-connect up --master 'local[2]'
+	$(VENV)/python -m devtools spark-connect up --master 'local[2]'
 	$(VENV)/dagster dev -w workspace.yaml
 
 screenshot: setup ## Screenshot the demo's UI (lineage, metadata plots, backfill partitions) into docs/; runs the demo if it never ran
 	bash examples/demo/screenshot.sh docs
 
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
-	-$(VENV)/dynamic-kafka local-kafka down
-	-$(VENV)/dynamic-kafka spark-connect down
+	-$(VENV)/python -m devtools local-kafka down
+	-$(VENV)/python -m devtools spark-connect down
 	rm -rf .local-kafka .local-spark-connect data .dagster-home .demo
 
 .PHONY: help setup demo test lint fmt docs schemas unit bench soak ui clean

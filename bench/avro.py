@@ -189,8 +189,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the cluster and registry running")
     args = parser.parse_args()
 
-    from dynamic_kafka.local_kafka import start_clusters, stop_clusters
-    from dynamic_kafka.local_registry import start_registries, stop_registries
+    from devtools.local_kafka import start_clusters, stop_clusters
+    from devtools.local_registry import start_registries, stop_registries
 
     clusters = start_clusters([("bench-avro", KAFKA_PORT)], base_dir=BASE / "kafka")
     registries = start_registries([("bench-avro", REGISTRY_PORT)], base_dir=BASE / "registry")

@@ -45,7 +45,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _server() -> Any:
-    from dynamic_kafka.local_spark_connect import start_server
+    from devtools.local_spark_connect import start_server
 
     return start_server(
         base_dir=SERVER_DIR, port=SERVER_PORT, master="local[*]", driver_memory="2g", start_timeout_s=900
@@ -54,7 +54,7 @@ def _server() -> Any:
 
 def stop_server() -> None:
     """Stops the benchmark's Spark Connect server, if it runs."""
-    from dynamic_kafka.local_spark_connect import stop_server as stop
+    from devtools.local_spark_connect import stop_server as stop
 
     stop(base_dir=SERVER_DIR)
 

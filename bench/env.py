@@ -28,8 +28,8 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from devtools.local_kafka import LocalCluster, start_clusters, stop_clusters
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.local_kafka import LocalCluster, start_clusters, stop_clusters
 from dynamic_kafka.metadata.models import ClusterMetadata
 
 if TYPE_CHECKING:

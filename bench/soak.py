@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from devtools.local_kafka import start_clusters, stop_clusters
+from devtools.local_spark_connect import ServerInfo, server_status, start_server, stop_server
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.local_kafka import start_clusters, stop_clusters
-from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server, stop_server
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
 
 LAYOUTS = (("east",), ("east", "west"), ("west",))
 RUN_TIMEOUT_S = 600.0

@@ -356,8 +356,8 @@ def bench_s3(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     """7. The end-to-end run with sink and state on S3 (the local S3 server on loopback) beside the same run to
     local disk, alternating, each from empty state in a fresh CLI process.
     """
-    from dynamic_kafka.local_s3 import start_server, stop_server
-    from dynamic_kafka.testing.clusters import distinct_free_ports
+    from devtools.local_s3 import start_server, stop_server
+    from devtools.testing.clusters import distinct_free_ports
 
     data = settings.data_set()
     base = fresh_dir("local-s3")

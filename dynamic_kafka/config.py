@@ -115,7 +115,7 @@ class SparkConfig(_Config):
         description="Spark Connect: the server's pre-shared token (its spark.connect.authenticate.token), sent as "
         "a bearer token. Write a ${file:PATH} or ${env:NAME} reference, never the token itself. Unset: the "
         "token in the URL or in $SPARK_CONNECT_AUTHENTICATE_TOKEN, else, for a server on 127.0.0.1 started by "
-        "`dynamic-kafka spark-connect up` on this machine, that server's own token.",
+        "`python -m devtools spark-connect up` on this machine, that server's own token.",
     )
     remote_retries: int = Field(
         4, ge=0, description="Spark Connect: retries of a call the server did not answer (about 3 s in all)."

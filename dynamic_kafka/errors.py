@@ -54,23 +54,12 @@ class UnknownStreamError(ConfigError):
         )
 
 
-class LocalKafkaError(DynamicKafkaError):
-    """The local Kafka tooling could not start, stop or find a broker."""
-
-
-class LocalS3Error(DynamicKafkaError):
-    """The local S3 API server (``dynamic-kafka local-s3``) could not start, stop or be found."""
-
-
-class ToolchainError(LocalKafkaError):
-    """Java, Maven, or jars from Maven Central (for local brokers or Spark's connectors) are missing or unobtainable.
+class ToolchainError(DynamicKafkaError):
+    """Java, Maven, or jars from Maven Central (for Spark's connectors, or the development services) are missing or
+    unobtainable.
 
     Running again helps only after the hint is followed (install, network, cache).
     """
-
-
-class LocalRegistryError(DynamicKafkaError):
-    """The local Schema Registry tooling could not download, start, stop or find a registry."""
 
 
 class SchemaRegistryError(DynamicKafkaError):
@@ -106,14 +95,6 @@ class UnknownSchemaError(SchemaRegistryError):
 
 class WireFormatError(DynamicKafkaError):
     """Bytes are not a Confluent wire-format record (too short, unknown magic byte, bad Protobuf message indexes)."""
-
-
-class LocalPostgresError(DynamicKafkaError):
-    """The local PostgreSQL tooling could not find, initialize, start or stop the server."""
-
-
-class LocalBrowserError(DynamicKafkaError):
-    """The headless Chromium (UI screenshots and render tests) could not start, answer, or show what was expected."""
 
 
 class MetadataServiceError(DynamicKafkaError):
@@ -432,10 +413,6 @@ class SchemaIncompatibleError(DecodeError):
         )
 
 
-class LocalSparkConnectError(DynamicKafkaError):
-    """The local Spark Connect server could not be started, stopped or found."""
-
-
 class SparkConnectAuthenticationError(ConfigError):
     """The Spark Connect server refused the client's token, or requires one and none was sent. Nothing was read
     or written. Not retriable: the client's token setting must be fixed.
@@ -445,5 +422,5 @@ class SparkConnectAuthenticationError(ConfigError):
 class SparkConnectUnavailableError(SparkJobError):
     """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
 
-    Retriable: start the server (``dynamic-kafka spark-connect up``) or wait for it, then run again.
+    Retriable: start the server (``python -m devtools spark-connect up``) or wait for it, then run again.
     """

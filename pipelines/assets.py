@@ -34,7 +34,6 @@ from dagster import (
     multi_asset,
     multi_asset_check,
 )
-
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.sink.tables import table_info
@@ -46,6 +45,7 @@ from dynamic_kafka.status import (
     lag_limit_verdict,
     pipeline_status,
 )
+
 from pipelines.errors import dagster_errors
 from pipelines.metadata import status_metadata, summary_metadata, table_metadata, table_uri
 from pipelines.names import (

@@ -26,11 +26,11 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     asset,
 )
-
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.plan.summary import RunSummary, TopicStats
 from dynamic_kafka.sink.tables import table_info
+
 from pipelines.errors import dagster_errors
 from pipelines.metadata import summary_metadata, table_metadata, table_uri
 from pipelines.names import GROUP_NAME, backfill_asset_key, pool_name

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dagster import Failure, MetadataValue, RetryRequested
-
 from dynamic_kafka.errors import DataLossError, DynamicKafkaError
 
 if TYPE_CHECKING:

@@ -9,11 +9,10 @@ so loading definitions, sensor ticks, asset checks and empty runs never start a 
 from __future__ import annotations
 
 from dagster import ConfigurableResource
-from pydantic import Field
-
 from dynamic_kafka.config import ProjectConfig, load_project_config
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.runner import PipelineRunner
+from pydantic import Field
 
 
 class DynamicKafkaResource(ConfigurableResource):  # type: ignore[type-arg]

@@ -33,10 +33,10 @@ from dagster import (
     run_status_sensor,
     sensor,
 )
-from pydantic import ValidationError
-
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.metadata.watch import WatchCursor, check_metadata
+from pydantic import ValidationError
+
 from pipelines.names import AFTER_RUN_TAG, TRIGGER_TAG, asset_key, catch_up_sensor_name, metadata_sensor_name
 from pipelines.resources import DynamicKafkaResource
 

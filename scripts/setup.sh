@@ -9,7 +9,7 @@ UV_VERSION="0.13.9"
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-# PostgreSQL for Dagster's storage (`dynamic-kafka local-postgres`); Debian keeps initdb/pg_ctl off PATH.
+# PostgreSQL for Dagster's storage (`python -m devtools local-postgres`); Debian keeps initdb/pg_ctl off PATH.
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
 # Headless Chromium for the UI screenshots (`make screenshot`) and the e2e test of the rendered UI pages.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
@@ -37,5 +37,5 @@ fi
 "$UV" sync --frozen --all-extras --python "$PY" --quiet
 # The project is installed editable, so its own modules are not in site-packages, which uv compiles
 # (pyproject: compile-bytecode). Compile them too: a fresh run process reads bytecode instead of compiling.
-.venv/bin/python -m compileall -q dynamic_kafka pipelines >/dev/null
+.venv/bin/python -m compileall -q dynamic_kafka pipelines devtools >/dev/null
 echo "setup: ready (.venv/bin/dynamic-kafka)"

@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devtools.local_spark_connect import start_server, stop_server
+from devtools.testing.clusters import clusters_from_env, local_test_clusters
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.local_spark_connect import start_server, stop_server
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
-from dynamic_kafka.testing.clusters import clusters_from_env, local_test_clusters
-from dynamic_kafka.testing.registries import local_test_registries
+from tests.support.registries import local_test_registries
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-    from dynamic_kafka.local_postgres import LocalPostgres
-    from dynamic_kafka.local_registry import LocalRegistry
-    from dynamic_kafka.local_s3 import LocalS3Server
-    from dynamic_kafka.local_spark_connect import ServerInfo
+    from devtools.local_kafka import ClusterEndpoint, LocalCluster
+    from devtools.local_postgres import LocalPostgres
+    from devtools.local_registry import LocalRegistry
+    from devtools.local_s3 import LocalS3Server
+    from devtools.local_spark_connect import ServerInfo
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +72,9 @@ def scram_password() -> str:
 def secured_broker(tmp_path_factory: pytest.TempPathFactory, scram_password: str) -> Iterator[LocalCluster]:
     """One more local broker with a secured listener per mode (TLS, mutual TLS, SCRAM-SHA-512 over TLS,
     OAUTHBEARER unsecured JWT) besides its PLAINTEXT one; see ``cluster.secure_listeners`` and
-    :func:`dynamic_kafka.testing.clusters.secured_properties`. One broker for every mode keeps the session short.
+    :func:`devtools.testing.clusters.secured_properties`. One broker for every mode keeps the session short.
     """
-    from dynamic_kafka.local_kafka.security import SecurityModes
+    from devtools.local_kafka.security import SecurityModes
 
     if clusters_from_env() is not None:
         pytest.skip("bring-your-own clusters ($DYNAMIC_KAFKA_TEST_CLUSTERS) include no secured listeners")
@@ -98,8 +98,8 @@ def postgres() -> Iterator[LocalPostgres]:
     Its folder is made with ``mkdtemp`` directly under the system temp folder, not under pytest's: as root the
     server runs as the ``postgres`` user, who cannot enter pytest's 0700 ``/tmp/pytest-of-root``.
     """
+    from devtools.local_postgres import start_postgres, stop_postgres
     from dynamic_kafka._toolchain.process import free_port
-    from dynamic_kafka.local_postgres import start_postgres, stop_postgres
 
     base = Path(tempfile.mkdtemp(prefix="dynamic-kafka-pg-"))
     base.chmod(0o755)
@@ -134,8 +134,8 @@ def local_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server
     ``$DYNAMIC_KAFKA_TEST_S3_KEY_ID`` / ``$..._SECRET``, which :func:`s3_storage` references, so runs in child
     processes reach it too and the secret tests can look for the secret's value.
     """
-    from dynamic_kafka.local_s3 import start_server, stop_server
-    from dynamic_kafka.testing.clusters import distinct_free_ports
+    from devtools.local_s3 import start_server, stop_server
+    from devtools.testing.clusters import distinct_free_ports
 
     base = tmp_path_factory.mktemp("local-s3")
     (port,) = distinct_free_ports(1)

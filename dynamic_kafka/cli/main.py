@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from dynamic_kafka.cli import backfill as cli_backfill
 from dynamic_kafka.cli import check as cli_check
-from dynamic_kafka.cli import local_kafka as cli_local_kafka
-from dynamic_kafka.cli import local_postgres as cli_local_postgres
-from dynamic_kafka.cli import local_registry as cli_local_registry
-from dynamic_kafka.cli import local_s3 as cli_local_s3
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import realign as cli_realign
-from dynamic_kafka.cli import spark_connect as cli_spark_connect
 from dynamic_kafka.errors import DynamicKafkaError
 
 if TYPE_CHECKING:
@@ -39,14 +34,9 @@ Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_
 _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_backfill.register,
     cli_check.register,
-    cli_local_kafka.register,
-    cli_local_postgres.register,
-    cli_local_registry.register,
-    cli_local_s3.register,
     cli_offsets.register,
     cli_pipeline.register,
     cli_realign.register,
-    cli_spark_connect.register,
 )
 
 

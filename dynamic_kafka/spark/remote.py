@@ -8,15 +8,15 @@ before anything is planned as written, instead of the client's default of retryi
 settings name a remote.
 
 Authentication: a server may require a pre-shared token (Spark Connect's ``spark.connect.authenticate.token``; a
-server started by ``dynamic-kafka spark-connect up`` always does). The client sends it as a bearer token: the
+server started by ``python -m devtools spark-connect up`` always does). The client sends it as a bearer token: the
 ``spark.token`` setting (a secret reference), else a ``token`` parameter of the URL or
 ``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own sources), else, for a server on this machine's loopback, the
-token of the local server recorded for that port (:func:`~dynamic_kafka.local_spark_connect.tokens.local_token`). To a
+token of the local server recorded for that port (:func:`~dynamic_kafka.spark.connect_token.local_token`). To a
 loopback server the token travels over gRPC's local credentials (no TLS needed on one machine); to another host,
 as pyspark does, over TLS. A refused token is a :class:`~dynamic_kafka.errors.SparkConnectAuthenticationError`
 naming the fix, never a gRPC trace, and no token is ever in a log line, an error or a URL shown.
 
-What the server decides (its start, ``dynamic-kafka spark-connect up``): the master, the jars (Delta, the Kafka
+What the server decides (its start, ``python -m devtools spark-connect up``): the master, the jars (Delta, the Kafka
 connector), static settings, the redaction pattern, logging and the UI. What a client may set: session (runtime
 SQL) settings, from ``spark.conf``.
 """
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
 
 from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError, SparkConnectUnavailableError
-from dynamic_kafka.local_spark_connect.tokens import TOKEN_ENV, is_loopback, local_token
 from dynamic_kafka.secrets import resolve_value
+from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback, local_token
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -214,8 +214,8 @@ def _unavailable_as_error(settings: SparkConfig) -> Iterator[None]:
                 f"the Spark Connect server at {settings.shown_remote} refused this client: {why}; nothing was "
                 "read or written.",
                 hint="Set spark.token to a ${file:PATH} or ${env:NAME} reference to the server's token (a server "
-                "started by `dynamic-kafka spark-connect up` keeps it in the `token` file of its folder, and local "
-                "clients find it when that server was started on this machine), or export "
+                "started by `python -m devtools spark-connect up` keeps it in the `token` file of its folder, and "
+                "local clients find it when that server was started on this machine), or export "
                 "SPARK_CONNECT_AUTHENTICATE_TOKEN.",
             ) from e
         if not is_unavailable(e):
@@ -223,7 +223,7 @@ def _unavailable_as_error(settings: SparkConfig) -> Iterator[None]:
         raise SparkConnectUnavailableError(
             f"the Spark Connect server at {settings.shown_remote} did not answer ({settings.remote_retries} retries); "
             "nothing was read or written.",
-            hint="Start it (`dynamic-kafka spark-connect up`) or check spark.remote, then run again.",
+            hint="Start it (`python -m devtools spark-connect up`) or check spark.remote, then run again.",
         ) from e
 
 

@@ -28,9 +28,9 @@ from typing import Any
 import yaml
 from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 
-from dynamic_kafka.local_kafka import start_clusters
-from dynamic_kafka.local_spark_connect import start_server
-from dynamic_kafka.testing.kafka import Record, create_topic, produce
+from devtools.local_kafka import start_clusters
+from devtools.local_spark_connect import start_server
+from devtools.testing.kafka import Record, create_topic, produce
 from pipelines.build import build_definitions
 from pipelines.names import (
     RESOURCE_KEY,
@@ -101,7 +101,7 @@ class Demo:
         print("Starting the local Spark Connect server (Spark with Delta and the Kafka connector)...", flush=True)
         info = start_server(base_dir=ROOT / ".local-spark-connect", port=SPARK_CONNECT_PORT, master="local[2]")
         self.remote = info.remote
-        print(f"  {info.remote} (pid {info.pid}; stop it with .venv/bin/dynamic-kafka spark-connect down)")
+        print(f"  {info.remote} (pid {info.pid}; stop it with .venv/bin/python -m devtools spark-connect down)")
 
     def write_project(self) -> None:
         """Write the demo's project config into a fresh folder."""
@@ -253,8 +253,8 @@ class Demo:
             "\nit were drained (drain_removed: true) before east was marked removed, and the backfill added no"
             "\nsecond copy of the west orders it re-read."
             "\n\nOpen the Dagster UI on these runs:  make ui   (then http://127.0.0.1:3000)"
-            "\nStop the local clusters:           .venv/bin/dynamic-kafka local-kafka down"
-            "\nStop the Spark Connect server:     .venv/bin/dynamic-kafka spark-connect down"
+            "\nStop the local clusters:           .venv/bin/python -m devtools local-kafka down"
+            "\nStop the Spark Connect server:     .venv/bin/python -m devtools spark-connect down"
         )
         return 0
 
@@ -269,7 +269,7 @@ def run() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # The demo's producers start while the brokers are still electing coordinators; librdkafka's retry notices
     # about that are noise here, not problems.
-    logging.getLogger("dynamic_kafka.testing").setLevel(logging.ERROR)
+    logging.getLogger("devtools.testing").setLevel(logging.ERROR)
     # First-time downloads (Kafka's and Spark's jars) take a while: one progress line each, not silence.
     downloads = logging.getLogger("dynamic_kafka._toolchain.maven")
     downloads.setLevel(logging.INFO)

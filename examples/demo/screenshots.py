@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.testing.browser import HeadlessChromium
+from devtools.testing.browser import HeadlessChromium
 from pipelines.names import asset_key, backfill_asset_key, dead_letter_asset_key, stream_asset_key
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
-# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `python -m devtools local-s3 up`, after
+# `eval "$(python -m devtools local-s3 status --env)"`: the server checks credentials), not product code.
 import uuid, boto3, pyarrow as pa
 from deltalake import write_deltalake, DeltaTable, CommitProperties
 from dynamic_kafka.storage import StorageConfig, delta_rs_storage_options, parse_location

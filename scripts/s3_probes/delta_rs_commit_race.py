@@ -1,6 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
-# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `python -m devtools local-s3 up`, after
+# `eval "$(python -m devtools local-s3 status --env)"`: the server checks credentials), not product code.
 """Racing delta-rs writers on S3 (moto): threads (delta-rs releases the GIL) each open the table at the same version,
 meet at a barrier, then commit an overwrite-with-predicate with max_commit_retries=0, as StateStore does."""
 

@@ -1,6 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
-# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `python -m devtools local-s3 up`, after
+# `eval "$(python -m devtools local-s3 status --env)"`: the server checks credentials), not product code.
 """Does S3A (hadoop-aws 3.4.2) send a put-if-absent for create(overwrite=false)? Pre-place an object, then create it
 again with the existence check skipped (fs.s3a.create.performance=true), with and without fs.s3a.create.conditional.enabled."""
 

@@ -1,6 +1,6 @@
 # ruff: noqa
-# A probe kept as evidence for docs/object-storage.md (run by hand against `dynamic-kafka local-s3 up`, after
-# `eval "$(dynamic-kafka local-s3 status --env)"`: the server checks credentials), not product code.
+# A probe kept as evidence for docs/object-storage.md (run by hand against `python -m devtools local-s3 up`, after
+# `eval "$(python -m devtools local-s3 status --env)"`: the server checks credentials), not product code.
 """Spark 4.1.3 + delta-spark 4.4 writes and reads a Delta table on moto over s3a (path-style, custom endpoint)."""
 
 import os, sys, time, uuid, logging, json

@@ -1,4 +1,4 @@
-"""Fixtures of the Dagster end-to-end tests (helpers live in e2e_support.py).
+"""Fixtures of the Dagster end-to-end tests (helpers live in tests/support/e2e.py).
 
 The clusters (``kafka_clusters``) and the Spark session (``spark``) are the session fixtures of tests/conftest.py.
 """
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from dagster import DagsterInstance
-from e2e_support import Project
+
+from tests.support.e2e import Project
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

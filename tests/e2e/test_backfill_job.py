@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
+
+from tests.support.e2e import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, Definitions, ExecuteInProcessResult

@@ -9,7 +9,8 @@ import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e_support import REPO_ROOT
+
+from tests.support.e2e import REPO_ROOT
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -13,7 +13,6 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from e2e_support import REPO_ROOT
 
 from dynamic_kafka.config import load_project_config
 from pipelines.names import (
@@ -23,6 +22,7 @@ from pipelines.names import (
     metadata_sensor_name,
     schedule_name,
 )
+from tests.support.e2e import REPO_ROOT
 
 if TYPE_CHECKING:
     from pathlib import Path

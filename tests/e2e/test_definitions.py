@@ -18,12 +18,12 @@ from dagster import (
     RetryRequested,
     TimeWindowPartitionsDefinition,
 )
-from e2e_support import REPO_ROOT, Project
 
 from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
 from dynamic_kafka.plan.model import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
+from tests.support.e2e import REPO_ROOT, Project
 
 if TYPE_CHECKING:
     from pathlib import Path

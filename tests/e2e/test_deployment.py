@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
-from deployment_support import Deployment, run_deployment
-from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
+from devtools.testing.browser import HeadlessChromium
 from dynamic_kafka.state import StateStore
-from dynamic_kafka.testing.browser import HeadlessChromium
 from pipelines.names import backfill_asset_key, incremental_job_name, metadata_sensor_name
+from tests.support.deployment import Deployment, run_deployment
+from tests.support.e2e import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from dynamic_kafka.local_postgres import LocalPostgres
-    from dynamic_kafka.local_spark_connect import ServerInfo
+    from devtools.local_postgres import LocalPostgres
+    from devtools.local_spark_connect import ServerInfo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 

@@ -14,7 +14,8 @@ from dagster import (
     SkipReason,
     build_run_status_sensor_context,
 )
-from e2e_support import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
+
+from tests.support.e2e import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 
 if TYPE_CHECKING:
     from pathlib import Path

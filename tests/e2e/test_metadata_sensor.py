@@ -13,7 +13,7 @@ from dynamic_kafka.metadata.watch import WatchCursor
 from dynamic_kafka.runner import PipelineRunner
 
 if TYPE_CHECKING:
-    from e2e_support import Project
+    from tests.support.e2e import Project
 
 pytestmark = pytest.mark.e2e
 

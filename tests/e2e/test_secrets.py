@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import AssetKey, DagsterInstance
-from e2e_support import Project, Record, create_topic, produce, sink_rows, unique_topic
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
+from tests.support.e2e import Project, Record, create_topic, produce, sink_rows, unique_topic
 
 if TYPE_CHECKING:
     from pathlib import Path

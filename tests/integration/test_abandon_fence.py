@@ -21,8 +21,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
-from exactly_once_support import DeadLetterStream, assert_nothing_left, table_coordinates
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import CommitLostError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.commits import new_commit_id
@@ -31,13 +32,12 @@ from dynamic_kafka.sink.tables import append_idempotent, sink_rows
 from dynamic_kafka.spark.decode import decode
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.state.lease import RunOwner
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
+from tests.support.exactly_once import DeadLetterStream, assert_nothing_left, table_coordinates
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
     from dynamic_kafka.plan.model import Plan
 
 pytestmark = pytest.mark.integration

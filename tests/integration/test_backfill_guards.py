@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from deltalake import DeltaTable
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
@@ -22,14 +24,12 @@ from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError, RunTimeoutError, SchemaMismatchError
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, run_lock_path
 from dynamic_kafka.state.lease import RunOwner
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from deltalake import DeltaTable
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.plan.model import Split, TopicPartition
 from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

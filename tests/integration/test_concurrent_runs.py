@@ -16,7 +16,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from exactly_once_support import (
+
+from devtools.local_kafka import ClusterEndpoint
+from devtools.testing.kafka import wait_for
+from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
+from tests.support.exactly_once import (
     TwoClusterStream,
     assert_nothing_left,
     cli_runs_together,
@@ -25,15 +29,11 @@ from exactly_once_support import (
     tail,
 )
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
-from dynamic_kafka.testing.kafka import wait_for
-
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.testing.pipeline import PipelineHarness
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
-from exactly_once_support import (
+
+from devtools.local_spark_connect import server_status
+from devtools.testing.kafka import wait_for
+from dynamic_kafka.backfill import run_backfill
+from dynamic_kafka.faults import ENV as FAULT_ENV
+from dynamic_kafka.sink import committed_txn_version
+from tests.support.exactly_once import (
     DeadLetterStream,
     TwoClusterStream,
     assert_nothing_left,
@@ -44,20 +50,14 @@ from exactly_once_support import (
     tail,
 )
 
-from dynamic_kafka.backfill import run_backfill
-from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.local_spark_connect import server_status
-from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.testing.kafka import wait_for
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.testing.pipeline import PipelineHarness
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import PipelineHarness
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.plan.model import TopicPartition
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +160,7 @@ def test_a_spark_connect_server_killed_during_the_write_fails_the_run_retriably_
     assert _unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
     assert committed_offsets(harness) == ends_before_crash
 
-    restart_spark_connect_server()  # `dynamic-kafka spark-connect up` again
+    restart_spark_connect_server()  # `python -m devtools spark-connect up` again
     stream.produce("later", east=5, west=3)
     recovering = harness.runner().run()
 

@@ -28,19 +28,19 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from test_registry_formats import ORDER_V1, ORDER_V2, register
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink import incremental as incremental_module
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.local_registry import LocalRegistry
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 

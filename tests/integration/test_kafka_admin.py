@@ -16,13 +16,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from dynamic_kafka import offsets
-from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
-from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
-from dynamic_kafka.kafka.client import CHUNK
-from dynamic_kafka.kafka.epochs import CommittedPosition
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.testing.kafka import (
+from devtools.testing.kafka import (
     Record,
     create_topic,
     delete_topics,
@@ -31,6 +25,12 @@ from dynamic_kafka.testing.kafka import (
     unique_name,
     wait_for,
 )
+from dynamic_kafka import offsets
+from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
+from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
+from dynamic_kafka.kafka.client import CHUNK
+from dynamic_kafka.kafka.epochs import CommittedPosition
+from dynamic_kafka.metadata.models import ClusterMetadata
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

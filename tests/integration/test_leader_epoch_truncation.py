@@ -16,19 +16,19 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from devtools.local_kafka import start_clusters, stop_clusters
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError
-from dynamic_kafka.local_kafka import start_clusters, stop_clusters
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.model import TopicPartition as PlanPartition
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import LocalCluster
+    from devtools.local_kafka import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import LocalKafkaError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster, cluster_status, start_clusters, stop_clusters
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+from devtools.cli.main import main
+from devtools.errors import LocalKafkaError
+from devtools.local_kafka import ClusterEndpoint, LocalCluster, cluster_status, start_clusters, stop_clusters
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import Record, create_topic, produce, unique_name, wait_for
 
 if TYPE_CHECKING:
     from pathlib import Path

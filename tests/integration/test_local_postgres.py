@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 import psycopg2
 import pytest
 
-from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import LocalPostgresError
-from dynamic_kafka.local_postgres import (
+from devtools.cli.main import main
+from devtools.errors import LocalPostgresError
+from devtools.local_postgres import (
     LocalPostgres,
     find_bin_dir,
     postgres_status,
     start_postgres,
     stop_postgres,
 )
+from dynamic_kafka._toolchain.process import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -13,12 +13,13 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import LocalRegistryError, SchemaRegistryError
-from dynamic_kafka.local_registry import LocalRegistry, registry_status, start_registries, stop_registries
+from devtools.cli.main import main
+from devtools.errors import LocalRegistryError
+from devtools.local_registry import LocalRegistry, registry_status, start_registries, stop_registries
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import unique_name
+from dynamic_kafka.errors import SchemaRegistryError
 from dynamic_kafka.registry import RegistryClient, RegistryConfig
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import unique_name
 
 pytestmark = pytest.mark.integration
 

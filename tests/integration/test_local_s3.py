@@ -11,10 +11,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import LocalS3Error
-from dynamic_kafka.local_s3 import LocalS3Server, server_status, start_server, stop_server
-from dynamic_kafka.testing.clusters import distinct_free_ports
+from devtools.cli.main import main
+from devtools.errors import LocalS3Error
+from devtools.local_s3 import LocalS3Server, server_status, start_server, stop_server
+from devtools.testing.clusters import distinct_free_ports
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

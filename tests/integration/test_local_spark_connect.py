@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from devtools.cli.main import main
+from devtools.errors import LocalSparkConnectError
+from devtools.local_spark_connect import ServerInfo, server_status, start_server
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.cli.main import main
 from dynamic_kafka.config import SparkConfig
-from dynamic_kafka.errors import ConfigError, LocalSparkConnectError, SparkConnectAuthenticationError
-from dynamic_kafka.local_spark_connect import ServerInfo, server_status, start_server
+from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +101,7 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_server_that_does_not_come_up_reports_its_log(tmp_path: Path) -> None:
-    with pytest.raises(LocalSparkConnectError, match="exited during start-up") as failure:
+    with pytest.raises(LocalSparkConnectError, match="did not come up: its process exited") as failure:
         start_server(base_dir=tmp_path, port=free_port(), conf={"spark.driver.extraJavaOptions": "-Xmx1k"})
     assert "last lines of" in str(failure.value)
     status = server_status(tmp_path)
@@ -143,7 +144,7 @@ def _refused(settings: SparkConfig) -> SparkConnectAuthenticationError:
     with pytest.raises(SparkConnectAuthenticationError) as failure:
         build_spark_session(settings)
     assert not failure.value.retriable
-    assert "dynamic-kafka spark-connect up" in (failure.value.hint or "")
+    assert "python -m devtools spark-connect up" in (failure.value.hint or "")
     return failure.value
 
 

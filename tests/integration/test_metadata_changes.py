@@ -13,7 +13,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
-from metadata_changes_support import (
+
+from devtools.local_kafka import ClusterEndpoint
+from devtools.testing.kafka import (
+    Record,
+    create_topic,
+    delete_topics,
+    produce,
+    recreate_topic,
+    unique_name,
+    wait_for,
+)
+from dynamic_kafka.status import pipeline_status
+from tests.support.metadata_changes import (
     finding_ranges,
     harness,
     numbered,
@@ -24,23 +36,11 @@ from metadata_changes_support import (
     unread_ranges,
 )
 
-from dynamic_kafka.local_kafka import ClusterEndpoint
-from dynamic_kafka.status import pipeline_status
-from dynamic_kafka.testing.kafka import (
-    Record,
-    create_topic,
-    delete_topics,
-    produce,
-    recreate_topic,
-    unique_name,
-    wait_for,
-)
-
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from devtools.testing.pipeline import PipelineHarness, Row
     from dynamic_kafka.plan.summary import RunSummary
-    from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration
 

@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from metadata_changes_support import finding_ranges, harness, numbered, orders_stream, positions, rows, state_rows
 
+from devtools.local_kafka import ClusterEndpoint
+from devtools.testing.kafka import create_topic, produce, wait_for
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError, TopicRecreatedError
-from dynamic_kafka.local_kafka import ClusterEndpoint
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.testing.kafka import create_topic, produce, wait_for
+from tests.support.metadata_changes import finding_ranges, harness, numbered, orders_stream, positions, rows, state_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.testing.pipeline import PipelineHarness
+    from devtools.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

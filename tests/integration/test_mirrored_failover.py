@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from metadata_changes_support import harness, numbered, rows
 
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

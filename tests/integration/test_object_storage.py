@@ -18,20 +18,20 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, summary_of, tail
 
+from devtools.testing.clusters import distinct_free_ports
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import ObjectStoreError
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
 from dynamic_kafka.sink import committed_txn_version
-from dynamic_kafka.testing.clusters import distinct_free_ports
+from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, summary_of, tail
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.local_s3 import LocalS3Server
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_s3 import LocalS3Server
 
 # Exported by the local_s3 fixture (tests/conftest.py).
 S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"

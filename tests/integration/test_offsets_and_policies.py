@@ -18,17 +18,17 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

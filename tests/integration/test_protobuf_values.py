@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from deltalake import DeltaTable
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
+from devtools.testing.protobuf import descriptor_form, framed, message_class, order_file
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError, UndecodableRecordError
 from dynamic_kafka.registry import encode_header
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
-from dynamic_kafka.testing.protobuf import descriptor_form, framed, message_class, order_file
 
 _ID_AS_STRING = 9  # FieldDescriptorProto.TYPE_STRING
 
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.local_registry import LocalRegistry
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from devtools.testing.kafka import Client, Record, create_topic, produce, unique_name
 from dynamic_kafka.config import PipelineConfig, SinkConfig
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -28,12 +29,11 @@ from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
-from dynamic_kafka.testing.kafka import Client, Record, create_topic, produce, unique_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from devtools.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 

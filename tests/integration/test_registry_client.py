@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import unique_name
 from dynamic_kafka.errors import SchemaRegistryError, UnknownSchemaError
 from dynamic_kafka.registry import RegistryClient, RegistryConfig
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import unique_name
 
 if TYPE_CHECKING:
-    from dynamic_kafka.local_registry import LocalRegistry
+    from devtools.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -18,17 +18,17 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from deltalake import DeltaTable
 
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import SchemaIncompatibleError
 from dynamic_kafka.registry import encode_header
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.local_registry import LocalRegistry
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -17,21 +17,21 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import SchemaMismatchError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
+from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.testing.pipeline import Row
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import Row
 
 pytestmark = pytest.mark.integration
 

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from deltalake import DeltaTable
 
+from devtools.local_kafka import ClusterEndpoint, LocalCluster
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DynamicKafkaError, KafkaAuthenticationError, ObjectStoreError
-from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
 from dynamic_kafka.spark.reader import read_splits
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
-    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
-    from dynamic_kafka.local_s3 import LocalS3Server
+    from devtools.local_kafka import ClusterEndpoint, LocalCluster
+    from devtools.local_s3 import LocalS3Server
 
 # Exported by the local_s3 fixture (tests/conftest.py).
 S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devtools.local_kafka.security import store_password
+from devtools.testing.clusters import SecuredForm, secured_properties
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.kafka.client import KafkaAdmin
-from dynamic_kafka.local_kafka.security import store_password
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.testing.clusters import SecuredForm, secured_properties
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
-    from dynamic_kafka.local_kafka import LocalCluster
-    from dynamic_kafka.local_spark_connect import ServerInfo
+    from devtools.local_kafka import LocalCluster
+    from devtools.local_spark_connect import ServerInfo
     from dynamic_kafka.plan.summary import RunSummary
 
 pytestmark = pytest.mark.integration

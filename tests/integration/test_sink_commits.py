@@ -1,7 +1,7 @@
 """A run trusts only the commit it finds in the sink's log: other writers, lost answers, conflicts, settings.
 
 - another process's delta-spark commit replacing the run's log entry (the check-then-rename race of delta-spark's
-  local and S3 log stores, forced on the real log: :mod:`foreign_writer_support`) fails the run retriably, with
+  local and S3 log stores, forced on the real log: :mod:`tests.support.foreign_writer`) fails the run retriably, with
   nothing committed to the state; the next run writes the run again and every record lands once, in the sink and
   in the dead-letter table, on both write paths (staged appends, delta-spark appends), in process and over Connect;
 - a write that raised after its commit landed (an ambiguous commit) is confirmed by its commit id: the run goes
@@ -19,19 +19,19 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from exactly_once_support import TwoClusterStream, assert_nothing_left, committed_offsets
-from foreign_writer_support import fail_after_appends, race_appends
 
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import CommitLostError, DynamicKafkaError
 from dynamic_kafka.sink import committed_txn_version, staged_append, tables
 from dynamic_kafka.storage import TableRef
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.testing.pipeline import PipelineHarness
+from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets
+from tests.support.foreign_writer import fail_after_appends, race_appends
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint, LocalCluster
+    from devtools.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 

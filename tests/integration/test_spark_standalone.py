@@ -2,7 +2,7 @@
 
 A master and a worker (1 core, 1 GiB) run on loopback from the installed pyspark. The pipeline runs in a separate
 CLI process, once with its own driver (``spark: {master: spark://127.0.0.1:PORT}``) and once through a Spark
-Connect server started by ``dynamic-kafka spark-connect up --master spark://127.0.0.1:PORT``. Either way the Kafka
+Connect server started by ``python -m devtools spark-connect up --master spark://127.0.0.1:PORT``. Either way the Kafka
 reads and the Delta write run in an executor on the worker, which gets the Kafka connector and Delta jars only
 from the driver (they are on no classpath of the worker).
 """
@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 import pyspark
 import pytest
 import yaml
-from exactly_once_support import TwoClusterStream, committed_offsets, summary_of, tail
 
+from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.kafka import wait_for
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.testing.clusters import distinct_free_ports
-from dynamic_kafka.testing.kafka import wait_for
+from tests.support.exactly_once import TwoClusterStream, committed_offsets, summary_of, tail
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -222,6 +222,6 @@ def test_a_connect_server_on_the_standalone_master_lands_every_record_once(
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Runs ``dynamic-kafka ARGS`` in a fresh process."""
-    command = [sys.executable, "-m", "dynamic_kafka.cli.main", *args]
+    """Runs ``python -m devtools ARGS`` in a fresh process."""
+    command = [sys.executable, "-m", "devtools", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)

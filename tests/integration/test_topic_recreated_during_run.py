@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from metadata_changes_support import numbered, orders_stream, rows
 
+from devtools.testing.kafka import Record, delete_topics, produce, recreate_topic
 from dynamic_kafka.errors import TopicRecreatedError
 from dynamic_kafka.faults import acting_at
-from dynamic_kafka.testing.kafka import Record, delete_topics, produce, recreate_topic
+from tests.support.metadata_changes import numbered, orders_stream, rows
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
-    from dynamic_kafka.testing.pipeline import PipelineHarness
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import PipelineHarness
 
 pytestmark = pytest.mark.integration
 

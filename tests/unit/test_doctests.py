@@ -1,4 +1,5 @@
-"""Every docstring example of the library runs as a doctest (examples that need a broker or Spark say ``+SKIP``)."""
+"""Every docstring example of the library and of the development services runs as a doctest (examples that need a
+broker or Spark say ``+SKIP``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import pkgutil
 
 import pytest
 
+import devtools
 import dynamic_kafka
 
 MODULES = sorted(
     info.name
-    for info in pkgutil.walk_packages(dynamic_kafka.__path__, prefix="dynamic_kafka.")
+    for package in (dynamic_kafka, devtools)
+    for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}.")
     # Entry-point modules of background processes run their work on import.
     if not info.name.endswith(("__main__", "class_archive_recorder", "_serve"))
 )

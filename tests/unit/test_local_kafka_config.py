@@ -13,26 +13,27 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka._toolchain.java import find_java, parse_java_major
-from dynamic_kafka._toolchain.maven import render_pom, resolve_jars
-from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import LocalKafkaError, ToolchainError
-from dynamic_kafka.local_kafka import (
+from devtools.cli.main import main
+from devtools.errors import LocalKafkaError
+from devtools.local_kafka import (
     cluster_status,
     parse_cluster_spec,
     sasl_plain_credentials,
     start_clusters,
     stop_clusters,
 )
-from dynamic_kafka.local_kafka.jars import kafka_coordinates
-from dynamic_kafka.local_kafka.properties import (
+from devtools.local_kafka.jars import kafka_coordinates
+from devtools.local_kafka.properties import (
     client_facing,
     new_cluster_id,
     parse_properties,
     render_properties,
     server_settings,
 )
-from dynamic_kafka.local_kafka.security import SecurityModes, listener_settings, validate_scram_user
+from devtools.local_kafka.security import SecurityModes, listener_settings, validate_scram_user
+from dynamic_kafka._toolchain.java import find_java, parse_java_major
+from dynamic_kafka._toolchain.maven import render_pom, resolve_jars
+from dynamic_kafka.errors import ToolchainError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -273,7 +274,7 @@ def test_cli_reports_a_bad_spec_in_one_paragraph(capsys: pytest.CaptureFixture[s
     assert main(["local-kafka", "up", "east", "--base-dir", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("dynamic-kafka: error: invalid cluster spec 'east'")
+    assert captured.err.startswith("devtools: error: invalid cluster spec 'east'")
     assert captured.err.count("\n") == 1
 
 

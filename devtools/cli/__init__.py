@@ -1,0 +1,1 @@
+"""The ``python -m devtools`` command line: one module per service group."""
