@@ -29,7 +29,7 @@ from dagster import (
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.plan.summary import RunSummary, TopicStats
+from dynamic_kafka.model.summary import RunSummary, TopicStats
 from dynamic_kafka.sink.tables import table_info
 from pipelines.errors import dagster_errors
 from pipelines.metadata import summary_metadata, table_metadata, table_uri

@@ -16,7 +16,7 @@ from dynamic_kafka.config import load_project_config
 from dynamic_kafka.context import PipelineContext
 
 if TYPE_CHECKING:
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
 
 HELP = "merge the records whose timestamps fall in [--start, --end) into the sink (no duplicates, offsets untouched)"
 

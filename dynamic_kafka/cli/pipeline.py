@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
-    from dynamic_kafka.plan.model import Finding, Plan
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.plan import Finding, Plan
+    from dynamic_kafka.model.summary import RunSummary
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

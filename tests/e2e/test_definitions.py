@@ -21,7 +21,7 @@ from dagster import (
 from e2e_support import REPO_ROOT, Project
 
 from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
-from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.model.plan import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.local_kafka import ClusterEndpoint
     from dynamic_kafka.testing.pipeline import PipelineHarness
-from dynamic_kafka.plan.model import TopicPartition
+from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 

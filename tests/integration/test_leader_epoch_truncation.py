@@ -18,8 +18,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from dynamic_kafka.errors import DataLossError
 from dynamic_kafka.local_kafka import start_clusters, stop_clusters
-from dynamic_kafka.plan.model import LostRange
-from dynamic_kafka.plan.model import TopicPartition as PlanPartition
+from dynamic_kafka.model.plan import LostRange
+from dynamic_kafka.model.plan import TopicPartition as PlanPartition
 from dynamic_kafka.testing.clusters import distinct_free_ports
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row

@@ -39,7 +39,7 @@ from dynamic_kafka.testing.kafka import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 pytestmark = pytest.mark.integration

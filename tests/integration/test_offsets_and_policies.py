@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
 from dynamic_kafka.errors import DataLossError, PlanningError
-from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row

@@ -24,7 +24,7 @@ from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 if TYPE_CHECKING:
     from dynamic_kafka.local_kafka import LocalCluster
     from dynamic_kafka.local_spark_connect import ServerInfo
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
 
 pytestmark = pytest.mark.integration
 
