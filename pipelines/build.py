@@ -30,8 +30,7 @@ from dagster import (
     SensorDefinition,
 )
 
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka import ConfigError, load_project_config
 from pipelines.assets import build_checks, build_sink_asset
 from pipelines.backfill import build_backfill_asset
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job

@@ -16,7 +16,7 @@ from dagster import AssetSelection, define_asset_job, in_process_executor
 # pipelines layer names it (sensors, schedules and the definitions import AssetJob from here).
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka import PipelineConfig
 from pipelines.names import (
     KIND_TAG,
     PIPELINE_TAG,
