@@ -29,10 +29,10 @@ from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.model.snapshots import StateSnapshot
+from dynamic_kafka.model.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import StateSnapshot
-from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.run_guard import RunDeadline, in_progress_error, run_lock_path
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -40,7 +40,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.model.plan import Plan, Split
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
     from dynamic_kafka.state.store import RecordedBackfill
 

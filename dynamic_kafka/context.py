@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan
-    from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
+    from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
 
 
 class PipelineContext:

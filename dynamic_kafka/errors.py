@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    # Type-only: plan.model is a leaf (pydantic only), so this adds no import at run time and no cycle.
+    # Type-only: model.plan is a leaf (pydantic only), so this adds no import at run time and no cycle.
     from collections.abc import Sequence
 
-    from dynamic_kafka.plan.model import LostRange
+    from dynamic_kafka.model.plan import LostRange
 
 
 class DynamicKafkaError(Exception):

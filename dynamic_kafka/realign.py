@@ -35,14 +35,14 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from dynamic_kafka.errors import StateBehindSinkError
-from dynamic_kafka.plan.model import TopicPartition
+from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.plan.snapshots import StateSnapshot
+    from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.state import StateStore
     from dynamic_kafka.storage import TableRef
 

@@ -51,9 +51,9 @@ from dynamic_kafka.errors import (
 )
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
-from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.model.plan import LostRange
+from dynamic_kafka.model.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
-from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import RunDeadline as _Deadline
@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan, Split, TopicPartition
-    from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
+    from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+    from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 log = logging.getLogger(__name__)

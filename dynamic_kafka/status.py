@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
-from dynamic_kafka.plan.model import Finding, LostRange
-from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
-from dynamic_kafka.plan.summary import RunSummary
+from dynamic_kafka.model.plan import Finding, LostRange
+from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
+from dynamic_kafka.model.summary import RunSummary
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext

@@ -1,12 +1,12 @@
 """Per pipeline: the sink table and its dead-letter table as assets materialized by one incremental run, and the
 checks on the sink, split by meaning.
 
-Materializing them is one incremental run (``PipelineRunner.run``): recover a crashed run if any, plan, read,
+Materializing them is one incremental run (``Pipeline.run``): recover a crashed run if any, plan, read,
 write, commit. Both tables depend on the pipeline's Kafka streams (external assets, :mod:`pipelines.streams`), so
 the asset graph shows stream -> table. After the run the status (committed offsets against the brokers' latest,
 no Spark) adds per-partition offsets and per-cluster lag to the sink's metadata.
 
-The checks read the committed state and the brokers' latest offsets (``pipeline_status``, once for all three) and
+The checks read the committed state and the brokers' latest offsets (``Pipeline.status``, once for all three) and
 take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WARN: the data is late),
 ``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``). Freshness is
 Dagster's own freshness policy on the sink (``freshness_minutes``).
@@ -34,16 +34,14 @@ from dagster import (
     multi_asset,
     multi_asset_check,
 )
-from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import DynamicKafkaError
-from dynamic_kafka.sink.tables import table_info
-from dynamic_kafka.status import (
+from dynamic_kafka import (
+    DynamicKafkaError,
     LagVerdict,
+    PipelineConfig,
     PipelineStatus,
     data_loss_verdict,
     dead_letter_verdict,
     lag_limit_verdict,
-    pipeline_status,
 )
 
 from pipelines.errors import dagster_errors
@@ -125,8 +123,9 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
     def incremental_run(
         context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource
     ) -> Iterator[MaterializeResult[Any]]:
+        face = dynamic_kafka.pipeline(pipeline_id)
         with dagster_errors(pipeline_id):
-            summary = dynamic_kafka.runner(pipeline_id).run()
+            summary = face.run()
         for finding in summary.warnings:
             context.log.warning(f"{finding.kind}: {finding.message}")
         if summary.recovered_run_seq is not None:
@@ -137,11 +136,11 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
         )
         metadata = summary_metadata(summary)
         try:
-            metadata.update(status_metadata(summary, pipeline_status(dynamic_kafka.context(pipeline_id))))
+            metadata.update(status_metadata(summary, face.status()))
         except DynamicKafkaError as e:
             # The run is committed; offsets and lag are a report, so a failure to read them is only a warning.
             context.log.warning(f"offsets and lag not reported: {e}")
-        sink = table_info(pipeline.sink_table)
+        sink = face.sink_info()
         metadata.update(table_metadata(table_uri(pipeline.sink.path), sink))
         yield MaterializeResult(
             asset_key=sink_key,
@@ -149,7 +148,7 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
             # The Delta version is the table's data version: an empty run leaves it, so it does not look new.
             data_version=DataVersion(str(sink.version)) if sink is not None else None,
         )
-        dead = table_info(pipeline.dead_letter_table)
+        dead = face.dead_letter_info()
         yield MaterializeResult(
             asset_key=dead_letter_key,
             metadata={
@@ -191,7 +190,7 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
     @multi_asset_check(name=f"{dagster_name(pipeline_id)}_checks", specs=specs)
     def checks(context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Iterator[AssetCheckResult]:
         with dagster_errors(pipeline_id):
-            status = pipeline_status(dynamic_kafka.context(pipeline_id))
+            status = dynamic_kafka.pipeline(pipeline_id).status()
         lag = lag_limit_verdict(status, limit)
         lag_metadata = _lag_metadata(status)
         if limit is not None:

@@ -26,10 +26,7 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     asset,
 )
-from dynamic_kafka.backfill import run_backfill
-from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.plan.summary import RunSummary, TopicStats
-from dynamic_kafka.sink.tables import table_info
+from dynamic_kafka import PipelineConfig, RunSummary, TopicStats
 
 from pipelines.errors import dagster_errors
 from pipelines.metadata import summary_metadata, table_metadata, table_uri
@@ -125,11 +122,11 @@ def _backfill_asset(pipeline: PipelineConfig, partitions: TimeWindowPartitionsDe
     def backfill_windows(context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource) -> MaterializeResult[Any]:
         keys = context.partition_keys
         blocks = contiguous_windows([partitions.time_window_for_partition_key(k) for k in keys])
-        shared = dynamic_kafka.context(pipeline_id)  # one context: one Spark session for every block
+        face = dynamic_kafka.pipeline(pipeline_id)  # one object: one Spark session for every block
         summaries = []
         for start, end in blocks:
             with dagster_errors(pipeline_id):
-                summary = run_backfill(shared, start, end)
+                summary = face.backfill(start, end)
             for finding in summary.warnings:
                 context.log.warning(f"{finding.kind}: {finding.message}")
             context.log.info(f"backfill [{start}, {end}): {summary.status}, {summary.records} records merged")
@@ -143,7 +140,7 @@ def _backfill_asset(pipeline: PipelineConfig, partitions: TimeWindowPartitionsDe
         metadata["windows"] = MetadataValue.int(len(blocks))
         metadata["partition"] = MetadataValue.text(keys[0] if len(keys) == 1 else f"{keys[0]}...{keys[-1]}")
         metadata["partitions"] = MetadataValue.int(len(keys))
-        metadata.update(table_metadata(table_uri(pipeline.sink.path), table_info(pipeline.sink_table)))
+        metadata.update(table_metadata(table_uri(pipeline.sink.path), face.sink_info()))
         return MaterializeResult(metadata=metadata)
 
     return backfill_windows

@@ -29,8 +29,7 @@ from dagster import (
     ScheduleDefinition,
     SensorDefinition,
 )
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka import ConfigError, load_project_config
 
 from pipelines.assets import build_checks, build_sink_asset
 from pipelines.backfill import build_backfill_asset

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dagster import Failure, MetadataValue, RetryRequested
-from dynamic_kafka.errors import DataLossError, DynamicKafkaError
+from dynamic_kafka import DataLossError, DynamicKafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -63,7 +63,7 @@ def dagster_errors(pipeline_id: str) -> Iterator[None]:
 
     Example:
         >>> with dagster_errors("orders"):  # doctest: +SKIP
-        ...     runner.run()
+        ...     pipeline.run()
     """
     try:
         yield

@@ -15,7 +15,7 @@ from dagster import AssetSelection, define_asset_job, in_process_executor
 # What define_asset_job returns. The dagster package does not export the class; this is the one place the
 # pipelines layer names it (sensors, schedules and the definitions import AssetJob from here).
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka import PipelineConfig
 
 from pipelines.names import (
     KIND_TAG,

@@ -17,10 +17,7 @@ from typing import TYPE_CHECKING
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 if TYPE_CHECKING:
-    from dynamic_kafka.plan.summary import GroupCommit, RunSummary
-    from dynamic_kafka.sink.tables import TableInfo
-    from dynamic_kafka.status import PipelineStatus
-    from dynamic_kafka.storage import TableLocation
+    from dynamic_kafka import GroupCommit, PipelineStatus, RunSummary, TableInfo, TableLocation
 
 TOPICS_SCHEMA = TableSchema(
     columns=[

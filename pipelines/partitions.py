@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dagster import DailyPartitionsDefinition, HourlyPartitionsDefinition, TimeWindowPartitionsDefinition
 
 if TYPE_CHECKING:
-    from dynamic_kafka.config import BackfillConfig
+    from dynamic_kafka import BackfillConfig
 
 
 def backfill_partitions(backfill: BackfillConfig) -> TimeWindowPartitionsDefinition:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dagster import DagsterInvalidDefinitionError, DefaultScheduleStatus, ScheduleDefinition
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka import ConfigError
 
 from pipelines.names import TRIGGER_TAG, schedule_name
 
 if TYPE_CHECKING:
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka import PipelineConfig
 
     from pipelines.jobs import AssetJob
 

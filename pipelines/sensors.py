@@ -1,6 +1,6 @@
 """Per pipeline: a sensor that requests a run when the resolved metadata changes, and one that catches up.
 
-Metadata sensor: each tick polls ``runner.resolve().fingerprint`` through the library's ``check_metadata``. The
+Metadata sensor: each tick asks the library (``Pipeline.check_metadata``) whether the resolved fingerprint changed. The
 cursor is the library's ``WatchCursor`` as JSON, so the last fingerprint and the count of consecutive metadata
 service failures survive daemon restarts. A change requests one run keyed by the new fingerprint and the count of
 changes seen (Dagster never launches two runs with one key, so a repeated tick cannot duplicate it, while a layout
@@ -33,8 +33,7 @@ from dagster import (
     run_status_sensor,
     sensor,
 )
-from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.metadata.watch import WatchCursor, check_metadata
+from dynamic_kafka import PipelineConfig, WatchCursor
 from pydantic import ValidationError
 
 from pipelines.names import AFTER_RUN_TAG, TRIGGER_TAG, asset_key, catch_up_sensor_name, metadata_sensor_name
@@ -73,9 +72,8 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDe
         f"(tolerates {threshold} consecutive metadata service failure(s)).",
     )
     def metadata_sensor(context: SensorEvaluationContext, dynamic_kafka: DynamicKafkaResource) -> SensorResult:
-        runner = dynamic_kafka.runner(pipeline_id)
-        result = check_metadata(
-            lambda: runner.resolve().fingerprint, read_cursor(context.cursor), failure_threshold=threshold
+        result = dynamic_kafka.pipeline(pipeline_id).check_metadata(
+            read_cursor(context.cursor), failure_threshold=threshold
         )
         cursor = result.cursor.model_dump_json()
         if result.run_key is None:

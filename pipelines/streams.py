@@ -17,7 +17,7 @@ from pipelines.names import STREAM_GROUP_NAME, stream_asset_key
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka import PipelineConfig
 
 
 def stream_keys(pipeline: PipelineConfig) -> list[AssetKey]:

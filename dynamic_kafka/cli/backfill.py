@@ -1,6 +1,6 @@
 """The ``backfill`` command: re-read a window of record timestamps and merge it into the sink, outside Dagster.
 
-A thin call of :func:`dynamic_kafka.backfill.run_backfill`, the function the Dagster backfill asset calls: the
+A thin call of :meth:`dynamic_kafka.pipeline.Pipeline.backfill`, the method the Dagster backfill asset calls: the
 same plan, read and MERGE (no duplicates, incremental offsets untouched), under the same guards.
 """
 
@@ -12,11 +12,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
 
 HELP = "merge the records whose timestamps fall in [--start, --end) into the sink (no duplicates, offsets untouched)"
 
@@ -55,10 +54,7 @@ def timestamp(text: str) -> datetime:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    from dynamic_kafka.backfill import run_backfill
-
-    context = PipelineContext(load_project_config(args.config), args.pipeline)
-    summary = run_backfill(context, args.start, args.end)
+    summary = Pipeline.from_config(args.config, args.pipeline).backfill(args.start, args.end)
     data = {
         "window_start": args.start.isoformat(),
         "window_end": args.end.isoformat(),

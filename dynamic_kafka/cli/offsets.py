@@ -11,13 +11,13 @@ import json
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import ClusterUnreachableError
-from dynamic_kafka.status import PipelineStatus, pipeline_status
+from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import argparse
+
+    from dynamic_kafka.status import PipelineStatus
 
 HELP = "show per partition the committed next offset, the broker's earliest and latest, the lag and the last run"
 
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _show(args: argparse.Namespace) -> int:
-    status = pipeline_status(PipelineContext(load_project_config(args.config), args.pipeline))
+    status = Pipeline.from_config(args.config, args.pipeline).offsets()
     rows = [p.model_dump(mode="json") for p in status.partitions]
     document = {"pipeline_id": status.pipeline_id, "never_ran": status.never_ran, "partitions": rows}
     print(json.dumps(document, indent=2) if args.json else format_offsets(status))

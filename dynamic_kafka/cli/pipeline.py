@@ -10,16 +10,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
-    from dynamic_kafka.plan.model import Finding, Plan
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.plan import Finding, Plan
+    from dynamic_kafka.model.summary import RunSummary
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.set_defaults(handler=handler)
 
 
-def _runner(args: argparse.Namespace) -> PipelineRunner:
-    return PipelineRunner(load_project_config(args.config), args.pipeline)
+def _pipeline(args: argparse.Namespace) -> Pipeline:
+    return Pipeline.from_config(args.config, args.pipeline)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> int:
@@ -60,7 +59,7 @@ def _findings_text(findings: tuple[Finding, ...]) -> list[str]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan, _, _ = _runner(args).plan()
+    plan = _pipeline(args).plan()
     return _emit(args, plan.model_dump(mode="json"), lambda: format_plan(plan))
 
 
@@ -81,7 +80,7 @@ def format_plan(plan: Plan) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     # One run per process: past its deadline, a run that does not stop ends the process (see max_run_seconds).
-    summary = PipelineRunner(load_project_config(args.config), args.pipeline, hard_deadline=True).run()
+    summary = Pipeline.from_config(args.config, args.pipeline, hard_deadline=True).run()
     return _emit(args, summary.model_dump(mode="json"), lambda: format_summary(summary))
 
 
@@ -107,9 +106,7 @@ def format_summary(summary: RunSummary) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dynamic_kafka.status import pipeline_status
-
-    status = pipeline_status(_runner(args).context)
+    status = _pipeline(args).status()
 
     def text() -> str:
         if status.never_ran:
@@ -149,12 +146,12 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _abandon(args: argparse.Namespace) -> int:
-    runner = _runner(args)
+    pipeline = _pipeline(args)
     reason = args.reason.strip()
-    version = runner.abandon(args.run_seq, reason)
-    data = {"pipeline_id": runner.pipeline.id, "run_seq": args.run_seq, "status": "abandoned", "reason": reason}
+    version = pipeline.abandon(args.run_seq, reason)
+    data = {"pipeline_id": pipeline.id, "run_seq": args.run_seq, "status": "abandoned", "reason": reason}
     return _emit(
         args,
         {**data, "state_version": version},
-        lambda: f"run {args.run_seq} of pipeline {runner.pipeline.id} abandoned (offsets not committed): {reason}",
+        lambda: f"run {args.run_seq} of pipeline {pipeline.id} abandoned (offsets not committed): {reason}",
     )

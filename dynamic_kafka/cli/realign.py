@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.realign import Realignment, realign
+from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import argparse
+
+    from dynamic_kafka.realign import Realignment
 
 HELP = "realign a pipeline's state with its sink after the state was restored from a backup or moved"
 
@@ -30,8 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _realign(args: argparse.Namespace) -> int:
-    context = PipelineContext(load_project_config(args.config), args.pipeline)
-    result = realign(context.pipeline, context.store, yes=args.yes)
+    result = Pipeline.from_config(args.config, args.pipeline).realign(apply=args.yes)
     print(result.model_dump_json(indent=2) if args.json else format_realignment(result))
     return 0
 

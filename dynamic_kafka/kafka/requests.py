@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.snapshots import StateSnapshot
+    from dynamic_kafka.model.snapshots import StateSnapshot
 
 
 def run_requests(

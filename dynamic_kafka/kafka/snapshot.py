@@ -18,6 +18,7 @@ from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, Kaf
 from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
 from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.model.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 from dynamic_kafka.offsets import (
     CommittedOffsets,
     EarliestOffsets,
@@ -27,7 +28,6 @@ from dynamic_kafka.offsets import (
     StoppingOffsets,
     TimestampOffsets,
 )
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -1,1 +1,3 @@
-"""Planning a run: splits and plans, the snapshots the planner reads, the pure planner, and the run summary."""
+"""Planning a run: the pure planner (:mod:`.planner`). The values it reads and makes live in
+:mod:`dynamic_kafka.model`.
+"""

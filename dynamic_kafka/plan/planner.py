@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
 from dynamic_kafka.offsets import (
     AnyInitializer,
     CommittedOffsets,
@@ -43,14 +44,13 @@ from dynamic_kafka.offsets import (
     SpecificOffsets,
     TimestampOffsets,
 )
-from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.snapshots import (
+    from dynamic_kafka.model.snapshots import (
         BrokerSnapshot,
         PartitionOffsets,
         PartitionState,

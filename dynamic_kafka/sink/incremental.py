@@ -46,7 +46,7 @@ from dynamic_kafka.errors import (
     UndecodableRecordError,
 )
 from dynamic_kafka.faults import crash_point
-from dynamic_kafka.plan.model import Split
+from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
 from dynamic_kafka.sink.fence import is_fence
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
 
     from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.plan.model import Split
+    from dynamic_kafka.model.plan import Split
     from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def write_incremental(
         run_seq: the run; becomes the Delta ``txnVersion`` and the ``_run_seq`` column.
         planned_pairs: the ``(cluster_id, topic)`` pairs of the plan; the result has stats for each of them.
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
-            (:meth:`~dynamic_kafka.plan.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
+            (:meth:`~dynamic_kafka.model.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
         prepared: the writer schemas of registry / schema-file streams
             (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from dynamic_kafka.metadata.models import ClusterMetadata
-    from dynamic_kafka.plan.model import Split
+    from dynamic_kafka.model.plan import Split
 
 logger = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
-from dynamic_kafka.plan.summary import DecodedSchema
+from dynamic_kafka.model.summary import DecodedSchema
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
 from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RUN_SEQ
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from dynamic_kafka.metadata.models import ClusterMetadata
-    from dynamic_kafka.plan.model import DecodePin, Split
+    from dynamic_kafka.model.plan import DecodePin, Split
     from dynamic_kafka.registry.client import RegistryClient, WriterSchema
     from dynamic_kafka.registry.config import RegistryConfig
     from dynamic_kafka.registry.protobuf_codec import WriterFile
@@ -152,8 +152,8 @@ class PreparedDecoding:
         return tuple(found)
 
     def pins(self) -> tuple[DecodePin, ...]:
-        """The schema inputs of every source, for the plan (:attr:`~dynamic_kafka.plan.model.Plan.decoding`)."""
-        from dynamic_kafka.plan.model import DecodePin, PinnedVersion
+        """The schema inputs of every source, for the plan (:attr:`~dynamic_kafka.model.plan.Plan.decoding`)."""
+        from dynamic_kafka.model.plan import DecodePin, PinnedVersion
 
         return tuple(
             DecodePin(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime, timedelta
 
-    from dynamic_kafka.plan.model import Plan
+    from dynamic_kafka.model.plan import Plan
     from dynamic_kafka.state.store import StateStore
 
 logger = logging.getLogger(__name__)

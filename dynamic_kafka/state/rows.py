@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
 
-from dynamic_kafka.plan.model import Plan, TopicPartition
-from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, RunStatus
+from dynamic_kafka.model.plan import Plan, TopicPartition
+from dynamic_kafka.model.snapshots import PartitionState, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

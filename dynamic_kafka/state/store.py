@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Plan, TopicPartition
-from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
-from dynamic_kafka.plan.summary import RunSummary, base_summary
+from dynamic_kafka.model.plan import Plan, TopicPartition
+from dynamic_kafka.model.snapshots import PartitionState, RunRecord, StateSnapshot
+from dynamic_kafka.model.summary import RunSummary, base_summary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.owner import RunOwner

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from datetime import timedelta
 
-    from dynamic_kafka.plan.model import Plan, TopicPartition
-    from dynamic_kafka.plan.snapshots import PartitionState, RunRecord
+    from dynamic_kafka.model.plan import Plan, TopicPartition
+    from dynamic_kafka.model.snapshots import PartitionState, RunRecord
     from dynamic_kafka.state.rows import BackfillLease
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from dagster import (
 )
 
 from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
-from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.model.plan import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
 from tests.support.e2e import REPO_ROOT, Project

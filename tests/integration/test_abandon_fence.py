@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
-    from dynamic_kafka.plan.model import Plan
+    from dynamic_kafka.model.plan import Plan
 
 pytestmark = pytest.mark.integration
 

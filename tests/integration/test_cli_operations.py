@@ -3,7 +3,9 @@
 - ``status`` of a pipeline that never ran says so; brokers it cannot reach fail it (exit 1) with the cluster named,
   as JSON with ``--json``, instead of "total lag 0";
 - ``backfill`` merges a window into the sink outside Dagster: each record once, however often it is run, and the
-  incremental offsets untouched.
+  incremental offsets untouched;
+- the library's face (:class:`dynamic_kafka.Pipeline`), which these commands and the Dagster layer call, does the
+  same from a program.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from devtools.testing.clusters import distinct_free_ports
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
+from dynamic_kafka import Pipeline, WatchCursor, load_project_config
 from dynamic_kafka.cli.main import main
 
 if TYPE_CHECKING:
@@ -118,3 +121,32 @@ def test_offsets_show_lists_each_partition_against_the_broker(
     assert f"east       {topic:<20} {row['topic_id']:<24}    0          3          0          5        2  active" in (
         capsys.readouterr().out
     )
+
+
+def test_the_pipeline_face_plans_runs_and_reports_like_the_commands(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    harness, topic = one_topic_pipeline(kafka_clusters, tmp_path)
+    produce(kafka_clusters["east"].bootstrap_servers, topic, [Record(value=f"v{i}".encode()) for i in range(4)])
+    pipeline = Pipeline(load_project_config(harness.config_path), "p", spark=lambda: spark)
+
+    assert pipeline.id == "p"
+    assert pipeline.sink_info() is None, "no sink before the first run"
+    first = pipeline.check_metadata(WatchCursor(), failure_threshold=1)
+    assert first.run_key is not None, "the first poll asks for a run, recording the fingerprint"
+    plan = pipeline.plan()
+    assert (plan.run_seq, plan.planned_records) == (1, 4)
+
+    summary = pipeline.run()
+    assert (summary.run_seq, summary.status, summary.records) == (1, "committed", 4)
+    assert pipeline.plan().planned_records == 0, "plan reads the committed offsets"
+
+    status = pipeline.status()
+    assert status.last_run is not None
+    assert (status.never_ran, status.total_lag, status.last_run.run_seq, status.last_run.records) == (False, 0, 1, 4)
+    (row,) = pipeline.offsets().partitions
+    assert (row.topic, row.next_offset, row.latest_offset) == (topic, 4, 4)
+    sink, dead = pipeline.sink_info(), pipeline.dead_letter_info()
+    assert (sink.rows if sink else None, dead.rows if dead else None) == (4, None)
+    assert not pipeline.realign().needed
+    assert pipeline.check_metadata(first.cursor, failure_threshold=1).run_key is None, "nothing changed"

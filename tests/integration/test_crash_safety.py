@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from devtools.testing.pipeline import PipelineHarness
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
-from dynamic_kafka.plan.model import TopicPartition
+from dynamic_kafka.model.plan import TopicPartition
 
 pytestmark = pytest.mark.integration
 

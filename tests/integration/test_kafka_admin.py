@@ -35,7 +35,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dynamic_kafka.plan.snapshots import BrokerSnapshot, PartitionOffsets
+    from dynamic_kafka.model.snapshots import BrokerSnapshot, PartitionOffsets
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from devtools.testing.clusters import distinct_free_ports
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError
-from dynamic_kafka.plan.model import LostRange
-from dynamic_kafka.plan.model import TopicPartition as PlanPartition
+from dynamic_kafka.model.plan import LostRange
+from dynamic_kafka.model.plan import TopicPartition as PlanPartition
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

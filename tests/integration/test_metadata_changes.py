@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.testing.pipeline import PipelineHarness, Row
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
-from dynamic_kafka.plan.model import LostRange
+from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from devtools.testing.kafka import Client, Record, create_topic, produce, unique
 from dynamic_kafka.config import PipelineConfig, SinkConfig
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.model import Split
+from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfill, tables, write_incremental
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics

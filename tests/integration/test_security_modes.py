@@ -24,7 +24,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 if TYPE_CHECKING:
     from devtools.local_kafka import LocalCluster
     from devtools.local_spark_connect import ServerInfo
-    from dynamic_kafka.plan.summary import RunSummary
+    from dynamic_kafka.model.summary import RunSummary
 
 pytestmark = pytest.mark.integration
 

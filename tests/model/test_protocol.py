@@ -55,8 +55,8 @@ from dynamic_kafka.errors import (
     TopicRecreatedError,
     UndecodableRecordError,
 )
+from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.offsets import TimestampOffsets
-from dynamic_kafka.plan.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Crash, Harness, Orphan, Record, World, new_day
 
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan
+    from dynamic_kafka.model.plan import Plan
 
 pytestmark = pytest.mark.model
 

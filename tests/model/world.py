@@ -66,15 +66,15 @@ from dynamic_kafka.kafka.client import OffsetAnswer, TopicDescription
 from dynamic_kafka.kafka.snapshot import epoch_checks
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.offsets import TimestampOffsets
-from dynamic_kafka.plan.model import TopicPartition
-from dynamic_kafka.plan.snapshots import (
+from dynamic_kafka.model.plan import TopicPartition
+from dynamic_kafka.model.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
     PartitionOffsets,
     StateSnapshot,
     TopicSnapshot,
 )
+from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.metrics import WriteResult
@@ -89,7 +89,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.plan.model import Plan, Split
+    from dynamic_kafka.model.plan import Plan, Split
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.state import StateStore
 

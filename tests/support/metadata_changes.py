@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
-    from dynamic_kafka.plan.model import Finding
-    from dynamic_kafka.plan.snapshots import PartitionState
+    from dynamic_kafka.model.plan import Finding
+    from dynamic_kafka.model.snapshots import PartitionState
 
 Range = tuple[str, str, int, int | None, int | None]
 

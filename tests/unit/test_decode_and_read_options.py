@@ -11,7 +11,7 @@ from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
 from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.model import Split
+from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.incremental import _decode_error_from
 from dynamic_kafka.sink.merge import _merge_scope
 from dynamic_kafka.sink.tables import safe_text

@@ -16,7 +16,7 @@ import pytest
 from dynamic_kafka.config import ProjectConfig
 from dynamic_kafka.errors import ConfigError, UnknownSchemaError
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.plan.model import DecodePin, PinnedVersion, Plan, Split
+from dynamic_kafka.model.plan import DecodePin, PinnedVersion, Plan, Split
 from dynamic_kafka.plan.planner import config_pins
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 from dynamic_kafka.runner import PipelineRunner

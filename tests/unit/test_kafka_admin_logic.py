@@ -30,7 +30,7 @@ from dynamic_kafka.kafka.requests import run_requests
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.snapshots import PartitionOffsets, PartitionState, StateSnapshot
+from dynamic_kafka.model.snapshots import PartitionOffsets, PartitionState, StateSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
-from dynamic_kafka.plan.model import Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 

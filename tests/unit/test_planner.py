@@ -12,9 +12,8 @@ from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.plan.model import LostRange, Plan, TopicPartition
-from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.snapshots import (
+from dynamic_kafka.model.plan import LostRange, Plan, TopicPartition
+from dynamic_kafka.model.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
     PartitionOffsets,
@@ -22,6 +21,7 @@ from dynamic_kafka.plan.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
+from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.state.rows import apply_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=UTC)

@@ -59,7 +59,7 @@ def test_formats_per_stream_and_a_registry_per_cluster() -> None:
 
 
 def test_a_registry_stream_without_a_registry_is_a_config_error() -> None:
-    from dynamic_kafka.plan.model import Split
+    from dynamic_kafka.model.plan import Split
 
     split = Split(
         stream_ids=("orders",), cluster_id="east", bootstrap_servers="b:1", topic="t", partition=0, start_offset=0,

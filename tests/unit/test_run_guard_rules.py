@@ -25,7 +25,7 @@ from dynamic_kafka.errors import MetadataServiceError, RunInProgressError, RunTi
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
-from dynamic_kafka.plan.model import Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.realign import landed_frontier, realign
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.sink.tables import backfill_app_id

@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
-from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
-from dynamic_kafka.plan.snapshots import StateSnapshot
+from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import rows as state_rows
 from dynamic_kafka.state import store as store_module

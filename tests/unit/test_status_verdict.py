@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from dynamic_kafka.plan.model import Finding, LostRange
-from dynamic_kafka.plan.summary import RunSummary
+from dynamic_kafka.model.plan import Finding, LostRange
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.status import (
     PipelineStatus,
     data_loss_verdict,

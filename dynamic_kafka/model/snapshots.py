@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.plan.model import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

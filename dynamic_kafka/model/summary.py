@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.plan.model import Finding, Plan
+from dynamic_kafka.model.plan import Finding, Plan
 
 
 class TopicStats(BaseModel):

@@ -1,0 +1,165 @@
+"""The one entry object: :class:`Pipeline`, one pipeline of a project and every operation on it.
+
+The command line and the Dagster layer both go through it, so a program that uses the library does what they do,
+with the same guards. Each method is a thin call of the module that implements the operation (the runner, the
+backfill, the status, realign); their docstrings hold the protocol.
+
+Example:
+    >>> from dynamic_kafka import Pipeline
+    >>> orders = Pipeline.from_config("dynamic_kafka.yaml", "orders")  # doctest: +SKIP
+    >>> orders.plan().planned_records  # doctest: +SKIP
+    1200
+    >>> orders.run().status  # doctest: +SKIP
+    'committed'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.backfill import run_backfill
+from dynamic_kafka.config import load_project_config
+from dynamic_kafka.metadata.watch import WatchCursor, WatchResult, check_metadata
+from dynamic_kafka.realign import Realignment, realign
+from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.sink.tables import TableInfo, table_info
+from dynamic_kafka.status import PipelineStatus, pipeline_status
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
+    from pathlib import Path
+
+    from pyspark.sql import SparkSession
+
+    from dynamic_kafka.config import PipelineConfig, ProjectConfig
+    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.metadata.service import KafkaMetadataService
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.model.summary import RunSummary
+
+__all__ = ["Pipeline"]
+
+
+class Pipeline:
+    """One pipeline of a project config. Cheap to build: nothing is contacted until a method is called, and one
+    object shares its metadata service and Spark session between calls (several backfill windows, a run then its
+    status).
+
+    Args:
+        project: the project config, loaded (:func:`~dynamic_kafka.config.load_project_config`).
+        pipeline_id: which pipeline of the project.
+        metadata_service: a service to use instead of the one the config names (programs and tests).
+        spark: returns the Spark session; called only when something has to be read. By default the session the
+            project's ``spark`` section describes, started on first use.
+        hard_deadline: end the process (exit code 124) when a run past ``max_run_seconds`` does not stop within a
+            minute of its Spark job's cancellation. For a process that does one run (the CLI), not for a server.
+
+    Raises:
+        ConfigError: the project has no pipeline ``pipeline_id``.
+    """
+
+    def __init__(
+        self,
+        project: ProjectConfig,
+        pipeline_id: str,
+        *,
+        metadata_service: KafkaMetadataService | None = None,
+        spark: Callable[[], SparkSession] | None = None,
+        hard_deadline: bool = False,
+    ) -> None:
+        self._runner = PipelineRunner(
+            project, pipeline_id, metadata_service=metadata_service, spark=spark, hard_deadline=hard_deadline
+        )
+
+    @classmethod
+    def from_config(cls, path: str | Path, pipeline_id: str, *, hard_deadline: bool = False) -> Pipeline:
+        """The pipeline ``pipeline_id`` of the project config file at ``path`` (read and validated now).
+
+        Raises:
+            ConfigError: the file is missing or invalid, or has no such pipeline.
+        """
+        return cls(load_project_config(path), pipeline_id, hard_deadline=hard_deadline)
+
+    @property
+    def id(self) -> str:
+        """The pipeline's id."""
+        return self.config.id
+
+    @property
+    def config(self) -> PipelineConfig:
+        """The pipeline's config."""
+        return self._runner.pipeline
+
+    @property
+    def project(self) -> ProjectConfig:
+        """The project config the pipeline belongs to."""
+        return self._runner.project
+
+    @property
+    def context(self) -> PipelineContext:
+        """The collaborators every operation shares (metadata service, state store, Spark session factory)."""
+        return self._runner.context
+
+    def plan(self) -> Plan:
+        """The splits the next run would read. Reads the metadata, the state and the brokers' offsets; writes
+        nothing. See :meth:`dynamic_kafka.runner.PipelineRunner.plan`.
+        """
+        plan, _, _ = self._runner.plan()
+        return plan
+
+    def run(self) -> RunSummary:
+        """One incremental run: finish a crashed run first, then plan, read, write and commit. See
+        :meth:`dynamic_kafka.runner.PipelineRunner.run` for the protocol and the errors.
+        """
+        return self._runner.run()
+
+    def backfill(self, start: datetime, end: datetime) -> RunSummary:
+        """Merge the records whose timestamps fall in ``[start, end)`` into the sink, without duplicates and
+        without moving the incremental offsets. See :func:`dynamic_kafka.backfill.run_backfill`.
+        """
+        return run_backfill(self.context, start, end)
+
+    def status(self, *, history: int = 20) -> PipelineStatus:
+        """Per partition the committed offset against the brokers' offsets, the lag, the last run and the warnings
+        of the last ``history`` runs. An unreachable cluster shows no lag (listed in ``unreachable_clusters``)
+        rather than failing. See :func:`dynamic_kafka.status.pipeline_status`.
+        """
+        return pipeline_status(self.context, history=history)
+
+    def offsets(self) -> PipelineStatus:
+        """The committed offsets against the brokers' earliest and latest (``partitions`` of the status), without
+        reading the run history: its ``warnings`` are empty.
+        """
+        return pipeline_status(self.context, history=0)
+
+    def abandon(self, run_seq: int, reason: str) -> int:
+        """Give up the planned (crashed) run ``run_seq``, recording ``reason``; returns the new state version. See
+        :meth:`dynamic_kafka.runner.PipelineRunner.abandon`.
+        """
+        return self._runner.abandon(run_seq, reason)
+
+    def realign(self, *, apply: bool = False) -> Realignment:
+        """Realign a state that is behind its sink (restored from a backup or moved). Without ``apply`` it only
+        reports what it would change. See :func:`dynamic_kafka.realign.realign`.
+        """
+        return realign(self.config, self.context.store, yes=apply)
+
+    def resolve(self) -> MetadataSnapshot:
+        """The pipeline's subscribed streams as the metadata service describes them now."""
+        return self.context.resolve()
+
+    def check_metadata(self, cursor: WatchCursor, *, failure_threshold: int) -> WatchResult:
+        """Whether the resolved metadata changed since ``cursor`` (a scheduler's poll; see
+        :func:`dynamic_kafka.metadata.watch.check_metadata`).
+        """
+        return check_metadata(lambda: self.resolve().fingerprint, cursor, failure_threshold=failure_threshold)
+
+    def sink_info(self) -> TableInfo | None:
+        """The sink table's version, row count and columns from its Delta log (no Spark); None before it exists."""
+        return table_info(self.config.sink_table)
+
+    def dead_letter_info(self) -> TableInfo | None:
+        """The dead-letter table's version, row count and columns (no Spark); None before it exists."""
+        return table_info(self.config.dead_letter_table)

@@ -1,0 +1,88 @@
+"""The library's public face: what ``dynamic_kafka`` exports, that importing one module stays cheap, and that the
+Dagster layer reaches the library only through the face.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dynamic_kafka
+from dynamic_kafka import ConfigError, Pipeline, load_project_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_public_name_loads_from_the_top_level() -> None:
+    missing = [name for name in dynamic_kafka.__all__ if getattr(dynamic_kafka, name, None) is None]
+    assert missing == []
+    assert set(dir(dynamic_kafka)) >= set(dynamic_kafka.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error_and_submodules_still_import() -> None:
+    with pytest.raises(AttributeError, match="module 'dynamic_kafka' has no attribute 'PipelineRunner'"):
+        _ = dynamic_kafka.PipelineRunner  # type: ignore[attr-defined]
+    from dynamic_kafka import offsets
+
+    assert offsets.timestamp(5).timestamp_ms == 5
+
+
+def test_importing_one_module_does_not_load_the_clients_of_the_operations() -> None:
+    probe = (
+        "import sys, dynamic_kafka.errors, dynamic_kafka.config; "
+        "print(sorted(m for m in ('confluent_kafka', 'deltalake', 'pyarrow') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def imports_past_the_face(path: Path, root: Path = ROOT) -> list[str]:
+    """``from dynamic_kafka.x import ...`` and ``import dynamic_kafka.x`` lines of one file (named from ``root``)."""
+    name = path.relative_to(root)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dynamic_kafka."):
+            found.append(f"{name}:{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Import):
+            found += [
+                f"{name}:{node.lineno}: import {alias.name}"
+                for alias in node.names
+                if alias.name.startswith("dynamic_kafka.")
+            ]
+    return sorted(found)
+
+
+def test_the_dagster_layer_imports_the_library_only_through_its_face() -> None:
+    offenders = [line for path in sorted((ROOT / "pipelines").rglob("*.py")) for line in imports_past_the_face(path)]
+    assert offenders == [], "pipelines/ imports names from `dynamic_kafka` itself (its __all__), not its submodules"
+
+
+def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from dynamic_kafka import Pipeline\nimport dynamic_kafka\n"
+        "if TYPE_CHECKING:\n    from dynamic_kafka.status import PipelineStatus\nimport dynamic_kafka.runner as r\n"
+    )
+    assert imports_past_the_face(module, tmp_path) == [
+        "m.py:4: from dynamic_kafka.status import ...",
+        "m.py:5: import dynamic_kafka.runner",
+    ]
+
+
+def test_a_pipeline_is_built_from_a_config_file_or_a_loaded_config(tmp_path: Path) -> None:
+    (tmp_path / "metadata.yaml").write_text("clusters: {east: {bootstrap_servers: 'a:1'}}\nstreams: {}\n")
+    config = tmp_path / "dynamic_kafka.yaml"
+    config.write_text(
+        "metadata_service: {type: file, path: metadata.yaml}\n"
+        "pipelines:\n  - {id: orders, streams: [orders], sink: {path: sink}}\n"
+    )
+
+    from_file = Pipeline.from_config(config, "orders")
+    loaded = Pipeline(load_project_config(config), "orders")
+    assert (from_file.id, loaded.id, loaded.config.sink.path.uri) == ("orders", "orders", str(tmp_path / "sink"))
+    with pytest.raises(ConfigError, match="billing"):
+        Pipeline.from_config(config, "billing")
