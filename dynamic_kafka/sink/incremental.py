@@ -9,7 +9,7 @@ Invariants:
   delta-spark's ``txnAppId``/``txnVersion`` write options.
 - Where a run's ranges overlap what a backfill covered (``overlaps``, from the state's backfill frontier), the
   run's rows are left-anti-joined with the sink's (and dead-letter table's) rows in those ranges only, inside the
-  same job and the sink's own write transaction (so Delta also checks that read against a concurrent MERGE).
+  same job and each table's own write transaction (so Delta also checks that read against a concurrent MERGE).
   Without overlaps the append is blind: no sink read at all.
 - The dead-letter table is written first, the sink last (both with the same txn), so "the sink holds txn
   ``run_seq``" means the whole run's data is in (:func:`~dynamic_kafka.sink.tables.committed_txn_version`,
@@ -295,6 +295,11 @@ def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
+        if target.overlaps:
+            # As the sink's rows below: deduped again inside the dead-letter append's own transaction, so a
+            # backfill MERGE (an orphaned one outlives its lease) landing after the first anti-join is either
+            # seen or fails the append on Delta's conflict check, never appended over.
+            bad = _without_present(bad, [target.dead_letter_path], target.overlaps)
         # Confirmed before the sink is written: the sink holding the run means the whole run is in.
         dead_letters = _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
         crash_point("after_dead_letter")
