@@ -62,7 +62,6 @@ from dynamic_kafka.sink.tables import (
     sink_rows,
     spark_failures,
     table_exists,
-    txn_commit_version,
 )
 from dynamic_kafka.spark.decode import can_fail, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
@@ -447,12 +446,28 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
         target.app_id,
         target.run_seq,
     )
+    return landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
+
+
+def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq: int) -> WriteResult:
+    """What run ``run_seq`` landed, as the tables' logs say (``already_committed``): the records of its commits to
+    the sink and the dead-letter table, and their versions. Bytes and per-topic counts are not in the log; a
+    commit without file statistics counts 0.
+
+    For a run found complete in the sink (its recovery, or another writer of the run that committed first): its
+    summary reports the records the run landed, not the nothing this process wrote.
+    """
+    sink_commit = run_commit(sink, app_id, run_seq)
+    dead_commit = run_commit(dead_letters, app_id, run_seq) if table_exists(dead_letters) else None
+    sink_records = sink_commit.added_records if sink_commit is not None else 0
+    dead = dead_commit.added_records if dead_commit is not None else 0
     return WriteResult(
-        records=0,
+        records=sink_records + dead,
         bytes=0,
-        sink_records=0,
-        dead_letters=0,
-        sink_version=txn_commit_version(target.sink_path, target.app_id, target.run_seq),
+        sink_records=sink_records,
+        dead_letters=dead,
+        sink_version=sink_commit.version if sink_commit is not None else None,
+        dead_letter_version=dead_commit.version if dead_commit is not None else None,
         already_committed=True,
     )
 
