@@ -629,6 +629,15 @@ class SinkModel:
                 frontier[key] = max(frontier.get(key, 0), r.offset + 1)
         return frontier
 
+    def landed_from_log(self, sink: object, dead_letters: object, app_id: str, run_seq: int) -> WriteResult:
+        """``incremental.landed_from_log``: the rows run ``run_seq`` landed in the two tables."""
+        del sink, dead_letters, app_id
+        sink_records = sum(1 for seq in self.row_seqs if seq == run_seq)
+        dead = sum(1 for seq in self.dead_seqs if seq == run_seq)
+        return WriteResult(
+            records=sink_records + dead, bytes=0, sink_records=sink_records, dead_letters=dead, already_committed=True
+        )
+
     def _already_committed(self, app_id: str, run_seq: int) -> WriteResult:
         """``incremental._already_committed``: a fence is refused."""
         if (self.txn.get(app_id) == run_seq) and (False, app_id, run_seq) in self.fences:
@@ -953,6 +962,8 @@ class Harness:
             (runner_module, "fence_run", self.sink.fence_run),
             (runner_module, "is_fence", self.sink.is_fence(self.pipeline.dead_letter_table)),
             (runner_module, "run_frontier", self.sink.run_frontier),
+            (runner_module, "landed_from_log", self.sink.landed_from_log),
+            (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
             (runner_module, "table_exists", self.sink.table_exists(self.pipeline.dead_letter_table)),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
