@@ -209,7 +209,7 @@ def remove_run_folder(table: TableRef, app_id: str, run_seq: int) -> None:
     run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
     try:
         if table.location.is_local:
-            shutil.rmtree(table.location.local_path / run_folder, ignore_errors=False)
+            shutil.rmtree(table.location.local_path / run_folder)
             return
         fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
         if fs.get_file_info(run_folder).type != FileType.NotFound:
