@@ -2,7 +2,9 @@
 
 The window's offsets come from ``offsets_for_times`` (first offset with timestamp >= start, first with timestamp
 >= end) through the same planner as incremental runs, over an empty state and without caps or per-cluster
-overrides. Rows are also filtered on their timestamp, because timestamps inside a partition need not be ordered.
+overrides, but for a cluster's timestamp ``starting_offsets`` (a failover's handover) later than the start: that
+cluster's window starts there, so a mirror's copies of the old cluster's records are not merged again. Rows are
+also filtered on their timestamp, because timestamps inside a partition need not be ordered.
 They are merged on (cluster, topic, partition, offset), so overlapping backfills never duplicate a record. A
 backfill never reads or moves the incremental offsets: before it writes the sink it raises the state's backfill
 frontier (``StateStore.record_backfill``: per partition, the highest stop offset a backfill covered), and the
@@ -39,6 +41,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
@@ -47,16 +50,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _without_overrides(metadata: MetadataSnapshot) -> MetadataSnapshot:
+def _window_metadata(metadata: MetadataSnapshot, start_ms: int) -> MetadataSnapshot:
+    """``metadata`` with the clusters' own offsets overrides taken out, except a timestamp ``starting_offsets``
+    later than the window's start, which stays: the window starts there on that cluster.
+
+    A cluster's timestamp ``starting_offsets`` is a handover (a stream failed over to a mirror: records before it
+    are copies of what the old cluster already delivered, with the same timestamps but other coordinates, so a
+    MERGE on coordinates would insert them again). A backfill reads no more of that cluster's history than its
+    incremental runs do. Other overrides (earliest, latest, offsets) say where a first run starts, not where the
+    cluster's own records begin, and the window's bounds replace them.
+    """
+
+    def bounded(override: ClusterMetadata) -> ClusterMetadata:
+        starting = override.starting_offsets
+        handover = starting if isinstance(starting, TimestampOffsets) and starting.timestamp_ms > start_ms else None
+        return override.model_copy(update={"starting_offsets": handover, "stopping_offsets": None})
+
     streams = {
-        sid: s.model_copy(
-            update={
-                "clusters": {
-                    cid: c.model_copy(update={"starting_offsets": None, "stopping_offsets": None})
-                    for cid, c in s.clusters.items()
-                }
-            }
-        )
+        sid: s.model_copy(update={"clusters": {cid: bounded(c) for cid, c in s.clusters.items()}})
         for sid, s in metadata.streams.items()
     }
     return metadata.model_copy(update={"streams": streams})
@@ -77,7 +88,7 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
             "drain_removed": False,
         }
     )
-    metadata = _without_overrides(context.resolve())
+    metadata = _window_metadata(context.resolve(), to_epoch_ms(start))
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))

@@ -60,6 +60,8 @@ from dynamic_kafka.run_guard import RunDeadline as _Deadline
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.fence import fence_run, is_fence
+from dynamic_kafka.sink.incremental import landed_from_log
+from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -379,7 +381,17 @@ class PipelineRunner:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
         if in_sink:
-            summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
+            landed = landed_from_log(
+                self.pipeline.sink_table, self.pipeline.dead_letter_table, self.pipeline.id, plan.run_seq
+            )
+            summary = RunSummary(
+                **base_summary(plan, 0),
+                status="committed",
+                recovered_run_seq=plan.run_seq,
+                records=landed.records,
+                dead_letters=landed.dead_letters,
+                sink_version=landed.sink_version,
+            )
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             self._commit_consumer_group(plan, self.context.connections(plan))
             return plan.run_seq
@@ -460,6 +472,7 @@ class PipelineRunner:
 
         if fence_run(self.pipeline.sink_table, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":
             raise self._complete_error(plan.run_seq)
+        remove_run_folder(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)  # a killed staged write's files
         crash_point("after_fence")
         dead_letters = self.pipeline.dead_letter_table
         # A dead-letter table that is not there yet is created by its fence only if the run could have written
@@ -468,10 +481,11 @@ class PipelineRunner:
             bool(plan.config_pins) and plan.config_pins != config_pins(self.pipeline)
         )
         landed: dict[TopicPartition, int] = {}
-        if (may_have or table_exists(dead_letters)) and fence_run(
-            dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason
-        ) == "landed":
-            landed = run_frontier(dead_letters, plan.run_seq)
+        if may_have or table_exists(dead_letters):
+            if fence_run(dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason) == "landed":
+                landed = run_frontier(dead_letters, plan.run_seq)
+            else:
+                remove_run_folder(dead_letters, self.pipeline.id, plan.run_seq)
         return self.store.abandon_run(plan.run_seq, reason=reason, expected_version=version, landed=landed)
 
     def _complete_error(self, run_seq: int) -> StateError:

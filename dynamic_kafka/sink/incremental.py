@@ -9,7 +9,7 @@ Invariants:
   delta-spark's ``txnAppId``/``txnVersion`` write options.
 - Where a run's ranges overlap what a backfill covered (``overlaps``, from the state's backfill frontier), the
   run's rows are left-anti-joined with the sink's (and dead-letter table's) rows in those ranges only, inside the
-  same job and the sink's own write transaction (so Delta also checks that read against a concurrent MERGE).
+  same job and each table's own write transaction (so Delta also checks that read against a concurrent MERGE).
   Without overlaps the append is blind: no sink read at all.
 - The dead-letter table is written first, the sink last (both with the same txn), so "the sink holds txn
   ``run_seq``" means the whole run's data is in (:func:`~dynamic_kafka.sink.tables.committed_txn_version`,
@@ -62,7 +62,6 @@ from dynamic_kafka.sink.tables import (
     sink_rows,
     spark_failures,
     table_exists,
-    txn_commit_version,
 )
 from dynamic_kafka.spark.decode import can_fail, decode
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
@@ -295,6 +294,11 @@ def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
     cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
+        if target.overlaps:
+            # As the sink's rows below: deduped again inside the dead-letter append's own transaction, so a
+            # backfill MERGE (an orphaned one outlives its lease) landing after the first anti-join is either
+            # seen or fails the append on Delta's conflict check, never appended over.
+            bad = _without_present(bad, [target.dead_letter_path], target.overlaps)
         # Confirmed before the sink is written: the sink holding the run means the whole run is in.
         dead_letters = _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
         crash_point("after_dead_letter")
@@ -442,12 +446,28 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
         target.app_id,
         target.run_seq,
     )
+    return landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
+
+
+def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq: int) -> WriteResult:
+    """What run ``run_seq`` landed, as the tables' logs say (``already_committed``): the records of its commits to
+    the sink and the dead-letter table, and their versions. Bytes and per-topic counts are not in the log; a
+    commit without file statistics counts 0.
+
+    For a run found complete in the sink (its recovery, or another writer of the run that committed first): its
+    summary reports the records the run landed, not the nothing this process wrote.
+    """
+    sink_commit = run_commit(sink, app_id, run_seq)
+    dead_commit = run_commit(dead_letters, app_id, run_seq) if table_exists(dead_letters) else None
+    sink_records = sink_commit.added_records if sink_commit is not None else 0
+    dead = dead_commit.added_records if dead_commit is not None else 0
     return WriteResult(
-        records=0,
+        records=sink_records + dead,
         bytes=0,
-        sink_records=0,
-        dead_letters=0,
-        sink_version=txn_commit_version(target.sink_path, target.app_id, target.run_seq),
+        sink_records=sink_records,
+        dead_letters=dead,
+        sink_version=sink_commit.version if sink_commit is not None else None,
+        dead_letter_version=dead_commit.version if dead_commit is not None else None,
         already_committed=True,
     )
 

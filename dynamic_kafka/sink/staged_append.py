@@ -11,8 +11,8 @@ commit gives the same guarantees:
   recorded a transaction of the same app id (another writer landed this run, or a later one, meanwhile);
 - the log entry is written with put-if-absent (a hard link locally, a conditional put on S3), so the files and the
   txn become visible together or not at all. Files of a run that died before its commit are in no version: no
-  reader sees them; the attempt that commits the run removes them (``VACUUM`` would, after the retention
-  period, except hidden ones and ``_temporary`` task folders);
+  reader sees them; the attempt that commits the run removes them, and so does the run's abandon (``VACUUM``
+  would, after the retention period, except hidden ones and ``_temporary`` task folders);
 - the commit adds exactly the output of the attempt's own Spark job: each attempt writes into a folder of its
   own with the file committer's algorithm 1 (a task attempt's files reach the folder only when the job commits
   it), and a folder holding anything else is refused;
@@ -192,6 +192,32 @@ def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
         logger.warning(
             "leftovers of earlier writes under %s/%s not removed: %s", table, run_folder, mask_secrets(str(e))
         )
+
+
+def remove_run_folder(table: TableRef, app_id: str, run_seq: int) -> None:
+    """Removes the staging folder of run ``run_seq`` (every attempt's files) once the run was fenced in ``table``.
+
+    Only for a fenced run (abandoned: its transaction holds no rows): no version references its files, and none
+    can from then on (the fence's txn makes every later commit of the run fail). A write of the run still running
+    elsewhere may add files afterwards; they are in no version, and VACUUM removes the visible ones. A failure is
+    logged, never raised: the abandon stands.
+    """
+    from deltalake.exceptions import DeltaError
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileType, PyFileSystem
+
+    run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
+    try:
+        if table.location.is_local:
+            shutil.rmtree(table.location.local_path / run_folder)
+            return
+        fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+        if fs.get_file_info(run_folder).type != FileType.NotFound:
+            fs.delete_dir(run_folder)
+    except FileNotFoundError:
+        return
+    except (DeltaError, OSError) as e:
+        logger.warning("staged files of abandoned run %d not removed from %s: %s", run_seq, table, mask_secrets(str(e)))
 
 
 def _winner(table: TableRef, read_version: int, app_id: str) -> str:

@@ -222,3 +222,26 @@ def _late_rows(harness: PipelineHarness, spark: Any, plan: Plan) -> Any:
 
 def _rows(topic: str, delivered: list[Record]) -> list[tuple[str, str, int, int, bytes | None]]:
     return [("east", topic, r.partition or 0, r.offset or 0, r.value) for r in delivered]
+
+
+def test_abandoning_a_run_killed_after_staging_removes_its_staged_files(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged write killed after its files were written (not committed) leaves them in the sink's folder, where
+    no version references them; VACUUM would not reach the hidden ones. Abandoning the run fences it, so none of its
+    files can be committed any more, and removes them."""
+    harness, topic, servers = _bytes_pipeline(kafka_clusters, spark, tmp_path)
+    rows = _rows(topic, produce(servers, topic, [Record(value=f"a{i}".encode()) for i in range(4)]))
+    assert harness.runner().run().run_seq == 1
+    rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
+    _crash_at(harness, monkeypatch, "dynamic_kafka.sink.staged_append", "after_staging")
+    staged = harness.sink_path / "dk-run-2-p"
+    assert list(staged.glob("*/part-*.parquet")), "the killed write staged no file"
+
+    harness.runner().abandon(2, "its cluster is gone for good")
+
+    assert not staged.exists()
+    assert committed_txn_version(harness.sink_path, "p") == 2  # the fence
+    summary = harness.runner().run()
+    assert (summary.run_seq, summary.status, summary.records) == (3, "committed", 5)
+    assert harness.sink_rows() == sorted(rows)

@@ -233,3 +233,39 @@ def test_a_stray_file_in_a_staging_folder_never_lands_and_the_next_run_removes_t
     hidden = [p for p in harness.sink_path.glob("dk-run-*/**/*") if p.name.startswith((".", "_"))]
     assert hidden == []
     assert_nothing_left(harness)
+
+
+class _KilledError(Exception):
+    """The run's process "dies" at a crash point."""
+
+
+def test_a_recovery_that_finds_its_run_in_the_sink_reports_the_records_the_run_landed(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    harness = stream.harness
+    harness.configure(run_lease_seconds=LEASE_SECONDS)
+    stream.produce("first", east=4, west=2)
+    assert harness.runner().run().run_seq == 1
+    landed_rows = stream.produce("landed", east=5, west=3)
+
+    def killed(name: str) -> None:
+        if name == "after_sink":
+            raise _KilledError(name)
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dynamic_kafka.runner.crash_point", killed)
+        with pytest.raises(_KilledError):
+            harness.runner().run()  # run 2 is in the sink, its offsets are not committed
+    _lease_expires()
+
+    summary = harness.runner().run()
+
+    assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
+    (recovered,) = [r for r in harness.runner().store.run_history() if r.run_seq == 2]
+    assert recovered.summary_json is not None
+    reported = json.loads(recovered.summary_json)
+    assert (reported["status"], reported["records"], reported["dead_letters"]) == ("committed", len(landed_rows), 0)
+    assert reported["sink_version"] == tables.txn_commit_version(harness.sink_path, "p", 2)
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == stream.end_offsets()

@@ -255,7 +255,6 @@ def test_item5_a_run_commits_its_offsets_only_after_finding_its_sink_commit() ->
         r.run_clean()  # the append's commit is replaced; sink_version None is accepted; offsets committed
 
 
-@HOLE
 def test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -> None:
     with machine_without("item6_dead_letters_deduplicated_outside_their_append") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
@@ -284,3 +283,18 @@ def test_item10_a_topic_recreated_between_the_plan_and_the_read_is_not_committed
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         # After run 1's plan (tid-1, a[0] [0, 2)) and before its read, a is recreated and refilled with 2 records.
         r.run_with_a_topic_recreated(cid="c1", topic="a", partitions=2, count=2, at=0)
+
+
+def test_new_a_backfill_repeated_across_a_mirror_failover_does_not_land_the_mirrored_copies() -> None:
+    with machine_without("new_backfill_repeated_across_a_mirror_failover") as r:
+        r.foreign_commit(kind="OPTIMIZE", pick=0, concurrent=False)
+        r.produce_mirrored(partition=0, count=1, bad=False)  # c1/m[0]@0, copied to c2/m[0]@0 (same timestamp)
+        m = r.m
+        ts_ms = min(int(record.ts_ms) for record in m.world.records.values())
+        window = (ts_ms, ts_ms + 1)
+        m.harness.backfill(*window, None)  # lands c1/m[0]@0
+        m._after_state_change()
+        r.fail_over_to_the_mirror()  # s3 -> {c2: [m]}, c2's starting_offsets {timestamp: switch}
+        m.harness.backfill(*window, None)  # the same window, now over c2: its copy of @0 is merged as a new row
+        m._after_state_change()
+        m.no_record_twice()

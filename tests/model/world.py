@@ -98,13 +98,10 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Counts the runner invocations of every harness (all share one state table in some replays): see Harness.patched.
 _INVOCATIONS = itertools.count(1)
 
-# Open holes, each named after the item of the issue that fixes it (issue 11's are all fixed, of issue 24's only
-# item 6 is open). A name gates the model's rules or oracle so the suite passes until its fix lands (see
-# tests/model/HOLES.md); the fix removes the name, and the model then drives the hole's scenario and checks the fixed
-# behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset(
-    {"item6_dead_letters_deduplicated_outside_their_append", "new_backfill_repeated_across_a_mirror_failover"}
-)
+# Open holes, each named after the item of the issue that fixes it (issue 11's and issue 24's are all fixed). A
+# name gates the model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix
+# removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
+KNOWN_HOLES: frozenset[str] = frozenset()
 
 
 def new_day() -> int:
@@ -467,6 +464,14 @@ def undecodable(r: Record, pipeline: PipelineConfig) -> bool:
     return pipeline.value_format == "json" and (r.bad or (r.lax and pipeline.json_strict))
 
 
+def _in_ranges(r: Record, ranges: Sequence[Split]) -> bool:
+    return any(
+        (s.cluster_id, s.topic, s.partition) == (r.cluster_id, r.topic, r.partition)
+        and s.start_offset <= r.offset < s.stop_offset
+        for s in ranges
+    )
+
+
 class SinkModel:
     """The sink and dead-letter tables: rows (with their ``_run_seq``; None for a backfill's) plus Delta's per-app
     txn version, and the other writers of the two tables."""
@@ -544,19 +549,30 @@ class SinkModel:
         version: int,
         what: str,
         before_commit: Callable[[], None] | None = None,
+        unless_present: Sequence[Split] = (),
     ) -> bool:
         """One Spark job appending to a table, as ``incremental._append``: the run's check before the commit, the
         append, then the run finds its commit in the log (a replaced one raises ``CommitOverwrittenError``); whether
         the commit found is this write's. A kill of the client while it runs (the crash point before it) leaves it
-        running on the server: an orphan that may still commit."""
+        running on the server: an orphan that may still commit. ``unless_present``: rows whose coordinates the
+        table holds in these ranges are left out, read in the append's own transaction (``_without_present``: a
+        commit landing between that read and the append fails Delta's conflict check, so read and append are one
+        step here)."""
+
+        def append() -> bool:
+            table = self.dead if dead else self.rows
+            present = {coordinates(r) for r in table if _in_ranges(r, unless_present)}
+            kept = [r for r in rows if coordinates(r) not in present]
+            return self._append(dead, kept, app_id, version, what)
+
         try:
             self.crasher.point(point)
         except Crash:
-            self.orphans.append(Orphan(version, what, lambda: self._append(dead, rows, app_id, version, what)))
+            self.orphans.append(Orphan(version, what, append))
             raise
         if before_commit is not None:
             before_commit()
-        ours = self._append(dead, rows, app_id, version, what)
+        ours = append()
         txns = self.dead_txn if dead else self.txn
         if txns.get(app_id) != version:
             raise CommitOverwrittenError(
@@ -613,6 +629,15 @@ class SinkModel:
                 frontier[key] = max(frontier.get(key, 0), r.offset + 1)
         return frontier
 
+    def landed_from_log(self, sink: object, dead_letters: object, app_id: str, run_seq: int) -> WriteResult:
+        """``incremental.landed_from_log``: the rows run ``run_seq`` landed in the two tables."""
+        del sink, dead_letters, app_id
+        sink_records = sum(1 for seq in self.row_seqs if seq == run_seq)
+        dead = sum(1 for seq in self.dead_seqs if seq == run_seq)
+        return WriteResult(
+            records=sink_records + dead, bytes=0, sink_records=sink_records, dead_letters=dead, already_committed=True
+        )
+
     def _already_committed(self, app_id: str, run_seq: int) -> WriteResult:
         """``incremental._already_committed``: a fence is refused."""
         if (self.txn.get(app_id) == run_seq) and (False, app_id, run_seq) in self.fences:
@@ -643,15 +668,7 @@ class SinkModel:
         read_at = self.sink_commits
         if overlaps:
             present = {coordinates(r) for r in [*self.rows, *self.dead]}
-
-            def in_overlaps(r: Record) -> bool:
-                return any(
-                    (s.cluster_id, s.topic, s.partition) == (r.cluster_id, r.topic, r.partition)
-                    and s.start_offset <= r.offset < s.stop_offset
-                    for s in overlaps
-                )
-
-            rows = [r for r in rows if not (in_overlaps(r) and coordinates(r) in present)]
+            rows = [r for r in rows if not (_in_ranges(r, overlaps) and coordinates(r) in present)]
         bad = [r for r in rows if undecodable(r, pipeline)]
         good = [r for r in rows if not undecodable(r, pipeline)]
         if bad and pipeline.on_decode_error == "fail":
@@ -664,7 +681,9 @@ class SinkModel:
                 reason="simulated: value is not valid JSON",
             )
         if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
-            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit)
+            # Deduplicated again inside their own append (``incremental._write_both``): a backfill's MERGE may
+            # have landed them since the anti-join above.
+            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit, overlaps)
             self.crasher.point("between_dead_letters_and_sink")
         if overlaps and self.sink_commits != read_at:
             # The anti-join read the sink inside the append's transaction: Delta's conflict check fails it.
@@ -943,6 +962,8 @@ class Harness:
             (runner_module, "fence_run", self.sink.fence_run),
             (runner_module, "is_fence", self.sink.is_fence(self.pipeline.dead_letter_table)),
             (runner_module, "run_frontier", self.sink.run_frontier),
+            (runner_module, "landed_from_log", self.sink.landed_from_log),
+            (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
             (runner_module, "table_exists", self.sink.table_exists(self.pipeline.dead_letter_table)),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
             (runner_module, "crash_point", self.crasher.point),
