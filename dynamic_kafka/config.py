@@ -275,6 +275,16 @@ class ValueFormatConfig(_Config):
 DEFAULT_GROUP_PREFIX = "dynamic-kafka."
 
 
+def checked_regex(value: str | None) -> str | None:
+    """``value`` when it is None or a valid regular expression; else a ValueError naming it (for validators)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ValueError(f"invalid regular expression {value!r}: {e}") from e
+    return value
+
+
 class PipelineConfig(_Config):
     """One pipeline: which streams, from where, into which table, with which policies."""
 
@@ -373,12 +383,7 @@ class PipelineConfig(_Config):
     @field_validator("stream_pattern")
     @classmethod
     def _valid_regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"invalid regular expression {value!r}: {e}") from e
-        return value
+        return checked_regex(value)
 
     @model_validator(mode="after")
     def _one_subscription(self) -> PipelineConfig:

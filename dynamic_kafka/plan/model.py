@@ -94,6 +94,7 @@ FindingKind = Literal[
     "removed_unread",
     "cluster_skipped",
     "topic_missing",
+    "partition_missing",
     "offset_clamped",
     "capped",
     "empty_metadata",
@@ -123,6 +124,7 @@ class Finding(BaseModel):
             "removed_unread",
             "cluster_skipped",
             "topic_missing",
+            "partition_missing",
             "offset_clamped",
             "empty_metadata",
         }

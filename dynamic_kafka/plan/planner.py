@@ -169,6 +169,15 @@ class _PlanBuilder:
         by_topic: dict[tuple[str, str], list[PartitionState]] = {}
         for key, committed in self.state.partitions.items():
             by_topic.setdefault((key.cluster_id, key.topic), []).append(committed)
+        for cluster_id, error in sorted(self.metadata.unresolved.items()):
+            # Its pattern's topics are unknown this run: keep (cover) every partition a pattern of it matches.
+            self._unreachable(cluster_id, error)
+            patterns = self.metadata.patterns(cluster_id)
+            self.covered.update(
+                key
+                for key in self.state.partitions
+                if key.cluster_id == cluster_id and any(p.fullmatch(key.topic) for p in patterns)
+            )
         for (cluster_id, topic), stream_ids in topics.items():
             known = by_topic.get((cluster_id, topic), [])
             cluster = self.brokers.clusters.get(cluster_id)
@@ -277,7 +286,7 @@ class _PlanBuilder:
                 cluster_id=cluster_id,
                 topic=topic,
             )
-        for partition, offsets in sorted(snapshot.partitions.items()):
+        for partition, offsets in sorted(self._chosen_partitions(cluster_id, topic, snapshot).items()):
             key = TopicPartition(cluster_id=cluster_id, topic=topic, partition=partition)
             self.covered.add(key)
             committed = by_partition.get(partition)
@@ -314,6 +323,24 @@ class _PlanBuilder:
                     bootstrap_servers=bootstrap,
                 )
             )
+
+    def _chosen_partitions(self, cluster_id: str, topic: str, snapshot: TopicSnapshot) -> dict[int, PartitionOffsets]:
+        """The topic's partitions the metadata's partition set selects (all without a set). A partition left out of
+        the set is not covered, so its state row is marked removed with its offset kept, as a removed topic's is.
+        """
+        chosen = self.metadata.partition_set(cluster_id, topic)
+        if chosen is None:
+            return snapshot.partitions
+        missing = sorted(chosen.difference(snapshot.partitions))
+        if missing:
+            self.note(
+                "partition_missing",
+                f"partition(s) {', '.join(map(str, missing))} of topic {topic!r} on cluster {cluster_id!r} are in "
+                f"the metadata's partition set but do not exist; not read",
+                cluster_id=cluster_id,
+                topic=topic,
+            )
+        return {p: offsets for p, offsets in snapshot.partitions.items() if p in chosen}
 
     def _resume(self, key: TopicPartition, committed: PartitionState, offsets: PartitionOffsets) -> int | None:
         start = committed.next_offset
