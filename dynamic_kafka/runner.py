@@ -52,7 +52,7 @@ from dynamic_kafka.errors import (
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
-from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
+from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, first_run_pipeline, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
@@ -129,9 +129,10 @@ class PipelineRunner:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
         state = state or self.store.load()
         metadata = self.context.resolve()
-        brokers = self.context.broker_snapshot(metadata, state)
+        pipeline = first_run_pipeline(self.pipeline, state)
+        brokers = self.context.broker_snapshot(metadata, state, pipeline=pipeline)
         plan = plan_run(
-            pipeline=self.pipeline,
+            pipeline=pipeline,
             metadata=metadata,
             state=state,
             brokers=brokers,
@@ -189,6 +190,8 @@ class PipelineRunner:
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
         self._deadline.check()
+        if self.pipeline.bootstrap is not None and state.last_run is None:
+            plan = self._with_archive(plan)  # the first run lands the archive, whether Kafka has records or not
         if plan.is_empty:
             summary = RunSummary(
                 **base_summary(plan, lag),
@@ -227,6 +230,12 @@ class PipelineRunner:
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
+
+    def _with_archive(self, plan: Plan) -> Plan:
+        """``plan`` with the bootstrap archive it lands, checked and pinned (before the plan is written)."""
+        from dynamic_kafka.spark.archive import plan_archive
+
+        return plan.model_copy(update={"bootstrap": plan_archive(self.context.spark(), self.pipeline)})
 
     def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
         """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
@@ -270,6 +279,10 @@ class PipelineRunner:
                 isolation_level=self.pipeline.isolation_level,
                 min_partitions=self.pipeline.min_partitions,
             )
+            if plan.bootstrap is not None:
+                from dynamic_kafka.spark.archive import archive_rows
+
+                frame = frame.unionByName(archive_rows(spark, plan.bootstrap))
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write

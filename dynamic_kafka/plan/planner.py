@@ -42,6 +42,7 @@ from dynamic_kafka.offsets import (
     LatestOffsets,
     SpecificOffsets,
     TimestampOffsets,
+    to_epoch_ms,
 )
 from dynamic_kafka.plan.model import Finding, LostRange, Plan, Split, TopicPartition
 
@@ -83,8 +84,8 @@ def plan_run(
     builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
     builder.plan_subscribed()
     builder.plan_removed()
-    if builder.losses or builder.truncations:
-        raise DataLossError(builder.losses, truncated=builder.truncations)
+    if builder.losses or builder.truncations or builder.bootstrap_gaps:
+        raise DataLossError(builder.losses, truncated=builder.truncations, bootstrap_gaps=builder.bootstrap_gaps)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
     removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
     return Plan(
@@ -98,6 +99,17 @@ def plan_run(
         config_pins=config_pins(pipeline, {s.stream_id for s in splits if s.stop_offset > s.start_offset}),
         planned_at=now,
     )
+
+
+def first_run_pipeline(pipeline: PipelineConfig, state: StateSnapshot) -> PipelineConfig:
+    """The pipeline as its next run plans it: on the first run of a pipeline with a bootstrap archive, every
+    partition without state starts at the first offset at or after the archive's ``until`` (the archive holds what
+    is older); else the pipeline itself.
+    """
+    if pipeline.bootstrap is None or state.last_run is not None:
+        return pipeline
+    until = TimestampOffsets(timestamp_ms=to_epoch_ms(pipeline.bootstrap.until))
+    return pipeline.model_copy(update={"starting_offsets": until})
 
 
 def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[str, str]:
@@ -154,6 +166,9 @@ class _PlanBuilder:
         self.covered: set[TopicPartition] = set()
         self.removals: list[tuple[TopicPartition, int | None]] = []
         self.truncations: list[LostRange] = []
+        self.bootstrap_gaps: list[LostRange] = []
+        # The first run of a pipeline with a bootstrap archive: Kafka starts at the archive's `until`.
+        self.bootstrapping = pipeline.bootstrap is not None and state.last_run is None
         # Streams the state has partition rows of (active or removed): a topic new to one of them is discovered.
         self.state_streams: set[str] = {sid for p in state.partitions.values() for sid in p.stream_ids}
 
@@ -394,7 +409,7 @@ class _PlanBuilder:
 
     def _initial_start(
         self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets
-    ) -> int:
+    ) -> int | None:
         wanted: int | None
         if isinstance(starting, EarliestOffsets):
             return offsets.earliest
@@ -402,6 +417,8 @@ class _PlanBuilder:
             return offsets.latest
         if isinstance(starting, TimestampOffsets):
             found = snapshot.start_lookups.get(key.partition)
+            if self.bootstrapping and found is not None and found == offsets.earliest > 0:
+                return self._bootstrap_gap(key, offsets)
             return offsets.latest if found is None else self._clamp(key, found, offsets, "timestamp")
         if isinstance(starting, CommittedOffsets):
             wanted = snapshot.start_lookups.get(key.partition)
@@ -413,6 +430,23 @@ class _PlanBuilder:
         if wanted is None:
             return self._fallback(key, starting.fallback, offsets, "specific offsets")
         return self._clamp(key, wanted, offsets, "specific offsets")
+
+    def _bootstrap_gap(self, key: TopicPartition, offsets: PartitionOffsets) -> int | None:
+        """The bootstrap's ``until`` is at or before the partition's earliest retained record, and records before
+        it were deleted: those may be newer than ``until``, in neither the archive nor Kafka. A data-loss policy
+        decision, as a committed offset below earliest is.
+        """
+        lost = LostRange(**key.model_dump(), from_offset=0, to_offset=offsets.earliest)
+        if self.pipeline.on_data_loss == "fail":
+            self.bootstrap_gaps.append(lost)
+            return None
+        self.note(
+            "data_loss",
+            f"{key}: the bootstrap's until is older than the earliest retained record (offset {offsets.earliest}); "
+            f"records deleted below it may be newer than until and are in neither source; starting at earliest",
+            **lost.model_dump(),
+        )
+        return offsets.earliest
 
     def _fallback(self, key: TopicPartition, strategy: str, offsets: PartitionOffsets, what: str) -> int:
         if strategy == "earliest":
