@@ -13,6 +13,7 @@ from dynamic_kafka.errors import ConfigError, DataLossError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
+from dynamic_kafka.plan.model import ArchiveRead
 from dynamic_kafka.plan.planner import first_run_pipeline, plan_run
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
@@ -22,6 +23,7 @@ from dynamic_kafka.plan.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
+from dynamic_kafka.plan.summary import RunSummary, base_summary
 from dynamic_kafka.spark.archive import map_columns
 
 if TYPE_CHECKING:
@@ -151,3 +153,26 @@ class TestFirstRunPlan:
         """Earliest 0: Kafka still holds everything, whatever the timestamps."""
         plan = first_plan(pipeline(), snapshot(0, 10, 0))
         assert [(s.start_offset, s.stop_offset) for s in plan.splits] == [(0, 10)]
+
+
+class TestDagsterMetadata:
+    def test_a_bootstrap_run_shows_its_source_and_row_count_and_other_runs_do_not(self) -> None:
+        from pipelines.metadata import summary_metadata
+
+        read = ArchiveRead(
+            location="s3a://lake/orders",
+            format="parquet",
+            until=UNTIL,
+            columns={"value": "value", "timestamp": "timestamp"},
+            cluster="archive",
+            stream="orders",
+            files=("s3a://lake/orders/a.parquet",),
+            rows=120,
+        )
+        plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
+        summary = RunSummary(**base_summary(plan, 0), status="committed", records=126)
+        shown = summary_metadata(summary, now=NOW)
+        assert shown["bootstrap_source"].value == "parquet s3a://lake/orders"
+        assert shown["bootstrap_records"].value == 120
+        later = RunSummary(**base_summary(plan.model_copy(update={"bootstrap": None}), 0), status="committed")
+        assert "bootstrap_source" not in summary_metadata(later, now=NOW)
