@@ -246,10 +246,22 @@ class BootstrapConfig(_Config):
     stream: str | None = Field(
         None, description="The `stream` of archive rows without their own; default the pipeline's only stream."
     )
+    max_files_per_run: int | None = Field(
+        None,
+        ge=1,
+        description="Parquet and JSON: land the archive over several runs, this many files each (the first run "
+        "also starts Kafka at `until`). Default: the whole archive in the first run.",
+    )
 
     _parse = field_validator("path", mode="before")(_location)
     _iso_8601 = field_validator("until", mode="before")(classmethod(lambda cls, v: _iso_8601_text(v)))
     _utc = field_validator("until", mode="after")(classmethod(lambda cls, v: _as_utc(v)))
+
+    @model_validator(mode="after")
+    def _files_to_split(self) -> BootstrapConfig:
+        if self.format == "delta" and self.max_files_per_run is not None:
+            raise ValueError("max_files_per_run splits Parquet and JSON archives by file; a Delta archive lands whole")
+        return self
 
     @field_validator("columns")
     @classmethod

@@ -52,7 +52,13 @@ from dynamic_kafka.errors import (
 from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
-from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, first_run_pipeline, plan_run
+from dynamic_kafka.plan.planner import (
+    FORMAT_PIN_PREFIX,
+    bootstrap_due,
+    config_pins,
+    first_run_pipeline,
+    plan_run,
+)
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
@@ -190,8 +196,7 @@ class PipelineRunner:
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
         self._deadline.check()
-        if self.pipeline.bootstrap is not None and state.last_run is None:
-            plan = self._with_archive(plan)  # the first run lands the archive, whether Kafka has records or not
+        plan = self._with_archive(plan, state)  # a bootstrap run lands its archive whether Kafka has records or not
         if plan.is_empty:
             summary = RunSummary(
                 **base_summary(plan, lag),
@@ -231,11 +236,21 @@ class PipelineRunner:
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
 
-    def _with_archive(self, plan: Plan) -> Plan:
-        """``plan`` with the bootstrap archive it lands, checked and pinned (before the plan is written)."""
-        from dynamic_kafka.spark.archive import plan_archive
+    def _with_archive(self, plan: Plan, state: StateSnapshot) -> Plan:
+        """``plan`` with the part of the bootstrap archive it lands, checked and pinned (before the plan is
+        written): the first run's part, or the next part of an archive landed over several runs; else ``plan``.
+        """
+        from dynamic_kafka.spark.archive import counted, next_archive_part, plan_archive
 
-        return plan.model_copy(update={"bootstrap": plan_archive(self.context.spark(), self.pipeline)})
+        if bootstrap_due(self.pipeline, state):
+            read = plan_archive(self.context.spark(), self.pipeline)
+        else:
+            bootstrap = self.pipeline.bootstrap
+            part = next_archive_part(state, bootstrap.max_files_per_run if bootstrap else None)
+            if part is None:
+                return plan
+            read = counted(self.context.spark(), part)
+        return plan.model_copy(update={"bootstrap": read})
 
     def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
         """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""

@@ -179,6 +179,9 @@ class ArchiveRead(BaseModel):
     cluster: str = Field(description="The `cluster` of rows without their own.")
     stream: str = Field(description="The `stream` of rows without their own.")
     files: tuple[str, ...] = Field((), description="The files read (parquet, json), as listed when planned.")
+    remaining: tuple[str, ...] = Field(
+        (), description="The archive's files left for the next runs (``max_files_per_run``), in order."
+    )
     delta_version: int | None = Field(None, description="The Delta table version read (delta).")
     rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
 

@@ -101,12 +101,20 @@ def plan_run(
     )
 
 
+def bootstrap_due(pipeline: PipelineConfig, state: StateSnapshot) -> bool:
+    """Whether the next run is the pipeline's bootstrap: it has an archive and nothing landed yet (no run, or only
+    an abandoned one that committed no position).
+    """
+    last = state.last_run
+    return pipeline.bootstrap is not None and (last is None or (last.status == "abandoned" and not state.partitions))
+
+
 def first_run_pipeline(pipeline: PipelineConfig, state: StateSnapshot) -> PipelineConfig:
     """The pipeline as its next run plans it: on the first run of a pipeline with a bootstrap archive, every
     partition without state starts at the first offset at or after the archive's ``until`` (the archive holds what
     is older); else the pipeline itself.
     """
-    if pipeline.bootstrap is None or state.last_run is not None:
+    if pipeline.bootstrap is None or not bootstrap_due(pipeline, state):
         return pipeline
     until = TimestampOffsets(timestamp_ms=to_epoch_ms(pipeline.bootstrap.until))
     return pipeline.model_copy(update={"starting_offsets": until})
@@ -168,7 +176,7 @@ class _PlanBuilder:
         self.truncations: list[LostRange] = []
         self.bootstrap_gaps: list[LostRange] = []
         # The first run of a pipeline with a bootstrap archive: Kafka starts at the archive's `until`.
-        self.bootstrapping = pipeline.bootstrap is not None and state.last_run is None
+        self.bootstrapping = bootstrap_due(pipeline, state)
         # Streams the state has partition rows of (active or removed): a topic new to one of them is discovered.
         self.state_streams: set[str] = {sid for p in state.partitions.values() for sid in p.stream_ids}
 

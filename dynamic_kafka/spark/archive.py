@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.plan.snapshots import StateSnapshot
 
 _INTS = {"tinyint", "smallint", "int"}
 ACCEPTED_TYPES: dict[str, set[str]] = {
@@ -91,8 +92,6 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
         ConfigError: the archive cannot be read or its columns do not map (:func:`map_columns`).
         SparkJobError: the count failed (retriable).
     """
-    from dynamic_kafka.sink.tables import spark_failures
-
     bootstrap = pipeline.bootstrap
     assert bootstrap is not None
     location = bootstrap.path.spark_uri
@@ -113,6 +112,7 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
         version = int(history[0]["version"])
     else:
         files = tuple(sorted(frame.inputFiles()))
+    cut = bootstrap.max_files_per_run or len(files)
     read = ArchiveRead(
         location=location,
         format=bootstrap.format,
@@ -120,13 +120,36 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
         columns=columns,
         cluster=bootstrap.cluster,
         stream=pipeline.bootstrap_stream,
-        files=files,
+        files=files[:cut],
+        remaining=files[cut:],
         delta_version=version,
         rows=0,
     )
-    with spark_failures(f"counting the bootstrap archive {location!r} of pipeline {pipeline.id!r}"):
-        rows = archive_rows(spark, read).count()
-    return read.model_copy(update={"rows": rows})
+    return counted(spark, read)
+
+
+def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
+    """``read`` with the number of rows it lands (one count job over its files)."""
+    from dynamic_kafka.sink.tables import spark_failures
+
+    with spark_failures(f"counting the bootstrap archive {read.location!r}"):
+        return read.model_copy(update={"rows": archive_rows(spark, read).count()})
+
+
+def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:
+    """The next part of an archive landed over several runs: the files the last run left (or, when it was
+    abandoned, the files it did not land either), ``max_files`` of them; None when nothing is left. Follows the
+    chain of plans, so it needs no state of its own: every part's plan names the files still to come.
+    """
+    last = state.last_run
+    if last is None or last.plan.bootstrap is None:
+        return None
+    previous = last.plan.bootstrap
+    pending = previous.remaining if last.status == "committed" else previous.files + previous.remaining
+    if not pending:
+        return None
+    cut = max_files or len(pending)
+    return previous.model_copy(update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0})
 
 
 def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:

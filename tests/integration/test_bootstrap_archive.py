@@ -113,7 +113,7 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
     assert landed(h) == sorted([*archive_rows, *kafka_rows, (b"k6", "east", "orders", topic, False)])
 
 
-def test_first_run_summary_names_the_archive_and_unmappable_columns_are_refused_before_anything_is_written(
+def test_unmappable_columns_are_refused_before_anything_is_written_and_an_archive_lands_over_bounded_runs(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
     east = kafka_clusters["east"].bootstrap_servers
@@ -132,7 +132,13 @@ def test_first_run_summary_names_the_archive_and_unmappable_columns_are_refused_
     assert not h.sink_path.exists()
     assert h.runner().store.load().last_run is None
 
-    h.configure(bootstrap={**bootstrap, "columns": {"value": "payload", "timestamp": "event_time"}, "ignore": ["note"]})
-    summary = h.runner().run()
-    assert (summary.bootstrap_records, summary.records) == (4, 4)
-    assert summary.bootstrap_source == f"parquet {tmp_path / 'archive'}"
+    mapped = {"columns": {"value": "payload", "timestamp": "event_time"}, "ignore": ["note"]}
+    h.configure(bootstrap={**bootstrap, **mapped, "max_files_per_run": 1})
+    first = h.runner().run()
+    assert (first.bootstrap_records, first.records) == (2, 2)  # the first file: a0, a1
+    assert first.bootstrap_source == f"parquet {tmp_path / 'archive'}"
+    second = h.runner().run()
+    assert (second.bootstrap_records, second.records) == (2, 2)  # the second: a2, a3 (a4 is not before until)
+    third = h.runner().run()
+    assert (third.status, third.bootstrap_source) == ("empty", None)
+    assert landed(h) == [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]

@@ -14,7 +14,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.model import ArchiveRead
-from dynamic_kafka.plan.planner import first_run_pipeline, plan_run
+from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
 from dynamic_kafka.plan.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
@@ -24,7 +24,8 @@ from dynamic_kafka.plan.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.plan.summary import RunSummary, base_summary
-from dynamic_kafka.spark.archive import map_columns
+from dynamic_kafka.spark.archive import map_columns, next_archive_part
+from dynamic_kafka.state.rows import apply_plan
 
 if TYPE_CHECKING:
     from dynamic_kafka.plan.model import Plan
@@ -176,3 +177,54 @@ class TestDagsterMetadata:
         assert shown["bootstrap_records"].value == 120
         later = RunSummary(**base_summary(plan.model_copy(update={"bootstrap": None}), 0), status="committed")
         assert "bootstrap_source" not in summary_metadata(later, now=NOW)
+
+
+class TestArchiveOverSeveralRuns:
+    def part(self, files: tuple[str, ...], remaining: tuple[str, ...]) -> ArchiveRead:
+        return ArchiveRead(
+            location="/a",
+            format="parquet",
+            until=UNTIL,
+            columns={"value": "value", "timestamp": "timestamp"},
+            cluster="archive",
+            stream="orders",
+            files=files,
+            remaining=remaining,
+            rows=3,
+        )
+
+    def state_after(self, read: ArchiveRead | None, status: str, *, landed: bool = True) -> StateSnapshot:
+        plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
+        record = RunRecord.model_validate(
+            {"pipeline_id": "p", "run_seq": 1, "status": status, "plan": plan, "planned_at": NOW}
+        )
+        partitions = {row.key: row for row in apply_plan(plan, {}, NOW)} if landed else {}
+        return StateSnapshot(pipeline_id="p", last_run=record, partitions=partitions)
+
+    def test_each_run_takes_the_next_files_the_last_one_left(self) -> None:
+        after_first = self.state_after(self.part(("f1",), ("f2", "f3", "f4")), "committed")
+        second = next_archive_part(after_first, 2)
+        assert second is not None
+        assert (second.files, second.remaining, second.columns) == (
+            ("f2", "f3"),
+            ("f4",),
+            {"value": "value", "timestamp": "timestamp"},
+        )
+        assert next_archive_part(self.state_after(self.part(("f4",), ()), "committed"), 2) is None
+        assert next_archive_part(self.state_after(None, "committed"), 2) is None
+
+    def test_an_abandoned_part_is_planned_again(self) -> None:
+        abandoned = self.state_after(self.part(("f2",), ("f3",)), "abandoned")
+        again = next_archive_part(abandoned, 1)
+        assert again is not None
+        assert (again.files, again.remaining) == (("f2",), ("f3",))
+
+    def test_the_bootstrap_is_due_until_something_landed(self) -> None:
+        p = pipeline(max_files_per_run=1)
+        assert bootstrap_due(p, StateSnapshot(pipeline_id="p"))
+        assert bootstrap_due(p, self.state_after(self.part(("f1",), ()), "abandoned", landed=False))
+        assert not bootstrap_due(p, self.state_after(self.part(("f1",), ()), "committed"))
+
+    def test_a_delta_archive_is_not_split(self) -> None:
+        with pytest.raises(ValidationError, match="a Delta archive lands whole"):
+            pipeline(format="delta", max_files_per_run=2)
