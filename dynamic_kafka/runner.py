@@ -350,7 +350,12 @@ class PipelineRunner:
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
         from dynamic_kafka.spark.registry_decode import prepare_decoding
 
-        return prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
+        prepared = prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
+        if plan.bootstrap is None:
+            return prepared
+        from dynamic_kafka.spark.archive import with_archive_decoding
+
+        return with_archive_decoding(prepared, self.pipeline, plan.bootstrap)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.

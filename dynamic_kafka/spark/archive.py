@@ -13,8 +13,10 @@ where they hold the same records.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.plan.model import ArchiveRead
 from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, STREAM
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.plan.snapshots import StateSnapshot
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 _INTS = {"tinyint", "smallint", "int"}
 ACCEPTED_TYPES: dict[str, set[str]] = {
@@ -175,3 +178,22 @@ def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
             value = sf.coalesce(value, sf.lit(defaults[name]))
         columns.append(value.alias(name))
     return frame.select(*columns)
+
+
+def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, read: ArchiveRead) -> PreparedDecoding:
+    """``prepared`` able to decode the archive's values too: they land in the ``value`` column, decoded with the
+    archive stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value`` at all).
+
+    Raises:
+        ConfigError: the archive's stream decodes from a registry or a schema file (not supported in archives), or
+            its format differs from the Kafka streams' that land in ``value``.
+    """
+    fmt = pipeline.value_format_of(read.stream)
+    if fmt.value_format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {read.stream!r} is decoded as "
+            f"{fmt.value_format}, which archive values cannot use here (bytes, string or json, the same as the "
+            "Kafka values landing in `value`). Nothing was written.",
+            hint="Give the stream a bytes, string or json value_format, or set bootstrap.stream to such a stream.",
+        )
+    return dataclasses.replace(prepared, legacy=fmt)

@@ -24,7 +24,8 @@ from dynamic_kafka.plan.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.plan.summary import RunSummary, base_summary
-from dynamic_kafka.spark.archive import map_columns, next_archive_part
+from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
+from dynamic_kafka.spark.registry_decode import PreparedDecoding
 from dynamic_kafka.state.rows import apply_plan
 
 if TYPE_CHECKING:
@@ -228,3 +229,37 @@ class TestArchiveOverSeveralRuns:
     def test_a_delta_archive_is_not_split(self) -> None:
         with pytest.raises(ValidationError, match="a Delta archive lands whole"):
             pipeline(format="delta", max_files_per_run=2)
+
+
+class TestArchiveDecoding:
+    def read(self, stream: str = "orders") -> ArchiveRead:
+        return ArchiveRead(
+            location="/a",
+            format="json",
+            until=UNTIL,
+            columns={"value": "value", "timestamp": "timestamp"},
+            cluster="archive",
+            stream=stream,
+            rows=1,
+        )
+
+    def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
+        """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
+        p = pipeline().model_copy(update={"value_format": "string"})
+        prepared = with_archive_decoding(PreparedDecoding(), p, self.read())
+        assert prepared.legacy is not None
+        assert prepared.legacy.value_format == "string"
+
+    def test_a_registry_stream_cannot_be_bootstrapped(self) -> None:
+        p = PipelineConfig.model_validate(
+            {
+                "id": "p",
+                "streams": ["orders"],
+                "sink": {"path": "/tmp/s"},
+                "value_format": "avro",
+                "schema_registry": {"url": "http://127.0.0.1:1"},
+                "bootstrap": {"path": "/tmp/a", "format": "json", "until": "2026-01-01T00:00:00Z"},
+            }
+        )
+        with pytest.raises(ConfigError, match="is decoded as avro"):
+            with_archive_decoding(PreparedDecoding(), p, self.read())
