@@ -100,6 +100,20 @@ class TestColumnMapping:
         }
 
 
+def archive_read(**overrides: Any) -> ArchiveRead:
+    """A planned archive part, as plan_archive pins it."""
+    defaults = {
+        "location": "/a",
+        "format": "parquet",
+        "until": UNTIL,
+        "columns": {"value": "value", "timestamp": "timestamp"},
+        "cluster": "archive",
+        "stream": "orders",
+        "rows": 3,
+    }
+    return ArchiveRead.model_validate({**defaults, **overrides})
+
+
 def snapshot(earliest: int, latest: int, found: int | None) -> BrokerSnapshot:
     topic = TopicSnapshot(
         topic="orders",
@@ -161,16 +175,7 @@ class TestDagsterMetadata:
     def test_a_bootstrap_run_shows_its_source_and_row_count_and_other_runs_do_not(self) -> None:
         from pipelines.metadata import summary_metadata
 
-        read = ArchiveRead(
-            location="s3a://lake/orders",
-            format="parquet",
-            until=UNTIL,
-            columns={"value": "value", "timestamp": "timestamp"},
-            cluster="archive",
-            stream="orders",
-            files=("s3a://lake/orders/a.parquet",),
-            rows=120,
-        )
+        read = archive_read(location="s3a://lake/orders", files=("s3a://lake/orders/a.parquet",), rows=120)
         plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
         summary = RunSummary(**base_summary(plan, 0), status="committed", records=126)
         shown = summary_metadata(summary, now=NOW)
@@ -182,17 +187,7 @@ class TestDagsterMetadata:
 
 class TestArchiveOverSeveralRuns:
     def part(self, files: tuple[str, ...], remaining: tuple[str, ...]) -> ArchiveRead:
-        return ArchiveRead(
-            location="/a",
-            format="parquet",
-            until=UNTIL,
-            columns={"value": "value", "timestamp": "timestamp"},
-            cluster="archive",
-            stream="orders",
-            files=files,
-            remaining=remaining,
-            rows=3,
-        )
+        return archive_read(files=files, remaining=remaining)
 
     def state_after(self, read: ArchiveRead | None, status: str, *, landed: bool = True) -> StateSnapshot:
         plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
@@ -232,16 +227,8 @@ class TestArchiveOverSeveralRuns:
 
 
 class TestArchiveDecoding:
-    def read(self, stream: str = "orders") -> ArchiveRead:
-        return ArchiveRead(
-            location="/a",
-            format="json",
-            until=UNTIL,
-            columns={"value": "value", "timestamp": "timestamp"},
-            cluster="archive",
-            stream=stream,
-            rows=1,
-        )
+    def read(self) -> ArchiveRead:
+        return archive_read(format="json")
 
     def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
         """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
