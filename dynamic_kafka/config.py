@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
 from dynamic_kafka.validation_text import plain_message, suggest_key
 
@@ -198,24 +199,79 @@ class BackfillConfig(_Config):
     )
     granularity: Literal["hourly", "daily"] = "hourly"
 
-    @field_validator("start", mode="before")
-    @classmethod
-    def _iso_8601(cls, value: object) -> object:
-        # Only ISO-8601 text (or a datetime from a program): pydantic alone would also take a number as epoch
-        # seconds, which nobody writing `start: 2026` means.
-        if isinstance(value, datetime):
-            return value
-        if not isinstance(value, str):
-            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'")
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'") from None
+    _iso_8601 = field_validator("start", mode="before")(classmethod(lambda cls, v: _iso_8601_text(v)))
+    _utc = field_validator("start", mode="after")(classmethod(lambda cls, v: _as_utc(v)))
 
-    @field_validator("start", mode="after")
+
+def _iso_8601_text(value: object) -> object:
+    # Only ISO-8601 text (or a datetime from a program): pydantic alone would also take a number as epoch
+    # seconds, which nobody writing `start: 2026` means.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'")
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO-8601 timestamp; write it like '2026-01-01T00:00:00Z'") from None
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class BootstrapConfig(_Config):
+    """An archive of the stream's history (Parquet or JSON files, or a Delta table) that the pipeline's first run
+    lands before Kafka takes over: the archive's rows with a timestamp before ``until``, and every Kafka partition
+    from the first offset at or after ``until``.
+    """
+
+    path: TableLocation = Field(description="The archive: a folder of files or a Delta table (path or s3:// URI).")
+    format: Literal["parquet", "json", "delta"] = Field(description="How the archive is stored.")
+    until: datetime = Field(
+        description="The switch point, ISO-8601: archive rows before it land, Kafka is read from it (inclusive)."
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Sink column -> archive column, for archive columns named differently from the sink's (key, "
+        "value, topic, partition, offset, timestamp, timestampType, headers, cluster, stream). Columns of the "
+        "same name map by themselves. `timestamp` and `value` must be mapped.",
+    )
+    ignore: tuple[str, ...] = Field(
+        (),
+        description="Archive columns that are not landed (else an unmapped column "
+        "is refused: nothing is dropped silently).",
+    )
+    cluster: str = Field("archive", min_length=1, description="The `cluster` of archive rows without their own.")
+    stream: str | None = Field(
+        None, description="The `stream` of archive rows without their own; default the pipeline's only stream."
+    )
+    max_files_per_run: int | None = Field(
+        None,
+        ge=1,
+        description="Parquet and JSON: land the archive over several runs, this many files each (the first run "
+        "also starts Kafka at `until`). Default: the whole archive in the first run.",
+    )
+
+    _parse = field_validator("path", mode="before")(_location)
+    _iso_8601 = field_validator("until", mode="before")(classmethod(lambda cls, v: _iso_8601_text(v)))
+    _utc = field_validator("until", mode="after")(classmethod(lambda cls, v: _as_utc(v)))
+
+    @model_validator(mode="after")
+    def _files_to_split(self) -> BootstrapConfig:
+        if self.format == "delta" and self.max_files_per_run is not None:
+            raise ValueError("max_files_per_run splits Parquet and JSON archives by file; a Delta archive lands whole")
+        return self
+
+    @field_validator("columns")
     @classmethod
-    def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    def _known_sink_columns(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(OUTPUT_COLUMNS))
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)} is not a sink column; map archive columns to: {', '.join(OUTPUT_COLUMNS)}"
+            )
+        return value
 
 
 class RetryConfig(_Config):
@@ -273,6 +329,16 @@ class ValueFormatConfig(_Config):
 
 
 DEFAULT_GROUP_PREFIX = "dynamic-kafka."
+
+
+def checked_regex(value: str | None) -> str | None:
+    """``value`` when it is None or a valid regular expression; else a ValueError naming it (for validators)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ValueError(f"invalid regular expression {value!r}: {e}") from e
+    return value
 
 
 class PipelineConfig(_Config):
@@ -339,6 +405,9 @@ class PipelineConfig(_Config):
         "runs nothing until someone turns it on. The catch-up sensor always starts running.",
     )
     backfill: BackfillConfig | None = None
+    bootstrap: BootstrapConfig | None = Field(
+        None, description="An archive the first run lands before reading Kafka from its `until` (docs/bootstrap.md)."
+    )
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     max_dead_letters: int = Field(
         0, ge=0, description="The dead-letter check warns when the last run sent more records than this there."
@@ -373,12 +442,22 @@ class PipelineConfig(_Config):
     @field_validator("stream_pattern")
     @classmethod
     def _valid_regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as e:
-                raise ValueError(f"invalid regular expression {value!r}: {e}") from e
-        return value
+        return checked_regex(value)
+
+    @model_validator(mode="after")
+    def _bootstrap_stream(self) -> PipelineConfig:
+        if self.bootstrap is not None and self.bootstrap.stream is None and len(self.streams or ()) != 1:
+            raise ValueError(
+                "bootstrap.stream is required unless the pipeline reads exactly one stream (`streams: [one]`): "
+                "it names the `stream` of archive rows that have none"
+            )
+        return self
+
+    @property
+    def bootstrap_stream(self) -> str:
+        """The ``stream`` of archive rows without their own (the bootstrap's, else the pipeline's only stream)."""
+        assert self.bootstrap is not None
+        return self.bootstrap.stream or (self.streams or ("",))[0]
 
     @model_validator(mode="after")
     def _one_subscription(self) -> PipelineConfig:
@@ -450,9 +529,11 @@ class ProjectConfig(_Config):
         """
         buckets: dict[str, StorageConfig | None] = {}
         for p in self.pipelines:
-            for table in p.tables().values():
-                if table.location.is_s3 and table.location.bucket is not None:
-                    buckets[table.location.bucket] = p.storage
+            locations = [table.location for table in p.tables().values()]
+            locations += [p.bootstrap.path] if p.bootstrap else []
+            for location in locations:
+                if location.is_s3 and location.bucket is not None:
+                    buckets[location.bucket] = p.storage
         return buckets
 
     def pipeline(self, pipeline_id: str) -> PipelineConfig:
@@ -661,6 +742,8 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
                     p["sink"] = {k: (rebase(v) if k.endswith("path") else v) for k, v in p["sink"].items()}
                 if "state_path" in p:
                     p["state_path"] = rebase(p["state_path"])
+                if isinstance(p.get("bootstrap"), dict) and "path" in p["bootstrap"]:
+                    p["bootstrap"] = {**p["bootstrap"], "path": rebase(p["bootstrap"]["path"])}
                 if "value_schema_file" in p:
                     p["value_schema_file"] = rebase(p["value_schema_file"])
                 if isinstance(p.get("formats"), dict):

@@ -31,6 +31,7 @@ from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, ru
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.identity import PipelineClientProperties, with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.metadata.patterns import expand_patterns
 from dynamic_kafka.metadata.references import ReferenceGuard
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
@@ -145,7 +146,8 @@ class PipelineContext:
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""
         source = str(self.project.source) if self.project.source else None
-        return resolve_metadata(self.service, self.pipeline, source=source)
+        resolved = resolve_metadata(self.service, self.pipeline, source=source)
+        return expand_patterns(resolved, list_topic_names, skip_unreachable=self.pipeline.skip_unreachable_clusters)
 
     def broker_snapshot(
         self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None

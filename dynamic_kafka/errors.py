@@ -159,10 +159,23 @@ class DataLossError(PlanningError):
             new records are (or will be) given again.
     """
 
-    def __init__(self, losses: Sequence[LostRange], *, truncated: Sequence[LostRange] = ()) -> None:
+    def __init__(
+        self,
+        losses: Sequence[LostRange],
+        *,
+        truncated: Sequence[LostRange] = (),
+        bootstrap_gaps: Sequence[LostRange] = (),
+    ) -> None:
         self.losses: tuple[LostRange, ...] = tuple(losses)
         self.truncated: tuple[LostRange, ...] = tuple(truncated)
+        self.bootstrap_gaps: tuple[LostRange, ...] = tuple(bootstrap_gaps)
         parts = []
+        if self.bootstrap_gaps:
+            described = "; ".join(str(gap) for gap in self.bootstrap_gaps)
+            parts.append(
+                "the bootstrap's `until` is older than the earliest record Kafka still holds, and records before it "
+                f"were deleted (they may be newer than `until`, so in neither the archive nor Kafka): {described}"
+            )
         if self.losses:
             described = "; ".join(str(lost) for lost in self.losses)
             parts.append(f"records below the committed offsets were deleted before they were read: {described}")

@@ -53,7 +53,13 @@ from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.model.summary import GroupCommit, RunSummary, TopicStats, base_summary
-from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
+from dynamic_kafka.plan.planner import (
+    FORMAT_PIN_PREFIX,
+    bootstrap_due,
+    config_pins,
+    first_run_pipeline,
+    plan_run,
+)
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import RunDeadline as _Deadline
@@ -131,9 +137,10 @@ class PipelineRunner:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
         state = state or self.store.load()
         metadata = self.context.resolve()
-        brokers = self.context.broker_snapshot(metadata, state)
+        pipeline = first_run_pipeline(self.pipeline, state)
+        brokers = self.context.broker_snapshot(metadata, state, pipeline=pipeline)
         plan = plan_run(
-            pipeline=self.pipeline,
+            pipeline=pipeline,
             metadata=metadata,
             state=state,
             brokers=brokers,
@@ -191,6 +198,7 @@ class PipelineRunner:
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
         self._deadline.check()
+        plan = self._with_archive(plan, state)  # a bootstrap run lands its archive whether Kafka has records or not
         if plan.is_empty:
             summary = RunSummary(
                 **base_summary(plan, lag),
@@ -229,6 +237,22 @@ class PipelineRunner:
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
+
+    def _with_archive(self, plan: Plan, state: StateSnapshot) -> Plan:
+        """``plan`` with the part of the bootstrap archive it lands, checked and pinned (before the plan is
+        written): the first run's part, or the next part of an archive landed over several runs; else ``plan``.
+        """
+        from dynamic_kafka.spark.archive import counted, next_archive_part, plan_archive
+
+        if bootstrap_due(self.pipeline, state):
+            read = plan_archive(self.context.spark(), self.pipeline)
+        else:
+            bootstrap = self.pipeline.bootstrap
+            part = next_archive_part(state, bootstrap.max_files_per_run if bootstrap else None)
+            if part is None:
+                return plan
+            read = counted(self.context.spark(), part)
+        return plan.model_copy(update={"bootstrap": read})
 
     def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
         """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
@@ -272,6 +296,10 @@ class PipelineRunner:
                 isolation_level=self.pipeline.isolation_level,
                 min_partitions=self.pipeline.min_partitions,
             )
+            if plan.bootstrap is not None:
+                from dynamic_kafka.spark.archive import archive_rows
+
+                frame = frame.unionByName(archive_rows(spark, plan.bootstrap))
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
@@ -324,7 +352,12 @@ class PipelineRunner:
     def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
         from dynamic_kafka.spark.registry_decode import prepare_decoding
 
-        return prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
+        prepared = prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
+        if plan.bootstrap is None:
+            return prepared
+        from dynamic_kafka.spark.archive import with_archive_decoding
+
+        return with_archive_decoding(prepared, self.pipeline, plan.bootstrap)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.

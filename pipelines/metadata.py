@@ -97,6 +97,9 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         metadata["event_time_lag_seconds"] = MetadataValue.float(
             round((now - _aware(summary.max_event_time)).total_seconds(), 3)
         )
+    if summary.bootstrap_source is not None:
+        metadata["bootstrap_source"] = MetadataValue.text(summary.bootstrap_source)
+        metadata["bootstrap_records"] = MetadataValue.int(summary.bootstrap_records or 0)
     if summary.sink_version is not None:
         metadata["sink_version"] = MetadataValue.int(summary.sink_version)
     if summary.recovered_run_seq is not None:

@@ -48,7 +48,7 @@ class PipelineHarness:
         self.metadata_path = folder / "metadata.yaml"
         self.config_path = folder / "dynamic_kafka.yaml"
         self.pipeline: dict[str, Any] = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, **pipeline}
-        self.streams: dict[str, dict[str, list[str]]] = {}
+        self.streams: dict[str, dict[str, list[str] | Mapping[str, Any]]] = {}
         self._write_config()
         self.set_streams({})
 
@@ -69,8 +69,10 @@ class PipelineHarness:
         self.clusters[name] = entry
         self.set_streams(self.streams)
 
-    def set_streams(self, streams: Mapping[str, Mapping[str, list[str]]]) -> None:
-        """Rewrites the metadata file's streams (``{stream: {cluster: [topics]}}``): a metadata change."""
+    def set_streams(self, streams: Mapping[str, Mapping[str, list[str] | Mapping[str, Any]]]) -> None:
+        """Rewrites the metadata file's streams (``{stream: {cluster: [topics] or {pattern:, topics:}}}``): a
+        metadata change.
+        """
         self.streams = {s: dict(placements) for s, placements in streams.items()}
         document = {"clusters": self.clusters, "streams": self.streams}
         self.metadata_path.write_text(yaml.safe_dump(document, sort_keys=False))

@@ -15,6 +15,12 @@ Shape::
       orders:
         east: [orders]
         west: [orders-v2]
+      audit:
+        east: {pattern: "audit-.*"}             # every topic whose whole name matches, found at each run
+        west: {topics: {audit: [0, 1, 2]}}      # only these partitions of `audit`
+
+A placement is a list of topics, or a mapping with ``pattern`` and/or ``topics`` (a list of topics, or topics to
+partition sets; ``null`` for a topic means all its partitions).
 
 Editing the file is how an operator migrates a stream: the next call sees the change.
 """
@@ -23,11 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from dynamic_kafka.config import StringProperties, describe_validation_error, load_yaml
+from dynamic_kafka.config import StringProperties, checked_regex, describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
@@ -54,21 +69,74 @@ class ClusterEntry(BaseModel):
         return masked_repr_args(super().__repr_args__())
 
 
+class Placement(BaseModel):
+    """A stream's topics on one cluster, in the mapping form: a topic pattern and/or topics with partition sets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pattern: str | None = Field(
+        None, min_length=1, description="A regex that whole topic names match (Python `re.fullmatch`)."
+    )
+    topics: list[str] | dict[str, list[Annotated[int, Field(ge=0)]] | None] = Field(
+        default_factory=list, description="Topics, or topics to the partitions to read (null: all)."
+    )
+
+    _pattern_compiles = field_validator("pattern")(classmethod(lambda cls, v: checked_regex(v)))
+
+    @field_validator("topics")
+    @classmethod
+    def _partition_sets_not_empty(
+        cls, value: list[str] | dict[str, list[int] | None]
+    ) -> list[str] | dict[str, list[int] | None]:
+        if isinstance(value, dict):
+            empty = sorted(t for t, parts in value.items() if parts is not None and not parts)
+            if empty:
+                raise ValueError(
+                    f"topic(s) {', '.join(empty)} list no partitions; list some, or write null to read all"
+                )
+        return value
+
+    def topic_names(self) -> list[str]:
+        """The named topics (the pattern's are found at each run)."""
+        return list(self.topics)
+
+    def partition_sets(self) -> dict[str, frozenset[int]]:
+        """The topics restricted to a partition set."""
+        if isinstance(self.topics, list):
+            return {}
+        return {t: frozenset(parts) for t, parts in self.topics.items() if parts is not None}
+
+    @property
+    def empty(self) -> bool:
+        """Whether the placement names neither a pattern nor a topic."""
+        return self.pattern is None and not self.topics
+
+
+def _placement_form(value: object) -> str:
+    return "mapping" if isinstance(value, dict | Placement) else "list"
+
+
+# Tagged by form, so a wrong placement gets the one error of the form it was written in, not one per form.
+PlacementEntry = Annotated[
+    Annotated[list[str], Tag("list")] | Annotated[Placement, Tag("mapping")], Discriminator(_placement_form)
+]
+
+
 class MetadataFile(BaseModel):
     """The whole metadata file: clusters by id, and per stream, the topics on each cluster."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
-    streams: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    streams: dict[str, dict[str, PlacementEntry]] = Field(default_factory=dict)
 
     # A field validator, not a model validator: the error then names the key `streams` and shows only that
     # section, never the start of the whole file (which can hold cluster properties).
     @field_validator("streams")
     @classmethod
     def _clusters_defined(
-        cls, streams: dict[str, dict[str, list[str]]], info: ValidationInfo
-    ) -> dict[str, dict[str, list[str]]]:
+        cls, streams: dict[str, dict[str, list[str] | Placement]], info: ValidationInfo
+    ) -> dict[str, dict[str, list[str] | Placement]]:
         clusters = info.data.get("clusters")  # absent when `clusters` itself is invalid (reported on its own)
         for stream_id, placements in streams.items():
             for cluster_id, topics in placements.items():
@@ -78,19 +146,24 @@ class MetadataFile(BaseModel):
                         f"stream {stream_id!r} uses cluster {cluster_id!r}, which is not defined under `clusters` "
                         f"(defined: {defined}); add it there or fix the name"
                     )
-                if not topics:
+                if not topics or (isinstance(topics, Placement) and topics.empty):
                     raise ValueError(f"stream {stream_id!r} lists no topics on cluster {cluster_id!r}")
         return streams
 
-    def cluster(self, cluster_id: str, topics: Collection[str] = ()) -> ClusterMetadata:
-        """Return this entry as ``ClusterMetadata`` with the given topics."""
+    def cluster(self, cluster_id: str, topics: Collection[str] | Placement = ()) -> ClusterMetadata:
+        """Return this entry as ``ClusterMetadata`` with the given topics (a list, or a placement's pattern, topics
+        and partition sets).
+        """
         entry = self.clusters[cluster_id]
+        placement = topics if isinstance(topics, Placement) else Placement(topics=list(topics))
         return ClusterMetadata.model_validate(
             {
                 "cluster_id": cluster_id,
                 "bootstrap_servers": entry.bootstrap_servers,
                 "properties": entry.properties,
-                "topics": frozenset(topics),
+                "topics": frozenset(placement.topic_names()),
+                "topic_pattern": placement.pattern,
+                "partitions": placement.partition_sets(),
                 "starting_offsets": entry.starting_offsets,
                 "stopping_offsets": entry.stopping_offsets,
                 "schema_registry": entry.schema_registry,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dynamic_kafka.config import StringProperties
+from dynamic_kafka.config import StringProperties, checked_regex
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
@@ -39,6 +39,16 @@ class ClusterMetadata(BaseModel):
         default_factory=dict, description="Kafka client properties; every value a string (quote it in YAML)."
     )
     topics: frozenset[str] = Field(default_factory=frozenset, description="Topics of the stream on this cluster.")
+    topic_pattern: str | None = Field(
+        None,
+        description="A regex over the cluster's topic names (full match): every matching topic joins ``topics`` "
+        "when a run resolves the metadata (:func:`~dynamic_kafka.metadata.patterns.expand_patterns`).",
+    )
+    partitions: dict[str, frozenset[int]] = Field(
+        default_factory=dict,
+        description="Partition sets by topic: only these partitions of the topic are read. A topic not named here "
+        "is read whole.",
+    )
     starting_offsets: StartingOffsets | None = Field(
         None, description="Overrides the pipeline's starting offsets for this cluster."
     )
@@ -49,13 +59,15 @@ class ClusterMetadata(BaseModel):
         None, description="The Schema Registry of this cluster's registry-encoded topics (credentials as references)."
     )
 
+    _pattern_compiles = field_validator("topic_pattern")(classmethod(lambda cls, v: checked_regex(v)))
+
     def client_properties(self) -> dict[str, str]:
         """The properties with secret references resolved. Only for building a client; never log the result."""
         return resolve_properties(self.properties, cluster_id=self.cluster_id)
 
     def connection(self) -> ClusterMetadata:
         """This cluster without stream-specific parts (topics), for grouping clients by cluster."""
-        return self.model_copy(update={"topics": frozenset()})
+        return self.model_copy(update={"topics": frozenset(), "topic_pattern": None, "partitions": {}})
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         return masked_repr_args(super().__repr_args__())
@@ -99,6 +111,8 @@ def metadata_fingerprint(streams: Iterable[KafkaStream]) -> str:
                     "starting_offsets": c.starting_offsets.model_dump() if c.starting_offsets else None,
                     "stopping_offsets": c.stopping_offsets.model_dump() if c.stopping_offsets else None,
                     **({"schema_registry": c.schema_registry.model_dump()} if c.schema_registry else {}),
+                    **({"topic_pattern": c.topic_pattern} if c.topic_pattern is not None else {}),
+                    **({"partitions": {t: sorted(p) for t, p in sorted(c.partitions.items())}} if c.partitions else {}),
                 }
                 for cid, c in sorted(s.clusters.items())
             },

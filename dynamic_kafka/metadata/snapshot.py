@@ -6,6 +6,7 @@ only read it. That keeps the dependency one way: ``plan`` and ``kafka`` import `
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +24,10 @@ class MetadataSnapshot(BaseModel):
 
     streams: dict[str, KafkaStream] = Field(default_factory=dict, description="By stream_id.")
     fingerprint: str = ""
+    unresolved: dict[str, str] = Field(
+        default_factory=dict,
+        description="Clusters whose topic pattern could not be resolved (unreachable and skipped), with the error.",
+    )
 
     def clusters(self) -> dict[str, ClusterMetadata]:
         """Each cluster's connection (first stream in stream-id order wins if streams disagree)."""
@@ -40,6 +45,28 @@ class MetadataSnapshot(BaseModel):
                 for topic in cluster.topics:
                     found.setdefault((cid, topic), set()).add(stream_id)
         return {k: tuple(sorted(v)) for k, v in sorted(found.items())}
+
+    def partition_set(self, cluster_id: str, topic: str) -> frozenset[int] | None:
+        """The partitions of ``topic`` on ``cluster_id`` to read, or None for all of them. A topic in two streams
+        is read once, so their sets add up; a stream that names no set for it reads all partitions.
+        """
+        found: set[int] = set()
+        for stream in self.streams.values():
+            cluster = stream.clusters.get(cluster_id)
+            if cluster is None or topic not in cluster.topics:
+                continue
+            chosen = cluster.partitions.get(topic)
+            if chosen is None:
+                return None
+            found |= chosen
+        return frozenset(found)
+
+    def patterns(self, cluster_id: str) -> list[re.Pattern[str]]:
+        """The topic patterns the subscribed streams set on ``cluster_id``."""
+        found = {
+            c.topic_pattern for s in self.streams.values() if (c := s.clusters.get(cluster_id)) and c.topic_pattern
+        }
+        return [re.compile(pattern) for pattern in sorted(found)]
 
     def cluster_overrides(self, cluster_id: str) -> ClusterMetadata | None:
         """The metadata of ``cluster_id`` carrying per-cluster initializer overrides, if any stream sets them."""

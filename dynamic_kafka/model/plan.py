@@ -94,6 +94,7 @@ FindingKind = Literal[
     "removed_unread",
     "cluster_skipped",
     "topic_missing",
+    "partition_missing",
     "offset_clamped",
     "capped",
     "empty_metadata",
@@ -123,6 +124,7 @@ class Finding(BaseModel):
             "removed_unread",
             "cluster_skipped",
             "topic_missing",
+            "partition_missing",
             "offset_clamped",
             "empty_metadata",
         }
@@ -165,6 +167,25 @@ class DecodePin(BaseModel):
     schema_file_sha256: str | None = Field(None, description="The value_schema_file's contents, hashed.")
 
 
+class ArchiveRead(BaseModel):
+    """The archive a bootstrap run lands, pinned when it is planned: a recovery reads exactly these rows again."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    location: str = Field(description="The archive as Spark reads it (local path or s3a:// URI).")
+    format: Literal["parquet", "json", "delta"]
+    until: datetime = Field(description="Rows with a timestamp before it land (and rows without a timestamp).")
+    columns: dict[str, str] = Field(description="Sink column -> archive column, every mapping resolved.")
+    cluster: str = Field(description="The `cluster` of rows without their own.")
+    stream: str = Field(description="The `stream` of rows without their own.")
+    files: tuple[str, ...] = Field((), description="The files read (parquet, json), as listed when planned.")
+    remaining: tuple[str, ...] = Field(
+        (), description="The archive's files left for the next runs (``max_files_per_run``), in order."
+    )
+    delta_version: int | None = Field(None, description="The Delta table version read (delta).")
+    rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
+
+
 class Plan(BaseModel):
     """Everything one run will do. Written to the state before any read, so a crashed run is finished exactly."""
 
@@ -191,6 +212,9 @@ class Plan(BaseModel):
         "prepared (before the plan is written): a recovery decodes with exactly these. Empty when the plan has no "
         "such source, and in plans written before decode inputs were pinned (those recover with the latest).",
     )
+    bootstrap: ArchiveRead | None = Field(
+        None, description="The archive this run lands with its Kafka records (the pipeline's first run only)."
+    )
     planned_at: datetime
 
     @property
@@ -201,7 +225,7 @@ class Plan(BaseModel):
     @property
     def is_empty(self) -> bool:
         """Tell whether the plan reads nothing."""
-        return not self.read_splits
+        return not self.read_splits and self.bootstrap is None
 
     @property
     def planned_records(self) -> int:

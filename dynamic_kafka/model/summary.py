@@ -81,6 +81,10 @@ class RunSummary(BaseModel):
     skipped_clusters: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     metadata_fingerprint: str = ""
+    bootstrap_source: str | None = Field(
+        None, description="The archive a bootstrap run landed (format and location); None for other runs."
+    )
+    bootstrap_records: int | None = Field(None, description="The archive rows a bootstrap run landed.")
     group_commits: tuple[GroupCommit, ...] = Field(
         (), description="Per cluster, whether the consumer group got the run's offsets (empty: no group)."
     )
@@ -110,4 +114,6 @@ def base_summary(plan: Plan, lag_after: int) -> dict[str, object]:
         "skipped_clusters": plan.skipped_clusters,
         "findings": plan.findings,
         "metadata_fingerprint": plan.metadata_fingerprint,
+        "bootstrap_source": f"{plan.bootstrap.format} {plan.bootstrap.location}" if plan.bootstrap else None,
+        "bootstrap_records": plan.bootstrap.rows if plan.bootstrap else None,
     }

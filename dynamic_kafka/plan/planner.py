@@ -43,6 +43,7 @@ from dynamic_kafka.offsets import (
     LatestOffsets,
     SpecificOffsets,
     TimestampOffsets,
+    to_epoch_ms,
 )
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ def plan_run(
     builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
     builder.plan_subscribed()
     builder.plan_removed()
-    if builder.losses or builder.truncations:
-        raise DataLossError(builder.losses, truncated=builder.truncations)
+    if builder.losses or builder.truncations or builder.bootstrap_gaps:
+        raise DataLossError(builder.losses, truncated=builder.truncations, bootstrap_gaps=builder.bootstrap_gaps)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
     removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
     return Plan(
@@ -98,6 +99,25 @@ def plan_run(
         config_pins=config_pins(pipeline, {s.stream_id for s in splits if s.stop_offset > s.start_offset}),
         planned_at=now,
     )
+
+
+def bootstrap_due(pipeline: PipelineConfig, state: StateSnapshot) -> bool:
+    """Whether the next run is the pipeline's bootstrap: it has an archive and nothing landed yet (no run, or only
+    an abandoned one that committed no position).
+    """
+    last = state.last_run
+    return pipeline.bootstrap is not None and (last is None or (last.status == "abandoned" and not state.partitions))
+
+
+def first_run_pipeline(pipeline: PipelineConfig, state: StateSnapshot) -> PipelineConfig:
+    """The pipeline as its next run plans it: on the first run of a pipeline with a bootstrap archive, every
+    partition without state starts at the first offset at or after the archive's ``until`` (the archive holds what
+    is older); else the pipeline itself.
+    """
+    if pipeline.bootstrap is None or not bootstrap_due(pipeline, state):
+        return pipeline
+    until = TimestampOffsets(timestamp_ms=to_epoch_ms(pipeline.bootstrap.until))
+    return pipeline.model_copy(update={"starting_offsets": until})
 
 
 def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[str, str]:
@@ -154,6 +174,9 @@ class _PlanBuilder:
         self.covered: set[TopicPartition] = set()
         self.removals: list[tuple[TopicPartition, int | None]] = []
         self.truncations: list[LostRange] = []
+        self.bootstrap_gaps: list[LostRange] = []
+        # The first run of a pipeline with a bootstrap archive: Kafka starts at the archive's `until`.
+        self.bootstrapping = bootstrap_due(pipeline, state)
         # Streams the state has partition rows of (active or removed): a topic new to one of them is discovered.
         self.state_streams: set[str] = {sid for p in state.partitions.values() for sid in p.stream_ids}
 
@@ -169,6 +192,15 @@ class _PlanBuilder:
         by_topic: dict[tuple[str, str], list[PartitionState]] = {}
         for key, committed in self.state.partitions.items():
             by_topic.setdefault((key.cluster_id, key.topic), []).append(committed)
+        for cluster_id, error in sorted(self.metadata.unresolved.items()):
+            # Its pattern's topics are unknown this run: keep (cover) every partition a pattern of it matches.
+            self._unreachable(cluster_id, error)
+            patterns = self.metadata.patterns(cluster_id)
+            self.covered.update(
+                key
+                for key in self.state.partitions
+                if key.cluster_id == cluster_id and any(p.fullmatch(key.topic) for p in patterns)
+            )
         for (cluster_id, topic), stream_ids in topics.items():
             known = by_topic.get((cluster_id, topic), [])
             cluster = self.brokers.clusters.get(cluster_id)
@@ -277,7 +309,7 @@ class _PlanBuilder:
                 cluster_id=cluster_id,
                 topic=topic,
             )
-        for partition, offsets in sorted(snapshot.partitions.items()):
+        for partition, offsets in sorted(self._chosen_partitions(cluster_id, topic, snapshot).items()):
             key = TopicPartition(cluster_id=cluster_id, topic=topic, partition=partition)
             self.covered.add(key)
             committed = by_partition.get(partition)
@@ -314,6 +346,24 @@ class _PlanBuilder:
                     bootstrap_servers=bootstrap,
                 )
             )
+
+    def _chosen_partitions(self, cluster_id: str, topic: str, snapshot: TopicSnapshot) -> dict[int, PartitionOffsets]:
+        """The topic's partitions the metadata's partition set selects (all without a set). A partition left out of
+        the set is not covered, so its state row is marked removed with its offset kept, as a removed topic's is.
+        """
+        chosen = self.metadata.partition_set(cluster_id, topic)
+        if chosen is None:
+            return snapshot.partitions
+        missing = sorted(chosen.difference(snapshot.partitions))
+        if missing:
+            self.note(
+                "partition_missing",
+                f"partition(s) {', '.join(map(str, missing))} of topic {topic!r} on cluster {cluster_id!r} are in "
+                f"the metadata's partition set but do not exist; not read",
+                cluster_id=cluster_id,
+                topic=topic,
+            )
+        return {p: offsets for p, offsets in snapshot.partitions.items() if p in chosen}
 
     def _resume(self, key: TopicPartition, committed: PartitionState, offsets: PartitionOffsets) -> int | None:
         start = committed.next_offset
@@ -367,7 +417,7 @@ class _PlanBuilder:
 
     def _initial_start(
         self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets
-    ) -> int:
+    ) -> int | None:
         wanted: int | None
         if isinstance(starting, EarliestOffsets):
             return offsets.earliest
@@ -375,6 +425,8 @@ class _PlanBuilder:
             return offsets.latest
         if isinstance(starting, TimestampOffsets):
             found = snapshot.start_lookups.get(key.partition)
+            if self.bootstrapping and found is not None and found == offsets.earliest > 0:
+                return self._bootstrap_gap(key, offsets)
             return offsets.latest if found is None else self._clamp(key, found, offsets, "timestamp")
         if isinstance(starting, CommittedOffsets):
             wanted = snapshot.start_lookups.get(key.partition)
@@ -386,6 +438,23 @@ class _PlanBuilder:
         if wanted is None:
             return self._fallback(key, starting.fallback, offsets, "specific offsets")
         return self._clamp(key, wanted, offsets, "specific offsets")
+
+    def _bootstrap_gap(self, key: TopicPartition, offsets: PartitionOffsets) -> int | None:
+        """The bootstrap's ``until`` is at or before the partition's earliest retained record, and records before
+        it were deleted: those may be newer than ``until``, in neither the archive nor Kafka. A data-loss policy
+        decision, as a committed offset below earliest is.
+        """
+        lost = LostRange(**key.model_dump(), from_offset=0, to_offset=offsets.earliest)
+        if self.pipeline.on_data_loss == "fail":
+            self.bootstrap_gaps.append(lost)
+            return None
+        self.note(
+            "data_loss",
+            f"{key}: the bootstrap's until is older than the earliest retained record (offset {offsets.earliest}); "
+            f"records deleted below it may be newer than until and are in neither source; starting at earliest",
+            **lost.model_dump(),
+        )
+        return offsets.earliest
 
     def _fallback(self, key: TopicPartition, strategy: str, offsets: PartitionOffsets, what: str) -> int:
         if strategy == "earliest":

@@ -340,3 +340,35 @@ def test_topic_added_to_a_stream_with_state_is_read_from_earliest(
     assert {(f.cluster_id, f.topic) for f in discovered.findings if f.kind == "new_topic"} == {("west", new_topic)}
     assert any("already has state" in f.message for f in discovered.findings if f.kind == "new_topic")
     assert h.sink_rows() == sorted(rows("west", new_topic, before_discovery))
+
+
+def test_topic_pattern_picks_up_a_matching_topic_from_earliest_and_a_partition_set_restricts_reads(
+    kafka_clusters: Clusters, spark: Any, tmp_path: Path
+) -> None:
+    """Issue 27 item 2: a pattern is resolved against the broker's topic list at every run. A topic created to
+    match between runs is read from earliest (records produced before the run that finds it land); a topic that
+    does not match is never read; a partition set reads only its partitions."""
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    prefix = unique_name("pat")
+    first, later, other = f"{prefix}-eu", f"{prefix}-us", f"x{prefix}-eu"
+    split = unique_name("split")
+    create_topic(east, first, 1)
+    create_topic(east, other, 1)
+    create_topic(west, split, 3)
+    h = harness(tmp_path, kafka_clusters, spark, starting_offsets="latest")
+    h.set_streams({"orders": {"east": {"pattern": f"{prefix}-.*"}, "west": {"topics": {split: [0, 2]}}}})
+    assert h.runner().run().status == "empty"  # latest: pins the (empty) topics
+
+    landed = produce(east, first, numbered(range(3)))
+    produce(east, other, numbered(range(10, 12)))
+    in_set = produce(west, split, numbered(range(20, 26), partitions=3))
+    create_topic(east, later, 1)
+    before_discovery = produce(east, later, numbered(range(30, 33)))
+    summary = h.runner().run()
+
+    wanted = [r for r in in_set if r.partition in (0, 2)]
+    assert summary.records == 3 + 3 + len(wanted)
+    assert {(f.cluster_id, f.topic) for f in summary.findings if f.kind == "new_topic"} == {("east", later)}
+    assert h.sink_rows() == sorted(
+        rows("east", first, landed) + rows("east", later, before_discovery) + rows("west", split, wanted)
+    )

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.config import load_project_config
-from dynamic_kafka.errors import ConfigError, MetadataServiceError, UnknownStreamError
+from dynamic_kafka.errors import ClusterUnreachableError, ConfigError, MetadataServiceError, UnknownStreamError
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
-from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
+from dynamic_kafka.metadata.patterns import expand_patterns
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.metadata.subscriber import StreamIdSubscriber, StreamPatternSubscriber
 from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.secrets import resolve_properties
@@ -163,6 +165,89 @@ class TestMetadataFile:
         with pytest.raises(MetadataServiceError) as info:
             FileMetadataService(tmp_path / "gone.yaml").get_all_streams()
         assert info.value.retriable
+
+
+class TestPatternsAndPartitionSets:
+    """Issue 27 item 2: a placement may be a topic pattern and/or topics with partition sets."""
+
+    def test_pattern_and_partition_sets_parse_into_the_cluster_metadata(self, tmp_path: Path) -> None:
+        text = (
+            "clusters: {east: {bootstrap_servers: 'a:1'}, west: {bootstrap_servers: 'b:1'}}\n"
+            "streams:\n"
+            "  orders:\n"
+            "    east: {pattern: 'orders-.*'}\n"
+            "    west: {topics: {orders: [0, 2], audit: null}}\n"
+            "  plain: {east: [plain]}\n"
+        )
+        streams = FileMetadataService(write(tmp_path, "m.yaml", text)).describe_streams(["orders", "plain"])
+        east, west = streams["orders"].clusters["east"], streams["orders"].clusters["west"]
+        assert (east.topic_pattern, east.topics, east.partitions) == ("orders-.*", frozenset(), {})
+        assert west.topics == frozenset({"orders", "audit"})
+        assert west.partitions == {"orders": frozenset({0, 2})}
+        assert streams["plain"].clusters["east"].topic_pattern is None
+
+    @pytest.mark.parametrize(
+        ("placement", "expected"),
+        [
+            (
+                "{pattern: 'orders-(.*'}",
+                "streams.orders.east.mapping.pattern: invalid regular expression 'orders-(.*'",
+            ),
+            ("{topics: {orders: []}}", "topic(s) orders list no partitions; list some, or write null to read all"),
+            ("{topics: {orders: [-1]}}", "streams.orders.east.mapping.topics"),
+            ("{}", "stream 'orders' lists no topics on cluster 'east'"),
+            ("{pattern: 'o.*', partitions: [1]}", "partitions"),
+        ],
+    )
+    def test_bad_placements_name_the_key(self, tmp_path: Path, placement: str, expected: str) -> None:
+        path = write(
+            tmp_path,
+            "m.yaml",
+            f"clusters: {{east: {{bootstrap_servers: 'a:1'}}}}\nstreams: {{orders: {{east: {placement}}}}}\n",
+        )
+        with pytest.raises(ConfigError) as info:
+            FileMetadataService(path).get_all_streams()
+        assert expected in str(info.value)
+        assert "m.yaml" in str(info.value)
+
+    def test_expansion_adds_matching_topics_and_changes_the_fingerprint(self) -> None:
+        east = ClusterMetadata(
+            cluster_id="east", bootstrap_servers="a:1", topics=frozenset({"x"}), topic_pattern="orders-.*"
+        )
+        west = ClusterMetadata(cluster_id="west", bootstrap_servers="b:1", topics=frozenset({"w"}))
+        snapshot = MetadataSnapshot(
+            streams={"orders": KafkaStream(stream_id="orders", clusters={"east": east, "west": west})},
+            fingerprint=metadata_fingerprint([]),
+        )
+        listed: list[str] = []
+
+        def list_topics(cluster: ClusterMetadata) -> list[str]:
+            listed.append(cluster.cluster_id)
+            return ["orders-eu", "orders-us", "old-orders-eu", "orders"]
+
+        expanded = expand_patterns(snapshot, list_topics, skip_unreachable=False)
+        assert expanded.topics() == {
+            ("east", "orders-eu"): ("orders",),
+            ("east", "orders-us"): ("orders",),
+            ("east", "x"): ("orders",),
+            ("west", "w"): ("orders",),
+        }
+        assert listed == ["east"]  # only clusters with a pattern are listed
+        fewer = expand_patterns(snapshot, lambda c: ["orders-eu"], skip_unreachable=False)
+        assert fewer.fingerprint != expanded.fingerprint
+
+    def test_an_unreachable_patterned_cluster_fails_or_is_recorded_when_skipped(self) -> None:
+        east = ClusterMetadata(cluster_id="east", bootstrap_servers="a:1", topic_pattern="orders-.*")
+        snapshot = MetadataSnapshot(streams={"orders": KafkaStream(stream_id="orders", clusters={"east": east})})
+
+        def down(cluster: ClusterMetadata) -> list[str]:
+            raise ClusterUnreachableError("listing topics: timed out", cluster_id=cluster.cluster_id)
+
+        with pytest.raises(ClusterUnreachableError, match="timed out"):
+            expand_patterns(snapshot, down, skip_unreachable=False)
+        skipped = expand_patterns(snapshot, down, skip_unreachable=True)
+        assert list(skipped.unresolved) == ["east"]
+        assert "timed out" in skipped.unresolved["east"]
 
 
 class TestSubscribers:

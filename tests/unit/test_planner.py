@@ -614,3 +614,68 @@ class TestMetadataChanges:
         p = plan(metadata(moved), brokers(east=[topic("orders", {0: (0, 9)})]), state(("east", "orders", 0, 6)))
         assert ranges(p) == {("east", "orders", 0): (6, 9)}
         assert p.splits[0].bootstrap_servers == "new:1"
+
+
+class TestPatternsAndPartitionSets:
+    """Issue 27 item 2: partition sets restrict what is read; a pattern's cluster that cannot be listed is skipped
+    with its offsets kept."""
+
+    def test_partition_set_reads_only_its_partitions(self) -> None:
+        east = ClusterMetadata(
+            cluster_id="east",
+            bootstrap_servers="east:9092",
+            topics=frozenset({"orders"}),
+            partitions={"orders": frozenset({0, 2, 5})},
+        )
+        p = plan(placed(east), brokers(east=[topic("orders", {0: (0, 4), 1: (0, 4), 2: (1, 3)})]))
+        assert ranges(p) == {("east", "orders", 0): (0, 4), ("east", "orders", 2): (1, 3)}
+        missing = [f for f in p.findings if f.kind == "partition_missing"]
+        assert len(missing) == 1
+        assert missing[0].is_warning
+        assert "partition(s) 5 of topic 'orders' on cluster 'east'" in missing[0].message
+
+    def test_partition_left_out_of_the_set_is_removed_with_its_offset_kept_and_one_added_starts_at_earliest(
+        self,
+    ) -> None:
+        east = ClusterMetadata(
+            cluster_id="east",
+            bootstrap_servers="east:9092",
+            topics=frozenset({"orders"}),
+            partitions={"orders": frozenset({1, 2})},
+        )
+        p = plan(
+            placed(east),
+            brokers(east=[topic("orders", {0: (0, 9), 1: (0, 9), 2: (3, 9)})]),
+            state(("east", "orders", 0, 4), ("east", "orders", 1, 5)),
+            starting_offsets="latest",
+        )
+        assert ranges(p) == {("east", "orders", 1): (5, 9), ("east", "orders", 2): (3, 9)}
+        assert [str(k) for k in p.removals] == [str(TopicPartition(cluster_id="east", topic="orders", partition=0))]
+
+    def test_unlistable_pattern_cluster_is_skipped_and_its_matching_partitions_stay_active(self) -> None:
+        east = ClusterMetadata(cluster_id="east", bootstrap_servers="east:9092", topic_pattern="orders-.*")
+        meta = placed(east).model_copy(update={"unresolved": {"east": "listing topics: timed out"}})
+        st = state(("east", "orders-eu", 0, 4), ("east", "other", 0, 2))
+        with pytest.raises(ClusterUnreachableError, match="timed out"):
+            plan(meta, brokers(), st)
+        p = plan(meta, brokers(), st, skip_unreachable_clusters=True)
+        assert p.skipped_clusters == ("east",)
+        # The pattern's partition is kept as it is; a partition no pattern or topic names any more is removed.
+        assert [k.topic for k in p.removals] == ["other"]
+
+    def test_topic_created_to_match_on_a_tracked_stream_starts_at_earliest(self) -> None:
+        """Expanded metadata lists the new topic like any other: on a stream with state it is discovered."""
+        east = ClusterMetadata(
+            cluster_id="east",
+            bootstrap_servers="east:9092",
+            topics=frozenset({"orders-eu", "orders-us"}),
+            topic_pattern="orders-.*",
+        )
+        p = plan(
+            placed(east),
+            brokers(east=[topic("orders-eu", {0: (0, 6)}), topic("orders-us", {0: (2, 7)})]),
+            state(("east", "orders-eu", 0, 6)),
+            starting_offsets="latest",
+        )
+        assert ranges(p) == {("east", "orders-eu", 0): (6, 6), ("east", "orders-us", 0): (2, 7)}
+        assert "new_topic" in kinds(p)

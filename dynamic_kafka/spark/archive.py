@@ -1,0 +1,199 @@
+"""Bootstrap archives: the history of a stream in Parquet or JSON files or a Delta table, landed by a pipeline's
+first run with its Kafka records (one append, one transaction).
+
+Two steps, as for Kafka: :func:`plan_archive` looks at the archive before anything is written (its columns must
+map to the sink's, else a ConfigError; the files or the Delta version read are pinned, the rows counted) and
+:func:`archive_rows` reads exactly the pinned rows in the reader's output schema, so the run's append unions
+them with the Kafka rows and a recovery of the run reads the same rows again.
+
+The archive's rows with a timestamp before ``until`` land (and rows without a timestamp: nothing is dropped
+silently); Kafka is read from the first offset at or after ``until``, so the two meet without a gap or an overlap
+where they hold the same records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.config import VALUE_COLUMN_FORMATS
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.model.plan import ArchiveRead
+from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, STREAM
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.model.snapshots import StateSnapshot
+    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+
+_INTS = {"tinyint", "smallint", "int"}
+ACCEPTED_TYPES: dict[str, set[str]] = {
+    "key": {"binary", "string"},
+    "value": {"binary", "string"},
+    "topic": {"string"},
+    "partition": _INTS,
+    "offset": _INTS | {"bigint"},
+    "timestamp": {"timestamp", "timestamp_ntz", "date"},
+    "timestampType": _INTS,
+    "headers": {"array<struct<key:string,value:binary>>"},
+    CLUSTER: {"string"},
+    STREAM: {"string"},
+}
+"""Per sink column, the archive column types that convert to it without loss (Spark type names)."""
+
+REQUIRED = ("timestamp", "value")
+"""Sink columns every archive must map: ``timestamp`` decides which rows are older than ``until``."""
+
+
+def map_columns(pipeline: PipelineConfig, archive: Mapping[str, str]) -> dict[str, str]:
+    """Sink column -> archive column for ``pipeline``'s bootstrap over an archive with ``archive`` columns (name
+    -> Spark type name): same-named columns map by themselves, ``bootstrap.columns`` adds or overrides.
+
+    Raises:
+        ConfigError: a mapped column is absent or of a type that does not convert, ``timestamp`` or ``value`` is
+            unmapped, or an archive column maps to nothing and is not in ``bootstrap.ignore``. Every problem is
+            listed in one message.
+    """
+    bootstrap = pipeline.bootstrap
+    assert bootstrap is not None
+    mapping = {name: name for name in archive if name in OUTPUT_COLUMNS}
+    mapping.update(bootstrap.columns)
+    problems = [
+        f"`{sink}` is mapped to `{source}`, which the archive does not have"
+        for sink, source in sorted(mapping.items())
+        if source not in archive
+    ]
+    problems += [
+        f"`{sink}` needs a column of type {' or '.join(sorted(ACCEPTED_TYPES[sink]))}; `{source}` is {archive[source]}"
+        for sink, source in sorted(mapping.items())
+        if source in archive and archive[source] not in ACCEPTED_TYPES[sink]
+    ]
+    problems += [f"no archive column is mapped to `{sink}`" for sink in REQUIRED if sink not in mapping]
+    unmapped = sorted(set(archive) - set(mapping.values()) - set(bootstrap.ignore))
+    if unmapped:
+        problems.append(f"archive column(s) {', '.join(unmapped)} map to no sink column")
+    if problems:
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: the bootstrap archive {str(bootstrap.path)!r} does not map to the sink: "
+            f"{'; '.join(problems)} (archive columns: "
+            f"{', '.join(f'{n} {t}' for n, t in archive.items())}). Nothing was written.",
+            hint="Map the columns in `bootstrap.columns` (sink column: archive column), list the ones not to land "
+            "in `bootstrap.ignore`, or fix the archive.",
+        )
+    return mapping
+
+
+def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
+    """The pipeline's bootstrap archive, checked and pinned: its columns mapped, its files (or Delta version)
+    listed and the rows it lands counted. Reads the archive (schema, and one count); writes nothing.
+
+    Raises:
+        ConfigError: the archive cannot be read or its columns do not map (:func:`map_columns`).
+        SparkJobError: the count failed (retriable).
+    """
+    bootstrap = pipeline.bootstrap
+    assert bootstrap is not None
+    location = bootstrap.path.spark_uri
+    try:
+        frame = spark.read.format(bootstrap.format).load(location)
+        archive = {field.name: field.dataType.simpleString() for field in frame.schema.fields}
+    except Exception as e:  # Spark's own errors differ in-process and over Connect; all mean "cannot read"
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: the bootstrap archive {location!r} ({bootstrap.format}) cannot be read: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}. Nothing was written.",
+            hint="Fix bootstrap.path or bootstrap.format.",
+        ) from None
+    columns = map_columns(pipeline, archive)
+    files: tuple[str, ...] = ()
+    version = None
+    if bootstrap.format == "delta":
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{location}` LIMIT 1").collect()
+        version = int(history[0]["version"])
+    else:
+        files = tuple(sorted(frame.inputFiles()))
+    cut = bootstrap.max_files_per_run or len(files)
+    read = ArchiveRead(
+        location=location,
+        format=bootstrap.format,
+        until=bootstrap.until,
+        columns=columns,
+        cluster=bootstrap.cluster,
+        stream=pipeline.bootstrap_stream,
+        files=files[:cut],
+        remaining=files[cut:],
+        delta_version=version,
+        rows=0,
+    )
+    return counted(spark, read)
+
+
+def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
+    """``read`` with the number of rows it lands (one count job over its files)."""
+    from dynamic_kafka.sink.tables import spark_failures
+
+    with spark_failures(f"counting the bootstrap archive {read.location!r}"):
+        return read.model_copy(update={"rows": archive_rows(spark, read).count()})
+
+
+def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:
+    """The next part of an archive landed over several runs: the files the last run left (or, when it was
+    abandoned, the files it did not land either), ``max_files`` of them; None when nothing is left. Follows the
+    chain of plans, so it needs no state of its own: every part's plan names the files still to come.
+    """
+    last = state.last_run
+    if last is None or last.plan.bootstrap is None:
+        return None
+    previous = last.plan.bootstrap
+    pending = previous.remaining if last.status == "committed" else previous.files + previous.remaining
+    if not pending:
+        return None
+    cut = max_files or len(pending)
+    return previous.model_copy(update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0})
+
+
+def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
+    """Exactly the pinned archive rows before ``until``, in the reader's output schema (lazy)."""
+    from pyspark.sql import functions as sf
+
+    reader = spark.read.format(read.format)
+    if read.delta_version is not None:
+        frame = reader.option("versionAsOf", read.delta_version).load(read.location)
+    elif read.files:
+        frame = reader.load(list(read.files))
+    else:  # an archive folder without files: nothing to land
+        return spark.createDataFrame([], schema=", ".join(f"{n} {t}" for n, t in OUTPUT_FIELDS))
+    timestamp = sf.col(read.columns["timestamp"]).cast("timestamp")
+    until_micros = int(read.until.timestamp()) * 1_000_000 + read.until.microsecond
+    frame = frame.where(timestamp.isNull() | (sf.unix_micros(timestamp) < sf.lit(until_micros)))
+    defaults = {CLUSTER: read.cluster, STREAM: read.stream}
+    columns = []
+    for name, ddl in OUTPUT_FIELDS:
+        source = read.columns.get(name)
+        value = sf.col(source).cast(ddl) if source is not None else sf.lit(None).cast(ddl)
+        if name in defaults:
+            value = sf.coalesce(value, sf.lit(defaults[name]))
+        columns.append(value.alias(name))
+    return frame.select(*columns)
+
+
+def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, read: ArchiveRead) -> PreparedDecoding:
+    """``prepared`` able to decode the archive's values too: they land in the ``value`` column, decoded with the
+    archive stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value`` at all).
+
+    Raises:
+        ConfigError: the archive's stream decodes from a registry or a schema file (not supported in archives), or
+            its format differs from the Kafka streams' that land in ``value``.
+    """
+    fmt = pipeline.value_format_of(read.stream)
+    if fmt.value_format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {read.stream!r} is decoded as "
+            f"{fmt.value_format}, which archive values cannot use here (bytes, string or json, the same as the "
+            "Kafka values landing in `value`). Nothing was written.",
+            hint="Give the stream a bytes, string or json value_format, or set bootstrap.stream to such a stream.",
+        )
+    return dataclasses.replace(prepared, legacy=fmt)

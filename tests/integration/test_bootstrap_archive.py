@@ -1,0 +1,144 @@
+"""Bootstrap from an archive (issue 27, item 1): the first run lands an archive's rows before `until` and reads
+Kafka from the first offset at or after `until`, in one append: exactly once across a crash after the sink's
+commit, on the real broker, Spark and Delta.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.faults import acting_at
+from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.tables import open_delta_rs
+from tests.support.metadata_changes import harness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import PipelineHarness
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
+UNTIL_MS = int(UNTIL.timestamp() * 1000)
+LEASE_SECONDS = 3
+
+
+class SimulatedCrashError(Exception):
+    """Raised at a fault point: the run stops there, as a killed process would, leaving its plan planned."""
+
+
+def write_archive(folder: Path) -> None:
+    """Two Parquet files: a0..a3 before `until`, a4 at it (Kafka holds it: must not land from the archive)."""
+    folder.mkdir()
+    for part, numbers in enumerate([(0, 1), (2, 3, 4)]):
+        times = [datetime.fromtimestamp((UNTIL_MS + (n - 4) * 1000) / 1000, tz=UTC) for n in numbers]
+        table = pa.table(
+            {
+                "payload": [f"a{n}" for n in numbers],
+                "event_time": pa.array(times, type=pa.timestamp("ms", tz="UTC")),
+                "note": ["x"] * len(numbers),
+            }
+        )
+        pq.write_table(table, folder / f"part-{part}.parquet")
+
+
+def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
+    """Every sink row as (value, cluster, stream, topic, offset is null), sorted, duplicates kept."""
+    opened = open_delta_rs(h.runner().pipeline.sink_table, doing="reading the sink")
+    assert opened is not None
+    table = opened.to_pyarrow_table(columns=["value", "cluster", "stream", "topic", "offset"])
+    rows = zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
+    return sorted((bytes(v), c, s, t, o is None) for v, c, s, t, o in rows)
+
+
+def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_crash_after_the_sink_commit(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("history")
+    create_topic(east, topic, 2)
+    # k0, k1 are older than `until` (the archive holds that time): not read from Kafka; k2..k5 are.
+    produce(
+        east,
+        topic,
+        [Record(value=f"k{i}".encode(), timestamp_ms=UNTIL_MS + (i - 2) * 1000, partition=i % 2) for i in range(6)],
+    )
+    write_archive(tmp_path / "archive")
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        run_lease_seconds=LEASE_SECONDS,
+        bootstrap={
+            "path": str(tmp_path / "archive"),
+            "format": "parquet",
+            "until": UNTIL.isoformat(),
+            "columns": {"value": "payload", "timestamp": "event_time"},
+            "ignore": ["note"],
+        },
+    )
+    h.set_streams({"orders": {"east": [topic]}})
+
+    def crash() -> None:
+        raise SimulatedCrashError
+
+    with acting_at("after_sink", crash), pytest.raises(SimulatedCrashError):
+        h.runner().run()
+    state = h.runner().store.load()
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "planned")
+    assert committed_txn_version(h.sink_path, "p") == 1  # the sink holds run 1: archive and Kafka rows
+    time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
+
+    recovering = h.runner().run()
+    assert recovering.recovered_run_seq == 1
+    archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
+    kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in range(2, 6)]
+    assert landed(h) == sorted(archive_rows + kafka_rows)
+
+    produce(east, topic, [Record(value=b"k6", partition=0)])
+    later = h.runner().run()
+    assert later.records == 1
+    assert later.bootstrap_source is None  # the archive is landed by the first run only
+    assert landed(h) == sorted([*archive_rows, *kafka_rows, (b"k6", "east", "orders", topic, False)])
+
+
+def test_unmappable_columns_are_refused_before_anything_is_written_and_an_archive_lands_over_bounded_runs(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("history")
+    create_topic(east, topic, 1)
+    write_archive(tmp_path / "archive")
+    bootstrap = {"path": str(tmp_path / "archive"), "format": "parquet", "until": UNTIL.isoformat()}
+    h = harness(tmp_path, kafka_clusters, spark, bootstrap={**bootstrap, "columns": {"value": "payload"}})
+    h.set_streams({"orders": {"east": [topic]}})
+
+    with pytest.raises(ConfigError) as refused:
+        h.runner().run()
+    message = str(refused.value)
+    assert "no archive column is mapped to `timestamp`" in message
+    assert "archive column(s) event_time, note map to no sink column" in message
+    assert not h.sink_path.exists()
+    assert h.runner().store.load().last_run is None
+
+    mapped = {"columns": {"value": "payload", "timestamp": "event_time"}, "ignore": ["note"]}
+    h.configure(bootstrap={**bootstrap, **mapped, "max_files_per_run": 1})
+    first = h.runner().run()
+    assert (first.bootstrap_records, first.records) == (2, 2)  # the first file: a0, a1
+    assert first.bootstrap_source == f"parquet {tmp_path / 'archive'}"
+    second = h.runner().run()
+    assert (second.bootstrap_records, second.records) == (2, 2)  # the second: a2, a3 (a4 is not before until)
+    third = h.runner().run()
+    assert (third.status, third.bootstrap_source) == ("empty", None)
+    assert landed(h) == [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]

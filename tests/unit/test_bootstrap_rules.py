@@ -1,0 +1,252 @@
+"""Bootstrap from an archive (issue 27, item 1): config, column mapping and the first run's plan, without Spark."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pydantic import ValidationError
+
+from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.errors import ConfigError, DataLossError
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
+from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.model.plan import ArchiveRead
+from dynamic_kafka.model.snapshots import (
+    BrokerSnapshot,
+    ClusterSnapshot,
+    PartitionOffsets,
+    RunRecord,
+    StateSnapshot,
+    TopicSnapshot,
+)
+from dynamic_kafka.model.summary import RunSummary, base_summary
+from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
+from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
+from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
+from dynamic_kafka.spark.registry_decode import PreparedDecoding
+from dynamic_kafka.state.rows import apply_plan
+
+if TYPE_CHECKING:
+    from dynamic_kafka.model.plan import Plan
+
+UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
+
+
+def pipeline(**bootstrap: Any) -> PipelineConfig:
+    return PipelineConfig.model_validate(
+        {
+            "id": "p",
+            "streams": ["orders"],
+            "sink": {"path": "/tmp/s"},
+            "bootstrap": {"path": "/tmp/archive", "format": "parquet", "until": "2026-01-01T00:00:00Z", **bootstrap},
+        }
+    )
+
+
+class TestConfig:
+    def test_until_is_utc_and_stream_defaults_to_the_only_stream(self) -> None:
+        p = pipeline(until="2026-01-01T01:00:00+01:00")
+        assert p.bootstrap is not None
+        assert p.bootstrap.until == UNTIL
+        assert (p.bootstrap_stream, p.bootstrap.cluster) == ("orders", "archive")
+
+    def test_unknown_sink_column_and_missing_stream_are_refused(self) -> None:
+        with pytest.raises(ValidationError, match="payload is not a sink column"):
+            pipeline(columns={"payload": "value"})
+        with pytest.raises(ValidationError, match=r"bootstrap\.stream is required"):
+            PipelineConfig.model_validate(
+                {
+                    "id": "p",
+                    "stream_pattern": "o.*",
+                    "sink": {"path": "/tmp/s"},
+                    "bootstrap": {"path": "/tmp/a", "format": "json", "until": "2026-01-01T00:00:00Z"},
+                }
+            )
+        with pytest.raises(ValidationError, match="not an ISO-8601 timestamp"):
+            pipeline(until=1767225600)
+
+
+class TestColumnMapping:
+    def test_same_names_map_by_themselves_and_columns_add_to_them(self) -> None:
+        archive = {"payload": "string", "timestamp": "timestamp", "key": "binary", "partition": "int"}
+        assert map_columns(pipeline(columns={"value": "payload"}), archive) == {
+            "value": "payload",
+            "timestamp": "timestamp",
+            "key": "key",
+            "partition": "partition",
+        }
+
+    def test_every_problem_is_named_in_one_error_before_anything_is_written(self) -> None:
+        archive = {"payload": "struct<a:int>", "when": "string", "extra": "int"}
+        with pytest.raises(ConfigError) as refused:
+            map_columns(pipeline(columns={"value": "payload", "key": "missing"}), archive)
+        message = str(refused.value)
+        assert "`key` is mapped to `missing`, which the archive does not have" in message
+        assert "`value` needs a column of type binary or string; `payload` is struct<a:int>" in message
+        assert "no archive column is mapped to `timestamp`" in message
+        assert "archive column(s) extra, when map to no sink column" in message
+        assert "Nothing was written" in message
+        assert refused.value.hint is not None
+        assert "bootstrap.ignore" in refused.value.hint
+
+    def test_ignored_columns_are_not_refused(self) -> None:
+        archive = {"value": "string", "ts": "timestamp_ntz", "note": "string"}
+        assert map_columns(pipeline(columns={"timestamp": "ts"}, ignore=["note"]), archive) == {
+            "value": "value",
+            "timestamp": "ts",
+        }
+
+
+def archive_read(**overrides: Any) -> ArchiveRead:
+    """A planned archive part, as plan_archive pins it."""
+    defaults = {
+        "location": "/a",
+        "format": "parquet",
+        "until": UNTIL,
+        "columns": {"value": "value", "timestamp": "timestamp"},
+        "cluster": "archive",
+        "stream": "orders",
+        "rows": 3,
+    }
+    return ArchiveRead.model_validate({**defaults, **overrides})
+
+
+def snapshot(earliest: int, latest: int, found: int | None) -> BrokerSnapshot:
+    topic = TopicSnapshot(
+        topic="orders",
+        topic_id="id-1",
+        partitions={0: PartitionOffsets(earliest=earliest, latest=latest)},
+        start_lookups={0: found},
+    )
+    return BrokerSnapshot(clusters={"east": ClusterSnapshot(cluster_id="east", topics={"orders": topic})}, taken_at=NOW)
+
+
+def first_plan(p: PipelineConfig, brokers: BrokerSnapshot, state: StateSnapshot | None = None) -> Plan:
+    state = state or StateSnapshot(pipeline_id="p")
+    stream = KafkaStream(
+        stream_id="orders",
+        clusters={"east": ClusterMetadata(cluster_id="east", bootstrap_servers="e:1", topics=frozenset({"orders"}))},
+    )
+    meta = MetadataSnapshot(streams={"orders": stream}, fingerprint=metadata_fingerprint([stream]))
+    return plan_run(
+        pipeline=first_run_pipeline(p, state),
+        metadata=meta,
+        state=state,
+        brokers=brokers,
+        run_seq=state.next_run_seq,
+        now=NOW,
+    )
+
+
+class TestFirstRunPlan:
+    def test_kafka_starts_at_the_offset_for_until_on_the_first_run_only(self) -> None:
+        p = pipeline()
+        assert p.starting_offsets == EarliestOffsets()
+        first = first_run_pipeline(p, StateSnapshot(pipeline_id="p"))
+        assert first.starting_offsets == TimestampOffsets(timestamp_ms=int(UNTIL.timestamp() * 1000))
+        plan = first_plan(p, snapshot(0, 10, 4))
+        assert [(s.start_offset, s.stop_offset) for s in plan.splits] == [(4, 10)]
+        ran = StateSnapshot(
+            pipeline_id="p",
+            last_run=RunRecord(pipeline_id="p", run_seq=1, status="committed", plan=plan, planned_at=NOW),
+        )
+        assert first_run_pipeline(p, ran) is p
+
+    def test_until_older_than_the_earliest_retained_record_is_a_gap_for_the_data_loss_policy(self) -> None:
+        with pytest.raises(DataLossError) as lost:
+            first_plan(pipeline(), snapshot(5, 10, 5))
+        assert [(g.from_offset, g.to_offset) for g in lost.value.bootstrap_gaps] == [(0, 5)]
+        assert "the bootstrap's `until` is older than the earliest record Kafka still holds" in str(lost.value)
+
+        skipped = first_plan(pipeline().model_copy(update={"on_data_loss": "skip"}), snapshot(5, 10, 5))
+        assert [(s.start_offset, s.stop_offset) for s in skipped.splits] == [(5, 10)]
+        assert [f.kind for f in skipped.findings if f.is_warning] == ["data_loss"]
+
+    def test_nothing_deleted_is_no_gap(self) -> None:
+        """Earliest 0: Kafka still holds everything, whatever the timestamps."""
+        plan = first_plan(pipeline(), snapshot(0, 10, 0))
+        assert [(s.start_offset, s.stop_offset) for s in plan.splits] == [(0, 10)]
+
+
+class TestDagsterMetadata:
+    def test_a_bootstrap_run_shows_its_source_and_row_count_and_other_runs_do_not(self) -> None:
+        from pipelines.metadata import summary_metadata
+
+        read = archive_read(location="s3a://lake/orders", files=("s3a://lake/orders/a.parquet",), rows=120)
+        plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
+        summary = RunSummary(**base_summary(plan, 0), status="committed", records=126)
+        shown = summary_metadata(summary, now=NOW)
+        assert shown["bootstrap_source"].value == "parquet s3a://lake/orders"
+        assert shown["bootstrap_records"].value == 120
+        later = RunSummary(**base_summary(plan.model_copy(update={"bootstrap": None}), 0), status="committed")
+        assert "bootstrap_source" not in summary_metadata(later, now=NOW)
+
+
+class TestArchiveOverSeveralRuns:
+    def part(self, files: tuple[str, ...], remaining: tuple[str, ...]) -> ArchiveRead:
+        return archive_read(files=files, remaining=remaining)
+
+    def state_after(self, read: ArchiveRead | None, status: str, *, landed: bool = True) -> StateSnapshot:
+        plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
+        record = RunRecord.model_validate(
+            {"pipeline_id": "p", "run_seq": 1, "status": status, "plan": plan, "planned_at": NOW}
+        )
+        partitions = {row.key: row for row in apply_plan(plan, {}, NOW)} if landed else {}
+        return StateSnapshot(pipeline_id="p", last_run=record, partitions=partitions)
+
+    def test_each_run_takes_the_next_files_the_last_one_left(self) -> None:
+        after_first = self.state_after(self.part(("f1",), ("f2", "f3", "f4")), "committed")
+        second = next_archive_part(after_first, 2)
+        assert second is not None
+        assert (second.files, second.remaining, second.columns) == (
+            ("f2", "f3"),
+            ("f4",),
+            {"value": "value", "timestamp": "timestamp"},
+        )
+        assert next_archive_part(self.state_after(self.part(("f4",), ()), "committed"), 2) is None
+        assert next_archive_part(self.state_after(None, "committed"), 2) is None
+
+    def test_an_abandoned_part_is_planned_again(self) -> None:
+        abandoned = self.state_after(self.part(("f2",), ("f3",)), "abandoned")
+        again = next_archive_part(abandoned, 1)
+        assert again is not None
+        assert (again.files, again.remaining) == (("f2",), ("f3",))
+
+    def test_the_bootstrap_is_due_until_something_landed(self) -> None:
+        p = pipeline(max_files_per_run=1)
+        assert bootstrap_due(p, StateSnapshot(pipeline_id="p"))
+        assert bootstrap_due(p, self.state_after(self.part(("f1",), ()), "abandoned", landed=False))
+        assert not bootstrap_due(p, self.state_after(self.part(("f1",), ()), "committed"))
+
+    def test_a_delta_archive_is_not_split(self) -> None:
+        with pytest.raises(ValidationError, match="a Delta archive lands whole"):
+            pipeline(format="delta", max_files_per_run=2)
+
+
+class TestArchiveDecoding:
+    def read(self) -> ArchiveRead:
+        return archive_read(format="json")
+
+    def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
+        """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
+        p = pipeline().model_copy(update={"value_format": "string"})
+        prepared = with_archive_decoding(PreparedDecoding(), p, self.read())
+        assert prepared.legacy is not None
+        assert prepared.legacy.value_format == "string"
+
+    def test_a_registry_stream_cannot_be_bootstrapped(self) -> None:
+        p = PipelineConfig.model_validate(
+            {
+                "id": "p",
+                "streams": ["orders"],
+                "sink": {"path": "/tmp/s"},
+                "value_format": "avro",
+                "schema_registry": {"url": "http://127.0.0.1:1"},
+                "bootstrap": {"path": "/tmp/a", "format": "json", "until": "2026-01-01T00:00:00Z"},
+            }
+        )
+        with pytest.raises(ConfigError, match="is decoded as avro"):
+            with_archive_decoding(PreparedDecoding(), p, self.read())
