@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from dynamic_kafka.cli import backfill as cli_backfill
 from dynamic_kafka.cli import check as cli_check
+from dynamic_kafka.cli import dead_letters as cli_dead_letters
 from dynamic_kafka.cli import local_kafka as cli_local_kafka
 from dynamic_kafka.cli import local_postgres as cli_local_postgres
 from dynamic_kafka.cli import local_registry as cli_local_registry
@@ -39,6 +40,7 @@ Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_
 _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_backfill.register,
     cli_check.register,
+    cli_dead_letters.register,
     cli_local_kafka.register,
     cli_local_postgres.register,
     cli_local_registry.register,
