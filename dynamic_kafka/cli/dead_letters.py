@@ -53,7 +53,9 @@ def format_replay(report: ReplayReport) -> str:
         f"pipeline {report.pipeline_id}: {report.dead_letters} dead letter(s) {which} decoded again under the "
         f"current config:",
         f"  {verb} {r.replayed} into the sink"
-        + (f" (replay {r.replay_seq}, sink version {r.sink_version})" if report.applied else ""),
+        + (f" (replay {r.replay_seq}" if report.applied else "")
+        + (f", sink version {r.sink_version})" if report.applied and r.sink_version is not None else "")
+        + (")" if report.applied and r.sink_version is None else ""),
     ]
     if r.already_landed:
         lines.append(

@@ -95,8 +95,8 @@ def test_replay_lands_what_decodes_now_once_even_after_a_crash_in_the_middle(
     assert cli(harness, "dead-letters", "replay", "--yes") == 0
     out = capsys.readouterr().out
     assert "3 dead letter(s) in all decoded again under the current config" in out
-    assert "replayed 0 into the sink" in out
-    assert "2 in the sink already (an interrupted replay): removed, not landed twice" in out
+    assert "replayed 0 into the sink (replay 2)" in out
+    assert "2 were in the sink already (an interrupted replay): removed, not landed twice" in out
     assert "1 still do not decode: kept, with their new error" in out
     assert landed(harness) == [(0, 1), (1, 2), (2, 3)]
     assert dead_letters(harness) == [(3, VALUE_NOT_JSON)]

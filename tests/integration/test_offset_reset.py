@@ -96,23 +96,34 @@ def test_reset_moves_the_next_run_to_exactly_the_new_range(
     assert harness.runner().run().status == "empty"
     assert landed_offsets(harness) == [0, 1, 2, 3, 4]
 
+
+def test_reset_to_a_timestamp_or_an_offset_plans_the_next_run_from_there(
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    harness = PipelineHarness(tmp_path, clusters={"east": bootstrap}, starting_offsets="latest")
+    topic = unique_name("orders")
+    create_topic(bootstrap, topic)
+    harness.set_streams({"orders": {"east": [topic]}})
+    base = int(time.time() * 1000) - 60_000
+    produce(bootstrap, topic, [Record(value=f"v{i}".encode(), timestamp_ms=base + i * 1000) for i in range(5)])
+    assert harness.runner().run().status == "empty", "starting at latest: nothing read, offset 5 committed"
+
     # To a timestamp: the first offset at or after it (record 3 has base + 3 s).
     assert cli(harness, "offsets", "reset", "--to", f"timestamp:{base + 2500}", "--reason", "replay", "--yes") == 0
     capsys.readouterr()
-    assert offsets(harness) == {("east", 0): 3}
-    run = harness.runner().run()
-    assert (run.records, run.deduplicated) == (3, 2), "offsets 3..7: 3 and 4 are in the sink, 5..7 (skipped) land"
-    assert landed_offsets(harness) == list(range(8))
+    ((start, stop),) = [(s.start_offset, s.stop_offset) for s in harness.runner().plan()[0].read_splits]
+    assert (start, stop) == (3, 5)
 
-    # To an offset; one outside the broker's range is refused, naming it.
+    # To an offset; one outside the broker's range is refused, naming it, and changes nothing.
     assert cli(harness, "offsets", "reset", "--to", "offset:9", "--reason", "typo", "--yes") == 1
-    assert f"east/{topic}[0]: offset 9 is outside [0, 8]" in capsys.readouterr().err
-    assert cli(harness, "offsets", "reset", "--to", "offset:6", "--reason", "skip two", "--yes") == 0
-    assert offsets(harness) == {("east", 0): 6}
-    produce(bootstrap, topic, [Record(value=b"x")])
-    last = harness.runner().run()
-    assert (last.records, last.deduplicated) == (1, 2), "offsets 6 and 7 checked against the sink, 8 is new"
-    assert landed_offsets(harness) == list(range(9))
+    assert f"east/{topic}[0]: offset 9 is outside [0, 5]" in capsys.readouterr().err
+    assert cli(harness, "offsets", "reset", "--to", "offset:1", "--reason", "from one", "--yes") == 0
+    plan = harness.runner().plan()[0]
+    assert [(s.start_offset, s.stop_offset) for s in plan.read_splits] == [(1, 5)]
+    assert harness.runner().store.load().backfilled == {
+        TopicPartition(cluster_id="east", topic=topic, partition=0): 5
+    }, "offsets 1..4 were read before: the next run checks them against the sink"
 
 
 def test_reset_places_the_kept_offset_of_a_cluster_the_stream_no_longer_lists(
