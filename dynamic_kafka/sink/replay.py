@@ -19,10 +19,12 @@ Invariants (the caller holds the pipeline's run lock and lease, so no run or bac
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.plan.model import Split
 from dynamic_kafka.sink.commits import new_commit_id
@@ -42,7 +44,7 @@ from dynamic_kafka.spark.registry_decode import check_table_schema
 from dynamic_kafka.spark.schema import DECODE_ERROR, ERROR, MERGE_KEYS, OUTPUT_COLUMNS, RUN_SEQ
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -109,7 +111,7 @@ def replay(
     from dynamic_kafka.spark.registry_decode import prepare_decoding
 
     sink, dead_letters = pipeline.sink_table, pipeline.dead_letter_table
-    with spark_failures(f"replaying the dead letters of pipeline {pipeline.id!r} from {dead_letters}", sink):
+    with _replay_failures(), spark_failures(f"replaying the dead letters of {pipeline.id!r} from {dead_letters}", sink):
         letters = spark.read.format("delta").load(dead_letters.spark_uri)
         if run_seq is not None:
             letters = letters.where(sf.col(RUN_SEQ) == sf.lit(run_seq))
@@ -146,6 +148,22 @@ def replay(
         finally:
             counted.unpersist()
     return counts.model_copy(update={"sink_version": sink_version, "dead_letter_version": latest_version(dead_letters)})
+
+
+@contextmanager
+def _replay_failures() -> Iterator[None]:
+    """A failed Spark or Delta operation with the replay's own hint (``spark_failures`` gives a run's)."""
+    try:
+        yield
+    except SparkJobError as e:
+        if type(e) is not SparkJobError:  # a more precise error (Spark Connect down) keeps its own hint
+            raise
+        message = str(e).removesuffix(f" {e.hint}") if e.hint else str(e)
+        raise SparkJobError(
+            message,
+            hint="No dead letter was lost: one leaves the dead-letter table only once the sink holds it. Replay "
+            "again; what landed already does not land twice.",
+        ) from e
 
 
 def _ranges(frame: DataFrame) -> list[Split]:
