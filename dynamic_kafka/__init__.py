@@ -19,7 +19,10 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dynamic_kafka.cli.dead_letters import format_replay
+    from dynamic_kafka.cli.offsets import format_offsets, format_reset
     from dynamic_kafka.config import BackfillConfig, PipelineConfig, ProjectConfig, load_project_config
+    from dynamic_kafka.dead_letters import ReplayReport
     from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError
     from dynamic_kafka.metadata.file import parse_metadata_file
     from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
     from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
     from dynamic_kafka.model.summary import GroupCommit, RunSummary, TopicStats
+    from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.sink.tables import TableInfo
@@ -74,6 +78,11 @@ _EXPORTS: dict[str, str] = {
     "lag_limit_verdict": "dynamic_kafka.status",
     "dead_letter_verdict": "dynamic_kafka.status",
     "Realignment": "dynamic_kafka.realign",
+    "OffsetReset": "dynamic_kafka.offset_reset",
+    "ReplayReport": "dynamic_kafka.dead_letters",
+    "format_offsets": "dynamic_kafka.cli.offsets",
+    "format_reset": "dynamic_kafka.cli.offsets",
+    "format_replay": "dynamic_kafka.cli.dead_letters",
     "TableInfo": "dynamic_kafka.sink.tables",
     "TableLocation": "dynamic_kafka.storage",
     "DynamicKafkaError": "dynamic_kafka.errors",
@@ -94,6 +103,7 @@ __all__ = [
     "LagVerdict",
     "LostRange",
     "MetadataSnapshot",
+    "OffsetReset",
     "PartitionLag",
     "Pipeline",
     "PipelineConfig",
@@ -101,6 +111,7 @@ __all__ = [
     "Plan",
     "ProjectConfig",
     "Realignment",
+    "ReplayReport",
     "RunSummary",
     "Split",
     "TableInfo",
@@ -112,6 +123,9 @@ __all__ = [
     "__version__",
     "data_loss_verdict",
     "dead_letter_verdict",
+    "format_offsets",
+    "format_replay",
+    "format_reset",
     "lag_limit_verdict",
     "lag_verdict",
     "load_project_config",

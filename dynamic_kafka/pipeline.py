@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import load_project_config
+from dynamic_kafka.dead_letters import ReplayReport, replay_dead_letters
 from dynamic_kafka.metadata.watch import WatchCursor, WatchResult, check_metadata
+from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, reset_offsets
 from dynamic_kafka.realign import Realignment, realign
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.sink.tables import TableInfo, table_info
@@ -129,10 +131,35 @@ class Pipeline:
         return pipeline_status(self.context, history=history)
 
     def offsets(self) -> PipelineStatus:
-        """The committed offsets against the brokers' earliest and latest (``partitions`` of the status), without
-        reading the run history: its ``warnings`` are empty.
+        """The committed offsets against the brokers' earliest and latest (``partitions`` of the status); a
+        partition whose offset a reset moved and no run has read since is marked ``reset``.
         """
-        return pipeline_status(self.context, history=0)
+        return pipeline_status(self.context)
+
+    def reset_offsets(
+        self,
+        to: str,
+        reason: str,
+        *,
+        cluster: str | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        apply: bool = False,
+    ) -> OffsetReset:
+        """Move the committed next offsets of the selected partitions to ``to`` (``earliest``, ``latest``,
+        ``timestamp:<ISO-8601 or epoch ms>`` or ``offset:<N>``) between runs, recorded in the run history with
+        ``reason``. Without ``apply`` it only reports what would change. See
+        :func:`dynamic_kafka.offset_reset.reset_offsets`.
+        """
+        selection = ResetSelection(cluster_id=cluster, topic=topic, partition=partition)
+        return reset_offsets(self.context, ResetTarget.parse(to), selection, reason, yes=apply)
+
+    def replay_dead_letters(self, *, run_seq: int | None = None, apply: bool = False) -> ReplayReport:
+        """Decode the dead letters (of run ``run_seq``, or all) again under today's config and land the ones that
+        decode now in the sink, exactly once. Without ``apply`` it only counts what a replay would do. See
+        :func:`dynamic_kafka.dead_letters.replay_dead_letters`.
+        """
+        return replay_dead_letters(self.context, run_seq=run_seq, yes=apply)
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``, recording ``reason``; returns the new state version. See

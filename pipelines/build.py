@@ -7,6 +7,8 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
 - checks ``lag`` (WARN), ``data_loss`` (ERROR) and ``dead_letters`` (WARN) on the sink, and Dagster's freshness
   policy when ``freshness_minutes`` is set;
 - job ``<name>_incremental`` (materializes the assets), schedule ``<name>_schedule`` when ``schedule`` is set;
+- jobs ``<name>_offsets_show``, ``<name>_offsets_reset`` and ``<name>_dead_letter_replay``, launched with run
+  config (operations between runs);
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
 - when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
   ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it.
@@ -33,7 +35,7 @@ from dynamic_kafka import ConfigError, load_project_config
 
 from pipelines.assets import build_checks, build_sink_asset
 from pipelines.backfill import build_backfill_asset
-from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job
+from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
 from pipelines.names import RESOURCE_KEY, dagster_name
 from pipelines.resources import DynamicKafkaResource
 from pipelines.schedules import build_schedule
@@ -102,6 +104,7 @@ def build_definitions(config_path: str | Path) -> Definitions:
         assets.append(build_sink_asset(pipeline))
         checks.append(build_checks(pipeline))
         jobs.append(incremental)
+        jobs.extend(build_operation_jobs(pipeline))
         backfill_asset, backfill = build_backfill_asset(pipeline), build_backfill_job(pipeline)
         if backfill_asset is not None and backfill is not None:
             assets.append(backfill_asset)

@@ -80,3 +80,18 @@ def metadata_sensor_name(pipeline_id: str) -> str:
 def catch_up_sensor_name(pipeline_id: str) -> str:
     """Return the name of a pipeline's catch-up sensor."""
     return f"{dagster_name(pipeline_id)}_catch_up_sensor"
+
+
+def offsets_show_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's ``offsets show`` job."""
+    return f"{dagster_name(pipeline_id)}_offsets_show"
+
+
+def offsets_reset_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's ``offsets reset`` job."""
+    return f"{dagster_name(pipeline_id)}_offsets_reset"
+
+
+def dead_letter_replay_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's ``dead-letters replay`` job."""
+    return f"{dagster_name(pipeline_id)}_dead_letter_replay"

@@ -1,8 +1,12 @@
-"""The ``offsets`` command group: ``offsets show`` lists a pipeline's committed offsets against the brokers.
+"""The ``offsets`` command group: ``offsets show`` lists a pipeline's committed offsets against the brokers;
+``offsets reset`` moves them between runs (:mod:`dynamic_kafka.offset_reset`).
 
-Per cluster, topic (with its topic id) and partition: the next offset the pipeline reads, the broker's earliest and
-latest offsets, the lag, the partition's state and the last run that moved it. Like ``status``, it fails (exit 1)
-when a cluster does not answer, after printing what it knows.
+``show``: per cluster, topic (with its topic id) and partition: the next offset the pipeline reads, the broker's
+earliest and latest offsets, the lag, the partition's state (``reset`` while a reset's offset waits for its next
+run) and the last run that moved it. Like ``status``, it fails (exit 1) when a cluster does not answer, after
+printing what it knows.
+
+``reset``: without ``--yes`` it prints what would change; with it, one state commit recorded in the run history.
 """
 
 from __future__ import annotations
@@ -13,13 +17,19 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.errors import ClusterUnreachableError
 from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.status import PipelineStatus
 
 if TYPE_CHECKING:
     import argparse
 
+    from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.status import PipelineStatus
 
 HELP = "show per partition the committed next offset, the broker's earliest and latest, the lag and the last run"
+RESET_HELP = (
+    "move a pipeline's committed next offsets (between runs), recorded in its run history with the reason; "
+    "without --yes only show what would change"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +41,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.add_argument("--pipeline", required=True, help="pipeline id from the config")
     show.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     show.set_defaults(handler=_show)
+    reset = commands.add_parser("reset", help=RESET_HELP, description=RESET_HELP)
+    add_config_argument(reset)
+    reset.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    reset.add_argument(
+        "--to",
+        required=True,
+        help="earliest | latest | timestamp:<ISO-8601 or epoch ms> (the first offset at or after it) | offset:<N>",
+    )
+    reset.add_argument("--cluster", help="only this cluster's partitions (also one the streams no longer list)")
+    reset.add_argument("--topic", help="only this topic's partitions")
+    reset.add_argument("--partition", type=int, help="only this partition")
+    reset.add_argument("--reason", required=True, help="why (recorded in the state's run history)")
+    reset.add_argument("--yes", action="store_true", help="make the change (without it, only show it)")
+    reset.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    reset.set_defaults(handler=_reset)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -61,6 +86,48 @@ def format_offsets(status: PipelineStatus) -> str:
         shown = ["?" if v is None else str(v) for v in (p.earliest_offset, p.latest_offset, p.lag)]
         lines.append(
             f"  {p.cluster_id:<10} {p.topic:<20} {p.topic_id or '-':<24} {p.partition:>4} {p.next_offset:>10} "
-            f"{shown[0]:>10} {shown[1]:>10} {shown[2]:>8}  {p.status:<8} {p.updated_run_seq}"
+            f"{shown[0]:>10} {shown[1]:>10} {shown[2]:>8}  {'reset' if p.reset else p.status:<8} {p.updated_run_seq}"
         )
     return f"pipeline {status.pipeline_id}:\n" + "\n".join(lines)
+
+
+def _reset(args: argparse.Namespace) -> int:
+    pipeline = Pipeline.from_config(args.config, args.pipeline)
+    result = pipeline.reset_offsets(
+        args.to, args.reason, cluster=args.cluster, topic=args.topic, partition=args.partition, apply=args.yes
+    )
+    print(result.model_dump_json(indent=2) if args.json else format_reset(result))
+    return 0
+
+
+def format_reset(result: OffsetReset) -> str:
+    """What a reset changes (or changed), for people."""
+    if not result.changes:
+        return f"pipeline {result.pipeline_id}: every selected partition is already at {result.to}; nothing to change."
+    done = "reset" if result.applied else "a reset would move"
+    lines = [
+        f"pipeline {result.pipeline_id}: {done} {len(result.changes)} partition(s) to {result.to}"
+        + (f" (recorded as run {result.run_seq})" if result.applied else "")
+        + f": {result.read_again} offsets read again, {result.skipped} skipped",
+        f"  {'cluster':<10} {'topic':<20} {'part':>4} {'from':>10} {'to':>10} {'earliest':>10} {'latest':>10}  effect",
+    ]
+    for c in result.changes:
+        effect = f"read {c.read_again} again" if c.read_again else f"skip {c.skipped}"
+        removed = " (removed: its kept offset)" if c.status == "removed" else ""
+        lines.append(
+            f"  {c.cluster_id:<10} {c.topic:<20} {c.partition:>4} {c.from_offset:>10} {c.to_offset:>10} "
+            f"{c.earliest:>10} {c.latest:>10}  {effect}{removed}"
+        )
+    if result.unchanged:
+        lines.append(f"  {result.unchanged} selected partition(s) already there")
+    if result.read_again:
+        lines.append(
+            "  records read again that the sink or dead-letter table already holds are not landed twice "
+            "(delete them from the sink first to land them again)"
+        )
+    lines.append(
+        f"  reason: {result.reason} (by {result.requested_by})"
+        if result.applied
+        else "  nothing changed; run again with --yes to reset."
+    )
+    return "\n".join(lines)

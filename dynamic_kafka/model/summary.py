@@ -45,6 +45,55 @@ class GroupCommit(BaseModel):
     error: str | None = Field(None, description="Why it failed (no secret), when it did.")
 
 
+class OffsetChange(BaseModel):
+    """One partition's committed next offset moved by ``offsets reset``: from where, to where, and the broker's
+    offsets when it was decided.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    topic: str
+    partition: int
+    topic_id: str | None = None
+    status: str = Field(description="The partition's state row status: 'active', or 'removed' (its kept offset).")
+    from_offset: int = Field(description="The committed next offset before the reset.")
+    to_offset: int = Field(description="The next offset after the reset: where the next run starts reading.")
+    earliest: int = Field(description="The broker's earliest offset when the reset was decided.")
+    latest: int = Field(description="The broker's latest offset when the reset was decided.")
+
+    @property
+    def read_again(self) -> int:
+        """Offsets the next run reads again (a reset backwards); records already in the sink are not landed twice."""
+        return max(0, self.from_offset - self.to_offset)
+
+    @property
+    def skipped(self) -> int:
+        """Offsets no run will read (a reset forwards)."""
+        return max(0, self.to_offset - self.from_offset)
+
+
+class DeadLetterReplay(BaseModel):
+    """What one ``dead-letters replay`` did: dead letters decoded again under the config of the day."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replay_seq: int = Field(description="The replay's number: its Delta transaction version in both tables.")
+    run_seq: int | None = Field(None, description="Only the dead letters of this run were replayed (None: all).")
+    replayed: int = Field(0, description="Dead letters that decode now and were landed in the sink by this replay.")
+    already_landed: int = Field(
+        0, description="Dead letters an interrupted earlier replay had landed already: removed, not landed again."
+    )
+    still_undecodable: int = Field(0, description="Dead letters that still do not decode; kept, with the new error.")
+    conflicting: int = Field(
+        0,
+        description="Dead letters that decode, but whose coordinates the sink holds with another record (a topic "
+        "recreated since): kept, not landed.",
+    )
+    sink_version: int | None = None
+    dead_letter_version: int | None = None
+
+
 class RunSummary(BaseModel):
     """One run, as it finished."""
 
@@ -52,11 +101,18 @@ class RunSummary(BaseModel):
 
     pipeline_id: str
     run_seq: int
-    status: Literal["committed", "empty", "abandoned"] = Field(
+    status: Literal["committed", "empty", "abandoned", "reset", "replayed"] = Field(
         description="'committed'; 'empty' when there was nothing to read; 'abandoned' for a planned run that could "
-        "not complete and was given up without committing its offsets (``reason`` says why)."
+        "not complete and was given up without committing its offsets (``reason`` says why); 'reset' for an "
+        "``offsets reset`` (``offset_changes``), 'replayed' for a ``dead-letters replay`` (``replay``): operations "
+        "recorded in the run history, which read nothing from Kafka."
     )
-    reason: str | None = Field(None, description="Why an abandoned run was abandoned.")
+    reason: str | None = Field(None, description="Why an abandoned run was abandoned, or why offsets were reset.")
+    requested_by: str | None = Field(
+        None, description="Who made an operation (reset, replay): the user and the process (host, pid)."
+    )
+    offset_changes: tuple[OffsetChange, ...] = Field((), description="The offsets an ``offsets reset`` moved.")
+    replay: DeadLetterReplay | None = Field(None, description="What a ``dead-letters replay`` did.")
     recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
     records: int = 0
     bytes: int = 0

@@ -191,7 +191,7 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, mar
     text += f"ON {on} AND ({scope}) WHEN NOT MATCHED THEN INSERT *"
     query = text.replace("{", "{{").replace("}", "}}").replace("__source__", "{source}", 1)
     if marker is not None:
-        with _delta_transaction(spark, *marker):
+        with delta_transaction(spark, *marker):
             metrics = spark.sql(query, source=rows).collect()
         if metrics:
             return int(metrics[0]["num_inserted_rows"])
@@ -200,7 +200,7 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, mar
     return int(metrics[0]["num_inserted_rows"]) if metrics else 0
 
 
-def _delta_transaction(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
+def delta_transaction(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
     """Delta records (app_id, version) as the transaction of the DML commands run inside (session settings, put
     back after: the session may be shared).
     """

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, StateError
 from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.model.summary import RunSummary, base_summary
@@ -427,6 +427,108 @@ class StateStore:
         version = self._table.overwrite(dt, rows, predicate, plan, "abandon_run")
         logger.warning("pipeline %s: run %d abandoned (offsets not committed): %s", self.pipeline_id, run_seq, reason)
         return version
+
+    def record_operation(
+        self,
+        summary: RunSummary,
+        *,
+        expected_version: int,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        frontier: Mapping[TopicPartition, int] | None = None,
+        owner: str | None = None,
+    ) -> int:
+        """Record an operation made between runs (an offsets reset, a dead-letter replay) as the next run of the
+        history, in ONE commit against ``expected_version``: the head becomes ``summary``'s run, committed and
+        empty (it read nothing), with a history row, so the history tells who did what, when and why.
+
+        Args:
+            summary: the operation's summary; its ``run_seq`` must be the state's next run_seq.
+            expected_version: the table version the operation was decided from.
+            offsets: per partition, the new committed next offset (a reset); the partition keeps its status
+                (a removed partition keeps being removed, with the new kept offset), its leader epoch is
+                forgotten (it was the old position's), and it records this run as the one that moved it.
+            frontier: per partition, the backfill frontier to raise (only ever raised), so the next run, reading
+                offsets again, skips every record the sink or dead-letter table already holds below it.
+            owner: the process holding the backfill lease (a replay holds it while it writes); None holds none.
+
+        Returns:
+            The new table version.
+
+        Raises:
+            RunInProgressError: the table changed since ``expected_version``, a run is planned with a fresh lease,
+                or a backfill (another process) holds the lease; nothing was written.
+            StateError: a run is planned (crashed: recover or abandon it first), an offset names a partition the
+                state does not have, or ``summary`` is not the next run.
+        """
+        dt = self._table.open(expected_version)
+        if dt is None:
+            raise StateError(
+                f"pipeline {self.pipeline_id!r} has no state at {self.path}: it never ran, so it has no committed "
+                "offsets or run history to change.",
+                hint="Run the pipeline first (its first run starts at its starting_offsets).",
+            )
+        head, partitions, recorded, floors, sequence, lease = self._table.read_rows(dt, _LOADED)
+        run_seq = (head.run_seq if head is not None else 0) + 1
+        if head is not None and head.status == "planned":
+            raise self.planned_error(head)
+        if lease is not None and lease.owner != owner:
+            self._refuse_live_backfill(lease, run_seq)
+        if summary.run_seq != run_seq:
+            raise StateError(
+                f"operation recorded as run {summary.run_seq} but the next run of pipeline {self.pipeline_id!r} in "
+                f"the state table at {self.path} is {run_seq}.",
+                hint="Decide the operation from the StateSnapshot of the version you pass as expected_version.",
+            )
+        unknown = sorted(str(k) for k in (offsets or {}) if k not in partitions)
+        if unknown:
+            raise StateError(
+                f"cannot move the offsets of {', '.join(unknown)}: the state of pipeline {self.pipeline_id!r} at "
+                f"{self.path} has no committed offset there."
+            )
+        now = self._clock()
+        plan = Plan(pipeline_id=self.pipeline_id, run_seq=run_seq, splits=(), planned_at=now)
+        text = summary.model_dump_json()
+        rows = [
+            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=text),
+            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=text),
+        ]
+        predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {run_seq})"
+        if offsets:
+            moved = {
+                k: p.model_copy(update={"next_offset": offsets[k], "leader_epoch": None, "updated_run_seq": run_seq})
+                if k in offsets
+                else p
+                for k, p in partitions.items()
+            }
+            ordered = sorted(moved.items(), key=lambda kv: str(kv[0]))
+            rows += [_rows.partition_row(self.pipeline_id, p) for _, p in ordered]
+            predicate += " OR kind = 'partition'"
+        if frontier:
+            ids = {k: p.topic_id for k, p in partitions.items()}
+            rows += self._backfill_rows(_raised_frontier(recorded, frontier, ids), floors, sequence, lease)
+            predicate += " OR kind = 'backfill'"
+        return self._table.overwrite(dt, rows, predicate, plan, f"record_{summary.status}")
+
+    def planned_error(self, head: RunRecord) -> DynamicKafkaError:
+        """Why nothing may change the offsets while ``head`` is planned: it is in flight (fresh lease), or it
+        crashed and must be finished or given up first.
+        """
+        if head.lease_is_fresh(self._clock()):
+            holder = RunOwner.parse(head.owner)
+            if holder is None or not holder.is_gone():
+                return RunInProgressError(
+                    self.pipeline_id,
+                    head.run_seq,
+                    owner=holder.describe() if holder is not None else head.owner,
+                    until=head.lease_expires_at.isoformat() if head.lease_expires_at else None,
+                )
+        return StateError(
+            f"run {head.run_seq} of pipeline {self.pipeline_id!r} is planned but not committed (it crashed) in the "
+            f"state table at {self.path}: its offsets are about to be committed by its recovery, so they cannot be "
+            "changed now.",
+            hint="Run the pipeline once (it finishes the crashed run), or give the run up with `dynamic-kafka "
+            f"abandon --run-seq {head.run_seq} --reason ...`; then try again.",
+        )
 
     def _stale_frontier(
         self, dt: Any, plan: Plan, partitions: Mapping[TopicPartition, PartitionState]

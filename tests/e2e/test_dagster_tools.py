@@ -18,8 +18,11 @@ from dynamic_kafka.config import load_project_config
 from pipelines.names import (
     backfill_job_name,
     catch_up_sensor_name,
+    dead_letter_replay_job_name,
     incremental_job_name,
     metadata_sensor_name,
+    offsets_reset_job_name,
+    offsets_show_job_name,
     schedule_name,
 )
 from tests.support.e2e import REPO_ROOT
@@ -74,6 +77,11 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     assets |= {("kafka", stream) for p in project.pipelines for stream in p.streams or ()}
     jobs = {incremental_job_name(p.id) for p in project.pipelines}
     jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}
+    jobs |= {
+        name(p.id)
+        for p in project.pipelines
+        for name in (offsets_show_job_name, offsets_reset_job_name, dead_letter_replay_job_name)
+    }
     schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}
     sensors = {metadata_sensor_name(p.id) for p in project.pipelines}
     sensors |= {catch_up_sensor_name(p.id) for p in project.pipelines}

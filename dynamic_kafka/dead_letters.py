@@ -1,0 +1,190 @@
+"""``dead-letters replay``: decode a pipeline's dead letters again under the current config and land the ones that
+decode now in the sink, exactly once (see :mod:`dynamic_kafka.sink.replay` for how the two tables are written).
+
+Guarded like a backfill, never beside a run: the pipeline's run lock is held for the whole replay (a run or
+backfill on this machine refuses it, and it refuses them), the state's backfill lease is taken before anything is
+written (runs on other hosts do not plan while it is fresh) and checked before each write, and a planned run
+(in flight, or crashed and waiting for its recovery) refuses it.
+
+Each replay takes the next replay number (one past the highest ``<pipeline>/replay`` transaction either table
+holds) as the Delta transaction of its two writes, and is recorded in the run history as a run of its own (summary
+status ``replayed``: who, when, and how many dead letters were replayed, were found landed already, still do not
+decode, or conflict), after both writes. A replay interrupted before that record leaves its writes in the tables'
+Delta history (``DESCRIBE HISTORY`` shows the transaction); the next replay finishes its work and is recorded.
+
+Example:
+    >>> report = replay_dead_letters(context, run_seq=None, yes=True)  # doctest: +SKIP
+    >>> report.replay.replayed  # doctest: +SKIP
+    12
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
+from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
+from dynamic_kafka.offset_reset import requester
+from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
+from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+
+if TYPE_CHECKING:
+    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.metadata.models import ClusterMetadata
+
+logger = logging.getLogger(__name__)
+
+
+class ReplayReport(BaseModel):
+    """What ``dead-letters replay`` found and did (or, without ``yes``, would do)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    dead_letters: int = Field(description="The dead letters looked at (of ``replay.run_seq``, or all).")
+    replay: DeadLetterReplay
+    applied: bool = Field(description="Whether the tables were written (``--yes``) or the replay only counted.")
+    requested_by: str
+    history_run_seq: int | None = Field(None, description="The run of the history that records the replay.")
+    state_version: int | None = None
+
+
+def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: bool) -> ReplayReport:
+    """Replays the pipeline's dead letters (of run ``run_seq``, or all); with ``yes`` False, only counts what a
+    replay would do (it reads the tables and decodes, and writes nothing).
+
+    Raises:
+        RunInProgressError: a run or backfill of the pipeline holds the run lock, is planned with a fresh lease, or
+            holds the backfill lease; nothing was written.
+        StateError: a crashed run is planned (run the pipeline or abandon the run first).
+        LeaseLostError: the replay lost its lease before a write (retriable); replaying again finishes its work.
+        SchemaIncompatibleError: a decoded column gives a sink column another type; nothing was written.
+        SparkJobError: a Spark or Delta operation failed (retriable; replaying again is harmless).
+    """
+    pipeline = context.pipeline
+    if not yes:
+        return _replay(context, run_seq, owner=None)
+    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
+        if not taken:
+            raise in_progress_error(context.store)
+        return _replay(context, run_seq, owner=RunOwner.current())
+
+
+def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | None) -> ReplayReport:
+    pipeline, store = context.pipeline, context.store
+    state = store.load()
+    if state.last_run is not None and state.last_run.status == "planned":
+        raise store.planned_error(state.last_run)
+    app_id = replay_app_id(pipeline.id)
+    found = [committed_txn_versions(t, [app_id])[app_id] for t in (pipeline.sink_table, pipeline.dead_letter_table)]
+    replay_seq = max((v for v in found if v is not None), default=0) + 1
+    who = requester(owner or RunOwner.current())
+    if not table_exists(pipeline.dead_letter_table):
+        return _report(context, ReplayCounts(), run_seq, replay_seq, who)
+    if owner is None:
+        spark = context.spark()
+        counts = replay(spark, pipeline, _clusters(context), run_seq=run_seq, replay_seq=replay_seq, write=False)
+        return _report(context, counts, run_seq, replay_seq, who)
+    lease_length = timedelta(seconds=pipeline.run_lease_seconds)
+    recorded = store.record_backfill({}, owner=owner.text(), lease_expires_at=_now() + lease_length)
+    assert recorded.version is not None  # taking the lease always commits
+    lease = LeaseKeeper(store, None, owner, lease_length, recorded.version, _now).start()
+    try:
+        counts = replay(
+            context.spark(),
+            pipeline,
+            _clusters(context),
+            run_seq=run_seq,
+            replay_seq=replay_seq,
+            write=True,
+            before_write=lease.check,
+        )
+        version = lease.stop()
+        report = _report(context, counts, run_seq, replay_seq, who, applied=True)
+        if counts.dead_letters:
+            history = store.load().next_run_seq
+            summary = RunSummary(
+                pipeline_id=pipeline.id,
+                run_seq=history,
+                status="replayed",
+                requested_by=who,
+                # No new dead letters: what stays is counted in `replay` (a dead-letter check must not re-warn).
+                records=counts.replayed,
+                sink_version=counts.sink_version,
+                replay=report.replay,
+            )
+            version = store.record_operation(summary, expected_version=version, owner=owner.text())
+            report = report.model_copy(update={"history_run_seq": history, "state_version": version})
+    finally:
+        lease.stop(quietly=True)
+        _release(context, owner)
+    logger.warning(
+        "pipeline %s: dead-letter replay %d by %s: %d replayed into the sink, %d found landed already, %d still "
+        "undecodable, %d conflicting",
+        pipeline.id,
+        replay_seq,
+        who,
+        counts.replayed,
+        counts.already_landed,
+        counts.still_undecodable,
+        counts.conflicting,
+    )
+    return report
+
+
+def _report(
+    context: PipelineContext,
+    counts: ReplayCounts,
+    run_seq: int | None,
+    replay_seq: int,
+    who: str,
+    *,
+    applied: bool = False,
+) -> ReplayReport:
+    done = DeadLetterReplay(
+        replay_seq=replay_seq,
+        run_seq=run_seq,
+        replayed=counts.replayed,
+        already_landed=counts.already_landed,
+        still_undecodable=counts.still_undecodable,
+        conflicting=counts.conflicting,
+        sink_version=counts.sink_version,
+        dead_letter_version=counts.dead_letter_version,
+    )
+    return ReplayReport(
+        pipeline_id=context.pipeline.id,
+        dead_letters=counts.dead_letters,
+        replay=done,
+        applied=applied,
+        requested_by=who,
+    )
+
+
+def _clusters(context: PipelineContext) -> dict[str, ClusterMetadata]:
+    """The clusters the metadata service knows now (for the registry of registry-format streams)."""
+    try:
+        return {c.cluster_id: c for c in context.resolve().clusters().values()}
+    except MetadataServiceError as e:
+        logger.info("pipeline %s: metadata not resolved for the replay (%s)", context.pipeline.id, e)
+        return {}
+
+
+def _release(context: PipelineContext, owner: RunOwner) -> None:
+    """Gives the lease up; a failure only delays runs until it expires."""
+    try:
+        context.store.release_backfill_lease(owner=owner.text())
+    except DynamicKafkaError as e:
+        logger.warning(
+            "pipeline %s: the replay's lease was not released (runs wait until it expires): %s", context.pipeline.id, e
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

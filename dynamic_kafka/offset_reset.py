@@ -1,0 +1,380 @@
+"""``offsets reset``: move a pipeline's committed next offsets between runs, with the reason kept in its history.
+
+A reset rewinds (reads again after a bad deploy), skips forward (past a poison range) or places a removed cluster's
+kept offset (a fail-back to a cluster that received mirrored records starts at the switch time). It changes the
+state only: the next run plans from the new offsets as from any committed offsets, and reads exactly
+``[new offset, latest)``.
+
+Invariants:
+
+* One state commit (:meth:`~dynamic_kafka.state.StateStore.record_operation`) against the exact version the reset
+  was decided from: the new offsets and a history entry (run status ``committed``, summary status ``reset``: who,
+  when, why, and every partition's previous and new offset). A run that planned meanwhile makes it lose the race;
+  nothing is written then.
+* Never beside a run: the pipeline's run lock is held for the commit (a run or backfill on this machine refuses it),
+  a planned run refuses it (in flight: its lease is fresh; crashed: its recovery is about to commit its own
+  offsets, so it must be finished or abandoned first), and so does a live backfill lease.
+* The sink keeps each record at most once. A reset backwards raises the backfill frontier of each rewound
+  partition to its previous offset in the same commit, so the next run reads ``[new, previous)`` again and lands
+  only the records the sink (and dead-letter table) do not hold, compared by coordinates, as after a backfill.
+  To land records again that landed wrongly (a bad ``value_schema``), delete them from the sink first, then
+  rewind: exactly the deleted ones land again. Dead letters are not landed again by a rewind either: that is
+  ``dead-letters replay``. A reset below a partition's floor (the sink holds an earlier incarnation of a recreated
+  topic there, at the same coordinates) is refused: those records could not be told apart.
+* A new offset is a resolved number between the broker's earliest and latest offsets, never beyond: a reset never
+  creates the data-loss or recreated-topic situations the planner guards against.
+
+Example:
+    >>> ResetTarget.parse("timestamp:2026-11-27T10:00:00Z").timestamp_ms
+    1795773600000
+    >>> ResetTarget.parse("offset:42").offset
+    42
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
+from dynamic_kafka.errors import ConfigError, MetadataServiceError, StateError, TopicRecreatedError
+from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
+from dynamic_kafka.metadata.identity import with_pipeline_properties
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.model.plan import TopicPartition
+from dynamic_kafka.model.summary import OffsetChange, RunSummary
+from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
+from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.state.owner import RunOwner
+
+if TYPE_CHECKING:
+    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.model.snapshots import BrokerSnapshot, PartitionState, StateSnapshot
+
+logger = logging.getLogger(__name__)
+
+_TARGET_HINT = "Write --to earliest, latest, timestamp:<ISO-8601 or epoch ms> or offset:<N>."
+
+
+class ResetTarget(BaseModel):
+    """Where a reset moves the selected partitions: ``earliest``, ``latest``, the first offset at or after a
+    timestamp (latest when there is none), or one exact offset.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["earliest", "latest", "timestamp", "offset"]
+    timestamp_ms: int | None = Field(None, ge=0, description="For ``timestamp``: epoch milliseconds, inclusive.")
+    offset: int | None = Field(None, ge=0, description="For ``offset``: the next offset to read.")
+
+    @classmethod
+    def parse(cls, text: str) -> ResetTarget:
+        """The target a ``--to`` value names.
+
+        Raises:
+            ConfigError: the text is none of the four forms.
+        """
+        kind, _, value = text.strip().partition(":")
+        try:
+            if kind in ("earliest", "latest") and not value:
+                return cls(kind=kind)
+            if kind == "timestamp" and value:
+                return cls(kind=kind, timestamp_ms=int(value) if value.isdigit() else to_epoch_ms(value))
+            if kind == "offset" and value.isdigit():
+                return cls(kind=kind, offset=int(value))
+        except ValueError as e:
+            raise ConfigError(f"--to {text!r}: {e}.", hint=_TARGET_HINT) from e
+        raise ConfigError(f"--to {text!r} is not a reset target.", hint=_TARGET_HINT)
+
+    @property
+    def text(self) -> str:
+        """The target as written on the command line (a timestamp in ISO-8601 UTC)."""
+        if self.kind == "timestamp" and self.timestamp_ms is not None:
+            moment = datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+            return f"timestamp:{moment.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+        return f"offset:{self.offset}" if self.kind == "offset" else self.kind
+
+
+class ResetSelection(BaseModel):
+    """Which committed partitions a reset moves: all active ones by default; a cluster or topic named selects its
+    removed partitions too (their kept offsets), so a cluster the streams no longer list can be placed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str | None = None
+    topic: str | None = None
+    partition: int | None = Field(None, ge=0)
+
+    def picks(self, row: PartitionState) -> bool:
+        """Whether ``row`` is selected."""
+        if self.cluster_id is None and self.topic is None and row.status != "active":
+            return False
+        return (
+            self.cluster_id in (None, row.cluster_id)
+            and self.topic in (None, row.topic)
+            and self.partition in (None, row.partition)
+        )
+
+    def describe(self) -> str:
+        """The selection in words, for messages."""
+        parts = [
+            f"{name} {value}"
+            for name, value in (("cluster", self.cluster_id), ("topic", self.topic), ("partition", self.partition))
+            if value is not None
+        ]
+        return ", ".join(parts) or "every active partition"
+
+
+class OffsetReset(BaseModel):
+    """What ``offsets reset`` found and did (or, without ``yes``, would do)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    to: str = Field(description="The target, as written on the command line.")
+    reason: str
+    requested_by: str
+    changes: tuple[OffsetChange, ...] = Field(description="The partitions whose offset moves (or moved).")
+    unchanged: int = Field(description="Selected partitions already at the target.")
+    applied: bool = Field(description="Whether the state was changed (``--yes``) or only shown.")
+    run_seq: int = Field(description="The history entry that records the reset (the run_seq it takes).")
+    state_version: int | None = Field(None, description="The state version holding the reset, once applied.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def read_again(self) -> int:
+        """Offsets the next runs read again; records the sink already holds are not landed twice."""
+        return sum(c.read_again for c in self.changes)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def skipped(self) -> int:
+        """Offsets no run will read."""
+        return sum(c.skipped for c in self.changes)
+
+
+def reset_offsets(
+    context: PipelineContext, target: ResetTarget, selection: ResetSelection, reason: str, *, yes: bool
+) -> OffsetReset:
+    """Decides a reset and, with ``yes``, commits it (see the module's docstring).
+
+    Raises:
+        ConfigError: no reason, no committed partition matches the selection, or a target offset is outside the
+            broker's range (or below a recreated topic's floor); nothing was written.
+        RunInProgressError: a run or backfill of the pipeline is in progress (the run lock, a planned run with a
+            fresh lease, the backfill lease), or one planned meanwhile; nothing was written.
+        StateError: the pipeline never ran, or a crashed run is planned (finish or abandon it first).
+        ClusterUnreachableError: a selected partition's cluster does not answer.
+        TopicRecreatedError: a selected topic was deleted or recreated since its offset was committed.
+    """
+    reason = reason.strip()
+    if not reason:
+        raise ConfigError("offsets reset needs a --reason: it is recorded in the run history for whoever looks next.")
+    pipeline = context.pipeline
+    if not yes:
+        return _decide(context, target, selection, reason, apply=False)
+    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
+        if not taken:
+            raise in_progress_error(context.store)
+        return _decide(context, target, selection, reason, apply=True)
+
+
+def _decide(
+    context: PipelineContext, target: ResetTarget, selection: ResetSelection, reason: str, *, apply: bool
+) -> OffsetReset:
+    state = context.store.load()
+    if state.table_version is None or not state.partitions:
+        raise StateError(
+            f"pipeline {context.pipeline.id!r} has no committed offsets yet: there is nothing to reset.",
+            hint="Its first run starts at its starting_offsets; set those instead.",
+        )
+    if state.last_run is not None and state.last_run.status == "planned":
+        raise context.store.planned_error(state.last_run)
+    selected = {k: row for k, row in state.partitions.items() if selection.picks(row)}
+    if not selected:
+        known = ", ".join(sorted({f"{k.cluster_id}/{k.topic}" for k in state.partitions}))
+        raise ConfigError(
+            f"no committed partition of pipeline {context.pipeline.id!r} matches {selection.describe()}.",
+            hint=f"The state has offsets for: {known} (`dynamic-kafka offsets show` lists them).",
+        )
+    brokers = _broker_offsets(context, selected, target)
+    changes = decide_reset(state, brokers, target, selected)
+    owner = RunOwner.current()
+    result = OffsetReset(
+        pipeline_id=context.pipeline.id,
+        to=target.text,
+        reason=reason,
+        requested_by=requester(owner),
+        changes=changes,
+        unchanged=len(selected) - len(changes),
+        applied=False,
+        run_seq=state.next_run_seq,
+    )
+    if not apply or not changes:
+        return result
+    assert state.table_version is not None
+    summary = RunSummary(
+        pipeline_id=context.pipeline.id,
+        run_seq=state.next_run_seq,
+        status="reset",
+        reason=reason,
+        requested_by=result.requested_by,
+        offset_changes=changes,
+        clusters=tuple(sorted({c.cluster_id for c in changes})),
+        partitions=len(changes),
+    )
+    rewound = {_key(c): c.from_offset for c in changes if c.to_offset < c.from_offset}
+    version = context.store.record_operation(
+        summary,
+        expected_version=state.table_version,
+        offsets={_key(c): c.to_offset for c in changes},
+        frontier=rewound,
+    )
+    logger.warning(
+        "pipeline %s: offsets reset to %s by %s (run %d): %d partitions moved, %d offsets to read again, "
+        "%d skipped: %s",
+        context.pipeline.id,
+        target.text,
+        result.requested_by,
+        state.next_run_seq,
+        len(changes),
+        result.read_again,
+        result.skipped,
+        reason,
+    )
+    return result.model_copy(update={"applied": True, "state_version": version})
+
+
+def decide_reset(
+    state: StateSnapshot,
+    brokers: BrokerSnapshot,
+    target: ResetTarget,
+    selected: dict[TopicPartition, PartitionState],
+) -> tuple[OffsetChange, ...]:
+    """The offset changes of a reset of ``selected`` to ``target`` over the brokers' offsets; pure. Partitions
+    already at the target are left out.
+
+    Raises:
+        TopicRecreatedError: a topic is gone from its cluster, or has another topic id than the committed offset.
+        ConfigError: a target offset (or a timestamp's offset) is outside ``[earliest, latest]``, or below the
+            floor of a recreated topic's partition; every such partition is named.
+    """
+    changes: list[OffsetChange] = []
+    refused: list[str] = []
+    for key, row in sorted(selected.items(), key=lambda kv: str(kv[0])):
+        topic = brokers.clusters[key.cluster_id].topics.get(key.topic)
+        offsets = topic.partitions.get(key.partition) if topic is not None and topic.exists else None
+        if topic is None or offsets is None:
+            raise TopicRecreatedError(
+                key.cluster_id,
+                key.topic,
+                f"partition {key.partition} is gone from the cluster, so its offsets cannot be placed",
+                hint="Nothing was changed. Reset the other partitions (--topic, --partition); the next run applies "
+                "on_topic_recreated to this one.",
+            )
+        if row.topic_id and topic.topic_id and row.topic_id != topic.topic_id:
+            raise TopicRecreatedError(
+                key.cluster_id,
+                key.topic,
+                f"its topic id is {topic.topic_id} now, the committed offset is of {row.topic_id}",
+                hint="Nothing was changed. The next run applies on_topic_recreated to it; reset it after that run.",
+            )
+        if target.kind == "earliest":
+            new = offsets.earliest
+        elif target.kind == "latest":
+            new = offsets.latest
+        elif target.kind == "timestamp":
+            found = topic.start_lookups.get(key.partition)
+            new = offsets.latest if found is None else found
+        else:
+            assert target.offset is not None
+            new = target.offset
+        floor = state.backfill_floors.get(key, 0)
+        if not offsets.earliest <= new <= offsets.latest:
+            refused.append(f"{key}: offset {new} is outside [{offsets.earliest}, {offsets.latest}]")
+        elif new < floor and new < row.next_offset:
+            refused.append(
+                f"{key}: offset {new} is below {floor}, under which the sink holds records of an earlier "
+                "incarnation of the topic at the same coordinates"
+            )
+        elif new != row.next_offset:
+            changes.append(
+                OffsetChange(
+                    cluster_id=key.cluster_id,
+                    topic=key.topic,
+                    partition=key.partition,
+                    topic_id=row.topic_id or topic.topic_id,
+                    status=row.status,
+                    from_offset=row.next_offset,
+                    to_offset=new,
+                    earliest=offsets.earliest,
+                    latest=offsets.latest,
+                )
+            )
+    if refused:
+        raise ConfigError(
+            "cannot reset " + "; ".join(refused) + ".",
+            hint="Nothing was changed. Choose an offset the broker still has (`dynamic-kafka offsets show` lists "
+            "earliest and latest), or narrow the reset with --cluster, --topic and --partition.",
+        )
+    return tuple(changes)
+
+
+def _broker_offsets(
+    context: PipelineContext, selected: dict[TopicPartition, PartitionState], target: ResetTarget
+) -> BrokerSnapshot:
+    """Earliest, latest and (for a timestamp) the timestamp's offsets of the selected partitions' topics; every
+    cluster must answer. A cluster the metadata no longer lists is reached as the metadata service still knows
+    it, else at the bootstrap servers its offsets were committed from.
+    """
+    topics: dict[str, set[str]] = {}
+    bootstrap: dict[str, str] = {}
+    for key, row in selected.items():
+        topics.setdefault(key.cluster_id, set()).add(key.topic)
+        bootstrap.setdefault(key.cluster_id, row.bootstrap_servers)
+    starting = (
+        TimestampOffsets(timestamp_ms=target.timestamp_ms)
+        if target.kind == "timestamp" and target.timestamp_ms is not None
+        else EarliestOffsets()
+    )
+    requests = [
+        ClusterRequest(
+            cluster=_connection(context, cluster_id, bootstrap[cluster_id]),
+            topics=frozenset(names),
+            starting=starting,
+            stopping=LatestOffsets(),
+            required=True,
+            skip_unreachable=False,
+        )
+        for cluster_id, names in sorted(topics.items())
+    ]
+    return take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
+
+
+def _connection(context: PipelineContext, cluster_id: str, bootstrap: str) -> ClusterMetadata:
+    try:
+        known = context.service.describe_cluster(cluster_id)
+    except MetadataServiceError:
+        known = None
+    if known is not None:
+        return known
+    plain = ClusterMetadata(cluster_id=cluster_id, bootstrap_servers=bootstrap)
+    return with_pipeline_properties(plain, context.pipeline.id, context.pipeline.properties)
+
+
+def _key(change: OffsetChange) -> TopicPartition:
+    return TopicPartition(cluster_id=change.cluster_id, topic=change.topic, partition=change.partition)
+
+
+def requester(owner: RunOwner) -> str:
+    """Who asks for an operation, for the run history: the login name and the process (host, pid)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container's anonymous uid)
+        user = "unknown user"
+    return f"{user} ({owner.describe()})"

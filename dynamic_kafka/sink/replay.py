@@ -1,0 +1,279 @@
+"""Dead-letter replay, the Spark part: decode the dead letters again and move the ones that decode now to the sink.
+
+Invariants (the caller holds the pipeline's run lock and lease, so no run or backfill writes beside it):
+
+- A record is identified by its coordinates ``(cluster, topic, partition, offset)``, as everywhere in the sink.
+  The sink append takes only dead letters whose coordinates the sink does not hold (a left anti-join inside the
+  append's own job), so no replay, repeated or resumed, lands a record twice.
+- The sink is written first (one append, Delta transaction ``(<pipeline>/replay, replay_seq)``), the dead-letter
+  table second (one MERGE with the same transaction): it deletes every replayed dead letter the sink now holds
+  (same coordinates and timestamp: landed by this replay or by an interrupted earlier one) and gives the others
+  their new error. A crash between the two leaves records in both tables; the next replay lands none of them again
+  and deletes them from the dead-letter table. Nothing is lost in any order: a dead letter is deleted only once
+  the sink holds it.
+- A dead letter that decodes but whose coordinates the sink holds with another timestamp (another incarnation of
+  a recreated topic) is neither landed nor deleted: it stays, with an error saying so.
+- A replayed row keeps the ``_run_seq`` of the run that read it (null for a backfill's), as if that run had landed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+from dynamic_kafka.errors import SparkJobError
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.model.plan import Split
+from dynamic_kafka.sink.commits import new_commit_id
+from dynamic_kafka.sink.merge import delta_transaction
+from dynamic_kafka.sink.schema_check import sink_schema
+from dynamic_kafka.sink.tables import (
+    append_idempotent,
+    delta_path_identifier,
+    latest_version,
+    sink_rows,
+    spark_failures,
+    sql_string,
+    table_exists,
+)
+from dynamic_kafka.spark.decode import decode
+from dynamic_kafka.spark.registry_decode import check_table_schema
+from dynamic_kafka.spark.schema import DECODE_ERROR, ERROR, MERGE_KEYS, OUTPUT_COLUMNS, RUN_SEQ
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.storage import TableRef
+
+logger = logging.getLogger(__name__)
+
+_ORIGINAL_RUN = "_dk_run_seq"
+_OUTCOME = "_dk_outcome"
+_NEW_ERROR = "_dk_new_error"
+CONFLICT = "decodes now, but the sink holds another record at these coordinates (a topic recreated since?): not landed"
+
+
+def replay_app_id(pipeline_id: str) -> str:
+    """The Delta transaction app id of a pipeline's dead-letter replays (``/`` never occurs in a pipeline id)."""
+    return f"{pipeline_id}/replay"
+
+
+class ReplayCounts(BaseModel):
+    """What one replay found (and, when it wrote, did)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dead_letters: int = 0
+    replayed: int = 0
+    already_landed: int = 0
+    still_undecodable: int = 0
+    conflicting: int = 0
+    sink_version: int | None = None
+    dead_letter_version: int | None = None
+
+
+def replay(
+    spark: SparkSession,
+    pipeline: PipelineConfig,
+    clusters: Mapping[str, ClusterMetadata],
+    *,
+    run_seq: int | None,
+    replay_seq: int,
+    write: bool,
+    before_write: Callable[[], None] | None = None,
+) -> ReplayCounts:
+    """Decodes the dead letters (of run ``run_seq``, or all) under the pipeline's current config and, with
+    ``write``, lands the decodable ones in the sink and updates the dead-letter table (see the module docstring).
+
+    Args:
+        spark: the session.
+        pipeline: formats and tables.
+        clusters: connection metadata of the dead letters' clusters (their schema registry, for registry formats).
+        run_seq: only the dead letters of this run; None: all.
+        replay_seq: the replay's number, its Delta transaction version in both tables.
+        write: False only counts what a replay would do.
+        before_write: called before each table's write; raises to stop there (the lease was lost).
+
+    Raises:
+        SchemaIncompatibleError: a decoded column gives a sink column another type; nothing was written.
+        SparkJobError: a Delta operation failed (retriable: replaying again is harmless).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    from dynamic_kafka.spark.registry_decode import prepare_decoding
+
+    sink, dead_letters = pipeline.sink_table, pipeline.dead_letter_table
+    with _replay_failures(), spark_failures(f"replaying the dead letters of {pipeline.id!r} from {dead_letters}", sink):
+        letters = spark.read.format("delta").load(dead_letters.spark_uri)
+        if run_seq is not None:
+            letters = letters.where(sf.col(RUN_SEQ) == sf.lit(run_seq))
+        frame = letters.select(*OUTPUT_COLUMNS, sf.col(RUN_SEQ).alias(_ORIGINAL_RUN))
+        ranges = _ranges(frame)
+        if not ranges:
+            return ReplayCounts()
+        prepared = prepare_decoding(pipeline, ranges, clusters)
+        decoded = decode(frame, pipeline, prepared)
+        good = decoded.where(sf.col(DECODE_ERROR).isNull())
+        columns = [c for c in sink_rows(good, None).columns if c != RUN_SEQ]
+        rows = good.select(*columns, sf.col(_ORIGINAL_RUN).cast("long").alias(RUN_SEQ))
+        check_table_schema(rows.schema, sink_schema(sink), str(sink), prepared)
+        in_ranges = _in_ranges(ranges)
+        counted = _outcomes(decoded, _sink_keys(spark, sink, in_ranges)).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = _count(counted)
+            if not write:
+                return counts
+            sink_version = None
+            if counts.replayed:
+                if before_write is not None:
+                    before_write()
+                # Anti-joined again inside the append's own job: the sink as this commit reads it.
+                held = _sink_keys(spark, sink, in_ranges, timestamps=False)
+                fresh = rows if held is None else rows.join(held, list(MERGE_KEYS), "left_anti")
+                append_idempotent(fresh, sink, replay_app_id(pipeline.id), replay_seq, commit_id=new_commit_id())
+                sink_version = latest_version(sink)
+            crash_point("replay_after_sink")
+            if before_write is not None:
+                before_write()
+            outcome = _outcomes(decoded, _sink_keys(spark, sink, in_ranges))
+            _update_dead_letters(spark, outcome, dead_letters, replay_app_id(pipeline.id), replay_seq, ranges)
+        finally:
+            counted.unpersist()
+    return counts.model_copy(update={"sink_version": sink_version, "dead_letter_version": latest_version(dead_letters)})
+
+
+@contextmanager
+def _replay_failures() -> Iterator[None]:
+    """A failed Spark or Delta operation with the replay's own hint (``spark_failures`` gives a run's)."""
+    try:
+        yield
+    except SparkJobError as e:
+        if type(e) is not SparkJobError:  # a more precise error (Spark Connect down) keeps its own hint
+            raise
+        message = str(e).removesuffix(f" {e.hint}") if e.hint else str(e)
+        raise SparkJobError(
+            message,
+            hint="No dead letter was lost: one leaves the dead-letter table only once the sink holds it. Replay "
+            "again; what landed already does not land twice.",
+        ) from e
+
+
+def _ranges(frame: DataFrame) -> list[Split]:
+    """Per (cluster, topic, partition, stream) of the dead letters, the range of their offsets (a few rows)."""
+    from pyspark.sql import functions as sf
+
+    grouped = frame.groupBy("cluster", "topic", "partition", "stream").agg(
+        sf.min("offset").alias("low"), sf.max("offset").alias("high")
+    )
+    return [
+        Split(
+            cluster_id=r["cluster"],
+            topic=r["topic"],
+            partition=r["partition"],
+            start_offset=r["low"],
+            stop_offset=r["high"] + 1,
+            stream_ids=(r["stream"],),
+            bootstrap_servers="",
+        )
+        for r in grouped.collect()
+    ]
+
+
+def _in_ranges(ranges: list[Split]) -> Column:
+    """The sink rows that can share coordinates with a dead letter (filters on coordinates: Delta skips files)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as sf
+
+    conditions = [
+        (sf.col("cluster") == sf.lit(s.cluster_id))
+        & (sf.col("topic") == sf.lit(s.topic))
+        & (sf.col("partition") == sf.lit(s.partition))
+        & sf.col("offset").between(s.start_offset, s.stop_offset - 1)
+        for s in ranges
+    ]
+    return reduce(lambda a, b: a | b, conditions)
+
+
+def _sink_keys(spark: SparkSession, sink: TableRef, in_ranges: Column, *, timestamps: bool = True) -> DataFrame | None:
+    """The coordinates (and timestamps) the sink holds where dead letters are; None without a sink table."""
+    if not table_exists(sink):
+        return None
+    columns = [*MERGE_KEYS, "timestamp"] if timestamps else list(MERGE_KEYS)
+    keys = spark.read.format("delta").load(sink.spark_uri).where(in_ranges).select(*columns)
+    return keys if timestamps else keys.distinct()
+
+
+def _outcomes(decoded: DataFrame, sink_keys: DataFrame | None) -> DataFrame:
+    """Every dead letter with its outcome: ``replay`` (decodes, the sink lacks it), ``landed`` (the sink holds it),
+    ``conflict`` (decodes, the sink holds other coordinates' record) or ``undecodable``, and its new error.
+    """
+    from pyspark.sql import functions as sf
+
+    letters = decoded.select(*MERGE_KEYS, "timestamp", DECODE_ERROR)
+    if sink_keys is None:
+        joined = letters.withColumn("_dk_sink_ts", sf.lit(None).cast("timestamp")).withColumn(
+            "_dk_in_sink", sf.lit(False)
+        )
+    else:
+        held = sink_keys.groupBy(*MERGE_KEYS).agg(
+            sf.collect_set("timestamp").alias("_dk_sink_ts_all"), sf.lit(True).alias("_dk_in_sink")
+        )
+        joined = letters.join(held, list(MERGE_KEYS), "left").withColumn(
+            "_dk_same", sf.coalesce(sf.array_contains(sf.col("_dk_sink_ts_all"), sf.col("timestamp")), sf.lit(False))
+        )
+    in_sink = sf.coalesce(sf.col("_dk_in_sink"), sf.lit(False))
+    same = sf.col("_dk_same") if sink_keys is not None else sf.lit(False)
+    outcome = (
+        sf.when(same, sf.lit("landed"))
+        .when(sf.col(DECODE_ERROR).isNotNull(), sf.lit("undecodable"))
+        .when(in_sink, sf.lit("conflict"))
+        .otherwise(sf.lit("replay"))
+    )
+    new_error = sf.when(outcome == "conflict", sf.lit(CONFLICT)).otherwise(sf.col(DECODE_ERROR))
+    return joined.select(*MERGE_KEYS, outcome.alias(_OUTCOME), new_error.alias(_NEW_ERROR))
+
+
+def _count(outcomes: DataFrame) -> ReplayCounts:
+    """The outcomes counted (one small aggregate)."""
+    from pyspark.sql import functions as sf
+
+    found = {r[_OUTCOME]: int(r["n"]) for r in outcomes.groupBy(_OUTCOME).agg(sf.count("*").alias("n")).collect()}
+    return ReplayCounts(
+        dead_letters=sum(found.values()),
+        replayed=found.get("replay", 0),
+        already_landed=found.get("landed", 0),
+        still_undecodable=found.get("undecodable", 0),
+        conflicting=found.get("conflict", 0),
+    )
+
+
+def _update_dead_letters(
+    spark: SparkSession, outcome: DataFrame, table: TableRef, app_id: str, replay_seq: int, ranges: list[Split]
+) -> None:
+    """One MERGE into the dead-letter table, recorded as transaction ``(app_id, replay_seq)``: the dead letters the
+    sink holds are deleted, the others get their new error.
+    """
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
+    # Bounds the target to the replayed offsets, so the MERGE rewrites only files that can hold them.
+    scope = " OR ".join(
+        f"(t.`cluster` = {sql_string(s.cluster_id)} AND t.`topic` = {sql_string(s.topic)} AND t.`partition` = "
+        f"{s.partition} AND t.`offset` BETWEEN {s.start_offset} AND {s.stop_offset - 1})"
+        for s in ranges
+    )
+    text = (
+        f"MERGE INTO {delta_path_identifier(table)} AS t USING __source__ AS s ON {on} AND ({scope}) "
+        f"WHEN MATCHED AND s.`{_OUTCOME}` = 'landed' THEN DELETE "
+        f"WHEN MATCHED AND NOT (t.`{ERROR}` <=> s.`{_NEW_ERROR}`) THEN UPDATE SET t.`{ERROR}` = s.`{_NEW_ERROR}`"
+    )
+    query = text.replace("{", "{{").replace("}", "}}").replace("__source__", "{source}", 1)
+    with delta_transaction(spark, app_id, replay_seq):
+        spark.sql(query, source=outcome).collect()
