@@ -694,7 +694,7 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif part.startswith(("function-", "tagged-union")) or part in {"file", "single_cluster", "python"}:
+        elif part.startswith(("function-", "tagged-union", "form-")) or part in {"file", "single_cluster", "python"}:
             continue
         else:
             parts.append(("." if parts else "") + part)

@@ -113,12 +113,14 @@ class Placement(BaseModel):
 
 
 def _placement_form(value: object) -> str:
-    return "mapping" if isinstance(value, dict | Placement) else "list"
+    return "form-mapping" if isinstance(value, dict | Placement) else "form-list"
 
 
-# Tagged by form, so a wrong placement gets the one error of the form it was written in, not one per form.
+# Tagged by form, so a wrong placement gets the one error of the form it was written in, not one per form. The
+# tags appear in pydantic's error locations; the config's error text leaves out every part named ``form-*``.
 PlacementEntry = Annotated[
-    Annotated[list[str], Tag("list")] | Annotated[Placement, Tag("mapping")], Discriminator(_placement_form)
+    Annotated[list[str], Tag("form-list")] | Annotated[Placement, Tag("form-mapping")],
+    Discriminator(_placement_form),
 ]
 
 

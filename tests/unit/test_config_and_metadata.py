@@ -191,10 +191,10 @@ class TestPatternsAndPartitionSets:
         [
             (
                 "{pattern: 'orders-(.*'}",
-                "streams.orders.east.mapping.pattern: invalid regular expression 'orders-(.*'",
+                "streams.orders.east.pattern: invalid regular expression 'orders-(.*'",
             ),
             ("{topics: {orders: []}}", "topic(s) orders list no partitions; list some, or write null to read all"),
-            ("{topics: {orders: [-1]}}", "streams.orders.east.mapping.topics"),
+            ("{topics: {orders: [-1]}}", "streams.orders.east.topics"),
             ("{}", "stream 'orders' lists no topics on cluster 'east'"),
             ("{pattern: 'o.*', partitions: [1]}", "partitions"),
         ],
