@@ -24,6 +24,7 @@ from dynamic_kafka.cli import local_kafka as cli_local_kafka
 from dynamic_kafka.cli import local_postgres as cli_local_postgres
 from dynamic_kafka.cli import local_registry as cli_local_registry
 from dynamic_kafka.cli import local_s3 as cli_local_s3
+from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import realign as cli_realign
@@ -43,6 +44,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_local_postgres.register,
     cli_local_registry.register,
     cli_local_s3.register,
+    cli_maintain.register,
     cli_offsets.register,
     cli_pipeline.register,
     cli_realign.register,
