@@ -218,6 +218,22 @@ class BackfillConfig(_Config):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+class MaintenanceConfig(_Config):
+    """Sink maintenance (``dynamic-kafka maintain`` and the Dagster maintenance job): compaction and vacuum of the
+    sink and dead-letter table, never beside a run or backfill of the pipeline.
+    """
+
+    schedule: str | None = Field(
+        None, description="Cron expression (UTC) of the Dagster schedule of the maintenance job; none: no schedule."
+    )
+    vacuum_retention_hours: int | None = Field(
+        None,
+        ge=0,
+        description="How long files that older versions of the tables need are kept; versions older than this can "
+        "no longer be read. Default: each table's own retention (7 days).",
+    )
+
+
 class RetryConfig(_Config):
     """Retries of transient metadata-service errors before a run fails, and the deadline of each call."""
 
@@ -339,6 +355,10 @@ class PipelineConfig(_Config):
         "runs nothing until someone turns it on. The catch-up sensor always starts running.",
     )
     backfill: BackfillConfig | None = None
+    maintenance: MaintenanceConfig = Field(
+        default_factory=MaintenanceConfig,
+        description="Compaction and vacuum of the sink and dead-letter table: retention and an optional schedule.",
+    )
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     max_dead_letters: int = Field(
         0, ge=0, description="The dead-letter check warns when the last run sent more records than this there."

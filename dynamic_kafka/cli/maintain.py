@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=hours,
         default=None,
         metavar="HOURS",
-        help="keep files older versions need for this many hours (default: the tables' own, 7 days); versions "
-        "older than that can no longer be read",
+        help="keep files older versions need for this many hours (default: the pipeline's "
+        "maintenance.vacuum_retention_hours, else the tables' own, 7 days); older versions can no longer be read",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=_maintain)
@@ -59,7 +59,10 @@ def _maintain(args: argparse.Namespace) -> int:
     from dynamic_kafka.maintain import maintain_pipeline
 
     context = PipelineContext(load_project_config(args.config), args.pipeline)
-    summary = maintain_pipeline(context, retention_hours=args.vacuum_retention)
+    retention = args.vacuum_retention
+    if retention is None:
+        retention = context.pipeline.maintenance.vacuum_retention_hours
+    summary = maintain_pipeline(context, retention_hours=retention)
     print(summary.model_dump_json(indent=2) if args.json else format_maintenance(summary))
     return 0
 

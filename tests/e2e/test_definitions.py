@@ -63,6 +63,7 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
         "pay_ments_incremental",
         "pay_ments_backfill",
         "plain_incremental",
+        *(f"{p}_maintenance" for p in ("orders", "pay_ments", "plain")),
     }
     assert {s.name: s.cron_schedule for s in repo.schedule_defs} == {"orders_schedule": "*/15 * * * *"}
     assert {s.name for s in repo.sensor_defs} == {
