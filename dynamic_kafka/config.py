@@ -172,8 +172,21 @@ class SinkConfig(_Config):
 
     path: TableLocation = Field(description="Delta table location: a local path, or a URI such as s3://bucket/t.")
     dead_letter_path: TableLocation | None = Field(None, description="Default: '<path>_dead_letter'.")
+    partition_by: tuple[str, ...] = Field(
+        (),
+        description="Columns a new sink is partitioned by, e.g. [cluster, topic] (columns of the rows). Applies when "
+        "the sink is created; an existing sink keeps its partitioning. A partitioned sink is appended by "
+        "delta-spark (no staged appends).",
+    )
 
     _parse = field_validator("path", "dead_letter_path", mode="before")(_location)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _distinct_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name.strip() for name in value) or len(set(value)) != len(value):
+            raise ValueError(f"write distinct, non-empty column names, e.g. [cluster, topic] (got {list(value)})")
+        return value
 
     @property
     def resolved_dead_letter_path(self) -> TableLocation:

@@ -144,3 +144,27 @@ def test_maintenance_refuses_while_the_run_lock_is_held_a_run_is_planned_or_anot
         maintain_pipeline(harness.runner().context, retention_hours=0)
 
     assert table_files(pipeline.sink_table) == before
+
+
+def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_partition(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
+    harness = stream.harness
+    harness.configure(sink={"path": "sink", "partition_by": ["cluster"]})
+    for tag in ("a", "b"):
+        stream.produce(tag, east=2, west=1)
+        assert harness.runner().run().status == "committed"  # the second is appended by delta-spark, not staged
+
+    assert DeltaTable(str(harness.sink_path)).metadata().partition_columns == ["cluster"]
+    assert sorted(p.name for p in harness.sink_path.glob("cluster=*")) == ["cluster=east", "cluster=west"]
+    assert harness.sink_rows() == stream.expected_rows()
+
+    summary = maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    after = summary.tables[0].after
+    assert after is not None
+    assert after.current.files == 2  # one per partition
+    assert harness.sink_rows() == stream.expected_rows()
