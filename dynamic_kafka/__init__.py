@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.config import BackfillConfig, PipelineConfig, ProjectConfig, load_project_config
     from dynamic_kafka.dead_letters import ReplayReport
     from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError
+    from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.file import parse_metadata_file
     from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
     from dynamic_kafka.metadata.service import KafkaMetadataService
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
     from dynamic_kafka.realign import Realignment
+    from dynamic_kafka.sink.compaction import TableMaintenance
     from dynamic_kafka.sink.tables import TableInfo
     from dynamic_kafka.status import (
         LagVerdict,
@@ -79,6 +81,8 @@ _EXPORTS: dict[str, str] = {
     "dead_letter_verdict": "dynamic_kafka.status",
     "Realignment": "dynamic_kafka.realign",
     "OffsetReset": "dynamic_kafka.offset_reset",
+    "MaintenanceSummary": "dynamic_kafka.maintain",
+    "TableMaintenance": "dynamic_kafka.sink.compaction",
     "ReplayReport": "dynamic_kafka.dead_letters",
     "format_offsets": "dynamic_kafka.cli.offsets",
     "format_reset": "dynamic_kafka.cli.offsets",
@@ -102,6 +106,7 @@ __all__ = [
     "KafkaStream",
     "LagVerdict",
     "LostRange",
+    "MaintenanceSummary",
     "MetadataSnapshot",
     "OffsetReset",
     "PartitionLag",
@@ -116,6 +121,7 @@ __all__ = [
     "Split",
     "TableInfo",
     "TableLocation",
+    "TableMaintenance",
     "TopicPartition",
     "TopicStats",
     "WatchCursor",

@@ -113,10 +113,17 @@ def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
     pipelines = raw.get("pipelines")
     found = []
     for index, pipeline in enumerate(pipelines if isinstance(pipelines, list) else []):
-        schedule = pipeline.get("schedule") if isinstance(pipeline, dict) else None
-        problem = cron_problem(schedule) if isinstance(schedule, str) else None
-        if problem:
-            found.append(Problem(file=source, location=f"pipelines[{index}].schedule", message=problem))
+        if not isinstance(pipeline, dict):
+            continue
+        maintenance = pipeline.get("maintenance")
+        schedules = {
+            "schedule": pipeline.get("schedule"),
+            "maintenance.schedule": maintenance.get("schedule") if isinstance(maintenance, dict) else None,
+        }
+        for key, schedule in schedules.items():
+            problem = cron_problem(schedule) if isinstance(schedule, str) else None
+            if problem:
+                found.append(Problem(file=source, location=f"pipelines[{index}].{key}", message=problem))
     return found
 
 

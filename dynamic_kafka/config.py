@@ -173,8 +173,21 @@ class SinkConfig(_Config):
 
     path: TableLocation = Field(description="Delta table location: a local path, or a URI such as s3://bucket/t.")
     dead_letter_path: TableLocation | None = Field(None, description="Default: '<path>_dead_letter'.")
+    partition_by: tuple[str, ...] = Field(
+        (),
+        description="Columns a new sink is partitioned by, e.g. [cluster, topic] (columns of the rows). Applies when "
+        "the sink is created; an existing sink keeps its partitioning. A partitioned sink is appended by "
+        "delta-spark (no staged appends).",
+    )
 
     _parse = field_validator("path", "dead_letter_path", mode="before")(_location)
+
+    @field_validator("partition_by")
+    @classmethod
+    def _distinct_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name.strip() for name in value) or len(set(value)) != len(value):
+            raise ValueError(f"write distinct, non-empty column names, e.g. [cluster, topic] (got {list(value)})")
+        return value
 
     @property
     def resolved_dead_letter_path(self) -> TableLocation:
@@ -272,6 +285,22 @@ class BootstrapConfig(_Config):
                 f"{', '.join(unknown)} is not a sink column; map archive columns to: {', '.join(OUTPUT_COLUMNS)}"
             )
         return value
+
+
+class MaintenanceConfig(_Config):
+    """Sink maintenance (``dynamic-kafka maintain`` and the Dagster maintenance job): compaction and vacuum of the
+    sink and dead-letter table, never beside a run or backfill of the pipeline.
+    """
+
+    schedule: str | None = Field(
+        None, description="Cron expression (UTC) of the Dagster schedule of the maintenance job; none: no schedule."
+    )
+    vacuum_retention_hours: int | None = Field(
+        None,
+        ge=0,
+        description="How long files that older versions of the tables need are kept; versions older than this can "
+        "no longer be read. Default: each table's own retention (7 days).",
+    )
 
 
 class RetryConfig(_Config):
@@ -407,6 +436,10 @@ class PipelineConfig(_Config):
     backfill: BackfillConfig | None = None
     bootstrap: BootstrapConfig | None = Field(
         None, description="An archive the first run lands before reading Kafka from its `until` (docs/bootstrap.md)."
+    )
+    maintenance: MaintenanceConfig = Field(
+        default_factory=MaintenanceConfig,
+        description="Compaction and vacuum of the sink and dead-letter table: retention and an optional schedule.",
     )
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
     max_dead_letters: int = Field(

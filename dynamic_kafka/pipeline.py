@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.dead_letters import ReplayReport, replay_dead_letters
+from dynamic_kafka.maintain import MaintenanceSummary, maintain_pipeline
 from dynamic_kafka.metadata.watch import WatchCursor, WatchResult, check_metadata
 from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, reset_offsets
 from dynamic_kafka.realign import Realignment, realign
@@ -172,6 +173,17 @@ class Pipeline:
         reports what it would change. See :func:`dynamic_kafka.realign.realign`.
         """
         return realign(self.config, self.context.store, yes=apply)
+
+    def maintain(self, *, vacuum_retention_hours: int | None = None) -> MaintenanceSummary:
+        """Compact and vacuum the sink and dead-letter table under the pipeline's run lock and writer lease, never
+        beside a run or backfill. The retention is ``vacuum_retention_hours``, else the config's
+        ``maintenance.vacuum_retention_hours``, else each table's own. See
+        :func:`dynamic_kafka.maintain.maintain_pipeline`.
+        """
+        retention = vacuum_retention_hours
+        if retention is None:
+            retention = self.config.maintenance.vacuum_retention_hours
+        return maintain_pipeline(self.context, retention_hours=retention)
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""

@@ -11,7 +11,9 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
   config (operations between runs);
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
 - when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
-  ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it.
+  ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it;
+- job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`pipelines.maintenance`), and schedule
+  ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set.
 
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
@@ -36,6 +38,7 @@ from dynamic_kafka import ConfigError, load_project_config
 from pipelines.assets import build_checks, build_sink_asset
 from pipelines.backfill import build_backfill_asset
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
+from pipelines.maintenance import build_maintenance_job, build_maintenance_schedule
 from pipelines.names import RESOURCE_KEY, dagster_name
 from pipelines.resources import DynamicKafkaResource
 from pipelines.schedules import build_schedule
@@ -112,6 +115,11 @@ def build_definitions(config_path: str | Path) -> Definitions:
         schedule = build_schedule(pipeline, incremental, source=source)
         if schedule is not None:
             schedules.append(schedule)
+        maintenance = build_maintenance_job(pipeline)
+        jobs.append(maintenance)
+        maintenance_schedule = build_maintenance_schedule(pipeline, maintenance, source=source)
+        if maintenance_schedule is not None:
+            schedules.append(maintenance_schedule)
         sensors.extend([build_metadata_sensor(pipeline, incremental), build_catch_up_sensor(pipeline, incremental)])
     return Definitions(
         assets=assets,

@@ -91,6 +91,7 @@ class _Target:
     run_seq: int
     overlaps: Sequence[Split]
     before_commit: Callable[[], None] | None = None
+    partition_by: Sequence[str] = ()
 
     @property
     def blind(self) -> bool:
@@ -178,6 +179,7 @@ def write_incremental(
         run_seq=run_seq,
         overlaps=overlaps,
         before_commit=before_commit,
+        partition_by=pipeline.sink.partition_by,
     )
     writer = _writer(pipeline)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
@@ -335,6 +337,7 @@ def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
             commit_id=commit_id,
             blind=target.blind,
             before_commit=target.before_commit,
+            partition_by=target.partition_by if table is target.sink_path else (),
         )
     except CommitLostError:
         raise

@@ -132,7 +132,7 @@ def merge_backfill(
                 good = sink_rows(decoded.where(sf.col(DECODE_ERROR).isNull()), run_seq)
                 if before_write is not None:
                     before_write()
-                inserted = _merge(spark, good, sink_path, scope, marker)
+                inserted = _merge(spark, good, sink_path, scope, marker, pipeline.sink.partition_by)
         finally:
             decoded.unpersist()
         result = write_result(
@@ -171,8 +171,16 @@ def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:
     )
 
 
-def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, marker: tuple[str, int] | None) -> int:
-    """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted.
+def _merge(
+    spark: SparkSession,
+    rows: DataFrame,
+    path: TableRef,
+    scope: str,
+    marker: tuple[str, int] | None,
+    partition_by: tuple[str, ...] = (),
+) -> int:
+    """Inserts the rows of ``rows`` whose coordinates the table lacks; returns how many were inserted. A table
+    that does not exist yet is created first, partitioned by ``partition_by``.
 
     Delta's MERGE by SQL with the rows as a DataFrame argument, in both modes: one code path, and over Spark
     Connect Delta's Python ``DeltaTable.merge`` would need the Delta Connect server plugin, which Maven Central
@@ -183,7 +191,7 @@ def _merge(spark: SparkSession, rows: DataFrame, path: TableRef, scope: str, mar
     returns no metrics row): that only happens when a later backfill committed first, whose higher number already
     marks the sink, so the MERGE is then made without a marker. Nothing is ever skipped.
     """
-    ensure_table(spark, rows, path)
+    ensure_table(spark, rows, path, partition_by)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
     # WITH SCHEMA EVOLUTION: new columns join the table, as appends do with mergeSchema.
     # spark.sql formats the text with str.format: braces of the text itself are doubled, {source} is the rows.

@@ -18,8 +18,8 @@ commit gives the same guarantees:
   it), and a folder holding anything else is refused;
 - the commit carries a commit id, so the caller finds it in the log (:mod:`~dynamic_kafka.sink.commits`).
 
-Only a blind append (no read of the table inside the write) may be staged, only into an existing table whose
-protocol delta-rs writes without checks of its own (reader 1, writer <= 2, no table features, no column
+Only a blind append (no read of the table inside the write) may be staged, only into an existing unpartitioned
+table whose protocol delta-rs writes without checks of its own (reader 1, writer <= 2, no table features, no column
 metadata, every column nullable), and only when the rows' schema is exactly the table's (up to the order of the
 top-level columns). Anything else (a table's first write, a new column, a dedupe against a backfill) is left to
 delta-spark, which enforces and evolves schemas and checks reads against concurrent writes.
@@ -80,6 +80,9 @@ def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
     if protocol.min_reader_version > 1 or protocol.min_writer_version > 2:
         return False
     if protocol.writer_features or protocol.reader_features:
+        return False
+    # Staged files are committed without partition values: a partitioned table is written by delta-spark.
+    if table.metadata().partition_columns:
         return False
     table_fields = json.loads(table.schema().to_json())["fields"]
     if not all(_plain(field) for field in table_fields):

@@ -100,8 +100,9 @@ def table_exists(table: Table) -> bool:
     return open_delta_rs(table, doing=f"looking for the Delta table {TableRef.of(table)}") is not None
 
 
-def ensure_table(spark: SparkSession, rows: DataFrame, table: Table) -> None:
-    """Creates the table (for a MERGE) with ``rows``' schema and coordinate-only statistics, unless it exists.
+def ensure_table(spark: SparkSession, rows: DataFrame, table: Table, partition_by: Sequence[str] = ()) -> None:
+    """Creates the table (for a MERGE) with ``rows``' schema and coordinate-only statistics, partitioned by
+    ``partition_by``, unless it exists.
 
     By SQL, in both modes: Delta's Python ``DeltaTable`` builder needs the Delta Connect server plugin over Spark
     Connect, which Maven Central does not serve for this Spark/Delta pair (docs/spark-connect.md).
@@ -109,10 +110,22 @@ def ensure_table(spark: SparkSession, rows: DataFrame, table: Table) -> None:
     if table_exists(table):
         return
     columns = ", ".join(f"{quote_identifier(f.name)} {ddl_type(f.dataType)}" for f in _nullable(rows.schema).fields)
+    partitioned = f"PARTITIONED BY ({', '.join(map(quote_identifier, partition_by))}) " if partition_by else ""
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {delta_path_identifier(table)} ({columns}) USING delta "
-        f"TBLPROPERTIES ({sql_string(STATS_PROPERTY)} = {sql_string(STATS_COLUMNS)})"
+        f"CREATE TABLE IF NOT EXISTS {delta_path_identifier(table)} ({columns}) USING delta {partitioned}"
+        f"TBLPROPERTIES ({sql_string(STATS_PROPERTY)} = {sql_string(stats_columns(partition_by))})"
     ).collect()
+
+
+def stats_columns(partition_by: Sequence[str] = ()) -> str:
+    """The coordinate columns a new table keeps file statistics on, but its partition columns (Delta refuses
+    statistics on those: the partition values already skip files).
+
+    Example:
+        >>> "cluster" in stats_columns(["cluster"]).split(",")
+        False
+    """
+    return ",".join(c for c in STATS_COLUMNS.split(",") if c not in partition_by)
 
 
 def delta_path_identifier(table: Table) -> str:
@@ -169,6 +182,7 @@ def append_idempotent(
     commit_id: str,
     blind: bool = False,
     before_commit: Callable[[], None] | None = None,
+    partition_by: Sequence[str] = (),
 ) -> None:
     """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
     commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
@@ -181,6 +195,7 @@ def append_idempotent(
 
     ``before_commit`` runs before the commit and may stop it by raising: for a staged append once ``rows`` were
     computed and written as files; for delta-spark's write just before its job (which reads and commits in one).
+    ``partition_by``: the columns a table this write creates is partitioned by.
 
     Raises:
         CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
@@ -198,7 +213,9 @@ def append_idempotent(
     # before any write (registry_decode.check_table_schema).
     writer = writer.option("mergeSchema", "true")
     if not table_exists(ref):
-        writer = writer.option(STATS_PROPERTY, STATS_COLUMNS)
+        writer = writer.option(STATS_PROPERTY, stats_columns(partition_by))
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
     if before_commit is not None:
         before_commit()
     writer.save(ref.spark_uri)

@@ -66,7 +66,7 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     } | {
         f"{p}_{op}"
         for p in ("orders", "pay_ments", "plain")
-        for op in ("offsets_show", "offsets_reset", "dead_letter_replay")
+        for op in ("offsets_show", "offsets_reset", "dead_letter_replay", "maintenance")
     }
     assert {s.name: s.cron_schedule for s in repo.schedule_defs} == {"orders_schedule": "*/15 * * * *"}
     assert {s.name for s in repo.sensor_defs} == {

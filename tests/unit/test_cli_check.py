@@ -110,6 +110,19 @@ def test_check_lists_every_problem_of_both_files_in_plain_words(
     assert report["ok"] is False
 
 
+def test_check_validates_the_maintenance_schedule_and_retention(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    maintenance = '    maintenance: {schedule: "0 3 * * 8", vacuum_retention_hours: -1}\n'
+    config = write_project(tmp_path, CONFIG + maintenance, METADATA)
+
+    assert main(["check", "--config", str(config), "--json"]) == 1
+
+    found = {p["location"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
+    assert set(found) == {"pipelines[0].maintenance.schedule", "pipelines[0].maintenance.vacuum_retention_hours"}
+    assert found["pipelines[0].maintenance.schedule"] == "the day of week field '8' is out of range: write 0-7"
+
+
 def test_check_finds_a_misspelled_stream_once_both_files_are_valid(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,123 @@
+"""Sink maintenance: compact the small files each run leaves, vacuum, and clear what killed writes left, in the
+sink and the dead-letter table (:mod:`~dynamic_kafka.sink.compaction`), never beside a write of the pipeline.
+
+Guarded like a backfill, because ``OPTIMIZE`` and ``VACUUM`` are writers of the same tables:
+
+- it holds the pipeline's run lock for its whole duration (no run or backfill of the pipeline on this machine);
+- it takes the state's writer lease (the backfill lease row; ``StateStore.record_backfill`` with no frontier), so
+  no run is planned or taken over, on any host, while it works; a planned run (in flight, or crashed: the next run
+  recovers it) refuses it, and so does a backfill holding the lease;
+- it renews the lease while it works and checks it before each step, and releases it at the end.
+
+The state's offsets, runs and frontier are untouched, and so are the tables' rows: OPTIMIZE rewrites files without
+changing a row, VACUUM deletes only files no version within the retention period references. No Spark is
+started: both steps are delta-rs's (docs/design.md, "Sink maintenance").
+
+Example:
+    >>> from dynamic_kafka.config import load_project_config
+    >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
+    >>> maintain_pipeline(context, retention_hours=24).tables[0].after.current.files  # doctest: +SKIP
+    1
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
+from dynamic_kafka.errors import DynamicKafkaError, StateError
+from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
+from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+
+if TYPE_CHECKING:
+    from dynamic_kafka.context import PipelineContext
+
+logger = logging.getLogger(__name__)
+
+
+class MaintenanceSummary(BaseModel):
+    """What one maintenance of a pipeline's tables did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline_id: str
+    retention_hours: int | None = Field(description="VACUUM's retention; None: each table's own (7 days default).")
+    tables: tuple[TableMaintenance, ...] = Field(description="The sink, then the dead-letter table.")
+    seconds: float = 0.0
+
+
+def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None = None) -> MaintenanceSummary:
+    """Compacts and vacuums the pipeline's sink and dead-letter table, under its run lock and writer lease.
+
+    Args:
+        context: the pipeline.
+        retention_hours: how long files replaced or left by earlier versions are kept for readers of older
+            versions (and writers that may still commit them); None keeps each table's own retention.
+
+    Raises:
+        RunInProgressError: a run or backfill of the pipeline holds the run lock on this machine, a run is planned
+            (in flight, or crashed: the next run recovers it), or a backfill holds the lease; nothing was done.
+        LeaseLostError: the lease was lost between two steps (retriable); the steps done stand, the rest was not
+            done.
+        StateError: the sink exists but its pipeline has no state table (a restored or moved sink).
+        SparkJobError: the compaction or the vacuum failed (retriable); the steps before it stand.
+        ObjectStoreError: a table's object store cannot be used.
+    """
+    if retention_hours is not None and retention_hours < 0:
+        raise ValueError(f"a retention of {retention_hours} hours is negative: give 0 or more hours")
+    pipeline = context.pipeline
+    started = time.monotonic()
+    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
+        if not taken:
+            raise in_progress_error(context.store)
+        tables = (("sink", pipeline.sink_table), ("dead_letter", pipeline.dead_letter_table))
+        if all(table_files(table) is None for _, table in tables):
+            done = tuple(TableMaintenance(role=role, table=str(table), before=None) for role, table in tables)
+            return MaintenanceSummary(pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done)
+        if context.store.load().table_version is None:
+            raise StateError(
+                f"pipeline {pipeline.id!r} has a sink but no state table at {context.store.path}: maintenance "
+                "cannot take the pipeline's writer lease, so it would not be kept apart from runs on other hosts.",
+                hint="Point state_path at the pipeline's state, or run the pipeline once (`dynamic-kafka realign` "
+                "first when the state was restored or moved).",
+            )
+        owner = RunOwner.current()
+        lease_length = timedelta(seconds=pipeline.run_lease_seconds)
+        recorded = context.store.record_backfill(
+            {}, attempts=1, owner=owner.text(), lease_expires_at=_now() + lease_length
+        )
+        assert recorded.version is not None  # taking the lease always commits
+        lease = LeaseKeeper(context.store, None, owner, lease_length, recorded.version, _now).start()
+        try:
+            done = tuple(
+                maintain_table(table, role, retention_hours=retention_hours, before_write=lease.check)
+                for role, table in tables
+            )
+        finally:
+            lease.stop(quietly=True)
+            _release(context, owner)
+    return MaintenanceSummary(
+        pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done, seconds=time.monotonic() - started
+    )
+
+
+def _release(context: PipelineContext, owner: RunOwner) -> None:
+    """Gives the lease up; a failure only delays runs until the lease expires."""
+    try:
+        context.store.release_backfill_lease(owner=owner.text())
+    except DynamicKafkaError as e:
+        logger.warning(
+            "pipeline %s: the maintenance's lease was not released (runs wait until it expires): %s",
+            context.pipeline.id,
+            e,
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,170 @@
+"""Sink maintenance (``dynamic-kafka maintain``) on real clusters, Spark and Delta.
+
+- Several runs leave a small file per run; maintenance compacts them into one, vacuums the replaced files and
+  removes what VACUUM skips of killed writes (a staged write's ``_temporary`` task folder, checksum files of gone
+  files, empty attempt folders), while every row stays as it was and the next run appends as before.
+- It never runs beside a write: the pipeline's run lock held (a run or backfill on this machine), a planned run
+  (in flight or crashed) and another process's writer lease each make it refuse, with nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from exactly_once_support import TwoClusterStream, committed_offsets
+
+from dynamic_kafka._toolchain.filelock import try_exclusive_lock
+from dynamic_kafka.cli.maintain import format_maintenance
+from dynamic_kafka.errors import RunInProgressError
+from dynamic_kafka.maintain import maintain_pipeline
+from dynamic_kafka.run_guard import run_lock_path
+from dynamic_kafka.sink.compaction import table_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dynamic_kafka.local_kafka import ClusterEndpoint
+
+pytestmark = pytest.mark.integration
+
+_DAY_AGO = time.time() - 24 * 3600
+
+
+def three_runs(kafka_clusters: dict[str, ClusterEndpoint], spark: Any, folder: Path) -> TwoClusterStream:
+    """The two-cluster stream (one partition per topic) after three runs, each landing a few records."""
+    stream = TwoClusterStream(kafka_clusters, folder, spark=lambda: spark, partitions=1)
+    for tag in ("a", "b", "c"):
+        stream.produce(tag, east=3, west=2)
+        assert stream.harness.runner().run().status == "committed"
+    return stream
+
+
+def killed_write_leftovers(sink: Path) -> list[Path]:
+    """What a staged write killed during its Spark job leaves (a day old), and a checksum whose file is gone."""
+    attempt = sink / "dk-run-99-p" / "0123456789ab"
+    task = attempt / "_temporary" / "0" / "_temporary" / "attempt_1" / "part-00000-x.snappy.parquet"
+    task.parent.mkdir(parents=True)
+    task.write_bytes(b"half a parquet file")
+    checksum = sink / ".part-00000-gone.snappy.parquet.crc"
+    checksum.write_bytes(b"crc")
+    for path in (task, checksum):
+        os.utime(path, (_DAY_AGO, _DAY_AGO))
+    return [attempt / "_temporary", checksum]
+
+
+def test_maintenance_compacts_the_runs_files_and_clears_killed_writes_leaving_every_row(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    stream = three_runs(kafka_clusters, spark, tmp_path)
+    harness = stream.harness
+    leftovers = killed_write_leftovers(harness.sink_path)
+    before = table_files(harness.runner().pipeline.sink_table)
+    assert before is not None
+    assert before.current.files >= 3  # a file per run and partition at least
+    offsets = committed_offsets(harness)
+
+    summary = maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    sink, dead_letters = summary.tables
+    assert (sink.role, dead_letters.role, dead_letters.before) == ("sink", "dead_letter", None)
+    assert sink.before == before
+    assert sink.after is not None
+    assert sink.after.current.files == 1
+    assert sink.compacted_files == before.current.files
+    assert sink.after.rows == before.rows == len(stream.expected_rows())
+    assert sink.after.stored.files < before.stored.files
+    assert sink.leftovers_removed >= 2
+    assert [path.exists() for path in leftovers] == [False, False]
+    assert not (harness.sink_path / "dk-run-99-p").exists()  # the emptied attempt and run folders too
+    assert harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(harness) == offsets
+    text = format_maintenance(summary)
+    assert f"current files {before.current.files} (" in text
+    assert "-> 1 (" in text
+    assert "dead_letter" in text
+    assert "no table yet" in text
+    state = harness.runner().store.load()
+    assert state.backfill_owner is None  # the lease was released
+
+    stream.produce("d", east=1, west=1)
+    assert harness.runner().run().status == "committed"
+    assert harness.sink_rows() == stream.expected_rows()
+
+
+def test_recent_leftovers_stay_within_the_retention_period(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    # A write that may still be running (on another host whose lease ran out) must keep its task folder.
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
+    stream.produce("a", east=2, west=1)
+    stream.harness.runner().run()
+    temporary, _ = killed_write_leftovers(stream.harness.sink_path)
+    recent = temporary / "0" / "_temporary" / "attempt_1" / "part-00000-x.snappy.parquet"
+    os.utime(recent, None)
+
+    summary = maintain_pipeline(stream.harness.runner().context, retention_hours=1)
+
+    assert recent.exists()
+    assert summary.tables[0].leftovers_removed == 1  # the day-old checksum only
+
+
+def test_maintenance_refuses_while_the_run_lock_is_held_a_run_is_planned_or_another_holds_the_lease(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
+    stream.produce("a", east=2, west=1)
+    harness = stream.harness
+    harness.runner().run()
+    pipeline = harness.runner().pipeline
+    before = table_files(pipeline.sink_table)
+
+    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
+        assert taken
+        with pytest.raises(RunInProgressError) as locked:
+            maintain_pipeline(harness.runner().context, retention_hours=0)
+    assert locked.value.retriable
+    assert "another run is in progress for pipeline 'p'" in str(locked.value)
+
+    store = harness.runner().store
+    store.record_backfill({}, owner="another-host 1 x", lease_expires_at=datetime.now(UTC) + timedelta(minutes=5))
+    with pytest.raises(RunInProgressError, match="held by another-host"):
+        maintain_pipeline(harness.runner().context, retention_hours=0)
+    store.release_backfill_lease(owner="another-host 1 x")
+
+    stream.produce("b", east=1, west=1)
+    runner = harness.runner()
+    plan, _, _ = runner.plan()
+    state = store.load()
+    store.begin_run(plan, expected_version=state.table_version, owner="gone", lease_expires_at=datetime.now(UTC))
+    with pytest.raises(RunInProgressError, match=f"planned run_seq {plan.run_seq} first"):
+        maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    assert table_files(pipeline.sink_table) == before
+
+
+def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_partition(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
+    harness = stream.harness
+    harness.configure(sink={"path": "sink", "partition_by": ["cluster"]})
+    for tag in ("a", "b"):
+        stream.produce(tag, east=2, west=1)
+        assert harness.runner().run().status == "committed"  # the second is appended by delta-spark, not staged
+
+    assert DeltaTable(str(harness.sink_path)).metadata().partition_columns == ["cluster"]
+    assert sorted(p.name for p in harness.sink_path.glob("cluster=*")) == ["cluster=east", "cluster=west"]
+    assert harness.sink_rows() == stream.expected_rows()
+
+    summary = maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    after = summary.tables[0].after
+    assert after is not None
+    assert after.current.files == 2  # one per partition
+    assert harness.sink_rows() == stream.expected_rows()
