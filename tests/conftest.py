@@ -92,6 +92,20 @@ def schema_registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
 
 
 @pytest.fixture(scope="session")
+def registry_password() -> str:
+    """The random password of ``secured_registry``'s basic-auth user ``reader``."""
+    return secrets.token_urlsafe(18)
+
+
+@pytest.fixture(scope="session")
+def secured_registry(tmp_path_factory: pytest.TempPathFactory, registry_password: str) -> Iterator[LocalRegistry]:
+    """One local Schema Registry serving HTTPS only (its CA: ``ca_file``) and requiring basic auth as ``reader``."""
+    base_dir = tmp_path_factory.mktemp("local-registry-secured")
+    with local_test_registries(["secured"], base_dir, basic_auth=("reader", registry_password), tls=True) as found:
+        yield found["secured"]
+
+
+@pytest.fixture(scope="session")
 def postgres() -> Iterator[LocalPostgres]:
     """A local PostgreSQL (Debian's server) on a free loopback port, purged at the end of the session.
 

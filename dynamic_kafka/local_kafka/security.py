@@ -126,9 +126,10 @@ def store_password(tls_dir: Path) -> Path:
     return tls_dir / _STORE_PASSWORD_FILE
 
 
-def make_certificates(tls_dir: Path, keytool: Path) -> None:
+def make_certificates(tls_dir: Path, keytool: Path, *, owner: str = "local broker") -> None:
     """Makes the CA, the broker's and the client's certificates and their stores under ``tls_dir``, unless they
-    exist already (a restarted broker keeps them, and clients keep trusting it).
+    exist already (a restarted broker keeps them, and clients keep trusting it). ``owner`` names the server they
+    are for in error messages (the local Schema Registry serves ``broker.pem``'s certificate too).
 
     Raises:
         LocalKafkaError: openssl or keytool failed (the message holds their output, which holds no password).
@@ -143,13 +144,15 @@ def make_certificates(tls_dir: Path, keytool: Path) -> None:
     san = tls_dir / "san.ext"
     san.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     keytool_pass = f"-storepass:file {password.name}"
-    _run("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 -subj /CN=local-ca", tls_dir)
+    _run("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 -subj /CN=local-ca", tls_dir,
+         owner)  # fmt: skip
     for who in ("broker", "client"):
-        _run(f"openssl req -newkey rsa:2048 -nodes -keyout {who}.key -out {who}.csr -subj /CN={who}", tls_dir)
+        _run(f"openssl req -newkey rsa:2048 -nodes -keyout {who}.key -out {who}.csr -subj /CN={who}", tls_dir, owner)
         _run(
             f"openssl x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out {who}.crt -days 3650 "
             f"-extfile {san.name}",
             tls_dir,
+            owner,
         )
         pem = tls_dir / f"{who}.pem"
         pem.touch(mode=0o600)
@@ -158,32 +161,34 @@ def make_certificates(tls_dir: Path, keytool: Path) -> None:
         "openssl pkcs12 -export -in client.crt -inkey client.key -certfile ca.pem -name client -out client.p12 "
         f"-passout file:{password.name}",
         tls_dir,
+        owner,
     )
     for kind in ("PKCS12", "JKS"):
         store = f"truststore.{'p12' if kind == 'PKCS12' else 'jks'}"
         _run(f"{keytool} -importcert -noprompt -alias ca -file ca.pem -keystore {store} -storetype {kind} "
-             f"{keytool_pass}", tls_dir)  # fmt: skip
+             f"{keytool_pass}", tls_dir, owner)  # fmt: skip
     _run(
         f"{keytool} -importkeystore -srckeystore client.p12 -srcstoretype PKCS12 -srcstorepass:file {password.name} "
         f"-destkeystore client.jks -deststoretype JKS -deststorepass:file {password.name}",
         tls_dir,
+        owner,
     )
     for key in tls_dir.glob("*.key"):
         key.chmod(0o600)
 
 
-def _run(command: str, cwd: Path) -> None:
+def _run(command: str, cwd: Path, owner: str) -> None:
     # Commands are built here from fixed words and file names under tls_dir: no quoting needed, no password.
     argv = command.split()
     try:
         result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise LocalKafkaError(
-            f"making the local broker's certificates: `{Path(argv[0]).name}` could not run ({e}).",
+            f"making the {owner}'s certificates: `{Path(argv[0]).name}` could not run ({e}).",
             hint="Install openssl and a JDK (keytool), e.g. `apt-get install openssl openjdk-17-jdk-headless`.",
         ) from e
     if result.returncode != 0:
         raise LocalKafkaError(
-            f"making the local broker's certificates: `{Path(argv[0]).name} {argv[1]}` failed "
+            f"making the {owner}'s certificates: `{Path(argv[0]).name} {argv[1]}` failed "
             f"(exit {result.returncode}): {(result.stdout + result.stderr).strip()[-2000:]}"
         )

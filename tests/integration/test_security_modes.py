@@ -8,7 +8,6 @@ resolved JAAS line) must appear in no log (DEBUG on), plan, exception or process
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,9 +18,12 @@ from dynamic_kafka.local_kafka.security import store_password
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.testing.clusters import SecuredForm, secured_properties
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.testing.leaks import run_texts
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from dynamic_kafka.local_kafka import LocalCluster
     from dynamic_kafka.local_spark_connect import ServerInfo
     from dynamic_kafka.plan.summary import RunSummary
@@ -84,16 +86,6 @@ def _assert_group_committed(
         assert {k: v for k, v in committed.items() if v} == ends, cluster_id
 
 
-def _command_lines() -> str:
-    texts = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            texts.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue  # the process ended meanwhile
-    return "\n".join(texts)
-
-
 @pytest.mark.timeout(600)
 def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
     secured_broker: LocalCluster,
@@ -118,14 +110,7 @@ def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
     assert secured_broker.tls_dir is not None
     store = store_password(secured_broker.tls_dir).read_text()
     jaas = harness.clusters["scram-jaas"]["properties"]["sasl.jaas.config"].replace(f"${{env:{SCRAM_VAR}}}", "")
-    outputs = {
-        "logs": caplog.text,
-        "log records": repr([(r.msg, r.args) for r in caplog.records]),
-        "plan": repr(plan),
-        "metadata": repr(metadata),
-        "summary": repr(summary),
-        "process list": _command_lines(),
-    }
+    outputs = run_texts(caplog, plan=plan, metadata=metadata, summary=summary)
     for secret in (scram_password, store, jaas):
         for where, text in outputs.items():
             assert secret not in text, f"a secret appears in the {where}"
