@@ -7,23 +7,26 @@ resolved JAAS line) must appear in no log (DEBUG on), plan, exception or process
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from test_secrets_and_bad_input import assert_absent, crawl
 
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.local_kafka.security import store_password
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.testing.clusters import SecuredForm, secured_properties
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.leaks import run_texts
 from dynamic_kafka.testing.pipeline import PipelineHarness, Row
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from dynamic_kafka.local_kafka import LocalCluster
     from dynamic_kafka.local_spark_connect import ServerInfo
     from dynamic_kafka.plan.summary import RunSummary
@@ -137,9 +140,14 @@ def test_secured_clusters_read_over_spark_connect(
     secured_broker: LocalCluster,
     scram_password: str,
     spark_connect_server: ServerInfo,
+    spark_connect_ui: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The secured clusters' options travel to the server inside each query plan: the SCRAM password, the stores'
+    password and the resolved JAAS line must then show in no plan ``explain`` prints, UI page (the Connect and SQL
+    tabs) or server log line."""
     monkeypatch.setenv(SCRAM_VAR, scram_password)
     # pyspark dispatches its functions on one process-wide switch (see tests/conftest.py `spark_mode`): this test
     # process also holds an in-process session, so the switch is set for this Connect run and restored after it.
@@ -147,9 +155,35 @@ def test_secured_clusters_read_over_spark_connect(
     harness, topics, expected = _harness(
         tmp_path, secured_broker, OVER_CONNECT, spark_config={"remote": spark_connect_server.remote}
     )
+    caplog.set_level(logging.DEBUG)
 
-    summary = harness.runner().run()
+    runner = harness.runner()
+    summary = runner.run()
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
     _assert_group_committed(harness, summary, topics, expected)
+    last = runner.store.load().last_run
+    assert last is not None
+    frame = read_splits(
+        runner.context.spark(),
+        last.plan.read_splits,
+        runner.context.connections(last.plan),
+        isolation_level="read_committed",
+        min_partitions=None,
+    )
+    with io.StringIO() as shown, contextlib.redirect_stdout(shown):
+        frame.explain(mode="extended")
+        frame.explain(mode="formatted")
+        explained = shown.getvalue()
+    assert "kafka" in explained.lower()
+    pages = crawl(spark_connect_ui)
+    assert any("/SQL/execution" in url for url in pages), sorted(pages)[:20]
+    assert secured_broker.tls_dir is not None
+    texts: dict[str, str | bytes] = {
+        **run_texts(caplog, summary=summary),
+        "explain": explained,
+        "server log": Path(spark_connect_server.log_file).read_bytes(),
+        **{f"UI {url}": text for url, text in pages.items()},
+    }
+    assert_absent([scram_password, store_password(secured_broker.tls_dir).read_text()], texts)
