@@ -1,4 +1,5 @@
-"""Secured listeners for a local broker: TLS, mutual TLS, SASL/SCRAM over TLS, SASL/OAUTHBEARER (unsecured JWT).
+"""Secured listeners for a local broker: TLS, mutual TLS, SASL/SCRAM over TLS, SASL/OAUTHBEARER (unsecured JWT),
+SASL/GSSAPI (Kerberos, with a local KDC: :mod:`dynamic_kafka.local_kafka.kerberos`).
 
 Each mode is one more listener of the same broker on its own loopback port, so one broker serves every mode (a
 test session starts one, not one per mode). The ``CLIENT`` listener stays as it was (PLAINTEXT or SASL/PLAIN) and
@@ -30,13 +31,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.errors import LocalKafkaError
+from dynamic_kafka.local_kafka.kerberos import HOST as KERBEROS_HOST
+from dynamic_kafka.local_kafka.kerberos import SERVICE_NAME as KERBEROS_SERVICE_NAME
+from dynamic_kafka.local_kafka.kerberos import broker_jaas
 
-Mode = Literal["tls", "mtls", "scram", "oauthbearer"]
+Mode = Literal["tls", "mtls", "scram", "oauthbearer", "kerberos"]
 LISTENERS: dict[Mode, tuple[str, str]] = {
     "tls": ("TLS", "SSL"),
     "mtls": ("MTLS", "SSL"),
     "scram": ("SCRAM", "SASL_SSL"),
     "oauthbearer": ("OAUTH", "SASL_PLAINTEXT"),
+    "kerberos": ("GSSAPI", "SASL_PLAINTEXT"),
 }
 """Mode -> (listener name, security protocol)."""
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -59,6 +64,7 @@ class SecurityModes(BaseModel):
     mtls: bool = Field(default=False, description="A TLS listener that requires a client certificate.")
     scram_user: str | None = Field(default=None, description="A SASL_SSL listener with SCRAM-SHA-512 for this user.")
     oauthbearer: bool = Field(default=False, description="A SASL_PLAINTEXT listener with OAUTHBEARER (unsecured JWT).")
+    kerberos: bool = Field(default=False, description="A SASL_PLAINTEXT listener with GSSAPI, and a local KDC.")
 
     @property
     def modes(self) -> list[Mode]:
@@ -68,6 +74,7 @@ class SecurityModes(BaseModel):
             "mtls": self.mtls,
             "scram": self.scram_user is not None,
             "oauthbearer": self.oauthbearer,
+            "kerberos": self.kerberos,
         }
         return [mode for mode, on in wanted.items() if on]
 
@@ -88,18 +95,26 @@ def validate_scram_user(user: str) -> None:
         raise LocalKafkaError(f"invalid SCRAM user {user!r}; use 1-64 letters, digits or _.")
 
 
+def listener_host(mode: Mode) -> str:
+    """The host a mode's listener is advertised as: ``127.0.0.1``, but ``localhost`` for Kerberos, whose clients
+    ask for a ticket to ``kafka/<the host they connect to>``, the broker's principal.
+    """
+    return KERBEROS_HOST if mode == "kerberos" else "127.0.0.1"
+
+
 def listener_settings(
     modes: SecurityModes, ports: dict[Mode, int], tls_dir: Path
 ) -> tuple[list[str], list[str], dict[str, str]]:
     """The broker's extra listeners (``NAME://127.0.0.1:PORT``), their ``NAME:PROTOCOL`` pairs and the settings
-    they need. Holds no secret: the broker's PEM key is unencrypted in a 0600 file.
+    they need. Holds no secret: the broker's PEM key is unencrypted in a 0600 file, its Kerberos key in a 0600
+    keytab (in ``kerberos/`` beside ``tls_dir``).
     """
     listeners: list[str] = []
     settings: dict[str, str] = {}
     protocols: list[str] = []
     for mode in modes.modes:
         name, protocol = LISTENERS[mode]
-        listeners.append(f"{name}://127.0.0.1:{ports[mode]}")
+        listeners.append(f"{name}://{listener_host(mode)}:{ports[mode]}")
         protocols.append(f"{name}:{protocol}")
     if modes.needs_certificates:
         settings.update(
@@ -118,6 +133,10 @@ def listener_settings(
     if modes.oauthbearer:
         settings["listener.name.oauth.sasl.enabled.mechanisms"] = "OAUTHBEARER"
         settings["listener.name.oauth.oauthbearer.sasl.jaas.config"] = _OAUTH_JAAS
+    if modes.kerberos:
+        settings["listener.name.gssapi.sasl.enabled.mechanisms"] = "GSSAPI"
+        settings["listener.name.gssapi.gssapi.sasl.jaas.config"] = broker_jaas(tls_dir.parent)
+        settings["sasl.kerberos.service.name"] = KERBEROS_SERVICE_NAME
     return listeners, protocols, settings
 
 
