@@ -21,6 +21,7 @@ from dynamic_kafka.registry import encode_header
 from dynamic_kafka.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.testing.leaks import run_texts
 from dynamic_kafka.testing.pipeline import PipelineHarness
+from pipelines.errors import failure_metadata
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -128,7 +129,9 @@ def test_a_wrong_registry_password_fails_naming_the_cluster_and_shows_no_secret(
     assert (error.status, error.retriable) == (401, False)
     assert "'east'" in str(error)
     assert "schema_registry.password" in (error.hint or "")
-    for text in (str(error), repr(error.__cause__), caplog.text):
+    dagster_metadata = repr(failure_metadata(error, "p"))  # what the Dagster step failure would carry
+    assert "SchemaRegistryError" in dagster_metadata
+    for text in (str(error), repr(error.__cause__), caplog.text, dagster_metadata):
         assert wrong not in text
         assert registry_password not in text
     assert not harness.sink_path.exists()
