@@ -35,10 +35,11 @@ if [[ ! -f "$OUT/lib/librdkafka.so" ]]; then
     echo "build-kerberos-client: $NPM_PACKAGE does not ship librdkafka $LIBRDKAFKA_VERSION" >&2
     exit 3
   }
-  (cd "$src" && ./configure --prefix="$OUT" --disable-curl --enable-gssapi >configure.log && make libs && make install-subdirs)
+  # Not configure.log in the source folder: mklove loads every ./configure.NAME there as a module.
+  (cd "$src" && ./configure --prefix="$OUT" --disable-curl --enable-gssapi >"$work/configure.log" && make libs && make install-subdirs)
 fi
 grep -aq "SASL_CYRUS" "$OUT/lib/librdkafka.so" || {
-  echo "build-kerberos-client: librdkafka was built without Cyrus SASL (GSSAPI); see $work/package/deps/librdkafka/configure.log" >&2
+  echo "build-kerberos-client: librdkafka was built without Cyrus SASL (GSSAPI); see $work/configure.log" >&2
   exit 4
 }
 "$PYTHON" -m pip --version >/dev/null 2>&1 && PIP=("$PYTHON" -m pip) || PIP=(pip)
