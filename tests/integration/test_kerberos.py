@@ -29,9 +29,10 @@ CLIENT_ENV = "DYNAMIC_KAFKA_KERBEROS_CLIENT"
 DEFAULT_CLIENT = Path(__file__).resolve().parents[2] / ".kerberos-client" / "site"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def gssapi_client() -> Path:
-    """The folder holding the GSSAPI-capable confluent-kafka, or a skip saying how to build it."""
+    """The folder holding the GSSAPI-capable confluent-kafka, or a skip saying how to build it (session-scoped and
+    asked for first, so a machine without it starts no Kerberos broker)."""
     site = Path(os.environ.get(CLIENT_ENV, DEFAULT_CLIENT))
     if not (site / "confluent_kafka").is_dir():
         pytest.skip(
@@ -43,7 +44,7 @@ def gssapi_client() -> Path:
 
 @pytest.mark.timeout(900)
 def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab(
-    kerberos_broker: LocalCluster, gssapi_client: Path, tmp_path: Path
+    gssapi_client: Path, kerberos_broker: LocalCluster, tmp_path: Path
 ) -> None:
     assert kerberos_broker.kerberos_dir is not None
     krb5_conf = kerberos_broker.kerberos_dir / "krb5.conf"
