@@ -33,6 +33,10 @@ SENSITIVE_KEY_PATTERN = r"password|secret|token|credential|access[.]?key|keytab|
 """Key names that hold secrets (case-insensitive). Plain alternation, valid as a Python and a Java regex."""
 SPARK_REDACTION_REGEX = f"(?i){SENSITIVE_KEY_PATTERN}"
 """``spark.redaction.regex``: Spark masks options whose key or value matches it."""
+SPARK_OPTIONS_REDACTION_REGEX = f"(?i)url|{SENSITIVE_KEY_PATTERN}"
+"""``spark.sql.redaction.options.regex``: the data source options Spark masks in the plans it shows (explain, the
+UI's SQL tab), such as the Kafka reader's ``kafka.sasl.jaas.config`` and ``kafka.ssl.keystore.password``. Spark's
+default, ``(?i)url``, is kept. A runtime setting, so a Spark Connect session sets it itself."""
 SPARK_STRING_REDACTION_REGEX = rf"""(?i)(?:{SENSITIVE_KEY_PATTERN})[\w.-]*\s*[=:]\s*\\?["']?[^\s"'\\;,]+"""
 """``spark.sql.redaction.string.regex``: what Spark masks inside plan and statement texts. Those print a reader's
 options as ``key: "..."`` and ``value: "..."`` on separate lines, out of reach of ``spark.redaction.regex``'s

@@ -85,10 +85,38 @@ def secured_broker(tmp_path_factory: pytest.TempPathFactory, scram_password: str
 
 
 @pytest.fixture(scope="session")
+def kerberos_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local broker with a SASL/GSSAPI listener and its own MIT KDC (``kerberos_dir`` holds ``krb5.conf`` and
+    the client's keytab, principal ``reader``). Started only by the Kerberos tests, which skip unless the machine
+    has the KDC and a GSSAPI-capable client (``scripts/build-kerberos-client.sh``)."""
+    from devtools.local_kafka.security import SecurityModes
+
+    if shutil.which("krb5kdc") is None and not Path("/usr/sbin/krb5kdc").exists():
+        pytest.skip("no MIT KDC on this machine: `apt-get install krb5-kdc krb5-user`")
+    base_dir = tmp_path_factory.mktemp("local-kafka-kerberos")
+    with local_test_clusters(["kerberos"], base_dir, security=SecurityModes(kerberos=True)) as clusters:
+        yield clusters["kerberos"]
+
+
+@pytest.fixture(scope="session")
 def schema_registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalRegistry]]:
     """Two local Schema Registries (Apicurio, Confluent-compatible API), "east" and "west", on free ports."""
     with local_test_registries(["east", "west"], tmp_path_factory.mktemp("local-registry")) as registries:
         yield registries
+
+
+@pytest.fixture(scope="session")
+def registry_password() -> str:
+    """The random password of ``secured_registry``'s basic-auth user ``reader``."""
+    return secrets.token_urlsafe(18)
+
+
+@pytest.fixture(scope="session")
+def secured_registry(tmp_path_factory: pytest.TempPathFactory, registry_password: str) -> Iterator[LocalRegistry]:
+    """One local Schema Registry serving HTTPS only (its CA: ``ca_file``) and requiring basic auth as ``reader``."""
+    base_dir = tmp_path_factory.mktemp("local-registry-secured")
+    with local_test_registries(["secured"], base_dir, basic_auth=("reader", registry_password), tls=True) as found:
+        yield found["secured"]
 
 
 @pytest.fixture(scope="session")

@@ -65,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--oauthbearer", action="store_true", help="add a SASL_PLAINTEXT listener with OAUTHBEARER (unsecured JWT)"
     )
+    up.add_argument(
+        "--kerberos",
+        action="store_true",
+        help="add a SASL_PLAINTEXT listener with GSSAPI and start a local MIT KDC (Debian's krb5-kdc) with keytabs",
+    )
     up.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help="Kafka release (default: %(default)s)")
     up.add_argument("--json", action="store_true", help='print {"NAME": "BOOTSTRAP"} instead of lines')
     up.set_defaults(handler=_up)
@@ -93,7 +98,9 @@ def _up(args: argparse.Namespace) -> int:
         if args.sasl_plain is not None
         else None
     )
-    modes = SecurityModes(tls=args.tls, mtls=args.mtls, scram_user=args.scram, oauthbearer=args.oauthbearer)
+    modes = SecurityModes(
+        tls=args.tls, mtls=args.mtls, scram_user=args.scram, oauthbearer=args.oauthbearer, kerberos=args.kerberos
+    )
     clusters = start_clusters(
         specs,
         base_dir=args.base_dir,
@@ -137,6 +144,7 @@ def _status(args: argparse.Namespace) -> int:
                 "secure_listeners": s.cluster.secure_listeners,
                 "scram_user": s.cluster.scram_user,
                 "tls_dir": str(s.cluster.tls_dir) if s.cluster.tls_dir else None,
+                "kerberos_dir": str(s.cluster.kerberos_dir) if s.cluster.kerberos_dir else None,
                 "cluster_id": s.cluster.cluster_id,
             }
             for s in statuses

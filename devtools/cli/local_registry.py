@@ -1,17 +1,22 @@
 """``python -m devtools local-registry up|down|status``: real local Schema Registries from the command line.
 
-The password given to ``--basic-auth`` goes to the registry's 0600 config file only, never to output or logs.
+The password of ``--basic-auth USER`` comes from ``$DYNAMIC_KAFKA_REGISTRY_PASSWORD`` or stdin, never from the command
+line, and goes to the registry's 0600 config file only, never to output or logs. ``--tls`` serves HTTPS with a
+certificate signed by a CA made at the first ``up`` (``status`` names its file).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from devtools.cli._service import service_commands
 from devtools.local_registry import (
     DEFAULT_REGISTRY_VERSION,
+    PASSWORD_ENV,
     parse_basic_auth,
     parse_registry_spec,
     registry_status,
@@ -40,8 +45,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up, down, status = commands.up, commands.down, commands.status
     up.add_argument("registries", nargs="+", metavar="NAME:PORT", help="registry name and port, e.g. east:18081")
     up.add_argument(
-        "--basic-auth", metavar="USER:PASSWORD", help="require HTTP basic auth as this user on every API call"
+        "--basic-auth",
+        metavar="USER",
+        help=f"require HTTP basic auth as this user on every API call; its password comes from ${PASSWORD_ENV} "
+        "or, when that is unset, the first line of stdin",
     )
+    up.add_argument("--tls", action="store_true", help="serve HTTPS only (a self-signed CA made with openssl)")
     up.add_argument(
         "--registry-version", default=DEFAULT_REGISTRY_VERSION, help="Apicurio Registry release (default: %(default)s)"
     )
@@ -60,9 +69,9 @@ def _up(args: argparse.Namespace) -> int:
     # Starting a registry (and the first download) takes a while: show progress even without --verbose.
     logging.getLogger("devtools.local_registry").setLevel(logging.INFO)
     specs = [parse_registry_spec(s) for s in args.registries]
-    auth = parse_basic_auth(args.basic_auth) if args.basic_auth is not None else None
+    auth = parse_basic_auth(args.basic_auth, _password()) if args.basic_auth is not None else None
     registries = start_registries(
-        specs, base_dir=args.base_dir, basic_auth=auth, registry_version=args.registry_version
+        specs, base_dir=args.base_dir, basic_auth=auth, tls=args.tls, registry_version=args.registry_version
     )
     if args.json:
         print(json.dumps({name: r.url for name, r in registries.items()}))
@@ -70,6 +79,13 @@ def _up(args: argparse.Namespace) -> int:
         for registry in registries.values():
             print(f"{registry.name}\t{registry.url}")
     return 0
+
+
+def _password() -> str | None:
+    password = os.environ.get(PASSWORD_ENV)
+    if password is None and not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+    return password
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -91,5 +107,6 @@ def _status(args: argparse.Namespace) -> int:
         print(f"no local registries under {resolve_base_dir(args.base_dir)}")
     for s in statuses:
         auth = f"\tbasic auth as {s.registry.basic_auth_user}" if s.registry.basic_auth_user else ""
+        auth += f"\tCA {s.registry.ca_file}" if s.registry.ca_file else ""
         print(f"{s.registry.name}\t{'running' if s.running else 'stopped'}\t{s.registry.url}{auth}")
     return 0

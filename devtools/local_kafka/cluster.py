@@ -33,6 +33,7 @@ from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, Us
 from devtools.errors import LocalKafkaError
 from devtools.lifecycle import ServiceKind, is_running
 from devtools.local_kafka.jars import resolve_kafka_jars
+from devtools.local_kafka.kerberos import kdc_marker, kerberos_dir, prepare_kdc, start_kdc
 from devtools.local_kafka.models import ClusterStatus, LocalCluster
 from devtools.local_kafka.properties import (
     client_facing,
@@ -47,6 +48,7 @@ from devtools.local_kafka.security import (
     SCRAM_PASSWORD_ENV,
     Mode,
     SecurityModes,
+    listener_host,
     listener_settings,
     make_certificates,
     validate_scram_user,
@@ -256,16 +258,28 @@ def _start_new(
             secure_ports = _secure_ports(base / name, secured.modes, taken)
             if secured.modes.needs_certificates:
                 make_certificates(base / name / "tls", java.parent / "keytool")
-            started.append(
-                _launch(
+            kdc_pid = None
+            if secured.modes.kerberos:
+                while (kdc_port := process.free_port()) in taken:
+                    pass
+                taken.add(kdc_port)
+                prepare_kdc(base / name, kdc_port)
+                kdc_pid = start_kdc(base / name)
+            try:
+                cluster = _launch(
                     base / name,
                     name,
                     (port, controller_port, secure_ports),
                     (sasl_plain, secured),
                     kafka_version,
                     (java, libs),
+                    kdc_pid,
                 )
-            )
+            except BaseException:
+                if kdc_pid is not None:
+                    process.terminate(kdc_pid, kdc_marker(base / name), timeout_s=STOP_TIMEOUT_S)
+                raise
+            started.append(cluster)
         deadline = time.monotonic() + start_timeout_s
         for cluster in started:
             _wait_until_serving(cluster, sasl_plain, deadline)
@@ -311,6 +325,7 @@ def _launch(
     security: tuple[tuple[str, str] | None, _Secured],
     kafka_version: str,
     toolchain: tuple[Path, Path],
+    kdc_pid: int | None,
 ) -> LocalCluster:
     port, controller_port, secure_ports = ports
     sasl_plain, secured = security
@@ -335,6 +350,8 @@ def _launch(
     log4j = cluster_dir / "log4j2.properties"
     log4j.write_text(render_log4j2_properties())
     jvm_base = [str(java), f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
+    if kdc_pid is not None:
+        jvm_base.insert(1, f"-Djava.security.krb5.conf={kerberos_dir(cluster_dir) / 'krb5.conf'}")
     cluster_id = previous.cluster_id if previous else new_cluster_id()
     if not (data_dir / "meta.properties").exists():
         _format_storage(jvm_base, cluster_id, props, name)
@@ -351,9 +368,11 @@ def _launch(
         kafka_version=kafka_version,
         cluster_dir=cluster_dir,
         log_file=log_file,
-        secure_listeners={mode: f"127.0.0.1:{p}" for mode, p in secure_ports.items()},
+        secure_listeners={mode: f"{listener_host(mode)}:{p}" for mode, p in secure_ports.items()},
         scram_user=secured.modes.scram_user,
         tls_dir=cluster_dir / "tls" if secured.modes.needs_certificates else None,
+        kerberos_dir=kerberos_dir(cluster_dir) if kdc_pid is not None else None,
+        kdc_pid=kdc_pid,
     )
     KIND.save(cluster_dir, cluster)
     logger.info("local cluster %s: started pid %d for %s", name, pid, cluster.bootstrap_servers)
@@ -460,6 +479,8 @@ def _not_serving(cluster: LocalCluster, reason: str) -> LocalKafkaError:
 
 def _stop_one(cluster: LocalCluster, timeout_s: float) -> None:
     KIND.stop(cluster.cluster_dir, cluster.pid, _marker(cluster), timeout_s=timeout_s)
+    if cluster.kdc_pid is not None and process.is_alive(cluster.kdc_pid, kdc_marker(cluster.cluster_dir)):
+        process.terminate(cluster.kdc_pid, kdc_marker(cluster.cluster_dir), timeout_s=timeout_s)
 
 
 def _is_running(cluster: LocalCluster) -> bool:

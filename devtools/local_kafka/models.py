@@ -61,10 +61,14 @@ class LocalCluster(ClusterEndpoint):
     cluster_dir: Path = Field(description="The cluster's folder (config, pid, log, data).")
     secure_listeners: dict[str, str] = Field(
         default_factory=dict,
-        description="Secured listeners by mode (tls, mtls, scram, oauthbearer): their bootstrap servers.",
+        description="Secured listeners by mode (tls, mtls, scram, oauthbearer, kerberos): their bootstrap servers.",
     )
     scram_user: str | None = Field(default=None, description="The SCRAM-SHA-512 user of the scram listener.")
     tls_dir: Path | None = Field(default=None, description="Certificates and stores for the TLS listeners.")
+    kerberos_dir: Path | None = Field(
+        default=None, description="The kerberos listener's krb5.conf, client.keytab (principal reader) and KDC."
+    )
+    kdc_pid: int | None = Field(default=None, description="The local KDC's process id at the last start.")
     log_file: Path = Field(description="The broker's log file.")
 
 

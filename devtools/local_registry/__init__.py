@@ -16,6 +16,7 @@ Example:
 from devtools.local_registry.distribution import DEFAULT_REGISTRY_VERSION, resolve_registry_distribution
 from devtools.local_registry.models import CCOMPAT_PATH, LocalRegistry, RegistryStatus
 from devtools.local_registry.registry import (
+    PASSWORD_ENV,
     parse_basic_auth,
     parse_registry_spec,
     registry_status,
@@ -27,6 +28,7 @@ from devtools.local_registry.registry import (
 __all__ = [
     "CCOMPAT_PATH",
     "DEFAULT_REGISTRY_VERSION",
+    "PASSWORD_ENV",
     "LocalRegistry",
     "RegistryStatus",
     "parse_basic_auth",

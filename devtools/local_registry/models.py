@@ -24,6 +24,9 @@ class LocalRegistry(BaseModel):
     port: int = Field(description="HTTP port on 127.0.0.1.")
     url: str = Field(description="The Confluent-compatible API's base URL, what clients pass as `url`.")
     basic_auth_user: str | None = Field(default=None, description="User every API call must log in as, if any.")
+    ca_file: Path | None = Field(
+        default=None, description="With TLS: the PEM file of the CA that signed the registry's certificate."
+    )
     pid: int | None = Field(default=None, description="Registry process id at the last start.")
     registry_version: str = Field(description="Apicurio Registry release the process runs.")
     registry_dir: Path = Field(description="The registry's folder (state, pid, log, data).")

@@ -7,8 +7,10 @@ or an argument says otherwise)::
     NAME/registry.pid    the registry's pid while it runs
     NAME/registry.log    the registry's log (stdout and stderr)
     NAME/data/           the H2 database file: schemas and their ids survive ``down`` then ``up``
-    NAME/config/application.properties  basic-auth user and password, if any (mode 0600; Quarkus reads it
-                         from the working folder, so the password is in no command line or environment)
+    NAME/config/application.properties  basic-auth user and password, TLS files, if any (mode 0600; Quarkus
+                         reads it from the working folder, so the password is in no command line or environment)
+    NAME/tls/            with ``tls``: the CA (``ca.pem``, what clients trust) and the server's certificate, made
+                         by the local broker's tooling (:func:`devtools.local_kafka.security.make_certificates`)
 
 Invariants: ``start_registries`` on a running registry with the same port changes nothing; a registry listens on
 127.0.0.1 only; its schema ids are Apicurio content ids, the ids Confluent serializers write into records.
@@ -23,14 +25,16 @@ import contextlib
 import logging
 import re
 import shutil
+import ssl
 import time
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
-from devtools.errors import LocalRegistryError
+from devtools.errors import LocalKafkaError, LocalRegistryError
 from devtools.lifecycle import ServiceKind, is_running
 from devtools.local_kafka.properties import parse_cluster_spec
+from devtools.local_kafka.security import make_certificates
 from devtools.local_registry.distribution import (
     DEFAULT_REGISTRY_VERSION,
     resolve_registry_distribution,
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCAL_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_REGISTRY_DIR"
+PASSWORD_ENV = "DYNAMIC_KAFKA_REGISTRY_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 # Measured on the 2-core box: C1 only (TieredStopAtLevel=1) and SerialGC start Quarkus faster and use less memory
 # than the defaults, and a registry serving tests and demos never needs C2's peak throughput.
 REGISTRY_JVM_OPTS = (
@@ -72,17 +77,27 @@ _USER_RE = re.compile(r"[a-z][a-z0-9]{0,31}")
 # Printable ASCII without the characters a .properties value would need escaped.
 
 
-def parse_basic_auth(value: str) -> tuple[str, str]:
-    r"""Parse ``USER:PASSWORD`` (split at the first ``:``) for a registry that requires HTTP basic auth.
+def parse_basic_auth(user: str, password: str | None) -> tuple[str, str]:
+    r"""Check the user and password of a registry that requires HTTP basic auth (``--basic-auth USER``, the
+    password from ``$DYNAMIC_KAFKA_REGISTRY_PASSWORD`` or stdin, never from the command line).
 
     Raises:
-        LocalRegistryError: the user is not 1-32 of ``[a-z0-9]`` starting with a letter, or the password is not
+        LocalRegistryError: the user holds a ``:`` (a password on the command line, visible in the process list),
+            is not 1-32 of ``[a-z0-9]`` starting with a letter, no password was given, or the password is not
             1-256 printable ASCII characters other than ``\\``, ``:``, ``=`` and ``#``. The message never
             contains the password.
     """
-    user, sep, password = value.partition(":")
-    if not sep or not _USER_RE.fullmatch(user):
-        raise LocalRegistryError("invalid --basic-auth value; expected USER:PASSWORD, USER 1-32 of a-z and 0-9.")
+    if ":" in user:
+        raise LocalRegistryError(
+            "--basic-auth takes the user only: a password on the command line is visible to every user in the "
+            f"process list. Put the password in ${PASSWORD_ENV} or pipe it on stdin."
+        )
+    if not _USER_RE.fullmatch(user):
+        raise LocalRegistryError(
+            f"invalid --basic-auth user {user!r}; use 1-32 of a-z and 0-9, starting with a letter."
+        )
+    if not password:
+        raise LocalRegistryError(f"--basic-auth {user} needs a password: set ${PASSWORD_ENV} or pipe it on stdin.")
     if not re.fullmatch(r"[!-~]{1,256}", password) or any(c in password for c in "\\:=#"):
         raise LocalRegistryError(
             "invalid --basic-auth password; use 1-256 printable ASCII characters other than \\ : = # (not shown)."
@@ -115,6 +130,7 @@ def start_registries(
     *,
     base_dir: Path | None = None,
     basic_auth: tuple[str, str] | None = None,
+    tls: bool = False,
     registry_version: str = DEFAULT_REGISTRY_VERSION,
     start_timeout_s: float = START_TIMEOUT_S,
 ) -> dict[str, LocalRegistry]:
@@ -127,6 +143,8 @@ def start_registries(
         specs: ``(name, port)`` pairs; the registry binds ``127.0.0.1:port``.
         base_dir: folder holding the registries (see :func:`resolve_base_dir`).
         basic_auth: ``(user, password)``: every API call then requires HTTP basic auth as this user.
+        tls: serve HTTPS only, with a certificate for ``127.0.0.1`` signed by a CA made at the first start
+            (``LocalRegistry.ca_file``, kept across restarts so clients keep trusting it).
         registry_version: the Apicurio Registry release, fetched from Maven Central on first use.
         start_timeout_s: how long each registry may take to answer.
 
@@ -134,8 +152,8 @@ def start_registries(
         The registries by name.
 
     Raises:
-        LocalRegistryError: bad specs, a port in use, a registry running on another port, or a registry that did
-            not come up in time (the message holds the end of its log).
+        LocalRegistryError: bad specs, a port in use, a registry running with other settings, certificates that
+            could not be made, or a registry that did not come up in time (the message holds the end of its log).
         ToolchainError: no Java 17+, or the distribution could not be downloaded.
 
     Example:
@@ -148,14 +166,14 @@ def start_registries(
     with exclusive_lock(base / ".lock"):
         to_start = []
         for name, port in specs:
-            running = _running_registry(base / name, port, basic_auth)
+            running = _running_registry(base / name, port, basic_auth, tls)
             if running is not None:
                 logger.info("local registry %s already runs at %s", name, running.url)
                 result[name] = running
             else:
                 to_start.append((name, port))
         if to_start:
-            result.update(_start_new(base, to_start, basic_auth, registry_version, start_timeout_s))
+            result.update(_start_new(base, to_start, basic_auth, tls, registry_version, start_timeout_s))
     return {name: result[name] for name, _ in specs}
 
 
@@ -221,7 +239,9 @@ def _check_specs(specs: list[tuple[str, int]]) -> None:
             raise LocalRegistryError(f"each registry needs its own {label}; repeated: {', '.join(repeated)}.")
 
 
-def _running_registry(registry_dir: Path, port: int, basic_auth: tuple[str, str] | None) -> LocalRegistry | None:
+def _running_registry(
+    registry_dir: Path, port: int, basic_auth: tuple[str, str] | None, tls: bool
+) -> LocalRegistry | None:
     registry = _load(registry_dir)
     if registry is None or not _is_running(registry):
         return None
@@ -229,11 +249,13 @@ def _running_registry(registry_dir: Path, port: int, basic_auth: tuple[str, str]
     if (
         registry.port != port
         or registry.basic_auth_user != wanted_user
-        or _auth_file(registry_dir, basic_auth) != (_read_auth_file(registry_dir))
+        or _config_text(registry_dir, basic_auth, tls) != _read_config_file(registry_dir)
     ):
         auth = f"basic-auth user {registry.basic_auth_user!r}" if registry.basic_auth_user else "no auth"
+        scheme = "https" if registry.ca_file else "http"
         raise LocalRegistryError(
-            f"local registry {registry.name!r} already runs with other settings (port {registry.port}, {auth}).",
+            f"local registry {registry.name!r} already runs with other settings (port {registry.port}, {scheme}, "
+            f"{auth}).",
             hint=f"Stop it first: `python -m devtools local-registry down {registry.name}`.",
         )
     return registry
@@ -243,6 +265,7 @@ def _start_new(
     base: Path,
     specs: list[tuple[str, int]],
     basic_auth: tuple[str, str] | None,
+    tls: bool,
     registry_version: str,
     start_timeout_s: float,
 ) -> dict[str, LocalRegistry]:
@@ -257,7 +280,7 @@ def _start_new(
     started: list[LocalRegistry] = []
     try:
         for name, port in specs:
-            started.append(_launch(base / name, name, port, basic_auth, registry_version, java, dist))
+            started.append(_launch(base / name, name, port, basic_auth, tls, registry_version, java, dist))
         deadline = time.monotonic() + start_timeout_s
         for registry in started:
             _wait_until_serving(registry, deadline)
@@ -273,12 +296,18 @@ def _launch(
     name: str,
     port: int,
     basic_auth: tuple[str, str] | None,
+    tls: bool,
     registry_version: str,
     java: Path,
     dist: Path,
 ) -> LocalRegistry:
     registry_dir.mkdir(parents=True, exist_ok=True)
-    _write_auth_file(registry_dir, basic_auth)
+    if tls:
+        try:
+            make_certificates(registry_dir / "tls", java.parent / "keytool", owner=f"local registry {name!r}")
+        except LocalKafkaError as e:
+            raise LocalRegistryError(str(e)) from e
+    _write_config_file(registry_dir, basic_auth, tls)
     data_dir = registry_dir / "data"
     data_dir.mkdir(exist_ok=True)
     log_file = registry_dir / "registry.log"
@@ -288,7 +317,8 @@ def _launch(
         # Marks the process as this registry's, so a reused pid never counts as a running registry.
         f"-D{_MARKER_PROPERTY}={registry_dir}",
         "-Dquarkus.http.host=127.0.0.1",
-        f"-Dquarkus.http.port={port}",
+        # With TLS the same port serves HTTPS (the application.properties file) and plain HTTP is not opened.
+        f"-Dquarkus.http.{'ssl-port' if tls else 'port'}={port}",
         # A file database instead of the default in-memory one: schemas and ids survive a restart, as a real
         # registry's do (Confluent's keeps them in a Kafka topic).
         f"-Dapicurio.datasource.url=jdbc:h2:file:{data_dir / 'registry'}",
@@ -300,9 +330,10 @@ def _launch(
     registry = LocalRegistry(
         name=name,
         port=port,
-        url=f"http://127.0.0.1:{port}{CCOMPAT_PATH}",
+        url=f"{'https' if tls else 'http'}://127.0.0.1:{port}{CCOMPAT_PATH}",
         pid=pid,
         basic_auth_user=basic_auth[0] if basic_auth else None,
+        ca_file=registry_dir / "tls" / "ca.pem" if tls else None,
         registry_version=registry_version,
         registry_dir=registry_dir,
         log_file=log_file,
@@ -312,14 +343,13 @@ def _launch(
     return registry
 
 
-def _auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> str:
-    if basic_auth is None:
-        return ""
-    user, password = basic_auth
-    # Quarkus' embedded users (the properties-file realm in Apicurio's lib/) plus a policy that every API path
-    # needs an authenticated user: Apicurio's own basic auth would need an OIDC token endpoint.
-    return "\n".join(
-        [
+def _config_text(registry_dir: Path, basic_auth: tuple[str, str] | None, tls: bool) -> str:
+    lines: list[str] = []
+    if basic_auth is not None:
+        user, password = basic_auth
+        # Quarkus' embedded users (the properties-file realm in Apicurio's lib/) plus a policy that every API path
+        # needs an authenticated user: Apicurio's own basic auth would need an OIDC token endpoint.
+        lines += [
             "quarkus.http.auth.basic=true",
             "quarkus.security.users.embedded.enabled=true",
             "quarkus.security.users.embedded.plain-text=true",
@@ -327,34 +357,43 @@ def _auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> str:
             f"quarkus.security.users.embedded.roles.{user}=sr-admin",
             "quarkus.http.auth.permission.registry.paths=/apis/*",
             "quarkus.http.auth.permission.registry.policy=authenticated",
-            "",
         ]
-    )
+    if tls:
+        tls_dir = registry_dir / "tls"
+        lines += [
+            f"quarkus.http.ssl.certificate.files={tls_dir / 'broker.crt'}",
+            f"quarkus.http.ssl.certificate.key-files={tls_dir / 'broker.key'}",
+            "quarkus.http.insecure-requests=disabled",
+        ]
+    return "\n".join([*lines, ""]) if lines else ""
 
 
-def _read_auth_file(registry_dir: Path) -> str:
+def _read_config_file(registry_dir: Path) -> str:
     path = registry_dir / "config" / "application.properties"
     return path.read_text() if path.is_file() else ""
 
 
-def _write_auth_file(registry_dir: Path, basic_auth: tuple[str, str] | None) -> None:
+def _write_config_file(registry_dir: Path, basic_auth: tuple[str, str] | None, tls: bool) -> None:
     path = registry_dir / "config" / "application.properties"
-    if basic_auth is None:
+    text = _config_text(registry_dir, basic_auth, tls)
+    if not text:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(exist_ok=True)
     path.touch(mode=0o600)
     path.chmod(0o600)
-    path.write_text(_auth_file(registry_dir, basic_auth))
+    path.write_text(text)
 
 
 def _wait_until_serving(registry: LocalRegistry, deadline: float) -> None:
+    context = ssl.create_default_context(cafile=str(registry.ca_file)) if registry.ca_file else None
+
     def probe() -> str | None:
         if not process.accepts_connections(registry.port):
             return "the port never accepted a connection"
         try:
-            # The URL is built here from 127.0.0.1 and a port: always http.
-            with urllib.request.urlopen(f"{registry.url}/subjects", timeout=5) as response:  # noqa: S310
+            # The URL is built here from 127.0.0.1 and a port: http, or https checked against the registry's CA.
+            with urllib.request.urlopen(f"{registry.url}/subjects", timeout=5, context=context) as response:  # noqa: S310
                 return None if response.status == 200 else f"HTTP {response.status}"
         except urllib.error.HTTPError as e:
             # Answering "who are you?" on the API path means the registry is up and enforcing basic auth.

@@ -54,8 +54,12 @@ class RegistryClient:
 
     def __init__(self, config: RegistryConfig, *, owner: str) -> None:
         self._url = config.url.rstrip("/")
+        self._owner = owner
         self._secrets: list[str] = []
+        self._ca_location = config.ca_location
         conf: dict[str, Any] = {"url": self._url, "timeout": config.timeout_s}
+        if config.ca_location is not None:
+            conf["ssl.ca.location"] = config.ca_location
         if config.username is not None or config.password is not None:
             user = resolve_value(config.username or "", key="schema_registry.username", cluster_id=owner)
             password = resolve_value(config.password or "", key="schema_registry.password", cluster_id=owner)
@@ -158,20 +162,33 @@ class RegistryClient:
         status = error.http_status_code if isinstance(error.http_status_code, int) else None
         auth = status in (401, 403)
         return SchemaRegistryError(
-            f"{doing} failed: HTTP {status}: {mask_secrets(str(error.error_message), self._secrets)}",
+            f"{doing} for cluster {self._owner!r} failed: HTTP {status}: "
+            f"{mask_secrets(str(error.error_message), self._secrets)}",
             url=self._url,
             status=status,
             retriable=status is None or status >= 500 or status == 429,
-            hint="Check the registry credentials (schema_registry.username/password)." if auth else None,
+            hint=f"Check schema_registry.username and the secret schema_registry.password refers to, of cluster "
+            f"{self._owner!r} (the registry refused them)."
+            if auth
+            else None,
         )
 
     def _unreachable(self, error: Exception, doing: str) -> SchemaRegistryError:
+        text = mask_secrets(str(error), self._secrets)
+        untrusted = "certificate verify failed" in text.lower()
+        hint = "Check that the registry runs and the URL is right; nothing was written."
+        if untrusted:
+            hint = (
+                f"Set schema_registry.ca_location of cluster {self._owner!r} to the PEM file of the CA that signed "
+                f"the registry's certificate (now: {self._ca_location or 'the system trust store'}); nothing was "
+                "written."
+            )
         return SchemaRegistryError(
-            f"{doing} failed: the registry is unreachable ({type(error).__name__}: "
-            f"{mask_secrets(str(error), self._secrets)}).",
+            f"{doing} for cluster {self._owner!r} failed: the registry is unreachable ({type(error).__name__}: "
+            f"{text}).",
             url=self._url,
-            retriable=True,
-            hint="Check that the registry runs and the URL is right; nothing was written.",
+            retriable=not untrusted,  # retrying cannot make the client trust the server's certificate
+            hint=hint,
         )
 
 

@@ -11,8 +11,8 @@ class RegistryConfig(BaseModel):
     """Where a cluster's Schema Registry is and how to log in (a metadata file's ``schema_registry`` block).
 
     Example:
-        >>> RegistryConfig(url="http://127.0.0.1:18081/apis/ccompat/v7", username="${env:SR_USER}",
-        ...                password="${env:SR_PASSWORD}").password
+        >>> RegistryConfig(url="https://127.0.0.1:18081/apis/ccompat/v7", username="${env:SR_USER}",
+        ...                password="${env:SR_PASSWORD}", ca_location="/etc/registry/ca.pem").password
         '${env:SR_PASSWORD}'
     """
 
@@ -22,5 +22,10 @@ class RegistryConfig(BaseModel):
     username: str | None = Field(default=None, description="Basic-auth user (literal or ${env:...} reference).")
     password: str | None = Field(
         default=None, repr=False, description="Basic-auth password: a ${env:...} or ${file:...} reference."
+    )
+    ca_location: str | None = Field(
+        default=None,
+        description="For an https URL: PEM file of the CA that signed the registry's certificate (default: the "
+        "system's trust store).",
     )
     timeout_s: float = Field(default=10.0, gt=0, description="HTTP timeout of one registry call.")

@@ -182,7 +182,7 @@ def prepare_decoding(
     splits: Sequence[Split],
     clusters: Mapping[str, ClusterMetadata],
     *,
-    clients: dict[tuple[str, str | None, str | None], RegistryClient] | None = None,
+    clients: dict[RegistryConfig, RegistryClient] | None = None,
     pins: Sequence[DecodePin] = (),
 ) -> PreparedDecoding:
     """Fetches and checks the writer schemas of the planned ranges' registry streams. JVM-free.
@@ -191,7 +191,7 @@ def prepare_decoding(
         pipeline: the formats (per stream) and the default registry.
         splits: the ranges to read.
         clusters: connection metadata by cluster id (their ``schema_registry``).
-        clients: registry clients to reuse (keyed by url and credential references); filled as needed.
+        clients: registry clients to reuse (keyed by their registry settings, references unresolved); filled as needed.
         pins: the schema inputs a crashed run's plan was prepared with (:attr:`Plan.decoding`). A pinned registry
             source is decoded with exactly its pinned versions, fetched by id (a version registered or
             soft-deleted since changes nothing); a pinned schema file must still have the same contents. Sources
@@ -266,15 +266,12 @@ def _registry_of(
     return registry
 
 
-def _client(
-    clients: dict[tuple[str, str | None, str | None], RegistryClient], config: RegistryConfig, owner: str
-) -> RegistryClient:
+def _client(clients: dict[RegistryConfig, RegistryClient], config: RegistryConfig, owner: str) -> RegistryClient:
     from dynamic_kafka.registry.client import RegistryClient
 
-    key = (config.url, config.username, config.password)
-    if key not in clients:
-        clients[key] = RegistryClient(config, owner=owner)
-    return clients[key]
+    if config not in clients:
+        clients[config] = RegistryClient(config, owner=owner)
+    return clients[config]
 
 
 def _fixed_schema_source(stream_id: str, cluster_id: str, topic: str, path: Path) -> SourceDecoding:

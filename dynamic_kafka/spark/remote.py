@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
 
 from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError, SparkConnectUnavailableError
-from dynamic_kafka.secrets import resolve_value
+from dynamic_kafka.secrets import SPARK_OPTIONS_REDACTION_REGEX, SPARK_STRING_REDACTION_REGEX, resolve_value
 from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback, local_token
 
 if TYPE_CHECKING:
@@ -43,6 +43,13 @@ if TYPE_CHECKING:
     from dynamic_kafka.config import SparkConfig
 
 logger = logging.getLogger(__name__)
+
+SESSION_REDACTION = {
+    "spark.sql.redaction.options.regex": SPARK_OPTIONS_REDACTION_REGEX,
+    "spark.sql.redaction.string.regex": SPARK_STRING_REDACTION_REGEX,
+}
+"""Runtime settings every Connect session sets first (``spark.conf`` may override them): a server not started by
+``python -m devtools spark-connect up`` then masks the Kafka reader's secret options in the plans it shows too."""
 
 _lock = threading.Lock()
 _SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int]
@@ -140,7 +147,7 @@ def _connect(settings: SparkConfig) -> SparkSession:
     with _unavailable_as_error(settings):
         try:
             version = session.version  # one round trip: is the server there?
-            for name, value in settings.conf.items():
+            for name, value in {**SESSION_REDACTION, **settings.conf}.items():
                 session.conf.set(name, value)
         except PySparkException as e:
             if is_unavailable(e):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.secrets import SPARK_OPTIONS_REDACTION_REGEX as OPTIONS_REDACTION_REGEX
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.secrets import SPARK_STRING_REDACTION_REGEX as STRING_REDACTION_REGEX
 from dynamic_kafka.secrets import guard_py4j_logging
@@ -178,6 +179,7 @@ def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]
         "spark.ui.showConsoleProgress": "false",
         "spark.redaction.regex": REDACTION_REGEX,
         "spark.sql.redaction.string.regex": STRING_REDACTION_REGEX,
+        "spark.sql.redaction.options.regex": OPTIONS_REDACTION_REGEX,
         **settings.conf,
     }
     conf.pop("spark.jars.packages", None)

@@ -20,7 +20,8 @@ from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
-    from e2e_support import Project
+
+    from tests.support.e2e import Project
 
 pytestmark = pytest.mark.e2e
 

@@ -7,19 +7,24 @@ resolved JAAS line) must appear in no log (DEBUG on), plan, exception or process
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from test_secrets_and_bad_input import assert_absent, crawl
 
 from devtools.local_kafka.security import store_password
 from devtools.testing.clusters import SecuredForm, secured_properties
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.leaks import run_texts
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.spark.reader import read_splits
 
 if TYPE_CHECKING:
     from devtools.local_kafka import LocalCluster
@@ -84,16 +89,6 @@ def _assert_group_committed(
         assert {k: v for k, v in committed.items() if v} == ends, cluster_id
 
 
-def _command_lines() -> str:
-    texts = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            texts.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue  # the process ended meanwhile
-    return "\n".join(texts)
-
-
 @pytest.mark.timeout(600)
 def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
     secured_broker: LocalCluster,
@@ -118,14 +113,7 @@ def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
     assert secured_broker.tls_dir is not None
     store = store_password(secured_broker.tls_dir).read_text()
     jaas = harness.clusters["scram-jaas"]["properties"]["sasl.jaas.config"].replace(f"${{env:{SCRAM_VAR}}}", "")
-    outputs = {
-        "logs": caplog.text,
-        "log records": repr([(r.msg, r.args) for r in caplog.records]),
-        "plan": repr(plan),
-        "metadata": repr(metadata),
-        "summary": repr(summary),
-        "process list": _command_lines(),
-    }
+    outputs = run_texts(caplog, plan=plan, metadata=metadata, summary=summary)
     for secret in (scram_password, store, jaas):
         for where, text in outputs.items():
             assert secret not in text, f"a secret appears in the {where}"
@@ -152,9 +140,14 @@ def test_secured_clusters_read_over_spark_connect(
     secured_broker: LocalCluster,
     scram_password: str,
     spark_connect_server: ServerInfo,
+    spark_connect_ui: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The secured clusters' options travel to the server inside each query plan: the SCRAM password, the stores'
+    password and the resolved JAAS line must then show in no plan ``explain`` prints, UI page (the Connect and SQL
+    tabs) or server log line."""
     monkeypatch.setenv(SCRAM_VAR, scram_password)
     # pyspark dispatches its functions on one process-wide switch (see tests/conftest.py `spark_mode`): this test
     # process also holds an in-process session, so the switch is set for this Connect run and restored after it.
@@ -162,9 +155,35 @@ def test_secured_clusters_read_over_spark_connect(
     harness, topics, expected = _harness(
         tmp_path, secured_broker, OVER_CONNECT, spark_config={"remote": spark_connect_server.remote}
     )
+    caplog.set_level(logging.DEBUG)
 
-    summary = harness.runner().run()
+    runner = harness.runner()
+    summary = runner.run()
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
     _assert_group_committed(harness, summary, topics, expected)
+    last = runner.store.load().last_run
+    assert last is not None
+    frame = read_splits(
+        runner.context.spark(),
+        last.plan.read_splits,
+        runner.context.connections(last.plan),
+        isolation_level="read_committed",
+        min_partitions=None,
+    )
+    with io.StringIO() as shown, contextlib.redirect_stdout(shown):
+        frame.explain(mode="extended")
+        frame.explain(mode="formatted")
+        explained = shown.getvalue()
+    assert "kafka" in explained.lower()
+    pages = crawl(spark_connect_ui)
+    assert any("/SQL/execution" in url for url in pages), sorted(pages)[:20]
+    assert secured_broker.tls_dir is not None
+    texts: dict[str, str | bytes] = {
+        **run_texts(caplog, summary=summary),
+        "explain": explained,
+        "server log": Path(spark_connect_server.log_file).read_bytes(),
+        **{f"UI {url}": text for url, text in pages.items()},
+    }
+    assert_absent([scram_password, store_password(secured_broker.tls_dir).read_text()], texts)

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from exactly_once_support import TwoClusterStream, committed_offsets
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.maintain import format_maintenance
@@ -23,11 +22,12 @@ from dynamic_kafka.errors import RunInProgressError
 from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.run_guard import run_lock_path
 from dynamic_kafka.sink.compaction import table_files
+from tests.support.exactly_once import TwoClusterStream, committed_offsets
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,14 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def local_test_registries(names: Sequence[str], base_dir: Path) -> Iterator[dict[str, LocalRegistry]]:
-    """Start one local registry per name on free ports under ``base_dir``; stop and delete them afterwards."""
+def local_test_registries(
+    names: Sequence[str], base_dir: Path, *, basic_auth: tuple[str, str] | None = None, tls: bool = False
+) -> Iterator[dict[str, LocalRegistry]]:
+    """Start one local registry per name on free ports under ``base_dir`` (with basic auth and HTTPS if asked);
+    stop and delete them afterwards.
+    """
     specs = list(zip(names, distinct_free_ports(len(names)), strict=True))
-    registries = start_registries(specs, base_dir=base_dir)
+    registries = start_registries(specs, base_dir=base_dir, basic_auth=basic_auth, tls=tls)
     try:
         yield registries
     finally:

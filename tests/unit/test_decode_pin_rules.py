@@ -19,6 +19,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import DecodePin, PinnedVersion, Plan, Split
 from dynamic_kafka.plan.planner import config_pins
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
+from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, prepare_decoding
 
@@ -173,7 +174,7 @@ class Registry:
 def prepare(registry: Registry, pins: tuple[DecodePin, ...] = ()) -> PreparedDecoding:
     """The decoding of one planned range of stream ``orders`` (topic ``t``, Avro from ``registry``)."""
     config = project(Path("/nonexistent"), value_format="avro", schema_registry={"url": REGISTRY})
-    clients = {(REGISTRY, None, None): cast("RegistryClient", registry)}
+    clients = {RegistryConfig(url=REGISTRY): cast("RegistryClient", registry)}
     clusters = {"east": ClusterMetadata(cluster_id="east", bootstrap_servers="east:9092")}
     return prepare_decoding(config.pipeline("p"), [split()], clusters, clients=clients, pins=pins)
 

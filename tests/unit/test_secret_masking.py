@@ -57,3 +57,28 @@ def test_py4j_protocol_dumps_of_a_kafka_option_never_reach_a_debug_log(caplog: p
     assert "s3cr3t-v4lue" not in caplog.text
     assert [r.msg for r in caplog.records] == ["Exception occurred while shutting down gateway"]
     assert len(logging.getLogger("py4j.clientserver").filters) == 1
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "kafka.sasl.jaas.config",
+        "kafka.ssl.keystore.password",
+        "kafka.ssl.truststore.password",
+        "kafka.ssl.key.password",
+        "kafka.sasl.oauthbearer.client.secret",
+        "url",
+    ],
+)
+def test_spark_masks_secret_reader_options_in_plans_in_process_and_over_connect(option: str) -> None:
+    """Spark masks a data source's options in the plans it shows (explain, the SQL tab) by the runtime setting
+    ``spark.sql.redaction.options.regex`` (default ``(?i)url``): the in-process session starts with it, and a Spark
+    Connect session sets it itself, so a server started without the product's settings masks them too."""
+    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.spark.remote import SESSION_REDACTION
+    from dynamic_kafka.spark.session import spark_conf
+
+    in_process = spark_conf(SparkConfig(), jars=[])
+    for conf in (in_process, SESSION_REDACTION):
+        assert re.search(conf["spark.sql.redaction.options.regex"], option)
+    assert not re.search(in_process["spark.sql.redaction.options.regex"], "kafka.bootstrap.servers")
