@@ -43,3 +43,7 @@ class LocalBrowserError(DevtoolsError):
 
 class LocalSparkConnectError(DevtoolsError):
     """The local Spark Connect server could not be started, stopped or found."""
+
+
+class LocalSparkClusterError(DevtoolsError):
+    """The local Spark standalone cluster (a master and its workers) could not be started, stopped or found."""

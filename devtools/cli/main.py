@@ -19,6 +19,7 @@ from devtools.cli import local_kafka as cli_local_kafka
 from devtools.cli import local_postgres as cli_local_postgres
 from devtools.cli import local_registry as cli_local_registry
 from devtools.cli import local_s3 as cli_local_s3
+from devtools.cli import spark_cluster as cli_spark_cluster
 from devtools.cli import spark_connect as cli_spark_connect
 from devtools.errors import DevtoolsError
 from dynamic_kafka.errors import DynamicKafkaError
@@ -35,6 +36,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_local_postgres.register,
     cli_local_registry.register,
     cli_local_s3.register,
+    cli_spark_cluster.register,
     cli_spark_connect.register,
 )
 

@@ -19,7 +19,7 @@ from dynamic_kafka.errors import DynamicKafkaError
 if TYPE_CHECKING:
     from pathlib import Path
 
-SERVICES = ("local-kafka", "local-postgres", "local-registry", "local-s3", "spark-connect")
+SERVICES = ("local-kafka", "local-postgres", "local-registry", "local-s3", "spark-cluster", "spark-connect")
 
 
 def _help(main: object, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -49,6 +49,20 @@ def test_devtools_command_has_every_service_with_up_down_status(capsys: pytest.C
         assert "{up,down,status}" in _help(devtools_main, [service, "--help"], capsys)
     assert "--sasl-plain" in _help(devtools_main, ["local-kafka", "up", "--help"], capsys)
     assert "--master" in _help(devtools_main, ["spark-connect", "up", "--help"], capsys)
+    assert "--worker-cores" in _help(devtools_main, ["spark-cluster", "up", "--help"], capsys)
+
+
+def test_a_spark_cluster_without_a_worker_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["spark-cluster", "up", "--workers", "0", "--json", "--base-dir", str(tmp_path)]
+    assert devtools_main(argv) == 1
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["type"] == "LocalSparkClusterError"
+    assert "at least one worker" in error["message"]
+    assert list(tmp_path.iterdir()) == []
+    assert devtools_main(["spark-cluster", "status", "--json", "--base-dir", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out) is None
 
 
 def test_devtools_errors_have_their_own_root() -> None:
