@@ -10,7 +10,8 @@ The protocol (DESIGN.md section 5):
    planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
-4. for a plan with something to read, ``value_schema`` and the sink's schema are checked (not retriable); the plan
+4. for a plan with something to read, the checks every writer makes are made (:mod:`dynamic_kafka.prepare`: Spark,
+   the writer schemas, ``value_schema`` and the sink's schema, the object store); the plan
    is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
    state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
@@ -54,6 +55,7 @@ from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
 from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
+from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import RunDeadline as _Deadline
@@ -74,7 +76,6 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split, TopicPartition
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 log = logging.getLogger(__name__)
 
@@ -201,38 +202,24 @@ class PipelineRunner:
             )
             self._maintain()
             return summary.model_copy(update={"total_seconds": time.monotonic() - started})
-        self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
-        connections = self.context.connections(plan, metadata)
-        # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
-        # retriable, with nothing written at all.
-        prepared = self._prepare(plan, connections)
-        # The plan records the decoding's schema inputs, so a recovery of it decodes exactly as this run would.
-        plan = plan.model_copy(update={"decoding": prepared.pins()})
-        self._check_schema(prepared)
-        self.context.check_object_store()
-        self._deadline.check()
+        # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
+        # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
+        prepared = prepare_write(self.context, plan, self._deadline, metadata=metadata)
+        plan = prepared.plan
         version = self.store.begin_run(
             plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
         )
         crash_point("after_plan")
         summary = self._execute(
-            plan,
+            prepared,
             self._keep_lease(plan, version),
-            connections,
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
-            prepared=prepared,
         )
         return summary.model_copy(
             update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
         )
-
-    def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
-        """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
-        from dynamic_kafka.sink.schema_check import check_sink_schema
-
-        check_sink_schema(self.context.spark(), self.pipeline, prepared)
 
     def _lease_end(self) -> datetime:
         return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
@@ -244,20 +231,17 @@ class PipelineRunner:
 
     def _execute(
         self,
-        plan: Plan,
+        prepared: PreparedWrite,
         lease: LeaseKeeper,
-        clusters: Mapping[str, ClusterMetadata],
         *,
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
-        prepared: PreparedDecoding | None = None,
     ) -> RunSummary:
         from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
-        if prepared is None:
-            prepared = self._prepare(plan, clusters)
+        plan, clusters = prepared.plan, prepared.connections
         spark_started = time.monotonic()
         try:
             spark = self.context.spark()
@@ -279,8 +263,8 @@ class PipelineRunner:
                 plan.run_seq,
                 pairs,
                 overlaps,
-                prepared,
-                before_commit=lambda: self.context.check_topics_unchanged(plan, clusters),
+                prepared.decoding,
+                before_commit=lambda: prepared.check_topics_unchanged(self.context),
             )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
@@ -307,7 +291,7 @@ class PipelineRunner:
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
                 for (c, t), (r, b) in sorted(result.per_topic.items())
             ),
-            schemas=prepared.uses(result.schema_counts),
+            schemas=prepared.decoding.uses(result.schema_counts),
             spark_started=True,
             min_event_time=result.min_event_time,
             max_event_time=result.max_event_time,
@@ -318,11 +302,6 @@ class PipelineRunner:
         commits = self._commit_consumer_group(plan, clusters)
         self._maintain()
         return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
-
-    def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
-        from dynamic_kafka.spark.registry_decode import prepare_decoding
-
-        return prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.
@@ -387,17 +366,13 @@ class PipelineRunner:
         if void is not None:
             self._give_up(plan, void, version)
             return None
-        connections = self.context.connections(plan)
-        prepared = self._prepare(plan, connections)
-        self._check_schema(prepared)
+        prepared = prepare_write(self.context, plan, self._deadline, written=True)
         self._execute(
-            plan,
+            prepared,
             self._keep_lease(plan, version),
-            connections,
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
-            prepared=prepared,
         )
         return plan.run_seq
 
