@@ -34,7 +34,7 @@ from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.snapshots import StateSnapshot
-from dynamic_kafka.plan.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind
 from dynamic_kafka.run_guard import RunDeadline, in_progress_error, run_lock_path
@@ -171,7 +171,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     plan, metadata = plan_backfill(context, start, end)
     planned = time.monotonic()
     if plan.is_empty:
-        return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
+        return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
     prepared = prepare_write(context, plan, deadline, metadata=metadata)
     owner = RunOwner.current()
     recorded = _record(context, plan, attempts=5, owner=owner)
@@ -208,19 +208,9 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
         lease.stop(quietly=True)
         _release(context, owner)
     done = time.monotonic()
-    return RunSummary(
-        **base_summary(plan, 0),
-        status="committed",
-        records=result.records,
-        bytes=result.bytes,
-        dead_letters=result.dead_letters,
-        topics=tuple(
-            TopicStats(cluster_id=c, topic=t, records=r, bytes=b) for (c, t), (r, b) in sorted(result.per_topic.items())
-        ),
-        spark_started=True,
-        min_event_time=result.min_event_time,
-        max_event_time=result.max_event_time,
-        sink_version=result.sink_version,
+    return RunSummary.committed(
+        plan,
+        result,
         plan_seconds=planned - began,
         spark_seconds=done - planned,
         total_seconds=done - began,

@@ -54,7 +54,7 @@ from dynamic_kafka.faults import arm_timer, crash_point
 from dynamic_kafka.kafka import KafkaAdmin
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
-from dynamic_kafka.plan.summary import GroupCommit, RunSummary, TopicStats, base_summary
+from dynamic_kafka.plan.summary import GroupCommit, RunSummary
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
@@ -191,17 +191,14 @@ class PipelineRunner:
         lag = _lag_after(plan, brokers)
         self._deadline.check()
         if plan.is_empty:
-            summary = RunSummary(
-                **base_summary(plan, lag),
-                status="empty",
-                recovered_run_seq=recovered,
-                plan_seconds=planned - started,
+            summary = RunSummary.of_plan(
+                plan, "empty", lag_after=lag, recovered_run_seq=recovered, plan_seconds=planned - started
             )
             self.store.commit_empty_run(
                 plan, summary_json=summary.model_dump_json(), expected_version=state.table_version
             )
             self._maintain()
-            return summary.model_copy(update={"total_seconds": time.monotonic() - started})
+            return summary.timed(total_seconds=time.monotonic() - started)
         # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
         # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
         prepared = prepare_write(self.context, plan, self._deadline, metadata=metadata)
@@ -217,9 +214,7 @@ class PipelineRunner:
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
         )
-        return summary.model_copy(
-            update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
-        )
+        return summary.timed(plan_seconds=planned - started, total_seconds=time.monotonic() - started)
 
     def _lease_end(self) -> datetime:
         return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
@@ -279,29 +274,18 @@ class PipelineRunner:
         version = lease.stop()
         crash_point("recovery_after_sink" if recovered == plan.run_seq else "after_sink")
         committing = time.monotonic()
-        summary = RunSummary(
-            **base_summary(plan, lag),
-            status="committed",
+        summary = RunSummary.committed(
+            plan,
+            result,
+            lag_after=lag,
             recovered_run_seq=recovered,
-            records=result.records,
-            bytes=result.bytes,
-            dead_letters=result.dead_letters,
-            deduplicated=result.deduplicated,
-            topics=tuple(
-                TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
-                for (c, t), (r, b) in sorted(result.per_topic.items())
-            ),
             schemas=prepared.decoding.uses(result.schema_counts),
-            spark_started=True,
-            min_event_time=result.min_event_time,
-            max_event_time=result.max_event_time,
-            sink_version=result.sink_version,
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
         commits = self._commit_consumer_group(plan, clusters)
         self._maintain()
-        return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
+        return summary.timed(commit_seconds=time.monotonic() - committing, group_commits=commits)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.
@@ -358,7 +342,7 @@ class PipelineRunner:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
         if in_sink:
-            summary = RunSummary(**base_summary(plan, 0), status="committed", recovered_run_seq=plan.run_seq)
+            summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             self._commit_consumer_group(plan, self.context.connections(plan))
             return plan.run_seq

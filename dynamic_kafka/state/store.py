@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dynamic_kafka.errors import RunInProgressError, StateError
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
-from dynamic_kafka.plan.summary import RunSummary, base_summary
+from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.owner import RunOwner
@@ -412,7 +412,7 @@ class StateStore:
             )
         assert dt is not None
         plan = head.plan
-        summary = RunSummary(**base_summary(plan, 0), status="abandoned", reason=reason).model_dump_json()
+        summary = RunSummary.of_plan(plan, "abandoned", reason=reason).model_dump_json()
         now = self._clock()
         rows = [
             _rows.run_row("head", plan, "abandoned", committed_at=now, summary_json=summary),
