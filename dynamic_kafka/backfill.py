@@ -37,7 +37,8 @@ from dynamic_kafka.plan.snapshots import StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind
-from dynamic_kafka.run_guard import RunDeadline, in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:

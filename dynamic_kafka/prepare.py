@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan
-    from dynamic_kafka.run_guard import RunDeadline
+    from dynamic_kafka.spark.deadline import RunDeadline
     from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
 

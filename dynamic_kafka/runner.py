@@ -26,14 +26,15 @@ Example:
     1200
 
 Why one module of this size: the steps above are one protocol whose order is the invariant, so they are read in
-one class; the run's lease keeper and deadline live beside it because only the run uses them.
+one class. What is not the protocol's order lives beside it: the checks before a write (:mod:`dynamic_kafka.prepare`,
+shared with backfills), the deadline that cancels Spark jobs (:mod:`dynamic_kafka.spark.deadline`) and the
+consumer-group fan-out (:mod:`dynamic_kafka.kafka.group_commit`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -46,32 +47,30 @@ from dynamic_kafka.errors import (
     DynamicKafkaError,
     KafkaClientError,
     RunInProgressError,
-    RunTimeoutError,
     StateError,
     TopicRecreatedError,
 )
 from dynamic_kafka.faults import arm_timer, crash_point
-from dynamic_kafka.kafka import KafkaAdmin
+from dynamic_kafka.kafka.group_commit import commit_consumer_group
 from dynamic_kafka.plan.model import LostRange
 from dynamic_kafka.plan.planner import FORMAT_PIN_PREFIX, config_pins, plan_run
-from dynamic_kafka.plan.summary import GroupCommit, RunSummary
+from dynamic_kafka.plan.summary import RunSummary
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
-from dynamic_kafka.run_guard import RunDeadline as _Deadline
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.tables import table_exists
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.config import PipelineConfig, ProjectConfig
-    from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.plan.model import Plan, Split, TopicPartition
@@ -115,7 +114,7 @@ class PipelineRunner:
         self.store = self.context.store
         self.owner = RunOwner.current()
         self.hard_deadline = hard_deadline
-        self._deadline = _Deadline.unarmed(self.pipeline.id)
+        self._deadline = RunDeadline.unarmed(self.pipeline.id)
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -166,15 +165,9 @@ class PipelineRunner:
             return self._run_with_deadline()
 
     def _run_with_deadline(self) -> RunSummary:
-        self._deadline = _Deadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
-        try:
+        self._deadline = RunDeadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
+        with self._deadline.enforced():
             return self._run()
-        except DynamicKafkaError as e:
-            if self._deadline.expired.is_set() and not isinstance(e, RunTimeoutError):
-                raise self._deadline.error() from e
-            raise
-        finally:
-            self._deadline.cancel()
 
     def _run(self) -> RunSummary:
         started = time.monotonic()
@@ -283,7 +276,7 @@ class PipelineRunner:
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-        commits = self._commit_consumer_group(plan, clusters)
+        commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
         return summary.timed(commit_seconds=time.monotonic() - committing, group_commits=commits)
 
@@ -344,7 +337,7 @@ class PipelineRunner:
         if in_sink:
             summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq)
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-            self._commit_consumer_group(plan, self.context.connections(plan))
+            commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
         void = self._stale_plan_reason(plan)
         if void is not None:
@@ -512,38 +505,6 @@ class PipelineRunner:
             self.store.maintain()
         except DynamicKafkaError as e:
             log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
-
-    def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> tuple[GroupCommit, ...]:
-        """Gives the consumer group every split's stop offset, on all clusters at once; returns each cluster's
-        outcome, in cluster order.
-        """
-        group = self.pipeline.consumer_group
-        if group is None:
-            return ()
-        by_cluster: dict[str, dict[tuple[str, int], int]] = {}
-        for s in plan.splits:
-            by_cluster.setdefault(s.cluster_id, {})[(s.topic, s.partition)] = s.stop_offset
-        targets = [(clusters[c], offsets) for c, offsets in sorted(by_cluster.items()) if c in clusters]
-        if not targets:
-            return ()
-        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dynamic-kafka-group-commit") as pool:
-            return tuple(pool.map(lambda target: _commit_group(group, *target), targets))
-
-
-def _commit_group(group: str, cluster: ClusterMetadata, offsets: Mapping[tuple[str, int], int]) -> GroupCommit:
-    """Commits one cluster's offsets to the group; a failure is a warning (the group is for monitoring only)."""
-    try:
-        with KafkaAdmin(cluster) as admin:
-            admin.commit_group_offsets(group, offsets)
-    except DynamicKafkaError as e:
-        log.warning(
-            "consumer group %r: offsets not committed on cluster %r (monitoring only): %s",
-            group,
-            cluster.cluster_id,
-            e,
-        )
-        return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=False, error=str(e))
-    return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=True)
 
 
 def _pin_label(key: str) -> str:
