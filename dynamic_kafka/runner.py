@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.plan.model import Plan, Split, TopicPartition
     from dynamic_kafka.plan.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
 __all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
@@ -316,7 +316,7 @@ class PipelineRunner:
         written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
         in_sink = written == plan.run_seq
         fenced = in_sink and is_fence(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)
-        log.warning(
+        logger.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
             plan.run_seq,
@@ -504,7 +504,7 @@ class PipelineRunner:
         try:
             self.store.maintain()
         except DynamicKafkaError as e:
-            log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
+            logger.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
 
 
 def _pin_label(key: str) -> str:
