@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.frozen import FrozenModel
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -99,7 +100,7 @@ def fingerprint_form(key: str, value: str) -> str:
     return value if _REFERENCE.fullmatch(value.strip()) else REDACTED
 
 
-class SecretReferencePolicy(BaseModel):
+class SecretReferencePolicy(FrozenModel):
     """Which ``${env:...}`` / ``${file:...}`` references a metadata service the user does not write by hand may
     make the host resolve (the project config's ``secret_references``).
 
@@ -113,8 +114,6 @@ class SecretReferencePolicy(BaseModel):
         >>> SecretReferencePolicy(env=("EAST_KAFKA_PASSWORD",)).allows("env", "EAST_KAFKA_PASSWORD")
         True
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     env: tuple[str, ...] = Field((), description="Environment variables such services may reference.")
     files: tuple[str, ...] = Field(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
 from dynamic_kafka.plan.model import Finding, LostRange
 from dynamic_kafka.plan.snapshots import PartitionStatus, RunStatus
@@ -115,10 +116,8 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
     )
 
 
-class LagVerdict(BaseModel):
+class LagVerdict(FrozenModel):
     """Whether a pipeline is healthy: no data loss in its last run and, with a limit, its lag within it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     passed: bool
     severity: Literal["error", "warning"] = Field(

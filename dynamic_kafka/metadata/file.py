@@ -25,10 +25,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from dynamic_kafka.config import StringProperties, describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
@@ -39,10 +40,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
 
-class ClusterEntry(BaseModel):
+class ClusterEntry(FrozenModel):
     """One entry of the file's ``clusters`` section."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str = Field(min_length=1)
     properties: StringProperties = Field(default_factory=dict)
@@ -54,10 +53,8 @@ class ClusterEntry(BaseModel):
         return masked_repr_args(super().__repr_args__())
 
 
-class MetadataFile(BaseModel):
+class MetadataFile(FrozenModel):
     """The whole metadata file: clusters by id, and per stream, the topics on each cluster."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
     streams: dict[str, dict[str, list[str]]] = Field(default_factory=dict)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.plan.model import Finding, Plan
 
 if TYPE_CHECKING:
@@ -59,10 +60,8 @@ class Written(Protocol):
         ...
 
 
-class TopicStats(BaseModel):
+class TopicStats(FrozenModel):
     """Records and bytes (key + value) landed from one topic of one cluster in one run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -70,10 +69,8 @@ class TopicStats(BaseModel):
     bytes: int = 0
 
 
-class DecodedSchema(BaseModel):
+class DecodedSchema(FrozenModel):
     """A Schema Registry subject version whose records a run decoded (never a URL or credentials)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     stream_id: str
     cluster_id: str
@@ -83,10 +80,8 @@ class DecodedSchema(BaseModel):
     records: int = 0
 
 
-class GroupCommit(BaseModel):
+class GroupCommit(FrozenModel):
     """The consumer-group commit of one cluster after a run (monitoring only: a failure changes nothing else)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     group: str
@@ -94,10 +89,8 @@ class GroupCommit(BaseModel):
     error: str | None = Field(None, description="Why it failed (no secret), when it did.")
 
 
-class RunSummary(BaseModel):
+class RunSummary(FrozenModel):
     """One run, as it finished."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     run_seq: int

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import SchemaRegistryError, UnknownSchemaError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.secrets import mask_secrets, resolve_value
 
 if TYPE_CHECKING:
@@ -28,10 +29,8 @@ _SCHEMA_NOT_FOUND = 40403
 _SUBJECT_NOT_FOUND = 40401
 
 
-class WriterSchema(BaseModel):
+class WriterSchema(FrozenModel):
     """The schema a record was written with, as the registry returns it for the record's id."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_id: int = Field(description="The id in the record's wire-format header.")
     schema_type: SchemaType = Field(description="AVRO, PROTOBUF or JSON.")

@@ -36,9 +36,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.plan.model import Plan, TopicPartition
 from dynamic_kafka.plan.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.plan.summary import RunSummary
@@ -54,10 +55,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class RecordedBackfill(BaseModel):
+class RecordedBackfill(FrozenModel):
     """What ``StateStore.record_backfill`` wrote."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int | None = Field(description="The state version holding the frontier (None: no state exists).")
     sequence: int | None = Field(
