@@ -111,20 +111,18 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
     return plan.model_copy(update={"splits": tuple(clipped)})
 
 
-def record_frontier(context: PipelineContext, plan: Plan, *, attempts: int = 5) -> int | None:
-    """Records the backfill's frontier in the state, before anything is merged; returns the backfill's sequence
-    number for its MERGEs (None when the state's frontier already covered the plan). Takes no lease
-    (:func:`run_backfill` takes one with the frontier).
+def record_backfill_frontier(
+    context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None
+) -> RecordedBackfill:
+    """Records the backfill's frontier in the state before anything is merged, taking the backfill lease for
+    ``owner`` in the same commit (no lease when None); its ``sequence`` numbers the backfill's MERGEs (None when the
+    state's frontier already covered the plan).
 
     Raises:
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was recorded.
         RunInProgressError: a run stayed planned through every attempt, or a backfill holds the lease; nothing
             was recorded.
     """
-    return _record(context, plan, attempts=attempts, owner=None).sequence
-
-
-def _record(context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None) -> RecordedBackfill:
     check_not_behind(context.pipeline, context.store.load(), context.store.path)
     return context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits},
@@ -175,7 +173,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
         return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
     prepared = prepare_write(context, plan, deadline, metadata=metadata)
     owner = RunOwner.current()
-    recorded = _record(context, plan, attempts=5, owner=owner)
+    recorded = record_backfill_frontier(context, plan, attempts=5, owner=owner)
     assert recorded.version is not None  # taking the lease always commits
     lease = LeaseKeeper(
         context.store, None, owner, timedelta(seconds=context.pipeline.run_lease_seconds), recorded.version, _now

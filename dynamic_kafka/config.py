@@ -263,13 +263,6 @@ class ValueFormatConfig(_Config):
             raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
         return self
 
-    @property
-    def uses_registry(self) -> bool:
-        """Whether values carry a schema id to look up in a Schema Registry."""
-        return self.value_format in ("protobuf", "json_schema") or (
-            self.value_format == "avro" and self.value_schema_file is None
-        )
-
 
 DEFAULT_GROUP_PREFIX = "dynamic-kafka."
 

@@ -86,11 +86,6 @@ def masked_repr_args(args: Iterable[tuple[str | None, Any]]) -> Iterable[tuple[s
         yield name, redact(value, key=name or "")
 
 
-def is_reference(value: str) -> bool:
-    """Whether ``value`` holds at least one ``${env:...}`` / ``${file:...}`` reference."""
-    return bool(_REFERENCE.search(value))
-
-
 def fingerprint_form(key: str, value: str) -> str:
     """What a metadata fingerprint hashes for one property: the value, except that a sensitive literal becomes
     ``***`` (its references stay, they are names, not secrets), so no hash is ever computed over a secret.

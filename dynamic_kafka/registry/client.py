@@ -99,24 +99,6 @@ class RegistryClient:
         logger.debug("schema registry %s: fetched schema id %d (%s)", self._url, schema_id, fetched.schema_type)
         return fetched
 
-    def writer_schemas(self, schema_ids: set[int]) -> dict[int, WriterSchema]:
-        """Return the schema of each id (see :meth:`writer_schema`), in id order."""
-        return {schema_id: self.writer_schema(schema_id) for schema_id in sorted(schema_ids)}
-
-    def subject_versions(self, subject: str) -> list[int]:
-        """Return the versions registered under ``subject``.
-
-        Raises:
-            SchemaRegistryError: unknown subject (not retriable), or the registry is unreachable.
-        """
-        try:
-            versions: list[int] = self._client.get_versions(subject)
-        except ConfluentRegistryError as e:
-            raise self._answered(e, f"listing versions of subject {subject!r}") from e
-        except Exception as e:
-            raise self._unreachable(e, f"listing versions of subject {subject!r}") from e
-        return versions
-
     def subject_schemas(self, subject: str) -> list[tuple[int, WriterSchema]]:
         """Return ``(version, schema)`` for every version registered under ``subject``, oldest first; empty when
         the registry does not know the subject. Each schema also lands in the by-id cache.

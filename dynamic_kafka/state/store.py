@@ -161,10 +161,6 @@ class StateStore:
         )
         return snapshot
 
-    def removed_partitions(self) -> list[PartitionState]:
-        """The partitions marked removed; their offsets are kept so a re-added topic resumes where it stopped."""
-        return [p for p in self.load().partitions.values() if p.status == "removed"]
-
     def run_history(self, limit: int = 20) -> list[RunRecord]:
         """The last ``limit`` runs, newest first: the planned head run if any, then committed runs."""
         if limit <= 0:
