@@ -15,8 +15,10 @@ a backfill that then fails leaves a frontier that only costs those runs a check.
 A backfill is guarded like a run (:func:`run_backfill`): it holds the pipeline's run lock for its whole duration
 (no run or backfill of the pipeline on this machine beside it), takes the state's backfill lease in the commit that
 records its frontier (no run is planned or taken over beside it on any host, and it waits for none: a planned run
-refuses it), renews the lease while it merges and checks it before each MERGE, is bounded by ``max_run_seconds``,
-and checks ``value_schema`` and the sink's schema before anything is recorded.
+refuses it), renews the lease while it merges, is bounded by ``max_run_seconds``, and makes a run's checks before
+anything is recorded (:func:`~dynamic_kafka.prepare.prepare_write`: Spark, the writer schemas, ``value_schema`` and
+the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
+the incarnation it planned, as a run does before its commit.
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.snapshots import StateSnapshot
-from dynamic_kafka.model.summary import RunSummary, TopicStats, base_summary
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind
-from dynamic_kafka.run_guard import RunDeadline, in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
@@ -44,7 +48,6 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
     from dynamic_kafka.state.store import RecordedBackfill
 
 logger = logging.getLogger(__name__)
@@ -119,20 +122,18 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
     return plan.model_copy(update={"splits": tuple(clipped)})
 
 
-def record_frontier(context: PipelineContext, plan: Plan, *, attempts: int = 5) -> int | None:
-    """Records the backfill's frontier in the state, before anything is merged; returns the backfill's sequence
-    number for its MERGEs (None when the state's frontier already covered the plan). Takes no lease
-    (:func:`run_backfill` takes one with the frontier).
+def record_backfill_frontier(
+    context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None
+) -> RecordedBackfill:
+    """Records the backfill's frontier in the state before anything is merged, taking the backfill lease for
+    ``owner`` in the same commit (no lease when None); its ``sequence`` numbers the backfill's MERGEs (None when the
+    state's frontier already covered the plan).
 
     Raises:
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was recorded.
         RunInProgressError: a run stayed planned through every attempt, or a backfill holds the lease; nothing
             was recorded.
     """
-    return _record(context, plan, attempts=attempts, owner=None).sequence
-
-
-def _record(context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None) -> RecordedBackfill:
     check_not_behind(context.pipeline, context.store.load(), context.store.path)
     return context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits},
@@ -157,6 +158,8 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was written.
         RunTimeoutError: the backfill exceeded ``max_run_seconds`` and was cancelled (retriable).
         LeaseLostError: the backfill lost its lease before a MERGE (retriable); it merged no further.
+        TopicRecreatedError: a topic it read was deleted or recreated since the backfill was planned (retriable);
+            it merged no further.
         DynamicKafkaError: any other failure; running the backfill again is harmless.
     """
     pipeline = context.pipeline
@@ -178,11 +181,10 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     plan, metadata = plan_backfill(context, start, end)
     planned = time.monotonic()
     if plan.is_empty:
-        return RunSummary(**base_summary(plan, 0), status="empty", plan_seconds=planned - began)
-    prepared = _before_writing(context, plan, metadata)
-    deadline.check()
+        return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
+    prepared = prepare_write(context, plan, deadline, metadata=metadata)
     owner = RunOwner.current()
-    recorded = _record(context, plan, attempts=5, owner=owner)
+    recorded = record_backfill_frontier(context, plan, attempts=5, owner=owner)
     assert recorded.version is not None  # taking the lease always commits
     lease = LeaseKeeper(
         context.store, None, owner, timedelta(seconds=context.pipeline.run_lease_seconds), recorded.version, _now
@@ -194,7 +196,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
         frame = read_splits(
             spark,
             plan.read_splits,
-            metadata.clusters(),
+            prepared.connections,
             isolation_level=context.pipeline.isolation_level,
             min_partitions=context.pipeline.min_partitions,
         )
@@ -208,46 +210,29 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
             pairs,
             start=start,
             end=end,
-            prepared=prepared,
+            prepared=prepared.decoding,
             backfill_sequence=recorded.sequence,
-            before_write=lease.check,
+            before_write=lambda: _before_merge(context, prepared, lease),
         )
     finally:
         lease.stop(quietly=True)
         _release(context, owner)
     done = time.monotonic()
-    return RunSummary(
-        **base_summary(plan, 0),
-        status="committed",
-        records=result.records,
-        bytes=result.bytes,
-        dead_letters=result.dead_letters,
-        topics=tuple(
-            TopicStats(cluster_id=c, topic=t, records=r, bytes=b) for (c, t), (r, b) in sorted(result.per_topic.items())
-        ),
-        spark_started=True,
-        min_event_time=result.min_event_time,
-        max_event_time=result.max_event_time,
-        sink_version=result.sink_version,
+    return RunSummary.committed(
+        plan,
+        result,
         plan_seconds=planned - began,
         spark_seconds=done - planned,
         total_seconds=done - began,
     )
 
 
-def _before_writing(context: PipelineContext, plan: Plan, metadata: MetadataSnapshot) -> PreparedDecoding:
-    """The checks made before the frontier moves (the same a run makes before its plan is written): Spark reachable,
-    writer schemas fetched (a registry that is down fails here), ``value_schema`` and the sink's schema, the
-    tables' object store. Returns the prepared decoding.
+def _before_merge(context: PipelineContext, prepared: PreparedWrite, lease: LeaseKeeper) -> None:
+    """What a backfill checks right before each MERGE (after its read): it still holds its lease, and every topic
+    it read is still the incarnation it planned (a recreated topic's records at the old offsets are never merged).
     """
-    from dynamic_kafka.sink.schema_check import check_sink_schema
-    from dynamic_kafka.spark.registry_decode import prepare_decoding
-
-    context.check_spark()
-    prepared = prepare_decoding(context.pipeline, plan.read_splits, metadata.clusters())
-    check_sink_schema(context.spark(), context.pipeline, prepared)
-    context.check_object_store()
-    return prepared
+    lease.check()
+    prepared.check_topics_unchanged(context, backfill=True)
 
 
 def _release(context: PipelineContext, owner: RunOwner) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
@@ -34,9 +35,7 @@ from dynamic_kafka.validation_text import plain_message, suggest_key
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class _Config(FrozenModel):
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         # Every config model masks sensitive keys at any depth (client properties, Spark conf, factory args).
         return masked_repr_args(super().__repr_args__())
@@ -348,13 +347,6 @@ class ValueFormatConfig(_Config):
         if self.value_schema_file is not None and self.value_format != "avro":
             raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
         return self
-
-    @property
-    def uses_registry(self) -> bool:
-        """Whether values carry a schema id to look up in a Schema Registry."""
-        return self.value_format in ("protobuf", "json_schema") or (
-            self.value_format == "avro" and self.value_schema_file is None
-        )
 
 
 DEFAULT_GROUP_PREFIX = "dynamic-kafka."

@@ -177,15 +177,18 @@ class PipelineContext:
         ]
         return take_broker_snapshot(requests, isolation_level=self.pipeline.isolation_level, now=datetime.now(UTC))
 
-    def check_topics_unchanged(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> None:
-        """Checks, after a run's records were read and before any of them is committed, that every topic it read is
-        still the incarnation it planned (same topic id): then every record read came from that incarnation, since
-        a topic id never comes back once its topic is deleted. One describe call per cluster.
+    def check_topics_unchanged(
+        self, plan: Plan, clusters: Mapping[str, ClusterMetadata], *, backfill: bool = False
+    ) -> None:
+        """Checks, after a run's (or a backfill's) records were read and before any of them is committed, that every
+        topic it read is still the incarnation it planned (same topic id): then every record read came from that
+        incarnation, since a topic id never comes back once its topic is deleted. One describe call per cluster.
 
         Raises:
-            TopicRecreatedError: a topic of the plan was deleted or recreated since the plan. Not retriable under
-                ``on_topic_recreated: fail``; retriable under ``reset`` (the caller gives the run up first, so the
-                next run plans the new topic from its earliest offset).
+            TopicRecreatedError: a topic of the plan was deleted or recreated since the plan. For a run, not
+                retriable under ``on_topic_recreated: fail``; retriable under ``reset`` (the caller gives the run up
+                first, so the next run plans the new topic from its earliest offset). For a backfill, retriable (it
+                merged none of them; run again, it plans the window on the topic as it is now).
             KafkaClientError: a cluster could not be queried (retriable; nothing is committed).
         """
         planned: dict[str, dict[str, str]] = {}
@@ -199,6 +202,8 @@ class PipelineContext:
                 now = described[topic]
                 if now.exists and now.topic_id in (None, topic_id):
                     continue
+                if backfill:
+                    raise _recreated_during_backfill(self.pipeline, cluster_id, topic)
                 raise _recreated_during_run(self.pipeline, plan.run_seq, cluster_id, topic)
 
     def connections(self, plan: Plan, metadata: MetadataSnapshot | None = None) -> dict[str, ClusterMetadata]:
@@ -237,6 +242,18 @@ def _recreated_during_run(pipeline: PipelineConfig, run_seq: int, cluster_id: st
         retriable=True,
         hint=f"Run {run_seq} was given up (on_topic_recreated: reset); the next run reads the new topic from its "
         "earliest offset.",
+    )
+
+
+def _recreated_during_backfill(pipeline: PipelineConfig, cluster_id: str, topic: str) -> TopicRecreatedError:
+    return TopicRecreatedError(
+        cluster_id,
+        topic,
+        f"deleted or recreated while a backfill of pipeline {pipeline.id!r} read it: its records may be the new "
+        "topic's at the old topic's offsets, so the backfill merged no further",
+        retriable=True,
+        hint="Run the backfill again: it plans its window on the topic as it is now (what it merged before stays "
+        "in the sink, once).",
     )
 
 

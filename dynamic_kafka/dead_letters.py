@@ -24,10 +24,11 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
@@ -42,10 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ReplayReport(BaseModel):
+class ReplayReport(FrozenModel):
     """What ``dead-letters replay`` found and did (or, without ``yes``, would do)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     dead_letters: int = Field(description="The dead letters looked at (of ``replay.run_seq``, or all).")

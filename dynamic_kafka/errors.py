@@ -26,6 +26,21 @@ class DynamicKafkaError(Exception):
         self.hint = hint
         super().__init__(f"{message} {hint}" if hint else message)
 
+    def attributes(self) -> dict[str, object]:
+        """What the error names (cluster, topic, partition, offsets, file, ...), by attribute name: every public
+        attribute it set, except ``hint`` and ``retriable`` (every error has those) and those left None or empty.
+        An orchestrator shows them all (the Dagster layer: as the failure's metadata).
+
+        Example:
+            >>> TopicRecreatedError("east", "orders", "new id").attributes()
+            {'cluster_id': 'east', 'topic': 'orders'}
+        """
+        return {
+            name: value
+            for name, value in vars(self).items()
+            if not name.startswith("_") and name not in ("hint", "retriable") and value not in (None, (), [])
+        }
+
 
 class ConfigError(DynamicKafkaError):
     """A config or metadata file is invalid. Nothing was read or written.
@@ -196,6 +211,14 @@ class DataLossError(PlanningError):
             "`on_data_loss: skip` on the pipeline.",
         )
 
+    def attributes(self) -> dict[str, object]:
+        """The lost and truncated ranges, as ``lost_ranges`` and ``truncated_ranges`` (the names Dagster shows)."""
+        return {
+            name: ranges
+            for name, ranges in (("lost_ranges", self.losses), ("truncated_ranges", self.truncated))
+            if ranges
+        }
+
 
 class TopicRecreatedError(PlanningError):
     """A topic's id changed, or its latest offset fell below the committed offset: it was deleted and recreated.
@@ -224,6 +247,8 @@ class RunInProgressError(DynamicKafkaError):
 
     Attributes:
         owner: who holds it (``host pid ...``) when its planned head names an owner with a fresh lease.
+        until: when that owner's lease expires (ISO 8601).
+        backfill: a backfill holds the pipeline.
     """
 
     retriable = True
@@ -240,6 +265,8 @@ class RunInProgressError(DynamicKafkaError):
         self.pipeline_id = pipeline_id
         self.run_seq = run_seq
         self.owner = owner
+        self.until = until
+        self.backfill = backfill
         held = f"; it is held by {owner}, its lease runs until {until}" if owner else ""
         if backfill:
             super().__init__(

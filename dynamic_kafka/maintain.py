@@ -27,10 +27,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import DynamicKafkaError, StateError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -41,10 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class MaintenanceSummary(BaseModel):
+class MaintenanceSummary(FrozenModel):
     """What one maintenance of a pipeline's tables did."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     retention_hours: int | None = Field(description="VACUUM's retention; None: each table's own (7 days default).")

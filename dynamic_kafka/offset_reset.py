@@ -38,10 +38,11 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import Field, computed_field
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import ConfigError, MetadataServiceError, StateError, TopicRecreatedError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
 from dynamic_kafka.metadata.identity import with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -60,12 +61,10 @@ logger = logging.getLogger(__name__)
 _TARGET_HINT = "Write --to earliest, latest, timestamp:<ISO-8601 or epoch ms> or offset:<N>."
 
 
-class ResetTarget(BaseModel):
+class ResetTarget(FrozenModel):
     """Where a reset moves the selected partitions: ``earliest``, ``latest``, the first offset at or after a
     timestamp (latest when there is none), or one exact offset.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["earliest", "latest", "timestamp", "offset"]
     timestamp_ms: int | None = Field(None, ge=0, description="For ``timestamp``: epoch milliseconds, inclusive.")
@@ -99,12 +98,10 @@ class ResetTarget(BaseModel):
         return f"offset:{self.offset}" if self.kind == "offset" else self.kind
 
 
-class ResetSelection(BaseModel):
+class ResetSelection(FrozenModel):
     """Which committed partitions a reset moves: all active ones by default; a cluster or topic named selects its
     removed partitions too (their kept offsets), so a cluster the streams no longer list can be placed.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str | None = None
     topic: str | None = None
@@ -130,10 +127,8 @@ class ResetSelection(BaseModel):
         return ", ".join(parts) or "every active partition"
 
 
-class OffsetReset(BaseModel):
+class OffsetReset(FrozenModel):
     """What ``offsets reset`` found and did (or, without ``yes``, would do)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     to: str = Field(description="The target, as written on the command line.")

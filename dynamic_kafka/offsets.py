@@ -21,13 +21,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
+
+from dynamic_kafka.frozen import FrozenModel
 
 ResetStrategy = Literal["earliest", "latest", "none"]
 
 
-class _Initializer(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Initializer(FrozenModel):
+    """Where reading starts or stops in a partition: one kind of the initializers below."""
 
 
 class EarliestOffsets(_Initializer):

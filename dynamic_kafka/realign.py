@@ -32,9 +32,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict
 
 from dynamic_kafka.errors import StateBehindSinkError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
@@ -49,12 +49,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class SinkPosition(BaseModel):
+class SinkPosition(FrozenModel):
     """The highest transaction versions of a pipeline in its sink and dead-letter table: its runs' and its
     backfills'.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     txn: int | None
     table: str
@@ -152,10 +150,8 @@ def _frontier(tables: Sequence[TableRef], condition: pc.Expression) -> dict[Topi
     return frontier
 
 
-class Realignment(BaseModel):
+class Realignment(FrozenModel):
     """What ``realign`` found and did (or, without ``yes``, would do)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     state_run_seq: int

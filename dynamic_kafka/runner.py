@@ -10,7 +10,8 @@ The protocol (DESIGN.md section 5):
    planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
-4. for a plan with something to read, ``value_schema`` and the sink's schema are checked (not retriable); the plan
+4. for a plan with something to read, the checks every writer makes are made (:mod:`dynamic_kafka.prepare`: Spark,
+   the writer schemas, ``value_schema`` and the sink's schema, the object store); the plan
    is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
    state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
@@ -25,14 +26,15 @@ Example:
     1200
 
 Why one module of this size: the steps above are one protocol whose order is the invariant, so they are read in
-one class; the run's lease keeper and deadline live beside it because only the run uses them.
+one class. What is not the protocol's order lives beside it: the checks before a write (:mod:`dynamic_kafka.prepare`,
+shared with backfills), the deadline that cancels Spark jobs (:mod:`dynamic_kafka.spark.deadline`) and the
+consumer-group fan-out (:mod:`dynamic_kafka.kafka.group_commit`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -45,14 +47,13 @@ from dynamic_kafka.errors import (
     DynamicKafkaError,
     KafkaClientError,
     RunInProgressError,
-    RunTimeoutError,
     StateError,
     TopicRecreatedError,
 )
 from dynamic_kafka.faults import arm_timer, crash_point
-from dynamic_kafka.kafka import KafkaAdmin
+from dynamic_kafka.kafka.group_commit import commit_consumer_group
 from dynamic_kafka.model.plan import LostRange
-from dynamic_kafka.model.summary import GroupCommit, RunSummary, TopicStats, base_summary
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.plan.planner import (
     FORMAT_PIN_PREFIX,
     bootstrap_due,
@@ -60,31 +61,30 @@ from dynamic_kafka.plan.planner import (
     first_run_pipeline,
     plan_run,
 )
+from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
-from dynamic_kafka.run_guard import RunDeadline as _Deadline
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.incremental import landed_from_log
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from pyspark.sql import SparkSession
 
     from dynamic_kafka.config import PipelineConfig, ProjectConfig
-    from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split, TopicPartition
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
 __all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
@@ -122,7 +122,7 @@ class PipelineRunner:
         self.store = self.context.store
         self.owner = RunOwner.current()
         self.hard_deadline = hard_deadline
-        self._deadline = _Deadline.unarmed(self.pipeline.id)
+        self._deadline = RunDeadline.unarmed(self.pipeline.id)
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -174,15 +174,9 @@ class PipelineRunner:
             return self._run_with_deadline()
 
     def _run_with_deadline(self) -> RunSummary:
-        self._deadline = _Deadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
-        try:
+        self._deadline = RunDeadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
+        with self._deadline.enforced():
             return self._run()
-        except DynamicKafkaError as e:
-            if self._deadline.expired.is_set() and not isinstance(e, RunTimeoutError):
-                raise self._deadline.error() from e
-            raise
-        finally:
-            self._deadline.cancel()
 
     def _run(self) -> RunSummary:
         started = time.monotonic()
@@ -200,43 +194,30 @@ class PipelineRunner:
         self._deadline.check()
         plan = self._with_archive(plan, state)  # a bootstrap run lands its archive whether Kafka has records or not
         if plan.is_empty:
-            summary = RunSummary(
-                **base_summary(plan, lag),
-                status="empty",
-                recovered_run_seq=recovered,
-                plan_seconds=planned - started,
+            summary = RunSummary.of_plan(
+                plan, "empty", lag_after=lag, recovered_run_seq=recovered, plan_seconds=planned - started
             )
             self.store.commit_empty_run(
                 plan, summary_json=summary.model_dump_json(), expected_version=state.table_version
             )
             self._maintain()
-            return summary.model_copy(update={"total_seconds": time.monotonic() - started})
-        self.context.check_spark()  # a Spark Connect server that is down: fail before the plan is written
-        connections = self.context.connections(plan, metadata)
-        # Writer schemas are fetched before the plan is written: a registry that is down fails the run here,
-        # retriable, with nothing written at all.
-        prepared = self._prepare(plan, connections)
-        # The plan records the decoding's schema inputs, so a recovery of it decodes exactly as this run would.
-        plan = plan.model_copy(update={"decoding": prepared.pins()})
-        self._check_schema(prepared)
-        self.context.check_object_store()
-        self._deadline.check()
+            return summary.timed(total_seconds=time.monotonic() - started)
+        # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
+        # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
+        prepared = prepare_write(self.context, plan, self._deadline, metadata=metadata)
+        plan = prepared.plan
         version = self.store.begin_run(
             plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
         )
         crash_point("after_plan")
         summary = self._execute(
-            plan,
+            prepared,
             self._keep_lease(plan, version),
-            connections,
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
-            prepared=prepared,
         )
-        return summary.model_copy(
-            update={"plan_seconds": planned - started, "total_seconds": time.monotonic() - started}
-        )
+        return summary.timed(plan_seconds=planned - started, total_seconds=time.monotonic() - started)
 
     def _with_archive(self, plan: Plan, state: StateSnapshot) -> Plan:
         """``plan`` with the part of the bootstrap archive it lands, checked and pinned (before the plan is
@@ -254,12 +235,6 @@ class PipelineRunner:
             read = counted(self.context.spark(), part)
         return plan.model_copy(update={"bootstrap": read})
 
-    def _check_schema(self, prepared: PreparedDecoding | None = None) -> None:
-        """Refuses a bad ``value_schema`` or a sink that would not take the rows, before anything is planned."""
-        from dynamic_kafka.sink.schema_check import check_sink_schema
-
-        check_sink_schema(self.context.spark(), self.pipeline, prepared)
-
     def _lease_end(self) -> datetime:
         return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
 
@@ -270,20 +245,17 @@ class PipelineRunner:
 
     def _execute(
         self,
-        plan: Plan,
+        prepared: PreparedWrite,
         lease: LeaseKeeper,
-        clusters: Mapping[str, ClusterMetadata],
         *,
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
-        prepared: PreparedDecoding | None = None,
     ) -> RunSummary:
         from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.spark.reader import read_splits
 
-        if prepared is None:
-            prepared = self._prepare(plan, clusters)
+        plan, clusters = prepared.plan, prepared.connections
         spark_started = time.monotonic()
         try:
             spark = self.context.spark()
@@ -309,8 +281,8 @@ class PipelineRunner:
                 plan.run_seq,
                 pairs,
                 overlaps,
-                prepared,
-                before_commit=lambda: self.context.check_topics_unchanged(plan, clusters),
+                prepared.decoding,
+                before_commit=lambda: prepared.check_topics_unchanged(self.context),
             )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
@@ -325,39 +297,18 @@ class PipelineRunner:
         version = lease.stop()
         crash_point("recovery_after_sink" if recovered == plan.run_seq else "after_sink")
         committing = time.monotonic()
-        summary = RunSummary(
-            **base_summary(plan, lag),
-            status="committed",
+        summary = RunSummary.committed(
+            plan,
+            result,
+            lag_after=lag,
             recovered_run_seq=recovered,
-            records=result.records,
-            bytes=result.bytes,
-            dead_letters=result.dead_letters,
-            deduplicated=result.deduplicated,
-            topics=tuple(
-                TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
-                for (c, t), (r, b) in sorted(result.per_topic.items())
-            ),
-            schemas=prepared.uses(result.schema_counts),
-            spark_started=True,
-            min_event_time=result.min_event_time,
-            max_event_time=result.max_event_time,
-            sink_version=result.sink_version,
+            schemas=prepared.decoding.uses(result.schema_counts),
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-        commits = self._commit_consumer_group(plan, clusters)
+        commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
-        return summary.model_copy(update={"commit_seconds": time.monotonic() - committing, "group_commits": commits})
-
-    def _prepare(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> PreparedDecoding:
-        from dynamic_kafka.spark.registry_decode import prepare_decoding
-
-        prepared = prepare_decoding(self.pipeline, plan.read_splits, clusters, pins=plan.decoding)
-        if plan.bootstrap is None:
-            return prepared
-        from dynamic_kafka.spark.archive import with_archive_decoding
-
-        return with_archive_decoding(prepared, self.pipeline, plan.bootstrap)
+        return summary.timed(commit_seconds=time.monotonic() - committing, group_commits=commits)
 
     def _recover(self, state: StateSnapshot) -> int | None:
         """Finishes the run a crash left planned, with exactly its plan.
@@ -395,7 +346,7 @@ class PipelineRunner:
         written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
         in_sink = written == plan.run_seq
         fenced = in_sink and is_fence(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)
-        log.warning(
+        logger.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
             plan.run_seq,
@@ -417,32 +368,27 @@ class PipelineRunner:
             landed = landed_from_log(
                 self.pipeline.sink_table, self.pipeline.dead_letter_table, self.pipeline.id, plan.run_seq
             )
-            summary = RunSummary(
-                **base_summary(plan, 0),
-                status="committed",
-                recovered_run_seq=plan.run_seq,
-                records=landed.records,
-                dead_letters=landed.dead_letters,
-                sink_version=landed.sink_version,
+            summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq).model_copy(
+                update={
+                    "records": landed.records,
+                    "dead_letters": landed.dead_letters,
+                    "sink_version": landed.sink_version,
+                }
             )
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
-            self._commit_consumer_group(plan, self.context.connections(plan))
+            commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
         void = self._stale_plan_reason(plan)
         if void is not None:
             self._give_up(plan, void, version)
             return None
-        connections = self.context.connections(plan)
-        prepared = self._prepare(plan, connections)
-        self._check_schema(prepared)
+        prepared = prepare_write(self.context, plan, self._deadline, written=True)
         self._execute(
-            plan,
+            prepared,
             self._keep_lease(plan, version),
-            connections,
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
-            prepared=prepared,
         )
         return plan.run_seq
 
@@ -599,39 +545,7 @@ class PipelineRunner:
         try:
             self.store.maintain()
         except DynamicKafkaError as e:
-            log.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
-
-    def _commit_consumer_group(self, plan: Plan, clusters: Mapping[str, ClusterMetadata]) -> tuple[GroupCommit, ...]:
-        """Gives the consumer group every split's stop offset, on all clusters at once; returns each cluster's
-        outcome, in cluster order.
-        """
-        group = self.pipeline.consumer_group
-        if group is None:
-            return ()
-        by_cluster: dict[str, dict[tuple[str, int], int]] = {}
-        for s in plan.splits:
-            by_cluster.setdefault(s.cluster_id, {})[(s.topic, s.partition)] = s.stop_offset
-        targets = [(clusters[c], offsets) for c, offsets in sorted(by_cluster.items()) if c in clusters]
-        if not targets:
-            return ()
-        with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dynamic-kafka-group-commit") as pool:
-            return tuple(pool.map(lambda target: _commit_group(group, *target), targets))
-
-
-def _commit_group(group: str, cluster: ClusterMetadata, offsets: Mapping[tuple[str, int], int]) -> GroupCommit:
-    """Commits one cluster's offsets to the group; a failure is a warning (the group is for monitoring only)."""
-    try:
-        with KafkaAdmin(cluster) as admin:
-            admin.commit_group_offsets(group, offsets)
-    except DynamicKafkaError as e:
-        log.warning(
-            "consumer group %r: offsets not committed on cluster %r (monitoring only): %s",
-            group,
-            cluster.cluster_id,
-            e,
-        )
-        return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=False, error=str(e))
-    return GroupCommit(cluster_id=cluster.cluster_id, group=group, committed=True)
+            logger.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
 
 
 def _pin_label(key: str) -> str:

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.frozen import FrozenModel
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -89,11 +90,6 @@ def masked_repr_args(args: Iterable[tuple[str | None, Any]]) -> Iterable[tuple[s
         yield name, redact(value, key=name or "")
 
 
-def is_reference(value: str) -> bool:
-    """Whether ``value`` holds at least one ``${env:...}`` / ``${file:...}`` reference."""
-    return bool(_REFERENCE.search(value))
-
-
 def fingerprint_form(key: str, value: str) -> str:
     """What a metadata fingerprint hashes for one property: the value, except that a sensitive literal becomes
     ``***`` (its references stay, they are names, not secrets), so no hash is ever computed over a secret.
@@ -103,7 +99,7 @@ def fingerprint_form(key: str, value: str) -> str:
     return value if _REFERENCE.fullmatch(value.strip()) else REDACTED
 
 
-class SecretReferencePolicy(BaseModel):
+class SecretReferencePolicy(FrozenModel):
     """Which ``${env:...}`` / ``${file:...}`` references a metadata service the user does not write by hand may
     make the host resolve (the project config's ``secret_references``).
 
@@ -117,8 +113,6 @@ class SecretReferencePolicy(BaseModel):
         >>> SecretReferencePolicy(env=("EAST_KAFKA_PASSWORD",)).allows("env", "EAST_KAFKA_PASSWORD")
         True
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     env: tuple[str, ...] = Field((), description="Environment variables such services may reference.")
     files: tuple[str, ...] = Field(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
 from dynamic_kafka.model.plan import Finding, LostRange
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
@@ -129,10 +130,8 @@ def _is_reset(summary_json: str) -> bool:
     return isinstance(document, dict) and document.get("status") == "reset"
 
 
-class LagVerdict(BaseModel):
+class LagVerdict(FrozenModel):
     """Whether a pipeline is healthy: no data loss in its last run and, with a limit, its lag within it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     passed: bool
     severity: Literal["error", "warning"] = Field(

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError
+from dynamic_kafka.frozen import FrozenModel
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,7 +51,7 @@ _SECRET_OPTION = re.compile(r"(?i)secret|token|password|access_key|account_key|s
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
-class TableLocation(BaseModel):
+class TableLocation(FrozenModel):
     """A parsed table location: a local folder or an object-store URI.
 
     Example:
@@ -60,8 +61,6 @@ class TableLocation(BaseModel):
         >>> parse_location("data/orders").is_local
         True
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     uri: str = Field(description="The location as given, normalised (local paths absolute, no trailing slash).")
     scheme: str = Field(description='"file" for local folders, else the URI scheme in lower case (s3a stays s3a).')
@@ -167,7 +166,7 @@ def parse_location(value: str | Path) -> TableLocation:
     return TableLocation(uri=uri, scheme=scheme, bucket=bucket, key=key)
 
 
-class StorageConfig(BaseModel):
+class StorageConfig(FrozenModel):
     """How a pipeline's tables on S3 (or an S3-compatible store) are reached: one block for Spark and delta-rs.
 
     Example:
@@ -177,8 +176,6 @@ class StorageConfig(BaseModel):
         >>> cfg.secret_access_key
         SecretStr('**********')
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     endpoint: str | None = Field(
         default=None,

@@ -4,8 +4,8 @@
   run in progress, a Spark job that failed before the commit) becomes :class:`dagster.RetryRequested`, bounded by
   ``MAX_RETRIES``: the library guarantees such a run wrote nothing or is finished by the next attempt's recovery.
 - Any other one (bad config, data loss, recreated topic, bad credentials) becomes :class:`dagster.Failure` with the
-  error's message as description and its attributes (cluster, topic, offsets, file) as metadata. Retrying cannot
-  help; the message says what to do.
+  error's message as description and every attribute it carries (cluster, topic, offsets, file, ...) as
+  metadata. Retrying cannot help; the message says what to do.
 
 Library messages never hold secrets, so they are safe to show in Dagster.
 """
@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dagster import Failure, MetadataValue, RetryRequested
-from dynamic_kafka import DataLossError, DynamicKafkaError
+from dynamic_kafka import DynamicKafkaError
+from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,12 +25,11 @@ if TYPE_CHECKING:
 MAX_RETRIES = 3
 RETRY_WAIT_SECONDS = 15.0
 
-# Attributes some library errors carry; shown as Failure metadata when present.
-_ATTRIBUTES = ("cluster_id", "topic", "partition", "source", "run_seq", "kafka_error", "stream_ids")
-
 
 def failure_metadata(error: DynamicKafkaError, pipeline_id: str) -> dict[str, MetadataValue]:
-    """What a person needs to act on the error, as Dagster metadata."""
+    """What a person needs to act on the error, as Dagster metadata: its type, whether retrying helps, its hint,
+    and every attribute it carries (:meth:`~dynamic_kafka.errors.DynamicKafkaError.attributes`), by name.
+    """
     metadata: dict[str, MetadataValue] = {
         "pipeline_id": MetadataValue.text(pipeline_id),
         "error": MetadataValue.text(type(error).__name__),
@@ -37,13 +37,22 @@ def failure_metadata(error: DynamicKafkaError, pipeline_id: str) -> dict[str, Me
     }
     if error.hint:
         metadata["hint"] = MetadataValue.text(error.hint)
-    for name in _ATTRIBUTES:
-        value = getattr(error, name, None)
-        if value is not None:
-            metadata[name] = MetadataValue.text(", ".join(value) if isinstance(value, list) else str(value))
-    if isinstance(error, DataLossError):
-        metadata["lost_ranges"] = MetadataValue.json([lost.model_dump() for lost in error.losses])
+    for name, value in error.attributes().items():
+        metadata.setdefault(name, _metadata_value(value))
     return metadata
+
+
+def _metadata_value(value: object) -> MetadataValue:
+    """Models (and lists of them, e.g. lost ranges) as JSON, flags as booleans, lists as text, the rest as text."""
+    if isinstance(value, BaseModel):
+        return MetadataValue.json(value.model_dump(mode="json"))
+    if isinstance(value, list | tuple):
+        if all(isinstance(item, BaseModel) for item in value):
+            return MetadataValue.json([item.model_dump(mode="json") for item in value])
+        return MetadataValue.text(", ".join(str(item) for item in value))
+    if isinstance(value, bool):
+        return MetadataValue.bool(value)
+    return MetadataValue.text(str(value))
 
 
 def to_dagster(error: DynamicKafkaError, pipeline_id: str) -> RetryRequested | Failure:

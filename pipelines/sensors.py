@@ -42,7 +42,7 @@ from pipelines.resources import DynamicKafkaResource
 if TYPE_CHECKING:
     from pipelines.jobs import AssetJob
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CATCH_UP_INTERVAL_SECONDS = 5
 
@@ -54,7 +54,7 @@ def read_cursor(raw: str | None) -> WatchCursor:
     try:
         return WatchCursor.model_validate_json(raw)
     except ValidationError:
-        log.warning("metadata sensor: discarding an unreadable cursor %r", raw[:200])
+        logger.warning("metadata sensor: discarding an unreadable cursor %r", raw[:200])
         return WatchCursor()
 
 

@@ -42,7 +42,7 @@ from devtools.errors import LocalPostgresError
 from devtools.lifecycle import ServiceKind
 from dynamic_kafka._toolchain.process import accepts_connections, port_is_free, tail
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 LOCAL_DIR_ENV = "DYNAMIC_KAFKA_LOCAL_POSTGRES_DIR"
 BIN_DIR_ENV = "DYNAMIC_KAFKA_POSTGRES_BIN"
@@ -369,12 +369,12 @@ def start_postgres(
             hint="Pass another --port.",
         )
     if not (server.data_dir / "PG_VERSION").is_file():
-        log.info("initializing a PostgreSQL cluster in %s", server.data_dir)
+        logger.info("initializing a PostgreSQL cluster in %s", server.data_dir)
         _initialize(server, bin_dir)
     _write_state(server)
     server.log_file.touch()
     _chown_to_server_user(server.log_file)
-    log.info("starting PostgreSQL on 127.0.0.1:%d (%s)", server.port, server.data_dir)
+    logger.info("starting PostgreSQL on 127.0.0.1:%d (%s)", server.port, server.data_dir)
     done = subprocess.run(
         [
             *_as_server_user(),

@@ -29,8 +29,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.cimpl import OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST, _AdminClientImpl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.connection import RETRY_PAUSE_S, AdminConnection, future_error
 from dynamic_kafka.kafka.epochs import CommittedPosition, consumer_settings, outcome
 
@@ -66,10 +67,8 @@ class OffsetAnswer(NamedTuple):
     leader_epoch: int | None
 
 
-class TopicDescription(BaseModel):
+class TopicDescription(FrozenModel):
     """A topic as the broker describes it. ``exists`` is False when the broker does not know it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     topic: str = Field(description="Topic name.")
     exists: bool = Field(description="Whether the broker has the topic.")

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
 
 logger = logging.getLogger(__name__)
-_librdkafka_logger = logging.getLogger("dynamic_kafka.librdkafka")
+_librdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")  # librdkafka's own log lines, apart
 
 # Errors that clear up on their own within seconds (a leader moving, a topic just created, the group coordinator
 # loading __consumer_offsets on a fresh broker); librdkafka's admin calls return them without retrying.

@@ -18,15 +18,15 @@ from __future__ import annotations
 import re
 
 from confluent_kafka import KafkaError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from dynamic_kafka.frozen import FrozenModel
 
 _DIVERGED = re.compile(r"log truncation detected at .*?: broker end offset is (\d+)")
 
 
-class CommittedPosition(BaseModel):
+class CommittedPosition(FrozenModel):
     """A partition's committed next offset and the leader epoch it was planned under, as the state recorded them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     topic: str
     partition: int = Field(ge=0)

@@ -12,9 +12,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
 from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -36,10 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ClusterRequest(BaseModel):
+class ClusterRequest(FrozenModel):
     """What to ask one cluster for a run's broker snapshot."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster: ClusterMetadata = Field(description="The cluster to query (its connection; topics come below).")
     topics: frozenset[str] = Field(description="Topics to describe and query.")

@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -44,6 +42,7 @@ from pydantic import (
 
 from dynamic_kafka.config import StringProperties, checked_regex, describe_validation_error, load_yaml
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
@@ -54,10 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
 
-class ClusterEntry(BaseModel):
+class ClusterEntry(FrozenModel):
     """One entry of the file's ``clusters`` section."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str = Field(min_length=1)
     properties: StringProperties = Field(default_factory=dict)
@@ -69,10 +66,8 @@ class ClusterEntry(BaseModel):
         return masked_repr_args(super().__repr_args__())
 
 
-class Placement(BaseModel):
+class Placement(FrozenModel):
     """A stream's topics on one cluster, in the mapping form: a topic pattern and/or topics with partition sets."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pattern: str | None = Field(
         None, min_length=1, description="A regex that whole topic names match (Python `re.fullmatch`)."
@@ -124,10 +119,8 @@ PlacementEntry = Annotated[
 ]
 
 
-class MetadataFile(BaseModel):
+class MetadataFile(FrozenModel):
     """The whole metadata file: clusters by id, and per stream, the topics on each cluster."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
     streams: dict[str, dict[str, PlacementEntry]] = Field(default_factory=dict)

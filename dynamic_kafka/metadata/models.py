@@ -12,9 +12,10 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from dynamic_kafka.config import StringProperties, checked_regex
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
@@ -23,15 +24,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-class ClusterMetadata(BaseModel):
+class ClusterMetadata(FrozenModel):
     """One Kafka cluster as seen by one stream.
 
     ``properties`` are librdkafka-style client properties (``security.protocol``, ``sasl.username``...). Values
     may be ``${env:NAME}`` / ``${file:PATH}`` references; they are resolved only by :meth:`client_properties`.
     ``repr`` and ``str`` mask sensitive values.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str = Field(min_length=1, description="Stable logical name of the cluster.")
     bootstrap_servers: str = Field(min_length=1, description="Comma-separated host:port list.")
@@ -73,10 +72,8 @@ class ClusterMetadata(BaseModel):
         return masked_repr_args(super().__repr_args__())
 
 
-class KafkaStream(BaseModel):
+class KafkaStream(FrozenModel):
     """A logical stream: ``stream_id`` and, per ``cluster_id``, that cluster's metadata and topics."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     stream_id: str = Field(min_length=1)
     clusters: dict[str, ClusterMetadata] = Field(default_factory=dict, description="By cluster_id.")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.config import PipelineConfig, RetryConfig
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -65,7 +65,7 @@ def with_retries(call: Callable[[], T], retries: RetryConfig, what: str) -> T:
                     hint="Nothing was written. Check the metadata service and run again.",
                 ) from e
             delay = retries.backoff_seconds * 2 ** (attempt - 1)
-            log.warning(
+            logger.warning(
                 "%s failed (attempt %d of %d), retrying in %.1fs: %s", what, attempt, retries.attempts, delay, e
             )
             time.sleep(delay)

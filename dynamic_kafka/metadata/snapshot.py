@@ -9,18 +9,17 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 if TYPE_CHECKING:
     from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 
 
-class MetadataSnapshot(BaseModel):
+class MetadataSnapshot(FrozenModel):
     """The subscribed streams as resolved once for a run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     streams: dict[str, KafkaStream] = Field(default_factory=dict, description="By stream_id.")
     fingerprint: str = ""

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+from dynamic_kafka.frozen import FrozenModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-class WatchCursor(BaseModel):
+class WatchCursor(FrozenModel):
     """What the watch remembers between polls."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     fingerprint: str | None = Field(None, description="The last fingerprint seen; None before the first poll.")
     consecutive_failures: int = Field(0, ge=0)
@@ -32,10 +31,8 @@ class WatchCursor(BaseModel):
     )
 
 
-class WatchResult(BaseModel):
+class WatchResult(FrozenModel):
     """One poll's outcome."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cursor: WatchCursor
     changed: bool = Field(description="The fingerprint differs from the cursor's (a run should be requested).")

@@ -10,13 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from dynamic_kafka.frozen import FrozenModel
 
 
-class TopicPartition(BaseModel):
+class TopicPartition(FrozenModel):
     """A partition of a topic on a cluster."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -26,10 +26,8 @@ class TopicPartition(BaseModel):
         return f"{self.cluster_id}/{self.topic}[{self.partition}]"
 
 
-class Split(BaseModel):
+class Split(FrozenModel):
     """One planned range ``[start_offset, stop_offset)`` of one partition."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -68,10 +66,8 @@ class Split(BaseModel):
         return self.stream_ids[0]
 
 
-class LostRange(BaseModel):
+class LostRange(FrozenModel):
     """Offsets ``[from_offset, to_offset)`` of one partition that were deleted before they were read."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -101,10 +97,8 @@ FindingKind = Literal[
 ]
 
 
-class Finding(BaseModel):
+class Finding(FrozenModel):
     """Something the planner noticed and the run records (in its summary and the state's run history)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: FindingKind
     cluster_id: str | None = None
@@ -140,23 +134,19 @@ class Finding(BaseModel):
         )
 
 
-class PinnedVersion(BaseModel):
+class PinnedVersion(FrozenModel):
     """One registered version of a subject a run was prepared with: its number and its (immutable) schema id."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int
     schema_id: int
 
 
-class DecodePin(BaseModel):
+class DecodePin(FrozenModel):
     """The schema input one planned ``(cluster, topic)`` of a registry or fixed-schema stream was prepared with.
 
     A recovery decodes with exactly these: the pinned registry versions fetched by id (ids are immutable, and a
     soft-deleted version's id still resolves), or the ``value_schema_file`` only if its contents still hash alike.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -167,10 +157,8 @@ class DecodePin(BaseModel):
     schema_file_sha256: str | None = Field(None, description="The value_schema_file's contents, hashed.")
 
 
-class ArchiveRead(BaseModel):
+class ArchiveRead(FrozenModel):
     """The archive a bootstrap run lands, pinned when it is planned: a recovery reads exactly these rows again."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     location: str = Field(description="The archive as Spark reads it (local path or s3a:// URI).")
     format: Literal["parquet", "json", "delta"]
@@ -186,10 +174,8 @@ class ArchiveRead(BaseModel):
     rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
 
 
-class Plan(BaseModel):
+class Plan(FrozenModel):
     """Everything one run will do. Written to the state before any read, so a crashed run is finished exactly."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     run_seq: int = Field(ge=1)

@@ -10,19 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PartitionOffsets(_Frozen):
+class PartitionOffsets(FrozenModel):
     """A partition's offsets on the broker: ``earliest`` available and ``latest`` (LSO under read_committed)."""
 
     earliest: int = Field(ge=0)
@@ -40,7 +37,7 @@ class PartitionOffsets(_Frozen):
     )
 
 
-class TopicSnapshot(_Frozen):
+class TopicSnapshot(FrozenModel):
     """One topic on one cluster. ``exists`` is False when the broker does not have it."""
 
     topic: str
@@ -58,7 +55,7 @@ class TopicSnapshot(_Frozen):
     )
 
 
-class ClusterSnapshot(_Frozen):
+class ClusterSnapshot(FrozenModel):
     """What one cluster answered, or why it could not."""
 
     cluster_id: str
@@ -67,7 +64,7 @@ class ClusterSnapshot(_Frozen):
     topics: dict[str, TopicSnapshot] = Field(default_factory=dict)
 
 
-class BrokerSnapshot(_Frozen):
+class BrokerSnapshot(FrozenModel):
     """Offsets of every subscribed (and every removed-but-tracked) topic, one batched query per cluster."""
 
     clusters: dict[str, ClusterSnapshot] = Field(default_factory=dict)
@@ -77,7 +74,7 @@ class BrokerSnapshot(_Frozen):
 PartitionStatus = Literal["active", "removed"]
 
 
-class PartitionState(_Frozen):
+class PartitionState(FrozenModel):
     """The committed position of one partition: the next offset to read."""
 
     cluster_id: str
@@ -105,7 +102,7 @@ class PartitionState(_Frozen):
 RunStatus = Literal["planned", "committed", "abandoned"]
 
 
-class RunRecord(_Frozen):
+class RunRecord(FrozenModel):
     """One run in the state: its plan while planned, and its summary once committed (or abandoned: its offsets
     were never committed, and its summary says why).
     """
@@ -128,7 +125,7 @@ class RunRecord(_Frozen):
         return self.status == "planned" and self.lease_expires_at is not None and self.lease_expires_at > now
 
 
-class StateSnapshot(_Frozen):
+class StateSnapshot(FrozenModel):
     """A pipeline's committed state as read at one Delta table version."""
 
     pipeline_id: str

@@ -3,17 +3,65 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Finding, Plan
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-class TopicStats(BaseModel):
+SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed"]
+
+
+class Written(Protocol):
+    """What a run summary reads of a write (``dynamic_kafka.sink.WriteResult`` has it)."""
+
+    @property
+    def records(self) -> int:
+        """Records read (a run: and landed)."""
+        ...
+
+    @property
+    def bytes(self) -> int:
+        """Their key plus value bytes."""
+        ...
+
+    @property
+    def dead_letters(self) -> int:
+        """Undecodable records landed in the dead-letter table."""
+        ...
+
+    @property
+    def deduplicated(self) -> int:
+        """Records read that a backfill had landed already."""
+        ...
+
+    @property
+    def per_topic(self) -> Mapping[tuple[str, str], tuple[int, int]]:
+        """(records, bytes) per planned (cluster_id, topic)."""
+        ...
+
+    @property
+    def min_event_time(self) -> datetime | None:
+        """The smallest Kafka timestamp read."""
+        ...
+
+    @property
+    def max_event_time(self) -> datetime | None:
+        """The largest Kafka timestamp read."""
+        ...
+
+    @property
+    def sink_version(self) -> int | None:
+        """The sink's Delta version holding the write."""
+        ...
+
+
+class TopicStats(FrozenModel):
     """Records and bytes (key + value) landed from one topic of one cluster in one run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -21,10 +69,8 @@ class TopicStats(BaseModel):
     bytes: int = 0
 
 
-class DecodedSchema(BaseModel):
+class DecodedSchema(FrozenModel):
     """A Schema Registry subject version whose records a run decoded (never a URL or credentials)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     stream_id: str
     cluster_id: str
@@ -34,10 +80,8 @@ class DecodedSchema(BaseModel):
     records: int = 0
 
 
-class GroupCommit(BaseModel):
+class GroupCommit(FrozenModel):
     """The consumer-group commit of one cluster after a run (monitoring only: a failure changes nothing else)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     group: str
@@ -45,12 +89,10 @@ class GroupCommit(BaseModel):
     error: str | None = Field(None, description="Why it failed (no secret), when it did.")
 
 
-class OffsetChange(BaseModel):
+class OffsetChange(FrozenModel):
     """One partition's committed next offset moved by ``offsets reset``: from where, to where, and the broker's
     offsets when it was decided.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_id: str
     topic: str
@@ -73,10 +115,8 @@ class OffsetChange(BaseModel):
         return max(0, self.to_offset - self.from_offset)
 
 
-class DeadLetterReplay(BaseModel):
+class DeadLetterReplay(FrozenModel):
     """What one ``dead-letters replay`` did: dead letters decoded again under the config of the day."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     replay_seq: int = Field(description="The replay's number: its Delta transaction version in both tables.")
     run_seq: int | None = Field(None, description="Only the dead letters of this run were replayed (None: all).")
@@ -94,14 +134,12 @@ class DeadLetterReplay(BaseModel):
     dead_letter_version: int | None = None
 
 
-class RunSummary(BaseModel):
+class RunSummary(FrozenModel):
     """One run, as it finished."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pipeline_id: str
     run_seq: int
-    status: Literal["committed", "empty", "abandoned", "reset", "replayed"] = Field(
+    status: SummaryStatus = Field(
         description="'committed'; 'empty' when there was nothing to read; 'abandoned' for a planned run that could "
         "not complete and was given up without committing its offsets (``reason`` says why); 'reset' for an "
         "``offsets reset`` (``offset_changes``), 'replayed' for a ``dead-letters replay`` (``replay``): operations "
@@ -154,22 +192,111 @@ class RunSummary(BaseModel):
         """Return the findings that are warnings."""
         return tuple(f for f in self.findings if f.is_warning)
 
+    @classmethod
+    def of_plan(
+        cls,
+        plan: Plan,
+        status: SummaryStatus,
+        *,
+        lag_after: int = 0,
+        recovered_run_seq: int | None = None,
+        reason: str | None = None,
+        plan_seconds: float = 0.0,
+    ) -> RunSummary:
+        """The summary of a run that wrote nothing itself: empty, abandoned, or recovered from a sink that held it."""
+        return cls(
+            **_from_plan(plan, lag_after),
+            status=status,
+            recovered_run_seq=recovered_run_seq,
+            reason=reason,
+            plan_seconds=plan_seconds,
+        )
 
-def base_summary(plan: Plan, lag_after: int) -> dict[str, object]:
+    @classmethod
+    def committed(
+        cls,
+        plan: Plan,
+        written: Written,
+        *,
+        lag_after: int = 0,
+        recovered_run_seq: int | None = None,
+        schemas: tuple[DecodedSchema, ...] = (),
+        plan_seconds: float = 0.0,
+        spark_seconds: float = 0.0,
+        total_seconds: float = 0.0,
+    ) -> RunSummary:
+        """The summary of a run (or backfill) that wrote ``plan``'s records, ``written`` saying what landed."""
+        return cls(
+            **_from_plan(plan, lag_after),
+            status="committed",
+            recovered_run_seq=recovered_run_seq,
+            records=written.records,
+            bytes=written.bytes,
+            dead_letters=written.dead_letters,
+            deduplicated=written.deduplicated,
+            topics=tuple(
+                TopicStats(cluster_id=c, topic=t, records=r, bytes=b)
+                for (c, t), (r, b) in sorted(written.per_topic.items())
+            ),
+            schemas=schemas,
+            spark_started=True,
+            min_event_time=written.min_event_time,
+            max_event_time=written.max_event_time,
+            sink_version=written.sink_version,
+            plan_seconds=plan_seconds,
+            spark_seconds=spark_seconds,
+            total_seconds=total_seconds,
+        )
+
+    def timed(
+        self,
+        *,
+        plan_seconds: float | None = None,
+        commit_seconds: float | None = None,
+        total_seconds: float | None = None,
+        group_commits: tuple[GroupCommit, ...] | None = None,
+    ) -> RunSummary:
+        """This summary with the durations (and consumer-group commits) known once the run ended."""
+        given = {
+            "plan_seconds": plan_seconds,
+            "commit_seconds": commit_seconds,
+            "total_seconds": total_seconds,
+            "group_commits": group_commits,
+        }
+        return self.model_copy(update={k: v for k, v in given.items() if v is not None})
+
+
+class _PlanFields(TypedDict):
+    pipeline_id: str
+    run_seq: int
+    clusters: tuple[str, ...]
+    splits: int
+    partitions: int
+    planned_records: int
+    lag_after: int
+    capped: bool
+    skipped_clusters: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    metadata_fingerprint: str
+    bootstrap_source: str | None
+    bootstrap_records: int | None
+
+
+def _from_plan(plan: Plan, lag_after: int) -> _PlanFields:
     """The summary fields that come from the plan alone."""
     read = plan.read_splits
-    return {
-        "pipeline_id": plan.pipeline_id,
-        "run_seq": plan.run_seq,
-        "clusters": tuple(sorted({s.cluster_id for s in plan.splits})),
-        "splits": len(read),
-        "partitions": len(plan.splits),
-        "planned_records": plan.planned_records,
-        "lag_after": lag_after,
-        "capped": plan.capped,
-        "skipped_clusters": plan.skipped_clusters,
-        "findings": plan.findings,
-        "metadata_fingerprint": plan.metadata_fingerprint,
-        "bootstrap_source": f"{plan.bootstrap.format} {plan.bootstrap.location}" if plan.bootstrap else None,
-        "bootstrap_records": plan.bootstrap.rows if plan.bootstrap else None,
-    }
+    return _PlanFields(
+        pipeline_id=plan.pipeline_id,
+        run_seq=plan.run_seq,
+        clusters=tuple(sorted({s.cluster_id for s in plan.splits})),
+        splits=len(read),
+        partitions=len(plan.splits),
+        planned_records=plan.planned_records,
+        lag_after=lag_after,
+        capped=plan.capped,
+        skipped_clusters=plan.skipped_clusters,
+        findings=plan.findings,
+        metadata_fingerprint=plan.metadata_fingerprint,
+        bootstrap_source=f"{plan.bootstrap.format} {plan.bootstrap.location}" if plan.bootstrap else None,
+        bootstrap_records=plan.bootstrap.rows if plan.bootstrap else None,
+    )

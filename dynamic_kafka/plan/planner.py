@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
 from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
@@ -419,25 +419,28 @@ class _PlanBuilder:
         self, key: TopicPartition, starting: AnyInitializer, snapshot: TopicSnapshot, offsets: PartitionOffsets
     ) -> int | None:
         wanted: int | None
-        if isinstance(starting, EarliestOffsets):
-            return offsets.earliest
-        if isinstance(starting, LatestOffsets):
-            return offsets.latest
-        if isinstance(starting, TimestampOffsets):
-            found = snapshot.start_lookups.get(key.partition)
-            if self.bootstrapping and found is not None and found == offsets.earliest > 0:
-                return self._bootstrap_gap(key, offsets)
-            return offsets.latest if found is None else self._clamp(key, found, offsets, "timestamp")
-        if isinstance(starting, CommittedOffsets):
-            wanted = snapshot.start_lookups.get(key.partition)
-            if wanted is None:
-                return self._fallback(key, starting.reset, offsets, f"consumer group {starting.group_id!r}")
-            return self._clamp(key, wanted, offsets, f"consumer group {starting.group_id!r}")
-        assert isinstance(starting, SpecificOffsets)
-        wanted = starting.offsets.get(key.topic, {}).get(key.partition)
-        if wanted is None:
-            return self._fallback(key, starting.fallback, offsets, "specific offsets")
-        return self._clamp(key, wanted, offsets, "specific offsets")
+        match starting:
+            case EarliestOffsets():
+                return offsets.earliest
+            case LatestOffsets():
+                return offsets.latest
+            case TimestampOffsets():
+                found = snapshot.start_lookups.get(key.partition)
+                if self.bootstrapping and found is not None and found == offsets.earliest > 0:
+                    return self._bootstrap_gap(key, offsets)
+                return offsets.latest if found is None else self._clamp(key, found, offsets, "timestamp")
+            case CommittedOffsets(group_id=group_id, reset=reset):
+                wanted = snapshot.start_lookups.get(key.partition)
+                if wanted is None:
+                    return self._fallback(key, reset, offsets, f"consumer group {group_id!r}")
+                return self._clamp(key, wanted, offsets, f"consumer group {group_id!r}")
+            case SpecificOffsets(fallback=fallback):
+                wanted = starting.offsets.get(key.topic, {}).get(key.partition)
+                if wanted is None:
+                    return self._fallback(key, fallback, offsets, "specific offsets")
+                return self._clamp(key, wanted, offsets, "specific offsets")
+            case _:
+                assert_never(starting)
 
     def _bootstrap_gap(self, key: TopicPartition, offsets: PartitionOffsets) -> int | None:
         """The bootstrap's ``until`` is at or before the partition's earliest retained record, and records before
@@ -487,11 +490,16 @@ class _PlanBuilder:
         offsets: PartitionOffsets,
         start: int,
     ) -> int:
-        stop: int | None = offsets.latest
-        if isinstance(stopping, TimestampOffsets):
-            stop = snapshot.stop_lookups.get(key.partition)
-        elif isinstance(stopping, SpecificOffsets):
-            stop = stopping.offsets.get(key.topic, {}).get(key.partition)
+        stop: int | None
+        match stopping:
+            case TimestampOffsets():
+                stop = snapshot.stop_lookups.get(key.partition)
+            case SpecificOffsets():
+                stop = stopping.offsets.get(key.topic, {}).get(key.partition)
+            case LatestOffsets() | EarliestOffsets() | CommittedOffsets():
+                stop = offsets.latest
+            case _:
+                assert_never(stopping)
         bounded = max(start, min(offsets.latest if stop is None else stop, offsets.latest))
         return self._cap_partition(key, start, bounded)
 
@@ -584,10 +592,14 @@ class _PlanBuilder:
 
 def _describe(initializer: AnyInitializer) -> str:
     """An initializer as a finding names it: a timestamp with its UTC time, so a plan shows the handover point."""
-    if isinstance(initializer, TimestampOffsets):
-        at = datetime.fromtimestamp(initializer.timestamp_ms / 1000, tz=UTC)
-        return f"timestamp {at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
-    return initializer.kind
+    match initializer:
+        case TimestampOffsets(timestamp_ms=timestamp_ms):
+            at = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
+            return f"timestamp {at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+        case EarliestOffsets() | LatestOffsets() | CommittedOffsets() | SpecificOffsets():
+            return initializer.kind
+        case _:
+            assert_never(initializer)
 
 
 def _fully_read(key: TopicPartition, drain_target: int | None, splits: list[Split]) -> bool:

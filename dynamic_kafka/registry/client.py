@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import SchemaRegistryError, UnknownSchemaError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.secrets import mask_secrets, resolve_value
 
 if TYPE_CHECKING:
@@ -28,10 +29,8 @@ _SCHEMA_NOT_FOUND = 40403
 _SUBJECT_NOT_FOUND = 40401
 
 
-class WriterSchema(BaseModel):
+class WriterSchema(FrozenModel):
     """The schema a record was written with, as the registry returns it for the record's id."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_id: int = Field(description="The id in the record's wire-format header.")
     schema_type: SchemaType = Field(description="AVRO, PROTOBUF or JSON.")
@@ -103,24 +102,6 @@ class RegistryClient:
         self._by_id[schema_id] = fetched
         logger.debug("schema registry %s: fetched schema id %d (%s)", self._url, schema_id, fetched.schema_type)
         return fetched
-
-    def writer_schemas(self, schema_ids: set[int]) -> dict[int, WriterSchema]:
-        """Return the schema of each id (see :meth:`writer_schema`), in id order."""
-        return {schema_id: self.writer_schema(schema_id) for schema_id in sorted(schema_ids)}
-
-    def subject_versions(self, subject: str) -> list[int]:
-        """Return the versions registered under ``subject``.
-
-        Raises:
-            SchemaRegistryError: unknown subject (not retriable), or the registry is unreachable.
-        """
-        try:
-            versions: list[int] = self._client.get_versions(subject)
-        except ConfluentRegistryError as e:
-            raise self._answered(e, f"listing versions of subject {subject!r}") from e
-        except Exception as e:
-            raise self._unreachable(e, f"listing versions of subject {subject!r}") from e
-        return versions
 
     def subject_schemas(self, subject: str) -> list[tuple[int, WriterSchema]]:
         """Return ``(version, schema)`` for every version registered under ``subject``, oldest first; empty when

@@ -4,10 +4,12 @@ project config can hold it without importing the registry client.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from dynamic_kafka.frozen import FrozenModel
 
 
-class RegistryConfig(BaseModel):
+class RegistryConfig(FrozenModel):
     """Where a cluster's Schema Registry is and how to log in (a metadata file's ``schema_registry`` block).
 
     Example:
@@ -15,8 +17,6 @@ class RegistryConfig(BaseModel):
         ...                password="${env:SR_PASSWORD}", ca_location="/etc/registry/ca.pem").password
         '${env:SR_PASSWORD}'
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str = Field(description="Base URL of the Confluent-compatible API, e.g. http://host:8081.")
     username: str | None = Field(default=None, description="Basic-auth user (literal or ${env:...} reference).")

@@ -20,9 +20,10 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import SparkJobError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -42,10 +43,8 @@ def user_metadata(commit_id: str) -> str:
     return json.dumps({COMMIT_ID_KEY: commit_id})
 
 
-class Commit(BaseModel):
+class Commit(FrozenModel):
     """One version's log entry: who wrote it, which transactions and how many records it added."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int
     info: dict[str, Any] = Field(description="The entry's commitInfo (empty when it has none).")

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import DynamicKafkaError, SparkJobError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.sink.tables import open_delta_rs, safe_text
 
 if TYPE_CHECKING:
@@ -46,21 +47,17 @@ _RUN_FOLDER_PREFIX = "dk-run-"
 _FOREIGN = (DeltaError, OSError, pa.ArrowException)
 
 
-class FileCounts(BaseModel):
+class FileCounts(FrozenModel):
     """A number of files and their bytes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     files: int = 0
     bytes: int = 0
 
 
-class TableFiles(BaseModel):
+class TableFiles(FrozenModel):
     """A table's files at one moment: the current version's data files, and every file stored under the table
     but its log (files of earlier versions and of writes that never committed included).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int
     rows: int = Field(description="Rows of the current version (from the log's per-file statistics).")
@@ -68,10 +65,8 @@ class TableFiles(BaseModel):
     stored: FileCounts = Field(description="Every file under the table's folder but its _delta_log.")
 
 
-class TableMaintenance(BaseModel):
+class TableMaintenance(FrozenModel):
     """What maintenance did to one table."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: str = Field(description="'sink' or 'dead_letter'.")
     table: str = Field(description="The table's location.")

@@ -10,8 +10,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
 from dynamic_kafka.spark.schema import DECODE_ERROR
 
@@ -24,14 +25,12 @@ if TYPE_CHECKING:
 _OBSERVATION_WAIT_S = 30.0
 
 
-class WriteResult(BaseModel):
+class WriteResult(FrozenModel):
     """What one write did. For an incremental write, counts are records landed (``records = sink_records +
     dead_letters``); ``deduplicated`` more were read but already in the sink (or dead-letter table) from a backfill,
     and were not written again. For a merge, ``records``, ``bytes`` and ``per_topic`` count the records read and
     ``sink_records`` / ``dead_letters`` the rows inserted.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     records: int = Field(ge=0, description="Records read from Kafka (an incremental write: and landed).")
     bytes: int = Field(ge=0, description="Key plus value bytes of those records.")

@@ -22,10 +22,9 @@ import logging
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
-
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.faults import crash_point
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.sink.merge import delta_transaction
@@ -65,10 +64,8 @@ def replay_app_id(pipeline_id: str) -> str:
     return f"{pipeline_id}/replay"
 
 
-class ReplayCounts(BaseModel):
+class ReplayCounts(FrozenModel):
     """What one replay found (and, when it wrote, did)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dead_letters: int = 0
     replayed: int = 0

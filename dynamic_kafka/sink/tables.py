@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka.errors import SparkConnectUnavailableError, SparkJobError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.sink.commits import Commit, describe_writer, read_commit, user_metadata
 from dynamic_kafka.sink.staged_append import can_stage, staged_append
@@ -273,10 +274,8 @@ def latest_version(table: Table) -> int | None:
     return None if opened is None else opened.version()
 
 
-class TableInfo(BaseModel):
+class TableInfo(FrozenModel):
     """What a Delta table's log says about it now, read without Spark."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int
     rows: int = Field(description="Rows in the current version (the sum of the data files' record counts).")

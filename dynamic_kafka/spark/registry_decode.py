@@ -608,11 +608,6 @@ def registry_frame(staged: DataFrame, prepared: PreparedDecoding, raw_value: str
     return with_structs.withColumns(fields), error
 
 
-def decoded_struct_columns(prepared: PreparedDecoding) -> list[str]:
-    """The helper columns :func:`registry_frame` adds and the caller drops after routing."""
-    return [f"_dk_decoded_{i}" for i in range(len(prepared.sources))]
-
-
 def _source_struct(
     source: SourceDecoding, in_source: Column, raw: Column, header_id: Column, payload: Column
 ) -> Column | None:

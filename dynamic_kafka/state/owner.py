@@ -12,7 +12,7 @@ import secrets
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from dynamic_kafka.frozen import FrozenModel
 
 # ``boot=`` was added later: owners written by earlier versions have none (and are never taken for gone).
 _OWNER = re.compile(
@@ -22,15 +22,13 @@ _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _MACHINE_ID = Path("/etc/machine-id")
 
 
-class RunOwner(BaseModel):
+class RunOwner(FrozenModel):
     """The process running a run (or a backfill). Its text form is what the state holds.
 
     ``boot`` tells machines apart where the hostname cannot: the kernel's boot id (new at every boot, so it also
     tells a rebooted machine from the one that wrote the owner), else the machine id (prefixed ``machine-``).
     None for an owner written by an earlier version, or when this machine has neither.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str
     pid: int

@@ -36,12 +36,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, StateError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, RunRecord, StateSnapshot
-from dynamic_kafka.model.summary import RunSummary, base_summary
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.state import rows as _rows
 from dynamic_kafka.state.maintenance import maintain
 from dynamic_kafka.state.owner import RunOwner
@@ -54,10 +55,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class RecordedBackfill(BaseModel):
+class RecordedBackfill(FrozenModel):
     """What ``StateStore.record_backfill`` wrote."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int | None = Field(description="The state version holding the frontier (None: no state exists).")
     sequence: int | None = Field(
@@ -161,10 +160,6 @@ class StateStore:
             1000 * (time.perf_counter() - started),
         )
         return snapshot
-
-    def removed_partitions(self) -> list[PartitionState]:
-        """The partitions marked removed; their offsets are kept so a re-added topic resumes where it stopped."""
-        return [p for p in self.load().partitions.values() if p.status == "removed"]
 
     def run_history(self, limit: int = 20) -> list[RunRecord]:
         """The last ``limit`` runs, newest first: the planned head run if any, then committed runs."""
@@ -412,7 +407,7 @@ class StateStore:
             )
         assert dt is not None
         plan = head.plan
-        summary = RunSummary(**base_summary(plan, 0), status="abandoned", reason=reason).model_dump_json()
+        summary = RunSummary.of_plan(plan, "abandoned", reason=reason).model_dump_json()
         now = self._clock()
         rows = [
             _rows.run_row("head", plan, "abandoned", committed_at=now, summary_json=summary),

@@ -19,7 +19,17 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
-from dynamic_kafka.errors import ConfigError, DataLossError, RunInProgressError
+from dynamic_kafka.errors import (
+    ConfigError,
+    DataLossError,
+    DynamicKafkaError,
+    RunInProgressError,
+    SchemaIncompatibleError,
+    SchemaMismatchError,
+    StateBehindSinkError,
+    UndecodableRecordError,
+    UnknownSchemaError,
+)
 from dynamic_kafka.model.plan import LostRange
 from pipelines.build import build_definitions
 from pipelines.errors import MAX_RETRIES, to_dagster
@@ -150,6 +160,37 @@ def test_retriable_errors_become_bounded_retries_and_others_failures_with_metada
         {"cluster_id": "east", "topic": "orders", "partition": 0, "from_offset": 10, "to_offset": 25}
     ]
     assert "on_data_loss: skip" in failure.metadata["hint"].value
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            UndecodableRecordError(cluster_id="east", topic="orders", partition=2, offset=41, reason="not JSON"),
+            {"cluster_id": "east", "topic": "orders", "partition": "2", "offset": "41", "reason": "not JSON"},
+        ),
+        (SchemaMismatchError("p: no", columns=["value.id", "key"]), {"columns": "value.id, key"}),
+        (
+            SchemaIncompatibleError("orders", "v1 and v2 disagree"),
+            {"stream_id": "orders", "detail": "v1 and v2 disagree"},
+        ),
+        (
+            UnknownSchemaError(7, url="http://registry:8081"),
+            {"schema_id": "7", "url": "http://registry:8081", "status": "404"},
+        ),
+        (
+            StateBehindSinkError("orders", table="/k", sink_txn=9, state_run_seq=4, state_path="/s"),
+            {"pipeline_id": "orders", "sink_txn": "9", "state_run_seq": "4"},
+        ),
+    ],
+)
+def test_every_attribute_of_a_library_error_reaches_the_failure_metadata(
+    error: DynamicKafkaError, expected: dict[str, str]
+) -> None:
+    failure = to_dagster(error, "orders")
+    assert isinstance(failure, Failure)
+    assert {name: failure.metadata[name].value for name in expected if name in failure.metadata} == expected
+    assert set(error.attributes()) <= set(failure.metadata)
 
 
 def test_a_non_retriable_error_fails_the_run_with_failure_metadata(project: Project, instance: DagsterInstance) -> None:

@@ -15,13 +15,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from deltalake import DeltaTable
 
-from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.kafka import Record, create_topic, delete_topics, produce, recreate_topic, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.backfill import run_backfill
-from dynamic_kafka.errors import LeaseLostError, RunInProgressError, RunTimeoutError, SchemaMismatchError
+from dynamic_kafka.errors import (
+    LeaseLostError,
+    RunInProgressError,
+    RunTimeoutError,
+    SchemaMismatchError,
+    TopicRecreatedError,
+)
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, run_lock_path
 from dynamic_kafka.state.lease import RunOwner
 
@@ -207,6 +213,33 @@ def test_a_backfill_run_again_over_the_same_window_lands_no_dead_letter_twice(
     assert (first.dead_letters, again.dead_letters) == (2, 0)
     assert orders.dead_letters() == [bad[1].offset, bad[3].offset]
     assert len(orders.harness.sink_rows()) == 2
+
+
+def test_a_backfill_whose_topic_is_recreated_before_its_merge_merges_nothing_and_fails_retriably(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark: Any,
+    tmp_path: Path,
+    at_crash_point: Callable[[str, Callable[[], None]], None],
+) -> None:
+    """A run checks its topics' ids before its commit; the backfill, sharing the run's steps, now does too: the
+    recreated topic's records at the planned offsets are never merged under the old incarnation's coordinates."""
+    orders = Orders(kafka_clusters["east"], tmp_path, spark)
+    orders.produce(b"a", b"b", b"c")  # offsets 0-2: the backfill plans [0, 3) of this incarnation
+
+    def recreate() -> None:
+        delete_topics(orders.servers, [orders.topic])
+        recreate_topic(orders.servers, orders.topic, 1)
+        orders.produce(b"x1", b"x2", b"x3", b"x4")  # offsets 0-3 of the new incarnation
+
+    at_crash_point("after_frontier", recreate)
+
+    with pytest.raises(TopicRecreatedError) as caught:
+        orders.backfill()
+
+    assert (caught.value.cluster_id, caught.value.topic, caught.value.retriable) == ("east", orders.topic, True)
+    assert "while a backfill of pipeline 'p' read it" in str(caught.value)
+    assert orders.harness.sink_rows() == []  # nothing of the new incarnation merged at the old one's offsets
+    assert orders.harness.runner().store.load().backfill_owner is None  # the lease was given up
 
 
 def test_a_run_that_lost_its_lease_before_the_write_writes_nothing_and_fails_retriably(

@@ -128,7 +128,7 @@ def test_basic_auth_registry_refuses_anonymous_calls_and_hides_the_password(
     try:
         assert registry.basic_auth_user == "svc"
         with pytest.raises(SchemaRegistryError, match="HTTP 401") as caught:
-            RegistryClient(RegistryConfig(url=registry.url), owner="east").subject_versions("x-value")
+            RegistryClient(RegistryConfig(url=registry.url), owner="east").subject_schemas("x-value")
         assert caught.value.retriable is False
 
         monkeypatch.setenv("DK_TEST_REGISTRY_PASSWORD", password)

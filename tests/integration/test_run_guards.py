@@ -193,11 +193,11 @@ def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark_mode
     ends (seen in the server's job list), so that case uses a job of seconds rather than minutes: the shared test
     server would otherwise stay busy for minutes."""
     from dynamic_kafka.config import SparkConfig
-    from dynamic_kafka.runner import _Deadline
+    from dynamic_kafka.spark.deadline import RunDeadline
     from dynamic_kafka.spark.session import build_spark_session
 
     spark = spark_mode.session() if spark_mode.session else build_spark_session(SparkConfig(**spark_mode.config))
-    deadline = _Deadline("p", 3, hard_exit=False)
+    deadline = RunDeadline("p", 3, hard_exit=False)
     deadline.attach(spark)
     started = time.monotonic()
     try:
@@ -214,9 +214,9 @@ def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark_mode
 def test_a_spark_job_submitted_after_the_run_deadline_passed_is_cancelled_too(spark: Any) -> None:
     """A busy driver can submit the run's next job just after the deadline fired: that job is cancelled as well,
     instead of running unbounded while holding the run's lock."""
-    from dynamic_kafka.runner import _Deadline
+    from dynamic_kafka.spark.deadline import RunDeadline
 
-    deadline = _Deadline("p", 0.5, hard_exit=False)
+    deadline = RunDeadline("p", 0.5, hard_exit=False)
     deadline.attach(spark)
     try:
         assert deadline.expired.wait(30)

@@ -80,6 +80,7 @@ from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.spark import reader as reader_module
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
@@ -956,7 +957,7 @@ class Harness:
             (runner_module, "committed_txn_version", self.sink.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
             (runner_module, "LeaseKeeper", Keeper),
-            (runner_module._Deadline, "attach", lambda deadline, spark: None),
+            (RunDeadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
             (realign_module, "landed_frontier", self.sink.landed_frontier),
             (runner_module, "fence_run", self.sink.fence_run),
@@ -1015,7 +1016,10 @@ class Harness:
                 return None
             # One attempt: run_backfill's retries only wait for a planned run, which in the model never finishes
             # by itself (RunInProgressError is what the retries end with).
-            sequence = backfill_module.record_frontier(self.runner.context, plan, attempts=1)
+            # The frontier alone, without the backfill lease (tests/model/HOLES.md).
+            sequence = backfill_module.record_backfill_frontier(
+                self.runner.context, plan, attempts=1, owner=None
+            ).sequence
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
             in_window = [r for r in frame if start_ms <= r.ts_ms < end_ms]

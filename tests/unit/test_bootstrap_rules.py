@@ -21,7 +21,7 @@ from dynamic_kafka.model.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.model.summary import RunSummary, base_summary
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
 from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
@@ -177,11 +177,11 @@ class TestDagsterMetadata:
 
         read = archive_read(location="s3a://lake/orders", files=("s3a://lake/orders/a.parquet",), rows=120)
         plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
-        summary = RunSummary(**base_summary(plan, 0), status="committed", records=126)
+        summary = RunSummary.of_plan(plan, "committed").model_copy(update={"records": 126})
         shown = summary_metadata(summary, now=NOW)
         assert shown["bootstrap_source"].value == "parquet s3a://lake/orders"
         assert shown["bootstrap_records"].value == 120
-        later = RunSummary(**base_summary(plan.model_copy(update={"bootstrap": None}), 0), status="committed")
+        later = RunSummary.of_plan(plan.model_copy(update={"bootstrap": None}), "committed")
         assert "bootstrap_source" not in summary_metadata(later, now=NOW)
 
 

@@ -45,9 +45,9 @@ def test_formats_per_stream_and_a_registry_per_cluster() -> None:
             "items": {"value_format": "avro", "value_schema_file": "i"},
         },
     )
-    assert p.value_format_of("orders").uses_registry
+    assert (p.value_format_of("orders").value_format, p.value_format_of("orders").value_schema_file) == ("avro", None)
     assert p.value_format_of("clicks").value_format == "json_schema"
-    assert not p.value_format_of("items").uses_registry
+    assert p.value_format_of("items").value_schema_file is not None
     assert "${env:PW}" not in repr(p.schema_registry)
     with pytest.raises(ValidationError, match="value_schema_file` is for value_format avro"):
         pipeline(value_format="json_schema", value_schema_file="x.avsc")
