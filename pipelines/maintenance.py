@@ -35,6 +35,8 @@ from pipelines.names import (
     asset_key,
     dagster_name,
     dead_letter_asset_key,
+    maintenance_job_name,
+    maintenance_schedule_name,
     pool_name,
 )
 from pipelines.resources import DynamicKafkaResource
@@ -49,11 +51,6 @@ class MaintenanceRunConfig(Config):
         description="Keep files older versions need for this many hours; default: the pipeline's "
         "maintenance.vacuum_retention_hours, else the tables' own (7 days).",
     )
-
-
-def maintenance_job_name(pipeline_id: str) -> str:
-    """Return the name of a pipeline's maintenance job."""
-    return f"{dagster_name(pipeline_id)}_maintenance"
 
 
 def build_maintenance_job(pipeline: PipelineConfig) -> JobDefinition:
@@ -119,7 +116,7 @@ def build_maintenance_schedule(
         return None
     try:
         return ScheduleDefinition(
-            name=f"{dagster_name(pipeline.id)}_maintenance_schedule",
+            name=maintenance_schedule_name(pipeline.id),
             cron_schedule=cron,
             job=maintenance,
             execution_timezone="UTC",

@@ -95,3 +95,13 @@ def offsets_reset_job_name(pipeline_id: str) -> str:
 def dead_letter_replay_job_name(pipeline_id: str) -> str:
     """Return the name of a pipeline's ``dead-letters replay`` job."""
     return f"{dagster_name(pipeline_id)}_dead_letter_replay"
+
+
+def maintenance_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's maintenance job."""
+    return f"{dagster_name(pipeline_id)}_maintenance"
+
+
+def maintenance_schedule_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's maintenance schedule (when ``maintenance.schedule`` is set)."""
+    return f"{dagster_name(pipeline_id)}_maintenance_schedule"

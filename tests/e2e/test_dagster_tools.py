@@ -20,6 +20,8 @@ from pipelines.names import (
     catch_up_sensor_name,
     dead_letter_replay_job_name,
     incremental_job_name,
+    maintenance_job_name,
+    maintenance_schedule_name,
     metadata_sensor_name,
     offsets_reset_job_name,
     offsets_show_job_name,
@@ -80,9 +82,10 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     jobs |= {
         name(p.id)
         for p in project.pipelines
-        for name in (offsets_show_job_name, offsets_reset_job_name, dead_letter_replay_job_name)
+        for name in (offsets_show_job_name, offsets_reset_job_name, dead_letter_replay_job_name, maintenance_job_name)
     }
     schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}
+    schedules |= {maintenance_schedule_name(p.id) for p in project.pipelines if p.maintenance.schedule}
     sensors = {metadata_sensor_name(p.id) for p in project.pipelines}
     sensors |= {catch_up_sensor_name(p.id) for p in project.pipelines}
     return assets, jobs, schedules, sensors
