@@ -16,8 +16,10 @@ Folder layout, per instance (one folder per cluster or registry, one for a serve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +28,17 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import BaseModel
 
 from dynamic_kafka._toolchain import process
+from dynamic_kafka._toolchain.filelock import exclusive_lock
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from devtools.errors import DevtoolsError
 
 logger = logging.getLogger(__name__)
 
 Record = TypeVar("Record", bound=BaseModel)
+Instance = TypeVar("Instance")
 
 LOG_ROTATE_BYTES = 64 * 1024 * 1024
 """A log past this size at a start is kept as ``<log>.1`` (the previous ``.1`` is replaced)."""
@@ -61,6 +65,53 @@ class ServiceKind:
     state_file: str
     pid_file: str
     error: type[DevtoolsError]
+
+    def check_specs(self, specs: list[tuple[str, int]], *, noun: str, plural: str) -> None:
+        """Refuse an empty list of ``NAME:PORT`` specs, or one that repeats a name or a port."""
+        if not specs:
+            raise self.error(f"no {plural} given; expected at least one NAME:PORT.")
+        names = [n for n, _ in specs]
+        ports = [str(p) for _, p in specs]
+        for label, values in (("name", names), ("port", ports)):
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise self.error(f"each {noun} needs its own {label}; repeated: {', '.join(repeated)}.")
+
+    def stop_named(
+        self,
+        base: Path,
+        names: list[str] | None,
+        instances: Callable[[], Iterable[tuple[str, Path, Instance]]],
+        stop_one: Callable[[Instance], None],
+        *,
+        purge: bool,
+    ) -> list[str]:
+        """Stop the instances ``names`` (None: all) under ``base``, one ``stop_one`` each under the base folder's
+        lock, deleting their folders if ``purge`` (and the base folder when all were purged); ``instances`` lists
+        (name, folder, instance). Returns the names handled.
+        """
+        if names is None and not base.is_dir():
+            return []
+        with exclusive_lock(base / ".lock"):
+            known = {name: (folder, instance) for name, folder, instance in instances()}
+            chosen = sorted(known) if names is None else list(dict.fromkeys(names))
+            unknown = [n for n in chosen if n not in known]
+            if unknown:
+                raise self.error(
+                    f"no {self.label} named {', '.join(unknown)} under {base}; "
+                    f"known: {', '.join(sorted(known)) or '(none)'}."
+                )
+            for name in chosen:
+                folder, instance = known[name]
+                stop_one(instance)
+                if purge:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    logger.info("%s %s: data deleted", self.label, name)
+        if purge and names is None:
+            with contextlib.suppress(OSError):
+                (base / ".lock").unlink()
+                base.rmdir()
+        return chosen
 
     def resolve_base_dir(self, base_dir: Path | None = None) -> Path:
         """Return the base folder: the argument, else ``$<dir_env>``, else ``./<default_dir>``, made absolute."""

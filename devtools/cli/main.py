@@ -9,11 +9,10 @@ are one JSON document on stderr instead (``{"error": {"type", "message", "hint",
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from devtools.cli import local_kafka as cli_local_kafka
 from devtools.cli import local_postgres as cli_local_postgres
@@ -22,6 +21,7 @@ from devtools.cli import local_s3 as cli_local_s3
 from devtools.cli import spark_cluster as cli_spark_cluster
 from devtools.cli import spark_connect as cli_spark_connect
 from devtools.errors import DevtoolsError
+from dynamic_kafka.cli.main import JsonErrorParser, error_document
 from dynamic_kafka.errors import DynamicKafkaError
 
 if TYPE_CHECKING:
@@ -41,17 +41,9 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
 )
 
 
-class _JsonErrorParser(argparse.ArgumentParser):
-    """A parser whose usage errors are a JSON document on stderr (for ``--json`` command lines)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(json.dumps({"error": {"type": "UsageError", "message": f"{self.prog}: {message}"}}), file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     """Return the parser of the whole command, with every service group."""
-    parser_class = _JsonErrorParser if json_errors else argparse.ArgumentParser
+    parser_class = JsonErrorParser if json_errors else argparse.ArgumentParser
     parser = parser_class(
         prog=PROG,
         description="Local development services of the dynamic-kafka repository (demos, tests, benchmarks): "
@@ -78,17 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except (DevtoolsError, DynamicKafkaError) as e:
-        print(_error_document(e) if json_errors else f"devtools: error: {e}", file=sys.stderr)
+        print(error_document(e) if json_errors else f"devtools: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("devtools: interrupted", file=sys.stderr)
         return 130
-
-
-def _error_document(error: DevtoolsError | DynamicKafkaError) -> str:
-    message = str(error).removesuffix(f" {error.hint}") if error.hint else str(error)
-    body = {"type": type(error).__name__, "message": message, "hint": error.hint, "retriable": error.retriable}
-    return json.dumps({"error": body})
 
 
 def run() -> None:

@@ -19,9 +19,7 @@ each step with the error message that names the fix, as for the other local serv
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any
@@ -118,7 +116,7 @@ def start_clusters(
         >>> start_clusters([("east", 19092), ("west", 29092)])["west"].bootstrap_servers  # doctest: +SKIP
         '127.0.0.1:29092'
     """
-    _check_specs(specs)
+    KIND.check_specs(specs, noun="cluster", plural="clusters")
     if sasl_plain is not None:
         validate_sasl_plain(*sasl_plain)
     secured = _Secured(security or SecurityModes(), scram_password)
@@ -160,44 +158,19 @@ def stop_clusters(
         LocalKafkaError: a named cluster does not exist under the base folder.
     """
     base = resolve_base_dir(base_dir)
-    if names is None and not base.is_dir():
-        return []
-    with exclusive_lock(base / ".lock"):
-        known = {c.name: c for c in _load_all(base)}
-        chosen = sorted(known) if names is None else list(dict.fromkeys(names))
-        unknown = [n for n in chosen if n not in known]
-        if unknown:
-            raise LocalKafkaError(
-                f"no local cluster named {', '.join(unknown)} under {base}; "
-                f"known: {', '.join(sorted(known)) or '(none)'}."
-            )
-        for name in chosen:
-            _stop_one(known[name], stop_timeout_s)
-            if purge:
-                shutil.rmtree(known[name].cluster_dir, ignore_errors=True)
-                logger.info("local cluster %s: data deleted", name)
-    if purge and names is None:
-        with contextlib.suppress(OSError):
-            (base / ".lock").unlink()
-            base.rmdir()
-    return chosen
+    return KIND.stop_named(
+        base,
+        names,
+        lambda: [(c.name, c.cluster_dir, c) for c in _load_all(base)],
+        lambda c: _stop_one(c, stop_timeout_s),
+        purge=purge,
+    )
 
 
 def cluster_status(base_dir: Path | None = None) -> list[ClusterStatus]:
     """List the clusters under the base folder, sorted by name, with whether each is running."""
     base = resolve_base_dir(base_dir)
     return [ClusterStatus(cluster=c, running=_is_running(c)) for c in sorted(_load_all(base), key=lambda c: c.name)]
-
-
-def _check_specs(specs: list[tuple[str, int]]) -> None:
-    if not specs:
-        raise LocalKafkaError("no clusters given; expected at least one NAME:PORT.")
-    names = [n for n, _ in specs]
-    ports = [str(p) for _, p in specs]
-    for label, values in (("name", names), ("port", ports)):
-        repeated = sorted({v for v in values if values.count(v) > 1})
-        if repeated:
-            raise LocalKafkaError(f"each cluster needs its own {label}; repeated: {', '.join(repeated)}.")
 
 
 def _running_cluster(

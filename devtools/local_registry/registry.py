@@ -21,10 +21,8 @@ each step with the error message that names the fix, as for the other local serv
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-import shutil
 import ssl
 import time
 import urllib.error
@@ -160,7 +158,7 @@ def start_registries(
         >>> start_registries([("east", 18081)])["east"].url  # doctest: +SKIP
         'http://127.0.0.1:18081/apis/ccompat/v7'
     """
-    _check_specs(specs)
+    KIND.check_specs(specs, noun="registry", plural="registries")
     base = resolve_base_dir(base_dir)
     result: dict[str, LocalRegistry] = {}
     with exclusive_lock(base / ".lock"):
@@ -199,44 +197,19 @@ def stop_registries(
         LocalRegistryError: a named registry does not exist under the base folder.
     """
     base = resolve_base_dir(base_dir)
-    if names is None and not base.is_dir():
-        return []
-    with exclusive_lock(base / ".lock"):
-        known = {r.name: r for r in _load_all(base)}
-        chosen = sorted(known) if names is None else list(dict.fromkeys(names))
-        unknown = [n for n in chosen if n not in known]
-        if unknown:
-            raise LocalRegistryError(
-                f"no local registry named {', '.join(unknown)} under {base}; "
-                f"known: {', '.join(sorted(known)) or '(none)'}."
-            )
-        for name in chosen:
-            _stop_one(known[name], stop_timeout_s)
-            if purge:
-                shutil.rmtree(known[name].registry_dir, ignore_errors=True)
-                logger.info("local registry %s: data deleted", name)
-    if purge and names is None:
-        with contextlib.suppress(OSError):
-            (base / ".lock").unlink()
-            base.rmdir()
-    return chosen
+    return KIND.stop_named(
+        base,
+        names,
+        lambda: [(r.name, r.registry_dir, r) for r in _load_all(base)],
+        lambda r: _stop_one(r, stop_timeout_s),
+        purge=purge,
+    )
 
 
 def registry_status(base_dir: Path | None = None) -> list[RegistryStatus]:
     """List the registries under the base folder, sorted by name, with whether each is running."""
     base = resolve_base_dir(base_dir)
     return [RegistryStatus(registry=r, running=_is_running(r)) for r in sorted(_load_all(base), key=lambda r: r.name)]
-
-
-def _check_specs(specs: list[tuple[str, int]]) -> None:
-    if not specs:
-        raise LocalRegistryError("no registries given; expected at least one NAME:PORT.")
-    names = [n for n, _ in specs]
-    ports = [str(p) for _, p in specs]
-    for label, values in (("name", names), ("port", ports)):
-        repeated = sorted({v for v in values if values.count(v) > 1})
-        if repeated:
-            raise LocalRegistryError(f"each registry needs its own {label}; repeated: {', '.join(repeated)}.")
 
 
 def _running_registry(

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from dynamic_kafka.cli import backfill as cli_backfill
 from dynamic_kafka.cli import check as cli_check
@@ -44,10 +44,11 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
 )
 
 
-class _JsonErrorParser(argparse.ArgumentParser):
+class JsonErrorParser(argparse.ArgumentParser):
     """A parser whose usage errors are a JSON document on stderr (for ``--json`` command lines)."""
 
     def error(self, message: str) -> NoReturn:
+        """Print the usage error as ``{"error": {"type": "UsageError", "message": ...}}`` and exit 2."""
         print(json.dumps({"error": {"type": "UsageError", "message": f"{self.prog}: {message}"}}), file=sys.stderr)
         sys.exit(2)
 
@@ -56,7 +57,7 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     """Return the parser of the whole command, with every registered subcommand group (``json_errors``: usage
     errors as JSON, see the module's docstring).
     """
-    parser_class = _JsonErrorParser if json_errors else argparse.ArgumentParser
+    parser_class = JsonErrorParser if json_errors else argparse.ArgumentParser
     parser = parser_class(
         prog="dynamic-kafka",
         description="Exactly-once batch landing of multi-cluster Kafka streams into Delta Lake.",
@@ -71,7 +72,14 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def error_document(error: DynamicKafkaError) -> str:
+class ExplainedError(Protocol):
+    """An error that carries its fix and whether to retry (the library's errors; the dev tools' follow suit)."""
+
+    hint: str | None
+    retriable: bool
+
+
+def error_document(error: ExplainedError) -> str:
     """An error as the one-line JSON document ``--json`` prints on stderr (never a secret: messages hold none)."""
     message = str(error).removesuffix(f" {error.hint}") if error.hint else str(error)
     body = {"type": type(error).__name__, "message": message, "hint": error.hint, "retriable": error.retriable}
