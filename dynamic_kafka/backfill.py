@@ -193,6 +193,8 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
         crash_point("after_frontier")
         spark = context.spark()
         deadline.attach(spark)
+        # A deadline that passed before the tag was attached had no job of ours to cancel.
+        deadline.check()
         frame = read_splits(
             spark,
             plan.read_splits,
@@ -212,7 +214,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
             end=end,
             prepared=prepared.decoding,
             backfill_sequence=recorded.sequence,
-            before_write=lambda: _before_merge(context, prepared, lease),
+            before_write=lambda: _before_merge(context, prepared, lease, deadline),
         )
     finally:
         lease.stop(quietly=True)
@@ -227,10 +229,12 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     )
 
 
-def _before_merge(context: PipelineContext, prepared: PreparedWrite, lease: LeaseKeeper) -> None:
-    """What a backfill checks right before each MERGE (after its read): it still holds its lease, and every topic
-    it read is still the incarnation it planned (a recreated topic's records at the old offsets are never merged).
+def _before_merge(context: PipelineContext, prepared: PreparedWrite, lease: LeaseKeeper, deadline: RunDeadline) -> None:
+    """What a backfill checks right before each MERGE (after its read): it is within its deadline (a cancellation
+    that fell between two Spark jobs interrupted nothing), it still holds its lease, and every topic it read is
+    still the incarnation it planned (a recreated topic's records at the old offsets are never merged).
     """
+    deadline.check()
     lease.check()
     prepared.check_topics_unchanged(context, backfill=True)
 

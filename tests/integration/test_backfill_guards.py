@@ -29,6 +29,7 @@ from dynamic_kafka.errors import (
     TopicRecreatedError,
 )
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, run_lock_path
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import RunOwner
 
 if TYPE_CHECKING:
@@ -146,9 +147,13 @@ def test_a_backfill_past_max_run_seconds_is_cancelled_and_gives_its_lease_up(
     spark: Any,
     tmp_path: Path,
     at_crash_point: Callable[[str, Callable[[], None]], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     orders = Orders(kafka_clusters["east"], tmp_path, spark, max_run_seconds=2)
     orders.produce(b"a", b"b")
+    # The deadline cancels once, while the backfill waits before its read (no job of its own to cancel yet), and
+    # never again: whether a later cancellation happens to hit one of its jobs must not decide the outcome.
+    monkeypatch.setattr(RunDeadline, "_RECANCEL_SECONDS", 3600.0)
     passed = threading.Event()
     at_crash_point("after_frontier", lambda: passed.wait(3))  # slow: the deadline passes before the read
 
@@ -160,6 +165,29 @@ def test_a_backfill_past_max_run_seconds_is_cancelled_and_gives_its_lease_up(
     assert orders.harness.sink_rows() == []  # its Spark jobs were cancelled: nothing merged
     assert orders.harness.runner().store.load().backfill_owner is None
     assert spark.range(3).count() == 3  # the shared session is still usable
+
+
+def test_a_run_whose_deadline_passed_before_its_spark_job_began_is_cancelled_and_commits_nothing(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark: Any,
+    tmp_path: Path,
+    at_crash_point: Callable[[str, Callable[[], None]], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orders = Orders(kafka_clusters["east"], tmp_path, spark, max_run_seconds=2)
+    orders.produce(b"a", b"b")
+    monkeypatch.setattr(RunDeadline, "_RECANCEL_SECONDS", 3600.0)  # one cancellation, before the job is tagged
+    passed = threading.Event()
+    at_crash_point("after_plan", lambda: passed.wait(3))
+
+    with pytest.raises(RunTimeoutError) as caught:
+        orders.harness.runner().run()
+
+    assert caught.value.retriable
+    assert orders.harness.sink_rows() == []
+    last = orders.harness.runner().store.load().last_run
+    assert last is not None
+    assert (last.run_seq, last.status) == (1, "planned")  # the next run recovers it
 
 
 def test_a_backfill_with_a_value_schema_that_does_not_parse_is_refused_before_anything_is_recorded(
