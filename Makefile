@@ -7,10 +7,13 @@ help: ## Show this help
 setup: ## Install Java/Maven if missing, uv, and the locked .venv
 	@bash scripts/setup.sh
 
+kerberos-client: setup ## Build the GSSAPI-capable Kafka client into .kerberos-client/ and install the MIT KDC (Kerberos tests)
+	@bash scripts/build-kerberos-client.sh
+
 demo: setup ## Set up and run the main job on local defaults (local Kafka, local Spark Connect, Delta, Dagster)
 	$(VENV)/python examples/demo/demo.py
 
-test: setup ## Set up and run the whole test suite (lint, types, docs build, unit, integration, e2e)
+test: setup kerberos-client ## Set up and run the whole test suite (lint, types, docs build, unit, integration, e2e)
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
