@@ -73,7 +73,7 @@ def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: b
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         if not taken:
             raise in_progress_error(context.store)
-        return _replay(context, run_seq, owner=RunOwner.current())
+        return _replay(context, run_seq, owner=RunOwner.current("replay"))
 
 
 def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | None) -> ReplayReport:

@@ -86,7 +86,7 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
                 hint="Point state_path at the pipeline's state, or run the pipeline once (`dynamic-kafka realign` "
                 "first when the state was restored or moved).",
             )
-        owner = RunOwner.current()
+        owner = RunOwner.current("maintenance")
         lease_length = timedelta(seconds=pipeline.run_lease_seconds)
         recorded = context.store.record_backfill(
             {}, attempts=1, owner=owner.text(), lease_expires_at=_now() + lease_length

@@ -108,7 +108,9 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         )
     warnings = tuple(f for run in runs for f in run.plan.findings if f.is_warning)
     last = state.last_run
-    last_run = RunSummary.model_validate_json(last.summary_json) if last and last.summary_json else None
+    last_run = (
+        RunSummary.stored(last.summary_json, pipeline_id=context.pipeline.id) if last and last.summary_json else None
+    )
     unreachable = tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable)
     skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
@@ -125,7 +127,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
 
 
 def _is_reset(summary_json: str) -> bool:
-    # Read as plain JSON: a realign's history entry holds a summary of its own shape.
+    # Read as plain JSON: a realign of an earlier version left a history entry of its own shape.
     document = json.loads(summary_json)
     return isinstance(document, dict) and document.get("status") == "reset"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
@@ -13,7 +14,7 @@ from dynamic_kafka.model.plan import Finding, Plan
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed"]
+SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed", "realigned"]
 
 
 class Written(Protocol):
@@ -134,6 +135,16 @@ class DeadLetterReplay(FrozenModel):
     dead_letter_version: int | None = None
 
 
+class RealignedPositions(FrozenModel):
+    """What ``realign`` found: the state's and the sink's positions when it realigned the state with its sink."""
+
+    state_run_seq: int = Field(description="The state's last run before the realign.")
+    sink_txn: int = Field(description="The highest run transaction the sink held (the realign's own run_seq).")
+    state_backfill: int = Field(0, description="The state's backfill sequence before the realign.")
+    sink_backfill: int = Field(0, description="The highest backfill transaction the sink held.")
+    frontier_partitions: int = Field(0, description="Partitions whose backfill frontier the realign raised.")
+
+
 class RunSummary(FrozenModel):
     """One run, as it finished."""
 
@@ -143,7 +154,7 @@ class RunSummary(FrozenModel):
         description="'committed'; 'empty' when there was nothing to read; 'abandoned' for a planned run that could "
         "not complete and was given up without committing its offsets (``reason`` says why); 'reset' for an "
         "``offsets reset`` (``offset_changes``), 'replayed' for a ``dead-letters replay`` (``replay``): operations "
-        "recorded in the run history, which read nothing from Kafka."
+        "recorded in the run history, which read nothing from Kafka; 'realigned' for a ``realign`` (``realign``)."
     )
     reason: str | None = Field(None, description="Why an abandoned run was abandoned, or why offsets were reset.")
     requested_by: str | None = Field(
@@ -151,6 +162,7 @@ class RunSummary(FrozenModel):
     )
     offset_changes: tuple[OffsetChange, ...] = Field((), description="The offsets an ``offsets reset`` moved.")
     replay: DeadLetterReplay | None = Field(None, description="What a ``dead-letters replay`` did.")
+    realign: RealignedPositions | None = Field(None, description="What a ``realign`` found (the positions it moved).")
     recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
     records: int = 0
     bytes: int = 0
@@ -247,6 +259,27 @@ class RunSummary(FrozenModel):
             spark_seconds=spark_seconds,
             total_seconds=total_seconds,
         )
+
+    @classmethod
+    def realigned(cls, pipeline_id: str, realignment: RealignedPositions) -> RunSummary:
+        """The history entry of a ``realign``: run ``sink_txn``, committed and empty, reading nothing."""
+        return cls(pipeline_id=pipeline_id, run_seq=realignment.sink_txn, status="realigned", realign=realignment)
+
+    @classmethod
+    def stored(cls, summary_json: str, *, pipeline_id: str) -> RunSummary:
+        """A summary as the state stores it. A realign of an earlier version stored a document of its own shape
+        (``{"realigned": true, ...}``, without the pipeline): it is read as the ``realigned`` summary it stands for.
+        """
+        document = json.loads(summary_json)
+        if isinstance(document, dict) and document.get("realigned") is True and "pipeline_id" not in document:
+            realignment = RealignedPositions(
+                state_run_seq=int(document.get("state_run_seq") or 0),
+                sink_txn=int(document.get("sink_txn") or 0),
+                state_backfill=int(document.get("state_backfill") or 0),
+                sink_backfill=int(document.get("sink_backfill") or 0),
+            )
+            return cls.realigned(pipeline_id, realignment)
+        return cls.model_validate(document)
 
     def timed(
         self,

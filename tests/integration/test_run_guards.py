@@ -24,6 +24,7 @@ from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import SchemaMismatchError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
+from dynamic_kafka.status import pipeline_status
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
 if TYPE_CHECKING:
@@ -83,6 +84,13 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     assert done.returncode == 0, tail(done.stderr)
     assert json.loads(done.stdout)["applied"] is True
     assert harness.runner().store.load().next_run_seq == 3
+    # The realign is run 2 of the history now, a typed summary every reader of the history understands (it was a
+    # JSON of its own shape, and `status` failed to parse it).
+    realigned = pipeline_status(harness.runner().context).last_run
+    assert realigned is not None
+    assert (realigned.run_seq, realigned.status) == (2, "realigned")
+    assert realigned.realign is not None
+    assert (realigned.realign.state_run_seq, realigned.realign.sink_txn) == (1, 2)
 
     summary = harness.runner().run()
 
