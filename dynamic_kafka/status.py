@@ -231,3 +231,31 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
         lost_ranges=(),
         description="; ".join(problems) or f"{count} dead letter(s) in the last run (limit {max_dead_letters})",
     )
+
+
+def completeness_verdict(status: PipelineStatus) -> LagVerdict:
+    """The ``completeness`` check's verdict: did the last run account for every record it read.
+
+    It fails with severity ``error`` when a planned range's records read differ from its rows landed (sink and
+    dead letters) plus those landed before (a backfill), naming each such range with its counts. Offsets Kafka
+    returned no record for (transaction markers, aborted records, compacted records) are reported as skipped, not
+    as a failure. A last run that read nothing, an operation, or a run whose counts were not taken passes, saying so.
+    """
+    last = status.last_run
+    counted = last.completeness if last is not None else None
+    if last is None or counted is None:
+        why = "no run yet" if last is None else f"the last run (run_seq {last.run_seq}, {last.status}) was not counted"
+        return LagVerdict(passed=True, severity="error", problems=(), lost_ranges=(), description=why)
+    problems = tuple(f"run_seq {last.run_seq} does not account for its records: {p}" for p in counted.mismatches)
+    totals = (
+        f"run_seq {last.run_seq}: planned {counted.planned} offsets in {len(counted.partitions)} range(s), read "
+        f"{counted.read}, landed {counted.landed}, deduplicated {counted.deduplicated}, skipped by Kafka "
+        f"{counted.skipped} (transaction markers, aborted or compacted records)"
+    )
+    return LagVerdict(
+        passed=not problems,
+        severity="error",
+        problems=problems,
+        lost_ranges=(),
+        description="; ".join(problems) or totals,
+    )

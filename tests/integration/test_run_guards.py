@@ -97,6 +97,10 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     assert (summary.run_seq, summary.status) == (3, "committed")
     assert summary.records == len(third)  # what the sink lacked
     assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    # Completeness accounts for them: per range, read = landed by run 3 + rows of run 2 already at the coordinates.
+    assert summary.completeness is not None
+    assert summary.completeness.matches
+    assert (summary.completeness.landed, summary.completeness.deduplicated) == (len(third), len(second))
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
     assert_nothing_left(harness)
@@ -132,6 +136,10 @@ def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_n
     assert (summary.run_seq, summary.status) == (2, "committed")
     assert summary.records == len(third)
     assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    # Completeness accounts for them: per range, read = landed by run 3 + rows of run 2 already at the coordinates.
+    assert summary.completeness is not None
+    assert summary.completeness.matches
+    assert (summary.completeness.landed, summary.completeness.deduplicated) == (len(third), len(second))
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
 
