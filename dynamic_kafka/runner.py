@@ -73,6 +73,7 @@ from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.table import FOREIGN_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -411,7 +412,9 @@ class PipelineRunner:
         tables = (self.pipeline.sink_table, self.pipeline.dead_letter_table)
         try:
             completeness = measure(tables, plan.run_seq, ranges, result.read_per_range, overlaps)
-        except DynamicKafkaError as e:
+        # A report on a landed run must not keep it from its commit: not a delta-rs or pyarrow error (a table
+        # without the coordinate columns, a read that failed), nor one of ours.
+        except (DynamicKafkaError, *FOREIGN_ERRORS, ValueError, LookupError) as e:
             logger.warning("pipeline %s: run %d's completeness not measured: %s", self.pipeline.id, plan.run_seq, e)
             return None
         for mismatch in completeness.mismatches:
