@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
     from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
-    from dynamic_kafka.model.summary import GroupCommit, RunSummary, TopicStats
+    from dynamic_kafka.model.summary import Completeness, GroupCommit, PartitionCount, RunSummary, TopicStats
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
     from dynamic_kafka.realign import Realignment
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         LagVerdict,
         PartitionLag,
         PipelineStatus,
+        completeness_verdict,
         data_loss_verdict,
         dead_letter_verdict,
         lag_limit_verdict,
@@ -72,6 +73,8 @@ _EXPORTS: dict[str, str] = {
     "RunSummary": "dynamic_kafka.model.summary",
     "TopicStats": "dynamic_kafka.model.summary",
     "GroupCommit": "dynamic_kafka.model.summary",
+    "Completeness": "dynamic_kafka.model.summary",
+    "PartitionCount": "dynamic_kafka.model.summary",
     "PipelineStatus": "dynamic_kafka.status",
     "PartitionLag": "dynamic_kafka.status",
     "LagVerdict": "dynamic_kafka.status",
@@ -79,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "data_loss_verdict": "dynamic_kafka.status",
     "lag_limit_verdict": "dynamic_kafka.status",
     "dead_letter_verdict": "dynamic_kafka.status",
+    "completeness_verdict": "dynamic_kafka.status",
     "Realignment": "dynamic_kafka.realign",
     "OffsetReset": "dynamic_kafka.offset_reset",
     "MaintenanceSummary": "dynamic_kafka.maintain",
@@ -97,6 +101,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "BackfillConfig",
     "ClusterMetadata",
+    "Completeness",
     "ConfigError",
     "DataLossError",
     "DynamicKafkaError",
@@ -109,6 +114,7 @@ __all__ = [
     "MaintenanceSummary",
     "MetadataSnapshot",
     "OffsetReset",
+    "PartitionCount",
     "PartitionLag",
     "Pipeline",
     "PipelineConfig",
@@ -127,6 +133,7 @@ __all__ = [
     "WatchCursor",
     "WatchResult",
     "__version__",
+    "completeness_verdict",
     "data_loss_verdict",
     "dead_letter_verdict",
     "format_offsets",

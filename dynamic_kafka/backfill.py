@@ -183,7 +183,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     if plan.is_empty:
         return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
     prepared = prepare_write(context, plan, deadline, metadata=metadata)
-    owner = RunOwner.current()
+    owner = RunOwner.current("backfill")
     recorded = record_backfill_frontier(context, plan, attempts=5, owner=owner)
     assert recorded.version is not None  # taking the lease always commits
     lease = LeaseKeeper(

@@ -34,9 +34,12 @@ from dynamic_kafka.offset_reset import requester
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.models import ClusterMetadata
 
@@ -69,14 +72,24 @@ def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: b
     """
     pipeline = context.pipeline
     if not yes:
-        return _replay(context, run_seq, owner=None)
+        with _deadline(context) as deadline:
+            return _replay(context, run_seq, owner=None, deadline=deadline)
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         if not taken:
             raise in_progress_error(context.store)
-        return _replay(context, run_seq, owner=RunOwner.current())
+        with _deadline(context) as deadline:
+            return _replay(context, run_seq, owner=RunOwner.current("replay"), deadline=deadline)
 
 
-def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | None) -> ReplayReport:
+def _deadline(context: PipelineContext) -> AbstractContextManager[RunDeadline]:
+    """The replay's ``max_run_seconds``, as a backfill's: past it, its Spark jobs are cancelled."""
+    deadline = RunDeadline(context.pipeline.id, context.pipeline.max_run_seconds, hard_exit=False, operation="replay")
+    return deadline.enforced()
+
+
+def _replay(
+    context: PipelineContext, run_seq: int | None, *, owner: RunOwner | None, deadline: RunDeadline
+) -> ReplayReport:
     pipeline, store = context.pipeline, context.store
     state = store.load()
     if state.last_run is not None and state.last_run.status == "planned":
@@ -87,8 +100,10 @@ def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | 
     who = requester(owner or RunOwner.current())
     if not table_exists(pipeline.dead_letter_table):
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
+    spark = context.spark()
+    deadline.attach(spark)
+    deadline.check()  # a deadline that passed before the tag was attached had no job of ours to cancel
     if owner is None:
-        spark = context.spark()
         counts = replay(spark, pipeline, _clusters(context), run_seq=run_seq, replay_seq=replay_seq, write=False)
         return _report(context, counts, run_seq, replay_seq, who)
     lease_length = timedelta(seconds=pipeline.run_lease_seconds)
@@ -97,13 +112,13 @@ def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | 
     lease = LeaseKeeper(store, None, owner, lease_length, recorded.version, _now).start()
     try:
         counts = replay(
-            context.spark(),
+            spark,
             pipeline,
             _clusters(context),
             run_seq=run_seq,
             replay_seq=replay_seq,
             write=True,
-            before_write=lease.check,
+            before_write=lambda: _before_write(deadline, lease),
         )
         version = lease.stop()
         report = _report(context, counts, run_seq, replay_seq, who, applied=True)
@@ -136,6 +151,14 @@ def _replay(context: PipelineContext, run_seq: int | None, *, owner: RunOwner | 
         counts.conflicting,
     )
     return report
+
+
+def _before_write(deadline: RunDeadline, lease: LeaseKeeper) -> None:
+    """Before each write: within the deadline (past it between two writes, no job of the replay was running to be
+    cancelled) and still holding the lease.
+    """
+    deadline.check()
+    lease.check()
 
 
 def _report(

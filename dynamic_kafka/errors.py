@@ -8,7 +8,7 @@ No message ever contains a secret: callers pass redacted values only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     # Type-only: model.plan is a leaf (pydantic only), so this adds no import at run time and no cycle.
@@ -248,10 +248,16 @@ class RunInProgressError(DynamicKafkaError):
     Attributes:
         owner: who holds it (``host pid ...``) when its planned head names an owner with a fresh lease.
         until: when that owner's lease expires (ISO 8601).
-        backfill: a backfill holds the pipeline.
+        backfill: the writer lease holds the pipeline (a backfill, a dead-letter replay or a maintenance).
+        operation: what holds the writer lease: ``backfill``, ``replay`` or ``maintenance`` (None: a run).
     """
 
     retriable = True
+    _OPERATIONS: ClassVar[dict[str, tuple[str, str]]] = {
+        "backfill": ("a backfill", "its MERGE"),
+        "replay": ("a dead-letter replay", "its writes"),
+        "maintenance": ("a sink maintenance", "its compaction and vacuum"),
+    }
 
     def __init__(
         self,
@@ -261,19 +267,22 @@ class RunInProgressError(DynamicKafkaError):
         owner: str | None = None,
         until: str | None = None,
         backfill: bool = False,
+        operation: str | None = None,
     ) -> None:
         self.pipeline_id = pipeline_id
         self.run_seq = run_seq
         self.owner = owner
         self.until = until
         self.backfill = backfill
+        self.operation = (operation or "backfill") if backfill else None
         held = f"; it is held by {owner}, its lease runs until {until}" if owner else ""
-        if backfill:
+        if self.operation is not None:
+            what, writes = self._OPERATIONS.get(self.operation, (f"a {self.operation}", "its writes"))
             super().__init__(
-                f"a backfill is in progress for pipeline {pipeline_id!r}{held}: runs and other backfills of the "
-                "pipeline wait for it (they would write the sink beside its MERGE).",
-                hint="Wait for it to finish; this one wrote nothing. If the backfill's process is gone, its lease "
-                "expires by itself.",
+                f"{what} is in progress for pipeline {pipeline_id!r}{held}: runs, backfills, replays and "
+                f"maintenance of the pipeline wait for it (they would write the sink beside {writes}).",
+                hint="Wait for it to finish; this one wrote nothing. If its process is gone, its lease expires by "
+                "itself.",
             )
             return
         super().__init__(

@@ -14,6 +14,8 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 - ``recovering``: a run recovering a crashed planned run took its lease over, before finishing it;
 - ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;
 - ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE;
+- ``before_maintenance_step``: a maintenance holds its lease and is about to compact, vacuum or clear a table
+  (:mod:`~dynamic_kafka.maintain`);
 - ``after_fence``: an abandon fenced the run in the sink, before the dead-letter table's fence and the state's
   abandon commit (:mod:`~dynamic_kafka.sink.fence`).
 

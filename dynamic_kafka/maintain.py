@@ -31,12 +31,16 @@ from pydantic import Field
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import DynamicKafkaError, StateError
+from dynamic_kafka.faults import crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dynamic_kafka.context import PipelineContext
 
 logger = logging.getLogger(__name__)
@@ -64,6 +68,8 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
             (in flight, or crashed: the next run recovers it), or a backfill holds the lease; nothing was done.
         LeaseLostError: the lease was lost between two steps (retriable); the steps done stand, the rest was not
             done.
+        RunTimeoutError: ``max_run_seconds`` passed (checked before each step, since a delta-rs step cannot be
+            interrupted; retriable); the steps done stand, the rest was not done.
         StateError: the sink exists but its pipeline has no state table (a restored or moved sink).
         SparkJobError: the compaction or the vacuum failed (retriable); the steps before it stand.
         ObjectStoreError: a table's object store cannot be used.
@@ -86,24 +92,39 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
                 hint="Point state_path at the pipeline's state, or run the pipeline once (`dynamic-kafka realign` "
                 "first when the state was restored or moved).",
             )
-        owner = RunOwner.current()
+        owner = RunOwner.current("maintenance")
         lease_length = timedelta(seconds=pipeline.run_lease_seconds)
         recorded = context.store.record_backfill(
             {}, attempts=1, owner=owner.text(), lease_expires_at=_now() + lease_length
         )
         assert recorded.version is not None  # taking the lease always commits
         lease = LeaseKeeper(context.store, None, owner, lease_length, recorded.version, _now).start()
+        deadline = RunDeadline(pipeline.id, pipeline.max_run_seconds, hard_exit=False, operation="maintenance")
         try:
-            done = tuple(
-                maintain_table(table, role, retention_hours=retention_hours, before_write=lease.check)
-                for role, table in tables
-            )
+            with deadline.enforced():
+                done = tuple(
+                    maintain_table(table, role, retention_hours=retention_hours, before_write=_checks(deadline, lease))
+                    for role, table in tables
+                )
         finally:
             lease.stop(quietly=True)
             _release(context, owner)
     return MaintenanceSummary(
         pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done, seconds=time.monotonic() - started
     )
+
+
+def _checks(deadline: RunDeadline, lease: LeaseKeeper) -> Callable[[], None]:
+    """What runs before each step: the deadline (delta-rs steps cannot be interrupted, so it is checked between
+    them) and the lease.
+    """
+
+    def check() -> None:
+        crash_point("before_maintenance_step")
+        deadline.check()
+        lease.check()
+
+    return check
 
 
 def _release(context: PipelineContext, owner: RunOwner) -> None:

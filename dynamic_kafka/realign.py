@@ -28,7 +28,6 @@ history between the backup and the sink's transaction is not in the state (the s
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
@@ -36,6 +35,7 @@ import pyarrow.compute as pc
 from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
+from dynamic_kafka.model.summary import RealignedPositions, RunSummary
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
@@ -186,15 +186,20 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool) -> Realig
     applied = False
     next_run_seq = (position.txn if runs_behind and position.txn is not None else last) + 1
     if needed and yes:
-        summary = (
-            f'{{"realigned": true, "state_run_seq": {last}, "sink_txn": {position.txn or 0}, '
-            f'"state_backfill": {state.backfill_sequence}, "sink_backfill": {position.backfill or 0}, '
-            f'"at": "{datetime.now(UTC).isoformat()}"}}'
+        summary = RunSummary.realigned(
+            pipeline.id,
+            RealignedPositions(
+                state_run_seq=last,
+                sink_txn=position.txn or 0,
+                state_backfill=state.backfill_sequence,
+                sink_backfill=position.backfill or 0,
+                frontier_partitions=len(frontier),
+            ),
         )
         store.realign(
             sink_txn=position.txn or 0,
             frontier=frontier,
-            summary_json=summary,
+            summary_json=summary.model_dump_json(),
             expected_version=state.table_version,
             backfill_sequence=position.backfill or 0,
         )

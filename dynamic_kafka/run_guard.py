@@ -63,6 +63,7 @@ def in_progress_error(store: StateStore) -> RunInProgressError:
             owner=holder.describe() if holder is not None else state.backfill_owner,
             until=expires.isoformat(),
             backfill=True,
+            operation=holder.operation if holder is not None else None,
         )
     head = state.last_run
     in_flight = head.run_seq if head is not None and head.status == "planned" else state.next_run_seq

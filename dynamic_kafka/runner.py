@@ -66,12 +66,14 @@ from dynamic_kafka.realign import check_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
+from dynamic_kafka.sink.completeness import counted, measure
 from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.incremental import landed_from_log
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.table import FOREIGN_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split, TopicPartition
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
+    from dynamic_kafka.model.summary import Completeness
+    from dynamic_kafka.sink.metrics import WriteResult
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +281,7 @@ class PipelineRunner:
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
+            ranges = counted(plan.read_splits)
             result = write_incremental(
                 frame,
                 self.pipeline,
@@ -285,6 +290,7 @@ class PipelineRunner:
                 overlaps,
                 prepared.decoding,
                 before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                counted_ranges=ranges,
             )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
@@ -305,6 +311,7 @@ class PipelineRunner:
             lag_after=lag,
             recovered_run_seq=recovered,
             schemas=prepared.decoding.uses(result.schema_counts),
+            completeness=self._completeness(plan, result, ranges, overlaps),
             spark_seconds=committing - spark_started,
         )
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
@@ -393,6 +400,28 @@ class PipelineRunner:
             overlaps=state.backfill_overlaps(plan.read_splits),
         )
         return plan.run_seq
+
+    def _completeness(
+        self, plan: Plan, result: WriteResult, ranges: Sequence[Split], overlaps: Sequence[Split]
+    ) -> Completeness | None:
+        """The run's records accounted for per range (None when the write's pass did not count them: a run found
+        landed by another attempt, or too many ranges). The run is landed: a failure to count is a warning.
+        """
+        if result.read_per_range is None:
+            return None
+        tables = (self.pipeline.sink_table, self.pipeline.dead_letter_table)
+        try:
+            completeness = measure(tables, plan.run_seq, ranges, result.read_per_range, overlaps)
+        # A report on a landed run must not keep it from its commit: not a delta-rs or pyarrow error (a table
+        # without the coordinate columns, a read that failed), nor one of ours.
+        except (DynamicKafkaError, *FOREIGN_ERRORS, ValueError, LookupError) as e:
+            logger.warning("pipeline %s: run %d's completeness not measured: %s", self.pipeline.id, plan.run_seq, e)
+            return None
+        for mismatch in completeness.mismatches:
+            logger.error(
+                "pipeline %s: run %d does not account for its records: %s", self.pipeline.id, plan.run_seq, mismatch
+            )
+        return completeness
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``: its offsets are not committed, the history records why.

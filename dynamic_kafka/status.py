@@ -108,7 +108,9 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         )
     warnings = tuple(f for run in runs for f in run.plan.findings if f.is_warning)
     last = state.last_run
-    last_run = RunSummary.model_validate_json(last.summary_json) if last and last.summary_json else None
+    last_run = (
+        RunSummary.stored(last.summary_json, pipeline_id=context.pipeline.id) if last and last.summary_json else None
+    )
     unreachable = tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable)
     skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
@@ -125,7 +127,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
 
 
 def _is_reset(summary_json: str) -> bool:
-    # Read as plain JSON: a realign's history entry holds a summary of its own shape.
+    # Read as plain JSON: a realign of an earlier version left a history entry of its own shape.
     document = json.loads(summary_json)
     return isinstance(document, dict) and document.get("status") == "reset"
 
@@ -228,4 +230,32 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
         problems=problems,
         lost_ranges=(),
         description="; ".join(problems) or f"{count} dead letter(s) in the last run (limit {max_dead_letters})",
+    )
+
+
+def completeness_verdict(status: PipelineStatus) -> LagVerdict:
+    """The ``completeness`` check's verdict: did the last run account for every record it read.
+
+    It fails with severity ``error`` when a planned range's records read differ from its rows landed (sink and
+    dead letters) plus those landed before (a backfill), naming each such range with its counts. Offsets Kafka
+    returned no record for (transaction markers, aborted records, compacted records) are reported as skipped, not
+    as a failure. A last run that read nothing, an operation, or a run whose counts were not taken passes, saying so.
+    """
+    last = status.last_run
+    counted = last.completeness if last is not None else None
+    if last is None or counted is None:
+        why = "no run yet" if last is None else f"the last run (run_seq {last.run_seq}, {last.status}) was not counted"
+        return LagVerdict(passed=True, severity="error", problems=(), lost_ranges=(), description=why)
+    problems = tuple(f"run_seq {last.run_seq} does not account for its records: {p}" for p in counted.mismatches)
+    totals = (
+        f"run_seq {last.run_seq}: planned {counted.planned} offsets in {len(counted.partitions)} range(s), read "
+        f"{counted.read}, landed {counted.landed}, deduplicated {counted.deduplicated}, skipped by Kafka "
+        f"{counted.skipped} (transaction markers, aborted or compacted records)"
+    )
+    return LagVerdict(
+        passed=not problems,
+        severity="error",
+        problems=problems,
+        lost_ranges=(),
+        description="; ".join(problems) or totals,
     )

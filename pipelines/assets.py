@@ -8,8 +8,9 @@ no Spark) adds per-partition offsets and per-cluster lag to the sink's metadata.
 
 The checks read the committed state and the brokers' latest offsets (``Pipeline.status``, once for all three) and
 take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WARN: the data is late),
-``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``). Freshness is
-Dagster's own freshness policy on the sink (``freshness_minutes``).
+``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``), ``completeness``
+(ERROR: the last run's records read per range are not what it landed). Freshness is Dagster's own freshness
+policy on the sink (``freshness_minutes``).
 """
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
@@ -39,14 +40,22 @@ from dynamic_kafka import (
     LagVerdict,
     PipelineConfig,
     PipelineStatus,
+    completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
     lag_limit_verdict,
 )
 
 from pipelines.errors import dagster_errors
-from pipelines.metadata import status_metadata, summary_metadata, table_metadata, table_uri
+from pipelines.metadata import (
+    completeness_metadata,
+    status_metadata,
+    summary_metadata,
+    table_metadata,
+    table_uri,
+)
 from pipelines.names import (
+    COMPLETENESS_CHECK_NAME,
     DATA_LOSS_CHECK_NAME,
     DEAD_LETTER_CHECK_NAME,
     GROUP_NAME,
@@ -163,7 +172,9 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
 
 
 def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
-    """The sink's checks: lag (WARN), data loss (ERROR), dead letters (WARN), from one status report."""
+    """The sink's checks: lag (WARN), data loss (ERROR), dead letters (WARN), completeness (ERROR), from one status
+    report.
+    """
     pipeline_id = pipeline.id
     key = asset_key(pipeline_id)
     limit = pipeline.max_lag_records
@@ -184,6 +195,13 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
             DEAD_LETTER_CHECK_NAME,
             asset=key,
             description=f"The last run sent at most {pipeline.max_dead_letters} record(s) to the dead-letter table.",
+        ),
+        AssetCheckSpec(
+            COMPLETENESS_CHECK_NAME,
+            asset=key,
+            description="Per planned range, the records the last run read are the rows it landed (sink and dead "
+            "letters) plus those landed before; offsets without a record (transaction markers, aborted or "
+            "compacted records) are reported as skipped by Kafka.",
         ),
     ]
 
@@ -206,6 +224,7 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
         dead = dead_letter_verdict(status, pipeline.max_dead_letters)
         count = status.last_run.dead_letters if status.last_run else 0
         yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
+        yield _result(COMPLETENESS_CHECK_NAME, key, completeness_verdict(status), completeness_metadata(status))
 
     return checks
 

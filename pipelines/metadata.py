@@ -38,6 +38,19 @@ OFFSETS_SCHEMA = TableSchema(
         TableColumn("lag", "int", description="latest_offset - next_offset; empty: the cluster did not answer."),
     ]
 )
+COMPLETENESS_SCHEMA = TableSchema(
+    columns=[
+        TableColumn("cluster_id", "string"),
+        TableColumn("topic", "string"),
+        TableColumn("partition", "int"),
+        TableColumn("planned", "int", description="Offsets in the planned range [start, stop)."),
+        TableColumn("read", "int", description="Records the Spark read returned in the range."),
+        TableColumn("landed", "int", description="Rows of the run in the sink and the dead-letter table."),
+        TableColumn("deduplicated", "int", description="Records read that were landed before (a backfill)."),
+        TableColumn("skipped", "int", description="planned - read: transaction markers, aborted or compacted."),
+        TableColumn("missing", "int", description="read - landed - deduplicated: not 0 is a mismatch."),
+    ]
+)
 CLUSTERS_SCHEMA = TableSchema(
     columns=[
         TableColumn("cluster_id", "string"),
@@ -201,3 +214,48 @@ def _group_outcome(commit: GroupCommit) -> str:
 def _aware(moment: datetime) -> datetime:
     # Spark hands back naive datetimes in the session time zone, which the library pins to UTC.
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def completeness_metadata(status: PipelineStatus) -> dict[str, MetadataValue]:
+    """The completeness check's metadata: the last run's totals, and per range (the mismatched ones first) its
+    counts; a run of many ranges shows its mismatches and those with offsets skipped by Kafka only.
+    """
+    last = status.last_run
+    counted = last.completeness if last is not None else None
+    if last is None or counted is None:
+        return {}
+    shown = [
+        *counted.mismatches,
+        *(p for p in counted.partitions if p.matches and (p.skipped or len(counted.partitions) <= 100)),
+    ]
+    return {
+        "run_seq": MetadataValue.int(last.run_seq),
+        "planned": MetadataValue.int(counted.planned),
+        "read": MetadataValue.int(counted.read),
+        "landed": MetadataValue.int(counted.landed),
+        "deduplicated": MetadataValue.int(counted.deduplicated),
+        "skipped_by_kafka": MetadataValue.int(counted.skipped),
+        "mismatched_partitions": MetadataValue.text(
+            ", ".join(f"{p.cluster_id}/{p.topic}[{p.partition}]" for p in counted.mismatches) or "none"
+        ),
+        "partitions": MetadataValue.table(
+            records=[
+                TableRecord(
+                    {
+                        "cluster_id": p.cluster_id,
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "planned": p.planned,
+                        "read": p.read,
+                        "landed": p.landed,
+                        "deduplicated": p.deduplicated,
+                        "skipped": p.skipped,
+                        "missing": p.missing,
+                    }
+                )
+                for p in shown
+            ],
+            schema=COMPLETENESS_SCHEMA,
+        ),
+        "count_seconds": MetadataValue.float(round(counted.seconds, 3)),
+    }

@@ -18,6 +18,7 @@ RESOURCE_KEY = "dynamic_kafka"
 LAG_CHECK_NAME = "lag"
 DATA_LOSS_CHECK_NAME = "data_loss"
 DEAD_LETTER_CHECK_NAME = "dead_letters"
+COMPLETENESS_CHECK_NAME = "completeness"
 
 # Run tags. Every run of a pipeline carries PIPELINE_TAG (the run queue's one-run-per-pipeline limit counts it);
 # KIND_TAG says incremental or backfill; TRIGGER_TAG says what requested the run.

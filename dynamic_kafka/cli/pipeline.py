@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dynamic_kafka.model.plan import Finding, Plan
-    from dynamic_kafka.model.summary import RunSummary
+    from dynamic_kafka.model.summary import Completeness, RunSummary
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,8 +101,22 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"  {summary.deduplicated} records read were already in the sink from a backfill (not written)")
     if summary.lag_after:
         lines.append(f"  {summary.lag_after} records pending after this run{' (capped)' if summary.capped else ''}")
+    lines += _completeness_text(summary.completeness)
     lines += _findings_text(summary.findings)
     return "\n".join(lines)
+
+
+def _completeness_text(counted: Completeness | None) -> list[str]:
+    """The run's completeness: one line of totals, then a line per range whose records are not accounted for."""
+    if counted is None:
+        return []
+    verdict = "every record read landed" if counted.matches else f"{len(counted.mismatches)} range(s) do NOT match"
+    lines = [
+        f"  completeness: {verdict}: planned {counted.planned} offsets, read {counted.read}, landed {counted.landed} "
+        f"(sink + dead letters), deduplicated {counted.deduplicated}, skipped by Kafka {counted.skipped} "
+        "(transaction markers, aborted or compacted records)"
+    ]
+    return lines + [f"    mismatch {p}" for p in counted.mismatches]
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
 from pydantic import Field
 
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.model.plan import Finding, Plan
+from dynamic_kafka.model.plan import Finding, Plan, TopicPartition
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed"]
+SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed", "realigned"]
 
 
 class Written(Protocol):
@@ -134,6 +135,132 @@ class DeadLetterReplay(FrozenModel):
     dead_letter_version: int | None = None
 
 
+class RealignedPositions(FrozenModel):
+    """What ``realign`` found: the state's and the sink's positions when it realigned the state with its sink."""
+
+    state_run_seq: int = Field(description="The state's last run before the realign.")
+    sink_txn: int = Field(description="The highest run transaction the sink held (the realign's own run_seq).")
+    state_backfill: int = Field(0, description="The state's backfill sequence before the realign.")
+    sink_backfill: int = Field(0, description="The highest backfill transaction the sink held.")
+    frontier_partitions: int = Field(0, description="Partitions whose backfill frontier the realign raised.")
+
+
+class PartitionCount(FrozenModel):
+    """One planned range of a run, counted: its offsets, the records Kafka returned for it, and where they went."""
+
+    cluster_id: str
+    topic: str
+    partition: int
+    planned: int = Field(description="Offsets in the planned range [start, stop).")
+    read: int = Field(description="Records the Spark read returned with an offset in the range.")
+    landed: int = Field(description="Rows of the run in the sink and the dead-letter table in the range.")
+    deduplicated: int = Field(
+        0, description="Records read but not landed because their coordinates were landed before (a backfill)."
+    )
+
+    @property
+    def skipped(self) -> int:
+        """Offsets Kafka returned no record for: transaction markers, aborted records, compacted records."""
+        return self.planned - self.read
+
+    @property
+    def missing(self) -> int:
+        """Records read that neither landed nor were landed before (negative: more landed than read)."""
+        return self.read - self.landed - self.deduplicated
+
+    @property
+    def matches(self) -> bool:
+        """Every record read is accounted for, and Kafka returned no more records than the range has offsets."""
+        return self.missing == 0 and self.skipped >= 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.cluster_id}/{self.topic}[{self.partition}]: planned {self.planned}, read {self.read}, landed "
+            f"{self.landed}, deduplicated {self.deduplicated}, skipped by Kafka {self.skipped}"
+        )
+
+
+class Completeness(FrozenModel):
+    """A run's records accounted for per planned range: what Kafka returned is what landed (sink rows and dead
+    letters) plus what was landed before; the rest of the offsets are what Kafka legitimately skips (transaction
+    markers, aborted records under read_committed, compacted records), reported, not an error.
+    """
+
+    partitions: tuple[PartitionCount, ...] = Field(description="Every range the run read, counted.")
+    seconds: float = Field(0.0, description="What counting the landed rows took (the read's counts are free).")
+
+    @classmethod
+    def compare(
+        cls,
+        planned: Mapping[TopicPartition, int],
+        read: Mapping[TopicPartition, int],
+        landed: Mapping[TopicPartition, int],
+        landed_before: Mapping[TopicPartition, int],
+        *,
+        seconds: float = 0.0,
+    ) -> Completeness:
+        """The counts per planned range. A record read but not landed by the run counts as deduplicated only as
+        far as rows at its range's coordinates were landed before (``landed_before``: rows of other runs or of
+        backfills, looked for only where a backfill may have landed some); beyond that it is missing.
+
+        Example:
+            >>> key = TopicPartition(cluster_id="east", topic="orders", partition=0)
+            >>> counted = Completeness.compare({key: 10}, {key: 7}, {key: 7}, {})
+            >>> (counted.matches, counted.skipped)
+            (True, 3)
+        """
+        counts = []
+        for key in sorted(planned, key=str):
+            got, put, before = read.get(key, 0), landed.get(key, 0), landed_before.get(key, 0)
+            counts.append(
+                PartitionCount(
+                    cluster_id=key.cluster_id,
+                    topic=key.topic,
+                    partition=key.partition,
+                    planned=planned[key],
+                    read=got,
+                    landed=put,
+                    deduplicated=min(max(0, got - put), before),
+                )
+            )
+        return cls(partitions=tuple(counts), seconds=seconds)
+
+    @property
+    def mismatches(self) -> tuple[PartitionCount, ...]:
+        """The ranges whose records are not accounted for."""
+        return tuple(p for p in self.partitions if not p.matches)
+
+    @property
+    def matches(self) -> bool:
+        """Every range's records are accounted for."""
+        return not self.mismatches
+
+    @property
+    def planned(self) -> int:
+        """Offsets planned, all ranges."""
+        return sum(p.planned for p in self.partitions)
+
+    @property
+    def read(self) -> int:
+        """Records Kafka returned, all ranges."""
+        return sum(p.read for p in self.partitions)
+
+    @property
+    def landed(self) -> int:
+        """Rows the run landed (sink and dead letters), all ranges."""
+        return sum(p.landed for p in self.partitions)
+
+    @property
+    def deduplicated(self) -> int:
+        """Records landed before, all ranges."""
+        return sum(p.deduplicated for p in self.partitions)
+
+    @property
+    def skipped(self) -> int:
+        """Offsets Kafka returned no record for, all ranges."""
+        return sum(p.skipped for p in self.partitions)
+
+
 class RunSummary(FrozenModel):
     """One run, as it finished."""
 
@@ -143,7 +270,7 @@ class RunSummary(FrozenModel):
         description="'committed'; 'empty' when there was nothing to read; 'abandoned' for a planned run that could "
         "not complete and was given up without committing its offsets (``reason`` says why); 'reset' for an "
         "``offsets reset`` (``offset_changes``), 'replayed' for a ``dead-letters replay`` (``replay``): operations "
-        "recorded in the run history, which read nothing from Kafka."
+        "recorded in the run history, which read nothing from Kafka; 'realigned' for a ``realign`` (``realign``)."
     )
     reason: str | None = Field(None, description="Why an abandoned run was abandoned, or why offsets were reset.")
     requested_by: str | None = Field(
@@ -151,6 +278,7 @@ class RunSummary(FrozenModel):
     )
     offset_changes: tuple[OffsetChange, ...] = Field((), description="The offsets an ``offsets reset`` moved.")
     replay: DeadLetterReplay | None = Field(None, description="What a ``dead-letters replay`` did.")
+    realign: RealignedPositions | None = Field(None, description="What a ``realign`` found (the positions it moved).")
     recovered_run_seq: int | None = Field(None, description="A half-done earlier run this invocation finished.")
     records: int = 0
     bytes: int = 0
@@ -181,6 +309,11 @@ class RunSummary(FrozenModel):
     bootstrap_records: int | None = Field(None, description="The archive rows a bootstrap run landed.")
     group_commits: tuple[GroupCommit, ...] = Field(
         (), description="Per cluster, whether the consumer group got the run's offsets (empty: no group)."
+    )
+    completeness: Completeness | None = Field(
+        None,
+        description="The run's records accounted for per planned range (None: not measured: nothing read, an "
+        "operation, a run found landed by an earlier attempt, or more ranges than are counted).",
     )
     plan_seconds: float = 0.0
     spark_seconds: float = 0.0
@@ -221,6 +354,7 @@ class RunSummary(FrozenModel):
         lag_after: int = 0,
         recovered_run_seq: int | None = None,
         schemas: tuple[DecodedSchema, ...] = (),
+        completeness: Completeness | None = None,
         plan_seconds: float = 0.0,
         spark_seconds: float = 0.0,
         total_seconds: float = 0.0,
@@ -243,10 +377,32 @@ class RunSummary(FrozenModel):
             min_event_time=written.min_event_time,
             max_event_time=written.max_event_time,
             sink_version=written.sink_version,
+            completeness=completeness,
             plan_seconds=plan_seconds,
             spark_seconds=spark_seconds,
             total_seconds=total_seconds,
         )
+
+    @classmethod
+    def realigned(cls, pipeline_id: str, realignment: RealignedPositions) -> RunSummary:
+        """The history entry of a ``realign``: run ``sink_txn``, committed and empty, reading nothing."""
+        return cls(pipeline_id=pipeline_id, run_seq=realignment.sink_txn, status="realigned", realign=realignment)
+
+    @classmethod
+    def stored(cls, summary_json: str, *, pipeline_id: str) -> RunSummary:
+        """A summary as the state stores it. A realign of an earlier version stored a document of its own shape
+        (``{"realigned": true, ...}``, without the pipeline): it is read as the ``realigned`` summary it stands for.
+        """
+        document = json.loads(summary_json)
+        if isinstance(document, dict) and document.get("realigned") is True and "pipeline_id" not in document:
+            realignment = RealignedPositions(
+                state_run_seq=int(document.get("state_run_seq") or 0),
+                sink_txn=int(document.get("sink_txn") or 0),
+                state_backfill=int(document.get("state_backfill") or 0),
+                sink_backfill=int(document.get("sink_backfill") or 0),
+            )
+            return cls.realigned(pipeline_id, realignment)
+        return cls.model_validate(document)
 
     def timed(
         self,

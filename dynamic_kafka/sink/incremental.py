@@ -48,6 +48,7 @@ from dynamic_kafka.errors import (
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
+from dynamic_kafka.sink.completeness import read_count_columns, read_counts
 from dynamic_kafka.sink.fence import is_fence
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
@@ -100,12 +101,23 @@ class _Target:
 
 
 @dataclass(frozen=True)
+class _Observing:
+    """The rows a writer writes, with fresh observations (an observation is filled by one job only): ``written``
+    of the rows written, ``read`` of the rows read before records a backfill landed were left out.
+    """
+
+    rows: DataFrame
+    written: Observation
+    read: Observation
+
+
+@dataclass(frozen=True)
 class _Landed:
-    """What a writer landed: the observation of the pass that wrote, and the commits holding the run's txn in the
+    """What a writer landed: the observations of the pass that wrote, and the commits holding the run's txn in the
     sink and (None: not written) the dead-letter table, each ours or another writer's of the same run.
     """
 
-    observation: Observation
+    observed: _Observing
     sink: _Found
     dead_letters: _Found | None = None
 
@@ -118,8 +130,8 @@ class _Found:
     ours: bool
 
 
-# The decoded rows with a fresh observation of the write's metrics (an observation is filled by one job only).
-_Observed = Callable[[], "tuple[DataFrame, Observation]"]
+# The decoded rows with fresh observations of the write's metrics.
+_Observed = Callable[[], _Observing]
 
 _Writer = Callable[[_Observed, _Target], _Landed]
 
@@ -133,6 +145,7 @@ def write_incremental(
     prepared: PreparedDecoding | None = None,
     *,
     before_commit: Callable[[], None] | None = None,
+    counted_ranges: Sequence[Split] = (),
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -150,6 +163,8 @@ def write_incremental(
             raising stops the write with that commit not made. For a staged append it runs once the rows were read
             and written as files; for delta-spark's own write (a first write, a new column, a dedupe against a
             backfill), just before that write's job, which reads and commits in one step.
+        counted_ranges: the ranges whose records the pass counts as it reads them (``read_per_range``), for
+            the run's completeness (:mod:`~dynamic_kafka.sink.completeness`).
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -171,6 +186,7 @@ def write_incremental(
         >>> write_incremental(df, pipeline, plan.run_seq, [("east", "orders")]).records  # doctest: +SKIP
     """
     from pyspark.sql import Observation
+    from pyspark.sql import functions as sf
 
     target = _Target(
         sink_path=pipeline.sink_table,
@@ -200,12 +216,14 @@ def write_incremental(
             check_table_schema(
                 sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
             )
-            decoded, read_count = _skip_backfilled(decoded_frame, target)
             counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+            reading = [sf.count(sf.lit(1)).alias("read"), *read_count_columns(counted_ranges)]
 
-            def observed_rows() -> tuple[DataFrame, Observation]:
-                observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
-                return decoded.observe(observation, *metric_columns(planned_pairs), *counts), observation
+            def observed_rows() -> _Observing:
+                name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
+                read, written = Observation(f"{name}_read"), Observation(name)
+                kept = _skip_backfilled(decoded_frame.observe(read, *reading), target)
+                return _Observing(kept.observe(written, *metric_columns(planned_pairs), *counts), written, read)
 
             try:
                 landed = writer(observed_rows, target)
@@ -220,7 +238,7 @@ def write_incremental(
                 if incompatible is not None:
                     raise incompatible from e
                 raise
-            result = _outcome(target, planned_pairs, landed, read_count)
+            result = _outcome(target, planned_pairs, landed, counted_ranges)
     logger.info(
         "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "
         "from a backfill (%d ranges checked)",
@@ -248,16 +266,16 @@ def _writer(pipeline: PipelineConfig) -> _Writer:
 
 def _write_all(observed_rows: _Observed, target: _Target) -> _Landed:
     """Bytes keys and values: every record decodes, so one append to the sink."""
-    rows, observation = observed_rows()
-    return _Landed(observation, _append(sink_rows(rows, target.run_seq), target.sink_path, target))
+    observing = observed_rows()
+    return _Landed(observing, _append(sink_rows(observing.rows, target.run_seq), target.sink_path, target))
 
 
 def _write_or_fail(observed_rows: _Observed, target: _Target) -> _Landed:
     """``on_decode_error: fail``: the append's own tasks fail on an undecodable record, so nothing is committed."""
     from pyspark.sql import functions as sf
 
-    rows, observation = observed_rows()
-    checked = rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
+    observing = observed_rows()
+    checked = observing.rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
     try:
         found = _append(sink_rows(checked, target.run_seq), target.sink_path, target)
     except Exception as e:
@@ -265,7 +283,7 @@ def _write_or_fail(observed_rows: _Observed, target: _Target) -> _Landed:
         if decode_error is not None:
             raise decode_error from e
         raise
-    return _Landed(observation, found)
+    return _Landed(observing, found)
 
 
 def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> _Landed:
@@ -292,8 +310,8 @@ def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    rows, observation = observed_rows()
-    cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    observing = observed_rows()
+    cached = observing.rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
         if target.overlaps:
@@ -313,7 +331,7 @@ def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
         found = _append(sink_rows(good, target.run_seq), target.sink_path, target)
     finally:
         cached.unpersist()
-    return _Landed(observation, found, dead_letters)
+    return _Landed(observing, found, dead_letters)
 
 
 def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
@@ -388,7 +406,7 @@ def _outcome(
     target: _Target,
     planned_pairs: Sequence[tuple[str, str]],
     landed: _Landed,
-    read_count: Observation | None,
+    counted_ranges: Sequence[Split],
 ) -> WriteResult:
     """The result from the write's observed metrics; from the log when the write committed but its metrics were
     lost with the failed call; already committed when another writer's commit holds the run.
@@ -397,7 +415,7 @@ def _outcome(
         # Our write was skipped (or replaced by another writer of this run): that writer landed the run.
         return _already_committed(target, target.run_seq)
     dead_letter_version = landed.dead_letters.commit.version if landed.dead_letters is not None else None
-    metrics = observed(landed.observation)
+    metrics = observed(landed.observed.written)
     if metrics is None:
         return _counted_from_log(target, landed)
     result = write_result(
@@ -406,10 +424,15 @@ def _outcome(
         sink_version=landed.sink.commit.version,
         dead_letter_version=dead_letter_version,
     )
-    read = observed(read_count) if read_count is not None else None
-    if read is not None:
-        result = result.model_copy(update={"deduplicated": max(0, int(read["read"]) - result.records)})
-    return result
+    read = observed(landed.observed.read)
+    if read is None:
+        return result
+    return result.model_copy(
+        update={
+            "deduplicated": max(0, int(read["read"]) - result.records),
+            "read_per_range": read_counts(read, counted_ranges) if counted_ranges else None,
+        }
+    )
 
 
 def _counted_from_log(target: _Target, landed: _Landed) -> WriteResult:
@@ -478,22 +501,17 @@ def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq
 # --- ranges a backfill already landed ---------------------------------------------------------------------------
 
 
-def _skip_backfilled(decoded: DataFrame, target: _Target) -> tuple[DataFrame, Observation | None]:
-    """``decoded`` minus what the sink or the dead-letter table already holds in the overlaps, with an observation
-    counting the rows read before that; unchanged (and no observation) without overlaps.
+def _skip_backfilled(decoded: DataFrame, target: _Target) -> DataFrame:
+    """``decoded`` minus what the sink or the dead-letter table already holds in the overlaps; unchanged without
+    overlaps.
 
     The dead-letter table is checked whatever the policy is now: a record landed there (by a backfill, or by an
     abandoned run before ``on_decode_error`` or a format was changed) must neither fail a ``fail`` run nor land in
     the sink as well. A pipeline that never had dead letters has no such table, and nothing more is read.
     """
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as sf
-
     if not target.overlaps:
-        return decoded, None
-    read_count = Observation(f"dynamic_kafka_{target.app_id}_{target.run_seq}_read_{uuid.uuid4().hex[:8]}")
-    counted = decoded.observe(read_count, sf.count(sf.lit(1)).alias("read"))
-    return _without_present(counted, [target.sink_path, target.dead_letter_path], target.overlaps), read_count
+        return decoded
+    return _without_present(decoded, [target.sink_path, target.dead_letter_path], target.overlaps)
 
 
 def _without_present(rows: DataFrame, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> DataFrame:

@@ -53,6 +53,11 @@ class WriteResult(FrozenModel):
     schema_counts: dict[str, int] = Field(
         default_factory=dict, description="Records per registry schema version (PreparedDecoding.count_columns)."
     )
+    read_per_range: dict[tuple[str, str, int], int] | None = Field(
+        None,
+        description="Per counted range (cluster_id, topic, partition), the records the read returned in it, "
+        "observed in the pass that wrote (None: not counted).",
+    )
 
 
 def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -> list[Column]:

@@ -3,7 +3,9 @@ cancelled, so it fails retriably instead of holding the pipeline's lock forever.
 
 Spark's own cancellation is by tag: the run tags the calling thread's Spark operations (:meth:`RunDeadline.attach`)
 and a timer thread cancels that tag, again each second until the run ends (a busy driver may submit the run's next
-job a moment after the first cancellation). Shared by :mod:`dynamic_kafka.runner` and :mod:`dynamic_kafka.backfill`.
+job a moment after the first cancellation). Shared by :mod:`dynamic_kafka.runner`, :mod:`dynamic_kafka.backfill`,
+:mod:`dynamic_kafka.dead_letters` (replays) and :mod:`dynamic_kafka.maintain` (whose delta-rs steps cannot be
+interrupted: it checks the deadline before each step).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from dynamic_kafka.errors import DynamicKafkaError, RunTimeoutError
 
@@ -25,6 +27,32 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
+
+Bounded = Literal["run", "backfill", "replay", "maintenance"]
+"""What a deadline bounds (for its messages)."""
+
+# Per bounded operation other than a run: its name in messages, what stays after it was stopped, and what to do.
+_STOPPED: dict[str, tuple[str, str, str]] = {
+    "backfill": (
+        "backfill",
+        "what it merged before stays in the sink (once), its lease is given up",
+        "Run the backfill again: its MERGE inserts only the records the sink lacks. If backfills need longer, raise "
+        "max_run_seconds or backfill shorter windows.",
+    ),
+    "replay": (
+        "dead-letter replay",
+        "what it landed before stays in the sink (once), nothing was recorded in the run history, its lease is "
+        "given up",
+        "Replay again: it lands only what the sink lacks and finishes the dead-letter table's update. If replays "
+        "need longer, raise max_run_seconds or replay one run's dead letters at a time (--run-seq).",
+    ),
+    "maintenance": (
+        "maintenance",
+        "the steps done before stand (no row changes), the rest was not done, its lease is given up",
+        "Run the maintenance again (a step that ran past the deadline finished: delta-rs steps are not interrupted). "
+        "If it needs longer, raise max_run_seconds.",
+    ),
+}
 
 
 class RunDeadline:
@@ -38,14 +66,24 @@ class RunDeadline:
         seconds: the maximum duration; None never passes.
         hard_exit: end the process when the work does not stop within the grace period.
         backfill: the work is a backfill (for its messages).
+        operation: what the work is, for its messages (``backfill=True`` is ``operation="backfill"``).
     """
 
     _GRACE_SECONDS = 60.0
     _RECANCEL_SECONDS = 1.0
 
-    def __init__(self, pipeline_id: str, seconds: float | None, *, hard_exit: bool, backfill: bool = False) -> None:
+    def __init__(
+        self,
+        pipeline_id: str,
+        seconds: float | None,
+        *,
+        hard_exit: bool,
+        backfill: bool = False,
+        operation: Bounded = "run",
+    ) -> None:
         self.pipeline_id = pipeline_id
-        self.backfill = backfill
+        self.operation: Bounded = "backfill" if backfill else operation
+        self.backfill = self.operation == "backfill"
         self.seconds = seconds or 0.0
         self.hard_exit = hard_exit
         self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"
@@ -89,12 +127,12 @@ class RunDeadline:
 
     def error(self) -> RunTimeoutError:
         """The retriable error the work that passed its deadline fails with."""
-        if self.backfill:
+        if self.operation != "run":
+            name, stays, hint = _STOPPED[self.operation]
             return RunTimeoutError(
-                f"the backfill of pipeline {self.pipeline_id!r} exceeded max_run_seconds ({self.seconds:g}s) and was "
-                "cancelled; what it merged before stays in the sink (once), its lease is given up.",
-                hint="Run the backfill again: its MERGE inserts only the records the sink lacks. If backfills need "
-                "longer, raise max_run_seconds or backfill shorter windows.",
+                f"the {name} of pipeline {self.pipeline_id!r} exceeded max_run_seconds ({self.seconds:g}s) and was "
+                f"cancelled; {stays}.",
+                hint=hint,
             )
         return RunTimeoutError(
             f"the run of pipeline {self.pipeline_id!r} exceeded max_run_seconds ({self.seconds:g}s) and was "
@@ -108,7 +146,7 @@ class RunDeadline:
         logger.error(
             "pipeline %s: %s exceeded max_run_seconds (%gs); cancelling it",
             self.pipeline_id,
-            "backfill" if self.backfill else "run",
+            self.operation,
             self.seconds,
         )
         give_up = time.monotonic() + self._GRACE_SECONDS

@@ -11,12 +11,18 @@ import re
 import secrets
 import socket
 from pathlib import Path
+from typing import Literal
 
 from dynamic_kafka.frozen import FrozenModel
 
-# ``boot=`` was added later: owners written by earlier versions have none (and are never taken for gone).
+OwnerOperation = Literal["backfill", "replay", "maintenance"]
+"""What holds the state's writer lease (the backfill lease row): a backfill, a dead-letter replay, a maintenance."""
+
+# ``boot=`` and ``op=`` were added later: owners written by earlier versions have neither (they are never taken for
+# gone, and a lease without ``op=`` is a backfill's: nothing else took it then).
 _OWNER = re.compile(
-    r"^host=(?P<host>\S*)(?: boot=(?P<boot>\S+))? pid=(?P<pid>\d+) pidns=(?P<pidns>\S*) token=(?P<token>\S+)$"
+    r"^host=(?P<host>\S*)(?: boot=(?P<boot>\S+))? pid=(?P<pid>\d+) pidns=(?P<pidns>\S*) token=(?P<token>\S+)"
+    r"(?: op=(?P<op>backfill|replay|maintenance))?$"
 )
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _MACHINE_ID = Path("/etc/machine-id")
@@ -35,16 +41,18 @@ class RunOwner(FrozenModel):
     pidns: str
     token: str
     boot: str | None = None
+    operation: OwnerOperation | None = None
 
     @classmethod
-    def current(cls) -> RunOwner:
-        """This process, with a fresh random token."""
+    def current(cls, operation: OwnerOperation | None = None) -> RunOwner:
+        """This process, with a fresh random token; ``operation`` says what it holds the writer lease for."""
         return cls(
             host=socket.gethostname(),
             boot=_boot_id(),
             pid=os.getpid(),
             pidns=_pid_namespace(),
             token=secrets.token_hex(8),
+            operation=operation,
         )
 
     @classmethod
@@ -53,14 +61,21 @@ class RunOwner(FrozenModel):
         match = _OWNER.match(text or "")
         if match is None:
             return None
+        operation: OwnerOperation | None = match["op"]  # type: ignore[assignment]  # the pattern allows only these
         return cls(
-            host=match["host"], boot=match["boot"], pid=int(match["pid"]), pidns=match["pidns"], token=match["token"]
+            host=match["host"],
+            boot=match["boot"],
+            pid=int(match["pid"]),
+            pidns=match["pidns"],
+            token=match["token"],
+            operation=operation,
         )
 
     def text(self) -> str:
         """Return the owner as the text stored in the state."""
         boot = f" boot={self.boot}" if self.boot else ""
-        return f"host={self.host}{boot} pid={self.pid} pidns={self.pidns} token={self.token}"
+        operation = f" op={self.operation}" if self.operation else ""
+        return f"host={self.host}{boot} pid={self.pid} pidns={self.pidns} token={self.token}{operation}"
 
     def describe(self) -> str:
         """For messages: host and pid (the token is for matching only)."""

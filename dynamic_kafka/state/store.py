@@ -768,6 +768,7 @@ class StateStore:
             owner=holder.describe() if holder is not None else lease.owner,
             until=lease.expires_at.isoformat(),
             backfill=True,
+            operation=holder.operation if holder is not None else None,
         )
 
     # ------------------------------------------------------------------------------------------ maintenance

@@ -48,7 +48,10 @@ WORKSPACE_QUERY = """
         jobs { name }
         schedules { name }
         sensors { name }
-        assetNodes { assetKey { path } }
+        assetNodes {
+          assetKey { path }
+          assetChecksOrError { ... on AssetChecks { checks { name } } }
+        }
       }
     }
   }
@@ -68,6 +71,12 @@ def demo_env(dagster_home: Path) -> dict[str, str]:
     dagster_home.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO_ROOT / "examples" / "demo" / "dagster.yaml", dagster_home / "dagster.yaml")
     return {**os.environ, "DAGSTER_HOME": str(dagster_home), "DYNAMIC_KAFKA_CONFIG": str(DEMO_CONFIG)}
+
+
+def expected_checks() -> set[tuple[str, str]]:
+    """(sink asset name, check name) of every asset check: the same four on each pipeline's sink."""
+    project = load_project_config(DEMO_CONFIG)
+    return {(p.id, check) for p in project.pipelines for check in ("lag", "data_loss", "dead_letters", "completeness")}
 
 
 def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]]:
@@ -193,6 +202,12 @@ def test_webserver_lists_every_pipelines_asset_job_schedule_and_sensor(tmp_path:
         (repo,) = data["repositoriesOrError"]["nodes"]
         assets, jobs, schedules, sensors = expected_names()
         assert {tuple(a["assetKey"]["path"]) for a in repo["assetNodes"]} == assets
+        checks = {
+            (a["assetKey"]["path"][-1], c["name"])
+            for a in repo["assetNodes"]
+            for c in (a.get("assetChecksOrError") or {}).get("checks", [])
+        }
+        assert checks == expected_checks()
         assert {j["name"] for j in repo["jobs"] if not j["name"].startswith("__")} == jobs
         assert {s["name"] for s in repo["schedules"]} == schedules
         assert {s["name"] for s in repo["sensors"]} == sensors

@@ -64,7 +64,9 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     assert graph.get(AssetKey(["dynamic_kafka", "orders_backfill"])).parent_keys == {AssetKey(["kafka", "orders"])}
     assert all(not graph.get(k).is_materializable for k in streams)  # external: Dagster shows, never runs them
     assert {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys} == {
-        (p, check) for p in ("orders", "pay-ments", "plain") for check in ("lag", "data_loss", "dead_letters")
+        (p, check)
+        for p in ("orders", "pay-ments", "plain")
+        for check in ("lag", "data_loss", "dead_letters", "completeness")
     }
     jobs = {j.name for j in repo.get_all_jobs() if not j.name.startswith("__")}
     assert jobs == {

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import (
+    AssetCheckSeverity,
     DagsterEventType,
     DagsterInstance,
     ExecuteInProcessResult,
@@ -112,8 +113,22 @@ def test_incremental_job_lands_every_record_once_and_reports_it(
         "lag": True,
         "data_loss": True,
         "dead_letters": True,
+        "completeness": True,
     }
     assert check(first).metadata["total_lag"].value == 0
+    # Every record of the run's 3 ranges read and landed, none skipped by Kafka.
+    complete = check(first, "completeness")
+    assert complete.severity == AssetCheckSeverity.ERROR
+    counts = {k: complete.metadata[k].value for k in ("planned", "read", "landed", "deduplicated", "skipped_by_kafka")}
+    assert counts == {"planned": 8, "read": 8, "landed": 8, "deduplicated": 0, "skipped_by_kafka": 0}
+    assert complete.metadata["mismatched_partitions"].value == "none"
+    assert {
+        (r.data["cluster_id"], r.data["partition"], r.data["read"]) for r in complete.metadata["partitions"].records
+    } == {
+        ("east", 0, 3),
+        ("east", 1, 2),
+        ("west", 0, 3),
+    }
 
     east_2 = produce("east", east, east_topic, [Record(1, "east-5"), Record(0, "east-6")])
     second = job.execute_in_process(instance=instance)

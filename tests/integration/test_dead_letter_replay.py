@@ -1,12 +1,14 @@
 """``dead-letters replay`` on real brokers, Spark and Delta: a JSON pipeline dead-letters records its schema does
 not take; once the config is fixed, a replay lands the ones that decode now in the sink exactly once, also when a
 replay crashes between its sink write and its dead-letter update and is replayed again; what still does not decode
-stays, with its error; a replay is recorded in the run history and refused beside a run.
+stays, with its error; a replay is recorded in the run history and refused beside a run; a replay past
+``max_run_seconds`` is cancelled, records nothing, and the next replay finishes its work.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,9 +18,12 @@ from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.main import main
+from dynamic_kafka.dead_letters import replay_dead_letters
+from dynamic_kafka.errors import RunTimeoutError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.run_guard import run_lock_path
+from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON
 
 if TYPE_CHECKING:
@@ -118,3 +123,43 @@ def test_replay_lands_what_decodes_now_once_even_after_a_crash_in_the_middle(
         assert taken
         assert cli(harness, "dead-letters", "replay", "--yes", "--json") == 1
     assert json.loads(capsys.readouterr().err)["error"]["type"] == "RunInProgressError"
+
+
+def test_a_replay_past_max_run_seconds_is_cancelled_records_nothing_and_the_next_replay_finishes_it(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = kafka_clusters["east"].bootstrap_servers
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": bootstrap},
+        spark=lambda: spark,
+        value_format="json",
+        value_schema="id INT",
+        json_strict=True,
+        on_decode_error="dead_letter",
+    )
+    topic = unique_name("orders")
+    create_topic(bootstrap, topic)
+    harness.set_streams({"orders": {"east": [topic]}})
+    produce(bootstrap, topic, [Record(value=v) for v in (b'{"id": 1}', b'{"id": 2, "note": "a"}')])
+    assert harness.runner().run().dead_letters == 1
+    harness.configure(value_schema="id INT, note STRING", max_run_seconds=1)
+    monkeypatch.setattr(RunDeadline, "_RECANCEL_SECONDS", 3600.0)  # one cancellation: wherever it lands
+
+    # Slow between its two writes (or already past its deadline in a Spark job): it stops there, retriably.
+    with acting_at("replay_after_sink", lambda: time.sleep(1.2)), pytest.raises(RunTimeoutError) as caught:
+        replay_dead_letters(harness.runner().context, run_seq=None, yes=True)
+
+    assert caught.value.retriable
+    assert "the dead-letter replay of pipeline 'p' exceeded max_run_seconds (1s)" in str(caught.value)
+    store = harness.runner().store
+    assert store.load().backfill_owner is None  # its lease was given up
+    assert store.load().next_run_seq == 2  # nothing recorded in the history
+    assert [offset for offset, _ in dead_letters(harness)] == [1]  # its dead-letter update did not happen
+
+    harness.configure(max_run_seconds=600)
+    report = replay_dead_letters(harness.runner().context, run_seq=None, yes=True)
+    assert report.replay.replayed + report.replay.already_landed == 1
+    assert landed(harness) == [(0, 1), (1, 2)]
+    assert dead_letters(harness) == []
+    assert spark.range(3).count() == 3  # the shared session is still usable

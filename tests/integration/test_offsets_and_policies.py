@@ -23,6 +23,7 @@ from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
+from dynamic_kafka.status import completeness_verdict, pipeline_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -402,6 +403,16 @@ def test_aborted_transactions_are_skipped_and_a_trailing_commit_marker_is_not_re
     assert first.status == "committed"
     assert harness.sink_rows() == rows("east", topic, committed)
     assert first.records == len(committed)
+    # Completeness: of the 11 planned offsets Kafka returned the 5 committed records, all landed; the 3 commit and
+    # abort markers and the 3 aborted records are skipped by Kafka, not a mismatch.
+    assert first.completeness is not None
+    (counted,) = first.completeness.partitions
+    assert (counted.planned, counted.read, counted.landed, counted.skipped, counted.matches) == (11, 5, 5, 6, True)
+    verdict = completeness_verdict(pipeline_status(harness.runner().context))
+    assert verdict.passed
+    assert "planned 11 offsets in 1 range(s), read 5, landed 5, deduplicated 0, skipped by Kafka 6" in (
+        verdict.description
+    )
     # The next offset is the planned stop, past the trailing commit marker (not max(offset) + 1 = 10).
     assert [p.next_offset for p in harness.runner().store.load().partitions.values()] == [11]
     second = harness.runner().run()
@@ -436,6 +447,12 @@ def test_json_values_are_parsed_and_undecodable_ones_land_in_the_dead_letter_tab
 
     good = [r for r in sent if r.value in valid]
     bad = [r for r in sent if r.value in invalid]
+    # Completeness counts a dead letter as landed: every record read is in one of the two tables.
+    assert summary.completeness is not None
+    assert [(p.partition, p.read, p.landed, p.skipped) for p in summary.completeness.partitions] == [
+        (0, 4, 4, 0),
+        (1, 3, 3, 0),
+    ]
     assert harness.sink_rows() == [(c, t, p, o, valid[v]) for c, t, p, o, v in rows("east", topic, good) if v]
     dead = DeltaTable(str(tmp_path / "sink_dead_letter")).to_pyarrow_table().to_pylist()
     landed = sorted((d["cluster"], d["topic"], d["partition"], d["offset"], d["value"], d["error"]) for d in dead)

@@ -24,6 +24,7 @@ from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import SchemaMismatchError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
+from dynamic_kafka.status import pipeline_status
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
 if TYPE_CHECKING:
@@ -83,12 +84,23 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     assert done.returncode == 0, tail(done.stderr)
     assert json.loads(done.stdout)["applied"] is True
     assert harness.runner().store.load().next_run_seq == 3
+    # The realign is run 2 of the history now, a typed summary every reader of the history understands (it was a
+    # JSON of its own shape, and `status` failed to parse it).
+    realigned = pipeline_status(harness.runner().context).last_run
+    assert realigned is not None
+    assert (realigned.run_seq, realigned.status) == (2, "realigned")
+    assert realigned.realign is not None
+    assert (realigned.realign.state_run_seq, realigned.realign.sink_txn) == (1, 2)
 
     summary = harness.runner().run()
 
     assert (summary.run_seq, summary.status) == (3, "committed")
     assert summary.records == len(third)  # what the sink lacked
     assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    # Completeness accounts for them: per range, read = landed by run 3 + rows of run 2 already at the coordinates.
+    assert summary.completeness is not None
+    assert summary.completeness.matches
+    assert (summary.completeness.landed, summary.completeness.deduplicated) == (len(third), len(second))
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
     assert_nothing_left(harness)
@@ -124,6 +136,10 @@ def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_n
     assert (summary.run_seq, summary.status) == (2, "committed")
     assert summary.records == len(third)
     assert summary.deduplicated == len(second)  # read again from the restored offsets, skipped
+    # Completeness accounts for them: per range, read = landed by run 3 + rows of run 2 already at the coordinates.
+    assert summary.completeness is not None
+    assert summary.completeness.matches
+    assert (summary.completeness.landed, summary.completeness.deduplicated) == (len(third), len(second))
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
 

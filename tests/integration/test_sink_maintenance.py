@@ -5,6 +5,7 @@
   files, empty attempt folders), while every row stays as it was and the next run appends as before.
 - It never runs beside a write: the pipeline's run lock held (a run or backfill on this machine), a planned run
   (in flight or crashed) and another process's writer lease each make it refuse, with nothing changed.
+- It is bounded by ``max_run_seconds`` like a run: past it, it stops before its next step and gives its lease up.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.maintain import format_maintenance
-from dynamic_kafka.errors import RunInProgressError
+from dynamic_kafka.errors import RunInProgressError, RunTimeoutError
+from dynamic_kafka.faults import acting_at
 from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.run_guard import run_lock_path
 from dynamic_kafka.sink.compaction import table_files
@@ -168,3 +173,31 @@ def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_p
     assert after is not None
     assert after.current.files == 2  # one per partition
     assert harness.sink_rows() == stream.expected_rows()
+
+
+def test_a_maintenance_past_max_run_seconds_stops_before_its_next_step_and_gives_its_lease_up(tmp_path: Path) -> None:
+    # JVM-free: maintenance is delta-rs only, so the sink is written by delta-rs here. Its steps cannot be
+    # interrupted; the deadline stops it before the next one (it had none: a slow table held the pipeline).
+    harness = PipelineHarness(tmp_path, clusters={"east": "127.0.0.1:9"}, max_run_seconds=1)
+    for value in (b"a", b"b"):
+        write_deltalake(str(harness.sink_path), pa.table({"offset": [len(value)], "value": [value]}), mode="append")
+    store = harness.runner().store
+    store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))  # the pipeline's state exists
+    before = table_files(harness.runner().pipeline.sink_table)
+    steps: list[float] = []
+
+    def slow_step() -> None:
+        steps.append(time.monotonic())
+        time.sleep(1.2)
+
+    with acting_at("before_maintenance_step", slow_step), pytest.raises(RunTimeoutError) as caught:
+        maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    assert caught.value.retriable
+    assert "the maintenance of pipeline 'p' exceeded max_run_seconds (1s)" in str(caught.value)
+    assert len(steps) == 1  # stopped before its first step: nothing compacted
+    assert table_files(harness.runner().pipeline.sink_table) == before
+    assert store.load().backfill_owner is None  # its lease was given up
+    done = maintain_pipeline(harness.runner().context, retention_hours=0)  # the next one has the time it needs
+    assert done.tables[0].after is not None
+    assert done.tables[0].after.current.files == 1

@@ -18,11 +18,14 @@ import pytest
 
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.run_guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dynamic_kafka.state.owner import OwnerOperation
 
 PID = "p"
 KEY = TopicPartition(cluster_id="east", topic="orders", partition=0)
@@ -236,3 +239,32 @@ def test_a_backfill_lease_is_renewed_by_its_keeper_and_taken_even_when_no_fronti
     assert state.backfill_lease_expires_at is not None
     assert state.backfill_lease_expires_at > first_end
     assert (state.backfilled, state.backfill_sequence) == ({KEY: 30}, 1)  # kept as they were
+
+
+@pytest.mark.parametrize(
+    ("operation", "said"),
+    [
+        ("replay", "a dead-letter replay is in progress for pipeline 'p'"),
+        ("maintenance", "a sink maintenance is in progress for pipeline 'p'"),
+        ("backfill", "a backfill is in progress for pipeline 'p'"),
+    ],
+)
+def test_a_run_refused_by_the_writer_lease_names_the_operation_holding_it(
+    tmp_path: Path, operation: OwnerOperation, said: str
+) -> None:
+    # Replays and maintenance take the backfill lease row too: a run refused while they work used to be told "a
+    # backfill is in progress", sending its operator looking for a backfill nobody started.
+    store = StateStore(tmp_path / "state", PID)
+    holder = RunOwner(host="elsewhere", boot="b-elsewhere", pid=4242, pidns="x", token="t0", operation=operation)
+    store.record_backfill({}, owner=holder.text(), lease_expires_at=now() + timedelta(minutes=5), attempts=1)
+    assert RunOwner.parse(store.load().backfill_owner) == holder
+
+    with pytest.raises(RunInProgressError) as planning:
+        store.begin_run(a_plan(1), expected_version=store.load().table_version)
+    with pytest.raises(RunInProgressError) as locked_out:
+        raise in_progress_error(store)  # what a process that found the run lock taken says
+
+    for caught in (planning, locked_out):
+        assert said in str(caught.value)
+        assert "held by host elsewhere pid 4242" in str(caught.value)
+        assert caught.value.operation == operation

@@ -1,4 +1,4 @@
-"""The lag / data-loss verdict the Dagster check shows comes from the library (``status.lag_verdict``)."""
+"""The verdicts the Dagster checks show come from the library (``status.lag_verdict``, ``completeness_verdict``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from dynamic_kafka.model.plan import Finding, LostRange
-from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
+from dynamic_kafka.model.summary import Completeness, RunSummary, SummaryStatus
 from dynamic_kafka.status import (
     PipelineStatus,
+    completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
     lag_limit_verdict,
@@ -86,3 +87,86 @@ def test_dead_letters_over_the_limit_warn(dead_letters: int, limit: int, passed:
 
     assert (verdict.passed, verdict.severity) == (passed, "warning")
     assert passed or "sent 3 record(s) to the dead-letter table" in verdict.description
+
+
+# --- completeness: records read per range against rows landed -----------------------------------------------
+
+EAST_0 = TopicPartition(cluster_id="east", topic="orders", partition=0)
+EAST_1 = TopicPartition(cluster_id="east", topic="orders", partition=1)
+
+
+def counted(completeness: Completeness | None, run_status: SummaryStatus = "committed") -> PipelineStatus:
+    last = RunSummary(pipeline_id="p", run_seq=4, status=run_status, completeness=completeness)
+    return status().model_copy(update={"last_run": last})
+
+
+def test_a_run_that_landed_every_record_it_read_passes_with_exact_counts() -> None:
+    # 10 offsets planned on partition 0; Kafka returned 7 records (a commit marker, an aborted transaction of two).
+    counts = Completeness.compare({EAST_0: 10, EAST_1: 4}, {EAST_0: 7, EAST_1: 4}, {EAST_0: 7, EAST_1: 4}, {})
+
+    assert counts.matches
+    assert (counts.planned, counts.read, counts.landed, counts.skipped) == (14, 11, 11, 3)
+    assert [(p.partition, p.skipped, p.missing) for p in counts.partitions] == [(0, 3, 0), (1, 0, 0)]
+    verdict = completeness_verdict(counted(counts))
+    assert (verdict.passed, verdict.severity) == (True, "error")
+    assert verdict.description == (
+        "run_seq 4: planned 14 offsets in 2 range(s), read 11, landed 11, deduplicated 0, skipped by Kafka 3 "
+        "(transaction markers, aborted or compacted records)"
+    )
+
+
+def test_records_read_but_not_landed_fail_as_an_error_naming_the_partition_and_its_counts() -> None:
+    # A hand-made count table: partition 1 read 4 records, and only 3 rows of the run are in the tables.
+    counts = Completeness.compare({EAST_0: 5, EAST_1: 4}, {EAST_0: 5, EAST_1: 4}, {EAST_0: 5, EAST_1: 3}, {})
+
+    assert [str(p) for p in counts.mismatches] == [
+        "east/orders[1]: planned 4, read 4, landed 3, deduplicated 0, skipped by Kafka 0"
+    ]
+    verdict = completeness_verdict(counted(counts))
+    assert (verdict.passed, verdict.severity) == (False, "error")
+    assert verdict.problems == (
+        "run_seq 4 does not account for its records: east/orders[1]: planned 4, read 4, landed 3, deduplicated 0, "
+        "skipped by Kafka 0",
+    )
+
+
+def test_records_landed_before_count_as_deduplicated_only_as_far_as_rows_landed_before_exist() -> None:
+    # Partition 0: 6 read, 2 landed by the run, 4 rows a backfill landed in the overlap: accounted for.
+    # Partition 1: 6 read, 2 landed, only 1 row landed before: 3 records are missing.
+    counts = Completeness.compare(
+        {EAST_0: 6, EAST_1: 6},
+        {EAST_0: 6, EAST_1: 6},
+        {EAST_0: 2, EAST_1: 2},
+        {
+            EAST_0: 4,
+            EAST_1: 1,
+        },
+    )
+
+    assert [(p.partition, p.deduplicated, p.missing) for p in counts.partitions] == [(0, 4, 0), (1, 1, 3)]
+    assert [p.partition for p in counts.mismatches] == [1]
+
+
+def test_more_rows_landed_than_read_or_more_records_than_offsets_are_mismatches() -> None:
+    duplicated = Completeness.compare({EAST_0: 5}, {EAST_0: 5}, {EAST_0: 6}, {})
+    impossible = Completeness.compare({EAST_0: 5}, {EAST_0: 6}, {EAST_0: 6}, {})
+
+    assert duplicated.mismatches[0].missing == -1
+    assert impossible.mismatches[0].skipped == -1
+
+
+def test_a_run_without_counts_passes_saying_it_was_not_counted() -> None:
+    verdict = completeness_verdict(counted(None, "empty"))
+    assert (verdict.passed, verdict.description) == (True, "the last run (run_seq 4, empty) was not counted")
+
+
+def test_a_realign_history_entry_of_an_earlier_version_is_read_as_a_realigned_summary() -> None:
+    legacy = (
+        '{"realigned": true, "state_run_seq": 1, "sink_txn": 3, "state_backfill": 0, "sink_backfill": 2, '
+        '"at": "2026-11-01T00:00:00+00:00"}'
+    )
+    summary = RunSummary.stored(legacy, pipeline_id="p")
+    assert (summary.pipeline_id, summary.run_seq, summary.status) == ("p", 3, "realigned")
+    assert summary.realign is not None
+    assert (summary.realign.state_run_seq, summary.realign.sink_backfill) == (1, 2)
+    assert RunSummary.stored(summary.model_dump_json(), pipeline_id="p") == summary
