@@ -236,7 +236,10 @@ def build_spark_session(
         from pyspark.sql import SparkSession
 
         launch = SessionLaunch.prepare(settings, s3a=bool(buckets) if s3a is None else s3a)
-        conf = {**launch.conf, **object_storage_conf(buckets)}
+        # The buckets' settings (their keys among them) are set once the JVM runs, not given to the builder: pyspark
+        # starts the JVM with every builder setting as `--conf` on spark-submit's command line, which every user of
+        # the machine can read. Set live in the Hadoop configuration, they reach the executors with each job.
+        conf = dict(launch.conf)
         recording = os.environ.get(RECORD_ENV)
         if recording:
             java_options = ClassArchive.record_options(recording)
@@ -259,6 +262,7 @@ def build_spark_session(
         )
         _session = builder.getOrCreate()
         _session.sparkContext.setLogLevel("WARN")
+        configure_object_storage(_session, buckets)
         _record_start_up_aids(launch, settings, recording=bool(recording))
         _session_settings = settings
         return _session

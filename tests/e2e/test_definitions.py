@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 from dagster import (
     AssetKey,
     BackfillPolicy,
@@ -98,7 +99,7 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     assert graph.get(AssetKey(["dynamic_kafka", "orders_backfill"])).backfill_policy == BackfillPolicy.single_run()
 
 
-def test_the_demo_instance_runs_one_run_per_pipeline_at_a_time(tmp_path: Path) -> None:
+def test_the_demo_instance_runs_one_run_per_pipeline_and_at_most_8_per_server_at_a_time(tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
@@ -109,8 +110,13 @@ def test_the_demo_instance_runs_one_run_per_pipeline_at_a_time(tmp_path: Path) -
         assert settings.pool_granularity is not None
         assert settings.pool_granularity.value == "run"  # the run queue holds a run until its pool has a slot
         assert settings.default_pool_limit == 1
-        (limit,) = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limit == {"key": "dynamic_kafka/pipeline", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+        per_pipeline, per_server = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert per_pipeline == {
+            "key": "dynamic_kafka/pipeline",
+            "value": {"applyLimitPerUniqueValue": True},
+            "limit": 1,
+        }
+        assert per_server == {"key": "dynamic_kafka/pipeline", "limit": 8}  # every pipeline's runs: one server
         for name in ("orders_incremental", "orders_backfill"):
             job = defs.resolve_job_def(name)
             assert job.run_tags["dynamic_kafka/pipeline"] == "orders"  # what the run queue's tag limit counts
@@ -118,6 +124,15 @@ def test_the_demo_instance_runs_one_run_per_pipeline_at_a_time(tmp_path: Path) -
             assert run.run_op_concurrency is not None
             assert run.run_op_concurrency.all_pools == {"dynamic_kafka/orders"}
         assert instance.event_log_storage.get_concurrency_info("dynamic_kafka/orders").limit == 1
+
+
+def test_the_concurrency_settings_the_docs_show_are_the_demo_instance_s() -> None:
+    page = (REPO_ROOT / "docs" / "spark-clusters.md").read_text()
+    section = page.split("## Many pipelines on one server", 1)[1]
+    shown = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+    demo = yaml.safe_load((REPO_ROOT / "examples/demo/dagster.yaml").read_text())
+
+    assert shown == {"concurrency": demo["concurrency"]}
 
 
 def test_loading_definitions_reads_only_the_config_file(project: Project) -> None:

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from deltalake import DeltaTable
 
 from devtools.local_spark_connect import server_status
 from devtools.testing.kafka import wait_for
@@ -44,10 +43,15 @@ from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     DeadLetterStream,
     TwoClusterStream,
+    alive_or_done,
     assert_nothing_left,
+    assert_recovered_once,
     committed_offsets,
+    first_run_then_more,
+    referenced_files,
     table_coordinates,
     tail,
+    unreferenced_data_files,
 )
 
 if TYPE_CHECKING:
@@ -101,7 +105,7 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
         assert sink_txn == 1
         assert harness.sink_rows() == first_rows
     if fault in ("during_write", "after_staging") and not orphaned:
-        assert _unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
+        assert unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
 
     later_rows = stream.produce("later", east=5, west=3)
     recovering = harness.runner().run()
@@ -126,20 +130,17 @@ def test_a_spark_connect_server_killed_during_the_write_fails_the_run_retriably_
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # this process uses Connect (see conftest's spark_mode)
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark_config={"remote": spark_connect_server.remote})
     harness = stream.harness
-    stream.produce("first", east=12, west=8)
-    assert harness.runner().run().run_seq == 1
-    ends_before_crash = stream.end_offsets()
     # Enough records that the server's write tasks take a while: the kill must land between the first data file
     # and the commit.
-    stream.produce("crashed", east=40_000, west=40_000)
+    ends_before_crash = first_run_then_more(stream, east=40_000, west=40_000)
 
-    referenced = _referenced_files(harness.sink_path)
+    referenced = referenced_files(harness.sink_path)
     outcome: list[subprocess.CompletedProcess[str]] = []
     runner = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
     runner.start()
     try:
         wait_for(
-            _alive_or_done(lambda: bool(_unreferenced_data_files(harness.sink_path, referenced)), runner),
+            alive_or_done(lambda: bool(unreferenced_data_files(harness.sink_path, referenced)), runner),
             timeout_s=300,
             interval_s=0.02,
             what="the server's write to put a data file into the sink",
@@ -157,17 +158,12 @@ def test_a_spark_connect_server_killed_during_the_write_fails_the_run_retriably_
     assert state.last_run is not None
     assert (state.last_run.run_seq, state.last_run.status) == (2, "planned")
     assert committed_txn_version(harness.sink_path, "p") == 1
-    assert _unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
+    assert unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
     assert committed_offsets(harness) == ends_before_crash
 
     restart_spark_connect_server()  # `python -m devtools spark-connect up` again
-    stream.produce("later", east=5, west=3)
-    recovering = harness.runner().run()
 
-    assert recovering.recovered_run_seq == 2
-    assert (recovering.run_seq, recovering.status, recovering.records) == (3, "committed", 8)
-    assert harness.sink_rows() == stream.expected_rows()
-    assert committed_offsets(harness) == stream.end_offsets()
+    assert_recovered_once(stream)
     assert_nothing_left(harness)
 
 
@@ -185,18 +181,18 @@ def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> subprocess.Comp
 
 def _kill_during_write(harness: PipelineHarness) -> subprocess.CompletedProcess[str]:
     """Runs the CLI and SIGKILLs its process and the Spark JVM once an uncommitted data file is in the sink."""
-    referenced = _referenced_files(harness.sink_path)
+    referenced = referenced_files(harness.sink_path)
     outcome: list[subprocess.CompletedProcess[str]] = []
     runner = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
     runner.start()
     try:
         pid = wait_for(
-            _alive_or_done(lambda: _cli_pid(harness.config_path), runner),
+            alive_or_done(lambda: _cli_pid(harness.config_path), runner),
             timeout_s=60,
             what="the run process to start",
         )
         wait_for(
-            _alive_or_done(lambda: bool(_unreferenced_data_files(harness.sink_path, referenced)), runner),
+            alive_or_done(lambda: bool(unreferenced_data_files(harness.sink_path, referenced)), runner),
             timeout_s=300,
             interval_s=0.05,
             what="the Spark write to put a data file into the sink",
@@ -206,31 +202,6 @@ def _kill_during_write(harness: PipelineHarness) -> subprocess.CompletedProcess[
         runner.join(timeout=120)
     assert outcome, "the run process did not end"
     return outcome[0]
-
-
-def _alive_or_done(condition: Callable[[], Any], runner: threading.Thread) -> Callable[[], Any]:
-    """``condition``, failing at once if the run ended first (it was never killed)."""
-
-    def check() -> Any:
-        found = condition()
-        if not found and not runner.is_alive():
-            raise AssertionError("the run process ended before it could be killed")
-        return found
-
-    return check
-
-
-def _unreferenced_data_files(sink: Path, referenced: set[str] | None = None) -> list[str]:
-    """Data files in the sink's folder (or a staged append's folder in it) that no Delta version references: a
-    write that never committed.
-    """
-    if referenced is None:
-        referenced = _referenced_files(sink)
-    return sorted(p.name for p in sink.rglob("part-*.parquet") if p.name not in referenced)
-
-
-def _referenced_files(sink: Path) -> set[str]:
-    return {uri.rsplit("/", 1)[-1] for uri in DeltaTable(str(sink)).file_uris()}
 
 
 def _cli_pid(config_path: Path) -> int | None:

@@ -26,6 +26,7 @@ from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DynamicKafkaError, KafkaAuthenticationError, ObjectStoreError
 from dynamic_kafka.spark.reader import read_splits
+from tests.support.secrets import PASSWORD_VAR, assert_absent, sasl_harness, secured_topic
 
 if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint, LocalCluster
@@ -35,36 +36,6 @@ if TYPE_CHECKING:
 S3_KEY_ENV = "DYNAMIC_KAFKA_TEST_S3_KEY_ID"
 S3_SECRET_ENV = "DYNAMIC_KAFKA_TEST_S3_SECRET"
 pytestmark = pytest.mark.integration
-
-PASSWORD_VAR = "DYNAMIC_KAFKA_TEST_SECURED_PASSWORD"
-
-
-def sasl_harness(folder: Path, cluster: LocalCluster, topic: str, **pipeline: Any) -> PipelineHarness:
-    harness = PipelineHarness(
-        folder,
-        clusters={
-            "secured": {
-                "bootstrap_servers": cluster.bootstrap_servers,
-                "properties": {
-                    "security.protocol": "SASL_PLAINTEXT",
-                    "sasl.mechanism": "PLAIN",
-                    "sasl.username": "ingest",
-                    "sasl.password": f"${{env:{PASSWORD_VAR}}}",
-                },
-            }
-        },
-        value_format="string",
-        **pipeline,
-    )
-    harness.set_streams({"orders": {"secured": [topic]}})
-    return harness
-
-
-def secured_topic(cluster: LocalCluster, password: str, count: int) -> tuple[str, list[Record]]:
-    client = cluster.client_config(password)
-    topic = unique_name("secured")
-    create_topic(client, topic, 2)
-    return topic, produce(client, topic, [Record(value=f"s{i}".encode(), key=b"k") for i in range(count)])
 
 
 def expected_rows(topic: str, records: list[Record]) -> list[Row]:
@@ -77,16 +48,6 @@ def table_texts(path: Path) -> Iterator[tuple[str, bytes]]:
         if file.is_file():
             yield str(file), file.read_bytes()
     yield f"{path} rows", repr(DeltaTable(str(path)).to_pyarrow_table().to_pylist()).encode()
-
-
-def assert_absent(secrets: list[str], texts: dict[str, str | bytes]) -> None:
-    for secret in secrets:
-        for where, text in texts.items():
-            shown = text.decode(errors="replace") if isinstance(text, bytes) else text
-            at = shown.find(secret)
-            # The context says which field carried it; the secret itself is replaced so the report does not leak it.
-            context = shown[max(0, at - 160) : at + len(secret) + 40].replace(secret, "<PASSWORD>")
-            assert at < 0, f"the password appears in {where}: ...{context}..."
 
 
 def exception_texts(error: BaseException) -> str:

@@ -162,3 +162,52 @@ def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def tail(text: str, lines: int = 40) -> str:
     """The last ``lines`` lines of a process's output, for assertion messages."""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def alive_or_done(condition: Callable[[], Any], runner: threading.Thread) -> Callable[[], Any]:
+    """``condition``, failing at once if the run ended first (it was never killed)."""
+
+    def check() -> Any:
+        found = condition()
+        if not found and not runner.is_alive():
+            raise AssertionError("the run process ended before it could be killed")
+        return found
+
+    return check
+
+
+def unreferenced_data_files(sink: Path, referenced: set[str] | None = None) -> list[str]:
+    """Data files in the sink's folder (or a staged append's folder in it) that no Delta version references: a
+    write that never committed.
+    """
+    if referenced is None:
+        referenced = referenced_files(sink)
+    return sorted(p.name for p in sink.rglob("part-*.parquet") if p.name not in referenced)
+
+
+def referenced_files(sink: Path) -> set[str]:
+    """The names of the data files the sink's current Delta version references."""
+    from deltalake import DeltaTable
+
+    return {uri.rsplit("/", 1)[-1] for uri in DeltaTable(str(sink)).file_uris()}
+
+
+def first_run_then_more(stream: TwoClusterStream, *, east: int, west: int) -> dict[Coordinates, int]:
+    """Lands 12 + 8 records with a committed run 1 (in process), then produces ``east`` + ``west`` more for the run
+    a test crashes; returns the offsets run 1 committed."""
+    stream.produce("first", east=12, west=8)
+    assert stream.harness.runner().run().run_seq == 1
+    committed = stream.end_offsets()
+    stream.produce("crashed", east=east, west=west)
+    return committed
+
+
+def assert_recovered_once(stream: TwoClusterStream) -> None:
+    """Run 2 crashed: 5 + 3 more records, then the next run (in process) finishes run 2 once and lands them as run
+    3, and the sink and the committed offsets hold every record produced, once."""
+    stream.produce("later", east=5, west=3)
+    recovering = stream.harness.runner().run()
+    assert (recovering.recovered_run_seq, recovering.run_seq, recovering.status) == (2, 3, "committed")
+    assert recovering.records == 8
+    assert stream.harness.sink_rows() == stream.expected_rows()
+    assert committed_offsets(stream.harness) == stream.end_offsets()
