@@ -285,6 +285,7 @@ class PipelineRunner:
                 overlaps,
                 prepared.decoding,
                 before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                event_time=plan.event_time,
             )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's

@@ -133,6 +133,7 @@ def write_incremental(
     prepared: PreparedDecoding | None = None,
     *,
     before_commit: Callable[[], None] | None = None,
+    event_time: str | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -150,6 +151,7 @@ def write_incremental(
             raising stops the write with that commit not made. For a staged append it runs once the rows were read
             and written as files; for delta-spark's own write (a first write, a new column, a dedupe against a
             backfill), just before that write's job, which reads and commits in one step.
+        event_time: the expression the event-time range measures (the plan's); None: the Kafka timestamp.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -205,7 +207,9 @@ def write_incremental(
 
             def observed_rows() -> tuple[DataFrame, Observation]:
                 observation = Observation(f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}")
-                return decoded.observe(observation, *metric_columns(planned_pairs), *counts), observation
+                return decoded.observe(
+                    observation, *metric_columns(planned_pairs, event_time=event_time), *counts
+                ), observation
 
             try:
                 landed = writer(observed_rows, target)
