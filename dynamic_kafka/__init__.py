@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dynamic_kafka.cli.dead_letters import format_replay
+    from dynamic_kafka.cli.health import format_health
     from dynamic_kafka.cli.offsets import format_offsets, format_reset
     from dynamic_kafka.config import BackfillConfig, PipelineConfig, ProjectConfig, load_project_config
     from dynamic_kafka.dead_letters import ReplayReport
     from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError
+    from dynamic_kafka.health import HealthReport, HealthVerdict, PartitionHealth
     from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.file import parse_metadata_file
     from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -84,6 +86,10 @@ _EXPORTS: dict[str, str] = {
     "dead_letter_verdict": "dynamic_kafka.status",
     "completeness_verdict": "dynamic_kafka.status",
     "Realignment": "dynamic_kafka.realign",
+    "HealthReport": "dynamic_kafka.health",
+    "HealthVerdict": "dynamic_kafka.health",
+    "PartitionHealth": "dynamic_kafka.health",
+    "format_health": "dynamic_kafka.cli.health",
     "OffsetReset": "dynamic_kafka.offset_reset",
     "MaintenanceSummary": "dynamic_kafka.maintain",
     "TableMaintenance": "dynamic_kafka.sink.compaction",
@@ -107,6 +113,8 @@ __all__ = [
     "DynamicKafkaError",
     "Finding",
     "GroupCommit",
+    "HealthReport",
+    "HealthVerdict",
     "KafkaMetadataService",
     "KafkaStream",
     "LagVerdict",
@@ -115,6 +123,7 @@ __all__ = [
     "MetadataSnapshot",
     "OffsetReset",
     "PartitionCount",
+    "PartitionHealth",
     "PartitionLag",
     "Pipeline",
     "PipelineConfig",
@@ -136,6 +145,7 @@ __all__ = [
     "completeness_verdict",
     "data_loss_verdict",
     "dead_letter_verdict",
+    "format_health",
     "format_offsets",
     "format_replay",
     "format_reset",

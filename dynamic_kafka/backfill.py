@@ -1,5 +1,10 @@
 """Time-window backfills: re-read ``[start, end)`` of event time and merge it into the sink.
 
+Event time is the pipeline's ``event_time`` expression when it has one (:mod:`dynamic_kafka.spark.event_time`),
+else the Kafka timestamp. Offsets are found by Kafka timestamp only, so with an expression the window's offsets are
+those of ``[start - slack, end + slack)`` (``event_time_slack_seconds``, :func:`offsets_window`) and the decoded
+rows are kept by their event time (by their Kafka timestamp where it is null).
+
 The window's offsets come from ``offsets_for_times`` (first offset with timestamp >= start, first with timestamp
 >= end) through the same planner as incremental runs, over an empty state and without caps or per-cluster
 overrides, but for a cluster's timestamp ``starting_offsets`` (a failover's handover) later than the start: that
@@ -44,6 +49,7 @@ from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -76,22 +82,35 @@ def _window_metadata(metadata: MetadataSnapshot, start_ms: int) -> MetadataSnaps
     return metadata.model_copy(update={"streams": streams})
 
 
+def offsets_window(pipeline: PipelineConfig, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The Kafka timestamps whose offsets a backfill of event time ``[start, end)`` reads: the window itself, or,
+    with an ``event_time`` expression, the window widened by ``event_time_slack_seconds`` on both sides (the rows
+    are then kept by their event time). A record whose Kafka timestamp lies further from its event time than the
+    slack is not read.
+    """
+    if pipeline.event_time is None:
+        return start, end
+    slack = timedelta(seconds=pipeline.event_time_slack_seconds)
+    return start - slack, end + slack
+
+
 def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> tuple[Plan, MetadataSnapshot]:
     """The splits covering event time ``[start, end)`` on every subscribed partition, and the metadata snapshot
     they were planned from (the read must use the same connections). Writes nothing.
     """
     if end <= start:
         raise ValueError(f"backfill window [{start}, {end}) is empty: give an end after the start.")
+    first, last = offsets_window(context.pipeline, start, end)
     window = context.pipeline.model_copy(
         update={
-            "starting_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(start)),
-            "stopping_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(end)),
+            "starting_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(first)),
+            "stopping_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(last)),
             "max_records_per_partition": None,
             "max_records_per_run": None,
             "drain_removed": False,
         }
     )
-    metadata = _window_metadata(context.resolve(), to_epoch_ms(start))
+    metadata = _window_metadata(context.resolve(), to_epoch_ms(first))
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
@@ -203,8 +222,14 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
             min_partitions=context.pipeline.min_partitions,
         )
         # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
-        # also filtered on event time.
-        in_window = frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
+        # also filtered on event time: here on the Kafka timestamp, or, with an event_time expression, by the
+        # MERGE once the rows are decoded.
+        event_time = prepared.plan.event_time
+        in_window = (
+            frame
+            if event_time is not None
+            else frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
+        )
         pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
         result = merge_backfill(
             in_window,
@@ -215,6 +240,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
             prepared=prepared.decoding,
             backfill_sequence=recorded.sequence,
             before_write=lambda: _before_merge(context, prepared, lease, deadline),
+            event_time=event_time,
         )
     finally:
         lease.stop(quietly=True)

@@ -120,6 +120,9 @@ def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
             "schedule": pipeline.get("schedule"),
             "maintenance.schedule": maintenance.get("schedule") if isinstance(maintenance, dict) else None,
         }
+        health = pipeline.get("health")
+        if isinstance(health, dict):
+            schedules["health.schedule"] = health.get("schedule")
         for key, schedule in schedules.items():
             problem = cron_problem(schedule) if isinstance(schedule, str) else None
             if problem:

@@ -302,6 +302,44 @@ class MaintenanceConfig(_Config):
     )
 
 
+class HealthConfig(_Config):
+    """The checks between runs (``dynamic-kafka health``, the Dagster health job and schedule): thresholds and the
+    schedule. See docs/health.md.
+    """
+
+    schedule: str | None = Field(
+        "*/15 * * * *",
+        description="Cron expression (UTC) of the Dagster health schedule, which evaluates the sink's checks against "
+        "the brokers between runs; null: no schedule (the health job can still be launched).",
+    )
+    idle_after_seconds: int = Field(
+        3600,
+        ge=1,
+        description="A partition is idle when its newest record (by Kafka timestamp) is older than this. Idleness is "
+        "reported; it fails the check only with `fail_on_idle`.",
+    )
+    fail_on_idle: bool = Field(
+        False, description="Whether an idle partition fails the `idle_partitions` check (WARN) or is only reported."
+    )
+    stuck_transaction_seconds: int = Field(
+        900,
+        ge=1,
+        description="A partition's open transaction is stuck when its first record (the one at the last stable "
+        "offset) is older than this while the last stable offset is below the high watermark: read_committed "
+        "readers, this pipeline included, read nothing past it. Default 15 minutes, Kafka's longest transaction "
+        "timeout by default (transaction.max.timeout.ms).",
+    )
+    max_event_time_lag_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="The `event_time_lag` check fails (WARN) when the newest landed event time is older than this; "
+        "null: reported only.",
+    )
+    timeout_seconds: float = Field(
+        10, gt=0, description="Deadline of each broker call of a health check (per cluster)."
+    )
+
+
 class RetryConfig(_Config):
     """Retries of transient metadata-service errors before a run fails, and the deadline of each call."""
 
@@ -434,6 +472,25 @@ class PipelineConfig(_Config):
         description="Compaction and vacuum of the sink and dead-letter table: retention and an optional schedule.",
     )
     max_lag_records: int | None = Field(None, ge=0, description="Asset check fails above this lag.")
+    health: HealthConfig = Field(
+        default_factory=HealthConfig,
+        description="The checks between runs against the brokers: idleness, stuck transactions, event-time lag, and "
+        "the health schedule (docs/health.md).",
+    )
+    event_time: str | None = Field(
+        None,
+        description="A Spark SQL expression over the sink's columns giving a record's event time, e.g. "
+        "'value.placed_at' or 'timestamp_millis(value.ts_ms)'; it must evaluate to a TIMESTAMP (or DATE). Used "
+        "for the min/max event time of a run's summary, the event-time lag and backfill windows. Default: the "
+        "Kafka timestamp.",
+    )
+    event_time_slack_seconds: int = Field(
+        3600,
+        ge=0,
+        description="With `event_time`: a backfill of [start, end) reads the offsets of Kafka timestamps "
+        "[start - slack, end + slack) and keeps the records whose event time is in the window; a record whose "
+        "Kafka timestamp is further away than this from its event time is not read by the backfill.",
+    )
     max_dead_letters: int = Field(
         0, ge=0, description="The dead-letter check warns when the last run sent more records than this there."
     )

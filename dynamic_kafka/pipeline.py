@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.dead_letters import ReplayReport, replay_dead_letters
+from dynamic_kafka.health import HealthReport, pipeline_health
 from dynamic_kafka.maintain import MaintenanceSummary, maintain_pipeline
 from dynamic_kafka.metadata.watch import WatchCursor, WatchResult, check_metadata
 from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, reset_offsets
@@ -130,6 +131,14 @@ class Pipeline:
         rather than failing. See :func:`dynamic_kafka.status.pipeline_status`.
         """
         return pipeline_status(self.context, history=history)
+
+    def health(self) -> HealthReport:
+        """The checks between runs, against the brokers: the lag, data-loss and freshness verdicts, idle
+        partitions, stuck open transactions and the event-time lag, with the thresholds of the ``health`` config.
+        Reads the state and asks the brokers; starts no Spark, writes nothing. See
+        :func:`dynamic_kafka.health.pipeline_health`.
+        """
+        return pipeline_health(self.context)
 
     def offsets(self) -> PipelineStatus:
         """The committed offsets against the brokers' earliest and latest (``partitions`` of the status); a

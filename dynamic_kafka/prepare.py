@@ -9,7 +9,8 @@ written already, makes them before it writes again:
 2. every cluster of the plan has a connection (:meth:`~dynamic_kafka.context.PipelineContext.connections`);
 3. the writer schemas of the plan's registry and schema-file streams are fetched and checked (a registry that is
    down fails here, retriable); a plan already written is decoded with exactly the schema inputs it pinned;
-4. ``value_schema`` and the sink's schema take the rows (not retriable);
+4. ``value_schema`` and the sink's schema take the rows, and the ``event_time`` expression is a timestamp over
+   them (not retriable);
 5. the sink's and dead-letter table's object store answers;
 6. the writer's ``max_run_seconds`` has not passed.
 
@@ -44,7 +45,8 @@ class PreparedWrite:
 
     Attributes:
         plan: the plan to execute. A plan not written yet records its decoding's schema inputs
-            (:attr:`~dynamic_kafka.model.plan.Plan.decoding`), so a recovery of it decodes exactly as its run would;
+            (:attr:`~dynamic_kafka.model.plan.Plan.decoding`) and its ``event_time`` expression, so a recovery of it
+            decodes and measures exactly as its run would;
             a plan already in the state is kept exactly as written (it is committed only as written).
         connections: how to reach every cluster of the plan, by cluster id.
         decoding: the writer schemas of the planned ranges.
@@ -87,12 +89,14 @@ def prepare_write(
         SparkConnectUnavailableError: the Spark Connect server does not answer (retriable).
         SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
         ConfigError: a registry stream has no registry, a schema file cannot be read or changed since it was
-            pinned, or a decoded field collides with dynamic-kafka's columns.
+            pinned, a decoded field collides with dynamic-kafka's columns, or ``event_time`` is not a timestamp
+            expression over the rows.
         SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows.
         ObjectStoreError: the sink's or dead-letter table's object store cannot be used.
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """
     from dynamic_kafka.sink.schema_check import check_sink_schema
+    from dynamic_kafka.spark.event_time import check_event_time
     from dynamic_kafka.spark.registry_decode import prepare_decoding
 
     context.check_spark()
@@ -102,9 +106,10 @@ def prepare_write(
         from dynamic_kafka.spark.archive import with_archive_decoding
 
         decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap)
-    if not written:
-        plan = plan.model_copy(update={"decoding": decoding.pins()})
     check_sink_schema(context.spark(), context.pipeline, decoding)
+    if not written:
+        check_event_time(context.spark(), context.pipeline, decoding)
+        plan = plan.model_copy(update={"decoding": decoding.pins(), "event_time": context.pipeline.event_time})
     context.check_object_store()
     deadline.check()
     return PreparedWrite(plan=plan, connections=connections, decoding=decoding)

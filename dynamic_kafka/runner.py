@@ -291,6 +291,7 @@ class PipelineRunner:
                 prepared.decoding,
                 before_commit=lambda: prepared.check_topics_unchanged(self.context),
                 counted_ranges=ranges,
+                event_time=plan.event_time,
             )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's

@@ -19,6 +19,8 @@ from dynamic_kafka.model.summary import RunSummary
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.kafka.snapshot import ClusterRequest
+    from dynamic_kafka.model.snapshots import StateSnapshot
 
 
 class PartitionLag(BaseModel):
@@ -68,21 +70,20 @@ class PipelineStatus(BaseModel):
     warnings: tuple[Finding, ...]
 
 
-def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineStatus:
+def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float = 10.0) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
     shows no lag rather than failing the report). A pipeline that never ran has no cluster in its state: then the
     clusters of the streams it subscribes to are asked, so that brokers it cannot reach are reported all the same.
+    ``timeout_s`` bounds each broker call.
     """
     state = context.store.load()
     runs = context.store.run_history(limit=history)
     resets = {run.run_seq for run in runs if run.summary_json and _is_reset(run.summary_json)}
     never_ran = state.last_run is None and not state.partitions
-    if never_ran:
-        first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
-        requests = [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
-    else:
-        requests = status_requests(state, context.service)
-    brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
+    requests = report_requests(context, state)
+    brokers = take_broker_snapshot(
+        requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC), timeout_s=timeout_s
+    )
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
         answered = brokers.clusters.get(key.cluster_id)
@@ -124,6 +125,16 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         last_run_status=last.status if last else None,
         warnings=warnings,
     )
+
+
+def report_requests(context: PipelineContext, state: StateSnapshot) -> list[ClusterRequest]:
+    """What a report asks the brokers, best effort: the clusters and topics of the state, or, for a pipeline that
+    never ran, those of the streams it subscribes to (so brokers it cannot reach are reported all the same).
+    """
+    if state.last_run is None and not state.partitions:
+        first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
+        return [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
+    return status_requests(state, context.service)
 
 
 def _is_reset(summary_json: str) -> bool:

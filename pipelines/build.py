@@ -13,7 +13,10 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
 - when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
   ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it;
 - job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`pipelines.maintenance`), and schedule
-  ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set.
+  ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set;
+- checks ``idle_partitions``, ``stuck_transactions`` and ``event_time_lag`` on the sink, job ``<name>_health`` (every
+  check of the sink, evaluated between runs, :mod:`pipelines.health`) and schedule ``<name>_health_schedule`` on
+  ``health.schedule``.
 
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
@@ -37,6 +40,7 @@ from dynamic_kafka import ConfigError, load_project_config
 
 from pipelines.assets import build_checks, build_sink_asset
 from pipelines.backfill import build_backfill_asset
+from pipelines.health import build_health_checks, build_health_job, build_health_schedule
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
 from pipelines.maintenance import build_maintenance_job, build_maintenance_schedule
 from pipelines.names import RESOURCE_KEY, dagster_name
@@ -120,6 +124,12 @@ def build_definitions(config_path: str | Path) -> Definitions:
         maintenance_schedule = build_maintenance_schedule(pipeline, maintenance, source=source)
         if maintenance_schedule is not None:
             schedules.append(maintenance_schedule)
+        checks.append(build_health_checks(pipeline))
+        health = build_health_job(pipeline)
+        jobs.append(health)
+        health_schedule = build_health_schedule(pipeline, health, source=source)
+        if health_schedule is not None:
+            schedules.append(health_schedule)
         sensors.extend([build_metadata_sensor(pipeline, incremental), build_catch_up_sensor(pipeline, incremental)])
     return Definitions(
         assets=assets,

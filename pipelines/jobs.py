@@ -15,6 +15,7 @@ configured, the library's state guard is the backstop: a second run fails with `
 from typing import Any
 
 from dagster import (
+    AssetCheckKey,
     AssetSelection,
     Config,
     GraphDefinition,
@@ -35,6 +36,7 @@ from pydantic import Field
 
 from pipelines.errors import dagster_errors
 from pipelines.names import (
+    HEALTH_CHECK_NAMES,
     KIND_TAG,
     PIPELINE_TAG,
     asset_key,
@@ -56,7 +58,9 @@ def build_incremental_job(pipeline: PipelineConfig) -> AssetJob:
     """One incremental run of the pipeline: materializes its sink and dead-letter assets, then runs the checks."""
     return define_asset_job(
         name=incremental_job_name(pipeline.id),
-        selection=AssetSelection.assets(asset_key(pipeline.id), dead_letter_asset_key(pipeline.id)),
+        # The health checks are for between runs (pipelines.health): the run's job leaves them out.
+        selection=AssetSelection.assets(asset_key(pipeline.id), dead_letter_asset_key(pipeline.id))
+        - AssetSelection.checks(*(AssetCheckKey(asset_key(pipeline.id), name) for name in HEALTH_CHECK_NAMES)),
         description=f"One incremental run of pipeline {pipeline.id!r}: every record since the last run, once.",
         tags={PIPELINE_TAG: pipeline.id, KIND_TAG: "incremental"},
         executor_def=in_process_executor,

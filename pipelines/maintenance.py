@@ -14,8 +14,6 @@ bytes before and after), and it starts no Spark.
 from dagster import (
     AssetObservation,
     Config,
-    DagsterInvalidDefinitionError,
-    DefaultScheduleStatus,
     JobDefinition,
     MetadataValue,
     OpExecutionContext,
@@ -24,14 +22,13 @@ from dagster import (
     job,
     op,
 )
-from dynamic_kafka import ConfigError, PipelineConfig, TableMaintenance
+from dynamic_kafka import PipelineConfig, TableMaintenance
 from pydantic import Field
 
 from pipelines.errors import dagster_errors
 from pipelines.names import (
     KIND_TAG,
     PIPELINE_TAG,
-    TRIGGER_TAG,
     asset_key,
     dagster_name,
     dead_letter_asset_key,
@@ -40,6 +37,7 @@ from pipelines.names import (
     pool_name,
 )
 from pipelines.resources import DynamicKafkaResource
+from pipelines.schedules import cron_schedule
 
 
 class MaintenanceRunConfig(Config):
@@ -114,19 +112,13 @@ def build_maintenance_schedule(
     cron = pipeline.maintenance.schedule
     if cron is None:
         return None
-    try:
-        return ScheduleDefinition(
-            name=maintenance_schedule_name(pipeline.id),
-            cron_schedule=cron,
-            job=maintenance,
-            execution_timezone="UTC",
-            tags={TRIGGER_TAG: "schedule"},
-            default_status=DefaultScheduleStatus(pipeline.automation_default_status.upper()),
-            description=f"Maintenance of {pipeline.id!r}'s tables on '{cron}' (UTC).",
-        )
-    except DagsterInvalidDefinitionError as e:
-        raise ConfigError(
-            f"pipeline {pipeline.id!r}: maintenance.schedule {cron!r} is not a valid cron expression.",
-            source=source,
-            hint="Use five fields, e.g. '0 3 * * 0'.",
-        ) from e
+    return cron_schedule(
+        pipeline,
+        maintenance_schedule_name(pipeline.id),
+        maintenance,
+        key="maintenance.schedule",
+        cron=cron,
+        description=f"Maintenance of {pipeline.id!r}'s tables on '{cron}' (UTC).",
+        example="0 3 * * 0",
+        source=source,
+    )

@@ -19,6 +19,11 @@ LAG_CHECK_NAME = "lag"
 DATA_LOSS_CHECK_NAME = "data_loss"
 DEAD_LETTER_CHECK_NAME = "dead_letters"
 COMPLETENESS_CHECK_NAME = "completeness"
+# The health checks between runs (pipelines.health); the names are the library's verdict names.
+IDLE_CHECK_NAME = "idle_partitions"
+STUCK_TRANSACTION_CHECK_NAME = "stuck_transactions"
+EVENT_TIME_LAG_CHECK_NAME = "event_time_lag"
+HEALTH_CHECK_NAMES = (IDLE_CHECK_NAME, STUCK_TRANSACTION_CHECK_NAME, EVENT_TIME_LAG_CHECK_NAME)
 
 # Run tags. Every run of a pipeline carries PIPELINE_TAG (the run queue's one-run-per-pipeline limit counts it);
 # KIND_TAG says incremental or backfill; TRIGGER_TAG says what requested the run.
@@ -106,3 +111,13 @@ def maintenance_job_name(pipeline_id: str) -> str:
 def maintenance_schedule_name(pipeline_id: str) -> str:
     """Return the name of a pipeline's maintenance schedule (when ``maintenance.schedule`` is set)."""
     return f"{dagster_name(pipeline_id)}_maintenance_schedule"
+
+
+def health_job_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's health job (the sink's checks, evaluated between runs)."""
+    return f"{dagster_name(pipeline_id)}_health"
+
+
+def health_schedule_name(pipeline_id: str) -> str:
+    """Return the name of a pipeline's health schedule (when ``health.schedule`` is set)."""
+    return f"{dagster_name(pipeline_id)}_health_schedule"

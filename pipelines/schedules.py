@@ -13,6 +13,7 @@ from dynamic_kafka import ConfigError
 from pipelines.names import TRIGGER_TAG, schedule_name
 
 if TYPE_CHECKING:
+    from dagster import JobDefinition
     from dynamic_kafka import PipelineConfig
 
     from pipelines.jobs import AssetJob
@@ -26,19 +27,48 @@ def build_schedule(pipeline: PipelineConfig, job: AssetJob, *, source: str | Non
     """
     if pipeline.schedule is None:
         return None
+    return cron_schedule(
+        pipeline,
+        schedule_name(pipeline.id),
+        job,
+        key="schedule",
+        cron=pipeline.schedule,
+        description=f"Incremental runs of {pipeline.id!r} on '{pipeline.schedule}' (UTC).",
+        example="*/15 * * * *",
+        source=source,
+    )
+
+
+def cron_schedule(
+    pipeline: PipelineConfig,
+    name: str,
+    job: AssetJob | JobDefinition,
+    *,
+    key: str,
+    cron: str,
+    description: str,
+    example: str,
+    source: str | None,
+) -> ScheduleDefinition:
+    """A schedule of one of the pipeline's jobs on ``cron`` (UTC), starting as ``automation_default_status`` says.
+
+    Raises:
+        ConfigError: ``cron`` (the config's ``key``) is not a valid cron expression; names the pipeline and the
+            value, with ``example`` as the fix.
+    """
     try:
         return ScheduleDefinition(
-            name=schedule_name(pipeline.id),
-            cron_schedule=pipeline.schedule,
+            name=name,
+            cron_schedule=cron,
             job=job,
             execution_timezone="UTC",
             tags={TRIGGER_TAG: "schedule"},
             default_status=DefaultScheduleStatus(pipeline.automation_default_status.upper()),
-            description=f"Incremental runs of {pipeline.id!r} on '{pipeline.schedule}' (UTC).",
+            description=description,
         )
     except DagsterInvalidDefinitionError as e:
         raise ConfigError(
-            f"pipeline {pipeline.id!r}: schedule {pipeline.schedule!r} is not a valid cron expression.",
+            f"pipeline {pipeline.id!r}: {key} {cron!r} is not a valid cron expression.",
             source=source,
-            hint="Use five fields, e.g. '*/15 * * * *'.",
+            hint=f"Use five fields, e.g. '{example}'.",
         ) from e

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 from dynamic_kafka.cli import backfill as cli_backfill
 from dynamic_kafka.cli import check as cli_check
 from dynamic_kafka.cli import dead_letters as cli_dead_letters
+from dynamic_kafka.cli import health as cli_health
 from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
@@ -37,6 +38,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_backfill.register,
     cli_check.register,
     cli_dead_letters.register,
+    cli_health.register,
     cli_maintain.register,
     cli_offsets.register,
     cli_pipeline.register,

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
@@ -65,6 +66,13 @@ class OffsetAnswer(NamedTuple):
 
     offset: int | None
     leader_epoch: int | None
+
+
+class RecordAt(NamedTuple):
+    """A record's offset and Kafka timestamp (epoch milliseconds)."""
+
+    offset: int
+    timestamp_ms: int
 
 
 class TopicDescription(FrozenModel):
@@ -260,6 +268,64 @@ class KafkaAdmin(AdminConnection):
             unanswered = len(pending) + len(unseeked)
             logger.debug("%s: no answer in %gs for %d partition(s)", operation, self.timeout_s, unanswered)
         return diverged
+
+    def record_timestamps(self, starts: Mapping[Partition, int], *, newest: bool) -> dict[Partition, RecordAt]:
+        """The Kafka timestamp of one record per partition, reading from ``starts`` (read_uncommitted, so records
+        of open transactions count): with ``newest`` the last record before the end of the partition, else the
+        first record at or after the start. Partitions with no such record by the deadline are left out.
+
+        Transaction markers are not records (the client skips them): the newest record of a transactional
+        partition is below its commit marker at ``high watermark - 1``, so a caller reads it from a few offsets
+        before the high watermark.
+        """
+        wanted = {part: start for part, start in starts.items() if start >= 0}
+        if not wanted:
+            return {}
+        operation = f"reading record timestamps of {len(wanted)} partition(s)"
+        conf = {
+            **self._conf(),
+            "group.id": f"dynamic-kafka-health-{self.cluster.cluster_id}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+        try:
+            consumer = Consumer(conf)
+        except KafkaException as e:
+            raise self._wrap_exception(e, "creating the record-reading consumer") from None
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(wanted.items())])
+            return self._read_timestamps(consumer, set(wanted), newest=newest, operation=operation)
+        finally:
+            consumer.close()
+
+    def _read_timestamps(
+        self, consumer: Any, pending: set[Partition], *, newest: bool, operation: str
+    ) -> dict[Partition, RecordAt]:
+        deadline = time.monotonic() + self.timeout_s
+        found: dict[Partition, RecordAt] = {}
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(min(_CHECK_POLL_S, max(0.0, deadline - time.monotonic())))
+            self._check_authentication(operation)
+            if message is None or message.topic() is None:
+                continue
+            part = (message.topic(), message.partition())
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(part)
+                continue
+            if part not in pending:
+                continue
+            kind, ms = message.timestamp()
+            if kind != TIMESTAMP_NOT_AVAILABLE:
+                found[part] = RecordAt(offset=message.offset(), timestamp_ms=ms)
+            if not newest:
+                pending.discard(part)
+                consumer.pause([TopicPartition(part[0], part[1])])
+        if pending:
+            logger.debug("%s: no end reached in %gs for %d partition(s)", operation, self.timeout_s, len(pending))
+        return found
 
     def committed_offsets(self, group_id: str, partitions: Collection[Partition]) -> dict[Partition, int | None]:
         """The consumer group's committed offsets, in one call; None where the group has none.

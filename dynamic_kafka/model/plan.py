@@ -201,6 +201,11 @@ class Plan(FrozenModel):
     bootstrap: ArchiveRead | None = Field(
         None, description="The archive this run lands with its Kafka records (the pipeline's first run only)."
     )
+    event_time: str | None = Field(
+        None,
+        description="The ``event_time`` expression the run's min/max event time measure, pinned with the decode "
+        "inputs once checked (before the plan is written): a recovery measures with it. None: the Kafka timestamp.",
+    )
     planned_at: datetime
 
     @property

@@ -47,12 +47,12 @@ class Written(Protocol):
 
     @property
     def min_event_time(self) -> datetime | None:
-        """The smallest Kafka timestamp read."""
+        """The smallest event time read (the ``event_time`` expression's, else the Kafka timestamp)."""
         ...
 
     @property
     def max_event_time(self) -> datetime | None:
-        """The largest Kafka timestamp read."""
+        """The largest event time read, likewise."""
         ...
 
     @property
@@ -297,8 +297,13 @@ class RunSummary(FrozenModel):
     lag_after: int = Field(0, description="Records known to be pending after the run (caps, stopping offsets).")
     capped: bool = Field(False, description="A cap left records behind; the next run has work right away.")
     spark_started: bool = False
-    min_event_time: datetime | None = None
-    max_event_time: datetime | None = None
+    min_event_time: datetime | None = Field(
+        None, description="The smallest event time read: the ``event_time`` expression's, else the Kafka timestamp."
+    )
+    max_event_time: datetime | None = Field(None, description="The largest event time read, likewise.")
+    event_time: str | None = Field(
+        None, description="The ``event_time`` expression the event times measure; None: the Kafka timestamp."
+    )
     sink_version: int | None = None
     skipped_clusters: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
@@ -436,6 +441,7 @@ class _PlanFields(TypedDict):
     metadata_fingerprint: str
     bootstrap_source: str | None
     bootstrap_records: int | None
+    event_time: str | None
 
 
 def _from_plan(plan: Plan, lag_after: int) -> _PlanFields:
@@ -455,4 +461,5 @@ def _from_plan(plan: Plan, lag_after: int) -> _PlanFields:
         metadata_fingerprint=plan.metadata_fingerprint,
         bootstrap_source=f"{plan.bootstrap.format} {plan.bootstrap.location}" if plan.bootstrap else None,
         bootstrap_records=plan.bootstrap.rows if plan.bootstrap else None,
+        event_time=plan.event_time,
     )

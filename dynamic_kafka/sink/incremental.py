@@ -146,6 +146,7 @@ def write_incremental(
     *,
     before_commit: Callable[[], None] | None = None,
     counted_ranges: Sequence[Split] = (),
+    event_time: str | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -165,6 +166,7 @@ def write_incremental(
             backfill), just before that write's job, which reads and commits in one step.
         counted_ranges: the ranges whose records the pass counts as it reads them (``read_per_range``), for
             the run's completeness (:mod:`~dynamic_kafka.sink.completeness`).
+        event_time: the expression the event-time range measures (the plan's); None: the Kafka timestamp.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -223,7 +225,9 @@ def write_incremental(
                 name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
                 read, written = Observation(f"{name}_read"), Observation(name)
                 kept = _skip_backfilled(decoded_frame.observe(read, *reading), target)
-                return _Observing(kept.observe(written, *metric_columns(planned_pairs), *counts), written, read)
+                return _Observing(
+                    kept.observe(written, *metric_columns(planned_pairs, event_time=event_time), *counts), written, read
+                )
 
             try:
                 landed = writer(observed_rows, target)

@@ -33,6 +33,7 @@ from dynamic_kafka.sink.tables import (
     sql_string,
 )
 from dynamic_kafka.spark.decode import decode
+from dynamic_kafka.spark.event_time import window_column
 from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import session_settings
@@ -66,6 +67,7 @@ def merge_backfill(
     prepared: PreparedDecoding | None = None,
     backfill_sequence: int | None = None,
     before_write: Callable[[], None] | None = None,
+    event_time: str | None = None,
 ) -> WriteResult:
     """Merges a backfill's records into the sink, inserting only records it does not hold yet.
 
@@ -87,6 +89,9 @@ def merge_backfill(
             Delta transaction ``backfill_app_id(pipeline.id)``, so a state restored from before this backfill is
             recognised (``dynamic_kafka.realign``). None: the backfill raised no frontier; nothing is recorded.
         before_write: called right before each MERGE; raises to stop the backfill there (its lease was lost).
+        event_time: the pipeline's ``event_time`` expression. Set, the decoded rows are kept when their event time
+            (else, when it is null, their Kafka timestamp) is in ``[start, end)``, and the event-time range measures
+            it; None: the caller filtered on the Kafka timestamp.
 
     Returns:
         Counts read, rows inserted into the sink (``sink_records``), dead letters inserted, and versions.
@@ -111,11 +116,14 @@ def merge_backfill(
     with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
         spark = df.sparkSession
         decoded_frame = decode(df, pipeline, prepared)
+        if event_time is not None and start is not None and end is not None:
+            moment = window_column(event_time)
+            decoded_frame = decoded_frame.where((moment >= sf.lit(start)) & (moment < sf.lit(end)))
         check_table_schema(sink_rows(decoded_frame, run_seq).schema, sink_schema(sink_path), str(sink_path), prepared)
         decoded = decoded_frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One row of aggregates (not data) over the persisted read, which this action materializes.
-            metrics = decoded.agg(*metric_columns(pairs, offsets=True)).collect()[0].asDict()
+            metrics = decoded.agg(*metric_columns(pairs, offsets=True, event_time=event_time)).collect()[0].asDict()
             bad_count = int(metrics["dead_letters"] or 0)
             if bad_count and pipeline.on_decode_error == "fail":
                 raise _first_undecodable(decoded)

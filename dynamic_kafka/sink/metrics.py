@@ -40,8 +40,10 @@ class WriteResult(FrozenModel):
     )
     sink_records: int = Field(ge=0, description="Rows appended to (or, for a merge, inserted into) the sink.")
     dead_letters: int = Field(ge=0, description="Undecodable records written to the dead-letter table.")
-    min_event_time: datetime | None = Field(None, description="Smallest Kafka timestamp read (UTC).")
-    max_event_time: datetime | None = Field(None, description="Largest Kafka timestamp read (UTC).")
+    min_event_time: datetime | None = Field(
+        None, description="Smallest event time read (UTC): the ``event_time`` expression's, else the Kafka timestamp."
+    )
+    max_event_time: datetime | None = Field(None, description="Largest event time read (UTC), likewise.")
     sink_version: int | None = Field(None, description="Sink Delta version holding this write.")
     dead_letter_version: int | None = Field(None, description="Dead-letter table version holding this write.")
     already_committed: bool = Field(
@@ -60,11 +62,16 @@ class WriteResult(FrozenModel):
     )
 
 
-def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -> list[Column]:
-    """Aggregates for one pass: totals, per-pair conditional sums (and offset ranges), event-time range, dead
+def metric_columns(
+    pairs: Sequence[tuple[str, str]], *, offsets: bool = False, event_time: str | None = None
+) -> list[Column]:
+    """Aggregates for one pass: totals, per-pair conditional sums (and offset ranges), the Kafka timestamps' range
+    (``min_ts``/``max_ts``: a MERGE's scope), the event-time range (``event_time``, else the Kafka timestamp), dead
     letters.
     """
     from pyspark.sql import functions as sf
+
+    from dynamic_kafka.spark.event_time import event_time_column
 
     size = sf.coalesce(sf.octet_length(RAW_KEY), sf.lit(0)) + sf.coalesce(sf.octet_length(RAW_VALUE), sf.lit(0))
     columns = [
@@ -73,6 +80,8 @@ def metric_columns(pairs: Sequence[tuple[str, str]], *, offsets: bool = False) -
         sf.sum(sf.when(sf.col(DECODE_ERROR).isNotNull(), 1).otherwise(0)).alias("dead_letters"),
         sf.min(sf.unix_micros("timestamp")).alias("min_ts"),
         sf.max(sf.unix_micros("timestamp")).alias("max_ts"),
+        sf.min(sf.unix_micros(event_time_column(event_time))).alias("min_event"),
+        sf.max(sf.unix_micros(event_time_column(event_time))).alias("max_event"),
     ]
     for i, (cluster_id, topic) in enumerate(pairs):
         match = (sf.col("cluster") == sf.lit(cluster_id)) & (sf.col("topic") == sf.lit(topic))
@@ -127,8 +136,8 @@ def write_result(
         per_topic={pair: (number(f"records_{i}"), number(f"bytes_{i}")) for i, pair in enumerate(pairs)},
         sink_records=records - dead_letters,
         dead_letters=dead_letters,
-        min_event_time=_from_micros(metrics.get("min_ts")),
-        max_event_time=_from_micros(metrics.get("max_ts")),
+        min_event_time=_from_micros(metrics.get("min_event")),
+        max_event_time=_from_micros(metrics.get("max_event")),
         sink_version=sink_version,
         dead_letter_version=dead_letter_version,
         schema_counts={k: int(v or 0) for k, v in metrics.items() if k.startswith("schema_")},

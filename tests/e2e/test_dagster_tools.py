@@ -19,6 +19,8 @@ from pipelines.names import (
     backfill_job_name,
     catch_up_sensor_name,
     dead_letter_replay_job_name,
+    health_job_name,
+    health_schedule_name,
     incremental_job_name,
     maintenance_job_name,
     maintenance_schedule_name,
@@ -91,10 +93,17 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     jobs |= {
         name(p.id)
         for p in project.pipelines
-        for name in (offsets_show_job_name, offsets_reset_job_name, dead_letter_replay_job_name, maintenance_job_name)
+        for name in (
+            offsets_show_job_name,
+            offsets_reset_job_name,
+            dead_letter_replay_job_name,
+            maintenance_job_name,
+            health_job_name,
+        )
     }
     schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}
     schedules |= {maintenance_schedule_name(p.id) for p in project.pipelines if p.maintenance.schedule}
+    schedules |= {health_schedule_name(p.id) for p in project.pipelines if p.health.schedule}
     sensors = {metadata_sensor_name(p.id) for p in project.pipelines}
     sensors |= {catch_up_sensor_name(p.id) for p in project.pipelines}
     return assets, jobs, schedules, sensors

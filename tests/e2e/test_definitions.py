@@ -67,7 +67,15 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     assert {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys} == {
         (p, check)
         for p in ("orders", "pay-ments", "plain")
-        for check in ("lag", "data_loss", "dead_letters", "completeness")
+        for check in (
+            "lag",
+            "data_loss",
+            "dead_letters",
+            "completeness",
+            "idle_partitions",
+            "stuck_transactions",
+            "event_time_lag",
+        )
     }
     jobs = {j.name for j in repo.get_all_jobs() if not j.name.startswith("__")}
     assert jobs == {
@@ -79,9 +87,12 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     } | {
         f"{p}_{op}"
         for p in ("orders", "pay_ments", "plain")
-        for op in ("offsets_show", "offsets_reset", "dead_letter_replay", "maintenance")
+        for op in ("offsets_show", "offsets_reset", "dead_letter_replay", "maintenance", "health")
     }
-    assert {s.name: s.cron_schedule for s in repo.schedule_defs} == {"orders_schedule": "*/15 * * * *"}
+    assert {s.name: s.cron_schedule for s in repo.schedule_defs} == {
+        "orders_schedule": "*/15 * * * *",
+        **{f"{p}_health_schedule": "*/15 * * * *" for p in ("orders", "pay_ments", "plain")},
+    }
     assert {s.name for s in repo.sensor_defs} == {
         f"{p}_{kind}_sensor" for p in ("orders", "pay_ments", "plain") for kind in ("metadata", "catch_up")
     }
@@ -264,6 +275,8 @@ def test_the_schedule_and_metadata_sensor_start_as_the_config_says(project: Proj
     assert schedules == {
         "orders_schedule": DefaultScheduleStatus.STOPPED,
         "live_schedule": DefaultScheduleStatus.RUNNING,
+        "orders_health_schedule": DefaultScheduleStatus.STOPPED,
+        "live_health_schedule": DefaultScheduleStatus.RUNNING,
     }
     assert (sensors["orders_metadata_sensor"], sensors["live_metadata_sensor"]) == (
         DefaultSensorStatus.STOPPED,

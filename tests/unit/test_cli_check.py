@@ -123,6 +123,16 @@ def test_check_validates_the_maintenance_schedule_and_retention(
     assert found["pipelines[0].maintenance.schedule"] == "the day of week field '8' is out of range: write 0-7"
 
 
+def test_check_validates_the_health_schedule_and_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    health = '    health: {schedule: "*/15 * * *", stuck_transaction_seconds: 0}\n'
+    config = write_project(tmp_path, CONFIG + health, METADATA)
+
+    assert main(["check", "--config", str(config), "--json"]) == 1
+
+    found = {p["location"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
+    assert set(found) == {"pipelines[0].health.schedule", "pipelines[0].health.stuck_transaction_seconds"}
+
+
 def test_check_finds_a_misspelled_stream_once_both_files_are_valid(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
