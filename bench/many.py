@@ -155,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"NOT EXACT ({len(failures)}):", *failures, sep="\n  ")
             return 1
         later = rows[1:] or rows
+        which = "after the warm-up round" if rows[1:] else "of the one round (the server's warm-up: cold JIT)"
         print(
-            f"all {2 * args.rounds * args.pipelines} runs exact; median after the warm-up round: together "
+            f"all {2 * args.rounds * args.pipelines} runs exact; median {which}: together "
             f"{statistics.median(r[0] for r in later):.1f} s, one after another "
             f"{statistics.median(r[1] for r in later):.1f} s; server RSS {rows[0][2]:.0f} -> {rows[-1][2]:.0f} MB"
         )
