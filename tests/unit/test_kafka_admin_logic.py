@@ -6,6 +6,7 @@ tests/integration/test_kafka_admin.py.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -109,7 +110,7 @@ class FakeAdmin:
     epochs: dict[tuple[str, int], int] = {}  # the leader epoch of a partition (default: none given)
     diverged: dict[tuple[str, int], int] = {}  # what the divergence check answers for a partition asked
     calls: list[tuple[str, str, object]] = []
-    delay_s = 0.0
+    rendezvous: threading.Barrier | None = None  # every cluster's describe call waits here for the others
 
     def __init__(self, cluster: ClusterMetadata, *, timeout_s: float = 10.0) -> None:
         self.cluster_id = cluster.cluster_id
@@ -121,7 +122,8 @@ class FakeAdmin:
         return None
 
     def describe_topics(self, topics: Collection[str]) -> dict[str, TopicDescription]:
-        time.sleep(self.delay_s)
+        if self.rendezvous is not None:
+            self.rendezvous.wait()
         if self.cluster_id in self.failures:
             raise self.failures[self.cluster_id]
         known = self.topics[self.cluster_id]
@@ -171,7 +173,7 @@ def fake_admin(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdmin]:
     FakeAdmin.epochs = {}
     FakeAdmin.diverged = {}
     FakeAdmin.calls = []
-    FakeAdmin.delay_s = 0.0
+    FakeAdmin.rendezvous = None
     return FakeAdmin
 
 
@@ -200,12 +202,14 @@ def test_snapshot_offsets_and_missing_topics(fake_admin: type[FakeAdmin]) -> Non
 
 
 def test_snapshot_queries_clusters_concurrently(fake_admin: type[FakeAdmin]) -> None:
-    fake_admin.delay_s = 0.5
-    started = time.monotonic()
-    take_broker_snapshot(
+    # Both clusters' calls must be in flight at once to pass the barrier; one after the other, the first waits
+    # alone until the barrier breaks.
+    fake_admin.rendezvous = threading.Barrier(2, timeout=30)
+    snap = take_broker_snapshot(
         [_request("east", "orders"), _request("west", "orders-v2")], isolation_level="read_committed", now=NOW
     )
-    assert time.monotonic() - started < 0.95  # not 1.0: one thread per cluster
+    assert set(snap.clusters) == {"east", "west"}
+    assert not fake_admin.rendezvous.broken
 
 
 def test_snapshot_timestamp_lookups(fake_admin: type[FakeAdmin]) -> None:
