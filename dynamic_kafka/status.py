@@ -82,7 +82,12 @@ def pipeline_status(context: PipelineContext, *, history: int = 20) -> PipelineS
         requests = [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
     else:
         requests = status_requests(state, context.service)
-    brokers = take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
+    brokers = take_broker_snapshot(
+        requests,
+        isolation_level=context.pipeline.isolation_level,
+        now=datetime.now(UTC),
+        timeout_s=context.pipeline.kafka_timeout_seconds,
+    )
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):
         answered = brokers.clusters.get(key.cluster_id)
