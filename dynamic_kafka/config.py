@@ -442,6 +442,13 @@ class PipelineConfig(_Config):
     on_topic_recreated: Literal["fail", "reset"] = "fail"
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
+    kafka_timeout_seconds: float = Field(
+        10,
+        gt=0,
+        description="Deadline of each call a run, backfill, status or offset reset makes to a Kafka cluster (its "
+        "offsets and topics); a cluster that has not answered by then is unreachable (the run fails retriably, or "
+        "skips it under `skip_unreachable_clusters`).",
+    )
     isolation_level: Isolation = "read_committed"
     properties: StringProperties = Field(
         default_factory=dict,

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -147,7 +148,11 @@ class PipelineContext:
         """The pipeline's subscribed streams as the metadata service describes them now."""
         source = str(self.project.source) if self.project.source else None
         resolved = resolve_metadata(self.service, self.pipeline, source=source)
-        return expand_patterns(resolved, list_topic_names, skip_unreachable=self.pipeline.skip_unreachable_clusters)
+        return expand_patterns(
+            resolved,
+            functools.partial(list_topic_names, timeout_s=self.pipeline.kafka_timeout_seconds),
+            skip_unreachable=self.pipeline.skip_unreachable_clusters,
+        )
 
     def broker_snapshot(
         self, metadata: MetadataSnapshot, state: StateSnapshot, *, pipeline: PipelineConfig | None = None
@@ -157,7 +162,12 @@ class PipelineContext:
         """
         pipeline = pipeline or self.pipeline
         requests = run_requests(pipeline, metadata, state, self.service)
-        return take_broker_snapshot(requests, isolation_level=pipeline.isolation_level, now=datetime.now(UTC))
+        return take_broker_snapshot(
+            requests,
+            isolation_level=pipeline.isolation_level,
+            now=datetime.now(UTC),
+            timeout_s=pipeline.kafka_timeout_seconds,
+        )
 
     def plan_snapshot(self, plan: Plan) -> BrokerSnapshot:
         """The brokers' offsets now, for every partition a (planned) plan reads: to check a crashed run's plan is
@@ -175,7 +185,12 @@ class PipelineContext:
             ClusterRequest(cluster=connections[cid], topics=frozenset(names), required=True, skip_unreachable=False)
             for cid, names in sorted(topics.items())
         ]
-        return take_broker_snapshot(requests, isolation_level=self.pipeline.isolation_level, now=datetime.now(UTC))
+        return take_broker_snapshot(
+            requests,
+            isolation_level=self.pipeline.isolation_level,
+            now=datetime.now(UTC),
+            timeout_s=self.pipeline.kafka_timeout_seconds,
+        )
 
     def check_topics_unchanged(
         self, plan: Plan, clusters: Mapping[str, ClusterMetadata], *, backfill: bool = False
@@ -196,7 +211,7 @@ class PipelineContext:
             if split.topic_id and split.stop_offset > split.start_offset:
                 planned.setdefault(split.cluster_id, {})[split.topic] = split.topic_id
         for cluster_id, topics in sorted(planned.items()):
-            with KafkaAdmin(clusters[cluster_id]) as admin:
+            with KafkaAdmin(clusters[cluster_id], timeout_s=self.pipeline.kafka_timeout_seconds) as admin:
                 described = admin.describe_topics(topics)
             for topic, topic_id in sorted(topics.items()):
                 now = described[topic]

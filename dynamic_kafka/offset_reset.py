@@ -348,7 +348,12 @@ def _broker_offsets(
         )
         for cluster_id, names in sorted(topics.items())
     ]
-    return take_broker_snapshot(requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC))
+    return take_broker_snapshot(
+        requests,
+        isolation_level=context.pipeline.isolation_level,
+        now=datetime.now(UTC),
+        timeout_s=context.pipeline.kafka_timeout_seconds,
+    )
 
 
 def _connection(context: PipelineContext, cluster_id: str, bootstrap: str) -> ClusterMetadata:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan
     from dynamic_kafka.spark.deadline import RunDeadline
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+    from dynamic_kafka.spark.decoding import PreparedDecoding
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def prepare_write(
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """
     from dynamic_kafka.sink.schema_check import check_sink_schema
+    from dynamic_kafka.spark.decoding import prepare_decoding
     from dynamic_kafka.spark.event_time import check_event_time
-    from dynamic_kafka.spark.registry_decode import prepare_decoding
 
     context.check_spark()
     connections = context.connections(plan, metadata)

@@ -70,11 +70,11 @@ class PipelineStatus(BaseModel):
     warnings: tuple[Finding, ...]
 
 
-def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float = 10.0) -> PipelineStatus:
+def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float | None = None) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
     shows no lag rather than failing the report). A pipeline that never ran has no cluster in its state: then the
     clusters of the streams it subscribes to are asked, so that brokers it cannot reach are reported all the same.
-    ``timeout_s`` bounds each broker call.
+    ``timeout_s`` bounds each broker call (default: the pipeline's ``kafka_timeout_seconds``).
     """
     state = context.store.load()
     runs = context.store.run_history(limit=history)
@@ -82,7 +82,10 @@ def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: f
     never_ran = state.last_run is None and not state.partitions
     requests = report_requests(context, state)
     brokers = take_broker_snapshot(
-        requests, isolation_level=context.pipeline.isolation_level, now=datetime.now(UTC), timeout_s=timeout_s
+        requests,
+        isolation_level=context.pipeline.isolation_level,
+        now=datetime.now(UTC),
+        timeout_s=timeout_s if timeout_s is not None else context.pipeline.kafka_timeout_seconds,
     )
     rows = []
     for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0])):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.local_spark_connect import start_server, stop_server
-from devtools.testing.clusters import clusters_from_env, local_test_clusters
+from devtools.testing.clusters import THROWAWAY_STOP_S, clusters_from_env, local_test_clusters
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
@@ -202,7 +202,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     _ui_ports[base_dir] = free_port()
     info = start_test_server(base_dir, free_port(), _ui_ports[base_dir])
     yield info
-    stop_server(base_dir=base_dir)
+    stop_server(base_dir=base_dir, timeout_s=THROWAWAY_STOP_S)
 
 
 _ui_ports: dict[Path, int] = {}

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 TEST_CLUSTERS_ENV = "DYNAMIC_KAFKA_TEST_CLUSTERS"
+THROWAWAY_STOP_S = 1.0
+"""How long a test's service (deleted right after it stops) may shut down cleanly before it is killed: a clean
+shutdown keeps data that is deleted anyway, and the session's services stopping one by one at its end took about
+16 s of a suite run."""
 
 
 def clusters_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, ClusterEndpoint] | None:
@@ -68,7 +72,7 @@ def local_test_clusters(
     try:
         yield clusters
     finally:
-        stop_clusters(list(clusters), base_dir=base_dir, purge=True)
+        stop_clusters(list(clusters), base_dir=base_dir, purge=True, stop_timeout_s=THROWAWAY_STOP_S)
 
 
 SecuredForm = Literal["pem", "pkcs12", "jks", "jaas"]

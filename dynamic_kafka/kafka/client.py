@@ -388,9 +388,11 @@ def offsets_of(answers: Mapping[str, Mapping[Partition, OffsetAnswer]]) -> dict[
     return {name: {part: a.offset for part, a in found.items()} for name, found in answers.items()}
 
 
-def list_topic_names(cluster: ClusterMetadata) -> list[str]:
-    """The cluster's topics, sorted, without Kafka's internal ones (one short-lived admin client)."""
-    with KafkaAdmin(cluster) as admin:
+def list_topic_names(cluster: ClusterMetadata, *, timeout_s: float = 10.0) -> list[str]:
+    """The cluster's topics, sorted, without Kafka's internal ones (one short-lived admin client whose calls have
+    the deadline ``timeout_s``).
+    """
+    with KafkaAdmin(cluster, timeout_s=timeout_s) as admin:
         return admin.list_topic_names()
 
 

@@ -64,8 +64,7 @@ from dynamic_kafka.sink.tables import (
     spark_failures,
     table_exists,
 )
-from dynamic_kafka.spark.decode import can_fail, decode
-from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema, incompatible_error_from
+from dynamic_kafka.spark.decoding import PreparedDecoding, value_column_decoding
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import log_replay_settings, session_settings
 
@@ -158,8 +157,8 @@ def write_incremental(
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
             (:meth:`~dynamic_kafka.model.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
-        prepared: the writer schemas of registry / schema-file streams
-            (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`).
+        prepared: the run's decoding (:func:`~dynamic_kafka.spark.decoding.prepare_decoding`); None: the
+            pipeline's streams all land in the ``value`` column.
         before_commit: called before each table's commit of the run's rows (the dead-letter table's, the sink's);
             raising stops the write with that commit not made. For a staged append it runs once the rows were read
             and written as files; for delta-spark's own write (a first write, a new column, a dedupe against a
@@ -199,7 +198,8 @@ def write_incremental(
         before_commit=before_commit,
         partition_by=pipeline.sink.partition_by,
     )
-    writer = _writer(pipeline)
+    decoding = prepared or value_column_decoding(pipeline)
+    writer = _writer(pipeline, decoding)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
         prior, files = committed_txn_and_files(target.sink_path, target.app_id)
         if prior == run_seq:
@@ -214,11 +214,11 @@ def write_incremental(
                 state_path="(the state this run was planned from)",
             )
         with session_settings(df.sparkSession, log_replay_settings(files)):
-            decoded_frame = decode(df, pipeline, prepared)
-            check_table_schema(
-                sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path), prepared
+            decoded_frame = decoding.decode(df)
+            decoding.check_table(
+                sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path)
             )
-            counts = [column.alias(name) for name, column in (prepared.count_columns() if prepared else [])]
+            counts = [column.alias(name) for name, column in decoding.count_columns()]
             reading = [sf.count(sf.lit(1)).alias("read"), *read_count_columns(counted_ranges)]
 
             def observed_rows() -> _Observing:
@@ -238,7 +238,7 @@ def write_incremental(
                     return _already_committed(target, latest)
                 raise
             except Exception as e:
-                incompatible = incompatible_error_from(e)
+                incompatible = decoding.incompatible_error(e)
                 if incompatible is not None:
                     raise incompatible from e
                 raise
@@ -262,8 +262,8 @@ def write_incremental(
 # --- one writer per decode policy -------------------------------------------------------------------------------
 
 
-def _writer(pipeline: PipelineConfig) -> _Writer:
-    if not can_fail(pipeline):
+def _writer(pipeline: PipelineConfig, decoding: PreparedDecoding) -> _Writer:
+    if not decoding.can_fail:
         return _write_all
     return _write_or_fail if pipeline.on_decode_error == "fail" else _write_with_dead_letters
 

@@ -32,9 +32,8 @@ from dynamic_kafka.sink.tables import (
     spark_failures,
     sql_string,
 )
-from dynamic_kafka.spark.decode import decode
+from dynamic_kafka.spark.decoding import PreparedDecoding, value_column_decoding
 from dynamic_kafka.spark.event_time import window_column
-from dynamic_kafka.spark.registry_decode import PreparedDecoding, check_table_schema
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import session_settings
 
@@ -84,7 +83,8 @@ def merge_backfill(
         start: the event-time window's start (for the log line; the planner turned it into offsets).
         end: the window's end (exclusive), likewise.
         run_seq: stored in ``_run_seq`` (null when None); backfills do not take part in the txn protocol.
-        prepared: the writer schemas of registry / schema-file streams (required when the pipeline has any).
+        prepared: the backfill's decoding (:func:`~dynamic_kafka.spark.decoding.prepare_decoding`); None: the
+            pipeline's streams all land in the ``value`` column.
         backfill_sequence: the backfill's number from ``StateStore.record_backfill``; each MERGE records it as the
             Delta transaction ``backfill_app_id(pipeline.id)``, so a state restored from before this backfill is
             recognised (``dynamic_kafka.realign``). None: the backfill raised no frontier; nothing is recorded.
@@ -115,11 +115,12 @@ def merge_backfill(
     window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
     with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
         spark = df.sparkSession
-        decoded_frame = decode(df, pipeline, prepared)
+        decoding = prepared or value_column_decoding(pipeline)
+        decoded_frame = decoding.decode(df)
         if event_time is not None and start is not None and end is not None:
             moment = window_column(event_time)
             decoded_frame = decoded_frame.where((moment >= sf.lit(start)) & (moment < sf.lit(end)))
-        check_table_schema(sink_rows(decoded_frame, run_seq).schema, sink_schema(sink_path), str(sink_path), prepared)
+        decoding.check_table(sink_rows(decoded_frame, run_seq).schema, sink_schema(sink_path), str(sink_path))
         decoded = decoded_frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One row of aggregates (not data) over the persisted read, which this action materializes.

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
-from dynamic_kafka.spark.schema import DECODE_ERROR
+from dynamic_kafka.spark.schema import DECODE_ERROR, RAW_KEY, RAW_VALUE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

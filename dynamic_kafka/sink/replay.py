@@ -38,8 +38,6 @@ from dynamic_kafka.sink.tables import (
     sql_string,
     table_exists,
 )
-from dynamic_kafka.spark.decode import decode
-from dynamic_kafka.spark.registry_decode import check_table_schema
 from dynamic_kafka.spark.schema import DECODE_ERROR, ERROR, MERGE_KEYS, OUTPUT_COLUMNS, RUN_SEQ
 
 if TYPE_CHECKING:
@@ -105,7 +103,7 @@ def replay(
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.spark.registry_decode import prepare_decoding
+    from dynamic_kafka.spark.decoding import prepare_decoding
 
     sink, dead_letters = pipeline.sink_table, pipeline.dead_letter_table
     with _replay_failures(), spark_failures(f"replaying the dead letters of {pipeline.id!r} from {dead_letters}", sink):
@@ -116,12 +114,12 @@ def replay(
         ranges = _ranges(frame)
         if not ranges:
             return ReplayCounts()
-        prepared = prepare_decoding(pipeline, ranges, clusters)
-        decoded = decode(frame, pipeline, prepared)
+        decoding = prepare_decoding(pipeline, ranges, clusters)
+        decoded = decoding.decode(frame)
         good = decoded.where(sf.col(DECODE_ERROR).isNull())
         columns = [c for c in sink_rows(good, None).columns if c != RUN_SEQ]
         rows = good.select(*columns, sf.col(_ORIGINAL_RUN).cast("long").alias(RUN_SEQ))
-        check_table_schema(rows.schema, sink_schema(sink), str(sink), prepared)
+        decoding.check_table(rows.schema, sink_schema(sink), str(sink))
         in_ranges = _in_ranges(ranges)
         counted = _outcomes(decoded, _sink_keys(spark, sink, in_ranges)).persist(StorageLevel.MEMORY_AND_DISK)
         try:

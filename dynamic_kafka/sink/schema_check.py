@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
     from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+    from dynamic_kafka.spark.decoding import PreparedDecoding
     from dynamic_kafka.storage import TableRef
 
 
@@ -35,12 +35,12 @@ def written_schema(
         SchemaMismatchError: ``value_schema`` is not a valid Spark DDL list of fields.
     """
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.decode import decode
+    from dynamic_kafka.spark.decoding import value_column_decoding
     from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
 
     try:
         empty = spark.createDataFrame([], OUTPUT_SCHEMA_DDL)
-        return sink_rows(decode(empty, pipeline, prepared), 0).schema
+        return sink_rows((prepared or value_column_decoding(pipeline)).decode(empty), 0).schema
     except ConfigError as e:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."

@@ -26,8 +26,16 @@ from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.sink.commits import Commit, describe_writer, read_commit, user_metadata
 from dynamic_kafka.sink.staged_append import can_stage, staged_append
 from dynamic_kafka.sink.type_names import spark_type_name
-from dynamic_kafka.spark.decode import RAW_KEY, RAW_VALUE
-from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, DECODE_ERROR, ERROR, OUTPUT_COLUMNS, RUN_SEQ, STATS_COLUMNS
+from dynamic_kafka.spark.schema import (
+    DEAD_LETTER_COLUMNS,
+    DECODE_ERROR,
+    ERROR,
+    OUTPUT_COLUMNS,
+    RAW_KEY,
+    RAW_VALUE,
+    RUN_SEQ,
+    STATS_COLUMNS,
+)
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
@@ -211,7 +219,7 @@ def append_idempotent(
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     writer = writer.option("userMetadata", user_metadata(commit_id))
     # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused
-    # before any write (registry_decode.check_table_schema).
+    # before any write (PreparedDecoding.check_table).
     writer = writer.option("mergeSchema", "true")
     if not table_exists(ref):
         writer = writer.option(STATS_PROPERTY, stats_columns(partition_by))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+    from dynamic_kafka.spark.decoding import PreparedDecoding
 
 _INTS = {"tinyint", "smallint", "int"}
 ACCEPTED_TYPES: dict[str, set[str]] = {

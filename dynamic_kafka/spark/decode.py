@@ -1,4 +1,5 @@
-"""Key and value decoding as Spark column expressions (no Python UDFs, nothing collected).
+"""The key and the ``value`` column of the bytes, string and json formats as Spark column expressions (no Python
+UDFs, nothing collected).
 
 Invariants:
 
@@ -19,27 +20,21 @@ Invariants:
   Objects inside arrays and maps are not checked for unknown fields.
 - A null key or value (a tombstone) is decodable and stays null.
 
-:func:`decode` keeps the raw bytes in ``_raw_key`` / ``_raw_value`` and the error text (null when decodable) in
-``_decode_error``, so a caller can route records to the sink or the dead-letter table from one computed frame.
+:meth:`dynamic_kafka.spark.decoding.PreparedDecoding.decode` composes these columns with the registry formats'
+(:mod:`dynamic_kafka.spark.registry_decode`) into one frame.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.spark.registry_decode import PreparedDecoding
-from dynamic_kafka.spark.schema import DECODE_ERROR
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column
     from pyspark.sql.types import StructType
 
     from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
-
-RAW_KEY = "_raw_key"
-RAW_VALUE = "_raw_value"
 
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"
@@ -81,80 +76,19 @@ def json_schema(value_schema: str) -> StructType:
     return parsed
 
 
-def decode(df: DataFrame, pipeline: PipelineConfig, prepared: PreparedDecoding | None = None) -> DataFrame:
-    """Decodes ``key`` and ``value`` per the pipeline's formats.
-
-    Adds ``_raw_key`` and ``_raw_value`` (the original bytes) and ``_decode_error`` (string; null when the record
-    decoded). Other columns are kept as they are. With registry or fixed-schema streams (``prepared``), their
-    fields and ``_schema_id`` are added as columns, and ``value`` only stays when a stream of another format
-    needs it; :func:`dynamic_kafka.sink.tables.sink_rows` picks the table's columns.
-
-    Args:
-        df: the reader's output.
-        pipeline: formats and policies.
-        prepared: the writer schemas of the planned ranges
-            (:func:`~dynamic_kafka.spark.registry_decode.prepare_decoding`); required when a stream uses a
-            registry format or a schema file.
+def value_column(
+    raw_value: Column, fmt: ValueFormatConfig, *, strict: bool = False
+) -> tuple[Column, list[tuple[Column, str]]]:
+    """The ``value`` column of a bytes/string/json format and its ``(is-bad, reason)`` checks, in order.
 
     Raises:
         ConfigError: ``value_schema`` is invalid (json).
-        SchemaIncompatibleError: two sources give one field two types.
-
-    Example:
-        >>> decoded = decode(read_splits(...), pipeline)  # doctest: +SKIP
-        >>> good = decoded.where("_decode_error IS NULL")  # doctest: +SKIP
     """
-    from pyspark.sql import functions as sf
-
-    if prepared is None:
-        if any(
-            f.value_format not in VALUE_COLUMN_FORMATS
-            for f in (pipeline.value_format_of(""), *pipeline.formats.values())
-        ):
-            raise ValueError("this pipeline reads registry/Avro values: pass prepare_decoding()'s result")
-        prepared = PreparedDecoding(legacy=pipeline.value_format_of(""))
-
-    raw_key, raw_value = sf.col(RAW_KEY), sf.col(RAW_VALUE)
-    staged = df.withColumnsRenamed({"key": RAW_KEY, "value": RAW_VALUE})
-    key, key_bad = _text(raw_key) if pipeline.key_format == "string" else (raw_key, sf.lit(False))
-
-    legacy = prepared.legacy
-    columns: dict[str, Column] = {"key": key}
-    value_bad: list[tuple[Column, str]] = []
-    if legacy is not None:
-        value, value_bad = _legacy_value(raw_value, legacy, strict=pipeline.json_strict)
-        columns["value"] = value
-    if not prepared.sources:
-        error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8))
-        for bad, reason in value_bad:
-            error = error.when(bad, sf.lit(reason))
-        return staged.withColumns({**columns, DECODE_ERROR: error.otherwise(sf.lit(None).cast("string"))})
-
-    from dynamic_kafka.spark.registry_decode import registry_frame
-
-    in_registry = sf.lit(False)
-    for source in prepared.sources:
-        in_registry = in_registry | (
-            (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
-        )
-    frame, registry_error = registry_frame(staged, prepared, RAW_VALUE)
-    error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8)).when(in_registry, registry_error)
-    for bad, reason in value_bad:
-        error = error.when(bad, sf.lit(reason))
-    if "value" in columns:
-        columns["value"] = sf.when(~in_registry, columns["value"])
-    return frame.withColumns({**columns, DECODE_ERROR: error.otherwise(sf.lit(None).cast("string"))})
-
-
-def _legacy_value(
-    raw_value: Column, fmt: ValueFormatConfig, *, strict: bool = False
-) -> tuple[Column, list[tuple[Column, str]]]:
-    """The ``value`` column of a bytes/string/json format and its ``(is-bad, reason)`` checks, in order."""
     from pyspark.sql import functions as sf
 
     if fmt.value_format == "bytes":
         return raw_value, []
-    text, utf8_bad = _text(raw_value)
+    text, utf8_bad = utf8_text(raw_value)
     if fmt.value_format == "string":
         return text, [(utf8_bad, VALUE_NOT_UTF8)]
     assert fmt.value_schema is not None  # guaranteed by ValueFormatConfig's validator
@@ -181,7 +115,7 @@ def _legacy_value(
     return sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field)), checks
 
 
-def _text(raw: Column) -> tuple[Column, Column]:
+def utf8_text(raw: Column) -> tuple[Column, Column]:
     """``(decoded text, is-invalid flag)`` for a binary column; null stays null and is valid."""
     from pyspark.sql import functions as sf
 

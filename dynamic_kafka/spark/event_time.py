@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
     from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.spark.registry_decode import PreparedDecoding
+    from dynamic_kafka.spark.decoding import PreparedDecoding
 
 _TIME_TYPES = ("timestamp", "timestamp_ntz", "date")
 
@@ -54,10 +54,11 @@ def check_event_time(spark: SparkSession, pipeline: PipelineConfig, prepared: Pr
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.decode import decode
+    from dynamic_kafka.spark.decoding import value_column_decoding
     from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
 
-    rows = sink_rows(decode(spark.createDataFrame([], OUTPUT_SCHEMA_DDL), pipeline, prepared), 0)
+    decoding = prepared or value_column_decoding(pipeline)
+    rows = sink_rows(decoding.decode(spark.createDataFrame([], OUTPUT_SCHEMA_DDL)), 0)
     hint = (
         "Write a Spark SQL expression over the sink's columns (cluster, topic, partition, offset, timestamp, key, "
         "value or the decoded fields) that gives a TIMESTAMP, e.g. 'value.placed_at' or "

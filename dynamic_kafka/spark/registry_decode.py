@@ -1,7 +1,7 @@
 """Registry-encoded and fixed-schema Avro values: writer schemas prepared once on the driver, decoded as Spark
 column expressions in the run's one pass.
 
-Driver (:func:`prepare_decoding`, before the plan is written and before Spark starts): for every planned
+Driver (:func:`prepare_sources`, before the plan is written and before Spark starts): for every planned
 ``(cluster, topic)`` of a stream whose ``value_format`` uses a registry, every version of the subject
 ``<topic>-value`` (Confluent's TopicNameStrategy) is fetched from that cluster's registry (the metadata's
 ``schema_registry``, else the pipeline's): a handful of HTTP calls per run, none per record, and no scan of the
@@ -25,8 +25,9 @@ returns it null exactly when the bytes did not decode. A record is routed, never
 
 Decoded fields land as top-level columns (beside ``cluster``, ``stream``, ``topic``...) plus ``_schema_id``.
 
-Why one module of this size: the driver half and the executor half share one contract, the prepared
-decoding (schema ids, the reader schema, the column names and types), and each half checks what the other relies on.
+Why one module of this size: the driver half and the executor half share one contract, the sources
+(:class:`SourceDecoding`: schema ids, the reader schema, the column names and types), and each half checks what the
+other relies on. Callers reach it through :class:`dynamic_kafka.spark.decoding.PreparedDecoding`.
 """
 
 from __future__ import annotations
@@ -35,14 +36,13 @@ import hashlib
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
-from dynamic_kafka.model.summary import DecodedSchema
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
-from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RUN_SEQ
+from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RAW_KEY, RAW_VALUE, RUN_SEQ
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -65,7 +65,7 @@ _REGISTRY_TYPE = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MARKER = "dynamic-kafka-incompatible"
 _MARKER_RE = re.compile(_MARKER + r"\[(?P<json>\{.*?\})\]" + _MARKER)
 # Internal columns of the decoded frame; decoded fields must not use these names either.
-_INTERNAL = ("_raw_key", "_raw_value", DECODE_ERROR)
+_INTERNAL = (RAW_KEY, RAW_VALUE, DECODE_ERROR)
 
 VALUE_TOO_SHORT = "value is shorter than the 5-byte Schema Registry header"
 UNKNOWN_MAGIC = "value does not start with the Schema Registry magic byte 0"
@@ -99,93 +99,21 @@ class SourceDecoding:
         return self.versions[-1] if self.versions else None
 
 
-@dataclass(frozen=True)
-class PreparedDecoding:
-    """Everything the executors need to decode one run's values, fetched once on the driver.
-
-    Attributes:
-        sources: the registry / fixed-schema sources of the planned ranges.
-        legacy: the value format of the other streams (bytes, string or json), if any stream uses one.
-    """
-
-    sources: tuple[SourceDecoding, ...] = ()
-    legacy: ValueFormatConfig | None = field(default=None)
-
-    @property
-    def registry_only(self) -> bool:
-        """Every planned stream decodes into fields (no ``value`` column)."""
-        return bool(self.sources) and self.legacy is None
-
-    def count_columns(self) -> list[tuple[str, Column]]:
-        """Per registry version, an aggregate counting the records it decoded (named ``schema_<i>``), for the run
-        summary; a dead letter whose header names the version is not counted.
-        """
-        from pyspark.sql import functions as sf
-
-        columns = []
-        for i, (source, version) in enumerate(self._registry_versions()):
-            match = (
-                (sf.col("cluster") == sf.lit(source.cluster_id))
-                & (sf.col("topic") == sf.lit(source.topic))
-                & (sf.col(SCHEMA_ID) == sf.lit(version.schema_id))
-                & sf.col(DECODE_ERROR).isNull()
-            )
-            columns.append((f"schema_{i}", sf.sum(sf.when(match, 1).otherwise(0))))
-        return columns
-
-    def uses(self, counts: Mapping[str, int]) -> tuple[DecodedSchema, ...]:
-        """The versions that decoded at least one record, from :meth:`count_columns`' results."""
-        found = []
-        for i, (source, version) in enumerate(self._registry_versions()):
-            records = int(counts.get(f"schema_{i}") or 0)
-            if records and source.subject is not None:
-                found.append(
-                    DecodedSchema(
-                        stream_id=source.stream_id,
-                        cluster_id=source.cluster_id,
-                        subject=source.subject,
-                        version=version.version,
-                        schema_id=version.schema_id,
-                        records=records,
-                    )
-                )
-        return tuple(found)
-
-    def pins(self) -> tuple[DecodePin, ...]:
-        """The schema inputs of every source, for the plan (:attr:`~dynamic_kafka.model.plan.Plan.decoding`)."""
-        from dynamic_kafka.model.plan import DecodePin, PinnedVersion
-
-        return tuple(
-            DecodePin(
-                cluster_id=s.cluster_id,
-                topic=s.topic,
-                stream_id=s.stream_id,
-                value_format=s.value_format,
-                subject=s.subject,
-                versions=tuple(PinnedVersion(version=v.version, schema_id=v.schema_id) for v in s.versions)
-                if s.subject is not None
-                else (),
-                schema_file_sha256=schema_digest(s.versions[0].schema_str) if s.subject is None else None,
-            )
-            for s in self.sources
-        )
-
-    def _registry_versions(self) -> list[tuple[SourceDecoding, SchemaVersion]]:
-        return [(s, v) for s in self.sources if s.subject is not None for v in s.versions]
-
-
 # --- driver: fetch and check ----------------------------------------------------------------------------------
 
 
-def prepare_decoding(
+def prepare_sources(
     pipeline: PipelineConfig,
     splits: Sequence[Split],
     clusters: Mapping[str, ClusterMetadata],
     *,
     clients: dict[RegistryConfig, RegistryClient] | None = None,
     pins: Sequence[DecodePin] = (),
-) -> PreparedDecoding:
+) -> tuple[tuple[SourceDecoding, ...], ValueFormatConfig | None]:
     """Fetches and checks the writer schemas of the planned ranges' registry streams. JVM-free.
+
+    Returns the registry / fixed-schema sources and the value format of the other streams (bytes, string or json;
+    None when no planned stream uses one); :func:`dynamic_kafka.spark.decoding.prepare_decoding` wraps them.
 
     Args:
         pipeline: the formats (per stream) and the default registry.
@@ -246,7 +174,7 @@ def prepare_decoding(
                 for s in sources
             ),
         )
-    return PreparedDecoding(sources=tuple(sources), legacy=legacy)
+    return tuple(sources), legacy
 
 
 def _registry_of(
@@ -570,7 +498,7 @@ def type_conflict(older: DataType, newer: DataType, path: str = "") -> str | Non
 # --- executor: column expressions -------------------------------------------------------------------------------
 
 
-def registry_frame(staged: DataFrame, prepared: PreparedDecoding, raw_value: str) -> tuple[DataFrame, Column]:
+def registry_frame(staged: DataFrame, sources: Sequence[SourceDecoding], raw_value: str) -> tuple[DataFrame, Column]:
     """Adds the decoded fields and ``_schema_id`` to ``staged``; returns it with the registry rows' error column
     (null for decodable rows and for rows of other streams).
 
@@ -590,7 +518,7 @@ def registry_frame(staged: DataFrame, prepared: PreparedDecoding, raw_value: str
     decoded_columns: dict[str, Column] = {}
     errors: list[tuple[Column, Column]] = []
     schema_ids: list[tuple[Column, Column]] = []
-    for i, source in enumerate(prepared.sources):
+    for i, source in enumerate(sources):
         in_source = (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
         name = f"_dk_decoded_{i}"
         struct = _source_struct(source, in_source, raw, header_id, payload)
@@ -603,7 +531,7 @@ def registry_frame(staged: DataFrame, prepared: PreparedDecoding, raw_value: str
             schema_ids.append((in_source, header_id))
     schema_id = _case(schema_ids, sf.lit(None).cast("long")).cast("int")
     with_structs = staged.withColumns({**decoded_columns, SCHEMA_ID: schema_id})
-    fields = _flattened(with_structs, prepared, decoded_columns)
+    fields = _flattened(with_structs, sources, decoded_columns)
     error = _case(errors, sf.lit(None).cast("string"))
     return with_structs.withColumns(fields), error
 
@@ -699,7 +627,7 @@ def _known(header_id: Column, usable: Sequence[SchemaVersion]) -> Column:
 
 
 def _flattened(
-    frame: DataFrame, prepared: PreparedDecoding, decoded_columns: Mapping[str, Column]
+    frame: DataFrame, sources: Sequence[SourceDecoding], decoded_columns: Mapping[str, Column]
 ) -> dict[str, Column]:
     """Top-level field columns: per field name, the value of the source that decoded the row."""
     from pyspark.sql import functions as sf
@@ -707,7 +635,7 @@ def _flattened(
 
     by_name: dict[str, list[tuple[str, SourceDecoding]]] = {}
     types: dict[str, tuple[DataType, SourceDecoding]] = {}
-    for i, source in enumerate(prepared.sources):
+    for i, source in enumerate(sources):
         name = f"_dk_decoded_{i}"
         if name not in decoded_columns:
             continue
@@ -766,7 +694,7 @@ def incompatible_error_from(error: BaseException) -> SchemaIncompatibleError | N
 
 
 def check_table_schema(
-    rows_schema: StructType, table_schema: StructType | None, table: str, prepared: PreparedDecoding | None
+    rows_schema: StructType, table_schema: StructType | None, table: str, sources: Sequence[SourceDecoding] = ()
 ) -> None:
     """Refuses rows whose columns give an existing table column another type (Delta's ``mergeSchema`` adds new
     columns and nested fields, but never changes a type).
@@ -776,7 +704,7 @@ def check_table_schema(
         table_schema: the table's schema as its Delta log has it (``sink.schema_check.sink_schema``, JVM-free and
             with the table's storage options); None when there is no table yet, which accepts any rows.
         table: the table's location, named in the error.
-        prepared: the run's writer schemas, used to name the stream and subject that brought a conflicting column.
+        sources: the run's writer schemas, used to name the stream and subject that brought a conflicting column.
 
     Raises:
         SchemaIncompatibleError: a column changes its type; names the stream and subject that brought it.
@@ -787,9 +715,7 @@ def check_table_schema(
     if conflict is None:
         return
     column = conflict.split()[1].split(".")[0] if conflict.startswith("field ") else ""
-    culprit = next(
-        (s for s in (prepared.sources if prepared else ()) if s.reader and column in _reader_field_names(s)), None
-    )
+    culprit = next((s for s in sources if s.reader and column in _reader_field_names(s)), None)
     stream = culprit.stream_id if culprit else "(value)"
     where = _describe(culprit) if culprit else "value_schema"
     raise SchemaIncompatibleError(stream, f"{where} does not fit the table {table}: {conflict} (table first)")

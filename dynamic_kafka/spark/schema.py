@@ -33,6 +33,9 @@ RUN_SEQ = "_run_seq"
 ERROR = "error"
 DECODE_ERROR = "_decode_error"
 """The decoded frame's column holding why a record did not decode (null when it did); never landed."""
+# The decoded frame's columns holding a record's original key and value bytes (the dead-letter table lands them).
+RAW_KEY = "_raw_key"
+RAW_VALUE = "_raw_value"
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (*KAFKA_FIELDS, (CLUSTER, "STRING"), (STREAM, "STRING"))
 KAFKA_COLUMNS: tuple[str, ...] = tuple(name for name, _ in KAFKA_FIELDS)

@@ -29,7 +29,7 @@ from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.sink.staged_append import staged_append
 from dynamic_kafka.sink.tables import append_idempotent, sink_rows
-from dynamic_kafka.spark.decode import decode
+from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.state.lease import RunOwner
 from tests.support.exactly_once import DeadLetterStream, assert_nothing_left, table_coordinates
@@ -217,7 +217,7 @@ def _late_rows(harness: PipelineHarness, spark: Any, plan: Plan) -> Any:
     frame = read_splits(
         spark, plan.read_splits, runner.context.connections(plan), isolation_level="read_committed", min_partitions=1
     )
-    return sink_rows(decode(frame, runner.pipeline), plan.run_seq)
+    return sink_rows(value_column_decoding(runner.pipeline).decode(frame), plan.run_seq)
 
 
 def _rows(topic: str, delivered: list[Record]) -> list[tuple[str, str, int, int, bytes | None]]:

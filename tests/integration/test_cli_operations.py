@@ -64,6 +64,7 @@ def test_status_fails_naming_the_brokers_it_cannot_reach(
     kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     harness, topic = one_topic_pipeline(kafka_clusters, tmp_path)
+    harness.configure(kafka_timeout_seconds=3)  # "west" is given up on after 3 s instead of 10 s
     (nobody,) = distinct_free_ports(1)
     harness.set_cluster("west", bootstrap_servers=f"127.0.0.1:{nobody}")
     harness.set_streams({"orders": {"east": [topic], "west": [topic]}})

@@ -11,13 +11,9 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.spark.decode import (
-    DECODE_ERROR,
-    VALUE_NOT_JSON,
-    VALUE_TRAILING_DATA,
-    VALUE_UNKNOWN_FIELDS,
-    decode,
-)
+from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_TRAILING_DATA, VALUE_UNKNOWN_FIELDS
+from dynamic_kafka.spark.decoding import value_column_decoding
+from dynamic_kafka.spark.schema import DECODE_ERROR
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +49,7 @@ def decoded_errors(spark: Any, strict: bool) -> dict[str, str | None]:
         [(case, None, None if v is None else bytearray(v.encode())) for case, v, _ in VALUES],
         "case STRING, key BINARY, value BINARY",
     )
-    rows = decode(frame, pipeline).select("case", DECODE_ERROR, "value").collect()
+    rows = value_column_decoding(pipeline).decode(frame).select("case", DECODE_ERROR, "value").collect()
     for row in rows:
         assert (row["value"] is None) == (row[DECODE_ERROR] is not None or row["case"] == "tombstone")
     return {row["case"]: row[DECODE_ERROR] for row in rows}

@@ -131,8 +131,10 @@ def test_unreachable_active_cluster_fails_the_run_or_is_skipped_with_its_offsets
     assert h.runner().run().records == 8
     west_before = positions(h, "west")
 
-    # Nothing listens on a port just found free: the metadata now sends "west" to a dead address.
+    # Nothing listens on a port just found free: the metadata now sends "west" to a dead address, given up on after
+    # 3 s instead of the default 10 s.
     h.set_cluster("west", bootstrap_servers=f"127.0.0.1:{free_port()}")
+    h.configure(kafka_timeout_seconds=3)
     more_east = rows("east", t_east, produce(east, t_east, numbered(range(4, 9))))
     produce(west, t_west, numbered(range(4, 9)))
 

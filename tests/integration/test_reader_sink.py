@@ -26,7 +26,8 @@ from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfil
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
 from dynamic_kafka.sink.commits import new_commit_id
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, decode
+from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8
+from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 
@@ -484,7 +485,7 @@ def test_recovery_after_a_crash_between_dead_letters_and_sink_completes_the_run(
     landing = _one_bad_string(kafka_clusters["west"], "crash", tmp_path)
     pipeline = landing.pipeline
     # The crashed attempt wrote its dead letters (with txn 3), then died before the sink append.
-    decoded = decode(_read(spark, landing.splits, landing.clusters), pipeline)
+    decoded = value_column_decoding(pipeline).decode(_read(spark, landing.splits, landing.clusters))
     tables.append_idempotent(
         tables.dead_letter_rows(decoded.where("_decode_error IS NOT NULL"), 3),
         str(pipeline.sink.resolved_dead_letter_path),

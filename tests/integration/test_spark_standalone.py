@@ -155,17 +155,6 @@ def test_a_two_cluster_run_on_a_standalone_master_lands_every_record_once_and_sh
     assert executor_dirs
     assert all(any(d.glob("*spark-sql-kafka-0-10*.jar")) for d in executor_dirs)
 
-    again = harness.cli("run", "--json", env=LOOPBACK)
-
-    summary = summary_of(again)
-    assert (summary["run_seq"], summary["status"], summary["records"], summary["spark_started"]) == (
-        2,
-        "empty",
-        0,
-        False,
-    )
-    assert harness.sink_rows() == stream.expected_rows()
-
 
 def test_a_connect_server_on_two_workers_lands_every_record_once(
     standalone: ClusterInfo,

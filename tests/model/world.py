@@ -360,7 +360,7 @@ class World:
                 found[check.partition] = end
         return found
 
-    def admin(self, connection: ClusterMetadata) -> _WorldAdmin:
+    def admin(self, connection: ClusterMetadata, **_: Any) -> _WorldAdmin:
         """``KafkaAdmin`` over the world: what the run's topic-id check after the read asks."""
         return _WorldAdmin(self, connection)
 

@@ -6,7 +6,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from devtools.local_registry import LocalRegistry, start_registries, stop_registries
-from devtools.testing.clusters import distinct_free_ports
+from devtools.testing.clusters import THROWAWAY_STOP_S, distinct_free_ports
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -25,4 +25,4 @@ def local_test_registries(
     try:
         yield registries
     finally:
-        stop_registries(list(registries), base_dir=base_dir, purge=True)
+        stop_registries(list(registries), base_dir=base_dir, purge=True, stop_timeout_s=THROWAWAY_STOP_S)

@@ -25,7 +25,7 @@ from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
 from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
-from dynamic_kafka.spark.registry_decode import PreparedDecoding
+from dynamic_kafka.spark.decoding import PreparedDecoding
 from dynamic_kafka.state.rows import apply_plan
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class TestArchiveDecoding:
     def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
         """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
         p = pipeline().model_copy(update={"value_format": "string"})
-        prepared = with_archive_decoding(PreparedDecoding(), p, self.read())
+        prepared = with_archive_decoding(PreparedDecoding(p), p, self.read())
         assert prepared.legacy is not None
         assert prepared.legacy.value_format == "string"
 
@@ -249,4 +249,4 @@ class TestArchiveDecoding:
             }
         )
         with pytest.raises(ConfigError, match="is decoded as avro"):
-            with_archive_decoding(PreparedDecoding(), p, self.read())
+            with_archive_decoding(PreparedDecoding(p), p, self.read())

@@ -21,7 +21,7 @@ from dynamic_kafka.plan.planner import config_pins
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.spark.registry_decode import PreparedDecoding, prepare_decoding
+from dynamic_kafka.spark.decoding import PreparedDecoding, prepare_decoding
 
 V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}

@@ -16,12 +16,8 @@ from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.registry.client import WriterSchema
 from dynamic_kafka.sink.schema_check import sink_schema
-from dynamic_kafka.spark.registry_decode import (
-    _registry_source,
-    check_table_schema,
-    json_schema_to_spark,
-    prepare_decoding,
-)
+from dynamic_kafka.spark.decoding import prepare_decoding
+from dynamic_kafka.spark.registry_decode import _registry_source, check_table_schema, json_schema_to_spark
 from dynamic_kafka.storage import TableRef
 
 if TYPE_CHECKING:
@@ -104,9 +100,7 @@ def test_a_type_change_against_the_table_is_refused(tmp_path: Path) -> None:
     write_deltalake(str(tmp_path / "t"), pa.table({"id": pa.array([1], pa.int64()), "n": pa.array(["a"])}))
     widened = StructType([StructField("id", LongType()), StructField("n", StringType()), StructField("x", LongType())])
     table = str(tmp_path / "t")
-    check_table_schema(
-        widened, sink_schema(TableRef.of(table)), table, None
-    )  # a new column is fine (mergeSchema adds it)
+    check_table_schema(widened, sink_schema(TableRef.of(table)), table)  # a new column is fine (mergeSchema adds it)
     changed = StructType([StructField("id", StringType())])
     with pytest.raises(SchemaIncompatibleError, match="field id is bigint in one and string in the other"):
-        check_table_schema(changed, sink_schema(TableRef.of(table)), table, None)
+        check_table_schema(changed, sink_schema(TableRef.of(table)), table)
