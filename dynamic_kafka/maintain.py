@@ -93,9 +93,16 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
         )
         assert recorded.version is not None  # taking the lease always commits
         lease = LeaseKeeper(context.store, None, owner, lease_length, recorded.version, _now).start()
+        finished = _finished_run_seq(context)
         try:
             done = tuple(
-                maintain_table(table, role, retention_hours=retention_hours, before_write=lease.check)
+                maintain_table(
+                    table,
+                    role,
+                    retention_hours=retention_hours,
+                    before_write=lease.check,
+                    finished_run=(pipeline.id, finished),
+                )
                 for role, table in tables
             )
         finally:
@@ -104,6 +111,14 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
     return MaintenanceSummary(
         pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done, seconds=time.monotonic() - started
     )
+
+
+def _finished_run_seq(context: PipelineContext) -> int:
+    """The last run_seq of the pipeline that is finished (committed or abandoned); a planned run is not."""
+    last = context.store.load().last_run
+    if last is None:
+        return 0
+    return last.run_seq if last.status != "planned" else last.run_seq - 1
 
 
 def _release(context: PipelineContext, owner: RunOwner) -> None:

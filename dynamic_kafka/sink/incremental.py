@@ -49,6 +49,7 @@ from dynamic_kafka.faults import crash_point
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
 from dynamic_kafka.sink.fence import is_fence
+from dynamic_kafka.sink.leftovers import remove_unlanded_attempts
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
@@ -449,7 +450,11 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
         target.app_id,
         target.run_seq,
     )
-    return landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
+    landed = landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
+    # The attempt that landed the run may have died before removing the run's other attempts (killed writes).
+    for table in (target.sink_path, target.dead_letter_path):
+        remove_unlanded_attempts(table, target.app_id, target.run_seq)
+    return landed
 
 
 def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq: int) -> WriteResult:
