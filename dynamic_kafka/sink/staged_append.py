@@ -16,7 +16,9 @@ commit gives the same guarantees:
 - the commit adds exactly the files the attempt's own Spark job committed: each attempt writes into a folder of
   its own through Hadoop's manifest committer, whose job commit keeps the manifest of every task it committed
   (each naming the task's files); the commit's add actions are those files, and a folder that holds anything
-  else, or a job without its manifests, is refused (:func:`_job_files`);
+  else, or a job without its manifests, is refused (:func:`_job_files`). On S3A, which that committer refuses,
+  and in a Spark without its binding, the file committer (algorithm 1) writes and the folder must hold one
+  job's output only (:func:`_check_one_job`);
 - the commit carries a commit id, so the caller finds it in the log (:mod:`~dynamic_kafka.sink.commits`).
 
 Only a blind append (no read of the table inside the write) may be staged, only into an existing unpartitioned
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -61,6 +64,10 @@ logger = logging.getLogger(__name__)
 # committed; what VACUUM does not reach (hidden files, earlier attempts' task folders) the attempt that commits
 # removes.
 _FOLDER_PREFIX = "dk-run-"
+# Spark's name for a task's output file: part-<task>-<the write job's UUID>-c<file>[.<codec>].parquet.
+_JOB_FILE = re.compile(
+    r"^part-\d{5}-(?P<job>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-c\d{3}(\.\w+)?\.parquet$"
+)
 # Hadoop's manifest committer, bound to Spark's Parquet writes by spark-hadoop-cloud (spark/packages.py). Task
 # commit saves a manifest naming the task attempt's files; job commit moves the files of the committed manifests
 # into the folder, writes _SUCCESS (a JSON summary) and moves the manifests into _MANIFESTS/<job id>.
@@ -111,17 +118,12 @@ def staged_append(
     commit_id: str,
     *,
     before_commit: Callable[[], None] | None = None,
-) -> bool:
+) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
     ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``; ``before_commit`` runs between the two
     (``rows`` are all computed then) and stops the commit by raising (the staged files are left, as by a crash).
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
-
-    Returns:
-        True once committed; False when the session's Spark lacks the manifest committer's binding
-        (spark-hadoop-cloud: a Spark Connect server not started by dynamic-kafka): nothing was written, and the
-        caller appends with delta-spark instead.
 
     Raises:
         CommitLostError: another writer committed a txn of ``app_id`` after ``opened`` (the message names it);
@@ -134,15 +136,14 @@ def staged_append(
 
     run_folder = run_folder_name(app_id, run_seq)
     folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
-    if not _write_with_manifests(rows, table, folder):
-        return False
+    manifests = _write_staged(rows, table, folder)
     crash_point("after_staging")
     if before_commit is not None:
         before_commit()
     doing = f"committing the staged files of run {run_seq} to {table}"
     read_version = opened.version()
     try:
-        adds = _add_actions(table, folder, _job_files(table, folder))
+        adds = _add_actions(table, folder, _job_files(table, folder) if manifests else None)
         opened.create_write_transaction(
             adds,
             mode="append",
@@ -166,46 +167,60 @@ def staged_append(
     logger.info("run %d of %r: %d staged file(s) committed to %s", run_seq, app_id, len(adds), table)
     keep_checkpoint_cadence(opened, str(table))
     _remove_leftovers(table, run_folder, folder)
-    return True
 
 
-def _write_with_manifests(rows: DataFrame, table: TableRef, folder: str) -> bool:
-    """Writes ``rows`` as Parquet into ``folder`` of ``table`` through the manifest committer, which keeps the
-    manifests of the tasks it committed in ``folder/_manifests/<job id>``; False (nothing written) when the
-    session's Spark has no such committer.
+def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
+    """Writes ``rows`` as Parquet into ``folder`` of ``table``; True when through the manifest committer, which
+    keeps the manifests of the tasks it committed in ``folder/_manifests/<job id>``, False when through Hadoop's
+    file committer (algorithm 1), whose output is only the folder's listing.
 
-    Only the write's own settings change: the committer factory and the manifests' folder are write options
-    (Spark puts them into this job's Hadoop configuration), the commit protocol and Parquet committer classes
-    session settings put back afterwards.
+    The file committer serves object stores reached through S3A (Hadoop's manifest committer refuses the ``s3a``
+    scheme) and sessions whose Spark lacks the manifest committer's binding (a Connect server started without the
+    spark-hadoop-cloud jar). Only the write's own settings change: Hadoop keys are write options (Spark puts them
+    into this job's Hadoop configuration), the Spark settings are put back afterwards.
     """
     uri = f"{table.spark_uri.rstrip('/')}/{folder}"
-    settings = {
-        # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
-        # expectations); a plain Parquet write would use INT96, which carries no statistics.
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.sql.sources.commitProtocolClass": COMMIT_PROTOCOL,
-        "spark.sql.parquet.output.committer.class": PARQUET_COMMITTER,
-    }
-    writer = rows.write.mode("error")
-    for scheme in ("file", "s3a"):
-        writer = writer.option(f"mapreduce.outputcommitter.factory.scheme.{scheme}", _MANIFEST_FACTORY)
-    # The job commit moves the task manifests there (after the files, before _SUCCESS names the folder): the
-    # complete list of the committed files (_SUCCESS itself names 100 at most).
-    writer = writer.option("mapreduce.manifest.committer.diagnostics.manifest.directory", f"{uri}/{_MANIFESTS}")
-    try:
-        with session_settings(rows.sparkSession, settings):
-            writer.parquet(uri)
-    except Exception as e:
-        if "ClassNotFoundException" not in str(e) or not any(c in str(e) for c in (COMMIT_PROTOCOL, PARQUET_COMMITTER)):
-            raise
-        logger.warning(
-            "the Spark session has no %s (the spark-hadoop-cloud jar): appending to %s with delta-spark instead "
-            "of a staged commit",
-            COMMIT_PROTOCOL,
-            table,
+    # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
+    # expectations); a plain Parquet write would use INT96, which carries no statistics.
+    timestamps = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    if not uri.startswith("s3a:"):
+        settings = {
+            **timestamps,
+            "spark.sql.sources.commitProtocolClass": COMMIT_PROTOCOL,
+            "spark.sql.parquet.output.committer.class": PARQUET_COMMITTER,
+        }
+        # The job commit moves the task manifests there (after the files, before _SUCCESS names the folder): the
+        # complete list of the committed files (_SUCCESS itself names 100 at most).
+        writer = rows.write.mode("error").option("mapreduce.outputcommitter.factory.scheme.file", _MANIFEST_FACTORY)
+        writer = writer.option("mapreduce.manifest.committer.diagnostics.manifest.directory", f"{uri}/{_MANIFESTS}")
+        try:
+            with session_settings(rows.sparkSession, settings):
+                writer.parquet(uri)
+            return True
+        except Exception as e:
+            # Raised when the write is planned, before its job creates the folder.
+            if "ClassNotFoundException" not in str(e) or not any(
+                c in str(e) for c in (COMMIT_PROTOCOL, PARQUET_COMMITTER)
+            ):
+                raise
+            logger.warning(
+                "the Spark session has no %s (the spark-hadoop-cloud jar): staging into %s with Hadoop's file "
+                "committer, its folder's listing checked instead of the job's manifests",
+                COMMIT_PROTOCOL,
+                table,
+            )
+    with session_settings(rows.sparkSession, timestamps):
+        (
+            rows.write.mode("error")
+            # No _SUCCESS marker: a hidden file nothing would ever remove.
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Tasks commit into the job's _temporary folder, and only the attempts the driver committed are moved
+            # into the folder when the job commits: a failed or retried attempt's output never becomes visible
+            # there (algorithm 2, which a session may set, moves each attempt's files in as it commits).
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+            .parquet(uri)
         )
-        return False
-    return True
+    return False
 
 
 def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
@@ -311,12 +326,14 @@ def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
         )
 
 
-def _add_actions(table: TableRef, folder: str, committed: dict[str, int]) -> list[AddAction | RemoveAction]:
+def _add_actions(table: TableRef, folder: str, committed: dict[str, int] | None) -> list[AddAction | RemoveAction]:
     """One ``add`` per non-empty Parquet file of ``committed`` (names and sizes of the job's files, see
-    :func:`_job_files`) in ``folder``, with statistics from its footer.
+    :func:`_job_files`) in ``folder``, with statistics from its footer; with ``committed`` None (a file committer's
+    write), per file of the folder's listing, which must be one Spark job's output.
 
     Raises:
-        SparkJobError: the folder's visible files are not exactly ``committed`` (retriable; nothing committed).
+        SparkJobError: the folder's visible files are not exactly ``committed`` or, without it, not one job's
+            output (retriable; nothing committed).
     """
     import pyarrow.parquet as pq
     from deltalake.fs import DeltaStorageHandler
@@ -330,7 +347,10 @@ def _add_actions(table: TableRef, folder: str, committed: dict[str, int]) -> lis
         for info in fs.get_file_info(FileSelector(folder))
         if info.type == FileType.File and not info.base_name.startswith(("_", "."))
     ]
-    _check_committed(table, folder, {info.base_name: info.size or 0 for info in files}, committed)
+    if committed is None:
+        _check_one_job(table, folder, [info.base_name for info in files])
+    else:
+        _check_committed(table, folder, {info.base_name: info.size or 0 for info in files}, committed)
     for info in files:
         with fs.open_input_file(info.path) as handle:
             footer = pq.read_metadata(handle)
@@ -398,6 +418,25 @@ def _refusal(what: str) -> SparkJobError:
         f"{what}; nothing was committed, so no record can land twice.",
         hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
         f"{_FOLDER_PREFIX}* folders of a sink.",
+    )
+
+
+def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
+    """Refuses a file committer's staging folder that holds anything but the output files of one Spark job.
+
+    The folder is this attempt's own, so its visible files are the tasks the write's job committed; a file that is
+    not named as a job's output, or files of two jobs, mean something else wrote there. A file named as this job's
+    output that the job did not commit cannot be told apart: only the manifest committer's writes close that.
+
+    Raises:
+        SparkJobError: the folder holds other files (retriable: the next run writes the run into a new folder).
+    """
+    jobs = {match.group("job") if (match := _JOB_FILE.match(name)) else None for name in names}
+    if len(jobs) <= 1 and None not in jobs:
+        return
+    shown = ", ".join(sorted(names)[:6]) + (" ..." if len(names) > 6 else "")
+    raise _refusal(
+        f"the staging folder {table}/{folder} holds files that are not the output of one Spark job ({shown})"
     )
 
 

@@ -205,9 +205,9 @@ def append_idempotent(
     if blind:
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
         if opened is not None and can_stage(opened, _nullable(rows.schema).jsonValue()):
-            landed = (opened.transaction_version(app_id) or -1) >= run_seq
-            if landed or staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit):
-                return
+            if (opened.transaction_version(app_id) or -1) < run_seq:
+                staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit)
+            return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     writer = writer.option("userMetadata", user_metadata(commit_id))
     # New columns (a field added to a schema, a new stream's fields) join the table; type changes are refused

@@ -3,7 +3,8 @@ them, never what a listing of the staging folder finds; in process and over Spar
 
 - the add actions of a staged commit are the files the job's manifests name (the manifests are read where the job
   commit moved them, before the commit; afterwards they are removed with the other hidden files);
-- on S3 (the local S3 server) the commit adds the job's files and nothing hidden stays in the run's folder;
+- on S3 (the local S3 server, through S3A, which Hadoop's manifest committer refuses) and in a Spark without the
+  committer's binding, the file committer's output is staged, its listing checked, and nothing hidden stays;
 - a file planted in the staging folder under the job's own naming (as a retried task attempt's output under the
   v2 file committer would be) is refused: the run fails retriably with nothing committed, the next run lands every
   record once.
@@ -123,8 +124,8 @@ def test_a_file_planted_under_the_jobs_own_name_is_refused_and_never_lands(
     assert_nothing_left(harness)
 
 
-class _KilledError(Exception):
-    """The run's process "dies" here."""
+class _KilledError(BaseException):
+    """The run's process "dies" here: no handler of the product's catches it (they catch ``Exception``)."""
 
 
 def _killed(name: str) -> Callable[..., None]:
@@ -208,7 +209,7 @@ def test_maintenance_removes_the_staging_folders_of_finished_runs_whatever_their
     assert harness.sink_rows() == rows
 
 
-def test_a_staged_commit_on_s3_adds_its_jobs_files_and_leaves_no_hidden_object(
+def test_a_staged_commit_on_s3_adds_the_file_committers_files_and_leaves_no_hidden_object(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, s3_storage: dict[str, Any], tmp_path: Path
 ) -> None:
     from deltalake.fs import DeltaStorageHandler
@@ -233,12 +234,11 @@ def test_a_staged_commit_on_s3_adds_its_jobs_files_and_leaves_no_hidden_object(
     assert harness.sink_rows() == stream.expected_rows()
 
 
-def test_a_spark_without_the_committer_binding_appends_with_delta_spark(
+def test_a_spark_without_the_committer_binding_stages_through_the_file_committer(
     kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As a Connect server started without the spark-hadoop-cloud jar: the commit protocol's class is not found.
-    missing = "org.apache.spark.internal.io.cloud.NoSuchCommitProtocol"
-    monkeypatch.setattr(staged_append, "COMMIT_PROTOCOL", missing)
+    monkeypatch.setattr(staged_append, "COMMIT_PROTOCOL", "org.apache.spark.internal.io.cloud.NoSuchCommitProtocol")
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
     stream.produce("first", east=3, west=2)
@@ -249,6 +249,7 @@ def test_a_spark_without_the_committer_binding_appends_with_delta_spark(
 
     commit = run_commit(harness.runner().pipeline.sink_table, "p", 2)
     assert commit is not None
-    assert "dynamic_kafka.commit_id" in commit.info.get("userMetadata", "")  # delta-spark's append
-    assert not list(harness.sink_path.glob("dk-run-*"))
+    assert commit.info.get("dynamic_kafka.commit_id")  # staged (delta-rs)
+    assert all(path.startswith("dk-run-2-p/") for path in commit.added_paths)
+    assert _hidden(harness.sink_path / "dk-run-2-p") == []
     assert harness.sink_rows() == stream.expected_rows()
