@@ -450,11 +450,7 @@ def _already_committed(target: _Target, committed: int) -> WriteResult:
         target.app_id,
         target.run_seq,
     )
-    landed = landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
-    # The attempt that landed the run may have died before removing the run's other attempts (killed writes).
-    for table in (target.sink_path, target.dead_letter_path):
-        remove_unlanded_attempts(table, target.app_id, target.run_seq)
-    return landed
+    return landed_from_log(target.sink_path, target.dead_letter_path, target.app_id, target.run_seq)
 
 
 def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq: int) -> WriteResult:
@@ -463,8 +459,11 @@ def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq
     commit without file statistics counts 0.
 
     For a run found complete in the sink (its recovery, or another writer of the run that committed first): its
-    summary reports the records the run landed, not the nothing this process wrote.
+    summary reports the records the run landed, not the nothing this process wrote. The run's staged attempts that
+    did not land are removed (the attempt that landed it may have died before doing so).
     """
+    for table in (sink, dead_letters):
+        remove_unlanded_attempts(table, app_id, run_seq)
     sink_commit = run_commit(sink, app_id, run_seq)
     dead_commit = run_commit(dead_letters, app_id, run_seq) if table_exists(dead_letters) else None
     sink_records = sink_commit.added_records if sink_commit is not None else 0

@@ -184,10 +184,12 @@ def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
     # expectations); a plain Parquet write would use INT96, which carries no statistics.
     timestamps = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
     if not uri.startswith("s3a:"):
+        # The committer classes first: a Spark without them refuses the first setting (its class must load), and
+        # nothing is left set.
         settings = {
-            **timestamps,
             "spark.sql.sources.commitProtocolClass": COMMIT_PROTOCOL,
             "spark.sql.parquet.output.committer.class": PARQUET_COMMITTER,
+            **timestamps,
         }
         # The job commit moves the task manifests there (after the files, before _SUCCESS names the folder): the
         # complete list of the committed files (_SUCCESS itself names 100 at most).
@@ -198,10 +200,10 @@ def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
                 writer.parquet(uri)
             return True
         except Exception as e:
-            # Raised when the write is planned, before its job creates the folder.
-            if "ClassNotFoundException" not in str(e) or not any(
-                c in str(e) for c in (COMMIT_PROTOCOL, PARQUET_COMMITTER)
-            ):
+            # Raised when the setting is made (the class must load) or the write is planned, before its job
+            # creates the folder.
+            missing = "ClassNotFoundException" in str(e) or "must be loadable" in str(e)
+            if not missing or not any(c in str(e) for c in (COMMIT_PROTOCOL, PARQUET_COMMITTER)):
                 raise
             logger.warning(
                 "the Spark session has no %s (the spark-hadoop-cloud jar): staging into %s with Hadoop's file "
@@ -342,10 +344,11 @@ def _add_actions(table: TableRef, folder: str, committed: dict[str, int] | None)
 
     fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
     adds: list[AddAction | RemoveAction] = []
+    # S3A keeps a marker object for the folder itself (Hadoop 3.4 keeps directory markers): not a file of the job.
     files = [
         info
         for info in fs.get_file_info(FileSelector(folder))
-        if info.type == FileType.File and not info.base_name.startswith(("_", "."))
+        if info.type == FileType.File and not info.base_name.startswith(("_", ".")) and info.path.rstrip("/") != folder
     ]
     if committed is None:
         _check_one_job(table, folder, [info.base_name for info in files])
