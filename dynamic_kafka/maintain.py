@@ -100,10 +100,17 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
         assert recorded.version is not None  # taking the lease always commits
         lease = LeaseKeeper(context.store, None, owner, lease_length, recorded.version, _now).start()
         deadline = RunDeadline(pipeline.id, pipeline.max_run_seconds, hard_exit=False, operation="maintenance")
+        finished = _finished_run_seq(context)
         try:
             with deadline.enforced():
                 done = tuple(
-                    maintain_table(table, role, retention_hours=retention_hours, before_write=_checks(deadline, lease))
+                    maintain_table(
+                        table,
+                        role,
+                        retention_hours=retention_hours,
+                        before_write=_checks(deadline, lease),
+                        finished_run=(pipeline.id, finished),
+                    )
                     for role, table in tables
                 )
         finally:
@@ -125,6 +132,14 @@ def _checks(deadline: RunDeadline, lease: LeaseKeeper) -> Callable[[], None]:
         lease.check()
 
     return check
+
+
+def _finished_run_seq(context: PipelineContext) -> int:
+    """The last run_seq of the pipeline that is finished (committed or abandoned); a planned run is not."""
+    last = context.store.load().last_run
+    if last is None:
+        return 0
+    return last.run_seq if last.status != "planned" else last.run_seq - 1
 
 
 def _release(context: PipelineContext, owner: RunOwner) -> None:

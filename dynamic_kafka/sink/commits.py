@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from pydantic import Field
 
@@ -50,6 +51,7 @@ class Commit(FrozenModel):
     info: dict[str, Any] = Field(description="The entry's commitInfo (empty when it has none).")
     txns: tuple[tuple[str, int], ...] = Field(description="(app id, version) of each txn action.")
     added_records: int = Field(description="numRecords over the entry's data-changing adds (0 without stats).")
+    added_paths: tuple[str, ...] = Field((), description="The paths (relative, decoded) of the entry's adds.")
 
     @property
     def commit_id(self) -> str | None:
@@ -105,6 +107,7 @@ def read_commit(table: TableRef, version: int) -> Commit | None:
     info: dict[str, Any] = {}
     txns: list[tuple[str, int]] = []
     records = 0
+    paths: list[str] = []
     try:
         for line in text.splitlines():
             if not line.strip():
@@ -114,11 +117,13 @@ def read_commit(table: TableRef, version: int) -> Commit | None:
                 info = dict(action["commitInfo"])
             elif "txn" in action:
                 txns.append((str(action["txn"]["appId"]), int(action["txn"]["version"])))
-            elif "add" in action and action["add"].get("dataChange", True) and action["add"].get("stats"):
-                records += int(json.loads(action["add"]["stats"]).get("numRecords") or 0)
+            elif "add" in action:
+                paths.append(unquote(str(action["add"]["path"])))
+                if action["add"].get("dataChange", True) and action["add"].get("stats"):
+                    records += int(json.loads(action["add"]["stats"]).get("numRecords") or 0)
     except (ValueError, KeyError, TypeError) as e:
         raise SparkJobError(f"{doing}: the entry is not a Delta commit ({e})") from e
-    return Commit(version=version, info=info, txns=tuple(txns), added_records=records)
+    return Commit(version=version, info=info, txns=tuple(txns), added_records=records, added_paths=tuple(paths))
 
 
 def first_with_txn(table: TableRef, after: int, latest: int, app_id: str) -> Commit | None:

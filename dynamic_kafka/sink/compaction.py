@@ -27,6 +27,7 @@ from pydantic import Field
 
 from dynamic_kafka.errors import DynamicKafkaError, SparkJobError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.sink.leftovers import remove_finished_runs
 from dynamic_kafka.sink.tables import open_delta_rs, safe_text
 
 if TYPE_CHECKING:
@@ -257,14 +258,25 @@ def maintain_table(
     *,
     retention_hours: int | None,
     before_write: Callable[[], None],
+    finished_run: tuple[str, int] | None = None,
 ) -> TableMaintenance:
-    """Compacts, vacuums and clears the leftovers of one table; ``before_write`` runs before each of the three
-    steps and stops them by raising (the caller's lease check). Nothing is done when there is no table.
+    """Removes what staged writes of finished runs left, compacts, vacuums and clears the other leftovers of one
+    table; ``before_write`` runs before each step and stops them by raising (the caller's lease check). Nothing is
+    done when there is no table.
+
+    ``finished_run``: (pipeline id, run_seq) of the pipeline's last finished run (committed or abandoned): the
+    staging folders of it and earlier runs are cleared whatever their age (:mod:`~dynamic_kafka.sink.leftovers`).
     """
     before = table_files(table)
     if before is None:
         return TableMaintenance(role=role, table=str(table), before=None)
     started = time.monotonic()
+    cleared = 0
+    if finished_run is not None:
+        before_write()
+        # Before the compaction: the current version still references each finished run's landed attempt, so
+        # the log is read only for runs with other attempts.
+        cleared = remove_finished_runs(table, *finished_run)
     before_write()
     compacted = compact(table)
     before_write()
@@ -291,7 +303,7 @@ def maintain_table(
         after=after,
         compacted_files=compacted,
         vacuumed_files=vacuumed,
-        leftovers_removed=removed,
+        leftovers_removed=removed + cleared,
     )
 
 

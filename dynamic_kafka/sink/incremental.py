@@ -50,6 +50,7 @@ from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
 from dynamic_kafka.sink.completeness import read_count_columns, read_counts
 from dynamic_kafka.sink.fence import is_fence
+from dynamic_kafka.sink.leftovers import remove_unlanded_attempts
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, observed, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.sink.tables import (
@@ -485,8 +486,11 @@ def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq
     commit without file statistics counts 0.
 
     For a run found complete in the sink (its recovery, or another writer of the run that committed first): its
-    summary reports the records the run landed, not the nothing this process wrote.
+    summary reports the records the run landed, not the nothing this process wrote. The run's staged attempts that
+    did not land are removed (the attempt that landed it may have died before doing so).
     """
+    for table in (sink, dead_letters):
+        remove_unlanded_attempts(table, app_id, run_seq)
     sink_commit = run_commit(sink, app_id, run_seq)
     dead_commit = run_commit(dead_letters, app_id, run_seq) if table_exists(dead_letters) else None
     sink_records = sink_commit.added_records if sink_commit is not None else 0

@@ -13,9 +13,12 @@ commit gives the same guarantees:
   txn become visible together or not at all. Files of a run that died before its commit are in no version: no
   reader sees them; the attempt that commits the run removes them, and so does the run's abandon (``VACUUM``
   would, after the retention period, except hidden ones and ``_temporary`` task folders);
-- the commit adds exactly the output of the attempt's own Spark job: each attempt writes into a folder of its
-  own with the file committer's algorithm 1 (a task attempt's files reach the folder only when the job commits
-  it), and a folder holding anything else is refused;
+- the commit adds exactly the files the attempt's own Spark job committed: each attempt writes into a folder of
+  its own through Hadoop's manifest committer, whose job commit keeps the manifest of every task it committed
+  (each naming the task's files); the commit's add actions are those files, and a folder that holds anything
+  else, or a job without its manifests, is refused (:func:`_job_files`). On S3A, which that committer refuses,
+  and in a Spark without its binding, the file committer (algorithm 1) writes and the folder must hold one
+  job's output only (:func:`_check_one_job`);
 - the commit carries a commit id, so the caller finds it in the log (:mod:`~dynamic_kafka.sink.commits`).
 
 Only a blind append (no read of the table inside the write) may be staged, only into an existing unpartitioned
@@ -65,11 +68,27 @@ _FOLDER_PREFIX = "dk-run-"
 _JOB_FILE = re.compile(
     r"^part-\d{5}-(?P<job>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-c\d{3}(\.\w+)?\.parquet$"
 )
+# Hadoop's manifest committer, bound to Spark's Parquet writes by spark-hadoop-cloud (spark/packages.py). Task
+# commit saves a manifest naming the task attempt's files; job commit moves the files of the committed manifests
+# into the folder, writes _SUCCESS (a JSON summary) and moves the manifests into _MANIFESTS/<job id>.
+COMMIT_PROTOCOL = "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol"
+PARQUET_COMMITTER = "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+_MANIFEST_COMMITTER = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitter"
+_MANIFEST_FACTORY = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitterFactory"
+_MANIFESTS = "_manifests"
+_SUCCESS = "_SUCCESS"
+# The committer's counter of the files its job commit moved (in _SUCCESS's iostatistics).
+_FILES_COMMITTED = "committer_files_committed"
 _STATS = frozenset(STATS_COLUMNS.split(","))
 _RETRY = "Nothing was committed; the next run recovers this one."
 # delta-spark's default checkpoint interval, kept by staged commits unless the table sets its own.
 _INTERVAL_PROPERTY = "delta.checkpointInterval"
 _CHECKPOINT_INTERVAL = 10
+
+
+def run_folder_name(app_id: str, run_seq: int) -> str:
+    """The folder (under the table's root) of run ``run_seq``'s staged writes, one subfolder per attempt."""
+    return f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
 
 
 def can_stage(table: DeltaTableRs, rows_schema_json: dict[str, Any]) -> bool:
@@ -115,28 +134,16 @@ def staged_append(
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError
 
-    run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
+    run_folder = run_folder_name(app_id, run_seq)
     folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
-    # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
-    # expectations); a plain Parquet write would use INT96, which carries no statistics.
-    with session_settings(rows.sparkSession, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}):
-        (
-            rows.write.mode("error")
-            # No _SUCCESS marker: a hidden file nothing would ever remove.
-            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-            # Tasks commit into the job's _temporary folder, and only the attempts the driver committed are moved
-            # into the folder when the job commits: a failed or retried attempt's output never becomes visible
-            # there (algorithm 2, which a session may set, moves each attempt's files in as it commits).
-            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
-            .parquet(f"{table.spark_uri.rstrip('/')}/{folder}")
-        )
+    manifests = _write_staged(rows, table, folder)
     crash_point("after_staging")
     if before_commit is not None:
         before_commit()
     doing = f"committing the staged files of run {run_seq} to {table}"
     read_version = opened.version()
     try:
-        adds = _add_actions(table, folder)
+        adds = _add_actions(table, folder, _job_files(table, folder) if manifests else None)
         opened.create_write_transaction(
             adds,
             mode="append",
@@ -162,9 +169,66 @@ def staged_append(
     _remove_leftovers(table, run_folder, folder)
 
 
+def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
+    """Writes ``rows`` as Parquet into ``folder`` of ``table``; True when through the manifest committer, which
+    keeps the manifests of the tasks it committed in ``folder/_manifests/<job id>``, False when through Hadoop's
+    file committer (algorithm 1), whose output is only the folder's listing.
+
+    The file committer serves object stores reached through S3A (Hadoop's manifest committer refuses the ``s3a``
+    scheme) and sessions whose Spark lacks the manifest committer's binding (a Connect server started without the
+    spark-hadoop-cloud jar). Only the write's own settings change: Hadoop keys are write options (Spark puts them
+    into this job's Hadoop configuration), the Spark settings are put back afterwards.
+    """
+    uri = f"{table.spark_uri.rstrip('/')}/{folder}"
+    # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
+    # expectations); a plain Parquet write would use INT96, which carries no statistics.
+    timestamps = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    if not uri.startswith("s3a:"):
+        # The committer classes first: a Spark without them refuses the first setting (its class must load), and
+        # nothing is left set.
+        settings = {
+            "spark.sql.sources.commitProtocolClass": COMMIT_PROTOCOL,
+            "spark.sql.parquet.output.committer.class": PARQUET_COMMITTER,
+            **timestamps,
+        }
+        # The job commit moves the task manifests there (after the files, before _SUCCESS names the folder): the
+        # complete list of the committed files (_SUCCESS itself names 100 at most).
+        writer = rows.write.mode("error").option("mapreduce.outputcommitter.factory.scheme.file", _MANIFEST_FACTORY)
+        writer = writer.option("mapreduce.manifest.committer.diagnostics.manifest.directory", f"{uri}/{_MANIFESTS}")
+        try:
+            with session_settings(rows.sparkSession, settings):
+                writer.parquet(uri)
+            return True
+        except Exception as e:
+            # Raised when the setting is made (the class must load) or the write is planned, before its job
+            # creates the folder.
+            missing = "ClassNotFoundException" in str(e) or "must be loadable" in str(e)
+            if not missing or not any(c in str(e) for c in (COMMIT_PROTOCOL, PARQUET_COMMITTER)):
+                raise
+            logger.warning(
+                "the Spark session has no %s (the spark-hadoop-cloud jar): staging into %s with Hadoop's file "
+                "committer, its folder's listing checked instead of the job's manifests",
+                COMMIT_PROTOCOL,
+                table,
+            )
+    with session_settings(rows.sparkSession, timestamps):
+        (
+            rows.write.mode("error")
+            # No _SUCCESS marker: a hidden file nothing would ever remove.
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Tasks commit into the job's _temporary folder, and only the attempts the driver committed are moved
+            # into the folder when the job commits: a failed or retried attempt's output never becomes visible
+            # there (algorithm 2, which a session may set, moves each attempt's files in as it commits).
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+            .parquet(uri)
+        )
+    return False
+
+
 def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
     """Removes what VACUUM would not: earlier attempts of this run (killed writes: task folders, data files no
-    version references) and the hidden files beside the committed ones (Hadoop's checksums on local disk).
+    version references) and the hidden files beside the committed ones (the job's _SUCCESS summary and manifests,
+    Hadoop's checksums on local disk).
 
     Only after this attempt's commit: the run's transaction is then in the log, so no other writer of the run
     can commit an earlier attempt's files any more. A failure is logged, never raised: the commit stands, and
@@ -186,10 +250,12 @@ def _remove_leftovers(table: TableRef, run_folder: str, committed: str) -> None:
                     entry.unlink()
             return
         fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
-        for info in fs.get_file_info(FileSelector(run_folder)):
-            if info.path.rstrip("/") != committed and info.type == FileType.Directory:
+        entries = [i for i in fs.get_file_info(FileSelector(run_folder)) if i.path.rstrip("/") != committed]
+        entries += [i for i in fs.get_file_info(FileSelector(committed)) if i.base_name.startswith(("_", "."))]
+        for info in entries:
+            if info.type == FileType.Directory:
                 fs.delete_dir(info.path)
-            elif info.path.rstrip("/") != committed:
+            else:
                 fs.delete_file(info.path)
     except (DeltaError, OSError) as e:
         logger.warning(
@@ -209,7 +275,7 @@ def remove_run_folder(table: TableRef, app_id: str, run_seq: int) -> None:
     from deltalake.fs import DeltaStorageHandler
     from pyarrow.fs import FileType, PyFileSystem
 
-    run_folder = f"{_FOLDER_PREFIX}{run_seq}-{app_id}"
+    run_folder = run_folder_name(app_id, run_seq)
     try:
         if table.location.is_local:
             shutil.rmtree(table.location.local_path / run_folder)
@@ -262,8 +328,15 @@ def keep_checkpoint_cadence(opened: DeltaTableRs, name: str) -> None:
         )
 
 
-def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]:
-    """One ``add`` per non-empty Parquet file in ``folder``, with statistics from its footer."""
+def _add_actions(table: TableRef, folder: str, committed: dict[str, int] | None) -> list[AddAction | RemoveAction]:
+    """One ``add`` per non-empty Parquet file of ``committed`` (names and sizes of the job's files, see
+    :func:`_job_files`) in ``folder``, with statistics from its footer; with ``committed`` None (a file committer's
+    write), per file of the folder's listing, which must be one Spark job's output.
+
+    Raises:
+        SparkJobError: the folder's visible files are not exactly ``committed`` or, without it, not one job's
+            output (retriable; nothing committed).
+    """
     import pyarrow.parquet as pq
     from deltalake.fs import DeltaStorageHandler
     from deltalake.transaction import AddAction
@@ -271,12 +344,16 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
 
     fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
     adds: list[AddAction | RemoveAction] = []
+    # S3A keeps a marker object for the folder itself (Hadoop 3.4 keeps directory markers): not a file of the job.
     files = [
         info
         for info in fs.get_file_info(FileSelector(folder))
-        if info.type == FileType.File and not info.base_name.startswith(("_", "."))
+        if info.type == FileType.File and not info.base_name.startswith(("_", ".")) and info.path.rstrip("/") != folder
     ]
-    _check_one_job(table, folder, [info.base_name for info in files])
+    if committed is None:
+        _check_one_job(table, folder, [info.base_name for info in files])
+    else:
+        _check_committed(table, folder, {info.base_name: info.size or 0 for info in files}, committed)
     for info in files:
         with fs.open_input_file(info.path) as handle:
             footer = pq.read_metadata(handle)
@@ -295,12 +372,64 @@ def _add_actions(table: TableRef, folder: str) -> list[AddAction | RemoveAction]
     return adds
 
 
-def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
-    """Refuses a staging folder that holds anything but the output files of one Spark job.
+def _job_files(table: TableRef, folder: str) -> dict[str, int]:
+    """The files the write's job committed into ``folder`` (name: size), from the manifests its job commit kept.
 
-    The folder is this attempt's own, so its visible files are the tasks the write's job committed; a file that
-    is not named as that job's output, or files of two jobs, mean something else wrote there, and committing the
-    folder could land records twice.
+    Raises:
+        SparkJobError: the job's _SUCCESS summary or its manifests are missing, unreadable, or disagree with each
+            other (retriable: nothing was committed, the next run writes the run into a new folder).
+    """
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileSelector, PyFileSystem
+
+    fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+    where = f"the staging folder {table}/{folder}"
+    try:
+        summary = json.loads(_read_text(fs, f"{folder}/{_SUCCESS}"))
+        if summary.get("committer") != _MANIFEST_COMMITTER or summary.get("success") is not True:
+            raise _refusal(f"{where} was not written by a successful manifest committer job")
+        job = str(summary["jobId"])
+        count = int(summary["iostatistics"]["counters"][_FILES_COMMITTED])
+        manifests = [
+            info.path
+            for info in fs.get_file_info(FileSelector(f"{folder}/{_MANIFESTS}/{job}", allow_not_found=True))
+            if info.base_name.endswith("-manifest.json") and not info.base_name.startswith(".")
+        ]
+        files: dict[str, int] = {}
+        for path in manifests:
+            for entry in json.loads(_read_text(fs, path))["files"]:
+                parent, _, name = str(entry["d"]).rpartition("/")
+                if not parent.endswith(f"/{folder}"):
+                    raise _refusal(f"the job's manifest {path} names a file outside {where}: {entry['d']}")
+                files[name] = int(entry["z"])
+    except FileNotFoundError as e:
+        raise _refusal(f"{where} has no manifest of the job that wrote it ({mask_secrets(str(e))})") from e
+    except (KeyError, TypeError, ValueError) as e:
+        raise _refusal(f"{where}: the job's manifests cannot be read ({type(e).__name__}: {e})") from e
+    if len(files) != count:
+        raise _refusal(f"{where}: the job committed {count} file(s) but its manifests name {len(files)}")
+    return files
+
+
+def _read_text(fs: Any, path: str) -> str:
+    with fs.open_input_stream(path) as handle:
+        return str(handle.read().decode())
+
+
+def _refusal(what: str) -> SparkJobError:
+    return SparkJobError(
+        f"{what}; nothing was committed, so no record can land twice.",
+        hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
+        f"{_FOLDER_PREFIX}* folders of a sink.",
+    )
+
+
+def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
+    """Refuses a file committer's staging folder that holds anything but the output files of one Spark job.
+
+    The folder is this attempt's own, so its visible files are the tasks the write's job committed; a file that is
+    not named as a job's output, or files of two jobs, mean something else wrote there. A file named as this job's
+    output that the job did not commit cannot be told apart: only the manifest committer's writes close that.
 
     Raises:
         SparkJobError: the folder holds other files (retriable: the next run writes the run into a new folder).
@@ -308,14 +437,31 @@ def _check_one_job(table: TableRef, folder: str, names: list[str]) -> None:
     jobs = {match.group("job") if (match := _JOB_FILE.match(name)) else None for name in names}
     if len(jobs) <= 1 and None not in jobs:
         return
-    # Which of them the job wrote cannot be told from the names: all are shown.
     shown = ", ".join(sorted(names)[:6]) + (" ..." if len(names) > 6 else "")
-    raise SparkJobError(
-        f"the staging folder {table}/{folder} holds files that are not the output of one Spark job ({shown}); "
-        "nothing was committed, so no record can land twice.",
-        hint="Run again: the next run writes the run into a new folder. Nothing but dynamic-kafka may write into "
-        f"{_FOLDER_PREFIX}* folders of a sink.",
+    raise _refusal(
+        f"the staging folder {table}/{folder} holds files that are not the output of one Spark job ({shown})"
     )
+
+
+def _check_committed(table: TableRef, folder: str, stored: dict[str, int], committed: dict[str, int]) -> None:
+    """Refuses a staging folder whose visible files are not exactly the ones its job committed (same names, same
+    sizes): a file the job did not commit (another writer's, a retried task attempt's) would land records twice,
+    a missing one would lose them.
+
+    Raises:
+        SparkJobError: they differ (retriable: the next run writes the run into a new folder).
+    """
+    if stored == committed:
+        return
+    extra = sorted(set(stored) - set(committed))
+    missing = sorted(set(committed) - set(stored))
+    resized = sorted(n for n in set(stored) & set(committed) if stored[n] != committed[n])
+    parts = [
+        f"{label}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}"
+        for label, names in (("not committed by its job", extra), ("missing", missing), ("other size", resized))
+        if names
+    ]
+    raise _refusal(f"the staging folder {table}/{folder} does not hold exactly its job's files ({'; '.join(parts)})")
 
 
 def file_stats(footer: Any) -> dict[str, Any]:

@@ -55,6 +55,11 @@ def delta_package(spark_version: str) -> str:
 # from_avro for registry and schema-file values. Maven Central serves spark-avro_2.13 up to 4.1.1, not 4.1.3;
 # 4.1.1 works on Spark 4.1.3 (docs/formats.md). Move to pyspark's version once Central serves it.
 SPARK_AVRO_PACKAGE = f"org.apache.spark:spark-avro_{SCALA_VERSION}:4.1.1"
+# Spark's binding of Hadoop's path output committers (PathOutputCommitProtocol, BindingParquetOutputCommitter), for
+# staged appends' manifest committer (sink/staged_append.py). Maven Central serves it up to 4.1.2, not 4.1.3;
+# its five classes use only Spark APIs that 4.1.3 keeps. Move to pyspark's version once Central serves it.
+HADOOP_CLOUD_VERSION = "4.1.2"
+HADOOP_CLOUD_PACKAGE = f"org.apache.spark:spark-hadoop-cloud_{SCALA_VERSION}:{HADOOP_CLOUD_VERSION}"
 
 
 def session_packages(spark_version: str, extra: Sequence[str] = ()) -> list[str]:
@@ -91,9 +96,12 @@ def session_jars(packages: Sequence[str], exclusions: Sequence[str] = ()) -> lis
         [f"{KAFKA_TOKENPROVIDER}:{KAFKA_TOKENPROVIDER_VERSION}"],
         transitive=False,
     )
+    # The committer classes alone: their dependencies (Hadoop's committers, cloud connectors) are pyspark's own
+    # or the S3A packages a pipeline on S3 adds.
+    hadoop_cloud = resolve_jars(f"spark-hadoop-cloud-{HADOOP_CLOUD_VERSION}", [HADOOP_CLOUD_PACKAGE], transitive=False)
     shipped = {artifact_of(jar.name) for jar in _pyspark_jars()}
     ours = [jar for jar in sorted(libs.glob("*.jar")) if artifact_of(jar.name) not in shipped]
-    return sorted(token_provider.glob("*.jar")) + ours
+    return sorted(token_provider.glob("*.jar")) + sorted(hadoop_cloud.glob("*.jar")) + ours
 
 
 def artifact_of(jar_name: str) -> str:

@@ -14,7 +14,6 @@ session and the staged append's delta-rs commit.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -31,8 +30,7 @@ from dynamic_kafka.sink.staged_append import staged_append
 from dynamic_kafka.sink.tables import append_idempotent, sink_rows
 from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
-from dynamic_kafka.state.lease import RunOwner
-from tests.support.exactly_once import DeadLetterStream, assert_nothing_left, table_coordinates
+from tests.support.exactly_once import DeadLetterStream, assert_nothing_left, expire_lease, table_coordinates
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -195,14 +193,7 @@ def _crash_at(
         act = runner.run if abandon is None else lambda: runner.abandon(abandon, "its cluster is gone for good")
         with pytest.raises(_Killed):
             act()
-    store = harness.runner().store
-    state = store.load()
-    assert state.last_run is not None
-    assert state.last_run.status == "planned"
-    assert state.table_version is not None
-    dead = RunOwner.current().model_copy(update={"token": "killed"})
-    expired = datetime.now(UTC) - timedelta(seconds=1)
-    store.lease(state.last_run.plan, owner=dead.text(), lease_expires_at=expired, expected_version=state.table_version)
+    expire_lease(harness)
 
 
 def _planned(harness: PipelineHarness) -> Plan:

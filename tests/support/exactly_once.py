@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
+from dynamic_kafka.state.lease import RunOwner
 
 if TYPE_CHECKING:
     import subprocess
@@ -211,3 +213,15 @@ def assert_recovered_once(stream: TwoClusterStream) -> None:
     assert recovering.records == 8
     assert stream.harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(stream.harness) == stream.end_offsets()
+
+
+def expire_lease(harness: PipelineHarness) -> None:
+    """Makes the planned last run's lease expire, as if its process had died (the next run recovers it)."""
+    store = harness.runner().store
+    state = store.load()
+    assert state.last_run is not None
+    assert state.last_run.status == "planned"
+    assert state.table_version is not None
+    dead = RunOwner.current().model_copy(update={"token": "killed"})
+    expired = datetime.now(UTC) - timedelta(seconds=1)
+    store.lease(state.last_run.plan, owner=dead.text(), lease_expires_at=expired, expected_version=state.table_version)
