@@ -92,6 +92,7 @@ def prepare_write(
         ObjectStoreError: the sink's or dead-letter table's object store cannot be used.
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """
+    from dynamic_kafka.sink.per_stream import run_streams
     from dynamic_kafka.sink.schema_check import check_sink_schema
     from dynamic_kafka.spark.registry_decode import prepare_decoding
 
@@ -104,7 +105,7 @@ def prepare_write(
         decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap)
     if not written:
         plan = plan.model_copy(update={"decoding": decoding.pins()})
-    check_sink_schema(context.spark(), context.pipeline, decoding)
+    check_sink_schema(context.spark(), context.pipeline, decoding, run_streams(plan.read_splits))
     context.check_object_store()
     deadline.check()
     return PreparedWrite(plan=plan, connections=connections, decoding=decoding)

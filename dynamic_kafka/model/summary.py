@@ -134,6 +134,16 @@ class DeadLetterReplay(FrozenModel):
     dead_letter_version: int | None = None
 
 
+class StreamTable(FrozenModel):
+    """What one run landed in one stream's own table (a ``sink.path`` with ``{stream}``)."""
+
+    stream_id: str
+    path: str = Field(description="The stream's table.")
+    records: int = Field(0, description="Rows of the run in the table (with its dead letters).")
+    dead_letters: int = 0
+    sink_version: int | None = Field(None, description="The table's Delta version holding the run.")
+
+
 class RunSummary(FrozenModel):
     """One run, as it finished."""
 
@@ -172,6 +182,9 @@ class RunSummary(FrozenModel):
     min_event_time: datetime | None = None
     max_event_time: datetime | None = None
     sink_version: int | None = None
+    stream_tables: tuple[StreamTable, ...] = Field(
+        (), description="A table per stream: what the run landed in each stream's table (empty otherwise)."
+    )
     skipped_clusters: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     metadata_fingerprint: str = ""
