@@ -411,8 +411,8 @@ class PipelineConfig(_Config):
     sink: SinkConfig
     state_path: TableLocation | None = Field(
         None,
-        description="Delta state location (path or URI). Default: '<sink.path>_state'; with a table per stream, "
-        "'_<id>_state' in the folder of the stream tables.",
+        description="Delta state location (path or URI). Default: '<sink.path>_state' (a table per stream: beside "
+        "the stream tables, docs/table-per-stream.md).",
     )
     storage: StorageConfig | None = Field(
         None, description="How the tables on object storage are reached (endpoint, region, credentials)."

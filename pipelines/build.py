@@ -35,7 +35,7 @@ from dagster import (
 )
 from dynamic_kafka import ConfigError, load_project_config
 
-from pipelines.assets import build_checks, build_sink_asset
+from pipelines.assets import build_checks, build_sink_asset, stream_tables_spec
 from pipelines.backfill import build_backfill_asset
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
 from pipelines.maintenance import build_maintenance_job, build_maintenance_schedule
@@ -105,6 +105,9 @@ def build_definitions(config_path: str | Path) -> Definitions:
     for pipeline in project.pipelines:
         incremental = build_incremental_job(pipeline)
         assets.append(build_sink_asset(pipeline))
+        tables = stream_tables_spec(pipeline)
+        if tables is not None:
+            assets.append(tables)
         checks.append(build_checks(pipeline))
         jobs.append(incremental)
         jobs.extend(build_operation_jobs(pipeline))

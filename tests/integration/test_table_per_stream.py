@@ -7,11 +7,13 @@ broker, Spark and Delta.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from devtools.testing.kafka import create_topic, produce, unique_name
+from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.sink import committed_txn_version
@@ -120,3 +122,50 @@ def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_
         ("orders-eu", later.run_seq, 0),
         ("orders-us", 1, 0),
     ]
+
+    # A stream the pattern finds whose id cannot name a folder is refused before its run is planned.
+    bad = unique_name("orders-bad")
+    create_topic(east, bad, 1)
+    h.set_streams({**{s: {"east": [topics[s]]} for s in topics}, "orders-eu:2": {"east": [bad]}})
+    produce(east, bad, numbered(range(30, 31)))
+    with pytest.raises(ConfigError, match=r"stream 'orders-eu:2' cannot name a table of sink\.path .*it holds ':'"):
+        h.runner().run()
+    head = h.runner().store.load().last_run
+    assert head is not None
+    assert (head.run_seq, head.status) == (later.run_seq, "committed")  # nothing planned
+
+
+def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_state_beside_them(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, s3_storage: dict[str, Any], tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us")}
+    for topic in topics.values():
+        create_topic(east, topic, 1)
+    prefix = f"s3://lake/{uuid.uuid4().hex[:12]}"
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        streams=None,
+        stream_pattern="orders-.*",
+        sink={"path": f"{prefix}/{{stream}}"},
+        storage=s3_storage,
+    )
+    h.set_streams({s: {"east": [t]} for s, t in topics.items()})
+    eu = produce(east, topics["orders-eu"], numbered(range(3)))
+    us = produce(east, topics["orders-us"], numbered(range(10, 12)))
+
+    first = h.runner().run()
+
+    assert (first.status, first.records) == ("committed", 5)
+    assert [(t.stream_id, t.path, t.records) for t in first.stream_tables] == [
+        ("orders-eu", f"{prefix}/orders-eu", 3),
+        ("orders-us", f"{prefix}/orders-us", 2),
+    ]
+    assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], eu))
+    assert table_rows(h, "orders-us") == sorted(rows("east", topics["orders-us"], us))
+    pipeline = h.runner().pipeline
+    assert pipeline.resolved_state_path.uri == f"{prefix}/_p_state"
+    assert all(committed_txn_version(pipeline.for_stream(s).sink_table, "p") == 1 for s in topics)
+    assert not any(tmp_path.glob("orders*")), "nothing may land on local disk"
