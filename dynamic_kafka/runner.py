@@ -68,7 +68,7 @@ from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.incremental import landed_from_log
-from dynamic_kafka.sink.per_stream import landed_per_stream, run_streams, tables_lacking
+from dynamic_kafka.sink.per_stream import landed_per_stream, run_streams
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.spark.deadline import RunDeadline
@@ -367,9 +367,10 @@ class PipelineRunner:
         # holding the run means the whole run is in. A fence there means an abandon was interrupted after it.
         # With a table per stream, each table of the run: the run is in once every table holds it, and a fence in
         # any of them is an interrupted abandon.
-        lacking = self._tables_lacking(plan)
+        txns = self._txns(plan)
+        lacking = [stream for stream, txn in txns.items() if txn != plan.run_seq]
         in_sink = not lacking
-        fenced = self._fenced(plan)
+        fenced = self._fenced(plan, [stream for stream in txns if stream not in lacking])
         logger.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
@@ -421,20 +422,22 @@ class PipelineRunner:
         )
         return plan.run_seq
 
-    def _tables_lacking(self, plan: Plan) -> list[str]:
-        """The streams whose tables do not hold ``plan``'s run; for one sink, ``[""]`` unless it holds it.
+    def _txns(self, plan: Plan) -> dict[str, int | None]:
+        """Per table of ``plan``'s run (by stream; ``""`` for the one sink), the pipeline's last transaction there.
 
         The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         holding the run means the whole run (with a table per stream: the stream's part) is in.
         """
-        if self.pipeline.sink.per_stream:
-            return tables_lacking(self.pipeline, plan.read_splits, plan.run_seq)
-        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
-        return [] if written == plan.run_seq else [""]
+        streams = run_streams(plan.read_splits) if self.pipeline.sink.per_stream else [""]
+        return {s: committed_txn_version(self.pipeline.for_stream(s).sink_table, self.pipeline.id) for s in streams}
 
-    def _fenced(self, plan: Plan) -> bool:
-        """Whether a table of the run holds its fence: an abandon of it was interrupted after fencing."""
-        return any(is_fence(view.sink_table, self.pipeline.id, plan.run_seq) for view in self._views(plan.read_splits))
+    def _fenced(self, plan: Plan, holding: Sequence[str]) -> bool:
+        """Whether a table of the run holds its fence (an abandon of it was interrupted after fencing), looking only
+        at the tables ``holding`` its transaction (by stream, as :meth:`_txns`): a fence is one.
+        """
+        return any(
+            is_fence(self.pipeline.for_stream(stream).sink_table, self.pipeline.id, plan.run_seq) for stream in holding
+        )
 
     def _views(self, splits: Sequence[Split]) -> list[PipelineConfig]:
         """The pipeline as each table of a run with these splits sees it: one per stream, or the pipeline itself."""
@@ -479,10 +482,9 @@ class PipelineRunner:
             return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
         # A fence of this run there is an abandon that was interrupted: it may be finished. With a table per stream
         # the run is complete once every table holds it; a part of it landed is kept by the abandon (_give_up).
-        views = self._views(head.plan.read_splits)
-        written = [committed_txn_version(view.sink_table, self.pipeline.id) for view in views]
-        fenced = self._fenced(head.plan)
-        if views and all(w is not None and w >= run_seq for w in written) and not fenced:
+        txns = self._txns(head.plan)
+        fenced = self._fenced(head.plan, [stream for stream, txn in txns.items() if txn == run_seq])
+        if txns and all(txn is not None and txn >= run_seq for txn in txns.values()) and not fenced:
             raise self._complete_error(run_seq)
         _refuse_live_owner(self.pipeline.id, head)
         assert state.table_version is not None  # a state with a planned head has a table

@@ -4,7 +4,7 @@ Each stream's rows go to its own table (and undecodable ones to its own dead-let
 incremental run appends a sink (:func:`~dynamic_kafka.sink.incremental.write_incremental`), with the same
 transaction ``(pipeline id, run_seq)``: each table's log says on its own whether it holds the run. So the
 recovery rule of one sink becomes, per table: a run is committed to the state only once every table of the run
-holds its transaction, and a recovery writes only the tables that lack it (:func:`tables_lacking`).
+holds its transaction, and a recovery writes only the tables that lack it (the runner asks each table's log).
 
 Which table a row lands in is its ``stream`` column: the split's first stream in sorted order, the one a topic
 shared by two subscribed streams is attributed to (the project's shared-topic rule). The tables of a run are those
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.model.summary import StreamTable
 from dynamic_kafka.sink.metrics import WriteResult
-from dynamic_kafka.sink.tables import committed_txn_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,15 +48,6 @@ def known_streams(state: StateSnapshot) -> list[str]:
     if state.last_run is not None:
         streams.update(run_streams(state.last_run.plan.read_splits))
     return sorted(streams)
-
-
-def tables_lacking(pipeline: PipelineConfig, splits: Sequence[Split], run_seq: int) -> list[str]:
-    """The streams of a run whose tables do not hold its transaction (JVM-free: one log read per table)."""
-    return [
-        stream
-        for stream in run_streams(splits)
-        if committed_txn_version(pipeline.for_stream(stream).sink_table, pipeline.id) != run_seq
-    ]
 
 
 def write_per_stream(
