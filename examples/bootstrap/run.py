@@ -54,7 +54,8 @@ def write_metadata(bootstrap_servers: str) -> None:
         "clusters": {"east": {"bootstrap_servers": bootstrap_servers}},
         "streams": {"orders": {"east": ["orders-live"]}},
     }
-    (WORK / "metadata.yaml").write_text(yaml.safe_dump(metadata, sort_keys=False))
+    schema = "# yaml-language-server: $schema=../../../dynamic_kafka/schemas/metadata.schema.json\n"
+    (WORK / "metadata.yaml").write_text(schema + yaml.safe_dump(metadata, sort_keys=False))
 
 
 def produce_live(bootstrap_servers: str) -> None:
