@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint
     from devtools.testing.pipeline import PipelineHarness, Row
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 LEASE_SECONDS = 3
 
@@ -169,3 +169,42 @@ def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_st
     assert pipeline.resolved_state_path.uri == f"{prefix}/_p_state"
     assert all(committed_txn_version(pipeline.for_stream(s).sink_table, "p") == 1 for s in topics)
     assert not any(tmp_path.glob("orders*")), "nothing may land on local disk"
+
+
+def test_abandoning_a_run_that_landed_one_of_its_tables_keeps_that_part_and_lands_the_rest_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us")}
+    for topic in topics.values():
+        create_topic(east, topic, 1)
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        streams=None,
+        stream_pattern="orders-.*",
+        sink={"path": "tables/{stream}"},
+        run_lease_seconds=LEASE_SECONDS,
+    )
+    h.set_streams({s: {"east": [t]} for s, t in topics.items()})
+    eu = produce(east, topics["orders-eu"], numbered(range(3)))
+    us = produce(east, topics["orders-us"], numbered(range(10, 12)))
+
+    def crash() -> None:
+        raise SimulatedCrashError
+
+    with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
+        h.runner().run()
+    time.sleep(LEASE_SECONDS + 0.5)
+    # orders-eu holds run 1, orders-us does not: the abandon fences orders-us and marks orders-eu's rows landed.
+    h.runner().abandon(1, "test: give the run up")
+    assert committed_txn_version(tmp_path / "tables" / "orders-eu", "p") == 1
+    head = h.runner().store.load().last_run
+    assert head is not None
+    assert (head.run_seq, head.status) == (1, "abandoned")
+
+    after = h.runner().run()  # reads both ranges again: lands orders-us, skips what orders-eu holds
+    assert (after.run_seq, after.status, after.records, after.deduplicated) == (2, "committed", 2, 3)
+    assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], eu))
+    assert table_rows(h, "orders-us") == sorted(rows("east", topics["orders-us"], us))
