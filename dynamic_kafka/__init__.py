@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
     from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
-    from dynamic_kafka.model.summary import Completeness, GroupCommit, PartitionCount, RunSummary, TopicStats
+    from dynamic_kafka.model.summary import (
+        Completeness,
+        GroupCommit,
+        PartitionCount,
+        RunSummary,
+        StreamTable,
+        TopicStats,
+    )
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
     from dynamic_kafka.realign import Realignment
@@ -73,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "Finding": "dynamic_kafka.model.plan",
     "LostRange": "dynamic_kafka.model.plan",
     "RunSummary": "dynamic_kafka.model.summary",
+    "StreamTable": "dynamic_kafka.model.summary",
     "TopicStats": "dynamic_kafka.model.summary",
     "GroupCommit": "dynamic_kafka.model.summary",
     "Completeness": "dynamic_kafka.model.summary",
@@ -134,6 +142,7 @@ __all__ = [
     "ReplayReport",
     "RunSummary",
     "Split",
+    "StreamTable",
     "TableInfo",
     "TableLocation",
     "TableMaintenance",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
+from dynamic_kafka.table_template import check_stream_id, default_state, fill, is_template, placeholders
 from dynamic_kafka.validation_text import plain_message, suggest_key
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
@@ -170,8 +171,16 @@ class SinkConfig(_Config):
         's3://lake/orders_dead_letter'
     """
 
-    path: TableLocation = Field(description="Delta table location: a local path, or a URI such as s3://bucket/t.")
-    dead_letter_path: TableLocation | None = Field(None, description="Default: '<path>_dead_letter'.")
+    path: TableLocation = Field(
+        description="Delta table location: a local path, or a URI such as s3://bucket/t. With {stream} in it (e.g. "
+        "data/{stream}) a template: each stream gets its own table, the stream id in place of {stream} "
+        "(docs/table-per-stream.md)."
+    )
+    dead_letter_path: TableLocation | None = Field(
+        None,
+        description="Default: '<path>_dead_letter' (per stream for a template path; an explicit one then needs "
+        "{stream} too).",
+    )
     partition_by: tuple[str, ...] = Field(
         (),
         description="Columns a new sink is partitioned by, e.g. [cluster, topic] (columns of the rows). Applies when "
@@ -180,6 +189,33 @@ class SinkConfig(_Config):
     )
 
     _parse = field_validator("path", "dead_letter_path", mode="before")(_location)
+
+    @field_validator("path", "dead_letter_path", mode="after")
+    @classmethod
+    def _known_placeholders(cls, value: TableLocation | None) -> TableLocation | None:
+        if value is not None:
+            placeholders(value.uri)
+        return value
+
+    @model_validator(mode="after")
+    def _one_table_kind(self) -> SinkConfig:
+        if self.dead_letter_path is None or is_template(self.dead_letter_path) == self.per_stream:
+            return self
+        if self.per_stream:
+            raise ValueError(
+                f"path {self.path.uri!r} gives each stream its own table, so dead_letter_path must too: write "
+                "{stream} in it (e.g. dead_letters/{stream}), or leave it out for '<table>_dead_letter'"
+            )
+        raise ValueError(
+            f"dead_letter_path {self.dead_letter_path.uri!r} has {{stream}} but path {self.path.uri!r} has not: "
+            "write {stream} in path too for a table per stream (e.g. data/{stream}), or leave it out of "
+            "dead_letter_path"
+        )
+
+    @property
+    def per_stream(self) -> bool:
+        """Whether each stream lands in its own table (``path`` holds ``{stream}``)."""
+        return is_template(self.path)
 
     @field_validator("partition_by")
     @classmethod
@@ -412,7 +448,9 @@ class PipelineConfig(_Config):
     max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
     sink: SinkConfig
     state_path: TableLocation | None = Field(
-        None, description="Delta state location (path or URI). Default: '<sink.path>_state'."
+        None,
+        description="Delta state location (path or URI). Default: '<sink.path>_state' (a table per stream: beside "
+        "the stream tables, docs/table-per-stream.md).",
     )
     storage: StorageConfig | None = Field(
         None, description="How the tables on object storage are reached (endpoint, region, credentials)."
@@ -542,6 +580,50 @@ class PipelineConfig(_Config):
             )
         return self
 
+    @model_validator(mode="after")
+    def _table_per_stream(self) -> PipelineConfig:
+        if self.state_path is not None and placeholders(self.state_path.uri):
+            raise ValueError(
+                f"state_path {self.state_path.uri!r} has {{stream}}: a pipeline keeps one state for all its streams; "
+                "give a plain location"
+                + ("" if self.sink.per_stream else ", or write {stream} in sink.path for a table per stream")
+            )
+        if not self.sink.per_stream:
+            return self
+        for stream_id in self.streams or ():
+            try:
+                check_stream_id(stream_id, template=self.sink.path.uri)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
+        if self.bootstrap is not None:
+            raise ValueError(
+                "bootstrap lands an archive into one table; a sink.path with {stream} (a table per stream) cannot "
+                "take it yet: bootstrap a pipeline with a plain sink.path"
+            )
+        if self.backfill is not None:
+            raise ValueError(
+                "backfill merges time windows into one table; a sink.path with {stream} (a table per stream) cannot "
+                "take it yet: remove `backfill`, or backfill with a pipeline whose sink.path has no {stream}"
+            )
+        return self
+
+    def for_stream(self, stream_id: str) -> PipelineConfig:
+        """The pipeline as seen by one stream's table: its ``sink.path`` and dead-letter path filled in, the state
+        the pipeline's own. A pipeline without a table per stream is returned as it is.
+
+        Raises:
+            ConfigError: the stream id cannot name a table (:func:`~dynamic_kafka.table_template.check_stream_id`).
+        """
+        if not self.sink.per_stream:
+            return self
+        sink = self.sink.model_copy(
+            update={
+                "path": fill(self.sink.path, stream_id),
+                "dead_letter_path": fill(self.sink.resolved_dead_letter_path, stream_id),
+            }
+        )
+        return self.model_copy(update={"sink": sink, "state_path": self.resolved_state_path})
+
     @property
     def bootstrap_stream(self) -> str:
         """The ``stream`` of archive rows without their own (the bootstrap's, else the pipeline's only stream)."""
@@ -568,18 +650,38 @@ class PipelineConfig(_Config):
 
     @property
     def resolved_state_path(self) -> TableLocation:
-        """Return the state table's location: ``state_path``, else ``<sink.path>_state``."""
-        return self.state_path or self.sink.path.sibling("_state")
+        """Return the state table's location: ``state_path``, else ``<sink.path>_state`` (for a table per stream,
+        ``_<id>_state`` in the folder of the stream tables).
+        """
+        if self.state_path is not None:
+            return self.state_path
+        return default_state(self.sink.path, self.id) if self.sink.per_stream else self.sink.path.sibling("_state")
 
     @property
     def sink_table(self) -> TableRef:
-        """The sink as both engines reach it (location + storage block)."""
-        return TableRef(self.sink.path, self.storage, owner=f"pipeline {self.id!r}")
+        """The sink as both engines reach it (location + storage block).
+
+        Raises:
+            ConfigError: the pipeline lands a table per stream (:meth:`for_stream` names each one); an operation
+                that reaches this works on one table and does not take a table per stream.
+        """
+        return TableRef(self._one_table(self.sink.path), self.storage, owner=f"pipeline {self.id!r}")
 
     @property
     def dead_letter_table(self) -> TableRef:
-        """The dead-letter table as both engines reach it."""
-        return TableRef(self.sink.resolved_dead_letter_path, self.storage, owner=f"pipeline {self.id!r}")
+        """The dead-letter table as both engines reach it (one per stream: see :attr:`sink_table`)."""
+        location = self._one_table(self.sink.resolved_dead_letter_path)
+        return TableRef(location, self.storage, owner=f"pipeline {self.id!r}")
+
+    def _one_table(self, location: TableLocation) -> TableLocation:
+        if is_template(location):
+            raise ConfigError(
+                f"pipeline {self.id!r} lands a table per stream (sink.path {self.sink.path.uri!r}); this operation "
+                "works on one table and does not take a table per stream yet; nothing was done.",
+                hint="Run, status, offsets and maintain handle every stream's table; for a backfill, realign or "
+                "dead-letter replay, use a pipeline with a plain sink.path (docs/table-per-stream.md).",
+            )
+        return location
 
     @property
     def state_table(self) -> TableRef:
@@ -587,8 +689,15 @@ class PipelineConfig(_Config):
         return TableRef(self.resolved_state_path, self.storage, owner=f"pipeline {self.id!r}")
 
     def tables(self) -> dict[str, TableRef]:
-        """Every table of the pipeline by role: ``sink``, ``dead_letter``, ``state``."""
-        return {"sink": self.sink_table, "dead_letter": self.dead_letter_table, "state": self.state_table}
+        """Every table of the pipeline by role: ``sink``, ``dead_letter``, ``state`` (for a table per stream, the
+        templates: where the tables are, not tables to open).
+        """
+        owner = f"pipeline {self.id!r}"
+        return {
+            "sink": TableRef(self.sink.path, self.storage, owner=owner),
+            "dead_letter": TableRef(self.sink.resolved_dead_letter_path, self.storage, owner=owner),
+            "state": self.state_table,
+        }
 
 
 class ProjectConfig(_Config):

@@ -38,7 +38,8 @@ from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metad
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
-from dynamic_kafka.storage import check_environment
+from dynamic_kafka.storage import TableRef, check_environment
+from dynamic_kafka.table_template import is_template, template_root
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -140,8 +141,14 @@ class PipelineContext:
 
         for role, table in self.pipeline.tables().items():
             if role != "state" and not table.location.is_local:
+                # A table per stream: the folder holding the stream tables (a template is no location to list).
+                where = (
+                    TableRef(template_root(table.location), table.storage, owner=table.owner)
+                    if is_template(table.location)
+                    else table
+                )
                 open_delta_rs(
-                    table, doing=f"checking the {role.replace('_', '-')} table of pipeline {self.pipeline.id!r}"
+                    where, doing=f"checking the {role.replace('_', '-')} table of pipeline {self.pipeline.id!r}"
                 )
 
     def resolve(self) -> MetadataSnapshot:

@@ -35,6 +35,7 @@ from dynamic_kafka.faults import crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
+from dynamic_kafka.sink.per_stream import known_streams
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,10 @@ class MaintenanceSummary(FrozenModel):
 
     pipeline_id: str
     retention_hours: int | None = Field(description="VACUUM's retention; None: each table's own (7 days default).")
-    tables: tuple[TableMaintenance, ...] = Field(description="The sink, then the dead-letter table.")
+    tables: tuple[TableMaintenance, ...] = Field(
+        description="The sink, then the dead-letter table; with a table per stream, both for each stream the state "
+        "knows, in stream order."
+    )
     seconds: float = 0.0
 
 
@@ -81,7 +86,7 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         if not taken:
             raise in_progress_error(context.store)
-        tables = (("sink", pipeline.sink_table), ("dead_letter", pipeline.dead_letter_table))
+        tables = _tables(context)
         if all(table_files(table) is None for _, table in tables):
             done = tuple(TableMaintenance(role=role, table=str(table), before=None) for role, table in tables)
             return MaintenanceSummary(pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done)
@@ -140,6 +145,23 @@ def _finished_run_seq(context: PipelineContext) -> int:
     if last is None:
         return 0
     return last.run_seq if last.status != "planned" else last.run_seq - 1
+
+
+def _tables(context: PipelineContext) -> list[tuple[str, TableRef]]:
+    """The tables to maintain by role: the sink and the dead-letter table, of every stream the state knows when
+    each stream has its own (a stream's tables appear with the run that first lands it).
+    """
+    pipeline = context.pipeline
+    views = (
+        [pipeline.for_stream(stream) for stream in known_streams(context.store.load())]
+        if pipeline.sink.per_stream
+        else [pipeline]
+    )
+    return [
+        (role, table)
+        for view in views
+        for role, table in (("sink", view.sink_table), ("dead_letter", view.dead_letter_table))
+    ]
 
 
 def _release(context: PipelineContext, owner: RunOwner) -> None:

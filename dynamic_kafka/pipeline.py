@@ -205,9 +205,13 @@ class Pipeline:
         return check_metadata(lambda: self.resolve().fingerprint, cursor, failure_threshold=failure_threshold)
 
     def sink_info(self) -> TableInfo | None:
-        """The sink table's version, row count and columns from its Delta log (no Spark); None before it exists."""
-        return table_info(self.config.sink_table)
+        """The sink table's version, row count and columns from its Delta log (no Spark); None before it exists,
+        and for a table per stream (each stream's table is in the run's ``stream_tables`` and the status).
+        """
+        return None if self.config.sink.per_stream else table_info(self.config.sink_table)
 
     def dead_letter_info(self) -> TableInfo | None:
-        """The dead-letter table's version, row count and columns (no Spark); None before it exists."""
-        return table_info(self.config.dead_letter_table)
+        """The dead-letter table's version, row count and columns (no Spark); None before it exists, and for a
+        table per stream.
+        """
+        return None if self.config.sink.per_stream else table_info(self.config.dead_letter_table)

@@ -36,6 +36,7 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
+from dynamic_kafka.sink.per_stream import known_streams
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
@@ -83,13 +84,21 @@ def last_run_seq(state: StateSnapshot) -> int:
     return state.last_run.run_seq if state.last_run is not None else 0
 
 
-def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> SinkPosition:
-    """Refuses a state that is behind its sink; returns the sink's position otherwise.
+def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> None:
+    """Refuses a state that is behind its sink (with a table per stream: behind any table of a stream it knows).
 
     Raises:
         StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run, or a
             backfill beyond the state's backfill sequence.
     """
+    if not pipeline.sink.per_stream:
+        _check_position(pipeline, state, store_path)
+        return
+    for stream in known_streams(state):
+        _check_position(pipeline.for_stream(stream), state, store_path)
+
+
+def _check_position(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> None:
     position = sink_position(pipeline)
     last = last_run_seq(state)
     if position.txn is not None and position.txn > last:
@@ -105,7 +114,6 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
             state_path=store_path,
             backfill=True,
         )
-    return position
 
 
 def landed_frontier(

@@ -69,6 +69,7 @@ from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.completeness import counted, measure
 from dynamic_kafka.sink.fence import fence_run, is_fence
 from dynamic_kafka.sink.incremental import landed_from_log
+from dynamic_kafka.sink.per_stream import landed_per_stream, run_streams
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.spark.deadline import RunDeadline
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split, TopicPartition
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
-    from dynamic_kafka.model.summary import Completeness
+    from dynamic_kafka.model.summary import Completeness, StreamTable
     from dynamic_kafka.sink.metrics import WriteResult
 
 logger = logging.getLogger(__name__)
@@ -255,11 +256,17 @@ class PipelineRunner:
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
+        streams: Sequence[str] | None = None,
     ) -> RunSummary:
+        """Reads and writes ``prepared``'s plan, then commits it. ``streams``: with a table per stream, read only
+        the ranges of these streams (a recovery: the tables lacking the run); the others are found in their logs.
+        """
         from dynamic_kafka.sink.incremental import write_incremental
+        from dynamic_kafka.sink.per_stream import write_per_stream
         from dynamic_kafka.spark.reader import read_splits
 
         plan, clusters = prepared.plan, prepared.connections
+        stream_tables: tuple[StreamTable, ...] = ()
         spark_started = time.monotonic()
         try:
             spark = self.context.spark()
@@ -269,7 +276,7 @@ class PipelineRunner:
             arm_timer("during_write")
             frame = read_splits(
                 spark,
-                plan.read_splits,
+                [s for s in plan.read_splits if streams is None or s.stream_id in streams],
                 clusters,
                 isolation_level=self.pipeline.isolation_level,
                 min_partitions=self.pipeline.min_partitions,
@@ -282,17 +289,28 @@ class PipelineRunner:
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
-            result = write_incremental(
-                frame,
-                self.pipeline,
-                plan.run_seq,
-                pairs,
-                overlaps,
-                prepared.decoding,
-                before_commit=lambda: prepared.check_topics_unchanged(self.context),
-                counted_ranges=ranges,
-                event_time=plan.event_time,
-            )
+            if self.pipeline.sink.per_stream:
+                result, stream_tables = write_per_stream(
+                    frame,
+                    self.pipeline,
+                    plan.run_seq,
+                    plan.read_splits,
+                    overlaps,
+                    prepared.decoding,
+                    before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                )
+            else:
+                result = write_incremental(
+                    frame,
+                    self.pipeline,
+                    plan.run_seq,
+                    pairs,
+                    overlaps,
+                    prepared.decoding,
+                    before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                    counted_ranges=ranges,
+                    event_time=plan.event_time,
+                )
         except TopicRecreatedError as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
             # offsets, and nothing of it was committed. Under reset the run is given up now, as its recovery would.
@@ -314,7 +332,7 @@ class PipelineRunner:
             schemas=prepared.decoding.uses(result.schema_counts),
             completeness=self._completeness(plan, result, ranges, overlaps),
             spark_seconds=committing - spark_started,
-        )
+        ).model_copy(update={"stream_tables": stream_tables})
         self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
         commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
@@ -353,42 +371,49 @@ class PipelineRunner:
         owner = _refuse_live_owner(self.pipeline.id, head)
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         # holding the run means the whole run is in. A fence there means an abandon was interrupted after it.
-        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
-        in_sink = written == plan.run_seq
-        fenced = in_sink and is_fence(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)
+        # With a table per stream, each table of the run: the run is in once every table holds it, and a fence in
+        # any of them is an interrupted abandon.
+        txns = self._txns(plan)
+        lacking = [stream for stream, txn in txns.items() if txn != plan.run_seq]
+        in_sink = not lacking
+        fenced = self._fenced(plan, [stream for stream in txns if stream not in lacking])
         logger.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
             plan.run_seq,
             owner.describe() if owner is not None else "unknown",
-            ("it is fenced, finishing its abandon" if fenced else "its data is in the sink, committing its offsets")
+            "it is fenced, finishing its abandon"
+            if fenced
+            else "its data is in the sink, committing its offsets"
             if in_sink
-            else "executing it again",
+            else "executing it again"
+            + (f" for the tables of streams {', '.join(lacking)}" if self.pipeline.sink.per_stream else ""),
         )
-        if not in_sink:
+        if not in_sink and not fenced:
             self._check_config(plan)
         version = self.store.lease(
             plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
         )
         crash_point("recovering")
-        if in_sink and fenced:
+        if fenced:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
         if in_sink:
-            landed = landed_from_log(
-                self.pipeline.sink_table, self.pipeline.dead_letter_table, self.pipeline.id, plan.run_seq
-            )
+            landed, stream_tables = self._landed(plan)
             summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq).model_copy(
                 update={
                     "records": landed.records,
                     "dead_letters": landed.dead_letters,
                     "sink_version": landed.sink_version,
+                    "stream_tables": stream_tables,
                 }
             )
             self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
             commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
-        void = self._stale_plan_reason(plan)
+        # Only the ranges still to be written must be on the brokers: a landed table's ranges may be gone by now.
+        pending = [s for s in plan.read_splits if s.stream_id in lacking] if self.pipeline.sink.per_stream else None
+        void = self._stale_plan_reason(plan, pending)
         if void is not None:
             self._give_up(plan, void, version)
             return None
@@ -399,6 +424,7 @@ class PipelineRunner:
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
+            streams=lacking if self.pipeline.sink.per_stream else None,
         )
         return plan.run_seq
 
@@ -423,6 +449,36 @@ class PipelineRunner:
                 "pipeline %s: run %d does not account for its records: %s", self.pipeline.id, plan.run_seq, mismatch
             )
         return completeness
+
+    def _txns(self, plan: Plan) -> dict[str, int | None]:
+        """Per table of ``plan``'s run (by stream; ``""`` for the one sink), the pipeline's last transaction there.
+
+        The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
+        holding the run means the whole run (with a table per stream: the stream's part) is in.
+        """
+        streams = run_streams(plan.read_splits) if self.pipeline.sink.per_stream else [""]
+        return {s: committed_txn_version(self.pipeline.for_stream(s).sink_table, self.pipeline.id) for s in streams}
+
+    def _fenced(self, plan: Plan, holding: Sequence[str]) -> bool:
+        """Whether a table of the run holds its fence (an abandon of it was interrupted after fencing), looking only
+        at the tables ``holding`` its transaction (by stream, as :meth:`_txns`): a fence is one.
+        """
+        return any(
+            is_fence(self.pipeline.for_stream(stream).sink_table, self.pipeline.id, plan.run_seq) for stream in holding
+        )
+
+    def _views(self, splits: Sequence[Split]) -> list[PipelineConfig]:
+        """The pipeline as each table of a run with these splits sees it: one per stream, or the pipeline itself."""
+        if not self.pipeline.sink.per_stream:
+            return [self.pipeline]
+        return [self.pipeline.for_stream(stream) for stream in run_streams(splits)]
+
+    def _landed(self, plan: Plan) -> tuple[WriteResult, tuple[StreamTable, ...]]:
+        """What the tables' logs say ``plan``'s run landed (a run found complete in the sink)."""
+        if self.pipeline.sink.per_stream:
+            return landed_per_stream(self.pipeline, plan.read_splits, plan.run_seq)
+        sink, dead_letters = self.pipeline.sink_table, self.pipeline.dead_letter_table
+        return landed_from_log(sink, dead_letters, self.pipeline.id, plan.run_seq), ()
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``: its offsets are not committed, the history records why.
@@ -452,10 +508,11 @@ class PipelineRunner:
         if head is None or head.status != "planned" or head.run_seq != run_seq:
             # Not the planned head: the store refuses it, naming what the state holds.
             return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
-        written = committed_txn_version(self.pipeline.sink_table, self.pipeline.id)
-        # A fence of this run there is an abandon that was interrupted: it may be finished.
-        fenced = written == run_seq and is_fence(self.pipeline.sink_table, self.pipeline.id, run_seq)
-        if written is not None and written >= run_seq and not fenced:
+        # A fence of this run there is an abandon that was interrupted: it may be finished. With a table per stream
+        # the run is complete once every table holds it; a part of it landed is kept by the abandon (_give_up).
+        txns = self._txns(head.plan)
+        fenced = self._fenced(head.plan, [stream for stream, txn in txns.items() if txn == run_seq])
+        if txns and all(txn is not None and txn >= run_seq for txn in txns.values()) and not fenced:
             raise self._complete_error(run_seq)
         _refuse_live_owner(self.pipeline.id, head)
         assert state.table_version is not None  # a state with a planned head has a table
@@ -481,22 +538,33 @@ class PipelineRunner:
         """
         from dynamic_kafka.spark.decode import can_fail
 
-        if fence_run(self.pipeline.sink_table, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":
-            raise self._complete_error(plan.run_seq)
-        remove_run_folder(self.pipeline.sink_table, self.pipeline.id, plan.run_seq)  # a killed staged write's files
-        crash_point("after_fence")
-        dead_letters = self.pipeline.dead_letter_table
+        views = self._views(plan.read_splits)
         # A dead-letter table that is not there yet is created by its fence only if the run could have written
         # one: under the config's settings, or under the other settings it was planned with.
         may_have = (self.pipeline.on_decode_error == "dead_letter" and can_fail(self.pipeline)) or (
             bool(plan.config_pins) and plan.config_pins != config_pins(self.pipeline)
         )
         landed: dict[TopicPartition, int] = {}
-        if may_have or table_exists(dead_letters):
-            if fence_run(dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason) == "landed":
-                landed = run_frontier(dead_letters, plan.run_seq)
-            else:
-                remove_run_folder(dead_letters, self.pipeline.id, plan.run_seq)
+        complete = 0
+        for view in views:
+            sink, dead_letters = view.sink_table, view.dead_letter_table
+            if fence_run(sink, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":
+                # A stream's table holding the run (a table per stream): its part stays, and its rows and dead
+                # letters raise the frontier like a backfill's, so the next run re-reading them lands none again.
+                complete += 1
+                _raise_to(landed, run_frontier(sink, plan.run_seq))
+                if table_exists(dead_letters):
+                    _raise_to(landed, run_frontier(dead_letters, plan.run_seq))
+                continue
+            remove_run_folder(sink, self.pipeline.id, plan.run_seq)  # a killed staged write's files
+            crash_point("after_fence")
+            if may_have or table_exists(dead_letters):
+                if fence_run(dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason) == "landed":
+                    _raise_to(landed, run_frontier(dead_letters, plan.run_seq))
+                else:
+                    remove_run_folder(dead_letters, self.pipeline.id, plan.run_seq)
+        if views and complete == len(views):
+            raise self._complete_error(plan.run_seq)
         return self.store.abandon_run(plan.run_seq, reason=reason, expected_version=version, landed=landed)
 
     def _complete_error(self, run_seq: int) -> StateError:
@@ -524,8 +592,9 @@ class PipelineRunner:
                 "under the new settings).",
             )
 
-    def _stale_plan_reason(self, plan: Plan) -> str | None:
+    def _stale_plan_reason(self, plan: Plan, splits: Sequence[Split] | None = None) -> str | None:
         """Why ``plan`` can no longer be executed as planned, when its policy says to abandon it; None when it can.
+        ``splits``: the ranges still to be read (default: all of the plan's).
 
         Raises:
             DataLossError: part of a range was deleted or truncated and ``on_data_loss: fail``.
@@ -546,7 +615,7 @@ class PipelineRunner:
             ) from e
         losses: list[LostRange] = []
         truncated: list[LostRange] = []
-        for s in plan.read_splits:
+        for s in plan.read_splits if splits is None else splits:
             topic = brokers.clusters[s.cluster_id].topics.get(s.topic)
             offsets = topic.partitions.get(s.partition) if topic is not None and topic.exists else None
             if topic is None or offsets is None or (s.topic_id and topic.topic_id and s.topic_id != topic.topic_id):
@@ -578,6 +647,12 @@ class PipelineRunner:
             self.store.maintain()
         except DynamicKafkaError as e:
             logger.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
+
+
+def _raise_to(frontier: dict[TopicPartition, int], more: dict[TopicPartition, int]) -> None:
+    """Raises ``frontier`` to ``more`` where ``more`` is higher (a partition's sink rows and dead letters)."""
+    for key, offset in more.items():
+        frontier[key] = max(frontier.get(key, 0), offset)
 
 
 def _pin_label(key: str) -> str:

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
-from dynamic_kafka.model.plan import Finding, LostRange
+from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.sink.per_stream import known_streams
+from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
     from dynamic_kafka.context import PipelineContext
@@ -46,6 +48,17 @@ class PartitionLag(BaseModel):
     )
 
 
+class StreamTableStatus(FrozenModel):
+    """One stream's own table (a ``sink.path`` with ``{stream}``): where it is, the last run it holds, its lag."""
+
+    stream_id: str
+    table: str = Field(description="The stream's table.")
+    exists: bool = Field(description="Whether the table exists (a stream's first landing run creates it).")
+    last_run_seq: int | None = Field(None, description="The last run whose transaction the table holds.")
+    version: int | None = Field(None, description="The table's latest Delta version.")
+    lag: int = Field(0, description="Records pending on the stream's active partitions (the status's lag, summed).")
+
+
 class PipelineStatus(BaseModel):
     """What ``dynamic-kafka status`` shows."""
 
@@ -68,6 +81,9 @@ class PipelineStatus(BaseModel):
     last_run: RunSummary | None
     last_run_status: RunStatus | None
     warnings: tuple[Finding, ...]
+    tables: tuple[StreamTableStatus, ...] = Field(
+        (), description="A table per stream: each stream table the state knows (empty for one sink)."
+    )
 
 
 def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float | None = None) -> PipelineStatus:
@@ -127,6 +143,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: f
         last_run=last_run,
         last_run_status=last.status if last else None,
         warnings=warnings,
+        tables=_stream_tables(context, state, rows),
     )
 
 
@@ -138,6 +155,36 @@ def report_requests(context: PipelineContext, state: StateSnapshot) -> list[Clus
         first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
         return [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
     return status_requests(state, context.service)
+
+
+def _stream_tables(
+    context: PipelineContext, state: StateSnapshot, rows: list[PartitionLag]
+) -> tuple[StreamTableStatus, ...]:
+    """Each stream table the state knows, with its last run (from its log, JVM-free) and its streams' lag."""
+    pipeline = context.pipeline
+    if not pipeline.sink.per_stream:
+        return ()
+    lag: dict[str, int] = {}
+    for row in rows:
+        key = TopicPartition(cluster_id=row.cluster_id, topic=row.topic, partition=row.partition)
+        streams = state.partitions[key].stream_ids
+        if streams and row.status == "active":
+            lag[streams[0]] = lag.get(streams[0], 0) + (row.lag or 0)
+    tables = []
+    for stream in known_streams(state):
+        table = pipeline.for_stream(stream).sink_table
+        opened = open_delta_rs(table, doing=f"reading the Delta log of {table}")
+        tables.append(
+            StreamTableStatus(
+                stream_id=stream,
+                table=str(table),
+                exists=opened is not None,
+                last_run_seq=opened.transaction_version(pipeline.id) if opened is not None else None,
+                version=opened.version() if opened is not None else None,
+                lag=lag.get(stream, 0),
+            )
+        )
+    return tuple(tables)
 
 
 def _is_reset(summary_json: str) -> bool:

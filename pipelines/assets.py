@@ -26,9 +26,11 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
     DataVersion,
+    DynamicPartitionsDefinition,
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
@@ -40,6 +42,7 @@ from dynamic_kafka import (
     LagVerdict,
     PipelineConfig,
     PipelineStatus,
+    RunSummary,
     completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
@@ -64,6 +67,8 @@ from pipelines.names import (
     dagster_name,
     dead_letter_asset_key,
     pool_name,
+    stream_partitions_name,
+    stream_tables_asset_key,
 )
 from pipelines.resources import DynamicKafkaResource
 from pipelines.streams import stream_keys
@@ -119,6 +124,54 @@ def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
     ]
 
 
+def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
+    """For a pipeline with a table per stream: its stream tables, one dynamic partition per stream (None otherwise).
+
+    Materialized by the incremental run (:func:`log_stream_tables`), which adds the partition of a stream whose
+    table it created; so a new stream shows as a new partition without reloading the definitions.
+    """
+    if not pipeline.sink.per_stream:
+        return None
+    return AssetSpec(
+        key=stream_tables_asset_key(pipeline.id),
+        group_name=GROUP_NAME,
+        description=f"The Delta tables of pipeline {pipeline.id!r}, one per stream (partition = stream id) at "
+        f"{pipeline.sink.path}, each written with its own transaction per run.",
+        kinds={"kafka", "delta"},
+        deps=[asset_key(pipeline.id)],
+        partitions_def=DynamicPartitionsDefinition(name=stream_partitions_name(pipeline.id)),
+        metadata={
+            "pipeline_id": MetadataValue.text(pipeline.id),
+            "template": MetadataValue.text(str(pipeline.sink.path)),
+        },
+    )
+
+
+def log_stream_tables(context: AssetExecutionContext, pipeline: PipelineConfig, summary: RunSummary) -> None:
+    """One materialization per stream table the run wrote, adding the partitions of streams new to Dagster."""
+    if not summary.stream_tables:
+        return
+    partitions = stream_partitions_name(pipeline.id)
+    known = set(context.instance.get_dynamic_partitions(partitions))
+    new = [t.stream_id for t in summary.stream_tables if t.stream_id not in known]
+    if new:
+        context.instance.add_dynamic_partitions(partitions, new)
+    for table in summary.stream_tables:
+        metadata: dict[str, MetadataValue] = {
+            "dagster/uri": MetadataValue.text(table_uri(pipeline.for_stream(table.stream_id).sink.path)),
+            "run_seq": MetadataValue.int(summary.run_seq),
+            "records": MetadataValue.int(table.records),
+            "dead_letters": MetadataValue.int(table.dead_letters),
+        }
+        if table.sink_version is not None:
+            metadata["delta_version"] = MetadataValue.int(table.sink_version)
+        context.log_event(
+            AssetMaterialization(
+                asset_key=stream_tables_asset_key(pipeline.id), partition=table.stream_id, metadata=metadata
+            )
+        )
+
+
 def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
     """The sink and dead-letter tables; one materialization is one incremental run."""
     pipeline_id = pipeline.id
@@ -149,6 +202,7 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
         except DynamicKafkaError as e:
             # The run is committed; offsets and lag are a report, so a failure to read them is only a warning.
             context.log.warning(f"offsets and lag not reported: {e}")
+        log_stream_tables(context, pipeline, summary)
         sink = face.sink_info()
         metadata.update(table_metadata(table_uri(pipeline.sink.path), sink))
         yield MaterializeResult(

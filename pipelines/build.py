@@ -38,7 +38,7 @@ from dagster import (
 )
 from dynamic_kafka import ConfigError, load_project_config
 
-from pipelines.assets import build_checks, build_sink_asset
+from pipelines.assets import build_checks, build_sink_asset, stream_tables_spec
 from pipelines.backfill import build_backfill_asset
 from pipelines.health import build_health_checks, build_health_job, build_health_schedule
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
@@ -109,6 +109,9 @@ def build_definitions(config_path: str | Path) -> Definitions:
     for pipeline in project.pipelines:
         incremental = build_incremental_job(pipeline)
         assets.append(build_sink_asset(pipeline))
+        tables = stream_tables_spec(pipeline)
+        if tables is not None:
+            assets.append(tables)
         checks.append(build_checks(pipeline))
         jobs.append(incremental)
         jobs.extend(build_operation_jobs(pipeline))

@@ -48,6 +48,16 @@ def dead_letter_asset_key(pipeline_id: str) -> AssetKey:
     return AssetKey([ASSET_PREFIX, f"{pipeline_id}_dead_letter"])
 
 
+def stream_tables_asset_key(pipeline_id: str) -> AssetKey:
+    """The asset of a pipeline with a table per stream: one dynamic partition per stream's table."""
+    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_tables"])
+
+
+def stream_partitions_name(pipeline_id: str) -> str:
+    """The dynamic partitions (one per stream's table) of :func:`stream_tables_asset_key`."""
+    return f"{dagster_name(pipeline_id)}_streams"
+
+
 def backfill_asset_key(pipeline_id: str) -> AssetKey:
     """The partitioned asset of the sink's time windows merged by backfills."""
     return AssetKey([ASSET_PREFIX, f"{pipeline_id}_backfill"])

@@ -139,6 +139,9 @@ def _status(args: argparse.Namespace) -> int:
             )
         if status.unreachable_clusters:
             lines.append(f"  unreachable: {', '.join(status.unreachable_clusters)}")
+        for t in status.tables:
+            landed = "not created yet" if not t.exists else f"last run {t.last_run_seq}, version {t.version}"
+            lines.append(f"  table of stream {t.stream_id}: {t.table} ({landed}), lag {t.lag}")
         if status.last_run:
             lines.append(
                 f"  last run: {status.last_run.run_seq} {status.last_run_status}, {status.last_run.records} records"

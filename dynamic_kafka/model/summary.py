@@ -261,6 +261,16 @@ class Completeness(FrozenModel):
         return sum(p.skipped for p in self.partitions)
 
 
+class StreamTable(FrozenModel):
+    """What one run landed in one stream's own table (a ``sink.path`` with ``{stream}``)."""
+
+    stream_id: str
+    path: str = Field(description="The stream's table.")
+    records: int = Field(0, description="Rows of the run in the table (with its dead letters).")
+    dead_letters: int = 0
+    sink_version: int | None = Field(None, description="The table's Delta version holding the run.")
+
+
 class RunSummary(FrozenModel):
     """One run, as it finished."""
 
@@ -305,6 +315,9 @@ class RunSummary(FrozenModel):
         None, description="The ``event_time`` expression the event times measure; None: the Kafka timestamp."
     )
     sink_version: int | None = None
+    stream_tables: tuple[StreamTable, ...] = Field(
+        (), description="A table per stream: what the run landed in each stream's table (empty otherwise)."
+    )
     skipped_clusters: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     metadata_fingerprint: str = ""

@@ -18,6 +18,8 @@ from dynamic_kafka.errors import ConfigError, SchemaMismatchError, SparkJobError
 from dynamic_kafka.sink.tables import open_delta_rs, safe_text
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -88,14 +90,25 @@ def _compare(written: DataType, existing: DataType, path: str, problems: list[st
         problems.append(f"{path}: the sink has {existing.simpleString()}, the pipeline writes {written.simpleString()}")
 
 
-def check_sink_schema(spark: SparkSession, pipeline: PipelineConfig, prepared: PreparedDecoding | None = None) -> None:
+def check_sink_schema(
+    spark: SparkSession,
+    pipeline: PipelineConfig,
+    prepared: PreparedDecoding | None = None,
+    streams: Sequence[str] = (),
+) -> None:
     """Refuses, before anything is planned, a ``value_schema`` that does not parse or a sink whose schema does not
-    take the pipeline's rows.
+    take the pipeline's rows; with a table per stream, the tables of ``streams`` (those a run writes).
 
     Raises:
         SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
     """
     written = written_schema(spark, pipeline, prepared)
+    views = [pipeline.for_stream(stream) for stream in streams] if pipeline.sink.per_stream else [pipeline]
+    for view in views:
+        _check_table(view, written)
+
+
+def _check_table(pipeline: PipelineConfig, written: StructType) -> None:
     path = str(pipeline.sink.path)
     from deltalake.exceptions import DeltaError
 

@@ -1,41 +1,42 @@
 """Bootstrap from an archive, end to end: an archive of Parquet files plus a topic, landing as one table.
 
-1. writes ``archive/`` (two Parquet files: orders of December 2025, plus one of 1 January 2026 that Kafka also
-   holds) and produces orders around the switch point to ``orders-live`` on the local east cluster;
+1. starts its own local Kafka cluster ``east`` on a free port (stopped and deleted at the end), writes
+   ``work/metadata.yaml`` naming it and ``work/archive/`` (two Parquet files: orders of December 2025, plus one of
+   1 January 2026 that Kafka also holds) and produces orders around the switch point to ``orders-live``;
 2. runs the pipeline twice: the first run lands the archive's rows before ``until`` and Kafka's from ``until``
    (one Delta commit), the second reads nothing new;
 3. prints where each order came from.
 
-Start the cluster first (``.venv/bin/python -m devtools local-kafka up``), then run
-``.venv/bin/python examples/bootstrap/run.py`` from the repository. It starts over each time (new sink).
+Run ``.venv/bin/python examples/bootstrap/run.py`` from the repository. It starts over each time (new cluster, new
+sink); like the tests it takes a free port, so it runs beside other local clusters.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
+import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaException
+import yaml
 
-from devtools.testing.kafka import Record, delete_topics, produce, recreate_topic
+from devtools.testing.clusters import local_test_clusters
+from devtools.testing.kafka import Record, create_topic, produce
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.sink.tables import open_delta_rs
 
 HERE = Path(__file__).resolve().parent
-EAST = "127.0.0.1:19092"
+WORK = HERE / "work"
 UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def write_archive() -> None:
     """Orders 1-5 on the last days of 2025; order 6 at the switch point (Kafka has it, so it is not landed)."""
-    archive = HERE / "archive"
-    shutil.rmtree(archive, ignore_errors=True)
-    archive.mkdir()
+    archive = WORK / "archive"
+    archive.mkdir(parents=True)
     for part, numbers in enumerate([(1, 2, 3), (4, 5, 6)]):
         table = pa.table(
             {
@@ -47,23 +48,46 @@ def write_archive() -> None:
         pq.write_table(table, archive / f"orders-{part}.parquet")
 
 
-def produce_live() -> None:
+def write_metadata(bootstrap_servers: str) -> None:
+    """The metadata file the project config names: stream ``orders`` is topic ``orders-live`` on ``east``."""
+    metadata = {
+        "clusters": {"east": {"bootstrap_servers": bootstrap_servers}},
+        "streams": {"orders": {"east": ["orders-live"]}},
+    }
+    schema = "# yaml-language-server: $schema=../../../dynamic_kafka/schemas/metadata.schema.json\n"
+    (WORK / "metadata.yaml").write_text(schema + yaml.safe_dump(metadata, sort_keys=False))
+
+
+def produce_live(bootstrap_servers: str) -> None:
     """Orders 5-9 in Kafka: 5 is older than `until` (the archive has it), 6-9 are not."""
-    with contextlib.suppress(KafkaException):  # absent on the first try
-        delete_topics(EAST, ["orders-live"])
-    recreate_topic(EAST, "orders-live", 1)
+    create_topic(bootstrap_servers, "orders-live", 1)
     start = int(UNTIL.timestamp() * 1000)
     produce(
-        EAST,
+        bootstrap_servers,
         "orders-live",
         [Record(value=f"order-{n}".encode(), timestamp_ms=start + (n - 6) * 3_600_000) for n in range(5, 10)],
     )
 
 
 def main() -> None:
-    """Write the archive and the topic, run the pipeline twice, show where each order landed from."""
+    """Start a cluster, write the archive and the topic, run the pipeline twice, show where each order landed."""
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir()
     write_archive()
-    produce_live()
+    print("Starting a local Kafka cluster on a free port...", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="dk-bootstrap-example-") as kafka_dir,
+        local_test_clusters(["east"], Path(kafka_dir)) as clusters,
+    ):
+        servers = clusters["east"].bootstrap_servers
+        print(f"  east: {servers}")
+        write_metadata(servers)
+        produce_live(servers)
+        land()
+
+
+def land() -> None:
+    """Run the pipeline twice and show where each order landed from."""
     project = load_project_config(HERE / "dynamic_kafka.yaml")
     pipeline = project.pipeline("orders_history")
     for folder in (pipeline.sink.path, pipeline.resolved_state_path):

@@ -87,6 +87,7 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     assets = {("dynamic_kafka", p.id) for p in project.pipelines}
     assets |= {("dynamic_kafka", f"{p.id}_dead_letter") for p in project.pipelines}
     assets |= {("dynamic_kafka", f"{p.id}_backfill") for p in project.pipelines if p.backfill}
+    assets |= {("dynamic_kafka", f"{p.id}_tables") for p in project.pipelines if p.sink.per_stream}
     assets |= {("kafka", stream) for p in project.pipelines for stream in p.streams or ()}
     jobs = {incremental_job_name(p.id) for p in project.pipelines}
     jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}

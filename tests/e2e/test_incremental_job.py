@@ -222,3 +222,51 @@ def test_lag_check_does_not_pass_while_a_cluster_is_unreachable(
     assert lag.metadata["total_lag"].value == 0
     assert lag.metadata["lag_unknown_clusters"].value == "gone"
     assert "lag unknown on cluster(s) gone" in (lag.description or "")
+
+
+def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run_that_lands_it(
+    project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
+) -> None:
+    from dynamic_kafka.sink.tables import open_delta_rs
+    from pipelines.names import stream_partitions_name, stream_tables_asset_key
+
+    east = project.clusters["east"]
+    eu, us = unique_topic("orders-eu"), unique_topic("orders-us")
+    create_topic(east, eu, partitions=1)
+    create_topic(east, us, partitions=1)
+    project.write_metadata({"orders-eu": {"east": [eu]}})
+    project.add_pipeline("regional", ["orders-eu"], sink={"path": "data/{stream}"})
+    project.pipelines[-1].update(streams=None, stream_pattern="orders-.*")  # every stream the metadata names
+    project.write_config()
+    defs = project.definitions()
+    key = stream_tables_asset_key("regional")
+    (node,) = [n for n in defs.resolve_asset_graph().asset_nodes if n.key == key]
+    assert node.partitions_def is not None
+    assert node.partitions_def.name == stream_partitions_name("regional")  # type: ignore[attr-defined]
+    job = defs.resolve_job_def("regional_incremental")
+    produce("east", east, eu, [Record(0, f"eu-{i}") for i in range(3)])
+
+    first = job.execute_in_process(instance=instance)
+
+    assert first.success
+    assert instance.get_dynamic_partitions(stream_partitions_name("regional")) == ["orders-eu"]
+    # The second stream appears: the run that lands it adds its partition.
+    project.write_metadata({"orders-eu": {"east": [eu]}, "orders-us": {"east": [us]}})
+    produce("east", east, us, [Record(0, f"us-{i}") for i in range(2)])
+    second = job.execute_in_process(instance=instance)
+
+    assert second.success
+    assert sorted(instance.get_dynamic_partitions(stream_partitions_name("regional"))) == ["orders-eu", "orders-us"]
+    events = second.get_asset_materialization_events()
+    per_stream = {
+        e.materialization.partition: {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in events
+        if e.materialization.asset_key == key
+    }
+    assert list(per_stream) == ["orders-us"]  # orders-eu had nothing new: no commit, no materialization
+    assert per_stream["orders-us"]["records"] == 2
+    assert per_stream["orders-us"]["run_seq"] == 2
+    for stream, count in (("orders-eu", 3), ("orders-us", 2)):
+        table = open_delta_rs(str(project.root / "data" / stream), doing="reading a stream table")
+        assert table is not None
+        assert table.to_pyarrow_table(columns=["offset"]).num_rows == count

@@ -966,7 +966,7 @@ class Harness:
             (runner_module, "landed_from_log", self.sink.landed_from_log),
             (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
             (runner_module, "table_exists", self.sink.table_exists(self.pipeline.dead_letter_table)),
-            (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None: None),
+            (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None, streams=(): None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),

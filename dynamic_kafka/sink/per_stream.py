@@ -1,0 +1,159 @@
+"""A table per stream (``sink.path: data/{stream}``): one run, one Kafka read, one Delta transaction per table.
+
+Each stream's rows go to its own table (and undecodable ones to its own dead-letter table), each appended as an
+incremental run appends a sink (:func:`~dynamic_kafka.sink.incremental.write_incremental`), with the same
+transaction ``(pipeline id, run_seq)``: each table's log says on its own whether it holds the run. So the
+recovery rule of one sink becomes, per table: a run is committed to the state only once every table of the run
+holds its transaction, and a recovery writes only the tables that lack it (the runner asks each table's log).
+
+Which table a row lands in is its ``stream`` column: the split's first stream in sorted order, the one a topic
+shared by two subscribed streams is attributed to (the project's shared-topic rule). The tables of a run are those
+of the streams it reads (:func:`run_streams`); a stream that appears later gets its table from the run that first
+lands it, created by that run's first append.
+
+The Kafka ranges are read once: the reader's rows are persisted (memory, spilling to disk) and every table's append
+filters them, so the first append's job reads Kafka and the others read the persisted rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dynamic_kafka.faults import crash_point
+from dynamic_kafka.model.summary import StreamTable
+from dynamic_kafka.sink.metrics import WriteResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from pyspark.sql import DataFrame
+
+    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.model.plan import Split
+    from dynamic_kafka.model.snapshots import StateSnapshot
+    from dynamic_kafka.spark.decoding import PreparedDecoding
+
+logger = logging.getLogger(__name__)
+
+
+def run_streams(splits: Iterable[Split]) -> list[str]:
+    """The streams whose tables a run with these read splits writes, sorted."""
+    return sorted({s.stream_id for s in splits})
+
+
+def known_streams(state: StateSnapshot) -> list[str]:
+    """Every stream the state knows a table of: its partitions' streams and the planned head's, sorted."""
+    streams = {p.stream_ids[0] for p in state.partitions.values() if p.stream_ids}
+    if state.last_run is not None:
+        streams.update(run_streams(state.last_run.plan.read_splits))
+    return sorted(streams)
+
+
+def write_per_stream(
+    df: DataFrame,
+    pipeline: PipelineConfig,
+    run_seq: int,
+    splits: Sequence[Split],
+    overlaps: Sequence[Split],
+    prepared: PreparedDecoding | None,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> tuple[WriteResult, tuple[StreamTable, ...]]:
+    """Lands a run's records, each stream's into its own table, in stream order; returns the whole run's result
+    and what each table got.
+
+    A table already holding the run (a recovery, or another writer of it) is not written again: its part is
+    reported from its log. The crash point ``between_tables`` follows every table but the last.
+
+    Raises:
+        As :func:`~dynamic_kafka.sink.incremental.write_incremental`, for the first table whose write fails; the
+        tables before it hold the run, the others do not (the next run's recovery writes those).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    from dynamic_kafka.sink.incremental import write_incremental
+
+    by_stream: dict[str, list[Split]] = {}
+    for split in splits:
+        by_stream.setdefault(split.stream_id, []).append(split)
+    streams = sorted(by_stream)
+    rows = df.persist(StorageLevel.MEMORY_AND_DISK) if len(streams) > 1 else df
+    results: dict[str, WriteResult] = {}
+    try:
+        for index, stream in enumerate(streams):
+            own = by_stream[stream]
+            keys = {(s.cluster_id, s.topic, s.partition) for s in own}
+            results[stream] = write_incremental(
+                rows.where(sf.col("stream") == sf.lit(stream)),
+                pipeline.for_stream(stream),
+                run_seq,
+                sorted({(s.cluster_id, s.topic) for s in own}),
+                [o for o in overlaps if (o.cluster_id, o.topic, o.partition) in keys],
+                prepared,
+                before_commit=before_commit,
+            )
+            if index < len(streams) - 1:
+                crash_point("between_tables")
+    finally:
+        if rows is not df:
+            rows.unpersist()
+    return combined(results), stream_tables(pipeline, results)
+
+
+def landed_per_stream(
+    pipeline: PipelineConfig, splits: Sequence[Split], run_seq: int
+) -> tuple[WriteResult, tuple[StreamTable, ...]]:
+    """What run ``run_seq`` landed in its tables, as their logs say (a run found complete: its recovery)."""
+    from dynamic_kafka.sink.incremental import landed_from_log
+
+    results = {}
+    for stream in run_streams(splits):
+        view = pipeline.for_stream(stream)
+        results[stream] = landed_from_log(view.sink_table, view.dead_letter_table, pipeline.id, run_seq)
+    return combined(results), stream_tables(pipeline, results)
+
+
+def stream_tables(pipeline: PipelineConfig, results: Mapping[str, WriteResult]) -> tuple[StreamTable, ...]:
+    """What each stream's table got, for the run's summary."""
+    return tuple(
+        StreamTable(
+            stream_id=stream,
+            path=str(pipeline.for_stream(stream).sink_table),
+            records=result.records,
+            dead_letters=result.dead_letters,
+            sink_version=result.sink_version,
+        )
+        for stream, result in sorted(results.items())
+    )
+
+
+def combined(results: Mapping[str, WriteResult]) -> WriteResult:
+    """One run's result from its tables' results: counts summed, event-time range widened; the sink version is
+    the last table's (each table's own is in the run's ``stream_tables``). ``already_committed`` only when every
+    table already held the run.
+    """
+    parts = list(results.values())
+    per_topic: dict[tuple[str, str], tuple[int, int]] = {}
+    schema_counts: dict[str, int] = {}
+    for part in parts:
+        per_topic.update(part.per_topic)  # a (cluster, topic) belongs to one stream's table
+        for key, count in part.schema_counts.items():
+            schema_counts[key] = schema_counts.get(key, 0) + count
+    starts = [p.min_event_time for p in parts if p.min_event_time is not None]
+    ends = [p.max_event_time for p in parts if p.max_event_time is not None]
+    return WriteResult(
+        records=sum(p.records for p in parts),
+        bytes=sum(p.bytes for p in parts),
+        per_topic=per_topic,
+        sink_records=sum(p.sink_records for p in parts),
+        dead_letters=sum(p.dead_letters for p in parts),
+        min_event_time=min(starts) if starts else None,
+        max_event_time=max(ends) if ends else None,
+        sink_version=parts[-1].sink_version if parts else None,
+        dead_letter_version=parts[-1].dead_letter_version if parts else None,
+        already_committed=bool(parts) and all(p.already_committed for p in parts),
+        deduplicated=sum(p.deduplicated for p in parts),
+        schema_counts=schema_counts,
+    )
