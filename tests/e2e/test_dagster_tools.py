@@ -16,6 +16,7 @@ import pytest
 
 from dynamic_kafka.config import load_project_config
 from pipelines.names import (
+    HEALTH_CHECK_NAMES,
     backfill_job_name,
     catch_up_sensor_name,
     dead_letter_replay_job_name,
@@ -78,7 +79,8 @@ def demo_env(dagster_home: Path) -> dict[str, str]:
 def expected_checks() -> set[tuple[str, str]]:
     """(sink asset name, check name) of every asset check: the same four on each pipeline's sink."""
     project = load_project_config(DEMO_CONFIG)
-    return {(p.id, check) for p in project.pipelines for check in ("lag", "data_loss", "dead_letters", "completeness")}
+    checks = ("lag", "data_loss", "dead_letters", "completeness", *HEALTH_CHECK_NAMES)
+    return {(p.id, check) for p in project.pipelines for check in checks}
 
 
 def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]]:
