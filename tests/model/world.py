@@ -655,8 +655,12 @@ class SinkModel:
         prepared: object = None,
         *,
         before_commit: Callable[[], None] | None = None,
+        counted_ranges: Sequence[Split] = (),
+        event_time: str | None = None,
     ) -> WriteResult:
-        del prepared  # the model's records carry their values; the verdict comes from the config
+        # The model's records carry their values (the verdict comes from the config); it counts no ranges for the
+        # completeness report and has no event times.
+        del prepared, counted_ranges, event_time
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior == run_seq:
