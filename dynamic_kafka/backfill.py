@@ -212,8 +212,6 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
         crash_point("after_frontier")
         spark = context.spark()
         deadline.attach(spark)
-        # A deadline that passed before the tag was attached had no job of ours to cancel.
-        deadline.check()
         frame = read_splits(
             spark,
             plan.read_splits,

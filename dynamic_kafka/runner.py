@@ -271,8 +271,6 @@ class PipelineRunner:
         try:
             spark = self.context.spark()
             self._deadline.attach(spark)
-            # A deadline that passed before the tag was attached had no job of ours to cancel.
-            self._deadline.check()
             arm_timer("during_write")
             frame = read_splits(
                 spark,

@@ -116,9 +116,14 @@ class RunDeadline:
             self.cancel()
 
     def attach(self, spark: SparkSession) -> None:
-        """Tags the calling thread's Spark jobs with this run, so they can be cancelled."""
+        """Tags the calling thread's Spark jobs with this run, so they can be cancelled.
+
+        Raises:
+            RunTimeoutError: the deadline already passed: its cancellation found no job of this work to stop.
+        """
         self._tags = RunTags.of(spark)
         self._tags.add(self.tag)
+        self.check()
 
     def check(self) -> None:
         """Raises RunTimeoutError if the deadline passed (called between stages)."""
