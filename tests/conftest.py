@@ -226,17 +226,6 @@ def spark_connect_ui(spark_connect_server: ServerInfo) -> str:
     return f"http://127.0.0.1:{_ui_ports[Path(spark_connect_server.log_file).parent]}"
 
 
-@pytest.fixture(scope="session")
-def restart_spark_connect_server(spark_connect_server: ServerInfo) -> Callable[[], ServerInfo]:
-    """Starts the session's Spark Connect server again, after a test killed it (same folder, port and UI port)."""
-    base_dir = Path(spark_connect_server.log_file).parent
-
-    def restart() -> ServerInfo:
-        return start_test_server(base_dir, spark_connect_server.port, _ui_ports[base_dir])
-
-    return restart
-
-
 @dataclass(frozen=True)
 class SparkMode:
     """How a test's pipeline runs Spark: ``local`` (the session's in-process driver) or ``connect`` (the session's

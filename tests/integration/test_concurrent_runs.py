@@ -1,8 +1,12 @@
 """Concurrent launches of one pipeline: one run wins, the other stops with "another run is in progress".
 
-Both runs are CLI processes on the same state. Whichever takes the pipeline's run first executes; the other must
-exit non-zero at once, having written nothing, whether it starts at the same moment or while the first one is
-already in its Spark job (a planned run that is alive must not be taken for a crashed one and executed twice).
+Runs at the same moment are CLI processes on the same state: whichever takes the pipeline's run first executes; the
+other must exit non-zero at once, having written nothing. A run started while another holds its planned run (held
+in this process at the point right before its Spark read, so the window is certain at any load) must be refused
+too: a planned run that is alive must not be taken for a crashed one and executed twice.
+
+The race is decided by the lock and the state, not by Spark: the racing processes use the session's Spark Connect
+server, so none of them starts a driver JVM.
 
 Each case also runs as on two hosts: every process gets its own run-lock folder (``DYNAMIC_KAFKA_RUN_LOCK_DIR``), so
 the local lock cannot tell them apart. Then only the state can: the exact-version commit of the plan (two runs at
@@ -13,12 +17,12 @@ the other is in its Spark job must be refused, naming the owner, not recover the
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from devtools.local_kafka import ClusterEndpoint
-from devtools.testing.kafka import wait_for
+from dynamic_kafka.faults import acting_at
 from dynamic_kafka.runner import RUN_LOCK_DIR_ENV
 from tests.support.exactly_once import (
     TwoClusterStream,
@@ -30,12 +34,16 @@ from tests.support.exactly_once import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
     from devtools.testing.pipeline import PipelineHarness
+    from dynamic_kafka.model.summary import RunSummary
 
 pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
 
 IN_PROGRESS = "another run is in progress for pipeline 'p'"
 
@@ -46,13 +54,15 @@ def host_envs(folder: Path, count: int) -> list[dict[str, str]]:
 
 
 @pytest.fixture
-def stream(kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path) -> TwoClusterStream:
-    """A fresh two-cluster stream with 50 records waiting for the pipeline's first run."""
-    stream = TwoClusterStream(kafka_clusters, tmp_path)
+def stream(kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path) -> TwoClusterStream:
+    """A fresh two-cluster stream with 50 records waiting for the pipeline's first run (in this process, on the
+    session's Spark)."""
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
     stream.produce("first", east=30, west=20)
     return stream
 
 
+@pytest.mark.parametrize("spark_mode", ["connect"], indirect=True)
 def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
     kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, spark_mode: Any
 ) -> None:
@@ -70,40 +80,23 @@ def test_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_othe
     _assert_consistent(harness, stream)
 
 
-def test_a_run_started_while_another_is_in_its_spark_job_is_refused_and_recovers_nothing(
+def test_a_run_started_while_another_holds_its_planned_run_is_refused_and_recovers_nothing(
     stream: TwoClusterStream,
 ) -> None:
     harness = stream.harness
-    outcome: list[Any] = []
-    first = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
-    first.start()
-    try:
 
-        def planned() -> bool:
-            if not first.is_alive():
-                raise AssertionError("the first run ended before the second one was started")
-            head = harness.runner().store.load().last_run
-            return head is not None and head.status == "planned"
+    refused = run_while_planned(harness, lambda: harness.cli("run", "--json"))
 
-        wait_for(planned, timeout_s=300, what="the first run to write its plan")
-
-        second = harness.cli("run", "--json")
-
-        assert first.is_alive(), "the second run was refused only after the first one had finished"
-        _assert_refused(second, run_seq=1)
-    finally:
-        first.join(timeout=600)
-    assert outcome, "the first run did not end"
-    _assert_first_run_landed_everything(outcome[0])
+    _assert_refused(refused, run_seq=1)
     _assert_consistent(harness, stream)
 
 
+@pytest.mark.parametrize("spark_mode", ["connect"], indirect=True)
 def test_on_two_hosts_two_runs_started_at_the_same_moment_one_lands_the_records_once_the_other_is_refused(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path
 ) -> None:
-    # The first run only makes the state exist, so it runs in this process on the session's Spark (no driver JVM
-    # to start); the two racing runs are CLI processes.
-    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    # The first run only makes the state exist, so it runs in this process; the two racing runs are CLI processes.
+    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     stream.produce("first", east=30, west=20)
     harness = stream.harness
     envs = host_envs(tmp_path, 2)
@@ -125,35 +118,47 @@ def test_on_two_hosts_two_runs_started_at_the_same_moment_one_lands_the_records_
     assert_nothing_left(harness)
 
 
-def test_on_two_hosts_a_run_started_while_another_is_in_its_spark_job_is_refused_naming_its_owner(
+def test_on_two_hosts_a_run_started_while_another_holds_its_planned_run_is_refused_naming_its_owner(
     stream: TwoClusterStream, tmp_path: Path
 ) -> None:
     harness = stream.harness
-    first_env, second_env = host_envs(tmp_path, 2)
-    outcome: list[Any] = []
-    first = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json", env=first_env)))
-    first.start()
-    try:
+    (other_host,) = host_envs(tmp_path, 1)
 
-        def planned() -> bool:
-            if not first.is_alive():
-                raise AssertionError("the first run ended before the second one was started")
-            head = harness.runner().store.load().last_run
-            return head is not None and head.status == "planned"
+    refused = run_while_planned(harness, lambda: harness.cli("run", "--json", env=other_host))
 
-        wait_for(planned, timeout_s=300, what="the first run to write its plan")
-
-        second = harness.cli("run", "--json", env=second_env)
-
-        assert first.is_alive(), "the second run was refused only after the first one had finished"
-        _assert_refused(second, run_seq=1)
-        assert "it is held by host " in second.stderr
-        assert "its lease runs until" in second.stderr
-    finally:
-        first.join(timeout=600)
-    assert outcome, "the first run did not end"
-    _assert_first_run_landed_everything(outcome[0])
+    _assert_refused(refused, run_seq=1)
+    assert "it is held by host " in refused.stderr
+    assert "its lease runs until" in refused.stderr
     _assert_consistent(harness, stream)
+
+
+def run_while_planned(harness: PipelineHarness, second: Callable[[], T]) -> T:
+    """Runs the pipeline in this process, holding it right before its Spark read (its plan written, its lease and
+    lock held) while ``second`` runs; then lets it finish, checks it landed everything, and returns what ``second``
+    returned."""
+    reached, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        reached.set()
+        assert release.wait(timeout=600), "the test never released the first run"
+
+    outcome: list[RunSummary] = []
+    with acting_at("before_read", hold):
+        first = threading.Thread(target=lambda: outcome.append(harness.runner().run()))
+        first.start()
+        try:
+            assert reached.wait(timeout=300), "the first run never reached its read"
+            head = harness.runner().store.load().last_run
+            assert head is not None
+            assert (head.run_seq, head.status) == (1, "planned")
+            result = second()
+        finally:
+            release.set()
+            first.join(timeout=600)
+    assert outcome, "the first run did not end"
+    assert (outcome[0].run_seq, outcome[0].status, outcome[0].records) == (1, "committed", 50)
+    assert outcome[0].recovered_run_seq is None
+    return result
 
 
 def _assert_first_run_landed_everything(result: Any) -> None:

@@ -17,7 +17,8 @@ when the sink holds it) and read what came since; the run after that must find n
 
 More points, each killed in a CLI process with the exact next run checked: during a recovery itself (having taken
 the crashed run over, and after re-executing it into the sink), between the dead-letter commit and the sink commit
-(JSON values with bad records), and in a backfill between recording its frontier and its MERGE.
+(JSON values with bad records), and in a backfill between recording its frontier and its MERGE. (The Spark
+Connect server itself killed mid-write: ``test_spark_standalone.py``, with the server's executors on a cluster.)
 """
 
 from __future__ import annotations
@@ -28,14 +29,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from devtools.local_spark_connect import server_status
 from devtools.testing.kafka import wait_for
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
@@ -45,9 +44,7 @@ from tests.support.exactly_once import (
     TwoClusterStream,
     alive_or_done,
     assert_nothing_left,
-    assert_recovered_once,
     committed_offsets,
-    first_run_then_more,
     referenced_files,
     table_coordinates,
     tail,
@@ -55,8 +52,6 @@ from tests.support.exactly_once import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from devtools.local_kafka import ClusterEndpoint
     from devtools.testing.pipeline import PipelineHarness
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
@@ -66,9 +61,17 @@ from dynamic_kafka.model.plan import TopicPartition
 pytestmark = pytest.mark.integration
 
 FAULTS = ("after_plan", "during_write", "after_staging", "after_sink")
+# Every point with the write in a Spark Connect server, the mode a deployment runs. The points where the process
+# that dies holds the write's driver (local mode: its JVM dies with it) run with the in-process driver too; the
+# others die before any JVM or after the sink commit, where the mode changes nothing the recovery sees.
+LOCAL_DRIVER_FAULTS = ("during_write", "after_staging")
 
 
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize(
+    ("spark_mode", "fault"),
+    [("connect", fault) for fault in FAULTS] + [("local", fault) for fault in LOCAL_DRIVER_FAULTS],
+    indirect=["spark_mode"],
+)
 def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
     fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path
 ) -> None:
@@ -119,60 +122,6 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
 
     assert_nothing_left(harness)
     assert harness.sink_rows() == stream.expected_rows()
-
-
-def test_a_spark_connect_server_killed_during_the_write_fails_the_run_retriably_and_the_next_run_is_exact(
-    kafka_clusters: dict[str, ClusterEndpoint],
-    spark_connect_server: Any,
-    restart_spark_connect_server: Callable[[], Any],
-    tmp_path: Path,
-) -> None:
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # this process uses Connect (see conftest's spark_mode)
-    stream = TwoClusterStream(kafka_clusters, tmp_path, spark_config={"remote": spark_connect_server.remote})
-    harness = stream.harness
-    # Enough records that the server's write tasks take a while: the kill must land between the first data file
-    # and the commit.
-    ends_before_crash = first_run_then_more(stream, east=40_000, west=40_000)
-
-    referenced = referenced_files(harness.sink_path)
-    outcome: list[subprocess.CompletedProcess[str]] = []
-    runner = threading.Thread(target=lambda: outcome.append(harness.cli("run", "--json")))
-    runner.start()
-    try:
-        wait_for(
-            alive_or_done(lambda: bool(unreferenced_data_files(harness.sink_path, referenced)), runner),
-            timeout_s=300,
-            interval_s=0.02,
-            what="the server's write to put a data file into the sink",
-        )
-        os.kill(spark_connect_server_pid(spark_connect_server), signal.SIGKILL)
-    finally:
-        runner.join(timeout=120)
-    assert outcome, "the run process did not end"
-    failed = outcome[0]
-
-    assert failed.returncode == 1, tail(failed.stderr)
-    assert "Spark Connect server" in failed.stderr, tail(failed.stderr)
-    assert "Traceback" not in failed.stderr
-    state = harness.runner().store.load()
-    assert state.last_run is not None
-    assert (state.last_run.run_seq, state.last_run.status) == (2, "planned")
-    assert committed_txn_version(harness.sink_path, "p") == 1
-    assert unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
-    assert committed_offsets(harness) == ends_before_crash
-
-    restart_spark_connect_server()  # `python -m devtools spark-connect up` again
-
-    assert_recovered_once(stream)
-    assert_nothing_left(harness)
-
-
-def spark_connect_server_pid(info: Any) -> int:
-    """The test server's pid now (it may have been restarted since the session started)."""
-    status = server_status(Path(info.log_file).parent)
-    assert status is not None
-    assert status.running
-    return status.info.pid
 
 
 def _cli_run_with_fault(harness: PipelineHarness, fault: str) -> subprocess.CompletedProcess[str]:
@@ -241,11 +190,14 @@ def _kill_tree(pid: int) -> None:
 
 @pytest.mark.parametrize("fault", ["recovering", "recovery_after_sink"])
 def test_a_recovery_killed_midway_is_recovered_by_the_next_run_exactly_once(
-    fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    fault: str, kafka_clusters: dict[str, ClusterEndpoint], spark: Any, spark_connect_server: Any, tmp_path: Path
 ) -> None:
     """Run 2 dies after its plan; the run recovering it dies too (``recovering``: having taken the run over;
-    ``recovery_after_sink``: with run 2 re-executed into the sink); the next run still finishes run 2 exactly."""
-    stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
+    ``recovery_after_sink``: with run 2 re-executed into the sink); the next run still finishes run 2 exactly.
+    The processes that die write through the Spark Connect server; this process's runs use its own driver."""
+    stream = TwoClusterStream(
+        kafka_clusters, tmp_path, spark=lambda: spark, spark_config={"remote": spark_connect_server.remote}
+    )
     harness = stream.harness
     stream.produce("first", east=6, west=4)
     assert harness.runner().run().run_seq == 1
@@ -280,12 +232,13 @@ def test_a_recovery_killed_midway_is_recovered_by_the_next_run_exactly_once(
 
 
 def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_exactly_once(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, spark_connect_server: Any, tmp_path: Path
 ) -> None:
     """JSON values with bad records under ``on_decode_error: dead_letter``: the dead-letter table is committed with
     run 2's txn, the sink is not, and the process dies. The next run finishes run 2: the dead letters are not
     written twice (Delta skips the txn it holds), the good records land once."""
-    stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 2)
+    remote = {"remote": spark_connect_server.remote}  # the process that dies writes through the server
+    stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 2, spark_config=remote)
     harness, send = stream.harness, stream.send
     good, bad = send("first", 3, 2)
     assert harness.runner().run().dead_letters == 2
@@ -310,7 +263,7 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
 
 
 def test_a_backfill_killed_between_its_frontier_and_its_merge_leaves_every_record_once(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, spark_connect_server: Any, tmp_path: Path
 ) -> None:
     """The backfill raised the state's frontier and died before its MERGE: the sink lacks the window. The next
     incremental run lands it (the frontier only makes it check the sink), and the backfill run again merges
@@ -318,7 +271,9 @@ def test_a_backfill_killed_between_its_frontier_and_its_merge_leaves_every_recor
     servers = kafka_clusters["east"].bootstrap_servers
     topic = unique_name("backfill-crash")
     create_topic(servers, topic, 1)
-    harness = PipelineHarness(tmp_path, clusters={"east": servers}, spark=lambda: spark)
+    # The backfill process that dies uses the Spark Connect server; this process's runs its own driver.
+    remote = {"remote": spark_connect_server.remote}
+    harness = PipelineHarness(tmp_path, clusters={"east": servers}, spark=lambda: spark, spark_config=remote)
     harness.set_streams({"orders": {"east": [topic]}})
     t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
 

@@ -76,9 +76,17 @@ class TwoClusterStream:
 
 class DeadLetterStream:
     """A JSON pipeline ``p`` (``value_schema: n INT``, ``on_decode_error: dead_letter``) on a fresh topic of
-    ``servers``, in ``folder``; :meth:`send` produces good and undecodable records."""
+    ``servers``, in ``folder``; :meth:`send` produces good and undecodable records. In-process runs use ``spark``;
+    CLI runs the project's ``spark`` section, ``spark_config``."""
 
-    def __init__(self, servers: str, folder: Path, spark: Any, partitions: int) -> None:
+    def __init__(
+        self,
+        servers: str,
+        folder: Path,
+        spark: Any,
+        partitions: int,
+        spark_config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.servers = servers
         self.topic = unique_name("dead-letters")
         create_topic(servers, self.topic, partitions)
@@ -86,6 +94,7 @@ class DeadLetterStream:
             folder,
             clusters={"east": servers},
             spark=lambda: spark,
+            spark_config=spark_config,
             value_format="json",
             value_schema="n INT",
             on_decode_error="dead_letter",

@@ -42,13 +42,16 @@ def project(tmp_path: Path, **pipeline: Any) -> ProjectConfig:
     return ProjectConfig.model_validate(
         {
             "metadata_service": {"type": "file", "path": str(tmp_path / "metadata.yaml")},
-            # No consumer-group commit: these plans name brokers that do not exist (it would wait on them).
+            # No consumer-group commit: these plans name brokers that do not exist (it would wait on them). A
+            # committed plan's cluster that left the metadata is still asked, best effort, for its offsets: the
+            # short deadline bounds that wait.
             "pipelines": [
                 {
                     "id": PID,
                     "streams": ["orders"],
                     "sink": {"path": str(tmp_path / "sink")},
                     "consumer_group": None,
+                    "kafka_timeout_seconds": 0.5,
                     **pipeline,
                 }
             ],
@@ -57,7 +60,7 @@ def project(tmp_path: Path, **pipeline: Any) -> ProjectConfig:
 
 
 def empty_service() -> InMemoryMetadataService:
-    """A service whose one stream has no cluster: plans are empty, no broker is contacted."""
+    """A service whose one stream has no cluster: plans read nothing."""
     return InMemoryMetadataService([KafkaStream(stream_id="orders")])
 
 
