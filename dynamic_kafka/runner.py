@@ -296,6 +296,7 @@ class PipelineRunner:
                     overlaps,
                     prepared.decoding,
                     before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                    counted_ranges=ranges,
                 )
             else:
                 result = write_incremental(
@@ -434,9 +435,9 @@ class PipelineRunner:
         """
         if result.read_per_range is None:
             return None
-        tables = (self.pipeline.sink_table, self.pipeline.dead_letter_table)
+        tables = [t for view in self._views(ranges) for t in (view.sink_table, view.dead_letter_table)]
         try:
-            completeness = measure(tables, plan.run_seq, ranges, result.read_per_range, overlaps)
+            completeness = measure(tables, plan.run_seq, ranges, result.read_per_range, overlaps, result.landed_files)
         # A report on a landed run must not keep it from its commit: not a delta-rs or pyarrow error (a table
         # without the coordinate columns, a read that failed), nor one of ours.
         except (DynamicKafkaError, *FOREIGN_ERRORS, ValueError, LookupError) as e:

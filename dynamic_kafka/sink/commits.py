@@ -28,6 +28,8 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
     from dynamic_kafka.storage import TableRef
 
 COMMIT_ID_KEY = "dynamic_kafka.commit_id"
@@ -44,6 +46,24 @@ def user_metadata(commit_id: str) -> str:
     return json.dumps({COMMIT_ID_KEY: commit_id})
 
 
+class AddedFile(FrozenModel):
+    """One data file a log entry added."""
+
+    path: str = Field(description="Relative to the table's root (decoded), or absolute as the entry gave it.")
+    size: int | None = Field(None, description="Its bytes, as the entry says.")
+    partition_values: dict[str, str | None] = Field(
+        default_factory=dict, description="Its partition columns' values as the entry writes them (text or null)."
+    )
+
+
+class RunFiles(FrozenModel):
+    """The data files the commit holding a run added to one table: what the run's completeness reads."""
+
+    table: str = Field(description="The table's location (``str`` of its TableRef).")
+    version: int
+    files: tuple[AddedFile, ...]
+
+
 class Commit(FrozenModel):
     """One version's log entry: who wrote it, which transactions and how many records it added."""
 
@@ -51,7 +71,16 @@ class Commit(FrozenModel):
     info: dict[str, Any] = Field(description="The entry's commitInfo (empty when it has none).")
     txns: tuple[tuple[str, int], ...] = Field(description="(app id, version) of each txn action.")
     added_records: int = Field(description="numRecords over the entry's data-changing adds (0 without stats).")
-    added_paths: tuple[str, ...] = Field((), description="The paths (relative, decoded) of the entry's adds.")
+    added_files: tuple[AddedFile, ...] = Field((), description="The entry's adds.")
+
+    @property
+    def added_paths(self) -> tuple[str, ...]:
+        """The paths (relative, decoded) of the entry's adds."""
+        return tuple(f.path for f in self.added_files)
+
+    def files_in(self, table: TableRef) -> RunFiles:
+        """The files this commit added, as those of ``table``."""
+        return RunFiles(table=str(table), version=self.version, files=self.added_files)
 
     @property
     def commit_id(self) -> str | None:
@@ -91,13 +120,12 @@ def read_commit(table: TableRef, version: int) -> Commit | None:
         SparkJobError: the entry exists but cannot be read or parsed (retriable).
         ObjectStoreError: the table's object store cannot be used.
     """
-    from deltalake.fs import DeltaStorageHandler
-    from pyarrow.fs import FileType, PyFileSystem
+    from pyarrow.fs import FileType
 
     path = f"_delta_log/{version:020d}.json"
     doing = f"reading version {version} of the Delta log of {table}"
     try:
-        fs = PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options()))
+        fs = table_filesystem(table)
         if fs.get_file_info(path).type != FileType.File:
             return None
         with fs.open_input_stream(path) as handle:
@@ -107,7 +135,7 @@ def read_commit(table: TableRef, version: int) -> Commit | None:
     info: dict[str, Any] = {}
     txns: list[tuple[str, int]] = []
     records = 0
-    paths: list[str] = []
+    added: list[AddedFile] = []
     try:
         for line in text.splitlines():
             if not line.strip():
@@ -118,12 +146,30 @@ def read_commit(table: TableRef, version: int) -> Commit | None:
             elif "txn" in action:
                 txns.append((str(action["txn"]["appId"]), int(action["txn"]["version"])))
             elif "add" in action:
-                paths.append(unquote(str(action["add"]["path"])))
-                if action["add"].get("dataChange", True) and action["add"].get("stats"):
-                    records += int(json.loads(action["add"]["stats"]).get("numRecords") or 0)
+                add = action["add"]
+                added.append(
+                    AddedFile(
+                        path=unquote(str(add["path"])),
+                        size=add.get("size"),
+                        partition_values=dict(add.get("partitionValues") or {}),
+                    )
+                )
+                if add.get("dataChange", True) and add.get("stats"):
+                    records += int(json.loads(add["stats"]).get("numRecords") or 0)
     except (ValueError, KeyError, TypeError) as e:
         raise SparkJobError(f"{doing}: the entry is not a Delta commit ({e})") from e
-    return Commit(version=version, info=info, txns=tuple(txns), added_records=records, added_paths=tuple(paths))
+    return Commit(version=version, info=info, txns=tuple(txns), added_records=records, added_files=tuple(added))
+
+
+def table_filesystem(table: TableRef, known_sizes: dict[str, int] | None = None) -> FileSystem:
+    """A pyarrow file system rooted at ``table``'s folder, through delta-rs's object store with the table's storage
+    options (local disk, S3 with the pipeline's credentials, which never leave the options). ``known_sizes`` (by
+    path) spare a HEAD request per file opened.
+    """
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import PyFileSystem
+
+    return PyFileSystem(DeltaStorageHandler(table.delta_rs_uri, table.storage_options(), known_sizes))
 
 
 def first_with_txn(table: TableRef, after: int, latest: int, app_id: str) -> Commit | None:

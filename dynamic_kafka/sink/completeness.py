@@ -4,10 +4,13 @@ Two counts from two sources, so that a mismatch means something:
 
 - **read**: per read range, the records the Spark read returned with an offset in ``[start, stop)``, from
   aggregates observed in the pass that writes (:func:`read_count_columns`): no second Kafka read, no extra job;
-- **landed**: per range, the rows of the run in the sink and the dead-letter table after their commits, and (only
-  inside the ranges a backfill may have landed before) the rows landed by others, read from the tables by
-  delta-rs (:func:`landed_counts`): only the files whose ``_run_seq`` statistics can hold the run are opened, and
-  only the coordinate columns. JVM-free.
+- **landed**: per range, the rows of the run in the sink and the dead-letter table (with a table per stream, each
+  stream's), read from exactly the data files the commits holding the run added (:func:`landed_counts`): the
+  write found those commits in the log and parsed their ``add`` actions, so counting opens neither the log nor
+  any other file, and costs the same for a table's first run as for its thousandth. Only the coordinate columns
+  are read, with pyarrow through delta-rs's object store (the tables' storage options: S3 works with the same
+  credentials). Only inside the ranges a backfill may have landed before are the rows landed by others counted,
+  from the whole table by delta-rs (its file statistics skip the files outside those ranges). JVM-free.
 
 The offsets a range has beyond the records read are what Kafka legitimately skips (transaction markers, aborted
 records under read_committed, compacted records); they are reported, never an error.
@@ -18,25 +21,40 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import Completeness
-from dynamic_kafka.sink.tables import open_delta_rs
+from dynamic_kafka.sink.commits import table_filesystem
+from dynamic_kafka.sink.tables import open_delta_rs, safe_text
+from dynamic_kafka.spark.schema import RUN_SEQ
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    import pyarrow as pa
+    import pyarrow.dataset as ds
     from pyspark.sql import Column
 
     from dynamic_kafka.model.plan import Split
+    from dynamic_kafka.sink.commits import AddedFile, RunFiles
     from dynamic_kafka.storage import TableRef
 
 MAX_COUNTED_RANGES = 1000
 """A run reading more ranges is not counted per range: each range is one conditional sum over every record read."""
 
-_COORDINATES = ["cluster", "topic", "partition", "offset", "_run_seq"]
+# The columns counted, typed as the tables hold them (Spark's Kafka source: partition INT, offset BIGINT).
+_COORDINATE_SCHEMA = pa.schema(
+    [
+        ("cluster", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        (RUN_SEQ, pa.int64()),
+    ]
+)
+_COORDINATES = _COORDINATE_SCHEMA.names
 
 
 def counted(splits: Sequence[Split]) -> tuple[Split, ...]:
@@ -76,18 +94,20 @@ def measure(
     splits: Sequence[Split],
     read: Mapping[tuple[str, str, int], int],
     overlaps: Sequence[Split],
+    landed_files: Sequence[RunFiles],
 ) -> Completeness:
-    """The run's completeness: ``read`` (per range, from the write's pass) against the rows the tables hold.
+    """The run's completeness: ``read`` (per range, from the write's pass) against the rows the run's commits added.
 
     Args:
-        tables: the sink and the dead-letter table.
+        tables: the run's tables: the sink and the dead-letter table (with a table per stream, each stream's).
         run_seq: the run.
         splits: the ranges the run read (and counted).
         read: per range, the records the read returned in it.
         overlaps: the parts of the ranges a backfill (or an earlier landing) may hold rows of.
+        landed_files: per table the run landed in, the files of the commit holding the run (``WriteResult``).
     """
     started = time.monotonic()
-    landed, before = landed_counts(tables, run_seq, splits, overlaps)
+    landed, before = landed_counts(tables, run_seq, splits, overlaps, landed_files)
     keyed = {(s.cluster_id, s.topic, s.partition): _key(s) for s in splits}
     return Completeness.compare(
         {_key(s): s.stop_offset - s.start_offset for s in splits},
@@ -99,24 +119,86 @@ def measure(
 
 
 def landed_counts(
-    tables: Sequence[TableRef], run_seq: int, splits: Sequence[Split], overlaps: Sequence[Split]
+    tables: Sequence[TableRef],
+    run_seq: int,
+    splits: Sequence[Split],
+    overlaps: Sequence[Split],
+    landed_files: Sequence[RunFiles],
 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    """Per range, the rows of run ``run_seq`` in ``tables`` inside it, and the rows of others (other runs,
-    backfills) inside ``overlaps``. JVM-free.
+    """Per range, the rows of run ``run_seq`` inside it in the files of ``landed_files``, and the rows of others
+    (other runs, backfills) inside ``overlaps`` in ``tables``. JVM-free.
+
+    Raises:
+        LookupError: a ``landed_files`` entry names a table not among ``tables``.
+        ValueError: a file is named by an absolute path, or holds a coordinate column of a type that does not cast
+            (pyarrow's ArrowInvalid).
+        ObjectStoreError: the table's object store cannot be used.
+        SparkJobError: a file or a log cannot be read for another reason.
     """
+    by_location = {str(table): table for table in tables}
     landed: dict[TopicPartition, int] = {}
-    before: dict[TopicPartition, int] = {}
-    ours = pc.field("_run_seq") == run_seq
-    theirs = ~ours | pc.field("_run_seq").is_null()
-    for table in tables:
-        opened = open_delta_rs(table, doing=f"counting the rows of run {run_seq} in {table}")
-        if opened is None:
+    ours = pc.field(RUN_SEQ) == run_seq
+    for files in landed_files:
+        table = by_location.get(files.table)
+        if table is None:
+            raise LookupError(f"run {run_seq} landed files in {files.table}, which is not one of its tables")
+        if not files.files:
             continue
-        dataset = opened.to_pyarrow_dataset()
-        _count(dataset.to_table(columns=_COORDINATES, filter=ours & _within(splits)), landed)
-        if overlaps:
-            _count(dataset.to_table(columns=_COORDINATES, filter=theirs & _within(overlaps)), before)
+        doing = f"counting the rows of run {run_seq} in the files of version {files.version} of {table}"
+        try:
+            rows = _added_files(table, files.files).to_table(columns=_COORDINATES, filter=ours & _within(splits))
+        except OSError as e:
+            raise table.failure(e, doing) or SparkJobError(f"{doing} failed: {safe_text(e)}") from e
+        _count(rows, landed)
+    before: dict[TopicPartition, int] = {}
+    if overlaps:
+        theirs = ~ours | pc.field(RUN_SEQ).is_null()
+        for table in tables:
+            opened = open_delta_rs(table, doing=f"counting the rows landed before run {run_seq} in {table}")
+            if opened is not None:
+                dataset = opened.to_pyarrow_dataset()
+                _count(dataset.to_table(columns=_COORDINATES, filter=theirs & _within(overlaps)), before)
     return landed, before
+
+
+def _added_files(table: TableRef, files: Sequence[AddedFile]) -> ds.Dataset:
+    """The coordinate columns of ``files`` of ``table`` as one dataset; a partition column's value comes from the
+    file's entry in the log (a partitioned table's files do not hold it), as Delta readers take it.
+    """
+    import pyarrow.dataset as ds
+
+    paths = [_relative(table, f.path) for f in files]
+    sizes = {path: f.size for path, f in zip(paths, files, strict=True) if f.size is not None}
+    filesystem = table_filesystem(table, sizes)
+    parquet = ds.ParquetFileFormat()
+    fragments = [
+        parquet.make_fragment(path, filesystem=filesystem, partition_expression=_partition_expression(f))
+        for path, f in zip(paths, files, strict=True)
+    ]
+    return ds.FileSystemDataset(fragments, _COORDINATE_SCHEMA, parquet, filesystem)
+
+
+def _partition_expression(file: AddedFile) -> pc.Expression:
+    """What the file's partition values say of the coordinate columns (true when it has none of them)."""
+    known = pc.scalar(True)
+    for name, value in file.partition_values.items():
+        if name not in _COORDINATES:
+            continue
+        field = _COORDINATE_SCHEMA.field(name)
+        if value is None:
+            known = known & pc.field(name).is_null()
+        else:
+            typed = value if pa.types.is_string(field.type) else int(value)
+            known = known & (pc.field(name) == pa.scalar(typed, field.type))
+    return known
+
+
+def _relative(table: TableRef, path: str) -> str:
+    """A file's path inside the table's folder, as the adds of the commits this package makes give it."""
+    if "://" in path or path.startswith(("/", "file:")):
+        # The Delta protocol allows an absolute path; neither delta-spark's appends nor delta-rs's write one.
+        raise ValueError(f"the log of {table} names the file {path} by an absolute path; only relative ones are read")
+    return path
 
 
 def _within(ranges: Sequence[Split]) -> pc.Expression:

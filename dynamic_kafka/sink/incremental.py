@@ -432,10 +432,14 @@ def _outcome(
     read = observed(landed.observed.read)
     if read is None:
         return result
+    # The dead-letter commit may be an earlier attempt's of this run (it died before the sink's): it holds the
+    # run's dead letters all the same.
+    found = [(target.sink_path, landed.sink), (target.dead_letter_path, landed.dead_letters)]
     return result.model_copy(
         update={
             "deduplicated": max(0, int(read["read"]) - result.records),
             "read_per_range": read_counts(read, counted_ranges) if counted_ranges else None,
+            "landed_files": tuple(f.commit.files_in(table) for table, f in found if f is not None),
         }
     )
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.sink.commits import RunFiles
 from dynamic_kafka.spark.schema import DECODE_ERROR, RAW_KEY, RAW_VALUE
 
 if TYPE_CHECKING:
@@ -58,6 +59,11 @@ class WriteResult(FrozenModel):
         None,
         description="Per counted range (cluster_id, topic, partition), the records the read returned in it, "
         "observed in the pass that wrote (None: not counted).",
+    )
+    landed_files: tuple[RunFiles, ...] = Field(
+        (),
+        description="Per table this write landed rows in (the sink, the dead-letter table), the files of the commit "
+        "holding the run: what its completeness counts (empty for a merge, or a run landed by another writer).",
     )
 
 

@@ -59,9 +59,10 @@ def write_per_stream(
     prepared: PreparedDecoding | None,
     *,
     before_commit: Callable[[], None] | None = None,
+    counted_ranges: Sequence[Split] = (),
 ) -> tuple[WriteResult, tuple[StreamTable, ...]]:
     """Lands a run's records, each stream's into its own table, in stream order; returns the whole run's result
-    and what each table got.
+    and what each table got. ``counted_ranges``: as for one sink, each stream's counted by its table's write.
 
     A table already holding the run (a recovery, or another writer of it) is not written again: its part is
     reported from its log. The crash point ``between_tables`` follows every table but the last.
@@ -93,6 +94,7 @@ def write_per_stream(
                 [o for o in overlaps if (o.cluster_id, o.topic, o.partition) in keys],
                 prepared,
                 before_commit=before_commit,
+                counted_ranges=[s for s in counted_ranges if s.stream_id == stream],
             )
             if index < len(streams) - 1:
                 crash_point("between_tables")
@@ -132,7 +134,8 @@ def stream_tables(pipeline: PipelineConfig, results: Mapping[str, WriteResult]) 
 def combined(results: Mapping[str, WriteResult]) -> WriteResult:
     """One run's result from its tables' results: counts summed, event-time range widened; the sink version is
     the last table's (each table's own is in the run's ``stream_tables``). ``already_committed`` only when every
-    table already held the run.
+    table already held the run. The ranges are counted (``read_per_range``) only when every table's write counted
+    its own: a table found holding the run read nothing.
     """
     parts = list(results.values())
     per_topic: dict[tuple[str, str], tuple[int, int]] = {}
@@ -156,4 +159,16 @@ def combined(results: Mapping[str, WriteResult]) -> WriteResult:
         already_committed=bool(parts) and all(p.already_committed for p in parts),
         deduplicated=sum(p.deduplicated for p in parts),
         schema_counts=schema_counts,
+        read_per_range=_read_per_range(parts),
+        landed_files=tuple(files for p in parts for files in p.landed_files),
     )
+
+
+def _read_per_range(parts: Sequence[WriteResult]) -> dict[tuple[str, str, int], int] | None:
+    """The tables' range counts together; None unless every table's write counted its ranges."""
+    merged: dict[tuple[str, str, int], int] = {}
+    for part in parts:
+        if part.read_per_range is None:
+            return None
+        merged.update(part.read_per_range)  # a range belongs to one stream's table
+    return merged if parts else None

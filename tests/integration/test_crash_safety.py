@@ -38,6 +38,7 @@ import pytest
 from devtools.testing.kafka import wait_for
 from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     DeadLetterStream,
@@ -256,6 +257,12 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
     summary = harness.runner().run()
 
     assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
+    # The recovery's completeness counts its own sink commit and the crashed attempt's dead-letter commit.
+    recovered = next(r for r in harness.runner().store.run_history() if r.run_seq == 2)
+    assert recovered.summary_json is not None
+    counted = RunSummary.model_validate_json(recovered.summary_json).completeness
+    assert counted is not None
+    assert (counted.read, counted.landed, counted.matches) == (7, 7, True)
     assert table_coordinates(harness.sink_path) == sorted(good | crashed_good)
     assert table_coordinates(dead_letter_path) == sorted(bad | crashed_bad)
     assert committed_txn_version(harness.sink_path, "p") == 2

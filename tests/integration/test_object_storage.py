@@ -60,6 +60,8 @@ def test_runs_status_and_a_backfill_land_on_s3_exactly_once(
     first = harness.runner().run()
 
     assert (first.run_seq, first.status, first.records) == (1, "committed", 20)
+    assert first.completeness is not None  # the run's files read from S3 with the pipeline's credentials
+    assert (first.completeness.landed, first.completeness.matches) == (20, True)
     assert harness.sink_rows() == first_rows
     pipeline = harness.runner().pipeline
     assert pipeline.resolved_state_path.uri.startswith("s3://lake/")
@@ -86,6 +88,8 @@ def test_runs_status_and_a_backfill_land_on_s3_exactly_once(
     # The next run reads the later records again and lands none of them twice.
     after = harness.runner().run()
     assert (after.records, after.deduplicated) == (0, 5)
+    assert after.completeness is not None  # the backfill's rows found in the S3 sink's overlapping ranges
+    assert (after.completeness.landed, after.completeness.deduplicated, after.completeness.matches) == (0, 5, True)
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()
 

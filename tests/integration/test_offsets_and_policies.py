@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from devtools.testing.kafka import Record, create_topic, produce, unique_name, wait_for
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
@@ -418,6 +418,68 @@ def test_aborted_transactions_are_skipped_and_a_trailing_commit_marker_is_not_re
     second = harness.runner().run()
     assert (second.status, second.spark_started, second.records) == ("empty", False, 0)
     assert harness.sink_rows() == rows("east", topic, committed)
+
+
+# A compacted topic whose cleaner runs within seconds: segments roll after 100 ms, any dirty share is worth cleaning,
+# and records are cleanable at once (the test cluster's log.cleaner.backoff.ms is 1 s: devtools/local_kafka).
+FAST_COMPACTION = {
+    "cleanup.policy": "compact",
+    "segment.ms": "100",
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
+    "delete.retention.ms": "100",
+}
+
+
+def records_in(bootstrap: str, topic: str) -> list[int]:
+    """The offsets partition 0 of ``topic`` still holds, read from the beginning to the high watermark."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("count"), "enable.auto.commit": False})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        offsets: list[int] = []
+        while not offsets or offsets[-1] < high - 1:
+            message = consumer.poll(5)
+            assert message is not None, f"no record of {topic} below its high watermark {high} within 5 s"
+            assert message.error() is None, message.error()
+            offsets.append(message.offset())
+        return offsets
+    finally:
+        consumer.close()
+
+
+def test_offsets_compacted_away_are_skipped_by_kafka_and_every_keys_latest_value_lands_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("compacted")
+    create_topic(east, topic, 1, config=FAST_COMPACTION)
+    harness = harness_for(tmp_path, kafka_clusters, spark)
+    harness.set_streams({"orders": {"east": [topic]}})
+    versions = [
+        Record(key=f"k{k}".encode(), value=f"k{k}-v{v}".encode(), partition=0) for v in range(3) for k in range(4)
+    ]
+    sent = produce(east, topic, versions)  # offsets 0..11: three versions of k0..k3
+    time.sleep(0.2)  # older than segment.ms: the next record rolls a new segment, so the cleaner may clean these
+    sent += produce(east, topic, [Record(key=b"roll", value=b"roll", partition=0)])
+    latest = [r for r in sent if r.offset is not None and r.offset >= 8]  # v2 of each key, and the roll record
+    wait_for(
+        lambda: records_in(east, topic) == [8, 9, 10, 11, 12], timeout_s=30, what=f"the log cleaner to compact {topic}"
+    )
+
+    summary = harness.runner().run()
+
+    assert summary.status == "committed"
+    assert harness.sink_rows() == rows("east", topic, latest)  # once each: no key's older version, nothing twice
+    assert summary.completeness is not None
+    (counted,) = summary.completeness.partitions
+    # Of the 13 planned offsets Kafka returned the 5 the cleaner kept; the 8 older versions are skipped, not missing.
+    assert (counted.planned, counted.read, counted.landed, counted.skipped, counted.matches) == (13, 5, 5, 8, True)
+    verdict = completeness_verdict(pipeline_status(harness.runner().context))
+    assert verdict.passed
+    assert "planned 13 offsets in 1 range(s), read 5, landed 5, deduplicated 0, skipped by Kafka 8" in (
+        verdict.description
+    )
 
 
 # --- 8. JSON values and dead letters ------------------------------------------------------------------------------

@@ -161,7 +161,11 @@ def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_p
     harness.configure(sink={"path": "sink", "partition_by": ["cluster"]})
     for tag in ("a", "b"):
         stream.produce(tag, east=2, west=1)
-        assert harness.runner().run().status == "committed"  # the second is appended by delta-spark, not staged
+        run = harness.runner().run()
+        assert run.status == "committed"  # the second is appended by delta-spark, not staged
+        # Counted in the run's files, whose `cluster` is a partition value in the log, not a column of the files.
+        assert run.completeness is not None
+        assert (run.completeness.landed, run.completeness.matches) == (3, True)
 
     assert DeltaTable(str(harness.sink_path)).metadata().partition_columns == ["cluster"]
     assert sorted(p.name for p in harness.sink_path.glob("cluster=*")) == ["cluster=east", "cluster=west"]

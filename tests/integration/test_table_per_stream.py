@@ -104,6 +104,15 @@ def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_
     assert later.status == "committed"
     assert later.records == 4
     assert [(t.stream_id, t.records) for t in later.stream_tables] == [("orders-apac", 2), ("orders-eu", 2)]
+    # Its completeness counts each range in its stream's table, from the files that table's commit added.
+    assert later.completeness is not None
+    assert sorted((p.topic, p.partition, p.read, p.landed, p.matches) for p in later.completeness.partitions) == sorted(
+        [
+            (topics["orders-apac"], 0, 2, 2, True),
+            (topics["orders-eu"], 0, 1, 1, True),
+            (topics["orders-eu"], 1, 1, 1, True),
+        ]
+    )
     assert table_rows(h, "orders-apac") == sorted(rows("east", topics["orders-apac"], apac))
     assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], eu + more_eu))
     assert table_rows(h, "orders-us") == sorted(rows("east", topics["orders-us"], us))  # nothing new: no commit
@@ -159,6 +168,8 @@ def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_st
     first = h.runner().run()
 
     assert (first.status, first.records) == ("committed", 5)
+    assert first.completeness is not None  # counted from each S3 table's added files
+    assert (first.completeness.read, first.completeness.landed, first.completeness.matches) == (5, 5, True)
     assert [(t.stream_id, t.path, t.records) for t in first.stream_tables] == [
         ("orders-eu", f"{prefix}/orders-eu", 3),
         ("orders-us", f"{prefix}/orders-us", 2),

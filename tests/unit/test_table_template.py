@@ -12,6 +12,7 @@ from dynamic_kafka.config import PipelineConfig, load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
+from dynamic_kafka.sink.commits import AddedFile, RunFiles
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
 from dynamic_kafka.storage import parse_location
@@ -183,3 +184,30 @@ class TestRunTables:
         assert not both.already_committed
         again = combined({"a": one.model_copy(update={"already_committed": True})})
         assert again.already_committed
+
+    def test_the_tables_range_counts_and_landed_files_combine_and_a_table_that_read_nothing_leaves_none(self) -> None:
+        # Each table's write counts its own stream's ranges and names the files its commit added; the run's
+        # completeness needs them all, so a table found holding the run already (nothing read) leaves it uncounted.
+        files_a = RunFiles(table="/d/a", version=3, files=(AddedFile(path="part-0.parquet"),))
+        files_b = RunFiles(table="/d/b", version=1, files=(AddedFile(path="part-1.parquet"),))
+        one = WriteResult(
+            records=2,
+            bytes=2,
+            sink_records=2,
+            dead_letters=0,
+            read_per_range={("east", "t1", 0): 2},
+            landed_files=(files_a,),
+        )
+        two = WriteResult(
+            records=1,
+            bytes=1,
+            sink_records=1,
+            dead_letters=0,
+            read_per_range={("east", "t2", 0): 1},
+            landed_files=(files_b,),
+        )
+        both = combined({"a": one, "b": two})
+        assert both.read_per_range == {("east", "t1", 0): 2, ("east", "t2", 0): 1}
+        assert both.landed_files == (files_a, files_b)
+        found = WriteResult(records=1, bytes=0, sink_records=1, dead_letters=0, already_committed=True)
+        assert combined({"a": one, "b": found}).read_per_range is None
