@@ -24,6 +24,12 @@ refuses it), renews the lease while it merges, is bounded by ``max_run_seconds``
 anything is recorded (:func:`~dynamic_kafka.prepare.prepare_write`: Spark, the writer schemas, ``value_schema`` and
 the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
 the incarnation it planned, as a run does before its commit.
+
+With a table per stream (``sink.path: data/{stream}``) the window is still read once, and each stream's rows are
+merged into that stream's table, one MERGE per table (:func:`~dynamic_kafka.sink.per_stream.for_each_stream`), each
+recording the backfill's sequence there. A partition lands in one stream's table, so the frontier recorded before
+the first MERGE is per table too: a backfill stopped between two tables is finished by running it again (each MERGE
+inserts only what its table lacks) or, for the offsets the incremental runs have still to read, by those runs.
 """
 
 from __future__ import annotations

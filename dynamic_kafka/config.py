@@ -597,8 +597,9 @@ class PipelineConfig(_Config):
                 raise ValueError(str(e)) from None
         if self.bootstrap is not None:
             raise ValueError(
-                "bootstrap lands an archive into one table; a sink.path with {stream} (a table per stream) cannot "
-                "take it yet: bootstrap a pipeline with a plain sink.path"
+                "bootstrap lands an archive into one table; a sink.path with {stream} (a table per stream) does "
+                "not take it (its recovery would not know which tables hold the archive's rows, "
+                "docs/table-per-stream.md): bootstrap a pipeline with a plain sink.path"
             )
         return self
 

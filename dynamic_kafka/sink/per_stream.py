@@ -12,7 +12,8 @@ of the streams it reads (:func:`run_streams`); a stream that appears later gets 
 lands it, created by that run's first append.
 
 The Kafka ranges are read once: the reader's rows are persisted (memory, spilling to disk) and every table's append
-filters them, so the first append's job reads Kafka and the others read the persisted rows.
+filters them, so the first append's job reads Kafka and the others read the persisted rows. A backfill goes through
+the stream tables the same way (:func:`for_each_stream`), one MERGE per table.
 """
 
 from __future__ import annotations

@@ -4,14 +4,17 @@ stream's tables and the pipeline's state go. No I/O beyond a config file.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dynamic_kafka.cli.backfill import format_backfill
 from dynamic_kafka.config import PipelineConfig, load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
+from dynamic_kafka.model.summary import RunSummary, StreamTable
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
 from dynamic_kafka.storage import parse_location
@@ -193,3 +196,21 @@ class TestRunTables:
         assert not both.already_committed
         again = combined({"a": one.model_copy(update={"already_committed": True})})
         assert again.already_committed
+
+    def test_a_backfill_of_stream_tables_reports_each_table_and_its_version(self) -> None:
+        summary = RunSummary(
+            pipeline_id="p",
+            run_seq=1,
+            status="committed",
+            records=3,
+            stream_tables=(
+                StreamTable(stream_id="eu", path="d/eu", records=2, sink_version=4),
+                StreamTable(stream_id="us", path="d/us", records=1, sink_version=2),
+            ),
+        )
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        text = format_backfill(summary, start, start + timedelta(hours=1))
+        assert "3 records merged" in text
+        assert "sink version" not in text
+        assert "  stream eu -> d/eu: 2 records (table version 4)" in text.splitlines()
+        assert "  stream us -> d/us: 1 records (table version 2)" in text.splitlines()
