@@ -20,6 +20,7 @@ chosen. Completeness stays on the sink: a run's records are counted over all its
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
 
+import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -41,6 +42,7 @@ from dagster import (
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
+    PreviewWarning,
     define_asset_job,
     in_process_executor,
     multi_asset,
@@ -306,6 +308,13 @@ def build_table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition,
     """
     if not pipeline.sink.per_stream:
         return None
+    with warnings.catch_warnings():
+        # Partitioned asset checks are marked preview in Dagster 1.13; its warning would print on every load.
+        warnings.simplefilter("ignore", PreviewWarning)
+        return _table_checks(pipeline)
+
+
+def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, AssetJob]:
     pipeline_id = pipeline.id
     key = stream_tables_asset_key(pipeline_id)
     limit = pipeline.max_lag_records
