@@ -34,8 +34,8 @@ from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
+from dynamic_kafka.realign import table_views
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
-from dynamic_kafka.sink.per_stream import known_streams
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
 from dynamic_kafka.spark.deadline import RunDeadline
@@ -99,20 +99,22 @@ def _replay(
     state = store.load()
     if state.last_run is not None and state.last_run.status == "planned":
         raise store.planned_error(state.last_run)
-    views = [pipeline.for_stream(s) for s in known_streams(state)] if pipeline.sink.per_stream else [pipeline]
+    views = table_views(pipeline, state)
     app_id = replay_app_id(pipeline.id)
     found = [committed_txn_versions(t, [app_id])[app_id] for v in views for t in (v.sink_table, v.dead_letter_table)]
     # One number for the whole replay, above every table's: each table's writes are new transactions there.
     replay_seq = max((v for v in found if v is not None), default=0) + 1
     who = requester(owner or RunOwner.current())
-    views = [v for v in views if table_exists(v.dead_letter_table)]
-    if not views:
+    lettered = [v for v in views if table_exists(v.dead_letter_table)]
+    if not lettered:
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
     spark = context.spark()
     deadline.attach(spark)
     clusters = _clusters(context)
     if owner is None:
-        counts = _summed(replay(spark, v, clusters, run_seq=run_seq, replay_seq=replay_seq, write=False) for v in views)
+        counts = _summed(
+            replay(spark, v, clusters, run_seq=run_seq, replay_seq=replay_seq, write=False) for v in lettered
+        )
         return _report(context, counts, run_seq, replay_seq, who)
     lease_length = timedelta(seconds=pipeline.run_lease_seconds)
     recorded = store.record_backfill({}, owner=owner.text(), lease_expires_at=_now() + lease_length)
@@ -129,7 +131,7 @@ def _replay(
                 write=True,
                 before_write=lambda: _before_write(deadline, lease),
             )
-            for view in views
+            for view in lettered
         )
         version = lease.stop()
         report = _report(context, counts, run_seq, replay_seq, who, applied=True)
