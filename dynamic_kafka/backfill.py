@@ -24,6 +24,12 @@ refuses it), renews the lease while it merges, is bounded by ``max_run_seconds``
 anything is recorded (:func:`~dynamic_kafka.prepare.prepare_write`: Spark, the writer schemas, ``value_schema`` and
 the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
 the incarnation it planned, as a run does before its commit.
+
+With a table per stream (``sink.path: data/{stream}``) the window is still read once, and each stream's rows are
+merged into that stream's table, one MERGE per table (:func:`~dynamic_kafka.sink.per_stream.for_each_stream`), each
+recording the backfill's sequence there. A partition lands in one stream's table, so the frontier recorded before
+the first MERGE is per table too: a backfill stopped between two tables is finished by running it again (each MERGE
+inserts only what its table lacks) or, for the offsets the incremental runs have still to read, by those runs.
 """
 
 from __future__ import annotations
@@ -49,11 +55,17 @@ from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyspark.sql import DataFrame
+
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
+    from dynamic_kafka.model.summary import StreamTable
+    from dynamic_kafka.sink.metrics import WriteResult
     from dynamic_kafka.state.store import RecordedBackfill
 
 logger = logging.getLogger(__name__)
@@ -194,6 +206,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink import merge_backfill
+    from dynamic_kafka.sink.per_stream import combined, for_each_stream, stream_pairs, stream_tables
     from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()
@@ -228,29 +241,43 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
             if event_time is not None
             else frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
         )
-        pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-        result = merge_backfill(
-            in_window,
-            context.pipeline,
-            pairs,
-            start=start,
-            end=end,
-            prepared=prepared.decoding,
-            backfill_sequence=recorded.sequence,
-            before_write=lambda: _before_merge(context, prepared, lease, deadline),
-            event_time=event_time,
-        )
+
+        def merge(rows: DataFrame, pipeline: PipelineConfig, splits: Sequence[Split]) -> WriteResult:
+            return merge_backfill(
+                rows,
+                pipeline,
+                stream_pairs(splits),
+                start=start,
+                end=end,
+                prepared=prepared.decoding,
+                backfill_sequence=recorded.sequence,
+                before_write=lambda: _before_merge(context, prepared, lease, deadline),
+                event_time=event_time,
+            )
+
+        tables: tuple[StreamTable, ...] = ()
+        if context.pipeline.sink.per_stream:
+            # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
+            per_table = for_each_stream(
+                in_window,
+                plan.read_splits,
+                lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
+            )
+            result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
+        else:
+            result = merge(in_window, context.pipeline, plan.read_splits)
     finally:
         lease.stop(quietly=True)
         _release(context, owner)
     done = time.monotonic()
-    return RunSummary.committed(
+    summary = RunSummary.committed(
         plan,
         result,
         plan_seconds=planned - began,
         spark_seconds=done - planned,
         total_seconds=done - began,
     )
+    return summary.model_copy(update={"stream_tables": tables})
 
 
 def _before_merge(context: PipelineContext, prepared: PreparedWrite, lease: LeaseKeeper, deadline: RunDeadline) -> None:

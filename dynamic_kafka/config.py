@@ -597,13 +597,9 @@ class PipelineConfig(_Config):
                 raise ValueError(str(e)) from None
         if self.bootstrap is not None:
             raise ValueError(
-                "bootstrap lands an archive into one table; a sink.path with {stream} (a table per stream) cannot "
-                "take it yet: bootstrap a pipeline with a plain sink.path"
-            )
-        if self.backfill is not None:
-            raise ValueError(
-                "backfill merges time windows into one table; a sink.path with {stream} (a table per stream) cannot "
-                "take it yet: remove `backfill`, or backfill with a pipeline whose sink.path has no {stream}"
+                "bootstrap lands an archive into one table; a sink.path with {stream} (a table per stream) does "
+                "not take it (its recovery would not know which tables hold the archive's rows, "
+                "docs/table-per-stream.md): bootstrap a pipeline with a plain sink.path"
             )
         return self
 
@@ -678,8 +674,8 @@ class PipelineConfig(_Config):
             raise ConfigError(
                 f"pipeline {self.id!r} lands a table per stream (sink.path {self.sink.path.uri!r}); this operation "
                 "works on one table and does not take a table per stream yet; nothing was done.",
-                hint="Run, status, offsets and maintain handle every stream's table; for a backfill, realign or "
-                "dead-letter replay, use a pipeline with a plain sink.path (docs/table-per-stream.md).",
+                hint="Run, backfill, dead-letter replay, realign, status, offsets and maintain handle every "
+                "stream's table; for anything else use a pipeline with a plain sink.path (docs/table-per-stream.md).",
             )
         return location
 

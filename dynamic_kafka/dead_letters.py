@@ -1,5 +1,8 @@
 """``dead-letters replay``: decode a pipeline's dead letters again under the current config and land the ones that
 decode now in the sink, exactly once (see :mod:`dynamic_kafka.sink.replay` for how the two tables are written).
+With a table per stream (``sink.path: data/{stream}``), each stream's dead letters go back into that stream's
+table, one stream after the other, each pair of tables written as one pipeline's are: a replay interrupted between
+two streams leaves the ones after it untouched, and the next replay finishes them.
 
 Guarded like a backfill, never beside a run: the pipeline's run lock is held for the whole replay (a run or
 backfill on this machine refuses it, and it refuses them), the state's backfill lease is taken before anything is
@@ -31,6 +34,7 @@ from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
+from dynamic_kafka.realign import table_views
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
@@ -38,6 +42,7 @@ from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from contextlib import AbstractContextManager
 
     from dynamic_kafka.context import PipelineContext
@@ -94,30 +99,39 @@ def _replay(
     state = store.load()
     if state.last_run is not None and state.last_run.status == "planned":
         raise store.planned_error(state.last_run)
+    views = table_views(pipeline, state)
     app_id = replay_app_id(pipeline.id)
-    found = [committed_txn_versions(t, [app_id])[app_id] for t in (pipeline.sink_table, pipeline.dead_letter_table)]
+    found = [committed_txn_versions(t, [app_id])[app_id] for v in views for t in (v.sink_table, v.dead_letter_table)]
+    # One number for the whole replay, above every table's: each table's writes are new transactions there.
     replay_seq = max((v for v in found if v is not None), default=0) + 1
     who = requester(owner or RunOwner.current())
-    if not table_exists(pipeline.dead_letter_table):
+    lettered = [v for v in views if table_exists(v.dead_letter_table)]
+    if not lettered:
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
     spark = context.spark()
     deadline.attach(spark)
+    clusters = _clusters(context)
     if owner is None:
-        counts = replay(spark, pipeline, _clusters(context), run_seq=run_seq, replay_seq=replay_seq, write=False)
+        counts = _summed(
+            replay(spark, v, clusters, run_seq=run_seq, replay_seq=replay_seq, write=False) for v in lettered
+        )
         return _report(context, counts, run_seq, replay_seq, who)
     lease_length = timedelta(seconds=pipeline.run_lease_seconds)
     recorded = store.record_backfill({}, owner=owner.text(), lease_expires_at=_now() + lease_length)
     assert recorded.version is not None  # taking the lease always commits
     lease = LeaseKeeper(store, None, owner, lease_length, recorded.version, _now).start()
     try:
-        counts = replay(
-            spark,
-            pipeline,
-            _clusters(context),
-            run_seq=run_seq,
-            replay_seq=replay_seq,
-            write=True,
-            before_write=lambda: _before_write(deadline, lease),
+        counts = _summed(
+            replay(
+                spark,
+                view,
+                clusters,
+                run_seq=run_seq,
+                replay_seq=replay_seq,
+                write=True,
+                before_write=lambda: _before_write(deadline, lease),
+            )
+            for view in lettered
         )
         version = lease.stop()
         report = _report(context, counts, run_seq, replay_seq, who, applied=True)
@@ -150,6 +164,26 @@ def _replay(
         counts.conflicting,
     )
     return report
+
+
+def _summed(parts: Iterable[ReplayCounts]) -> ReplayCounts:
+    """One replay's counts from its tables' (each stream's, in order; one part for a pipeline's one sink): counts
+    summed, the versions the last written table's.
+    """
+    total = ReplayCounts()
+    for part in parts:
+        total = ReplayCounts(
+            dead_letters=total.dead_letters + part.dead_letters,
+            replayed=total.replayed + part.replayed,
+            already_landed=total.already_landed + part.already_landed,
+            still_undecodable=total.still_undecodable + part.still_undecodable,
+            conflicting=total.conflicting + part.conflicting,
+            sink_version=part.sink_version if part.sink_version is not None else total.sink_version,
+            dead_letter_version=part.dead_letter_version
+            if part.dead_letter_version is not None
+            else total.dead_letter_version,
+        )
+    return total
 
 
 def _before_write(deadline: RunDeadline, lease: LeaseKeeper) -> None:

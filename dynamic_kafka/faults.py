@@ -10,8 +10,8 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
   and a run with undecodable records);
 - ``after_staging``: a staged append's files are in the table's folder, not yet in its log
   (:mod:`~dynamic_kafka.sink.staged_append`);
-- ``between_tables``: a run landing a table per stream committed one stream's table, not yet the next one's
-  (:mod:`~dynamic_kafka.sink.per_stream`; after every table but the last);
+- ``between_tables``: a run (or backfill) landing a table per stream committed one stream's table, not yet the next
+  one's (:mod:`~dynamic_kafka.sink.per_stream`; after every table but the last);
 - ``after_sink``: the sink holds the run's txn, the state is not committed;
 - ``recovering``: a run recovering a crashed planned run took its lease over, before finishing it;
 - ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;

@@ -20,6 +20,11 @@ fence of an abandoned run (:mod:`dynamic_kafka.sink.fence`) is such a transactio
   holds (compared by cluster, topic, partition and offset);
 * the partition offsets do not move: committed offsets stay planned stops, never derived from data.
 
+With a table per stream (``sink.path: data/{stream}``) the sink is every table of a stream the state knows: the
+highest transactions over all of them decide, and the frontier is raised from each stream's rows (a partition lands
+in one stream's table). A stream's table the restored state does not know at all (the stream first landed after
+the backup) is not looked at.
+
 Consequences: the next run re-reads from the state's offsets (more Kafka reads, and a sink check over the realigned
 ranges); records retention deleted since the backup are reported as data loss by the planner as usual; the run
 history between the backup and the sink's transaction is not in the state (the sink's Delta history has it).
@@ -79,6 +84,30 @@ def sink_position(pipeline: PipelineConfig) -> SinkPosition:
     )
 
 
+def table_views(pipeline: PipelineConfig, state: StateSnapshot) -> list[PipelineConfig]:
+    """The pipeline as each of its tables sees it: one view per stream the state knows (a table per stream), else
+    the pipeline itself.
+    """
+    if not pipeline.sink.per_stream:
+        return [pipeline]
+    return [pipeline.for_stream(stream) for stream in known_streams(state)]
+
+
+def highest_position(pipeline: PipelineConfig, views: Sequence[PipelineConfig]) -> SinkPosition:
+    """The pipeline's highest run and backfill transaction versions over the tables of ``views``
+    (:func:`sink_position` of each), each with the table holding it.
+    """
+    positions = [sink_position(view) for view in views]
+    runs = max((p for p in positions if p.txn is not None), key=lambda p: p.txn or 0, default=None)
+    backfills = max((p for p in positions if p.backfill is not None), key=lambda p: p.backfill or 0, default=None)
+    return SinkPosition(
+        txn=runs.txn if runs is not None else None,
+        table=runs.table if runs is not None else str(pipeline.sink.path),
+        backfill=backfills.backfill if backfills is not None else None,
+        backfill_table=backfills.backfill_table if backfills is not None else None,
+    )
+
+
 def last_run_seq(state: StateSnapshot) -> int:
     """The state's last run_seq, planned or committed (0 without runs)."""
     return state.last_run.run_seq if state.last_run is not None else 0
@@ -91,11 +120,8 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
         StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run, or a
             backfill beyond the state's backfill sequence.
     """
-    if not pipeline.sink.per_stream:
-        _check_position(pipeline, state, store_path)
-        return
-    for stream in known_streams(state):
-        _check_position(pipeline.for_stream(stream), state, store_path)
+    for view in table_views(pipeline, state):
+        _check_position(view, state, store_path)
 
 
 def _check_position(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> None:
@@ -180,16 +206,21 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool) -> Realig
         RunInProgressError: the state changed while realigning (a run started); nothing was written.
     """
     state = store.load()
-    position = sink_position(pipeline)
+    views = table_views(pipeline, state)
+    position = highest_position(pipeline, views)
     last = last_run_seq(state)
     runs_behind = position.txn is not None and position.txn > last
     backfills_behind = position.backfill is not None and position.backfill > state.backfill_sequence
     needed = runs_behind or backfills_behind
     # A planned head's offsets were never committed: its rows count as landed beyond the state too.
     committed = last - 1 if state.last_run is not None and state.last_run.status == "planned" else last
-    frontier = (
-        landed_frontier(pipeline, committed if runs_behind else None, backfills=backfills_behind) if needed else {}
-    )
+    frontier: dict[TopicPartition, int] = {}
+    for view in views if needed else ():
+        # A partition lands in one stream's table; max() all the same, as over a sink and its dead-letter table.
+        for key, offset in landed_frontier(
+            view, committed if runs_behind else None, backfills=backfills_behind
+        ).items():
+            frontier[key] = max(frontier.get(key, 0), offset)
     shown = {f"{k.cluster_id}/{k.topic}/{k.partition}": v for k, v in sorted(frontier.items(), key=str)}
     applied = False
     next_run_seq = (position.txn if runs_behind and position.txn is not None else last) + 1

@@ -57,6 +57,7 @@ class StreamTableStatus(FrozenModel):
     last_run_seq: int | None = Field(None, description="The last run whose transaction the table holds.")
     version: int | None = Field(None, description="The table's latest Delta version.")
     lag: int = Field(0, description="Records pending on the stream's active partitions (the status's lag, summed).")
+    partitions: tuple[TopicPartition, ...] = Field((), description="The partitions whose records land in the table.")
 
 
 class PipelineStatus(BaseModel):
@@ -84,6 +85,41 @@ class PipelineStatus(BaseModel):
     tables: tuple[StreamTableStatus, ...] = Field(
         (), description="A table per stream: each stream table the state knows (empty for one sink)."
     )
+
+    def of_table(self, stream_id: str) -> PipelineStatus:
+        """This status as one stream's table sees it (a table per stream), for the checks of that table: its
+        partitions and their lag, the last run's part in it (its rows and dead letters there, the findings on its
+        topics) and the warnings on its topics. A cluster whose lag is unknown stays unknown (it cannot be told
+        which table's records it holds). A stream the status has no table of gets an empty status.
+        """
+        table = next((t for t in self.tables if t.stream_id == stream_id), None)
+        keys = set(table.partitions) if table is not None else set()
+        topics = {(k.cluster_id, k.topic) for k in keys}
+
+        def on_table(finding: Finding) -> bool:
+            return finding.topic is None or (finding.cluster_id, finding.topic) in topics
+
+        rows = tuple(r for r in self.partitions if (r.cluster_id, r.topic) in topics)
+        last = self.last_run
+        if last is not None:
+            part = next((t for t in last.stream_tables if t.stream_id == stream_id), None)
+            last = last.model_copy(
+                update={
+                    "records": part.records if part is not None else 0,
+                    "dead_letters": part.dead_letters if part is not None else 0,
+                    "findings": tuple(f for f in last.findings if on_table(f)),
+                    "stream_tables": (part,) if part is not None else (),
+                }
+            )
+        return self.model_copy(
+            update={
+                "partitions": rows,
+                "total_lag": table.lag if table is not None else 0,
+                "last_run": last,
+                "warnings": tuple(f for f in self.warnings if on_table(f)),
+                "tables": (table,) if table is not None else (),
+            }
+        )
 
 
 def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float | None = None) -> PipelineStatus:
@@ -170,6 +206,10 @@ def _stream_tables(
         streams = state.partitions[key].stream_ids
         if streams and row.status == "active":
             lag[streams[0]] = lag.get(streams[0], 0) + (row.lag or 0)
+    partitions: dict[str, list[TopicPartition]] = {}
+    for key in sorted(state.partitions, key=str):
+        if state.partitions[key].stream_ids:
+            partitions.setdefault(state.partitions[key].stream_ids[0], []).append(key)
     tables = []
     for stream in known_streams(state):
         table = pipeline.for_stream(stream).sink_table
@@ -182,6 +222,7 @@ def _stream_tables(
                 last_run_seq=opened.transaction_version(pipeline.id) if opened is not None else None,
                 version=opened.version() if opened is not None else None,
                 lag=lag.get(stream, 0),
+                partitions=tuple(partitions.get(stream, ())),
             )
         )
     return tuple(tables)

@@ -11,10 +11,16 @@ take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WAR
 ``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``), ``completeness``
 (ERROR: the last run's records read per range are not what it landed). Freshness is Dagster's own freshness
 policy on the sink (``freshness_minutes``).
+
+With a table per stream, the stream tables' asset (one dynamic partition per stream) has ``lag``, ``data_loss`` and
+``dead_letters`` of its own, per partition: the same verdicts over one stream's table
+(:meth:`dynamic_kafka.PipelineStatus.of_table`), evaluated by the job ``<name>_table_checks`` for the streams
+chosen. Completeness stays on the sink: a run's records are counted over all its ranges at once.
 """
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
 
+import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -28,12 +34,17 @@ from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
     AssetsDefinition,
+    AssetSelection,
     AssetSpec,
     DataVersion,
     DynamicPartitionsDefinition,
+    Failure,
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
+    PreviewWarning,
+    define_asset_job,
+    in_process_executor,
     multi_asset,
     multi_asset_check,
 )
@@ -50,6 +61,7 @@ from dynamic_kafka import (
 )
 
 from pipelines.errors import dagster_errors
+from pipelines.jobs import AssetJob
 from pipelines.metadata import (
     completeness_metadata,
     status_metadata,
@@ -62,6 +74,7 @@ from pipelines.names import (
     DATA_LOSS_CHECK_NAME,
     DEAD_LETTER_CHECK_NAME,
     GROUP_NAME,
+    KIND_TAG,
     LAG_CHECK_NAME,
     asset_key,
     dagster_name,
@@ -69,6 +82,7 @@ from pipelines.names import (
     pool_name,
     stream_partitions_name,
     stream_tables_asset_key,
+    table_checks_job_name,
 )
 from pipelines.resources import DynamicKafkaResource
 from pipelines.streams import stream_keys
@@ -124,6 +138,10 @@ def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
     ]
 
 
+def _stream_partitions(pipeline: PipelineConfig) -> DynamicPartitionsDefinition:
+    return DynamicPartitionsDefinition(name=stream_partitions_name(pipeline.id))
+
+
 def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
     """For a pipeline with a table per stream: its stream tables, one dynamic partition per stream (None otherwise).
 
@@ -139,7 +157,7 @@ def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
         f"{pipeline.sink.path}, each written with its own transaction per run.",
         kinds={"kafka", "delta"},
         deps=[asset_key(pipeline.id)],
-        partitions_def=DynamicPartitionsDefinition(name=stream_partitions_name(pipeline.id)),
+        partitions_def=_stream_partitions(pipeline),
         metadata={
             "pipeline_id": MetadataValue.text(pipeline.id),
             "template": MetadataValue.text(str(pipeline.sink.path)),
@@ -281,6 +299,84 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
         yield _result(COMPLETENESS_CHECK_NAME, key, completeness_verdict(status), completeness_metadata(status))
 
     return checks
+
+
+def build_table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, AssetJob] | None:
+    """For a pipeline with a table per stream: the checks of each stream's table (``lag``, ``data_loss``,
+    ``dead_letters`` on the stream tables' asset, one evaluation per partition) and the job evaluating them; None
+    otherwise.
+    """
+    if not pipeline.sink.per_stream:
+        return None
+    with warnings.catch_warnings():
+        # Partitioned asset checks are marked preview in Dagster 1.13; its warning would print on every load.
+        warnings.simplefilter("ignore", PreviewWarning)
+        return _table_checks(pipeline)
+
+
+def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, AssetJob]:
+    pipeline_id = pipeline.id
+    key = stream_tables_asset_key(pipeline_id)
+    limit = pipeline.max_lag_records
+    partitions = _stream_partitions(pipeline)
+    specs = [
+        AssetCheckSpec(
+            LAG_CHECK_NAME,
+            asset=key,
+            partitions_def=partitions,
+            description=f"Pending records of the stream's partitions at most {limit}."
+            if limit is not None
+            else "Reports the stream's pending records (no max_lag_records configured, so it always passes).",
+        ),
+        AssetCheckSpec(
+            DATA_LOSS_CHECK_NAME,
+            asset=key,
+            partitions_def=partitions,
+            description="The last run skipped no lost records of the stream's topics.",
+        ),
+        AssetCheckSpec(
+            DEAD_LETTER_CHECK_NAME,
+            asset=key,
+            partitions_def=partitions,
+            description=f"The last run sent at most {pipeline.max_dead_letters} record(s) of the stream to its "
+            "dead-letter table.",
+        ),
+    ]
+
+    @multi_asset_check(name=f"{dagster_name(pipeline_id)}_stream_table_checks", specs=specs)
+    def table_checks(
+        context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource
+    ) -> Iterator[AssetCheckResult]:
+        if not context.has_partition_key:
+            raise Failure(
+                description=f"the checks of {pipeline_id!r}'s stream tables are evaluated per stream, and this run "
+                "names none: launch it for one partition of the asset, or with the tag dagster/partition=<stream id>."
+            )
+        stream = context.partition_key
+        with dagster_errors(pipeline_id):
+            status = dynamic_kafka.pipeline(pipeline_id).status().of_table(stream)
+        lag_metadata = _lag_metadata(status)
+        if limit is not None:
+            lag_metadata["max_lag_records"] = MetadataValue.int(limit)
+        yield _result(LAG_CHECK_NAME, key, lag_limit_verdict(status, limit), lag_metadata)
+        loss = data_loss_verdict(status)
+        lost = MetadataValue.json([lost.model_dump() for lost in loss.lost_ranges])
+        yield _result(DATA_LOSS_CHECK_NAME, key, loss, {"data_loss_ranges": lost})
+        dead = dead_letter_verdict(status, pipeline.max_dead_letters)
+        count = status.last_run.dead_letters if status.last_run else 0
+        yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
+
+    job = define_asset_job(
+        name=table_checks_job_name(pipeline_id),
+        selection=AssetSelection.checks_for_assets(key),
+        # A job of checks alone takes no partitions definition (Dagster derives it from selected assets): the
+        # stream is the run's `dagster/partition` tag, as a launch for one partition of the asset sets it.
+        description=f"Evaluates the checks of one stream's table of {pipeline_id!r} against the brokers between "
+        "runs (lag, data loss, dead letters); launch it with the tag dagster/partition=<stream id>.",
+        tags={KIND_TAG: "health"},
+        executor_def=in_process_executor,
+    )
+    return table_checks, job
 
 
 def _lag_metadata(status: PipelineStatus) -> dict[str, MetadataValue]:

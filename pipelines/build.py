@@ -14,6 +14,9 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
   ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it;
 - job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`pipelines.maintenance`), and schedule
   ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set;
+- with a table per stream (``sink.path`` with ``{stream}``): asset ``dynamic_kafka/<id>_tables`` (a dynamic
+  partition per stream), checks ``lag``, ``data_loss`` and ``dead_letters`` on it per partition, and job
+  ``<name>_table_checks`` that evaluates them for the chosen streams;
 - checks ``idle_partitions``, ``stuck_transactions`` and ``event_time_lag`` on the sink, job ``<name>_health`` (every
   check of the sink, evaluated between runs, :mod:`pipelines.health`) and schedule ``<name>_health_schedule`` on
   ``health.schedule``.
@@ -38,7 +41,7 @@ from dagster import (
 )
 from dynamic_kafka import ConfigError, load_project_config
 
-from pipelines.assets import build_checks, build_sink_asset, stream_tables_spec
+from pipelines.assets import build_checks, build_sink_asset, build_table_checks, stream_tables_spec
 from pipelines.backfill import build_backfill_asset
 from pipelines.health import build_health_checks, build_health_job, build_health_schedule
 from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
@@ -112,6 +115,10 @@ def build_definitions(config_path: str | Path) -> Definitions:
         tables = stream_tables_spec(pipeline)
         if tables is not None:
             assets.append(tables)
+        table_checks = build_table_checks(pipeline)
+        if table_checks is not None:
+            checks.append(table_checks[0])
+            jobs.append(table_checks[1])
         checks.append(build_checks(pipeline))
         jobs.append(incremental)
         jobs.extend(build_operation_jobs(pipeline))

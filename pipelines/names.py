@@ -131,3 +131,10 @@ def health_job_name(pipeline_id: str) -> str:
 def health_schedule_name(pipeline_id: str) -> str:
     """Return the name of a pipeline's health schedule (when ``health.schedule`` is set)."""
     return f"{dagster_name(pipeline_id)}_health_schedule"
+
+
+def table_checks_job_name(pipeline_id: str) -> str:
+    """Return the name of the job evaluating the checks of one stream's table (a pipeline with a table per stream;
+    partitioned by stream).
+    """
+    return f"{dagster_name(pipeline_id)}_table_checks"

@@ -69,11 +69,17 @@ def format_backfill(summary: RunSummary, start: datetime, end: datetime) -> str:
     window = f"[{start.isoformat()}, {end.isoformat()})"
     if summary.status == "empty":
         return f"pipeline {summary.pipeline_id}: backfill {window}: no record in the window; nothing merged"
+    # A table per stream has a version per table, listed below; one sink has one.
+    version = "" if summary.stream_tables else f" (sink version {summary.sink_version})"
     lines = [
         f"pipeline {summary.pipeline_id}: backfill {window} {summary.status}: {summary.records} records merged, "
-        f"{summary.bytes} bytes in {summary.total_seconds:.1f}s (sink version {summary.sink_version})"
+        f"{summary.bytes} bytes in {summary.total_seconds:.1f}s{version}"
     ]
     lines += [f"  {t.cluster_id}/{t.topic}: {t.records} records, {t.bytes} bytes" for t in summary.topics]
+    lines += [
+        f"  stream {t.stream_id} -> {t.path}: {t.records} records (table version {t.sink_version})"
+        for t in summary.stream_tables
+    ]
     if summary.dead_letters:
         lines.append(f"  {summary.dead_letters} undecodable records went to the dead-letter table")
     lines += [f"  WARNING: {f.message}" for f in summary.warnings]

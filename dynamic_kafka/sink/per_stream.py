@@ -12,7 +12,8 @@ of the streams it reads (:func:`run_streams`); a stream that appears later gets 
 lands it, created by that run's first append.
 
 The Kafka ranges are read once: the reader's rows are persisted (memory, spilling to disk) and every table's append
-filters them, so the first append's job reads Kafka and the others read the persisted rows.
+filters them, so the first append's job reads Kafka and the others read the persisted rows. A backfill goes through
+the stream tables the same way (:func:`for_each_stream`), one MERGE per table.
 """
 
 from __future__ import annotations
@@ -71,10 +72,38 @@ def write_per_stream(
         As :func:`~dynamic_kafka.sink.incremental.write_incremental`, for the first table whose write fails; the
         tables before it hold the run, the others do not (the next run's recovery writes those).
     """
+    from dynamic_kafka.sink.incremental import write_incremental
+
+    def write(rows: DataFrame, stream: str, own: Sequence[Split]) -> WriteResult:
+        keys = {(s.cluster_id, s.topic, s.partition) for s in own}
+        return write_incremental(
+            rows,
+            pipeline.for_stream(stream),
+            run_seq,
+            stream_pairs(own),
+            [o for o in overlaps if (o.cluster_id, o.topic, o.partition) in keys],
+            prepared,
+            before_commit=before_commit,
+            counted_ranges=[s for s in counted_ranges if s.stream_id == stream],
+        )
+
+    results = for_each_stream(df, splits, write)
+    return combined(results), stream_tables(pipeline, results)
+
+
+def for_each_stream(
+    df: DataFrame, splits: Sequence[Split], write: Callable[[DataFrame, str, Sequence[Split]], WriteResult]
+) -> dict[str, WriteResult]:
+    """Calls ``write`` once per stream of ``splits``, in stream order, with the rows of ``df`` whose ``stream``
+    column is that stream and the stream's own splits; returns each stream's result. ``df`` is read once: with
+    more than one stream it is persisted (memory, spilling to disk) for the writes. The crash point
+    ``between_tables`` follows every stream but the last.
+
+    Raises:
+        What ``write`` raises, for the first stream whose write fails; the streams before it were written.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
-
-    from dynamic_kafka.sink.incremental import write_incremental
 
     by_stream: dict[str, list[Split]] = {}
     for split in splits:
@@ -84,24 +113,18 @@ def write_per_stream(
     results: dict[str, WriteResult] = {}
     try:
         for index, stream in enumerate(streams):
-            own = by_stream[stream]
-            keys = {(s.cluster_id, s.topic, s.partition) for s in own}
-            results[stream] = write_incremental(
-                rows.where(sf.col("stream") == sf.lit(stream)),
-                pipeline.for_stream(stream),
-                run_seq,
-                sorted({(s.cluster_id, s.topic) for s in own}),
-                [o for o in overlaps if (o.cluster_id, o.topic, o.partition) in keys],
-                prepared,
-                before_commit=before_commit,
-                counted_ranges=[s for s in counted_ranges if s.stream_id == stream],
-            )
+            results[stream] = write(rows.where(sf.col("stream") == sf.lit(stream)), stream, by_stream[stream])
             if index < len(streams) - 1:
                 crash_point("between_tables")
     finally:
         if rows is not df:
             rows.unpersist()
-    return combined(results), stream_tables(pipeline, results)
+    return results
+
+
+def stream_pairs(splits: Iterable[Split]) -> list[tuple[str, str]]:
+    """The ``(cluster_id, topic)`` pairs of ``splits``, sorted (what one table's write reports statistics for)."""
+    return sorted({(s.cluster_id, s.topic) for s in splits})
 
 
 def landed_per_stream(

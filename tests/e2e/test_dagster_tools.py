@@ -29,6 +29,7 @@ from pipelines.names import (
     offsets_reset_job_name,
     offsets_show_job_name,
     schedule_name,
+    table_checks_job_name,
 )
 from tests.support.e2e import REPO_ROOT
 
@@ -80,7 +81,10 @@ def expected_checks() -> set[tuple[str, str]]:
     """(sink asset name, check name) of every asset check: the same four on each pipeline's sink."""
     project = load_project_config(DEMO_CONFIG)
     checks = ("lag", "data_loss", "dead_letters", "completeness", *HEALTH_CHECK_NAMES)
-    return {(p.id, check) for p in project.pipelines for check in checks}
+    table_checks = ("lag", "data_loss", "dead_letters")  # per stream's table (a partition each)
+    return {(p.id, check) for p in project.pipelines for check in checks} | {
+        (f"{p.id}_tables", check) for p in project.pipelines if p.sink.per_stream for check in table_checks
+    }
 
 
 def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]]:
@@ -93,6 +97,7 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     assets |= {("kafka", stream) for p in project.pipelines for stream in p.streams or ()}
     jobs = {incremental_job_name(p.id) for p in project.pipelines}
     jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}
+    jobs |= {table_checks_job_name(p.id) for p in project.pipelines if p.sink.per_stream}
     jobs |= {
         name(p.id)
         for p in project.pipelines

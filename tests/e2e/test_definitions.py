@@ -110,6 +110,27 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
     assert graph.get(AssetKey(["dynamic_kafka", "orders_backfill"])).backfill_policy == BackfillPolicy.single_run()
 
 
+def test_a_table_per_stream_gets_per_partition_checks_of_its_tables_a_job_for_them_and_its_backfill_windows(
+    project: Project,
+) -> None:
+    project.write_metadata({"orders-eu": {"east": ["orders-eu"]}})
+    project.add_pipeline(
+        "regional", ["orders-eu"], sink={"path": "data/{stream}"}, backfill={"start": "2026-01-01T00:00:00Z"}
+    )
+
+    repo = project.definitions().get_repository_def()
+
+    graph = repo.asset_graph
+    tables = AssetKey(["dynamic_kafka", "regional_tables"])
+    assert {AssetKey(["dynamic_kafka", "regional_backfill"]), tables} <= set(graph.get_all_asset_keys())
+    table_checks = {k for k in graph.asset_check_keys if k.asset_key == tables}
+    assert {k.name for k in table_checks} == {"lag", "data_loss", "dead_letters"}
+    partitions = graph.get(tables).partitions_def
+    assert {graph.get_check_spec(k).partitions_def for k in table_checks} == {partitions}
+    assert {"regional_table_checks", "regional_backfill"} <= {j.name for j in repo.get_all_jobs()}
+    assert repo.get_job("regional_table_checks").asset_layer.asset_graph.asset_check_keys == table_checks
+
+
 def test_the_demo_instance_runs_one_run_per_pipeline_and_at_most_8_per_server_at_a_time(tmp_path: Path) -> None:
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -238,7 +238,7 @@ def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run
     create_topic(east, eu, partitions=1)
     create_topic(east, us, partitions=1)
     project.write_metadata({"orders-eu": {"east": [eu]}})
-    project.add_pipeline("regional", ["orders-eu"], sink={"path": "data/{stream}"})
+    project.add_pipeline("regional", ["orders-eu"], sink={"path": "data/{stream}"}, max_lag_records=1)
     project.pipelines[-1].update(streams=None, stream_pattern="orders-.*")  # every stream the metadata names
     project.write_config()
     defs = project.definitions()
@@ -273,3 +273,15 @@ def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run
         table = open_delta_rs(str(project.root / "data" / stream), doing="reading a stream table")
         assert table is not None
         assert table.to_pyarrow_table(columns=["offset"]).num_rows == count
+
+    # Each stream's table has its own checks, one evaluation per partition: orders-eu is 2 records behind.
+    produce("east", east, eu, [Record(0, f"eu-{i}") for i in range(3, 5)])
+    checks = defs.resolve_job_def("regional_table_checks")
+    verdicts = {}
+    for stream in ("orders-eu", "orders-us"):
+        evaluated = checks.execute_in_process(instance=instance, tags={"dagster/partition": stream})
+        verdicts[stream] = {c.check_name: c for c in evaluated.get_asset_check_evaluations()}
+        assert {(c.asset_key, c.partition) for c in verdicts[stream].values()} == {(key, stream)}
+    assert (verdicts["orders-eu"]["lag"].passed, verdicts["orders-us"]["lag"].passed) == (False, True)
+    assert verdicts["orders-eu"]["lag"].metadata["total_lag"].value == 2
+    assert all(verdicts[s][name].passed for s in verdicts for name in ("data_loss", "dead_letters"))

@@ -1,18 +1,23 @@
 """A table per stream (issue 27, item 3): ``sink.path: tables/{stream}`` lands each stream of a pattern subscription
 in its own Delta table, with its own transaction, in one run; a crash between two tables' commits is recovered with
-each table exactly once; a stream that appears later gets its table from the run that first lands it. On the real
-broker, Spark and Delta.
+each table exactly once; a stream that appears later gets its table from the run that first lands it. A time-window
+backfill merges each stream's window into its table, once per table across a crash between two tables' MERGEs; a
+dead-letter replay lands each stream's dead letters in its table, once across a crash. On the real broker, Spark and
+Delta.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from devtools.testing.kafka import create_topic, produce, unique_name
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.backfill import run_backfill
+from dynamic_kafka.dead_letters import replay_dead_letters
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.maintain import maintain_pipeline
@@ -34,6 +39,26 @@ LEASE_SECONDS = 3
 
 class SimulatedCrashError(Exception):
     """Raised at a fault point: the run stops there, as a killed process would, leaving its plan planned."""
+
+
+def crash() -> None:
+    raise SimulatedCrashError
+
+
+def two_streams(
+    clusters: dict[str, ClusterEndpoint], spark: Any, folder: Path, **pipeline: Any
+) -> tuple[PipelineHarness, dict[str, str]]:
+    """A pipeline of the streams orders-eu and orders-us (a new one-partition topic each on "east") by pattern, each
+    landing in ``tables/<stream>``; returns the harness and the topics by stream.
+    """
+    topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us")}
+    for topic in topics.values():
+        create_topic(clusters["east"].bootstrap_servers, topic, 1)
+    h = harness(
+        folder, clusters, spark, streams=None, stream_pattern="orders-.*", sink={"path": "tables/{stream}"}, **pipeline
+    )
+    h.set_streams({s: {"east": [t]} for s, t in topics.items()})
+    return h, topics
 
 
 def table_rows(h: PipelineHarness, stream: str) -> list[Row]:
@@ -68,9 +93,6 @@ def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_
     h.set_streams({s: {"east": [topics[s]]} for s in ("orders-eu", "orders-us")})
     eu = produce(east, topics["orders-eu"], numbered(range(4), partitions=2))
     us = produce(east, topics["orders-us"], numbered(range(10, 13)))
-
-    def crash() -> None:
-        raise SimulatedCrashError
 
     # Run 1 dies after the first table's commit (orders-eu), before the second's (orders-us).
     with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
@@ -186,24 +208,9 @@ def test_abandoning_a_run_that_landed_one_of_its_tables_keeps_that_part_and_land
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
     east = kafka_clusters["east"].bootstrap_servers
-    topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us")}
-    for topic in topics.values():
-        create_topic(east, topic, 1)
-    h = harness(
-        tmp_path,
-        kafka_clusters,
-        spark,
-        streams=None,
-        stream_pattern="orders-.*",
-        sink={"path": "tables/{stream}"},
-        run_lease_seconds=LEASE_SECONDS,
-    )
-    h.set_streams({s: {"east": [t]} for s, t in topics.items()})
+    h, topics = two_streams(kafka_clusters, spark, tmp_path, run_lease_seconds=LEASE_SECONDS)
     eu = produce(east, topics["orders-eu"], numbered(range(3)))
     us = produce(east, topics["orders-us"], numbered(range(10, 12)))
-
-    def crash() -> None:
-        raise SimulatedCrashError
 
     with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
         h.runner().run()
@@ -219,3 +226,86 @@ def test_abandoning_a_run_that_landed_one_of_its_tables_keeps_that_part_and_land
     assert (after.run_seq, after.status, after.records, after.deduplicated) == (2, "committed", 2, 3)
     assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], eu))
     assert table_rows(h, "orders-us") == sorted(rows("east", topics["orders-us"], us))
+
+
+def test_a_backfill_merges_each_streams_window_into_its_table_once_across_a_crash_between_two_tables(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    h, topics = two_streams(kafka_clusters, spark, tmp_path)
+    t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+
+    def send(stream: str, *minutes: int) -> list[Record]:
+        stamp = [int((t0 + timedelta(minutes=m)).timestamp() * 1000) for m in minutes]
+        return produce(
+            east,
+            topics[stream],
+            [Record(value=f"{stream}{m}".encode(), timestamp_ms=t) for m, t in zip(minutes, stamp, strict=True)],
+        )
+
+    before = {"orders-eu": send("orders-eu", 1), "orders-us": send("orders-us", 2)}
+    window = {"orders-eu": send("orders-eu", 10, 11), "orders-us": send("orders-us", 12)}
+    start, end = t0 + timedelta(minutes=5), t0 + timedelta(minutes=30)
+
+    # One read of the window; the backfill dies after orders-eu's MERGE, before orders-us's.
+    with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
+        run_backfill(h.runner().context, start, end)
+    assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], window["orders-eu"]))
+    assert table_rows(h, "orders-us") == []
+    assert h.runner().store.load().backfill_sequence == 1  # the frontier was recorded before the first MERGE
+
+    # Run again, it merges what orders-us lacks and nothing into orders-eu, which holds its window.
+    again = run_backfill(h.runner().context, start, end)
+    assert again.records == 3
+    assert [(t.stream_id, t.records) for t in again.stream_tables] == [("orders-eu", 2), ("orders-us", 1)]
+    for stream in topics:
+        assert table_rows(h, stream) == sorted(rows("east", topics[stream], window[stream]))
+
+    # The first run reads every offset (a backfill never moves them): it lands the records before the window and,
+    # below the frontier, skips every record a stream's table holds.
+    first = h.runner().run()
+    assert (first.records, first.deduplicated) == (2, 3)
+    for stream in topics:
+        assert table_rows(h, stream) == sorted(rows("east", topics[stream], before[stream] + window[stream]))
+
+
+def test_a_dead_letter_replay_lands_each_streams_dead_letters_in_its_table_once_across_a_crash(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    east = kafka_clusters["east"].bootstrap_servers
+    h, topics = two_streams(
+        kafka_clusters,
+        spark,
+        tmp_path,
+        value_format="json",
+        value_schema="id INT",
+        json_strict=True,
+        on_decode_error="dead_letter",
+    )
+    produce(east, topics["orders-eu"], [Record(value=v) for v in (b'{"id": 1}', b'{"id": 2, "note": "a"}')])
+    produce(east, topics["orders-us"], [Record(value=v) for v in (b'{"id": 3, "note": "b"}', b"not json")])
+    first = h.runner().run()
+    assert (first.records, first.dead_letters) == (4, 3)
+
+    def ids(stream: str, dead: bool = False) -> list[tuple[int, Any]]:
+        view = h.runner().pipeline.for_stream(stream)
+        opened = open_delta_rs(view.dead_letter_table if dead else view.sink_table, doing="reading a stream table")
+        if opened is None:
+            return []
+        found = opened.to_pyarrow_table(columns=["offset", "error" if dead else "value"]).to_pylist()
+        return sorted((r["offset"], r["error"] if dead else r["value"]["id"]) for r in found)
+
+    assert (ids("orders-eu"), ids("orders-us")) == ([(0, 1)], [])
+    h.configure(value_schema="id INT, note STRING")  # the field the producers added joins the schema
+
+    # The first table's replay dies between its sink write and its dead-letter update; orders-us is not reached.
+    with acting_at("replay_after_sink", crash), pytest.raises(SimulatedCrashError):
+        replay_dead_letters(h.runner().context, run_seq=None, yes=True)
+    assert (ids("orders-eu"), ids("orders-us")) == ([(0, 1), (1, 2)], [])
+
+    report = replay_dead_letters(h.runner().context, run_seq=None, yes=True)
+    assert (report.dead_letters, report.replay.replayed, report.replay.already_landed) == (3, 1, 1)
+    assert report.replay.still_undecodable == 1
+    assert (ids("orders-eu"), ids("orders-us")) == ([(0, 1), (1, 2)], [(0, 3)])
+    assert ids("orders-eu", dead=True) == []
+    assert [offset for offset, _ in ids("orders-us", dead=True)] == [1]  # "not json" stays, with its error

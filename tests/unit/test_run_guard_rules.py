@@ -209,6 +209,31 @@ def test_a_state_restored_from_before_a_backfill_is_refused_and_realign_rebuilds
     assert r.run().run_seq == 2  # no longer refused
 
 
+def test_realign_of_a_table_per_stream_reads_every_streams_table(tmp_path: Path) -> None:
+    r = runner(tmp_path, streams=["eu", "us"], sink={"path": str(tmp_path / "t" / "{stream}")})
+    eu, us = (
+        a_plan(1).splits[0].model_copy(update={"partition": p, "stream_ids": (s,)}) for p, s in ((0, "eu"), (1, "us"))
+    )
+    plan = a_plan(1).model_copy(update={"splits": (eu, us)})
+    version = r.store.begin_run(plan, expected_version=r.store.load().table_version)
+    r.store.commit_run(plan, summary_json="{}", expected_version=version)
+    land(tmp_path / "t" / "eu", 1, range(0, 10))
+    land(tmp_path / "t" / "us", 1, range(0, 10), partition=1)
+    # The state was restored from before run 2 (landed in eu's table) and a backfill (merged into us's table).
+    land(tmp_path / "t" / "eu", 2, range(10, 20))
+    _append(tmp_path / "t" / "us", range(10, 15), 1, None, Transaction(backfill_app_id(PID), 1))
+
+    with pytest.raises(StateBehindSinkError, match=r"t/eu holds run 2"):
+        r.run()
+    done = realign(r.pipeline, r.store, yes=True)
+
+    assert (done.needed, done.applied, done.next_run_seq) == (True, True, 3)
+    assert (done.sink_txn, done.sink_backfill) == (2, 1)
+    assert done.frontier == {"east/orders/0": 20, "east/orders/1": 15}  # each from its stream's table
+    assert r.store.load().backfill_sequence == 1
+    assert realign(r.pipeline, r.store, yes=True).needed is False
+
+
 # --- hole 5: owner and lease -------------------------------------------------------------------------------------
 
 

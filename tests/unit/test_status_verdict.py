@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
-from dynamic_kafka.model.summary import Completeness, RunSummary, SummaryStatus
+from dynamic_kafka.model.summary import Completeness, RunSummary, StreamTable, SummaryStatus
 from dynamic_kafka.status import (
     PipelineStatus,
+    StreamTableStatus,
     completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
@@ -170,3 +171,38 @@ def test_a_realign_history_entry_of_an_earlier_version_is_read_as_a_realigned_su
     assert summary.realign is not None
     assert (summary.realign.state_run_seq, summary.realign.sink_backfill) == (1, 2)
     assert RunSummary.stored(summary.model_dump_json(), pipeline_id="p") == summary
+
+
+def test_a_stream_tables_checks_see_its_partitions_lag_dead_letters_and_losses_only() -> None:
+    eu, us = (TopicPartition(cluster_id="east", topic=t, partition=0) for t in ("orders-eu", "orders-us"))
+    us_loss = LOSS.model_copy(update={"topic": "orders-us"})
+    last = RunSummary(
+        pipeline_id="p",
+        run_seq=3,
+        status="committed",
+        records=5,
+        dead_letters=4,
+        findings=(us_loss,),
+        stream_tables=(
+            StreamTable(stream_id="orders-eu", path="d/orders-eu", records=2, dead_letters=0),
+            StreamTable(stream_id="orders-us", path="d/orders-us", records=3, dead_letters=4),
+        ),
+    )
+    whole = status(lag=30).model_copy(
+        update={
+            "last_run": last,
+            "tables": (
+                StreamTableStatus(stream_id="orders-eu", table="d/orders-eu", exists=True, lag=25, partitions=(eu,)),
+                StreamTableStatus(stream_id="orders-us", table="d/orders-us", exists=True, lag=5, partitions=(us,)),
+            ),
+        }
+    )
+
+    eu_view, us_view = whole.of_table("orders-eu"), whole.of_table("orders-us")
+
+    assert (lag_limit_verdict(eu_view, 10).passed, lag_limit_verdict(us_view, 10).passed) == (False, True)
+    assert (data_loss_verdict(eu_view).passed, data_loss_verdict(us_view).passed) == (True, False)
+    assert (dead_letter_verdict(eu_view, 1).passed, dead_letter_verdict(us_view, 1).passed) == (True, False)
+    assert "sent 4 record(s) to the dead-letter table" in dead_letter_verdict(us_view, 1).description
+    new = whole.of_table("orders-apac")  # a stream without a table yet: nothing to report on
+    assert (new.total_lag, new.last_run and new.last_run.dead_letters, new.tables) == (0, 0, ())

@@ -4,14 +4,17 @@ stream's tables and the pipeline's state go. No I/O beyond a config file.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dynamic_kafka.cli.backfill import format_backfill
 from dynamic_kafka.config import PipelineConfig, load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
+from dynamic_kafka.model.summary import RunSummary, StreamTable
 from dynamic_kafka.sink.commits import AddedFile, RunFiles
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
@@ -124,6 +127,16 @@ class TestTemplate:
         with pytest.raises(ConfigError, match="bootstrap lands an archive into one table"):
             load_project_config(path)
 
+    def test_a_template_sink_takes_backfill_windows(self, tmp_path: Path) -> None:
+        path = project(
+            tmp_path,
+            "  - id: p\n    stream_pattern: 'orders-.*'\n    sink: {path: 'd/{stream}'}\n"
+            "    backfill: {start: '2026-01-01T00:00:00Z', granularity: daily}\n",
+        )
+        pipeline = load_project_config(path).pipeline("p")
+        assert pipeline.backfill is not None
+        assert pipeline.sink.per_stream
+
     def test_listed_streams_that_cannot_name_a_folder_are_refused_when_the_config_is_loaded(
         self, tmp_path: Path
     ) -> None:
@@ -184,6 +197,24 @@ class TestRunTables:
         assert not both.already_committed
         again = combined({"a": one.model_copy(update={"already_committed": True})})
         assert again.already_committed
+
+    def test_a_backfill_of_stream_tables_reports_each_table_and_its_version(self) -> None:
+        summary = RunSummary(
+            pipeline_id="p",
+            run_seq=1,
+            status="committed",
+            records=3,
+            stream_tables=(
+                StreamTable(stream_id="eu", path="d/eu", records=2, sink_version=4),
+                StreamTable(stream_id="us", path="d/us", records=1, sink_version=2),
+            ),
+        )
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        text = format_backfill(summary, start, start + timedelta(hours=1))
+        assert "3 records merged" in text
+        assert "sink version" not in text
+        assert "  stream eu -> d/eu: 2 records (table version 4)" in text.splitlines()
+        assert "  stream us -> d/us: 1 records (table version 2)" in text.splitlines()
 
     def test_the_tables_range_counts_and_landed_files_combine_and_a_table_that_read_nothing_leaves_none(self) -> None:
         # Each table's write counts its own stream's ranges and names the files its commit added; the run's
