@@ -47,6 +47,7 @@ from dynamic_kafka.errors import (
     DynamicKafkaError,
     KafkaClientError,
     RunInProgressError,
+    SparkJobError,
     StateError,
     TopicRecreatedError,
 )
@@ -310,13 +311,21 @@ class PipelineRunner:
                     counted_ranges=ranges,
                     event_time=plan.event_time,
                 )
-        except TopicRecreatedError as e:
+        except (TopicRecreatedError, SparkJobError) as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
             # offsets, and nothing of it was committed. Under reset the run is given up now, as its recovery would.
+            # A read that failed may have failed on that recreation (a planned range past the new topic's end),
+            # before the check after the read could tell: the same check tells now.
+            recreated = e if isinstance(e, TopicRecreatedError) else _recreation_behind(prepared, self.context)
+            if recreated is None:
+                lease.stop(quietly=True)
+                raise
             version = lease.stop()
-            if e.retriable:
-                self._give_up(plan, str(e), version)
-            raise
+            if recreated.retriable:
+                self._give_up(plan, str(recreated), version)
+            if recreated is e:
+                raise
+            raise recreated from e
         except BaseException:
             lease.stop(quietly=True)
             raise
@@ -723,3 +732,16 @@ def _refuse_live_owner(pipeline_id: str, head: RunRecord) -> RunOwner | None:
             until=head.lease_expires_at.isoformat() if head.lease_expires_at else None,
         )
     return owner
+
+
+def _recreation_behind(prepared: PreparedWrite, context: PipelineContext) -> TopicRecreatedError | None:
+    """The recreation of a topic of the plan since it was planned, if the brokers show one (a failed read's cause);
+    None when they show none or cannot be asked (the read's own error stands).
+    """
+    try:
+        prepared.check_topics_unchanged(context)
+    except TopicRecreatedError as e:
+        return e
+    except KafkaClientError:
+        return None
+    return None

@@ -298,3 +298,19 @@ def test_new_a_backfill_repeated_across_a_mirror_failover_does_not_land_the_mirr
         m.harness.backfill(*window, None)  # the same window, now over c2: its copy of @0 is merged as a new row
         m._after_state_change()
         m.no_record_twice()
+
+
+def test_new_a_read_failing_on_a_topic_recreated_empty_under_it_is_that_recreation() -> None:
+    # Found by the protocol model: run 2 plans c2/a[0] [0, 1) on the topic run 1's recreation left, and the topic is
+    # recreated again, empty, before the read. The read fails (the range is past the new topic's end) before the
+    # check of topic ids after the read could run: the failure is the recreation, given up under reset.
+    m = ProtocolMachine()
+    try:
+        m.setup(starting="earliest", on_data_loss="skip", drain_removed=False, skip_unreachable=False, cap=None)
+        r = Replay(m)
+        r.place_topic(cid="c2", sid="s1", topic="a")
+        r.run_with_a_topic_recreated(at=0, cid="c2", count=1, partitions=1, topic="a")
+        r.run_with_a_topic_recreated(at=0, cid="c2", count=0, partitions=1, topic="a")
+        r.run(crash_at=None)  # the next run reads the new (empty) topic: nothing lost, nothing twice
+    finally:
+        m.teardown()
