@@ -41,7 +41,6 @@ CURRENT = "kind IN ('partition', 'head')"
 """The rows a commit rewrites: the partitions and the head run."""
 
 _T = TypeVar("_T")
-_PARTITION_ROWS = pc.field("kind") == "partition"
 _VANISHED_ATTEMPTS = 5
 FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
 """What delta-rs and pyarrow raise; wrapped into StateError (or a lost race) here and in the store."""
@@ -184,7 +183,7 @@ class StateTable:
             dataset = dt.to_pyarrow_dataset(file_pruning_predicate=predicate)
             partitions = self._partitions(dataset)
             head: RunRecord | None = None
-            for row in dataset.to_table(filter=~_PARTITION_ROWS).to_pylist():
+            for row in dataset.to_table(filter=~_partition_rows()).to_pylist():
                 if row["pipeline_id"] != self.pipeline_id:
                     raise ValueError(f"row of pipeline {row['pipeline_id']!r}")
                 if row["kind"] == "backfill" and row["status"] == _rows.SEQUENCE:
@@ -208,13 +207,13 @@ class StateTable:
         plan and a lease renewal leave them as they are. Delta never changes a data file (a change is a new file
         under a new name), so the same files hold the same rows: reading 100,000 of them again took a second.
         """
-        files = tuple(sorted(f.path for f in dataset.get_fragments(filter=_PARTITION_ROWS)))
+        files = tuple(sorted(f.path for f in dataset.get_fragments(filter=_partition_rows())))
         if not files:
             return {}
         last = self._last_partitions  # one read: a lease renewal in another thread may replace it
         if last is not None and last[0] == files:
             return dict(last[1])
-        table = dataset.to_table(filter=_PARTITION_ROWS)
+        table = dataset.to_table(filter=_partition_rows())
         pipelines = set(table.column("pipeline_id").to_pylist())
         if pipelines - {self.pipeline_id}:
             raise ValueError(f"row of pipeline {sorted(pipelines - {self.pipeline_id})[0]!r}")
@@ -342,6 +341,11 @@ class StateTable:
             return None
         found = history[0].get(_COMMIT_ID_KEY) if history else None
         return found if isinstance(found, str) else None
+
+
+def _partition_rows() -> pc.Expression:
+    """The filter of the ``partition`` rows; built when used (comparing an expression imports pandas, ~0.2 s)."""
+    return pc.field("kind") == "partition"
 
 
 def _what(action: str, plan: Plan | None) -> str:
