@@ -36,7 +36,8 @@ COUNTED = {
     "connect AnalyzePlan": ("pyspark/sql/connect/client/core.py", "_analyze"),
     "connect Config": ("pyspark/sql/connect/client/core.py", "config"),
     "Kafka admin or consumer made": ("dynamic_kafka/kafka/connection.py", "_conf"),
-    "Delta table opened (delta-rs)": ("deltalake/table.py", "__init__"),
+    "sink or dead-letter table opened (delta-rs)": ("dynamic_kafka/sink/tables.py", "open_delta_rs"),
+    "state table opened (delta-rs)": ("dynamic_kafka/state/table.py", "open"),
 }
 
 # The console script's main under cProfile, then its teardown (``dynamic_kafka.cli.main.run``).
