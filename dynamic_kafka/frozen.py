@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 class FrozenModel(BaseModel):
@@ -11,3 +18,23 @@ class FrozenModel(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+@contextlib.contextmanager
+def building_many() -> Iterator[None]:
+    """Pause Python's cycle collector while the block builds (or parses) many frozen values at once.
+
+    Every model is a few container objects the collector tracks, and it scans all of them again each time their
+    number has grown by a quarter: planning 100,000 partitions spent about half its CPU time in those scans (27 full
+    collections, measured with ``gc.callbacks``), though the values hold no reference cycle to find. Objects freed
+    meanwhile are freed as always (reference counting); only cyclic garbage waits until the block ends. When the
+    collector is already off (another block, or the application turned it off), it is left as it is.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

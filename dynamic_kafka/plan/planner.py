@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, assert_never
 
 from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.frozen import building_many
 from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
 from dynamic_kafka.offsets import (
     AnyInitializer,
@@ -81,9 +82,10 @@ def plan_run(
         ClusterUnreachableError: an active cluster did not answer and ``skip_unreachable_clusters`` is off.
         PlanningError: an initializer cannot resolve a partition (e.g. no committed offset and ``reset: none``).
     """
-    builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
-    builder.plan_subscribed()
-    builder.plan_removed()
+    with building_many():  # a Split, a key and a finding or two per partition
+        builder = _PlanBuilder(pipeline, metadata, state, brokers, now)
+        builder.plan_subscribed()
+        builder.plan_removed()
     if builder.losses or builder.truncations or builder.bootstrap_gaps:
         raise DataLossError(builder.losses, truncated=builder.truncations, bootstrap_gaps=builder.bootstrap_gaps)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
@@ -270,8 +272,10 @@ class _PlanBuilder:
         # Rows of another topic id belong to an earlier incarnation of this topic name: they never resume, and the
         # ones the current topic has no partition for are marked removed in this run's commit (else their offsets
         # would look like a recreation again on every run).
-        same = [p for p in known if not (snapshot.topic_id and p.topic_id and p.topic_id != snapshot.topic_id)]
-        stale = [p for p in known if p not in same]
+        same: list[PartitionState] = []
+        stale: list[PartitionState] = []
+        for p in known:  # one pass: `p not in same` compared models pairwise, O(partitions^2) per topic
+            (stale if snapshot.topic_id and p.topic_id and p.topic_id != snapshot.topic_id else same).append(p)
         for p in stale:
             if p.partition not in snapshot.partitions:
                 self.covered.add(p.key)

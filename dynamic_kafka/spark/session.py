@@ -16,9 +16,10 @@ import math
 import os
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -138,22 +140,80 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     """Applies ``settings`` to the session for the block, then puts back what it held (unsets what it did not).
 
     A session may be shared with the caller's own work (a notebook, other pipelines of a process, every client of
-    a Connect server's session), so what a run needs for one write must not outlive the write.
+    a Connect server's session), so what a run needs for one write must not outlive the write. Settings are made
+    in the given order (a first one the session refuses leaves nothing set); through Spark Connect each step is
+    one round trip for all of them (a small run's two writes made 12 of them, one per setting and step).
     """
-    before = {name: spark.conf.get(name, None) for name in settings}
-    for name, value in settings.items():
-        spark.conf.set(name, value)
+    from dynamic_kafka.spark.remote import is_remote
+
+    conf: _Conf = _ConnectConf(spark) if is_remote(spark) else _SessionConf(spark)
+    before = conf.get(list(settings))
+    conf.set(settings)
     try:
         yield
     finally:
         try:
-            for name, held in before.items():
-                if held is None:
-                    spark.conf.unset(name)
-                else:
-                    spark.conf.set(name, held)
+            conf.set({name: held for name, held in before.items() if held is not None})
+            conf.unset([name for name, held in before.items() if held is None])
         except Exception as e:  # a session that went away (a stopped Connect server) keeps no settings to restore
             logger.warning("Spark session settings %s not restored: %s", ", ".join(before), e)
+
+
+class _Conf(Protocol):
+    def get(self, names: list[str]) -> dict[str, str | None]: ...
+    def set(self, settings: Mapping[str, str]) -> None: ...
+    def unset(self, names: list[str]) -> None: ...
+
+
+class _SessionConf:
+    """A session's settings one by one (an in-process session: no round trip)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def get(self, names: list[str]) -> dict[str, str | None]:
+        return {name: self.spark.conf.get(name, None) for name in names}
+
+    def set(self, settings: Mapping[str, str]) -> None:
+        for name, value in settings.items():
+            self.spark.conf.set(name, value)
+
+    def unset(self, names: list[str]) -> None:
+        for name in names:
+            self.spark.conf.unset(name)
+
+
+class _ConnectConf:
+    """A Spark Connect session's settings, each step one config request for all of them (the server makes the
+    pairs of a request in order, as one by one).
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.client = cast("ConnectSparkSession", spark).client
+
+    def get(self, names: list[str]) -> dict[str, str | None]:
+        from pyspark.sql.connect import proto
+
+        pairs = [proto.KeyValue(key=name) for name in names]
+        request = proto.ConfigRequest.GetWithDefault(pairs=pairs)
+        return dict(self.client.config(proto.ConfigRequest.Operation(get_with_default=request)).pairs)
+
+    def set(self, settings: Mapping[str, str]) -> None:
+        from pyspark.sql.connect import proto
+
+        if settings:
+            pairs = [proto.KeyValue(key=name, value=value) for name, value in settings.items()]
+            self._warn(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=pairs)))
+
+    def unset(self, names: list[str]) -> None:
+        from pyspark.sql.connect import proto
+
+        if names:
+            self._warn(proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=names)))
+
+    def _warn(self, operation: Any) -> None:
+        for warning in self.client.config(operation).warnings:  # as the session's own conf.set does
+            warnings.warn(warning, stacklevel=3)
 
 
 def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pyarrow as pa
 
+from dynamic_kafka.frozen import building_many
 from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, RunRecord, RunStatus
 
@@ -92,8 +93,11 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else utc(value)
 
 
+_NAMES = tuple(SCHEMA.names)  # pyarrow builds a new list at every `SCHEMA.names`
+
+
 def _row(kind: Kind, pipeline_id: str, status: str, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(SCHEMA.names)
+    row: dict[str, Any] = dict.fromkeys(_NAMES)
     row.update(kind=kind, pipeline_id=pipeline_id, status=status, **values)
     return row
 
@@ -169,12 +173,54 @@ def run_row(
         run_seq=plan.run_seq,
         planned_at=utc(plan.planned_at),
         committed_at=_utc_or_none(committed_at),
-        plan_json=plan.model_dump_json(),
+        plan_json=_PLANS.dump(plan),
         summary_json=summary_json,
         owner=owner,
         lease_expires_at=_utc_or_none(lease_expires_at),
     )
 
+
+class _PlanMemo:
+    """The last plans this process wrote to or read from a state row, with their JSON text.
+
+    A run reads the last run's plan with the state, writes its own ahead (``begin_run``, which first reads the head
+    again), then renews its lease and commits, and each of these reads the head row back to check it still holds
+    exactly this plan: without the memo every read parsed the whole plan again (about a second per 100,000
+    splits) and compared it split by split. The same text always parses to an equal plan, and plans are
+    immutable, so handing back the one already parsed (or written) changes nothing but the time. Two entries:
+    the last run's plan and this run's; a miss only parses.
+    """
+
+    _SIZE = 2
+
+    def __init__(self) -> None:
+        self._entries: tuple[tuple[str, Plan], ...] = ()
+
+    def dump(self, plan: Plan) -> str:
+        """``plan`` as JSON, remembered with it (a commit writes the same plan in two rows)."""
+        for text, known in self._entries:
+            if known is plan:
+                return text
+        text = plan.model_dump_json()
+        self._remember(text, plan)
+        return text
+
+    def load(self, text: str) -> Plan:
+        """The plan of ``text``: the remembered one when the text is the same, else parsed (and remembered)."""
+        for known_text, plan in self._entries:
+            if known_text == text:
+                return plan
+        with building_many():
+            plan = Plan.model_validate_json(text)
+        self._remember(text, plan)
+        return plan
+
+    def _remember(self, text: str, plan: Plan) -> None:
+        # One assignment of a new tuple: a lease renewal in another thread reads either the old or the new one.
+        self._entries = ((text, plan), *self._entries[: self._SIZE - 1])
+
+
+_PLANS = _PlanMemo()
 
 FLOOR = "floor"
 """The status of a ``backfill`` row that holds a floor instead of a frontier."""
@@ -256,20 +302,70 @@ def to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=SCHEMA)
 
 
+_PARTITION_COLUMNS = (
+    "cluster_id",
+    "topic",
+    "partition",
+    "next_offset",
+    "topic_id",
+    "leader_epoch",
+    "bootstrap_servers",
+    "stream_ids",
+    "status",
+    "removed_at",
+    "updated_run_seq",
+)
+_OPTIONAL_COLUMNS = frozenset({"leader_epoch"})  # absent in tables written before epochs were recorded
+
+
 def partition_from_row(row: dict[str, Any]) -> PartitionState:
     """Return a partition's committed position from its state row."""
+    return _partition_state(*(row.get(c) if c in _OPTIONAL_COLUMNS else row[c] for c in _PARTITION_COLUMNS))
+
+
+def partitions_from_table(table: pa.Table) -> dict[TopicPartition, PartitionState]:
+    """Return the committed positions of a table of ``partition`` rows by partition, sorted.
+
+    The same as :func:`partition_from_row` of each row, column by column: a state of 100,000 partitions is read
+    without making a dict of every column of every row first.
+    """
+    columns = [
+        table.column(c).to_pylist() if c in table.column_names or c not in _OPTIONAL_COLUMNS else [None] * len(table)
+        for c in _PARTITION_COLUMNS
+    ]
+    with building_many():
+        found = sorted(
+            (_partition_state(*values) for values in zip(*columns, strict=True)),
+            key=lambda p: (p.cluster_id, p.topic, p.partition),
+        )
+        return {p.key: p for p in found}
+
+
+def _partition_state(  # every value as the state table's column holds it
+    cluster_id: Any,
+    topic: Any,
+    partition: Any,
+    next_offset: Any,
+    topic_id: Any,
+    leader_epoch: Any,
+    bootstrap_servers: Any,
+    stream_ids: Any,
+    status: Any,
+    removed_at: Any,
+    updated_run_seq: Any,
+) -> PartitionState:
     return PartitionState(
-        cluster_id=row["cluster_id"],
-        topic=row["topic"],
-        partition=row["partition"],
-        next_offset=row["next_offset"],
-        topic_id=row["topic_id"],
-        leader_epoch=row.get("leader_epoch"),  # absent in tables written before epochs were recorded
-        bootstrap_servers=row["bootstrap_servers"] or "",
-        stream_ids=tuple(row["stream_ids"] or ()),
-        status=row["status"],
-        removed_at=_utc_or_none(row["removed_at"]),
-        updated_run_seq=row["updated_run_seq"] or 0,
+        cluster_id=cluster_id,
+        topic=topic,
+        partition=partition,
+        next_offset=next_offset,
+        topic_id=topic_id,
+        leader_epoch=leader_epoch,
+        bootstrap_servers=bootstrap_servers or "",
+        stream_ids=tuple(stream_ids or ()),
+        status=status,
+        removed_at=_utc_or_none(removed_at),
+        updated_run_seq=updated_run_seq or 0,
     )
 
 
@@ -283,7 +379,7 @@ def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int, str | N
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:
     """Return a run record from its state row."""
-    plan = Plan.model_validate_json(row["plan_json"])
+    plan = _PLANS.load(row["plan_json"])
     return RunRecord(
         pipeline_id=row["pipeline_id"],
         run_seq=row["run_seq"],

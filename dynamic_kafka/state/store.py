@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from pydantic import Field, ValidationError
 
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, StateError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, building_many
 from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
@@ -814,12 +814,13 @@ class StateStore:
         self, plan: Plan, partitions: dict[TopicPartition, PartitionState], summary_json: str
     ) -> list[dict[str, Any]]:
         now = self._clock()
-        committed = _rows.apply_plan(plan, partitions, now)
-        return [
-            *(_rows.partition_row(self.pipeline_id, p) for p in committed),
-            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
-            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
-        ]
+        with building_many():  # a new row and its dict per partition
+            committed = _rows.apply_plan(plan, partitions, now)
+            return [
+                *(_rows.partition_row(self.pipeline_id, p) for p in committed),
+                _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
+                _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+            ]
 
     @staticmethod
     def _commit_predicate(plan: Plan) -> str:

@@ -113,7 +113,9 @@ def test_down_without_a_server_says_so(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no running Spark Connect server" in capsys.readouterr().out
 
 
-def test_the_session_factory_connects_when_the_config_names_a_remote(spark_connect_server: ServerInfo) -> None:
+def test_the_session_factory_connects_when_the_config_names_a_remote(
+    spark_connect_server: ServerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dynamic_kafka.spark.remote import is_remote
     from dynamic_kafka.spark.session import build_spark_session
 
@@ -123,6 +125,20 @@ def test_the_session_factory_connects_when_the_config_names_a_remote(spark_conne
     assert build_spark_session(settings) is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
     assert spark.range(4).count() == 4
+
+    # A write's own settings: made and put back (an unset one unset again) in one round trip per step.
+    from dynamic_kafka.spark.session import session_settings
+
+    requests: list[str] = []
+    config = spark.client.config
+    monkeypatch.setattr(spark.client, "config", lambda op: (requests.append(op.WhichOneof("op_type")), config(op))[1])
+    probe = "spark.dynamic_kafka.test.probe"
+    with session_settings(spark, {"spark.sql.shuffle.partitions": "5", probe: "on"}):
+        assert requests == ["get_with_default", "set"]
+        assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(probe)) == ("5", "on")
+    made = [r for r in requests if r != "get"]
+    assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(probe, None)) == ("3", None)
+    assert made == ["get_with_default", "set", "set", "unset"]
 
 
 def test_an_unreachable_server_is_a_retriable_error() -> None:

@@ -3,6 +3,7 @@ bounded reads. Real Delta tables (delta-rs) on local disk; no JVM, no broker."""
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -21,8 +22,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from dynamic_kafka.errors import RunInProgressError, StateError
+from dynamic_kafka.frozen import building_many
 from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
-from dynamic_kafka.model.snapshots import StateSnapshot
+from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import rows as state_rows
 from dynamic_kafka.state import store as store_module
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from dynamic_kafka.model.snapshots import PartitionState
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 PID = "orders"
@@ -981,3 +982,82 @@ def test_a_state_written_before_leader_epochs_loads_and_gains_them_at_its_next_c
     assert "leader_epoch" in DeltaTable(path).schema().to_arrow().names
     reloaded = store.load()
     assert (reloaded.partitions[tp(0)].next_offset, reloaded.partitions[tp(0)].leader_epoch) == (9, 3)
+
+
+# ------------------------------------------------ faster reads at scale (issue 29): same rows, never stale ones
+
+
+def test_a_table_of_partition_rows_reads_as_each_row_does_in_either_layout() -> None:
+    rows = [
+        state_rows.partition_row(
+            PID,
+            PartitionState(
+                cluster_id="west",
+                topic="b",
+                partition=1,
+                next_offset=7,
+                topic_id=None,
+                leader_epoch=4,
+                stream_ids=("s1", "s2"),
+                status="removed",
+                removed_at=T0,
+                updated_run_seq=3,
+            ),
+        ),
+        state_rows.partition_row(PID, PartitionState(cluster_id="east", topic="a", partition=0, next_offset=0)),
+    ]
+    rows[1].update(bootstrap_servers=None, stream_ids=None, updated_run_seq=None)  # nulls an older writer left
+    expected = {p.key: p for p in sorted(map(state_rows.partition_from_row, rows), key=lambda p: str(p.key))}
+    read = state_rows.partitions_from_table(state_rows.to_table(rows))
+    assert list(read.items()) == list(expected.items())  # same values, sorted by partition
+    older = pa.schema([f for f in state_rows.SCHEMA if f.name != "leader_epoch"])
+    without_epochs = pa.Table.from_pylist([{k: r[k] for k in older.names} for r in rows], schema=older)
+    assert [p.leader_epoch for p in state_rows.partitions_from_table(without_epochs).values()] == [None, None]
+
+
+def test_another_writers_commit_is_read_though_the_partition_files_were_read_before(tmp_path: Path) -> None:
+    path = tmp_path / "state"
+    mine, other = StateStore(path, PID), StateStore(path, PID)
+    run_once(mine, lambda seq: uniform_plan(seq, 3))
+    assert {p.next_offset for p in mine.load().partitions.values()} == {10}
+    run_once(other, lambda seq: uniform_plan(seq, 3))
+    assert {p.next_offset for p in mine.load().partitions.values()} == {20}
+    run_once(mine, lambda seq: uniform_plan(seq, 3))  # commits over the rows it read again, not the ones it read first
+    assert {p.next_offset for p in other.load().partitions.values()} == {30}
+
+
+def test_a_changed_partition_row_in_a_loaded_state_does_not_reach_the_next_read(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state", PID)
+    run_once(store, lambda seq: uniform_plan(seq, 3))
+    loaded = store.load().partitions
+    loaded.clear()  # a caller's dict is its own
+    assert len(store.load().partitions) == 3
+
+
+def test_a_plan_read_back_is_the_plan_written_and_another_text_is_parsed() -> None:
+    first, second = uniform_plan(1, 3), uniform_plan(1, 3, step=11)
+    head = state_rows.run_row("head", first, "planned")
+    other = state_rows.run_row("head", second, "planned")
+    assert state_rows.run_from_row(head).plan == first
+    assert state_rows.run_from_row(other).plan == second
+    assert state_rows.run_from_row({**head, "plan_json": first.model_dump_json(indent=1)}).plan == first
+    written = uniform_plan(1, 3, step=12)
+    state_rows.run_row("head", written, "planned")
+    assert state_rows.run_from_row(head).plan == first  # the plan of each text, whatever was written since
+
+
+def test_building_many_leaves_the_cycle_collector_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with building_many():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), building_many():
+        raise RuntimeError("a failed read")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with building_many():
+            pass
+        assert not gc.isenabled()  # an application that turned it off keeps it off
+    finally:
+        gc.enable()
