@@ -34,8 +34,8 @@ from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
-from dynamic_kafka.realign import table_views
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.sink.per_stream import table_views
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
 from dynamic_kafka.spark.deadline import RunDeadline

@@ -41,7 +41,7 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
-from dynamic_kafka.sink.per_stream import known_streams
+from dynamic_kafka.sink.per_stream import table_views
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
@@ -82,15 +82,6 @@ def sink_position(pipeline: PipelineConfig) -> SinkPosition:
     return SinkPosition(
         txn=runs[0], table=runs[1] or str(pipeline.sink_table), backfill=backfills[0], backfill_table=backfills[1]
     )
-
-
-def table_views(pipeline: PipelineConfig, state: StateSnapshot) -> list[PipelineConfig]:
-    """The pipeline as each of its tables sees it: one view per stream the state knows (a table per stream), else
-    the pipeline itself.
-    """
-    if not pipeline.sink.per_stream:
-        return [pipeline]
-    return [pipeline.for_stream(stream) for stream in known_streams(state)]
 
 
 def highest_position(pipeline: PipelineConfig, views: Sequence[PipelineConfig]) -> SinkPosition:

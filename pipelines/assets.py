@@ -32,6 +32,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
     AssetMaterialization,
     AssetsDefinition,
     AssetSelection,
@@ -281,21 +282,7 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
     def checks(context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Iterator[AssetCheckResult]:
         with dagster_errors(pipeline_id):
             status = dynamic_kafka.pipeline(pipeline_id).status()
-        lag = lag_limit_verdict(status, limit)
-        lag_metadata = _lag_metadata(status)
-        if limit is not None:
-            lag_metadata["max_lag_records"] = MetadataValue.int(limit)
-        yield _result(LAG_CHECK_NAME, key, lag, lag_metadata)
-        loss = data_loss_verdict(status)
-        yield _result(
-            DATA_LOSS_CHECK_NAME,
-            key,
-            loss,
-            {"data_loss_ranges": MetadataValue.json([lost.model_dump() for lost in loss.lost_ranges])},
-        )
-        dead = dead_letter_verdict(status, pipeline.max_dead_letters)
-        count = status.last_run.dead_letters if status.last_run else 0
-        yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
+        yield from _status_results(pipeline, key, status)
         yield _result(COMPLETENESS_CHECK_NAME, key, completeness_verdict(status), completeness_metadata(status))
 
     return checks
@@ -355,16 +342,7 @@ def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, Asse
         stream = context.partition_key
         with dagster_errors(pipeline_id):
             status = dynamic_kafka.pipeline(pipeline_id).status().of_table(stream)
-        lag_metadata = _lag_metadata(status)
-        if limit is not None:
-            lag_metadata["max_lag_records"] = MetadataValue.int(limit)
-        yield _result(LAG_CHECK_NAME, key, lag_limit_verdict(status, limit), lag_metadata)
-        loss = data_loss_verdict(status)
-        lost = MetadataValue.json([lost.model_dump() for lost in loss.lost_ranges])
-        yield _result(DATA_LOSS_CHECK_NAME, key, loss, {"data_loss_ranges": lost})
-        dead = dead_letter_verdict(status, pipeline.max_dead_letters)
-        count = status.last_run.dead_letters if status.last_run else 0
-        yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
+        yield from _status_results(pipeline, key, status)
 
     job = define_asset_job(
         name=table_checks_job_name(pipeline_id),
@@ -377,6 +355,23 @@ def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, Asse
         executor_def=in_process_executor,
     )
     return table_checks, job
+
+
+def _status_results(pipeline: PipelineConfig, key: AssetKey, status: PipelineStatus) -> Iterator[AssetCheckResult]:
+    """The ``lag``, ``data_loss`` and ``dead_letters`` results of ``key`` from one status report (the sink's, or one
+    stream table's).
+    """
+    limit = pipeline.max_lag_records
+    lag_metadata = _lag_metadata(status)
+    if limit is not None:
+        lag_metadata["max_lag_records"] = MetadataValue.int(limit)
+    yield _result(LAG_CHECK_NAME, key, lag_limit_verdict(status, limit), lag_metadata)
+    loss = data_loss_verdict(status)
+    lost = MetadataValue.json([lost.model_dump() for lost in loss.lost_ranges])
+    yield _result(DATA_LOSS_CHECK_NAME, key, loss, {"data_loss_ranges": lost})
+    dead = dead_letter_verdict(status, pipeline.max_dead_letters)
+    count = status.last_run.dead_letters if status.last_run else 0
+    yield _result(DEAD_LETTER_CHECK_NAME, key, dead, {"dead_letters": MetadataValue.int(count)})
 
 
 def _lag_metadata(status: PipelineStatus) -> dict[str, MetadataValue]:

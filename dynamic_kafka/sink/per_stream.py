@@ -51,6 +51,15 @@ def known_streams(state: StateSnapshot) -> list[str]:
     return sorted(streams)
 
 
+def table_views(pipeline: PipelineConfig, state: StateSnapshot) -> list[PipelineConfig]:
+    """The pipeline as each of its tables sees it: one view per stream the state knows (a table per stream), else
+    the pipeline itself.
+    """
+    if not pipeline.sink.per_stream:
+        return [pipeline]
+    return [pipeline.for_stream(stream) for stream in known_streams(state)]
+
+
 def write_per_stream(
     df: DataFrame,
     pipeline: PipelineConfig,

@@ -203,15 +203,15 @@ class _ConnectConf:
 
         if settings:
             pairs = [proto.KeyValue(key=name, value=value) for name, value in settings.items()]
-            self._warn(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=pairs)))
+            self._send(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=pairs)))
 
     def unset(self, names: list[str]) -> None:
         from pyspark.sql.connect import proto
 
         if names:
-            self._warn(proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=names)))
+            self._send(proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=names)))
 
-    def _warn(self, operation: Any) -> None:
+    def _send(self, operation: Any) -> None:
         for warning in self.client.config(operation).warnings:  # as the session's own conf.set does
             warnings.warn(warning, stacklevel=3)
 
