@@ -27,11 +27,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.env import BENCH_DIR, CLUSTERS, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
+from bench.env import BENCH_DIR, CLUSTERS, PORT_SHIFT, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
 from bench.runs import run_baseline, run_ceiling, run_ours
 
 SERVER_DIR = BENCH_DIR / "spark-connect"
-SERVER_PORT = 15392
+SERVER_PORT = 15392 + PORT_SHIFT
 SMALL_TOPIC = "connect-small-8p"
 SMALL_RECORDS = 10_000
 SMALL_PARTITIONS = 8

@@ -41,8 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / ".cache" / "bench"
 KAFKA_DIR = BENCH_DIR / "kafka"
 WORK_DIR = BENCH_DIR / "work"
+# Added to every fixed port of the benchmarks, so that two checkouts can measure on one machine at once.
+PORT_SHIFT = int(os.environ.get("DYNAMIC_KAFKA_BENCH_PORT_SHIFT", "0"))
 # Below 32768: Linux hands out ephemeral ports (the test fixtures' free ports) from 32768 up.
-CLUSTER_PORTS = {"east": 19392, "west": 29392}
+CLUSTER_PORTS = {"east": 19392 + PORT_SHIFT, "west": 29392 + PORT_SHIFT}
 CLUSTERS = tuple(CLUSTER_PORTS)
 _SIZES = 1009
 # Part of every data set's topic name: bump it when produce_fast changes what it writes.

@@ -28,7 +28,17 @@ import time
 from typing import TYPE_CHECKING
 
 from bench.connect import _rss_mb
-from bench.env import BENCH_DIR, CLUSTERS, BenchEnv, DataSet, bench_environ, fresh_dir, produce_fast, write_project
+from bench.env import (
+    BENCH_DIR,
+    CLUSTERS,
+    PORT_SHIFT,
+    BenchEnv,
+    DataSet,
+    bench_environ,
+    fresh_dir,
+    produce_fast,
+    write_project,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,7 +46,7 @@ if TYPE_CHECKING:
     from devtools.local_spark_connect import ServerInfo
 
 SERVER_DIR = BENCH_DIR / "spark-connect-many"
-SERVER_PORT = 15393
+SERVER_PORT = 15393 + PORT_SHIFT
 PARTITIONS = 2
 RUN_TIMEOUT_S = 1800
 
