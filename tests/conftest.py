@@ -216,8 +216,18 @@ def start_test_server(base_dir: Path, port: int, ui_port: int) -> ServerInfo:
         master="local[2]",
         driver_memory="1g",
         ui=True,
-        conf={"spark.ui.port": str(ui_port)},
+        conf={
+            "spark.ui.port": str(ui_port),
+            # Read on the JVM's first Kerberos login only: the Kerberos test writes its KDC's config here first.
+            "spark.driver.extraJavaOptions": f"-Djava.security.krb5.conf={base_dir / 'krb5.conf'}",
+        },
     )
+
+
+@pytest.fixture(scope="session")
+def spark_connect_krb5_conf(spark_connect_server: ServerInfo) -> Path:
+    """Where the test Spark Connect server's JVM looks for its ``krb5.conf`` (absent until a test writes it)."""
+    return Path(spark_connect_server.log_file).parent / "krb5.conf"
 
 
 @pytest.fixture(scope="session")

@@ -3,16 +3,18 @@
 The wheel of confluent-kafka the project installs has no GSSAPI, so the driver's calls need the client that
 ``scripts/build-kerberos-client.sh`` builds (librdkafka with Cyrus SASL, confluent-kafka from its sdist) into
 ``.kerberos-client/site`` (or ``$DYNAMIC_KAFKA_KERBEROS_CLIENT``); ``make test`` builds it first. Run on its own
-without it, the test is skipped, saying so (in CI it fails instead). The run
-is a fresh ``dynamic-kafka run`` process with that client first on its path: plan and group commit on the driver
+without it, the test is skipped, saying so (in CI it fails instead). The runs
+are fresh ``dynamic-kafka run`` processes with that client first on their path: plan and group commit on the driver
 (librdkafka's kinit with the keytab), read in Spark (the Java client's Krb5LoginModule), both from one
-``sasl.jaas.config`` in the Java form.
+``sasl.jaas.config`` in the Java form; the first run reads in its own Spark driver, the next through the session's
+Spark Connect server, whose JVM finds the KDC through the ``krb5.conf`` the test puts where it was told to look.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from devtools.testing.pipeline import PipelineHarness
 
 if TYPE_CHECKING:
     from devtools.local_kafka import LocalCluster
+    from devtools.local_spark_connect import ServerInfo
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +50,12 @@ def gssapi_client() -> Path:
 
 
 @pytest.mark.timeout(900)
-def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab(
-    gssapi_client: Path, kerberos_broker: LocalCluster, tmp_path: Path
+def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab_in_process_and_over_connect(
+    gssapi_client: Path,
+    kerberos_broker: LocalCluster,
+    spark_connect_server: ServerInfo,
+    spark_connect_krb5_conf: Path,
+    tmp_path: Path,
 ) -> None:
     assert kerberos_broker.kerberos_dir is not None
     krb5_conf = kerberos_broker.kerberos_dir / "krb5.conf"
@@ -93,3 +100,17 @@ def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab(
     assert harness.sink_values() == sorted(f"k-{i}".encode() for i in range(3))
     assert [c["committed"] for c in summary["group_commits"]] == [True]
     assert keytab.read_bytes() not in (done.stdout + done.stderr).encode()
+
+    shutil.copyfile(krb5_conf, spark_connect_krb5_conf)
+    more = produce(kerberos_broker.client_config(), topic, [Record(value=f"k-{i}".encode()) for i in range(3, 5)])
+    harness.spark_config = {"remote": spark_connect_server.remote}
+    harness.configure()
+
+    over_connect = harness.cli("run", "--json", env=env, timeout=800)
+
+    assert over_connect.returncode == 0, over_connect.stderr[-3000:]
+    summary = json.loads(over_connect.stdout)
+    assert summary["records"] == len(more)
+    assert harness.sink_values() == sorted(f"k-{i}".encode() for i in range(5))
+    assert [c["committed"] for c in summary["group_commits"]] == [True]
+    assert keytab.read_bytes() not in (over_connect.stdout + over_connect.stderr).encode()
