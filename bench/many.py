@@ -27,7 +27,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from bench.connect import _rss_mb
+from bench.connect import _heap_after_gc_mb, _rss_mb
 from bench.env import (
     BENCH_DIR,
     CLUSTERS,
@@ -151,15 +151,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.pipelines} pipelines x 2 clusters x {PARTITIONS} partitions, {args.records} records per run, "
             f"through {server.remote}"
         )
-        print("round  together_s  one_after_another_s  ratio  server_rss_mb")
+        print("round  together_s  one_after_another_s  ratio  server_rss_mb  heap_after_gc_mb")
         rows = []
         failures: list[str] = []
         for number in range(1, args.rounds + 1):
             together = _round(env, configs, topics, args.records, together=True, failures=failures)
             in_turn = _round(env, configs, topics, args.records, together=False, failures=failures)
             rss = _rss_mb(server.pid)
+            heap = _heap_after_gc_mb(server.pid)
             rows.append((together, in_turn, rss))
-            print(f"{number:>5}  {together:>10.1f}  {in_turn:>19.1f}  {together / in_turn:>5.2f}  {rss:>13.0f}")
+            print(
+                f"{number:>5}  {together:>10.1f}  {in_turn:>19.1f}  {together / in_turn:>5.2f}  {rss:>13.0f}  "
+                f"{'-' if heap is None else f'{heap:.0f}':>16}"
+            )
         failures += [error for c, t in zip(configs, topics, strict=True) for error in _sink_errors(env, c, t)]
         if failures:
             print(f"NOT EXACT ({len(failures)}):", *failures, sep="\n  ")
