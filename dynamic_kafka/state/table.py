@@ -359,8 +359,16 @@ def _missing_columns(dt: DeltaTable) -> bool:
 
 
 def _vanished(cause: BaseException | None) -> bool:
-    """Whether a read failed because a file of the table disappeared (the only transient read failure)."""
+    """Whether a read failed because a file of the table disappeared (the only transient read failure).
+
+    A log entry that vanished between the listing and the read is "not found"; one a cleanup deleted while the
+    listing went through the folder (a listing is no snapshot: it can keep an older entry and miss a newer one)
+    is a gap between the entries listed.
+    """
     if isinstance(cause, FileNotFoundError):
         return True
     text = str(cause)
-    return isinstance(cause, FOREIGN_ERRORS) and ("not found" in text or "No such file" in text)
+    return isinstance(cause, FOREIGN_ERRORS) and any(sign in text for sign in _VANISHED_SIGNS)
+
+
+_VANISHED_SIGNS = ("not found", "No such file", "Expected contiguous commit files")

@@ -474,6 +474,40 @@ def test_reads_are_not_broken_by_another_process_cleaning_the_log(tmp_path: Path
         proc.join(timeout=30)
 
 
+def test_a_log_listed_while_its_expired_entries_go_is_read_again(
+    store: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (a loaded run of the unit tests, 2026-11-28): a directory listing is no snapshot, so a load that
+    listed the log while another process's cleanup deleted expired entries saw ``2`` but not ``3`` and delta-rs
+    refused the table ("Expected contiguous commit files, but found gap"), although it was intact. Here the first
+    open sees the log with that entry gone, as such a listing does; the next sees it whole."""
+    for _ in range(3):
+        run_once(store, lambda seq: uniform_plan(seq, 3))
+    entry = tmp_path / "state" / "_delta_log" / "00000000000000000002.json"
+    aside = entry.with_name("aside")
+    opened: list[int] = []
+    real_open = table_module.DeltaTable
+
+    def mid_cleanup(*args: Any, **kwargs: Any) -> DeltaTable:
+        opened.append(1)
+        if len(opened) > 1:
+            return real_open(*args, **kwargs)
+        entry.rename(aside)
+        try:
+            return real_open(*args, **kwargs)
+        finally:
+            aside.rename(entry)
+
+    monkeypatch.setattr(table_module, "DeltaTable", mid_cleanup)
+
+    state = store.load()
+
+    assert len(opened) >= 2
+    assert state.table_version == 5
+    assert state.last_run is not None
+    assert state.last_run.run_seq == 3
+
+
 def _assert_consistent(store: StateStore) -> None:
     state = store.load()
     if state.last_run is None:  # killed before the first commit
