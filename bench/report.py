@@ -153,8 +153,9 @@ def render(results: dict[str, Any]) -> str:
         columns = {
             "wall s": "wall_s",
             "us/record": "us_per_record",
-            "read+write us/record": "read_write_us_per_record",
+            "Spark us/record": "spark_us_per_record",
             "server CPU us/record": "server_cpu_us_per_record",
+            "client peak MB": "client_peak_mb",
             "server peak MB": "server_peak_rss_mb",
             "heap after GC MB": "server_heap_after_gc_mb",
         }
