@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namesp
     parser.add_argument("--partitions", type=int, help="partitions per topic of the data sets")
     parser.add_argument("--repeats", type=int, help="runs of each end-to-end variant")
     parser.add_argument("--growth", help="comma-separated record counts for the growth benchmark")
+    parser.add_argument("--connect-sizes", help="comma-separated record counts for the connect10m benchmark")
     parser.add_argument("--state-runs", type=int, help="runs of the state-growth benchmark")
     parser.add_argument(
         "--keep-clusters",
@@ -50,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namesp
             overrides[name] = getattr(args, name)
     if args.growth:
         overrides["growth_sizes"] = tuple(int(x) for x in args.growth.split(","))
+    if args.connect_sizes:
+        overrides["connect_sizes"] = tuple(int(x) for x in args.connect_sizes.split(","))
     if args.state_runs:
         overrides["state_runs"] = args.state_runs
         overrides["state_checkpoints"] = tuple(
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_clusters:
             BenchEnv.stop()
-            if settings.wants("connect"):
+            if settings.wants("connect") or settings.wants("connect10m"):
                 from bench.connect import stop_server
 
                 stop_server()

@@ -7,6 +7,11 @@
 - **1M**: the e2e data set end to end through the warm server (a fresh CLI process), beside the hand-written
   PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
   (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow).
+- **sizes** (``--only connect10m``, its own benchmark): the e2e data set's size and ten times it (``--connect-sizes``;
+  default 1,000,000 and 10,000,000, quick 200,000 and 400,000) end to end through the warm server, one fresh CLI
+  process each: wall and time per record (whole run, and the run summary's Spark time), the server's CPU, and its
+  memory after each
+  size: peak resident memory (``VmHWM``, since the server started) and used heap after a full collection.
 - **soak**: successive small runs (3 records per cluster each) through the one server, each a fresh process:
   time per run (last 50 vs first 50; quick: last 5 vs first 5) and the server's resident memory and its heap
   after a full collection every 50 runs.
@@ -107,6 +112,65 @@ def _run(config: Path, server_pid: int | None, expected: int) -> dict[str, Any]:
         "server_cpu_s": server_cpu,
         "summary_total_s": summary["total_seconds"],
         "summary_spark_s": summary["spark_seconds"],
+    }
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
+    """8b. Growing runs through the one warm server: time per record and the server's memory per size."""
+    from bench.suite import _progress
+
+    server = _server()
+    sizes = settings.connect_sizes
+    remote = {"remote": server.remote}
+
+    def config(data: DataSet) -> Path:
+        return write_project(fresh_dir("connect-size"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
+
+    first = settings.data_set(sizes[0])
+    env.ensure_data_set(first)
+    warm = [_run(config(first), None, first.records)["wall_s"] for _ in range(WARM_E2E_RUNS)]
+    _progress(
+        f"connect sizes warm-up, {WARM_E2E_RUNS} runs of {first.records:,}: " + " ".join(f"{w:.1f}" for w in warm)
+    )
+    points = []
+    for records in sizes:
+        data = settings.data_set(records)
+        env.ensure_data_set(data)
+        run = _run(config(data), server.pid, records)
+        # A run through Connect logs no "starting Spark", so its phases are not split: the summary's Spark time
+        # (the read + write, and the checks around it) is the part that grows with the records.
+        spark_s = run["summary_spark_s"]
+        points.append(
+            {
+                "records": records,
+                "run": run,
+                "wall_s": run["wall_s"],
+                "us_per_record": 1e6 * run["wall_s"] / records,
+                "spark_us_per_record": 1e6 * spark_s / records if spark_s else None,
+                "server_cpu_us_per_record": 1e6 * run["server_cpu_s"] / records,
+                "client_peak_mb": run["driver_peak_mb"],
+                "server_peak_rss_mb": _peak_rss_mb(server.pid),
+                **_memory(server.pid, 0),
+            }
+        )
+        _progress(f"connect {records:,}: {run['wall_s']:.1f}s, {points[-1]['us_per_record']:.2f} us/record")
+    low, high = points[0], points[-1]
+    heap_low, heap_high = low["server_heap_after_gc_mb"], high["server_heap_after_gc_mb"]
+    return {
+        "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
+        "warm_up_wall_s": warm,
+        "points": points,
+        "time_flat_or_falling": high["us_per_record"] <= low["us_per_record"] * 1.10,
+        # Bounded: what the server holds after the largest run is what it held after the smallest (the JVM keeps
+        # heap it grew into, so the peak RSS is reported but the heap after a full collection decides).
+        "memory_bounded": heap_low is None or heap_high is None or heap_high <= heap_low * 1.25 + 32,
     }
 
 

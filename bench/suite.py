@@ -42,6 +42,7 @@ class Settings:
     state_runs: int
     state_checkpoints: tuple[int, ...]
     s3_repeats: int = 2
+    connect_sizes: tuple[int, ...] = (1_000_000, 10_000_000)
     only: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
@@ -76,6 +77,7 @@ class Settings:
             state_runs=10,
             state_checkpoints=(1, 4, 7, 10),
             s3_repeats=1,
+            connect_sizes=(200_000, 400_000),
         )
 
     def wants(self, name: str) -> bool:
@@ -421,6 +423,13 @@ def bench_connect(env: BenchEnv, settings: Settings, e2e: dict[str, Any] | None)
     return run(env, settings, e2e)
 
 
+def bench_connect_sizes(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """8b. Growing runs through a warm Spark Connect server (see :mod:`bench.connect`)."""
+    from bench.connect import bench_connect_sizes as run
+
+    return run(env, settings)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -430,6 +439,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "state": bench_state,
     "s3": bench_s3,
     "connect": bench_connect,
+    "connect10m": bench_connect_sizes,
 }
 
 

@@ -103,7 +103,8 @@ class _Target:
 @dataclass(frozen=True)
 class _Observing:
     """The rows a writer writes, with fresh observations (an observation is filled by one job only): ``written``
-    of the rows written, ``read`` of the rows read before records a backfill landed were left out.
+    of the rows written, ``read`` of the rows read before records a backfill landed were left out (the same
+    observation as ``written`` when nothing is left out).
     """
 
     rows: DataFrame
@@ -224,11 +225,15 @@ def write_incremental(
 
             def observed_rows() -> _Observing:
                 name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
+                metrics = [*metric_columns(planned_pairs, event_time=event_time), *counts]
+                if target.blind:
+                    # Nothing is left out, so the rows read are the rows written: one observation holds both
+                    # (each observed node costs every row a pass through its accumulator).
+                    both = Observation(name)
+                    return _Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
                 read, written = Observation(f"{name}_read"), Observation(name)
                 kept = _skip_backfilled(decoded_frame.observe(read, *reading), target)
-                return _Observing(
-                    kept.observe(written, *metric_columns(planned_pairs, event_time=event_time), *counts), written, read
-                )
+                return _Observing(kept.observe(written, *metrics), written, read)
 
             try:
                 landed = writer(observed_rows, target)
