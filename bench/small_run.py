@@ -3,9 +3,10 @@
 Benchmark 8's small run (10,000 new records over 2 clusters x 8 partitions, a fresh ``dynamic-kafka run`` through
 the benchmark's Spark Connect server, started here when it does not run) measured by what does not depend on the
 machine's load: per run, under ``cProfile`` in the run's own process, the calls that cost a round trip or a read
-(Spark Connect requests by kind, Kafka clients made, Delta tables opened), the process's CPU time, and the
-interpreter's import time (``-X importtime``: the modules a run imports and the microseconds they took). With
-``--against REV``, the same runs of a git revision's ``dynamic_kafka`` (extracted with ``git archive``), alternating.
+(Spark Connect requests by kind, Kafka clients made, Delta tables opened), the process's CPU time, the server's CPU
+time during the run (``/proc/<server>/stat``), and the interpreter's import time (``-X importtime``: the modules a
+run imports and the microseconds they took). With ``--against REV``, the same runs of a git revision's
+``dynamic_kafka`` (extracted with ``git archive``), alternating.
 
 Start-up aids, clusters and data are benchmark 8's (``bench.env``, ``bench.connect``); ``--warm N`` small runs
 (default 10) warm the server first. Leaves the clusters and the server running with ``--keep``.
@@ -25,7 +26,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.connect import SERVER_PORT, SMALL_PARTITIONS, SMALL_RECORDS, SMALL_TOPIC, _fresh_topic, _server, stop_server
+from bench.connect import (
+    SERVER_PORT,
+    SMALL_PARTITIONS,
+    SMALL_RECORDS,
+    SMALL_TOPIC,
+    _cpu_s,
+    _fresh_topic,
+    _server,
+    stop_server,
+)
 from bench.env import CLUSTERS, ROOT, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
 
 TOPIC = f"{SMALL_TOPIC}-probe"
@@ -76,7 +86,7 @@ def _imports(stderr: str) -> tuple[int, float]:
     return count, sum(top) / 1e6
 
 
-def _one(source: Path, config: Path, *, profiled: bool) -> dict[str, Any]:
+def _one(source: Path, config: Path, *, profiled: bool, server_pid: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(source)}
     args = ["-v", "run", "--json", "--config", str(config), "--pipeline", "bench"]
     with tempfile.TemporaryDirectory() as folder:
@@ -85,9 +95,9 @@ def _one(source: Path, config: Path, *, profiled: bool) -> dict[str, Any]:
             ["-c", _CHILD.replace("__PROFILE__", repr(str(profile)))] if profiled else ["-m", "dynamic_kafka.cli.main"]
         )
         command = [sys.executable, "-X", "importtime", *code, *args]
-        began = os.times()
+        server_began, began = _cpu_s(server_pid), os.times()
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=folder)
-        ended = os.times()
+        ended, server_ended = os.times(), _cpu_s(server_pid)
         if done.returncode != 0:
             raise RuntimeError(f"the run failed: {done.stderr[-3000:]}")
         summary = json.loads(done.stdout)
@@ -96,6 +106,7 @@ def _one(source: Path, config: Path, *, profiled: bool) -> dict[str, Any]:
             "records": summary["records"],
             "cpu_s": (ended.children_user - began.children_user) + (ended.children_system - began.children_system),
             "wall_s": ended.elapsed - began.elapsed,
+            "server_cpu_s": server_ended - server_began,
             "modules_imported": modules,
             "import_s": import_s,
         }
@@ -119,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the clusters and the server running")
     args = parser.parse_args(argv)
     env = BenchEnv.start()
-    _server()
+    server_pid = _server().pid
     data = DataSet(SMALL_RECORDS, SMALL_PARTITIONS, 200)
     try:
         _fresh_topic(env, TOPIC, SMALL_PARTITIONS)
@@ -132,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for _ in range(args.warm):
             produce()
-            _one(ROOT, config, profiled=False)
+            _one(ROOT, config, profiled=False, server_pid=server_pid)
         with tempfile.TemporaryDirectory() as folder:
             sources = {"now": ROOT}
             if args.against:
@@ -142,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, source in sources.items():
                     for profiled in (False, True):
                         produce()
-                        figures = _one(source, config, profiled=profiled)
+                        figures = _one(source, config, profiled=profiled, server_pid=server_pid)
                         if figures["records"] != SMALL_RECORDS:
                             raise RuntimeError(f"the run landed {figures['records']} records, not {SMALL_RECORDS}")
                         runs[name].append({**figures, "profiled": profiled})
@@ -151,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             BenchEnv.stop()
             stop_server()
-    labels = ["wall_s", "cpu_s", "modules_imported", "import_s", *COUNTED]
+    labels = ["wall_s", "cpu_s", "server_cpu_s", "modules_imported", "import_s", *COUNTED]
     print("| figure (median) | " + " | ".join(runs) + " |\n|---|" + "---|" * len(runs))
     for label in labels:
         cells = []

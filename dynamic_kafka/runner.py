@@ -288,6 +288,8 @@ class PipelineRunner:
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
+            # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
+            records = None if plan.bootstrap is not None else sum(s.record_count for s in plan.read_splits)
             if self.pipeline.sink.per_stream:
                 result, stream_tables = write_per_stream(
                     frame,
@@ -298,6 +300,7 @@ class PipelineRunner:
                     prepared.decoding,
                     before_commit=lambda: prepared.check_topics_unchanged(self.context),
                     counted_ranges=ranges,
+                    planned_records=records,
                 )
             else:
                 result = write_incremental(
@@ -310,6 +313,7 @@ class PipelineRunner:
                     before_commit=lambda: prepared.check_topics_unchanged(self.context),
                     counted_ranges=ranges,
                     event_time=plan.event_time,
+                    planned_records=records,
                 )
         except (TopicRecreatedError, SparkJobError) as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's

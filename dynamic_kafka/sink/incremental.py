@@ -67,7 +67,7 @@ from dynamic_kafka.sink.tables import (
 )
 from dynamic_kafka.spark.decoding import PreparedDecoding, value_column_decoding
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
-from dynamic_kafka.spark.session import log_replay_settings, session_settings
+from dynamic_kafka.spark.session import codegen_settings, log_replay_settings, session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
@@ -148,6 +148,7 @@ def write_incremental(
     before_commit: Callable[[], None] | None = None,
     counted_ranges: Sequence[Split] = (),
     event_time: str | None = None,
+    planned_records: int | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -168,6 +169,8 @@ def write_incremental(
         counted_ranges: the ranges whose records the pass counts as it reads them (``read_per_range``), for
             the run's completeness (:mod:`~dynamic_kafka.sink.completeness`).
         event_time: the expression the event-time range measures (the plan's); None: the Kafka timestamp.
+        planned_records: how many records ``df`` holds at most (the planned offsets); a small write runs without
+            code generation (:func:`~dynamic_kafka.spark.session.codegen_settings`). None: unknown.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -215,7 +218,8 @@ def write_incremental(
                 state_run_seq=run_seq - 1,
                 state_path="(the state this run was planned from)",
             )
-        with session_settings(df.sparkSession, log_replay_settings(files)):
+        settings = {**log_replay_settings(files), **codegen_settings(planned_records)}
+        with session_settings(df.sparkSession, settings):
             decoded_frame = decoding.decode(df)
             decoding.check_table(
                 sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path)

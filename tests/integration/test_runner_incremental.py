@@ -67,3 +67,26 @@ def test_one_stream_on_two_clusters_lands_exactly_once(
     assert third.records == 12
     assert third.run_seq == second.run_seq + 1
     assert harness.sink_values() == sorted([r.value for r in sent + more if r.value is not None])
+
+
+def test_a_write_above_the_interpreted_limit_lands_with_code_generation(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The suite's writes are small, so they run interpreted (spark.session.codegen_settings); a larger run's path,
+    # with Spark's generated code, must land the same rows and leave the session's settings as they were.
+    from dynamic_kafka.spark import session as spark_session
+
+    monkeypatch.setattr(spark_session, "INTERPRETED_MAX_RECORDS", 0)
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("codegen")
+    create_topic(east, topic, 2)
+    harness = PipelineHarness(tmp_path, clusters={"east": east}, spark=lambda: spark)
+    harness.set_streams({"orders": {"east": [topic]}})
+    sent = produce(east, topic, values("e", range(25)))
+    before = spark.conf.get("spark.sql.codegen.wholeStage")
+
+    summary = harness.runner().run()
+
+    assert summary.records == 25
+    assert harness.sink_values() == sorted(r.value for r in sent if r.value is not None)
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == before

@@ -657,10 +657,11 @@ class SinkModel:
         before_commit: Callable[[], None] | None = None,
         counted_ranges: Sequence[Split] = (),
         event_time: str | None = None,
+        planned_records: int | None = None,
     ) -> WriteResult:
         # The model's records carry their values (the verdict comes from the config); it counts no ranges for the
-        # completeness report and has no event times.
-        del prepared, counted_ranges, event_time
+        # completeness report, has no event times and no code generation to size.
+        del prepared, counted_ranges, event_time, planned_records
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior == run_seq:

@@ -12,7 +12,13 @@ import pytest
 
 from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, SPARK_AVRO_PACKAGE, delta_package
-from dynamic_kafka.spark.session import REDACTION_REGEX, requested_packages, spark_conf
+from dynamic_kafka.spark.session import (
+    INTERPRETED_MAX_RECORDS,
+    REDACTION_REGEX,
+    codegen_settings,
+    requested_packages,
+    spark_conf,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -176,3 +182,12 @@ def test_a_connect_server_binds_to_loopback_only_when_every_executor_is_on_this_
     from devtools.local_spark_connect.server import master_on_loopback
 
     assert master_on_loopback(master) is on_loopback
+
+
+def test_only_a_write_of_known_small_size_runs_without_code_generation() -> None:
+    # A fresh Connect session compiles every generated class again: a small write is cheaper interpreted.
+    off = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    assert codegen_settings(10_000) == off
+    assert codegen_settings(INTERPRETED_MAX_RECORDS) == off
+    assert codegen_settings(INTERPRETED_MAX_RECORDS + 1) == {}
+    assert codegen_settings(None) == {}  # unknown (a bootstrap archive's rows): codegen stays
