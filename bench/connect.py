@@ -250,6 +250,9 @@ def _e2e(
     flink_wall = median_of(flink, "wall_s")
     vs_landing = big_wall / land_wall if big_wall and land_wall else None
     vs_flink = big_wall / flink_wall if big_wall and flink_wall else None
+    # On a shared machine CPU moves less than wall: ours is the CLI process and the server's work during the run.
+    ours_cpu = median_of([{"cpu": r["driver_cpu_s"] + (r["server_cpu_s"] or 0.0)} for r in big], "cpu")
+    flink_cpu = median_of(flink, "driver_cpu_s")
     return {
         "warm_up_e2e_wall_s": warm_e2e,
         "warm_up_flink_wall_s": warm_flink,
@@ -262,6 +265,9 @@ def _e2e(
         "e2e_vs_baseline": big_wall / base_wall if big_wall and base_wall else None,
         "e2e_vs_landing": vs_landing,
         "e2e_vs_flink": vs_flink,
+        "e2e_cpu_s": ours_cpu,
+        "flink_cpu_s": flink_cpu,
+        "e2e_cpu_vs_flink": ours_cpu / flink_cpu if ours_cpu and flink_cpu else None,
         "e2e_passed": bool(big_wall and base_wall and big_wall <= 0.6 * base_wall),
         "landing_passed": vs_landing is not None and vs_landing <= LANDING_TARGET,
         "flink_passed": vs_flink is not None and vs_flink <= FLINK_TARGET,

@@ -269,6 +269,10 @@ def _connect(k: dict[str, Any], rows: list[list[Cell]], targets: list[list[Cell]
         targets.append(
             [f"8 {n} via Connect / {label}, wall", f"{value:.2f}x" if value else "-", f"<= {target}x", _verdict(passed)]
         )
+    cpu = k.get("e2e_cpu_vs_flink")
+    if cpu is not None:
+        measured = f"{cpu:.2f}x ({k['e2e_cpu_s']:.1f}s / {k['flink_cpu_s']:.1f}s)"
+        targets.append([f"8 {n} CPU: ours (run + server) / Flink DKS", measured, "(report)", "-"])
     if "soak_runs" not in k:
         return
     targets.append(
