@@ -6,7 +6,11 @@
   CPU, the server's CPU during the run (``/proc/<server>/stat``), and whether the run process started a JVM.
 - **1M**: the e2e data set end to end through the warm server (a fresh CLI process), beside the hand-written
   PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
-  (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow).
+  (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow), and
+  the *Flink peer* (``bench/flink.py``: Flink's Dynamic Kafka Source reading the same ranges in a MiniCluster at
+  parallelism 2, records counted and discarded), ours, Flink and the ceiling in a rotating order each repeat.
+  Targets (issue 29): ours <= :data:`LANDING_TARGET` x the landing ceiling and <= :data:`FLINK_TARGET` x Flink.
+  ``--only flink`` runs this part alone (without the baseline unless benchmark 1 ran too).
 - **sizes** (``--only connect10m``, its own benchmark): the e2e data set's size and ten times it (``--connect-sizes``;
   default 1,000,000 and 10,000,000, quick 200,000 and 400,000) end to end through the warm server, one fresh CLI
   process each: wall and time per record (whole run, and the run summary's Spark time), the server's CPU, and its
@@ -33,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import BENCH_DIR, CLUSTERS, PORT_SHIFT, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
+from bench.flink import build as build_flink
+from bench.flink import run_flink
 from bench.runs import run_baseline, run_ceiling, run_ours
 
 SERVER_DIR = BENCH_DIR / "spark-connect"
@@ -46,6 +52,10 @@ SOAK_TOPIC = "connect-soak-2p"
 # runs). A "warm" server is one that has run this many of each before anything is measured.
 WARM_SMALL_RUNS = 30
 WARM_E2E_RUNS = 2
+# Issue 29's targets for the 1M run through the warm server: at most this many times the landing ceiling's wall,
+# and at most this many times the Flink peer's (Dynamic Kafka Source, bounded read-and-discard).
+LANDING_TARGET = 1.5
+FLINK_TARGET = 0.75
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -175,15 +185,31 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
 
 
 def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> dict[str, Any]:
-    """8. Warm Spark Connect: a small run, 1M records and many successive runs, beside local mode."""
-    from bench.suite import _progress, figures, median_of
-
+    """8. Warm Spark Connect: a small run, 1M records beside the peers and many successive runs, beside local
+    mode. With ``settings.connect_e2e_only`` (``--only flink``) only the 1M comparison with the Flink peer and the
+    landing ceiling (the hand-written baseline too when benchmark 1 ran).
+    """
     server = _server()
     remote = {"remote": server.remote}
+    result: dict[str, Any] = {
+        "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
+        "flink_target": FLINK_TARGET,
+        "landing_target": LANDING_TARGET,
+    }
+    if not settings.connect_e2e_only:
+        result.update(_small(env, settings, remote, server.pid))
+    result.update(_e2e(env, settings, e2e, remote, server.pid))
+    if not settings.connect_e2e_only:
+        result.update(_soak(env, settings, remote, server.pid))
+    return result
+
+
+def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int) -> dict[str, Any]:
+    """Small incremental runs through the server and in local mode, alternating."""
+    from bench.suite import _progress, median_of
+
     small_data = DataSet(SMALL_RECORDS, SMALL_PARTITIONS, settings.value_bytes)
     per_cluster = SMALL_RECORDS // len(CLUSTERS)
-
-    # --- small incremental runs, connect and local, alternating
     _fresh_topic(env, SMALL_TOPIC, SMALL_PARTITIONS)
     topics = {c: [SMALL_TOPIC] for c in CLUSTERS}
     configs = {
@@ -210,29 +236,61 @@ def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> d
         produce_small()
         for mode in ("connect", "local") if rep % 2 == 0 else ("local", "connect"):
             expected = SMALL_RECORDS + (local_backlog if mode == "local" and rep == 0 else 0)
-            run = _run(configs[mode], server.pid if mode == "connect" else None, expected)
+            run = _run(configs[mode], server_pid if mode == "connect" else None, expected)
             if rep == 0:
                 continue  # unmeasured warm-up: the server's first run on this table shape, the OS caches
             small[mode].append(run)
             _progress(f"connect small {mode} #{rep}: {run['wall_s']:.2f}s")
     connect_wall = median_of(small["connect"], "wall_s")
     no_jvm = not any(r["java_started"] for r in small["connect"])
+    return {
+        "warm_up_small_wall_s": warm_small,
+        "small": small,
+        "small_connect_wall_s": connect_wall,
+        "small_local_wall_s": median_of(small["local"], "wall_s"),
+        "small_no_jvm": no_jvm,
+        "small_target_s": 2.5,
+        "small_passed": bool(connect_wall is not None and connect_wall <= 2.5 and no_jvm),
+    }
 
-    # --- 1M end to end through the warm server, beside the hand-written job and the landing ceiling
+
+def _e2e(
+    env: BenchEnv, settings: Any, e2e: dict[str, Any] | None, remote: dict[str, Any], server_pid: int
+) -> dict[str, Any]:
+    """The e2e data set through the warm server beside the Flink peer and the landing ceiling (rotating their
+    order every repeat, so a drift of the shared machine hits all three alike), and the hand-written job.
+    """
+    from bench.suite import _progress, figures, median_of
+
     data = settings.data_set()
     env.ensure_data_set(data)
     big: list[dict[str, Any]] = []
     landing: list[dict[str, Any]] = []
+    flink: list[dict[str, Any]] = []
     baseline = list(e2e["baseline"]) if e2e and e2e.get("records") == data.records else []
+    with_baseline = not settings.connect_e2e_only or bool(baseline)
 
     def e2e_config() -> Path:
         return write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
 
     warm_e2e = [_run(e2e_config(), None, data.records)["wall_s"] for _ in range(WARM_E2E_RUNS)]
     _progress(f"connect warm-up, {WARM_E2E_RUNS} runs of the e2e set: " + " ".join(f"{w:.1f}" for w in warm_e2e))
-    for rep in range(settings.repeats):
-        big.append(_run(e2e_config(), server.pid, data.records))
-        _progress(f"connect e2e #{rep + 1}: {big[-1]['wall_s']:.1f}s")
+    flink_built_s = build_flink()
+    # Unmeasured: the first java process reads Flink's jars from disk into the page cache; the server's warm-up
+    # did the same for its own.
+    warm_flink = run_flink(env, data.topic, fresh_dir("flink-peer"), expected=data.records).wall_s
+    _progress(f"Flink peer built in {flink_built_s:.0f}s; warm-up run {warm_flink:.1f}s")
+
+    def ours() -> None:
+        big.append(_run(e2e_config(), server_pid, data.records))
+        _progress(f"connect e2e #{len(big)}: {big[-1]['wall_s']:.1f}s")
+
+    def flink_peer() -> None:
+        measured = run_flink(env, data.topic, fresh_dir("flink-peer"), expected=data.records)
+        flink.append(figures(measured, records=data.records))
+        _progress(f"Flink DKS #{len(flink)}: {flink[-1]['wall_s']:.1f}s (job {measured.extra['job_s']:.1f}s)")
+
+    def ceiling() -> None:
         measured = run_ceiling(env, data.topic, fresh_dir("landing-ceiling"), land=True)
         landing.append(
             {
@@ -240,49 +298,67 @@ def bench_connect(env: BenchEnv, settings: Any, e2e: dict[str, Any] | None) -> d
                 "land_s": measured.extra["consume_s"],
             }
         )
-        _progress(f"landing ceiling #{rep + 1}: {landing[-1]['wall_s']:.1f}s")
-        if len(baseline) < settings.repeats:
+        _progress(f"landing ceiling #{len(landing)}: {landing[-1]['wall_s']:.1f}s")
+
+    order = [ours, flink_peer, ceiling]
+    for rep in range(settings.repeats):
+        for variant in order[rep % 3 :] + order[: rep % 3]:
+            variant()
+        if with_baseline and len(baseline) < settings.repeats:
             run = figures(run_baseline(env, data.topic, fresh_dir("connect-baseline")), records=data.records)
             baseline.append(run)
             _progress(f"baseline #{rep + 1}: {run['wall_s']:.1f}s")
     big_wall = median_of(big, "wall_s")
     base_wall = median_of(baseline, "wall_s")
     land_wall = median_of(landing, "wall_s")
+    flink_wall = median_of(flink, "wall_s")
+    vs_landing = big_wall / land_wall if big_wall and land_wall else None
+    vs_flink = big_wall / flink_wall if big_wall and flink_wall else None
+    # On a shared machine CPU moves less than wall: ours is the CLI process and the server's work during the run.
+    ours_cpu = median_of([{"cpu": r["driver_cpu_s"] + (r["server_cpu_s"] or 0.0)} for r in big], "cpu")
+    flink_cpu = median_of(flink, "driver_cpu_s")
+    return {
+        "warm_up_e2e_wall_s": warm_e2e,
+        "warm_up_flink_wall_s": warm_flink,
+        "flink_build_s": flink_built_s,
+        "e2e_records": data.records,
+        "e2e_connect": big,
+        "e2e_baseline": baseline,
+        "e2e_flink": flink,
+        "landing_ceiling": landing,
+        "e2e_vs_baseline": big_wall / base_wall if big_wall and base_wall else None,
+        "e2e_vs_landing": vs_landing,
+        "e2e_vs_flink": vs_flink,
+        "e2e_cpu_s": ours_cpu,
+        "flink_cpu_s": flink_cpu,
+        "e2e_cpu_vs_flink": ours_cpu / flink_cpu if ours_cpu and flink_cpu else None,
+        "e2e_passed": bool(big_wall and base_wall and big_wall <= 0.6 * base_wall),
+        "landing_passed": vs_landing is not None and vs_landing <= LANDING_TARGET,
+        "flink_passed": vs_flink is not None and vs_flink <= FLINK_TARGET,
+    }
 
-    # --- many successive small runs through the one server
+
+def _soak(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int) -> dict[str, Any]:
+    """Many successive small runs through the one server: time per run and the server's memory."""
+    from bench.suite import _progress
+
     _fresh_topic(env, SOAK_TOPIC, 2)
     soak_config = write_project(fresh_dir("connect-soak"), env, {c: [SOAK_TOPIC] for c in CLUSTERS}, spark=remote)
     soak_data = DataSet(6, 2, settings.value_bytes)
     count, every = (200, 50) if not settings.quick else (20, 5)
     soak: list[float] = []
-    rss = [_memory(server.pid, 0)]
+    rss = [_memory(server_pid, 0)]
     _run(soak_config, None, 0)  # pins the positions (empty topic)
     for i in range(1, count + 1):
         for c in CLUSTERS:
             produce_fast(env.bootstrap(c), SOAK_TOPIC, 3, soak_data)
         soak.append(_run(soak_config, None, 6)["wall_s"])
         if i % every == 0:
-            rss.append(_memory(server.pid, i))
+            rss.append(_memory(server_pid, i))
             _progress(f"connect soak {i}: {statistics.median(soak[-every:]):.2f}s per run")
     window = every
     first, last = statistics.median(soak[:window]), statistics.median(soak[-window:])
     return {
-        "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
-        "warm_up_small_wall_s": warm_small,
-        "warm_up_e2e_wall_s": warm_e2e,
-        "small": small,
-        "small_connect_wall_s": connect_wall,
-        "small_local_wall_s": median_of(small["local"], "wall_s"),
-        "small_no_jvm": no_jvm,
-        "small_target_s": 2.5,
-        "small_passed": bool(connect_wall is not None and connect_wall <= 2.5 and no_jvm),
-        "e2e_records": data.records,
-        "e2e_connect": big,
-        "e2e_baseline": baseline,
-        "landing_ceiling": landing,
-        "e2e_vs_baseline": big_wall / base_wall if big_wall and base_wall else None,
-        "e2e_vs_landing": big_wall / land_wall if big_wall and land_wall else None,
-        "e2e_passed": bool(big_wall and base_wall and big_wall <= 0.6 * base_wall),
         "soak_runs": count,
         "soak_wall_s": soak,
         "soak_first_s": first,

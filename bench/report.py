@@ -104,48 +104,7 @@ def render(results: dict[str, Any]) -> str:
         rows.append(_row(f"7 end to end {o['records']:,}: S3 (local server)", o["s3"]))
         targets.append(["7 S3 / local disk, wall (median)", f"{o['wall_ratio']:.2f}", "(report)", "-"])
     if "connect" in b:
-        k = b["connect"]
-        rows.append(_row("8 small 10,000 (fresh process): Spark Connect", k["small"]["connect"]))
-        rows.append(_row("8 small 10,000 (fresh process): local Spark", k["small"]["local"]))
-        rows.append(_row(f"8 end to end {k['e2e_records']:,}: Spark Connect", k["e2e_connect"]))
-        rows.append(_row(f"8 end to end {k['e2e_records']:,}: baseline (hand-written)", k["e2e_baseline"]))
-        rows.append(_row(f"8 end to end {k['e2e_records']:,}: landing ceiling", k["landing_ceiling"]))
-        server_cpu = median_of(k["small"]["connect"], "server_cpu_s")
-        jvm = "no JVM" if k["small_no_jvm"] else "JVM STARTED"
-        targets.append(
-            [
-                "8 small run via Connect, wall",
-                f"{k['small_connect_wall_s']:.2f}s ({jvm}; server CPU {server_cpu or 0:.2f}s)",
-                "<= 2.5 s, no JVM",
-                _verdict(k["small_passed"]),
-            ]
-        )
-        ratio = k["e2e_vs_baseline"]
-        targets.append(
-            ["8 1M via Connect / baseline, wall", f"{ratio:.2f}" if ratio else "-", "<= 0.6", _verdict(k["e2e_passed"])]
-        )
-        landing = k["e2e_vs_landing"]
-        within = landing is not None and landing <= 3.0
-        targets.append(
-            ["8 1M via Connect / landing ceiling", f"{landing:.2f}" if landing else "-", "<= 3", _verdict(within)]
-        )
-        targets.append(
-            [
-                f"8 {k['soak_runs']} runs: last {k['soak_window']} / first {k['soak_window']}",
-                f"{k['soak_last_s']:.2f}s / {k['soak_first_s']:.2f}s",
-                "within 20%",
-                _verdict(k["soak_passed"]),
-            ]
-        )
-        rss = ", ".join(f"{p['runs']}: {p['server_rss_mb']:.0f}" for p in k["soak_server_rss"])
-        targets.append([f"8 server RSS MB by runs ({rss})", "-", "flat", "-"])
-        heap = ", ".join(
-            f"{p['runs']}: {p['server_heap_after_gc_mb']:.0f}"
-            for p in k["soak_server_rss"]
-            if p.get("server_heap_after_gc_mb") is not None
-        )
-        if heap:
-            targets.append([f"8 server heap after full GC, MB by runs ({heap})", "-", "flat", "-"])
+        _connect(b["connect"], rows, targets)
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
     out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
     if "connect10m" in b:
@@ -287,3 +246,61 @@ def _header(results: dict[str, Any]) -> str:
         f"whole run: {results['total_wall_s']:.0f}s (setup {results['setup_s']:.0f}s: clusters, topics, data; "
         f"of it Spark's one-time jar record and class archive {results.get('spark_warm_up_s', 0.0):.0f}s)\n"
     )
+
+
+def _connect(k: dict[str, Any], rows: list[list[Cell]], targets: list[list[Cell]]) -> None:
+    """Benchmark 8's rows and targets: the parts that ran (``--only flink`` runs the 1M comparison alone)."""
+    if "small" in k:
+        rows.append(_row("8 small 10,000 (fresh process): Spark Connect", k["small"]["connect"]))
+        rows.append(_row("8 small 10,000 (fresh process): local Spark", k["small"]["local"]))
+    n = f"{k['e2e_records']:,}"
+    rows.append(_row(f"8 end to end {n}: Spark Connect", k["e2e_connect"]))
+    if k["e2e_baseline"]:
+        rows.append(_row(f"8 end to end {n}: baseline (hand-written)", k["e2e_baseline"]))
+    rows.append(_row(f"8 read {n}: Flink DKS, discard (one java process)", k["e2e_flink"]))
+    rows.append(_row(f"8 end to end {n}: landing ceiling", k["landing_ceiling"]))
+    if "small" in k:
+        server_cpu = median_of(k["small"]["connect"], "server_cpu_s")
+        jvm = "no JVM" if k["small_no_jvm"] else "JVM STARTED"
+        targets.append(
+            [
+                "8 small run via Connect, wall",
+                f"{k['small_connect_wall_s']:.2f}s ({jvm}; server CPU {server_cpu or 0:.2f}s)",
+                "<= 2.5 s, no JVM",
+                _verdict(k["small_passed"]),
+            ]
+        )
+    ratio = k["e2e_vs_baseline"]
+    if ratio is not None:
+        targets.append([f"8 {n} via Connect / baseline, wall", f"{ratio:.2f}", "<= 0.6", _verdict(k["e2e_passed"])])
+    for label, key, target, passed in (
+        ("landing ceiling", "e2e_vs_landing", k["landing_target"], k["landing_passed"]),
+        ("Flink DKS read + discard", "e2e_vs_flink", k["flink_target"], k["flink_passed"]),
+    ):
+        value = k[key]
+        targets.append(
+            [f"8 {n} via Connect / {label}, wall", f"{value:.2f}x" if value else "-", f"<= {target}x", _verdict(passed)]
+        )
+    cpu = k.get("e2e_cpu_vs_flink")
+    if cpu is not None:
+        measured = f"{cpu:.2f}x ({k['e2e_cpu_s']:.1f}s / {k['flink_cpu_s']:.1f}s)"
+        targets.append([f"8 {n} CPU: ours (run + server) / Flink DKS", measured, "(report)", "-"])
+    if "soak_runs" not in k:
+        return
+    targets.append(
+        [
+            f"8 {k['soak_runs']} runs: last {k['soak_window']} / first {k['soak_window']}",
+            f"{k['soak_last_s']:.2f}s / {k['soak_first_s']:.2f}s",
+            "within 20%",
+            _verdict(k["soak_passed"]),
+        ]
+    )
+    rss = ", ".join(f"{p['runs']}: {p['server_rss_mb']:.0f}" for p in k["soak_server_rss"])
+    targets.append([f"8 server RSS MB by runs ({rss})", "-", "flat", "-"])
+    heap = ", ".join(
+        f"{p['runs']}: {p['server_heap_after_gc_mb']:.0f}"
+        for p in k["soak_server_rss"]
+        if p.get("server_heap_after_gc_mb") is not None
+    )
+    if heap:
+        targets.append([f"8 server heap after full GC, MB by runs ({heap})", "-", "flat", "-"])

@@ -44,6 +44,9 @@ class Settings:
     s3_repeats: int = 2
     connect_sizes: tuple[int, ...] = (1_000_000, 10_000_000)
     only: frozenset[str] = field(default_factory=frozenset)
+    # ``--only flink``: benchmark 8 runs its 1M comparison (ours via Connect, the Flink peer, the landing ceiling)
+    # and nothing else.
+    connect_e2e_only: bool = False
 
     @classmethod
     def defaults(cls, quick: bool) -> Settings:
