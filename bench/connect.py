@@ -46,6 +46,7 @@ SERVER_PORT = 15392 + PORT_SHIFT
 SMALL_TOPIC = "connect-small-8p"
 SMALL_RECORDS = 10_000
 SMALL_PARTITIONS = 8
+SMALL_TARGET_S = 1.2  # issue 29: a 10,000-record run as a fresh process through a warm server
 SOAK_TOPIC = "connect-soak-2p"
 # A server's first runs pay the JIT compilation of Spark's, Delta's and the Kafka client's code paths (measured:
 # 1,000,000-record runs took 24, 11, 10, 8, 7.4 s; 10,000-record runs settled from 18 s to ~2.9 s over about 25
@@ -249,8 +250,8 @@ def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int
         "small_connect_wall_s": connect_wall,
         "small_local_wall_s": median_of(small["local"], "wall_s"),
         "small_no_jvm": no_jvm,
-        "small_target_s": 2.5,
-        "small_passed": bool(connect_wall is not None and connect_wall <= 2.5 and no_jvm),
+        "small_target_s": SMALL_TARGET_S,
+        "small_passed": bool(connect_wall is not None and connect_wall <= SMALL_TARGET_S and no_jvm),
     }
 
 
