@@ -39,6 +39,7 @@ from typing import Any
 from bench.env import BENCH_DIR, CLUSTERS, PORT_SHIFT, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
 from bench.flink import build as build_flink
 from bench.flink import run_flink
+from bench.measure import _status_kb
 from bench.runs import run_baseline, run_ceiling, run_ours
 
 SERVER_DIR = BENCH_DIR / "spark-connect"
@@ -81,10 +82,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return (_status_kb(pid, "VmRSS:") or 0) / 1024
 
 
 def _heap_after_gc_mb(pid: int) -> float | None:
@@ -127,10 +125,7 @@ def _run(config: Path, server_pid: int | None, expected: int) -> dict[str, Any]:
 
 
 def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return (_status_kb(pid, "VmHWM:") or 0) / 1024
 
 
 def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:

@@ -358,6 +358,9 @@ def _missing_columns(dt: DeltaTable) -> bool:
     return bool(set(_rows.SCHEMA.names) - set(dt.schema().to_arrow().names))
 
 
+_VANISHED_SIGNS = ("not found", "No such file", "Expected contiguous commit files")
+
+
 def _vanished(cause: BaseException | None) -> bool:
     """Whether a read failed because a file of the table disappeared (the only transient read failure).
 
@@ -369,6 +372,3 @@ def _vanished(cause: BaseException | None) -> bool:
         return True
     text = str(cause)
     return isinstance(cause, FOREIGN_ERRORS) and any(sign in text for sign in _VANISHED_SIGNS)
-
-
-_VANISHED_SIGNS = ("not found", "No such file", "Expected contiguous commit files")

@@ -92,25 +92,24 @@ def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab_in_proce
         "KRB5CCNAME": f"FILE:{tmp_path / 'krb5cc'}",  # a ticket cache of this test's own
     }
 
-    done = harness.cli("run", "--json", env=env, timeout=800)
-
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    assert summary["records"] == len(sent)
-    assert harness.sink_values() == sorted(f"k-{i}".encode() for i in range(3))
-    assert [c["committed"] for c in summary["group_commits"]] == [True]
-    assert keytab.read_bytes() not in (done.stdout + done.stderr).encode()
+    _run_lands(harness, env, keytab, records=len(sent), sink_holds=3)
 
     shutil.copyfile(krb5_conf, spark_connect_krb5_conf)
     more = produce(kerberos_broker.client_config(), topic, [Record(value=f"k-{i}".encode()) for i in range(3, 5)])
     harness.spark_config = {"remote": spark_connect_server.remote}
     harness.configure()
 
-    over_connect = harness.cli("run", "--json", env=env, timeout=800)
+    _run_lands(harness, env, keytab, records=len(more), sink_holds=5)
 
-    assert over_connect.returncode == 0, over_connect.stderr[-3000:]
-    summary = json.loads(over_connect.stdout)
-    assert summary["records"] == len(more)
-    assert harness.sink_values() == sorted(f"k-{i}".encode() for i in range(5))
+
+def _run_lands(harness: PipelineHarness, env: dict[str, str], keytab: Path, *, records: int, sink_holds: int) -> None:
+    """A fresh ``dynamic-kafka run`` lands ``records`` new records (the sink then holds ``k-0`` .. ``k-<n-1>``),
+    commits the group, and prints nothing of the keytab."""
+    done = harness.cli("run", "--json", env=env, timeout=800)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["records"] == records
+    assert harness.sink_values() == sorted(f"k-{i}".encode() for i in range(sink_holds))
     assert [c["committed"] for c in summary["group_commits"]] == [True]
-    assert keytab.read_bytes() not in (over_connect.stdout + over_connect.stderr).encode()
+    assert keytab.read_bytes() not in (done.stdout + done.stderr).encode()
