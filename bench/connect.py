@@ -263,6 +263,7 @@ def _e2e(
     big: list[dict[str, Any]] = []
     landing: list[dict[str, Any]] = []
     flink: list[dict[str, Any]] = []
+    per_run: list[dict[str, Any]] = []
     baseline = list(e2e["baseline"]) if e2e and e2e.get("records") == data.records else []
     with_baseline = not settings.connect_e2e_only or bool(baseline)
 
@@ -281,6 +282,17 @@ def _e2e(
         big.append(_run(e2e_config(), server_pid, data.records))
         _progress(f"connect e2e #{len(big)}: {big[-1]['wall_s']:.1f}s")
 
+    def session_per_run() -> None:
+        # The same run without the pipeline's shared server session: Spark compiles the write's code again.
+        own = write_project(
+            fresh_dir("connect-e2e-own-session"),
+            env,
+            {c: [data.topic] for c in CLUSTERS},
+            spark={**remote, "session_per_pipeline": False},
+        )
+        per_run.append(_run(own, server_pid, data.records))
+        _progress(f"connect e2e, a session per run #{len(per_run)}: {per_run[-1]['wall_s']:.1f}s")
+
     def flink_peer() -> None:
         measured = run_flink(env, data.topic, fresh_dir("flink-peer"), expected=data.records)
         flink.append(figures(measured, records=data.records))
@@ -296,9 +308,9 @@ def _e2e(
         )
         _progress(f"landing ceiling #{len(landing)}: {landing[-1]['wall_s']:.1f}s")
 
-    order = [ours, flink_peer, ceiling]
+    order = [ours, flink_peer, ceiling, session_per_run]
     for rep in range(settings.repeats):
-        for variant in order[rep % 3 :] + order[: rep % 3]:
+        for variant in order[rep % len(order) :] + order[: rep % len(order)]:
             variant()
         if with_baseline and len(baseline) < settings.repeats:
             run = figures(run_baseline(env, data.topic, fresh_dir("connect-baseline")), records=data.records)
@@ -313,6 +325,7 @@ def _e2e(
     # On a shared machine CPU moves less than wall: ours is the CLI process and the server's work during the run.
     ours_cpu = median_of([{"cpu": r["driver_cpu_s"] + (r["server_cpu_s"] or 0.0)} for r in big], "cpu")
     flink_cpu = median_of(flink, "driver_cpu_s")
+    per_run_wall = median_of(per_run, "wall_s")
     return {
         "warm_up_e2e_wall_s": warm_e2e,
         "warm_up_flink_wall_s": warm_flink,
@@ -321,6 +334,8 @@ def _e2e(
         "e2e_connect": big,
         "e2e_baseline": baseline,
         "e2e_flink": flink,
+        "e2e_session_per_run": per_run,
+        "e2e_shared_vs_per_run": big_wall / per_run_wall if big_wall and per_run_wall else None,
         "landing_ceiling": landing,
         "e2e_vs_baseline": big_wall / base_wall if big_wall and base_wall else None,
         "e2e_vs_landing": vs_landing,

@@ -281,6 +281,12 @@ def _connect(k: dict[str, Any], rows: list[list[Cell]], targets: list[list[Cell]
         targets.append(
             [f"8 {n} via Connect / {label}, wall", f"{value:.2f}x" if value else "-", f"<= {target}x", _verdict(passed)]
         )
+    shared = k.get("e2e_shared_vs_per_run")
+    if shared is not None:
+        per_run = median_of(k["e2e_session_per_run"], "wall_s")
+        measured = f"{shared:.2f}x (a session per run: {per_run:.2f}s)"
+        label = f"8 {n} via Connect: the pipeline's shared session / a session per run"
+        targets.append([label, measured, "(report)", "-"])
     cpu = k.get("e2e_cpu_vs_flink")
     if cpu is not None:
         measured = f"{cpu:.2f}x ({k['e2e_cpu_s']:.1f}s / {k['flink_cpu_s']:.1f}s)"

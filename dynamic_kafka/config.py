@@ -122,6 +122,12 @@ class SparkConfig(_Config):
         4, ge=0, description="Spark Connect: retries of a call the server did not answer (about 3 s in all)."
     )
     remote_max_backoff_ms: int = Field(2000, ge=10, description="Spark Connect: longest wait between two retries.")
+    session_per_pipeline: bool = Field(
+        True,
+        description="Spark Connect: a pipeline's incremental runs share one server session, so the code Spark "
+        "generated for the last run's write is compiled and warm for the next. The server ends a session left "
+        "idle for its spark.connect.session.manager.defaultSessionTimeout. False: a new session per run.",
+    )
     master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
     app_name: str = Field("dynamic-kafka", description="Spark application name.")
     conf: StringProperties = Field(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,7 @@ from dynamic_kafka.storage import TableRef, check_environment
 from dynamic_kafka.table_template import is_template, template_root
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from pyspark.sql import SparkSession
 
@@ -83,6 +84,7 @@ class PipelineContext:
             else guard_references(metadata_service, project, f"metadata service {type(metadata_service).__name__}")
         )
         self._spark = spark or self._default_spark
+        self._shared_as: str | None = None
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -124,10 +126,35 @@ class PipelineContext:
         if self.project.spark.remote is not None:
             self._spark()
 
+    @contextmanager
+    def shared_spark_session(self) -> Iterator[None]:
+        """Inside the block, the default Spark Connect session is the pipeline's shared one (``spark.
+        session_per_pipeline``): one server session for the pipeline's incremental runs, named by the pipeline and
+        its state table, so that a run finds the classes Spark compiled for the previous run's write.
+
+        Only incremental runs share it: one run of a pipeline writes at a time (its lock and lease), and its
+        session settings are the same in every run. A backfill or a replay sets a Delta transaction of its own in
+        its session for its MERGE, which must not reach any other writer, so they keep a session of their own.
+        """
+        self._shared_as = self.shared_session_name
+        try:
+            yield
+        finally:
+            self._shared_as = None
+
+    @property
+    def shared_session_name(self) -> str:
+        """What names the pipeline's shared Spark Connect session: the pipeline and its state table (two projects
+        may both have a pipeline ``orders``).
+        """
+        return f"pipeline {self.pipeline.id} of state {self.pipeline.state_table.delta_rs_uri}"
+
     def _default_spark(self) -> SparkSession:
         from dynamic_kafka.spark.session import build_spark_session
 
-        return build_spark_session(self.project.spark, object_storage=self.project.object_store_buckets())
+        return build_spark_session(
+            self.project.spark, object_storage=self.project.object_store_buckets(), shared_as=self._shared_as
+        )
 
     def check_object_store(self) -> None:
         """Fails before anything is written when the sink or dead-letter table's object store cannot be used

@@ -177,7 +177,8 @@ class PipelineRunner:
         with try_exclusive_lock(_run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)) as taken:
             if not taken:
                 raise in_progress_error(self.store)
-            return self._run_with_deadline()
+            with self.context.shared_spark_session():
+                return self._run_with_deadline()
 
     def _run_with_deadline(self) -> RunSummary:
         self._deadline = RunDeadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)

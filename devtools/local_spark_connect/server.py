@@ -73,7 +73,8 @@ _KEY_WORD = re.compile(r"(?i)key(?![a-z])")
 # Spark Connect's own defaults for these are fine for one user; the bounds keep a long-lived server's memory flat.
 _SERVER_CONF = {
     "spark.connect.grpc.binding.address": "127.0.0.1",
-    # A session idle this long is closed by the server: Dagster runs are short, fresh processes.
+    # A session idle this long is closed by the server: a pipeline's runs keep theirs (spark.session_per_pipeline)
+    # while a schedule starts one within this time; other runs are short, fresh processes.
     "spark.connect.session.manager.defaultSessionTimeout": "15min",
     "spark.sql.connect.ui.retainedSessions": "50",
     "spark.sql.connect.ui.retainedStatements": "50",

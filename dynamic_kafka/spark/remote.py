@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
@@ -52,22 +53,32 @@ SESSION_REDACTION = {
 ``python -m devtools spark-connect up`` then masks the Kafka reader's secret options in the plans it shows too."""
 
 _lock = threading.Lock()
-_SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int]
+_SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int, str | None]
 _sessions: dict[_SessionKey, SparkSession] = {}
+_SHARED_NAMESPACE = uuid.UUID("5b0b1c8e-6f0e-4d55-9a57-2f4c3d1e8a90")
 # Server-side errors that mean "this client's session is gone" (the server restarted or timed the session out):
 # a new session fixes them.
 _SESSION_GONE = ("INVALID_HANDLE.SESSION_NOT_FOUND", "INVALID_HANDLE.SESSION_CLOSED", "SESSION_CHANGED")
 
 
-def build_remote_session(settings: SparkConfig) -> SparkSession:
+def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None) -> SparkSession:
     """Return this process's Spark Connect session for ``settings.remote``, connecting on first use.
 
     A session cached by an earlier call is checked with one round trip (milliseconds) and replaced when the server
     lost it (a restarted server, an expired session), so a long-lived process (the demo, a test session) survives
     a server restart between runs.
 
+    With ``shared_as`` (and ``settings.session_per_pipeline``), the server session is named after it, the server,
+    the token's presence and ``settings.conf``: every process giving the same name attaches to the same session,
+    and none releases it on closing, so the classes Spark generated and compiled for one process's queries serve
+    the next (the server keeps a session until it has been idle for its
+    ``spark.connect.session.manager.defaultSessionTimeout``). Changed ``conf`` names another session, so a
+    setting removed from the project never lingers in one.
+
     Args:
         settings: the project's ``spark`` section; ``remote`` must be set.
+        shared_as: the name of a session shared across processes (a pipeline's runs: see
+            :meth:`dynamic_kafka.context.PipelineContext.shared_spark_session`); None: this process's own.
 
     Returns:
         A Spark Connect session whose server answered a round trip.
@@ -91,15 +102,33 @@ def build_remote_session(settings: SparkConfig) -> SparkSession:
         tuple(sorted(settings.conf.items())),
         settings.remote_retries,
         settings.remote_max_backoff_ms,
+        shared_as if settings.session_per_pipeline else None,
     )
     with _lock:
         session = _sessions.pop(key, None)
         if session is not None and _still_served(session, settings):
             _sessions[key] = session
             return session
-        session = _connect(settings)
+        session = _connect(settings, shared_session_id(settings, key[-1]))
         _sessions[key] = session
         return session
+
+
+def shared_session_id(settings: SparkConfig, shared_as: str | None) -> str | None:
+    """The server session id of the shared session ``shared_as`` (a UUID, as Spark Connect requires), or None.
+
+    Example:
+        >>> from dynamic_kafka.config import SparkConfig
+        >>> a = shared_session_id(SparkConfig(remote="sc://h:15002"), "orders")
+        >>> a == shared_session_id(SparkConfig(remote="sc://h:15002"), "orders") != shared_session_id(
+        ...     SparkConfig(remote="sc://h:15002", conf={"spark.sql.ansi.enabled": "true"}), "orders"
+        ... )
+        True
+    """
+    if shared_as is None or settings.remote is None or "session_id=" in settings.remote:  # the URL names its own
+        return None
+    naming = [shared_as, settings.shown_remote, settings.token is not None, sorted(settings.conf.items())]
+    return str(uuid.uuid5(_SHARED_NAMESPACE, repr(naming)))
 
 
 def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
@@ -128,18 +157,24 @@ def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
     return not client.is_closed
 
 
-def _connect(settings: SparkConfig) -> SparkSession:
+def _connect(settings: SparkConfig, session_id: str | None) -> SparkSession:
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     assert settings.remote is not None
     token = client_token(settings)
+    remote = settings.remote
+    if session_id is not None:
+        remote += (";" if "/;" in remote else "/;") + f"session_id={session_id}"
     # create(), not getOrCreate(): a process may hold sessions of several servers, and a dropped one stays dropped.
     if token is None:
-        session: SparkSession = SparkSession.builder.remote(settings.remote).create()
+        session: SparkSession = SparkSession.builder.remote(remote).create()
     else:
-        session = _authenticated_session(settings.remote, token)
+        session = _authenticated_session(remote, token)
+    if session_id is not None:
+        # Closing the client must leave the session to the next process (a released id is refused for good).
+        cast("ConnectSparkSession", session).release_session_on_close = False
     # The builder is typed as the classic session's; a remote one is pyspark.sql.connect's, with a client.
     cast("ConnectSparkSession", session).client.set_retry_policies(
         [DefaultPolicy(max_retries=settings.remote_retries, max_backoff=settings.remote_max_backoff_ms)]
@@ -157,7 +192,12 @@ def _connect(settings: SparkConfig) -> SparkSession:
                 hint="With spark.remote, spark.conf holds session settings only; set static Spark settings "
                 "(memory, jars, master) on the server's start.",
             ) from e
-    logger.info("connected to Spark Connect at %s (Spark %s)", settings.shown_remote, version)
+    logger.info(
+        "connected to Spark Connect at %s (Spark %s)%s",
+        settings.shown_remote,
+        version,
+        "" if session_id is None else f", shared session {session_id}",
+    )
     return session
 
 

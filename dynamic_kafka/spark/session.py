@@ -140,18 +140,21 @@ INTERPRETED_MAX_RECORDS = 50_000
 
 
 def codegen_settings(records: int | None) -> dict[str, str]:
-    """The session settings that turn Spark's code generation off for a write of ``records`` records (None:
-    unknown, as with a bootstrap archive's rows), for :func:`session_settings` around it; none for a larger write.
+    """The session settings of Spark's code generation for a write of ``records`` records (None: unknown, as with
+    a bootstrap archive's rows), for :func:`session_settings` around it: off up to
+    :data:`INTERPRETED_MAX_RECORDS`, on (Spark's defaults, stated) above.
 
     A Spark Connect server keeps generated classes per session (the compile cache is keyed by the session's class
-    loader since Spark 3.5), and a run is a fresh process with a fresh session, so every run compiled its ~27
-    classes again: about a quarter of a warm server's CPU for a 10,000-record run (1.49 -> 1.12 s measured). For
-    a few thousand rows the interpreted expressions cost less than compiling them; a larger write keeps codegen,
-    whose faster rows repay the compile. ``factoryMode`` covers the projections outside whole-stage code (the
-    Kafka rows, the observed metrics, the file writer's); a Spark without it ignores the setting.
+    loader since Spark 3.5), and each write's observed counts hold its own offsets as constants, so a write
+    compiles some of its classes again even in a pipeline's shared session. For a few thousand rows the
+    interpreted expressions cost less than compiling them (a 10,000-record run's server CPU 1.49 -> 1.12 s,
+    measured in a fresh session); a larger write keeps codegen, whose faster rows repay the compile, and says so:
+    a small run killed inside its write leaves code generation off in the shared session. ``factoryMode`` covers
+    the projections outside whole-stage code (the Kafka rows, the observed metrics, the file writer's); a Spark
+    without it ignores the setting.
     """
     if records is None or records > INTERPRETED_MAX_RECORDS:
-        return {}
+        return {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
     return {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
@@ -163,6 +166,10 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     a Connect server's session), so what a run needs for one write must not outlive the write. Settings are made
     in the given order (a first one the session refuses leaves nothing set); through Spark Connect each step is
     one round trip for all of them (a small run's two writes made 12 of them, one per setting and step).
+
+    A run killed inside the block leaves the settings in its session, and a pipeline's runs share one server
+    session (``spark.session_per_pipeline``): so a write states every setting its work depends on, never relying
+    on a session's defaults.
     """
     from dynamic_kafka.spark.remote import is_remote
 
@@ -273,9 +280,11 @@ def build_spark_session(
     *,
     object_storage: Mapping[str, StorageConfig | None] | None = None,
     s3a: bool | None = None,
+    shared_as: str | None = None,
 ) -> SparkSession:
     """Return the process-wide Spark session, building it on first use; with ``settings.remote``, this process's
-    Spark Connect session to that server instead (:func:`dynamic_kafka.spark.remote.build_remote_session`).
+    Spark Connect session to that server instead (:func:`dynamic_kafka.spark.remote.build_remote_session`), the
+    server session named by ``shared_as`` when given.
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
     with other settings than the running session's gets the running session (and a warning); the per-bucket
@@ -287,6 +296,9 @@ def build_spark_session(
             :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`); unused with ``settings.remote``,
             where the server holds the S3A settings.
         s3a: add Hadoop's S3A connector; default: when ``object_storage`` names a bucket.
+        shared_as: with ``settings.remote``: the name of a server session that outlives this process, shared by
+            every process that gives the same name (see :func:`dynamic_kafka.spark.remote.build_remote_session`);
+            unused in-process.
 
     Returns:
         A session with Delta Lake's SQL extension and catalog, and the ``kafka`` data source.
@@ -304,7 +316,7 @@ def build_spark_session(
         from dynamic_kafka.spark.remote import build_remote_session
 
         # Object storage is the server's: its S3A jars and bucket settings come with `spark-connect up`.
-        return build_remote_session(settings)
+        return build_remote_session(settings, shared_as=shared_as)
     buckets = dict(object_storage or {})
     guard_py4j_logging()
     with _lock:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,6 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_spark_connect import ServerInfo
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +94,57 @@ def test_a_write_above_the_interpreted_limit_lands_with_code_generation(
     assert summary.records == 25
     assert harness.sink_values() == sorted(r.value for r in sent if r.value is not None)
     assert spark.conf.get("spark.sql.codegen.wholeStage") == before
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_pipelines_runs_in_fresh_processes_share_one_connect_session(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark_connect_server: ServerInfo,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    shared: bool,
+) -> None:
+    # What a run finds in its pipeline's server session is what the last run left, so the classes Spark compiled
+    # for that run serve it. Seen from outside: a client attached to the session the pipeline's runs are named
+    # to share changes a setting every run makes on attaching, and a run, a fresh process, makes it again there.
+    from dynamic_kafka.config import SparkConfig, load_project_config
+    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.spark.remote import SESSION_REDACTION, build_remote_session
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("shared-session")
+    create_topic(east, topic, 2)
+    spark_config = {"remote": spark_connect_server.remote, "session_per_pipeline": shared}
+    harness = PipelineHarness(tmp_path, clusters={"east": east}, spark_config=spark_config)
+    harness.set_streams({"orders": {"east": [topic]}})
+    name = PipelineContext(load_project_config(harness.config_path), "p").shared_session_name
+    observer = build_remote_session(SparkConfig(remote=spark_connect_server.remote), shared_as=name)
+    setting = "spark.sql.redaction.options.regex"
+    sent = []
+    for rounds in range(2):
+        observer.conf.set(setting, "(?i)nothing")
+        sent += produce(east, topic, values("e", range(rounds * 10, rounds * 10 + 10)))
+
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dynamic_kafka.cli.main",
+                "run",
+                "--json",
+                "--config",
+                str(harness.config_path),
+                "--pipeline",
+                "p",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["records"] == 10
+        assert observer.conf.get(setting) == (SESSION_REDACTION[setting] if shared else "(?i)nothing")
+    assert harness.sink_values() == sorted(r.value for r in sent if r.value is not None)

@@ -185,9 +185,36 @@ def test_a_connect_server_binds_to_loopback_only_when_every_executor_is_on_this_
 
 
 def test_only_a_write_of_known_small_size_runs_without_code_generation() -> None:
-    # A fresh Connect session compiles every generated class again: a small write is cheaper interpreted.
+    # A write compiles some generated classes again: a small write is cheaper interpreted. A larger one states
+    # code generation on, since a pipeline's shared Connect session may hold a killed small write's "off".
     off = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    on = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
     assert codegen_settings(10_000) == off
     assert codegen_settings(INTERPRETED_MAX_RECORDS) == off
-    assert codegen_settings(INTERPRETED_MAX_RECORDS + 1) == {}
-    assert codegen_settings(None) == {}  # unknown (a bootstrap archive's rows): codegen stays
+    assert codegen_settings(INTERPRETED_MAX_RECORDS + 1) == on
+    assert codegen_settings(None) == on  # unknown (a bootstrap archive's rows)
+
+
+def test_a_pipelines_shared_connect_session_is_named_by_pipeline_server_and_settings() -> None:
+    import uuid
+
+    from dynamic_kafka.spark.remote import shared_session_id
+
+    remote = SparkConfig(remote="sc://127.0.0.1:15002")
+    first = shared_session_id(remote, "pipeline orders of state /data/a")
+    assert first is not None
+    assert uuid.UUID(first)
+    assert shared_session_id(remote, "pipeline orders of state /data/a") == first
+    others = {
+        shared_session_id(remote, "pipeline orders of state /data/b"),
+        shared_session_id(SparkConfig(remote="sc://10.0.0.2:15002"), "pipeline orders of state /data/a"),
+        # A setting removed from the project must not linger: other settings, another session.
+        shared_session_id(
+            SparkConfig(remote="sc://127.0.0.1:15002", conf={"spark.sql.ansi.enabled": "false"}),
+            "pipeline orders of state /data/a",
+        ),
+    }
+    assert first not in others
+    assert len(others) == 3
+    assert shared_session_id(remote, None) is None
+    assert shared_session_id(SparkConfig(remote="sc://h:1/;session_id=" + str(uuid.uuid4())), "x") is None
