@@ -106,12 +106,24 @@ def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None)
     )
     with _lock:
         session = _sessions.pop(key, None)
-        if session is not None and _still_served(session, settings):
-            _sessions[key] = session
-            return session
-        session = _connect(settings, shared_session_id(settings, key[-1]))
+        if session is None or not _still_served(session, settings):
+            session = _connect(settings, shared_session_id(settings, key[-1]))
         _sessions[key] = session
-        return session
+    _make_active(session)
+    return session
+
+
+def _make_active(session: SparkSession) -> None:
+    """Makes ``session`` the calling thread's active Connect session.
+
+    pyspark reads some settings from the thread's active session rather than from the frame's: a ``datetime``
+    literal's type, for one, as in a backfill's window. pyspark makes only the first session created active. A
+    process that holds a pipeline's shared session beside its own, or that replaced a session the server lost,
+    would otherwise read them from a session that may be closed.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    ConnectSession._active_session.session = session
 
 
 def shared_session_id(settings: SparkConfig, shared_as: str | None) -> str | None:

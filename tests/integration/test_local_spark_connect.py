@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,30 @@ def test_the_session_factory_connects_when_the_config_names_a_remote(
     made = [r for r in requests if r != "get"]
     assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get(probe, None)) == ("3", None)
     assert made == ["get_with_default", "set", "set", "unset"]
+
+
+def test_the_session_in_use_is_the_one_pyspark_reads_its_implicit_settings_from(
+    spark_connect_server: ServerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyspark reads some settings from the thread's active session, not the frame's (a datetime literal's type,
+    # in a backfill's window). It makes only the first session created active; a process holding a pipeline's
+    # shared session beside its own failed there once the other one was closed on the server.
+    from pyspark.sql import functions as sf
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from dynamic_kafka.spark.remote import build_remote_session
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    settings = SparkConfig(remote=spark_connect_server.remote)
+    shared = build_remote_session(settings, shared_as=f"test {free_port()}")
+    assert ConnectSession.getActiveSession() is shared
+    own = build_remote_session(settings)
+    assert ConnectSession.getActiveSession() is own
+
+    shared.client.release_session()  # as the server closes an idle session
+    window = own.range(1).select(sf.lit(datetime.now(UTC)).alias("t"))
+
+    assert window.count() == 1
 
 
 def test_an_unreachable_server_is_a_retriable_error() -> None:
