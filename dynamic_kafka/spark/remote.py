@@ -96,18 +96,19 @@ def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None)
     """
     if settings.remote is None:
         raise ValueError("build_remote_session needs settings with remote set")
+    shared = shared_as if settings.session_per_pipeline else None
     key: _SessionKey = (
         settings.remote,
         settings.token,
         tuple(sorted(settings.conf.items())),
         settings.remote_retries,
         settings.remote_max_backoff_ms,
-        shared_as if settings.session_per_pipeline else None,
+        shared,
     )
     with _lock:
         session = _sessions.pop(key, None)
         if session is None or not _still_served(session, settings):
-            session = _connect(settings, shared_session_id(settings, key[-1]))
+            session = _connect(settings, shared_session_id(settings, shared))
         _sessions[key] = session
     _make_active(session)
     return session

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -107,8 +105,7 @@ def test_a_pipelines_runs_in_fresh_processes_share_one_connect_session(
     # What a run finds in its pipeline's server session is what the last run left, so the classes Spark compiled
     # for that run serve it. Seen from outside: a client attached to the session the pipeline's runs are named
     # to share changes a setting every run makes on attaching, and a run, a fresh process, makes it again there.
-    from dynamic_kafka.config import SparkConfig, load_project_config
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.config import SparkConfig
     from dynamic_kafka.spark.remote import SESSION_REDACTION, build_remote_session
 
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
@@ -118,7 +115,7 @@ def test_a_pipelines_runs_in_fresh_processes_share_one_connect_session(
     spark_config = {"remote": spark_connect_server.remote, "session_per_pipeline": shared}
     harness = PipelineHarness(tmp_path, clusters={"east": east}, spark_config=spark_config)
     harness.set_streams({"orders": {"east": [topic]}})
-    name = PipelineContext(load_project_config(harness.config_path), "p").shared_session_name
+    name = harness.runner().context.shared_session_name
     observer = build_remote_session(SparkConfig(remote=spark_connect_server.remote), shared_as=name)
     setting = "spark.sql.redaction.options.regex"
     sent = []
@@ -126,23 +123,7 @@ def test_a_pipelines_runs_in_fresh_processes_share_one_connect_session(
         observer.conf.set(setting, "(?i)nothing")
         sent += produce(east, topic, values("e", range(rounds * 10, rounds * 10 + 10)))
 
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dynamic_kafka.cli.main",
-                "run",
-                "--json",
-                "--config",
-                str(harness.config_path),
-                "--pipeline",
-                "p",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = harness.cli("run", "--json")
 
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout)["records"] == 10
