@@ -19,7 +19,8 @@ Set ``DYNAMIC_KAFKA_FAULT`` to a point's name and the process kills itself with 
 - ``before_maintenance_step``: a maintenance holds its lease and is about to compact, vacuum or clear a table
   (:mod:`~dynamic_kafka.maintain`);
 - ``after_fence``: an abandon fenced the run in the sink, before the dead-letter table's fence and the state's
-  abandon commit (:mod:`~dynamic_kafka.sink.fence`).
+  abandon commit (:mod:`~dynamic_kafka.sink.fence`);
+- ``fence_committed``: a fence's commit returned, before it is read back from the table's log.
 
 In-process, :func:`acting_at` runs an action at a point instead (another actor's move at exactly that step: a
 test deleting and recreating a topic between a run's plan and its read).

@@ -15,6 +15,11 @@ command and the writers tell it from landed data by the table's transaction map 
 checkpoints and log cleanup). ``/`` cannot occur in a pipeline id, so it never names a pipeline's runs. Its
 ``commitInfo`` says why (``dynamicKafkaFence``), for whoever reads the table's history.
 
+A fence is read back after its commit, as a run's append is (:mod:`~dynamic_kafka.sink.commits`): the version
+holding the run's transaction must be the fence's own commit (its commit id). When another process's commit
+replaced the entry, the table is looked at again: it holds the run's data (``landed``) or nothing of the run (fenced
+again).
+
 A table that does not exist yet is created by its fence (a late delta-spark writer's first commit then loses to
 it): with the columns every row of it has (the dead-letter table's are all fixed; the sink's ``key``, ``value`` and
 decoded fields depend on the formats and join at the first real append, which merges schemas) and the statistics
@@ -28,8 +33,10 @@ import logging
 from typing import TYPE_CHECKING, Literal
 
 from dynamic_kafka.errors import SparkJobError
+from dynamic_kafka.faults import crash_point
 from dynamic_kafka.secrets import mask_secrets
-from dynamic_kafka.sink.tables import STATS_PROPERTY, open_delta_rs
+from dynamic_kafka.sink.commits import COMMIT_ID_KEY, new_commit_id
+from dynamic_kafka.sink.tables import STATS_PROPERTY, open_delta_rs, run_commit
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, ERROR, OUTPUT_FIELDS, RUN_SEQ, STATS_COLUMNS
 from dynamic_kafka.storage import TableRef
 
@@ -78,9 +85,10 @@ def fence_run(table: Table, kind: TableKind, app_id: str, run_seq: int, reason: 
 
     ref = TableRef.of(table)
     doing = f"fencing run {run_seq} of {app_id!r} in {ref}"
+    commit_id = new_commit_id()
     properties = CommitProperties(
         app_transactions=[Transaction(app_id=app_id, version=run_seq), Transaction(fence_app_id(app_id), run_seq)],
-        custom_metadata={FENCE_KEY: json.dumps({"run_seq": run_seq, "abandoned": reason})},
+        custom_metadata={FENCE_KEY: json.dumps({"run_seq": run_seq, "abandoned": reason}), COMMIT_ID_KEY: commit_id},
     )
     for _ in range(_ATTEMPTS):
         opened = open_delta_rs(ref, doing=doing)
@@ -108,12 +116,26 @@ def fence_run(table: Table, kind: TableKind, app_id: str, run_seq: int, reason: 
             raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
         except OSError as e:
             raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
+        crash_point("fence_committed")
+        if not _holds_own_commit(ref, app_id, run_seq, commit_id):
+            # Another process's commit replaced the fence's log entry (delta-spark's log stores check, then
+            # write): look again at what the table holds, and fence again if it holds nothing of the run.
+            logger.warning(
+                "the fence of run %d of %r in %s was replaced by another commit; looking again", run_seq, app_id, ref
+            )
+            continue
         logger.warning("run %d of %r fenced in %s (abandoned: %s)", run_seq, app_id, ref, reason)
         return "fenced"
     raise SparkJobError(
         f"{doing}: other writers of the table kept committing first ({_ATTEMPTS} attempts).",
         hint=_AGAIN,
     )
+
+
+def _holds_own_commit(ref: TableRef, app_id: str, run_seq: int, commit_id: str) -> bool:
+    """Whether the version holding the run's transaction is the commit ``commit_id`` made."""
+    commit = run_commit(ref, app_id, run_seq)
+    return commit is not None and commit.commit_id == commit_id
 
 
 def _txn_of(opened: DeltaTableRs, app_id: str) -> tuple[int | None, bool]:

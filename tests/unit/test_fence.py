@@ -4,6 +4,7 @@ landed data, and how they race other writers of the run."""
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -11,8 +12,10 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from dynamic_kafka.faults import acting_at
 from dynamic_kafka.sink.fence import FENCE_KEY, fence_run, is_fence
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, STATS_COLUMNS
+from tests.support.foreign_writer import replace_last_commit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,3 +90,45 @@ def test_a_writer_of_the_run_that_read_the_table_before_its_fence_loses_and_one_
     _append(tmp_path / "other", 2)  # the run's writer won the race: the fence finds its data
     assert fence_run(tmp_path / "other", "sink", "p", 2, "x") == "landed"
     assert not is_fence(tmp_path / "other", "p", 2)
+
+
+def test_a_fence_whose_log_entry_another_writer_replaced_is_committed_again(tmp_path: Path) -> None:
+    """delta-spark's log stores check, then write: a foreign commit at the fence's version can replace its entry
+    after delta-rs reported the fence committed (docs/design.md, "A run trusts only the commit it finds in the sink").
+    """
+    sink = tmp_path / "sink"
+    _append(sink, 1)
+    replaced: list[str] = []
+
+    def replace_once() -> None:
+        if not replaced:
+            replaced.append(replace_last_commit(sink))
+
+    with acting_at("fence_committed", replace_once):
+        assert fence_run(sink, "sink", "p", 2, "cluster gone") == "fenced"
+
+    assert replaced == ["SET TBLPROPERTIES"]  # one file: nothing to compact
+    assert is_fence(sink, "p", 2)
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 1
+
+
+def test_a_fence_replaced_by_the_runs_own_data_reads_as_landed(tmp_path: Path) -> None:
+    """The entry that replaced the fence holds the run's data (a late writer of it): the table holds the run."""
+    sink = tmp_path / "sink"
+    _append(sink, 1)
+    replaced: list[int] = []
+
+    def land_the_run_over_the_fence() -> None:
+        if replaced:
+            return
+        fence_version = DeltaTable(str(sink)).version()
+        _append(sink, 2)  # written on top, then moved over the fence's entry, as the losing rename would
+        log = sink / "_delta_log"
+        os.replace(log / f"{fence_version + 1:020d}.json", log / f"{fence_version:020d}.json")
+        replaced.append(fence_version)
+
+    with acting_at("fence_committed", land_the_run_over_the_fence):
+        assert fence_run(sink, "sink", "p", 2, "cluster gone") == "landed"
+
+    assert not is_fence(sink, "p", 2)
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 2
