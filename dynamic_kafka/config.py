@@ -587,6 +587,36 @@ class PipelineConfig(_Config):
         return self
 
     @model_validator(mode="after")
+    def _vacuum_retention_floor(self) -> PipelineConfig:
+        problem = self.vacuum_retention_problem(self.maintenance.vacuum_retention_hours)
+        if problem is not None:
+            raise ValueError(
+                f"maintenance.vacuum_retention_hours: {problem}; give {self.vacuum_retention_floor_hours} or more"
+            )
+        return self
+
+    @property
+    def vacuum_retention_floor_hours(self) -> int:
+        """The shortest vacuum retention maintenance takes without ``unsafe_vacuum_retention``: ``max_run_seconds``
+        in whole hours, rounded up, plus an hour, since a write's files stay uncommitted while it runs (and a Spark
+        Connect server finishes a killed client's write after its deadline).
+        """
+        return -(-self.max_run_seconds // 3600) + 1
+
+    def vacuum_retention_problem(self, retention_hours: int | None) -> str | None:
+        """Why ``retention_hours`` is below :attr:`vacuum_retention_floor_hours`; None when it is not (or None)."""
+        floor = self.vacuum_retention_floor_hours
+        if retention_hours is None or retention_hours >= floor:
+            return None
+        return (
+            f"a vacuum retention of {retention_hours} hours is below the floor of {floor} hours for pipeline "
+            f"{self.id!r} (max_run_seconds, {self.max_run_seconds}s, rounded up to hours, plus one hour): a shorter "
+            "retention lets VACUUM delete the files of a write that has not committed yet (a Spark Connect server "
+            "finishing a killed run's write, a paused process, another pipeline writing the same folder), and that "
+            "write then commits files that are gone"
+        )
+
+    @model_validator(mode="after")
     def _table_per_stream(self) -> PipelineConfig:
         if self.state_path is not None and placeholders(self.state_path.uri):
             raise ValueError(

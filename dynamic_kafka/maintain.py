@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.errors import DynamicKafkaError, StateError
+from dynamic_kafka.errors import ConfigError, DynamicKafkaError, StateError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
@@ -42,6 +42,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.storage import TableRef
 
@@ -60,15 +61,22 @@ class MaintenanceSummary(FrozenModel):
     seconds: float = 0.0
 
 
-def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None = None) -> MaintenanceSummary:
+def maintain_pipeline(
+    context: PipelineContext, *, retention_hours: int | None = None, unsafe_vacuum_retention: bool = False
+) -> MaintenanceSummary:
     """Compacts and vacuums the pipeline's sink and dead-letter table, under its run lock and writer lease.
 
     Args:
         context: the pipeline.
         retention_hours: how long files replaced or left by earlier versions are kept for readers of older
-            versions (and writers that may still commit them); None keeps each table's own retention.
+            versions (and writers that may still commit them); None keeps each table's own retention. At least
+            the pipeline's ``vacuum_retention_floor_hours`` (``max_run_seconds`` rounded up to hours, plus one).
+        unsafe_vacuum_retention: take a retention below the floor (logged as a warning): only when no writer of
+            the tables runs anywhere, since VACUUM then deletes the files of writes that have not committed yet.
 
     Raises:
+        ConfigError: ``retention_hours`` is below the floor and ``unsafe_vacuum_retention`` is not set; nothing
+            was done.
         RunInProgressError: a run or backfill of the pipeline holds the run lock on this machine, a run is planned
             (in flight, or crashed: the next run recovers it), or a backfill holds the lease; nothing was done.
         LeaseLostError: the lease was lost between two steps (retriable); the steps done stand, the rest was not
@@ -82,6 +90,7 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
     if retention_hours is not None and retention_hours < 0:
         raise ValueError(f"a retention of {retention_hours} hours is negative: give 0 or more hours")
     pipeline = context.pipeline
+    _check_floor(pipeline, retention_hours, unsafe=unsafe_vacuum_retention)
     started = time.monotonic()
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         if not taken:
@@ -123,6 +132,24 @@ def maintain_pipeline(context: PipelineContext, *, retention_hours: int | None =
             _release(context, owner)
     return MaintenanceSummary(
         pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done, seconds=time.monotonic() - started
+    )
+
+
+def _check_floor(pipeline: PipelineConfig, retention_hours: int | None, *, unsafe: bool) -> None:
+    """Refuses a retention below the pipeline's floor unless the caller said it is unsafe on purpose."""
+    problem = pipeline.vacuum_retention_problem(retention_hours)
+    if problem is None:
+        return
+    if unsafe:
+        logger.warning("pipeline %s: UNSAFE vacuum retention taken on purpose: %s", pipeline.id, problem)
+        return
+    floor = pipeline.vacuum_retention_floor_hours
+    raise ConfigError(
+        f"{problem}. Given as --vacuum-retention, maintenance.vacuum_retention_hours or the maintenance job's "
+        "vacuum_retention_hours.",
+        hint=f"Give {floor} hours or more. To vacuum below the floor anyway, when no writer of these tables runs "
+        "anywhere, pass --unsafe-vacuum-retention (unsafe_vacuum_retention=True in Python and in the maintenance "
+        "job's run config); docs/maintenance.md.",
     )
 
 

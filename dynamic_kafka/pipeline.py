@@ -183,16 +183,20 @@ class Pipeline:
         """
         return realign(self.config, self.context.store, yes=apply)
 
-    def maintain(self, *, vacuum_retention_hours: int | None = None) -> MaintenanceSummary:
+    def maintain(
+        self, *, vacuum_retention_hours: int | None = None, unsafe_vacuum_retention: bool = False
+    ) -> MaintenanceSummary:
         """Compact and vacuum the sink and dead-letter table under the pipeline's run lock and writer lease, never
         beside a run or backfill. The retention is ``vacuum_retention_hours``, else the config's
-        ``maintenance.vacuum_retention_hours``, else each table's own. See
-        :func:`dynamic_kafka.maintain.maintain_pipeline`.
+        ``maintenance.vacuum_retention_hours``, else each table's own; one below the pipeline's floor is refused
+        unless ``unsafe_vacuum_retention``. See :func:`dynamic_kafka.maintain.maintain_pipeline`.
         """
         retention = vacuum_retention_hours
         if retention is None:
             retention = self.config.maintenance.vacuum_retention_hours
-        return maintain_pipeline(self.context, retention_hours=retention)
+        return maintain_pipeline(
+            self.context, retention_hours=retention, unsafe_vacuum_retention=unsafe_vacuum_retention
+        )
 
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""

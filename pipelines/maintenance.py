@@ -47,7 +47,13 @@ class MaintenanceRunConfig(Config):
         default=None,
         ge=0,
         description="Keep files older versions need for this many hours; default: the pipeline's "
-        "maintenance.vacuum_retention_hours, else the tables' own (7 days).",
+        "maintenance.vacuum_retention_hours, else the tables' own (7 days). At least the pipeline's floor "
+        "(max_run_seconds in hours, rounded up, plus one) unless unsafe_vacuum_retention.",
+    )
+    unsafe_vacuum_retention: bool = Field(
+        default=False,
+        description="Take a retention below the floor: VACUUM then deletes the files of writes that have not "
+        "committed yet; only when no writer of the tables runs anywhere.",
     )
 
 
@@ -61,7 +67,10 @@ def build_maintenance_job(pipeline: PipelineConfig) -> JobDefinition:
         context: OpExecutionContext, config: MaintenanceRunConfig, dynamic_kafka: DynamicKafkaResource
     ) -> None:
         with dagster_errors(pipeline_id):
-            summary = dynamic_kafka.pipeline(pipeline_id).maintain(vacuum_retention_hours=config.vacuum_retention_hours)
+            summary = dynamic_kafka.pipeline(pipeline_id).maintain(
+                vacuum_retention_hours=config.vacuum_retention_hours,
+                unsafe_vacuum_retention=config.unsafe_vacuum_retention,
+            )
         for table in summary.tables:
             if table.before is None:
                 context.log.info(f"{table.role} {table.table}: no table yet; nothing to do")

@@ -33,6 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep files older versions need for this many hours (default: the pipeline's "
         "maintenance.vacuum_retention_hours, else the tables' own, 7 days); older versions can no longer be read",
     )
+    parser.add_argument(
+        "--unsafe-vacuum-retention",
+        action="store_true",
+        help="take a --vacuum-retention below the pipeline's floor (max_run_seconds in hours plus one): VACUUM then "
+        "deletes the files of writes that have not committed yet; only when no writer of the tables runs anywhere",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=_maintain)
 
@@ -56,7 +62,9 @@ def hours(text: str) -> int:
 def _maintain(args: argparse.Namespace) -> int:
     from dynamic_kafka.pipeline import Pipeline
 
-    summary = Pipeline.from_config(args.config, args.pipeline).maintain(vacuum_retention_hours=args.vacuum_retention)
+    summary = Pipeline.from_config(args.config, args.pipeline).maintain(
+        vacuum_retention_hours=args.vacuum_retention, unsafe_vacuum_retention=args.unsafe_vacuum_retention
+    )
     print(summary.model_dump_json(indent=2) if args.json else format_maintenance(summary))
     return 0
 

@@ -51,7 +51,9 @@ def test_the_maintenance_job_compacts_the_sink_with_its_run_config_and_reports_t
     assert (schedule.cron_schedule, schedule.default_status) == ("0 3 * * 0", DefaultScheduleStatus.STOPPED)
 
     result = job.execute_in_process(
-        run_config={"ops": {"orders_maintain": {"config": {"vacuum_retention_hours": 0}}}},
+        run_config={
+            "ops": {"orders_maintain": {"config": {"vacuum_retention_hours": 0, "unsafe_vacuum_retention": True}}}
+        },
         instance=instance,
         resources=project.resources(),
     )

@@ -16,13 +16,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.maintain import format_maintenance
-from dynamic_kafka.errors import RunInProgressError, RunTimeoutError
+from dynamic_kafka.errors import ConfigError, RunInProgressError, RunTimeoutError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.run_guard import run_lock_path
@@ -72,7 +73,7 @@ def test_maintenance_compacts_the_runs_files_and_clears_killed_writes_leaving_ev
     assert before.current.files >= 3  # a file per run and partition at least
     offsets = committed_offsets(harness)
 
-    summary = maintain_pipeline(harness.runner().context, retention_hours=0)
+    summary = maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
 
     sink, dead_letters = summary.tables
     assert (sink.role, dead_letters.role, dead_letters.before) == ("sink", "dead_letter", None)
@@ -111,7 +112,8 @@ def test_recent_leftovers_stay_within_the_retention_period(
     recent = temporary / "0" / "_temporary" / "attempt_1" / "part-00000-x.snappy.parquet"
     os.utime(recent, None)
 
-    summary = maintain_pipeline(stream.harness.runner().context, retention_hours=1)
+    floor = stream.harness.runner().pipeline.vacuum_retention_floor_hours  # the least taken without the override
+    summary = maintain_pipeline(stream.harness.runner().context, retention_hours=floor)
 
     assert recent.exists()
     assert summary.tables[0].leftovers_removed == 1  # the day-old checksum only
@@ -130,14 +132,14 @@ def test_maintenance_refuses_while_the_run_lock_is_held_a_run_is_planned_or_anot
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         assert taken
         with pytest.raises(RunInProgressError) as locked:
-            maintain_pipeline(harness.runner().context, retention_hours=0)
+            maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
     assert locked.value.retriable
     assert "another run is in progress for pipeline 'p'" in str(locked.value)
 
     store = harness.runner().store
     store.record_backfill({}, owner="another-host 1 x", lease_expires_at=datetime.now(UTC) + timedelta(minutes=5))
     with pytest.raises(RunInProgressError, match="held by another-host"):
-        maintain_pipeline(harness.runner().context, retention_hours=0)
+        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
     store.release_backfill_lease(owner="another-host 1 x")
 
     stream.produce("b", east=1, west=1)
@@ -146,7 +148,7 @@ def test_maintenance_refuses_while_the_run_lock_is_held_a_run_is_planned_or_anot
     state = store.load()
     store.begin_run(plan, expected_version=state.table_version, owner="gone", lease_expires_at=datetime.now(UTC))
     with pytest.raises(RunInProgressError, match=f"planned run_seq {plan.run_seq} first"):
-        maintain_pipeline(harness.runner().context, retention_hours=0)
+        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
 
     assert table_files(pipeline.sink_table) == before
 
@@ -171,7 +173,7 @@ def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_p
     assert sorted(p.name for p in harness.sink_path.glob("cluster=*")) == ["cluster=east", "cluster=west"]
     assert harness.sink_rows() == stream.expected_rows()
 
-    summary = maintain_pipeline(harness.runner().context, retention_hours=0)
+    summary = maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
 
     after = summary.tables[0].after
     assert after is not None
@@ -195,13 +197,52 @@ def test_a_maintenance_past_max_run_seconds_stops_before_its_next_step_and_gives
         time.sleep(1.2)
 
     with acting_at("before_maintenance_step", slow_step), pytest.raises(RunTimeoutError) as caught:
-        maintain_pipeline(harness.runner().context, retention_hours=0)
+        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
 
     assert caught.value.retriable
     assert "the maintenance of pipeline 'p' exceeded max_run_seconds (1s)" in str(caught.value)
     assert len(steps) == 1  # stopped before its first step: nothing compacted
     assert table_files(harness.runner().pipeline.sink_table) == before
     assert store.load().backfill_owner is None  # its lease was given up
-    done = maintain_pipeline(harness.runner().context, retention_hours=0)  # the next one has the time it needs
+    done = maintain_pipeline(
+        harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True
+    )  # the next one has the time it needs
     assert done.tables[0].after is not None
     assert done.tables[0].after.current.files == 1
+
+
+def test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_file_stays(tmp_path: Path) -> None:
+    # JVM-free, as above. A writer the lease does not hold off (a Connect server finishing a killed client's
+    # write, a paused zombie, another pipeline sharing the sink folder) has written a data file, not committed yet.
+    harness = PipelineHarness(tmp_path, clusters={"east": "127.0.0.1:9"}, max_run_seconds=3600)
+    write_deltalake(str(harness.sink_path), pa.table({"offset": [1], "value": [b"a"]}), mode="append")
+    harness.runner().store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))
+    in_flight = harness.sink_path / "part-00000-5d1e2c7a-0b1f-4f55-9a9e-3c2b1a0f9e8d-c000.snappy.parquet"
+    pq.write_table(pa.table({"offset": [2], "value": [b"late"]}), in_flight)
+    before = table_files(harness.runner().pipeline.sink_table)
+
+    with pytest.raises(ConfigError) as refused:
+        maintain_pipeline(harness.runner().context, retention_hours=0)
+
+    assert not refused.value.retriable
+    message = str(refused.value)
+    assert "vacuum retention of 0 hours" in message
+    assert "--vacuum-retention" in message
+    assert "vacuum_retention_hours" in message
+    assert "2 hours" in message  # the floor: max_run_seconds (1 hour) plus an hour
+    assert "unsafe_vacuum_retention" in message
+    assert in_flight.exists()
+    assert table_files(harness.runner().pipeline.sink_table) == before
+
+    at_floor = maintain_pipeline(harness.runner().context, retention_hours=2)
+    assert in_flight.exists()  # younger than the floor
+    assert at_floor.tables[0].after is not None
+    assert at_floor.tables[0].after.current.files == 1
+
+    cli = harness.cli("maintain", "--vacuum-retention", "1")
+    assert cli.returncode == 1
+    assert "below the floor of 2 hours" in cli.stderr
+    assert in_flight.exists()
+
+    maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+    assert not in_flight.exists()  # the explicit override deletes it, as documented

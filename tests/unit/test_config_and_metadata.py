@@ -89,6 +89,11 @@ class TestProjectConfig:
                 "  - id: o\n    streams: [a]\n    sink: {path: s}\n    backfill: {start: 2026}\n",
                 r"pipelines\[0\]\.backfill\.start: .*not an ISO-8601 timestamp",
             ),
+            (  # the floor: max_run_seconds (default 4 hours) plus an hour
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    maintenance: {vacuum_retention_hours: 4}\n",
+                r"maintenance\.vacuum_retention_hours: a vacuum retention of 4 hours is below the floor of 5 hours.*"
+                r"give 5 or more",
+            ),
         ],
     )
     def test_invalid_configs_name_file_and_key(self, tmp_path: Path, pipeline_yaml: str, expected: str) -> None:
