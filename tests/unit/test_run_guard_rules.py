@@ -432,6 +432,22 @@ def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.Monk
     assert found.name.startswith("p-")
 
 
+def test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    # The lock's guard at its call site: the empty plan would otherwise be committed beside the holder.
+    from dynamic_kafka.runner import _run_lock_path
+
+    r = runner(tmp_path)
+    commit(r.store, 1)
+    before = r.store.load().table_version
+
+    with try_exclusive_lock(_run_lock_path(r.pipeline.resolved_state_path, PID)) as taken:
+        assert taken
+        with pytest.raises(RunInProgressError, match="another run is in progress for pipeline 'p'"):
+            r.run()
+
+    assert r.store.load().table_version == before
+
+
 # --- hole 6: schema comparison -------------------------------------------------------------------------------------
 
 
