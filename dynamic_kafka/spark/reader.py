@@ -192,17 +192,42 @@ def read_splits(
 
 
 def _stream_column(splits: Sequence[Split]) -> Column:
-    """``stream`` for one cluster's rows: the stream id of the row's topic (splits of one topic agree)."""
+    """``stream`` for one cluster's rows: the ``stream_id`` of the row's split. The splits of one topic usually
+    agree (a map by topic); a drained partition keeps the stream it was landed under while the topic's other
+    partitions follow the metadata, so a topic whose splits disagree is mapped by partition. With a table per
+    stream this column picks the row's table, so it must be the split's own stream: the plan's table of that
+    split, the one its recovery and completeness check.
+    """
     from pyspark.sql import functions as sf
 
-    streams: dict[str, str] = {}
-    for split in splits:
-        # min() keeps the choice deterministic should two splits of one topic ever disagree.
-        streams[split.topic] = min(streams.get(split.topic, split.stream_id), split.stream_id)
-    if len(set(streams.values())) == 1:
-        return sf.lit(next(iter(streams.values())))
-    pairs = [sf.lit(x) for topic in sorted(streams) for x in (topic, streams[topic])]
-    return sf.create_map(*pairs)[sf.col("topic")]
+    by_partition = {(split.topic, split.partition): split.stream_id for split in splits}
+    if len(set(by_partition.values())) == 1:
+        return sf.lit(next(iter(by_partition.values())))
+    by_topic: dict[str, set[str]] = defaultdict(set)
+    for (topic, _), stream in by_partition.items():
+        by_topic[topic].add(stream)
+    agreeing = {topic: streams.pop() for topic, streams in by_topic.items() if len(streams) == 1}
+    column = _mapped(agreeing, sf.col("topic"))
+    split_topics = {key: stream for key, stream in by_partition.items() if key[0] not in agreeing}
+    if not split_topics:
+        return column
+    partition_key = sf.concat_ws(_KEY_SEPARATOR, sf.col("partition").cast("string"), sf.col("topic"))
+    keyed = {f"{partition}{_KEY_SEPARATOR}{topic}": stream for (topic, partition), stream in split_topics.items()}
+    return sf.coalesce(_mapped(keyed, partition_key), column)
+
+
+# Between the partition number and the topic in a key of the partition map (Kafka topic names never hold it).
+_KEY_SEPARATOR = "/"
+
+
+def _mapped(streams: Mapping[str, str], key: Column) -> Column:
+    """The stream of ``key`` in ``streams`` (null for a key not in it, or when ``streams`` is empty)."""
+    from pyspark.sql import functions as sf
+
+    if not streams:
+        return sf.lit(None).cast("string")
+    pairs = [sf.lit(x) for name in sorted(streams) for x in (name, streams[name])]
+    return sf.create_map(*pairs)[key]
 
 
 def _empty(spark: SparkSession) -> DataFrame:

@@ -45,6 +45,15 @@ def crash() -> None:
     raise SimulatedCrashError
 
 
+def per_stream_harness(
+    clusters: dict[str, ClusterEndpoint], spark: Any, folder: Path, **pipeline: Any
+) -> PipelineHarness:
+    """A pipeline of the streams named ``orders-*`` (by pattern), each landing in ``tables/<stream>``."""
+    return harness(
+        folder, clusters, spark, streams=None, stream_pattern="orders-.*", sink={"path": "tables/{stream}"}, **pipeline
+    )
+
+
 def two_streams(
     clusters: dict[str, ClusterEndpoint], spark: Any, folder: Path, **pipeline: Any
 ) -> tuple[PipelineHarness, dict[str, str]]:
@@ -54,9 +63,7 @@ def two_streams(
     topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us")}
     for topic in topics.values():
         create_topic(clusters["east"].bootstrap_servers, topic, 1)
-    h = harness(
-        folder, clusters, spark, streams=None, stream_pattern="orders-.*", sink={"path": "tables/{stream}"}, **pipeline
-    )
+    h = per_stream_harness(clusters, spark, folder, **pipeline)
     h.set_streams({s: {"east": [t]} for s, t in topics.items()})
     return h, topics
 
