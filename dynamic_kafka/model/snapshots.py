@@ -7,6 +7,7 @@ them as plain frozen values makes the planner a pure function that unit tests dr
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -101,6 +102,9 @@ class PartitionState(FrozenModel):
 
 RunStatus = Literal["planned", "committed", "abandoned"]
 
+OPERATION_STATUSES = frozenset({"reset", "replayed", "realigned"})
+"""The summary statuses of operations recorded in the run history between runs."""
+
 
 class RunRecord(FrozenModel):
     """One run in the state: its plan while planned, and its summary once committed (or abandoned: its offsets
@@ -124,6 +128,26 @@ class RunRecord(FrozenModel):
         """Whether a planned run's owner still holds it at ``now`` (a run without a lease never does)."""
         return self.status == "planned" and self.lease_expires_at is not None and self.lease_expires_at > now
 
+    @property
+    def summary_status(self) -> str | None:
+        """The status its summary records (``reset``, ``replayed``, ``realigned`` for an operation); None while
+        planned.
+        """
+        if not self.summary_json:
+            return None
+        document = json.loads(self.summary_json)
+        if not isinstance(document, dict):
+            return None
+        # A realign of an earlier version stored a document of its own shape, without a status.
+        return "realigned" if document.get("realigned") is True else document.get("status")
+
+    @property
+    def is_operation(self) -> bool:
+        """Whether it is an operation recorded between runs (an offsets reset, a dead-letter replay, a realign),
+        which planned and read nothing.
+        """
+        return self.status == "committed" and self.summary_status in OPERATION_STATUSES
+
 
 class StateSnapshot(FrozenModel):
     """A pipeline's committed state as read at one Delta table version."""
@@ -131,6 +155,14 @@ class StateSnapshot(FrozenModel):
     pipeline_id: str
     table_version: int | None = Field(None, description="Delta version read; None when no state exists yet.")
     last_run: RunRecord | None = None
+    operations: tuple[RunRecord, ...] = Field(
+        (),
+        description="When the last run is an operation (offsets reset, dead-letter replay, realign): it and every "
+        "operation recorded since the newest run that is not one, newest first; else empty.",
+    )
+    before_operations: RunRecord | None = Field(
+        None, description="When the last run is an operation: the newest run before it that is not one (if any)."
+    )
     partitions: dict[TopicPartition, PartitionState] = Field(default_factory=dict)
     backfilled: dict[TopicPartition, int] = Field(
         default_factory=dict,
@@ -173,6 +205,13 @@ class StateSnapshot(FrozenModel):
             if self.backfill_topic_ids.get(split.key) in (None, row.topic_id):
                 floor = max(floor, self.backfilled.get(split.key, 0))
         return floor
+
+    @property
+    def landing_run(self) -> RunRecord | None:
+        """The newest run that planned a read (planned, committed or abandoned), past the operations recorded after
+        it: a bootstrap archive landed over several runs continues from it, whatever was done in between.
+        """
+        return self.before_operations if self.operations else self.last_run
 
     @property
     def next_run_seq(self) -> int:

@@ -105,9 +105,9 @@ def plan_run(
 
 def bootstrap_due(pipeline: PipelineConfig, state: StateSnapshot) -> bool:
     """Whether the next run is the pipeline's bootstrap: it has an archive and nothing landed yet (no run, or only
-    an abandoned one that committed no position).
+    an abandoned one that committed no position; operations recorded since do not count).
     """
-    last = state.last_run
+    last = state.landing_run
     return pipeline.bootstrap is not None and (last is None or (last.status == "abandoned" and not state.partitions))
 
 

@@ -17,7 +17,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.errors import ConfigError, StateError
 from dynamic_kafka.model.plan import ArchiveRead
 from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, STREAM
 
@@ -142,17 +142,36 @@ def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
 def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:
     """The next part of an archive landed over several runs: the files the last run left (or, when it was
     abandoned, the files it did not land either), ``max_files`` of them; None when nothing is left. Follows the
-    chain of plans, so it needs no state of its own: every part's plan names the files still to come.
+    chain of plans, so it needs no state of its own: every part's plan names the files still to come. Operations
+    recorded between two parts (a reset, a replay) are passed over: they land no file.
+
+    Raises:
+        StateError: files are left, and a realign since the last part replaced runs the state never knew: which
+            files those runs landed is unknown, so no next part is guessed (a guess loses or duplicates rows).
     """
-    last = state.last_run
+    last = state.landing_run
     if last is None or last.plan.bootstrap is None:
         return None
     previous = last.plan.bootstrap
     pending = previous.remaining if last.status == "committed" else previous.files + previous.remaining
     if not pending:
         return None
+    realigns = [r for r in state.operations if r.summary_status == "realigned"]
+    if realigns:
+        raise _unknown_parts(state.pipeline_id, last.run_seq, realigns[0].run_seq, pending)
     cut = max_files or len(pending)
     return previous.model_copy(update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0})
+
+
+def _unknown_parts(pipeline_id: str, known: int, realigned: int, pending: tuple[str, ...]) -> StateError:
+    return StateError(
+        f"pipeline {pipeline_id!r}: the bootstrap archive is landed over several runs and {len(pending)} file(s) "
+        f"were left after run {known} ({', '.join(pending)}), but a realign recorded runs {known + 1} to "
+        f"{realigned} that the state never knew (its state was restored or moved): which of those files they "
+        "landed is unknown, so no next part is planned. Nothing was written.",
+        hint=f"Restore the state from a backup taken at or after run {realigned}: its plan names the files still "
+        "to come.",
+    )
 
 
 def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:

@@ -140,10 +140,13 @@ class StateStore:
         dt, (head, partitions, backfilled, floors, sequence, lease) = self._table.read_latest(_LOADED)
         if dt is None:
             return StateSnapshot(pipeline_id=self.pipeline_id)
+        operations, before = self._since_last_read(head) if head is not None and head.is_operation else ((), None)
         snapshot = StateSnapshot(
             pipeline_id=self.pipeline_id,
             table_version=dt.version(),
             last_run=head,
+            operations=operations,
+            before_operations=before,
             partitions=partitions,
             backfilled={k: offset for k, (offset, _) in backfilled.items()},
             backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
@@ -160,6 +163,23 @@ class StateStore:
             1000 * (time.perf_counter() - started),
         )
         return snapshot
+
+    def _since_last_read(self, head: RunRecord) -> tuple[tuple[RunRecord, ...], RunRecord | None]:
+        """The operations recorded since the newest run that is not one (``head`` first), and that run (None if
+        there is none). Read from the history only when ``head`` is an operation: operations are made by hand, so
+        this reads a few runs, rarely, and ``load`` stays O(partitions) otherwise.
+        """
+        limit = 8
+        while True:
+            history = self.run_history(limit)
+            operations: list[RunRecord] = []
+            for record in (r for r in history if r.run_seq <= head.run_seq):  # not a run committed since the load
+                if not record.is_operation:
+                    return tuple(operations), record
+                operations.append(record)
+            if len(history) < limit:  # the whole history is operations
+                return tuple(operations), None
+            limit *= 8
 
     def run_history(self, limit: int = 20) -> list[RunRecord]:
         """The last ``limit`` runs, newest first: the planned head run if any, then committed runs."""

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.sink import committed_txn_version
@@ -52,6 +53,25 @@ def write_archive(folder: Path) -> None:
         pq.write_table(table, folder / f"part-{part}.parquet")
 
 
+def history_topic(kafka_clusters: dict[str, ClusterEndpoint], partitions: int) -> tuple[str, str]:
+    """A new topic on the east cluster: its bootstrap servers and name."""
+    east = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("history")
+    create_topic(east, topic, partitions)
+    return east, topic
+
+
+def mapped_bootstrap(folder: Path) -> dict[str, Any]:
+    """The bootstrap of the archive :func:`write_archive` wrote, its columns mapped."""
+    return {
+        "path": str(folder),
+        "format": "parquet",
+        "until": UNTIL.isoformat(),
+        "columns": {"value": "payload", "timestamp": "event_time"},
+        "ignore": ["note"],
+    }
+
+
 def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
     """Every sink row as (value, cluster, stream, topic, offset is null), sorted, duplicates kept."""
     opened = open_delta_rs(h.runner().pipeline.sink_table, doing="reading the sink")
@@ -64,9 +84,7 @@ def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
 def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_crash_after_the_sink_commit(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    east = kafka_clusters["east"].bootstrap_servers
-    topic = unique_name("history")
-    create_topic(east, topic, 2)
+    east, topic = history_topic(kafka_clusters, 2)
     # k0, k1 are older than `until` (the archive holds that time): not read from Kafka; k2..k5 are.
     produce(
         east,
@@ -79,13 +97,7 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
         kafka_clusters,
         spark,
         run_lease_seconds=LEASE_SECONDS,
-        bootstrap={
-            "path": str(tmp_path / "archive"),
-            "format": "parquet",
-            "until": UNTIL.isoformat(),
-            "columns": {"value": "payload", "timestamp": "event_time"},
-            "ignore": ["note"],
-        },
+        bootstrap=mapped_bootstrap(tmp_path / "archive"),
     )
     h.set_streams({"orders": {"east": [topic]}})
 
@@ -116,9 +128,7 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
 def test_unmappable_columns_are_refused_before_anything_is_written_and_an_archive_lands_over_bounded_runs(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    east = kafka_clusters["east"].bootstrap_servers
-    topic = unique_name("history")
-    create_topic(east, topic, 1)
+    _, topic = history_topic(kafka_clusters, 1)
     write_archive(tmp_path / "archive")
     bootstrap = {"path": str(tmp_path / "archive"), "format": "parquet", "until": UNTIL.isoformat()}
     h = harness(tmp_path, kafka_clusters, spark, bootstrap={**bootstrap, "columns": {"value": "payload"}})
@@ -142,3 +152,26 @@ def test_unmappable_columns_are_refused_before_anything_is_written_and_an_archiv
     third = h.runner().run()
     assert (third.status, third.bootstrap_source) == ("empty", None)
     assert landed(h) == [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
+
+
+def test_an_offsets_reset_between_two_parts_of_an_archive_keeps_landing_its_files_exactly_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """Issue 35 row 2: the next part is found past the reset's run, and the rewound Kafka range lands once."""
+    east, topic = history_topic(kafka_clusters, 1)
+    produce(east, topic, [Record(value=f"k{i}".encode(), timestamp_ms=UNTIL_MS + i * 1000) for i in range(3)])
+    write_archive(tmp_path / "archive")
+    h = harness(
+        tmp_path, kafka_clusters, spark, bootstrap={**mapped_bootstrap(tmp_path / "archive"), "max_files_per_run": 1}
+    )
+    h.set_streams({"orders": {"east": [topic]}})
+
+    assert h.runner().run().bootstrap_records == 2  # a0, a1 and k0..k2
+    reset = ["offsets", "reset", "--to", "earliest", "--reason", "rewind", "--yes"]
+    assert main([*reset, "--config", str(h.config_path), "--pipeline", "p"]) == 0
+    second = h.runner().run()
+    assert second.bootstrap_records == 2  # a2, a3: the chain goes on past the reset
+    assert h.runner().run().bootstrap_source is None
+    archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
+    kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in range(3)]
+    assert landed(h) == sorted(archive_rows + kafka_rows)

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ConfigError, DataLossError
+from dynamic_kafka.errors import ConfigError, DataLossError, StateError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.plan import ArchiveRead
@@ -21,14 +21,17 @@ from dynamic_kafka.model.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.model.summary import RealignedPositions, RunSummary
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
 from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
 from dynamic_kafka.spark.decoding import PreparedDecoding
+from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.rows import apply_plan
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from dynamic_kafka.model.plan import Plan
 
 UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
@@ -250,3 +253,56 @@ class TestArchiveDecoding:
         )
         with pytest.raises(ConfigError, match="is decoded as avro"):
             with_archive_decoding(PreparedDecoding(p), p, self.read())
+
+
+class TestArchiveChainAcrossOperations:
+    """Issue 35 row 2: the next part of a split archive is found past every operation recorded between two parts
+    (offsets reset, dead-letter replay, realign), on the real state store.
+    """
+
+    def store_after_run_1(self, tmp_path: Path, status: str, read: ArchiveRead) -> StateStore:
+        store = StateStore(tmp_path / "state", "p", clock=lambda: NOW)
+        plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
+        version = store.begin_run(plan, expected_version=None)
+        if status == "committed":
+            store.commit_run(plan, summary_json="{}", expected_version=version)
+        else:
+            store.abandon_run(1, reason="given up", expected_version=version)
+        return store
+
+    def operate(self, store: StateStore, status: str) -> StateSnapshot:
+        state = store.load()
+        summary = RunSummary(pipeline_id="p", run_seq=state.next_run_seq, status=status, requested_by="me")  # type: ignore[arg-type]
+        store.record_operation(summary, expected_version=state.table_version or 0)
+        return store.load()
+
+    @pytest.mark.parametrize("operations", [("reset",), ("replayed",), ("reset", "replayed", "reset")])
+    def test_a_reset_or_replay_between_two_parts_keeps_the_chain(
+        self, tmp_path: Path, operations: tuple[str, ...]
+    ) -> None:
+        store = self.store_after_run_1(tmp_path, "committed", archive_read(files=("f1",), remaining=("f2", "f3")))
+        for status in operations:
+            state = self.operate(store, status)
+        following = next_archive_part(state, 1)
+        assert following is not None
+        assert (following.files, following.remaining) == (("f2",), ("f3",))
+        assert not bootstrap_due(pipeline(max_files_per_run=1), state)
+
+    def test_an_operation_after_an_abandoned_part_plans_the_part_again(self, tmp_path: Path) -> None:
+        store = self.store_after_run_1(tmp_path, "abandoned", archive_read(files=("f1",), remaining=("f2",)))
+        state = self.operate(store, "replayed")
+        assert bootstrap_due(pipeline(max_files_per_run=1), state), "nothing landed yet: run 1 is bootstrapped again"
+
+    def test_a_realign_over_runs_the_state_does_not_know_refuses_to_guess_the_next_part(self, tmp_path: Path) -> None:
+        store = self.store_after_run_1(tmp_path, "committed", archive_read(files=("f1",), remaining=("f2", "f3")))
+        state = store.load()
+        positions = RealignedPositions(state_run_seq=1, sink_txn=3)
+        store.realign(
+            sink_txn=3,
+            frontier={},
+            summary_json=RunSummary.realigned("p", positions).model_dump_json(),
+            expected_version=state.table_version,
+        )
+        with pytest.raises(StateError, match=r"f2, f3.*realign") as refused:
+            next_archive_part(store.load(), 1)
+        assert "runs 2 to 3" in str(refused.value)
