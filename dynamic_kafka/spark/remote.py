@@ -23,6 +23,8 @@ SQL) settings, from ``spark.conf``.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import threading
@@ -55,10 +57,17 @@ SESSION_REDACTION = {
 _lock = threading.Lock()
 _SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int, str | None]
 _sessions: dict[_SessionKey, SparkSession] = {}
-_SHARED_NAMESPACE = uuid.UUID("5b0b1c8e-6f0e-4d55-9a57-2f4c3d1e8a90")
 # Server-side errors that mean "this client's session is gone" (the server restarted or timed the session out):
 # a new session fixes them.
 _SESSION_GONE = ("INVALID_HANDLE.SESSION_NOT_FOUND", "INVALID_HANDLE.SESSION_CLOSED", "SESSION_CHANGED")
+SHARED_GENERATIONS = 16
+"""How many generations of a shared session a process tries (one round trip each, milliseconds) before it uses a
+session of its own: a pipeline whose session the server closed that often runs less often than the server's idle
+timeout, so sharing would not keep compiled classes for it anyway."""
+
+
+class _SessionClosedError(Exception):
+    """The server refused the session id as closed or lost while it was being opened."""
 
 
 def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None) -> SparkSession:
@@ -108,10 +117,35 @@ def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None)
     with _lock:
         session = _sessions.pop(key, None)
         if session is None or not _still_served(session, settings):
-            session = _connect(settings, shared_session_id(settings, shared))
+            session = _connect(settings) if shared is None else _attach_shared(settings, shared)
         _sessions[key] = session
     _make_active(session)
     return session
+
+
+def _attach_shared(settings: SparkConfig, shared_as: str) -> SparkSession:
+    """The first generation of the shared session ``shared_as`` the server has not closed; after
+    ``SHARED_GENERATIONS`` closed ones, a session of this process's own (a warning says why).
+
+    The server keeps the id of a session it closed (idle past its timeout) for its lifetime and refuses it, so a
+    closed generation is passed over for the next one: every process walks the same names in the same order and
+    meets the others on the first one still open.
+    """
+    token = client_token(settings)
+    for generation in range(SHARED_GENERATIONS):
+        try:
+            return _connect(settings, shared_session_id(settings, shared_as, token=token, generation=generation))
+        except _SessionClosedError:
+            continue
+    logger.warning(
+        "the Spark Connect server at %s closed the first %d generations of this pipeline's shared session (each was "
+        "left idle past the server's spark.connect.session.manager.defaultSessionTimeout); this run uses a session "
+        "of its own. Run the pipeline more often than that timeout, raise it on the server, or set "
+        "spark.session_per_pipeline: false; the server forgets closed sessions when it restarts.",
+        settings.shown_remote,
+        SHARED_GENERATIONS,
+    )
+    return _connect(settings)
 
 
 def _make_active(session: SparkSession) -> None:
@@ -127,21 +161,28 @@ def _make_active(session: SparkSession) -> None:
     ConnectSession._active_session.session = session
 
 
-def shared_session_id(settings: SparkConfig, shared_as: str | None) -> str | None:
-    """The server session id of the shared session ``shared_as`` (a UUID, as Spark Connect requires), or None.
+def shared_session_id(
+    settings: SparkConfig, shared_as: str | None, *, token: str | None, generation: int = 0
+) -> str | None:
+    """The server session id of generation ``generation`` of the shared session ``shared_as`` (a UUID, as Spark
+    Connect requires), or None.
+
+    The id is an HMAC keyed with the server's ``token``: the project's config alone does not name it, so reading
+    the config is not enough to attach to a pipeline's session (the token is; see the module's notes).
 
     Example:
         >>> from dynamic_kafka.config import SparkConfig
-        >>> a = shared_session_id(SparkConfig(remote="sc://h:15002"), "orders")
-        >>> a == shared_session_id(SparkConfig(remote="sc://h:15002"), "orders") != shared_session_id(
-        ...     SparkConfig(remote="sc://h:15002", conf={"spark.sql.ansi.enabled": "true"}), "orders"
+        >>> a = shared_session_id(SparkConfig(remote="sc://h:15002"), "orders", token="t")
+        >>> a == shared_session_id(SparkConfig(remote="sc://h:15002"), "orders", token="t") != shared_session_id(
+        ...     SparkConfig(remote="sc://h:15002"), "orders", token="t", generation=1
         ... )
         True
     """
     if shared_as is None or settings.remote is None or "session_id=" in settings.remote:  # the URL names its own
         return None
-    naming = [shared_as, settings.shown_remote, settings.token is not None, sorted(settings.conf.items())]
-    return str(uuid.uuid5(_SHARED_NAMESPACE, repr(naming)))
+    naming = [shared_as, settings.shown_remote, sorted(settings.conf.items()), generation]
+    digest = hmac.new((token or "").encode(), repr(naming).encode(), hashlib.sha256).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
@@ -170,7 +211,7 @@ def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
     return not client.is_closed
 
 
-def _connect(settings: SparkConfig, session_id: str | None) -> SparkSession:
+def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSession:
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -200,6 +241,15 @@ def _connect(settings: SparkConfig, session_id: str | None) -> SparkSession:
         except PySparkException as e:
             if is_unavailable(e):
                 raise
+            if any(marker in str(e) for marker in _SESSION_GONE):
+                _drop(session)
+                if session_id is None:
+                    raise SparkConnectUnavailableError(
+                        f"the Spark Connect server at {settings.shown_remote} lost a new session as it was opened "
+                        "(it restarted?); nothing was read or written.",
+                        hint="Run again.",
+                    ) from e
+                raise _SessionClosedError(session_id) from e
             raise ConfigError(
                 f"the Spark Connect session rejected a setting of spark.conf: {str(e).splitlines()[0][:300]}",
                 hint="With spark.remote, spark.conf holds session settings only; set static Spark settings "
@@ -343,8 +393,13 @@ def stop_remote_sessions() -> None:
     """
     with _lock:
         for session in _sessions.values():
-            try:
-                session.stop()
-            except Exception as e:  # the server is gone or lost the session: nothing left to release
-                logger.debug("closing a Spark Connect session failed: %s", type(e).__name__)
+            _drop(session)
         _sessions.clear()
+
+
+def _drop(session: SparkSession) -> None:
+    """Closes ``session``'s client (releasing its server session unless it is shared); never raises."""
+    try:
+        session.stop()
+    except Exception as e:  # the server is gone or lost the session: nothing left to release
+        logger.debug("closing a Spark Connect session failed: %s", type(e).__name__)

@@ -195,26 +195,33 @@ def test_only_a_write_of_known_small_size_runs_without_code_generation() -> None
     assert codegen_settings(None) == on  # unknown (a bootstrap archive's rows)
 
 
-def test_a_pipelines_shared_connect_session_is_named_by_pipeline_server_and_settings() -> None:
+def test_a_pipelines_shared_connect_session_is_named_by_pipeline_server_settings_token_and_generation() -> None:
     import uuid
 
     from dynamic_kafka.spark.remote import shared_session_id
 
     remote = SparkConfig(remote="sc://127.0.0.1:15002")
-    first = shared_session_id(remote, "pipeline orders of state /data/a")
+    name = "pipeline orders of state /data/a"
+    first = shared_session_id(remote, name, token="server-token")
     assert first is not None
     assert uuid.UUID(first)
-    assert shared_session_id(remote, "pipeline orders of state /data/a") == first
+    assert shared_session_id(remote, name, token="server-token") == first
     others = {
-        shared_session_id(remote, "pipeline orders of state /data/b"),
-        shared_session_id(SparkConfig(remote="sc://10.0.0.2:15002"), "pipeline orders of state /data/a"),
+        shared_session_id(remote, "pipeline orders of state /data/b", token="server-token"),
+        shared_session_id(SparkConfig(remote="sc://10.0.0.2:15002"), name, token="server-token"),
         # A setting removed from the project must not linger: other settings, another session.
         shared_session_id(
             SparkConfig(remote="sc://127.0.0.1:15002", conf={"spark.sql.ansi.enabled": "false"}),
-            "pipeline orders of state /data/a",
+            name,
+            token="server-token",
         ),
+        # The config alone does not name the session: the id is keyed with the server's token.
+        shared_session_id(remote, name, token=None),
+        shared_session_id(remote, name, token="another-token"),
+        # The server closed the session: the next generation is another id.
+        shared_session_id(remote, name, token="server-token", generation=1),
     }
     assert first not in others
-    assert len(others) == 3
-    assert shared_session_id(remote, None) is None
-    assert shared_session_id(SparkConfig(remote="sc://h:1/;session_id=" + str(uuid.uuid4())), "x") is None
+    assert len(others) == 6
+    assert shared_session_id(remote, None, token="server-token") is None
+    assert shared_session_id(SparkConfig(remote="sc://h:1/;session_id=" + str(uuid.uuid4())), "x", token=None) is None
