@@ -314,3 +314,21 @@ def test_new_a_read_failing_on_a_topic_recreated_empty_under_it_is_that_recreati
         r.run(crash_at=None)  # the next run reads the new (empty) topic: nothing lost, nothing twice
     finally:
         m.teardown()
+
+
+# ---------------------------------------------------------------------------------------------------- issue 35
+# The operations the model drives since issue 35 (offsets reset, dead-letter replay, maintenance): their replays.
+
+
+@HOLE
+def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> None:
+    with machine_without("35.9") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # @0 lands
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        m = r.m
+        m.harness.backfill(m.world.clock_ms - 1, m.world.clock_ms + 1, None, stall=True)  # frontier 2; MERGE runs
+        m._after_state_change()
+        r.maintain(crash_at=None, retention=0)  # VACUUM with no retention deletes the MERGE's uncommitted files
+        r.late_write(pick=0, never=False)  # the MERGE commits: its commit names files that are gone
+        r.run_clean()  # reading the sink fails: every later run fails (then loss at a repair)

@@ -56,6 +56,7 @@ from dynamic_kafka.errors import (
     UndecodableRecordError,
 )
 from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
+from dynamic_kafka.offset_reset import ResetSelection, ResetTarget
 from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Crash, Harness, Orphan, Record, World, new_day
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.offset_reset import OffsetReset
 
 pytestmark = pytest.mark.model
 
@@ -98,7 +100,19 @@ class Oracle:
         self.topic_ids: dict[tuple[str, str], set[str]] = {}
         self.reported: dict[Key, list[tuple[int, int]]] = {}
         self.reported_topics: set[tuple[str, str]] = set()  # (cluster, topic id): loss reported for all of it
+        # Offsets an offsets reset skipped forward over: reported in its history entry, owed to no table.
+        self.skipped: dict[Key, list[tuple[int, int]]] = {}
         self.blocked: str | None = None
+
+    def on_reset(self, reset: OffsetReset) -> None:
+        """An applied ``offsets reset``: a range it skips is owed to no table (its history entry names it)."""
+        for c in reset.changes:
+            if c.topic_id is not None and c.to_offset > c.from_offset:
+                key = (c.cluster_id, c.topic_id, c.partition)
+                self.skipped.setdefault(key, []).append((c.from_offset, c.to_offset))
+
+    def _is_skipped(self, r: Record) -> bool:
+        return any(lo <= r.offset < hi for lo, hi in self.skipped.get((r.cluster_id, r.topic_id, r.partition), []))
 
     def _is_reported(self, r: Record) -> bool:
         if (r.cluster_id, r.topic_id) in self.reported_topics:
@@ -200,6 +214,8 @@ class Oracle:
             where += f" (a mirrored copy of uid {r.identity})"
         if n > 1:
             raise ProtocolViolationError(f"after {when}: record {where} is in the sink {n} times{self._tables(r)}")
+        if n == 0 and self._is_skipped(r):
+            return  # an operator's reset skipped it, and the run history says so
         if n == 0 and r.gone is None:
             raise ProtocolViolationError(f"after {when}: record {where} is still on the broker but not in the sink")
         if n == 0 and r.gone in ("retention", "deleted") and not self._is_reported(r):
@@ -586,6 +602,88 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.edited_under_plan = self.edited_under_plan or self.pending
         STATS["edits"] += 1
 
+    @rule(
+        to=st.sampled_from(["earliest", "latest", "timestamp", "offset"]),
+        scope=st.sampled_from(["all", "cluster", "topic", "partition"]),
+        pick=st.integers(0, 9),
+    )
+    def offsets_reset(self, to: str, scope: str, pick: int) -> None:
+        """`dynamic-kafka offsets reset --yes`, through the real ``reset_offsets``: rewind (the frontier keeps the
+        sink's records from landing again) or skip forward (reported in the history), of one partition, one
+        topic, one cluster or every active partition."""
+        rows = sorted(self.state.partitions.items(), key=lambda kv: str(kv[0]))
+        if not rows:
+            return
+        key, row = rows[pick % len(rows)]
+        chosen = {"cluster_id": key.cluster_id, "topic": key.topic, "partition": key.partition}
+        wanted = {"all": (), "cluster": ("cluster_id",), "topic": ("cluster_id", "topic")}.get(scope, tuple(chosen))
+        selection = ResetSelection(**{k: v for k, v in chosen.items() if k in wanted})
+        stamps = sorted(r.ts_ms for r in self.world.records.values())
+        target = ResetTarget(
+            kind=to,  # type: ignore[arg-type]
+            timestamp_ms=stamps[pick * len(stamps) // 10] if to == "timestamp" and stamps else 0,
+            offset=max(0, row.next_offset + pick % 7 - 4) if to == "offset" else None,
+        )
+        try:
+            reset = self.harness.reset_offsets(target, selection)
+        except (StateError, RunInProgressError) as e:
+            if not self.pending:
+                raise ProtocolViolationError(f"a reset was refused though no run is planned: {e}") from e
+            return  # a planned run (crashed, or live on another machine) first
+        except (ConfigError, TopicRecreatedError, ClusterUnreachableError):
+            return  # outside the broker's range, below a floor, a topic recreated, a cluster down: nothing changed
+        STATS["resets"] += 1
+        self.oracle.on_reset(reset)
+        self._after_state_change()
+
+    @rule(crash_at=st.one_of(st.none(), st.integers(0, 2)), of_run=st.booleans())
+    def replay_dead_letters(self, crash_at: int | None, of_run: bool) -> None:
+        """`dynamic-kafka dead-letters replay --yes` (of every dead letter, or of one run's), through the real
+        ``replay_dead_letters``, maybe killed at one of its steps (a Spark job killed while it runs may still
+        land later)."""
+        seqs = [seq for seq in self.harness.sink.dead_seqs if seq is not None]
+        run_seq = seqs[0] if of_run and seqs else None
+        try:
+            self.harness.replay(crash_at, run_seq)
+        except Crash:
+            STATS["crashes"] += 1
+            STATS["replay crashes"] += 1
+            self._after_state_change()
+            return
+        except (StateError, RunInProgressError) as e:
+            if not self.pending:
+                raise ProtocolViolationError(f"a replay was refused though no run is planned: {e}") from e
+            return  # a planned run (crashed, or live on another machine) first
+        STATS["replays"] += 1
+        waiting = [r for r in self.harness.sink.awaiting_replay() if run_seq is None]
+        if waiting:
+            raise ProtocolViolationError(
+                f"a finished replay left {len(waiting)} dead letters the sink holds, e.g. uid {waiting[0].uid}"
+            )
+        self._after_state_change()
+
+    @rule(crash_at=st.one_of(st.none(), st.integers(0, 9)), retention=st.sampled_from([None, 168, 1, 0]))
+    def maintain(self, crash_at: int | None, retention: int | None) -> None:
+        """`dynamic-kafka maintain [--vacuum-retention H]`, through the real ``maintain_pipeline``: OPTIMIZE and
+        VACUUM of both tables, maybe killed before any step."""
+        if retention == 0 and "35.9" in self.holes:
+            return  # a VACUUM without retention deletes a late writer's files (issue 35, row 9)
+        try:
+            self.harness.maintain(crash_at, retention)
+        except Crash:
+            STATS["crashes"] += 1
+            STATS["maintenance crashes"] += 1
+            return
+        except RunInProgressError as e:
+            if not self.pending:
+                raise ProtocolViolationError(f"maintenance was refused though no run is planned: {e}") from e
+            return
+        except (ConfigError, ValueError):
+            if retention != 0:
+                raise
+            return  # a retention under the floor is refused
+        STATS["maintenances"] += 1
+
     # -------------------------------------------------------------------------------------- other writers
 
     @rule(
@@ -787,6 +885,11 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "refused live",
                     "failovers",
                     "realigns",
+                    "resets",
+                    "replays",
+                    "replay crashes",
+                    "maintenances",
+                    "maintenance crashes",
                     "records",
                     "landed",
                     "lost",
