@@ -332,3 +332,12 @@ def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> No
         r.maintain(crash_at=None, retention=0)  # VACUUM with no retention deletes the MERGE's uncommitted files
         r.late_write(pick=0, never=False)  # the MERGE commits: its commit names files that are gone
         r.run_clean()  # reading the sink fails: every later run fails (then loss at a repair)
+
+
+@HOLE
+def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chain() -> None:
+    # The archive (topic a's history: a[0]@0..1, a[1]@0..1, a[0]@0 gone to retention) in three files, one a run.
+    with machine_without("35.2", archive=1) as r:
+        r.run_clean()  # part 1 (part-0.json) and Kafka from until; two files remain
+        r.offsets_reset(to="earliest", scope="partition", pick=0)  # a[0] back to its earliest: a history entry
+        r.run_clean()  # plans from the reset's entry, which names no archive part: part-1 and part-2 never land

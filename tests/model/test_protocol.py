@@ -28,6 +28,7 @@ import shutil
 import socket
 import tempfile
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,7 +60,7 @@ from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.offset_reset import ResetSelection, ResetTarget
 from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.sink.tables import backfill_app_id
-from tests.model.world import KNOWN_HOLES, Crash, Harness, Orphan, Record, World, new_day
+from tests.model.world import KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -103,6 +104,7 @@ class Oracle:
         # Offsets an offsets reset skipped forward over: reported in its history entry, owed to no table.
         self.skipped: dict[Key, list[tuple[int, int]]] = {}
         self.blocked: str | None = None
+        self.archive_topic: str | None = None
 
     def on_reset(self, reset: OffsetReset) -> None:
         """An applied ``offsets reset``: a range it skips is owed to no table (its history entry names it)."""
@@ -145,7 +147,11 @@ class Oracle:
                 if key in self.required_from:
                     continue
                 override = self.harness.overrides.get(cid)
-                if not fresh or recreated:
+                archive = self.harness.archive
+                if archive is not None and fresh and not recreated and tid == self.archive_topic:
+                    # The bootstrap's first run starts Kafka at ``until``: the archive holds what is older.
+                    rf = self.world.first_at(tid, p, archive.until_ms, offsets.latest)
+                elif not fresh or recreated:
                     rf = offsets.earliest
                 elif override is not None:
                     # The cluster's own starting offsets apply to a partition without state (issue 24, item 1).
@@ -167,6 +173,30 @@ class Oracle:
                 for tid in self.topic_ids.get((f.cluster_id, f.topic), set()) - {current.get((f.cluster_id, f.topic))}:
                     self.reported_topics.add((f.cluster_id, tid))
         self.check_run(plan, brokers)
+        self.check_archive()
+
+    def check_archive(self) -> None:
+        """Every row of every archive file a committed part read landed exactly once, and a part that left files
+        for later is followed by the next part (``max_files_per_run``)."""
+        archive = self.harness.archive
+        if archive is None or self.blocked is not None:
+            return
+        landed = self.landed()
+        outstanding: tuple[str, ...] = ()
+        for plan in self.harness.committed:
+            read = plan.bootstrap
+            if read is None:
+                if outstanding and "35.2" not in self.holes:
+                    raise ProtocolViolationError(
+                        f"run {plan.run_seq} committed without the bootstrap's next part: archive files "
+                        f"{', '.join(outstanding)} never land"
+                    )
+                continue
+            for name in read.files:
+                for r in archive.files.get(name, []):
+                    if r.ts_ms < archive.until_ms:
+                        self._check_record(r, landed, f"run {plan.run_seq} (archive file {name})")
+            outstanding = read.remaining
 
     def check_run(self, plan: Plan, brokers: BrokerSnapshot) -> None:
         """Liveness after a committed run: what it covered landed exactly once, losses were reported."""
@@ -241,11 +271,29 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.processed = 0
         self.pending = False  # the state has a planned run (a crash left it)
         self.backup: Path | None = None
+        self.backup_settings: dict[str, Any] = {}
+        self.backup_edited = False
         self.frontier_topics: set[tuple[str, str]] = set()
         self.state = StateSnapshot(pipeline_id="p")
         self.pending_seq = 0
         self.edited_under_plan = False  # a pinned setting was edited while the head run was planned
         self.mirror: str | None = None  # the cluster producers write topic m to (None: no mirrored topic yet)
+        self.archive_topic: str | None = None
+
+    def _history(self) -> Archive:
+        """Topic a's history before the bootstrap's ``until``, in Kafka and in three archive files (round robin,
+        in time order); retention has taken the first record from a[0] (the archive still holds it)."""
+        for partition in (0, 1):
+            self.world.produce("c1", "a", partition, 2, txn=False, bad=False)
+        history = Archive(str(self.root / "archive"), self.world.clock_ms + 1)
+        Path(history.location).mkdir()
+        older = sorted(self.world.records.values(), key=lambda r: r.ts_ms)
+        for i, r in enumerate(older):
+            history.files.setdefault(f"{history.location}/part-{i % 3}.json", []).append(r)
+        self.world.delete_records("c1", "a", 0, 1)
+        self.archive_topic = self.world.clusters["c1"].topics["a"].topic_id
+        STATS["archives"] += 1
+        return history
 
     def teardown(self) -> None:
         if hasattr(self, "harness"):
@@ -260,10 +308,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         drain_removed=st.booleans(),
         skip_unreachable=st.booleans(),
         cap=st.sampled_from([None, None, 3]),
+        archive=st.sampled_from([None, None, 1, 2]),
     )
     def setup(
-        self, starting: str, on_data_loss: str, drain_removed: bool, skip_unreachable: bool, cap: int | None
+        self,
+        starting: str,
+        on_data_loss: str,
+        drain_removed: bool,
+        skip_unreachable: bool,
+        cap: int | None,
+        archive: int | None = None,
     ) -> None:
+        """``archive``: a bootstrap archive of topic a's history in three files, landed ``archive`` files a run."""
         pipeline: dict[str, Any] = {
             "starting_offsets": starting,
             "on_data_loss": on_data_loss,
@@ -272,8 +328,21 @@ class ProtocolMachine(RuleBasedStateMachine):
             "skip_unreachable_clusters": skip_unreachable,
             "max_records_per_partition": cap,
         }
-        self.harness = Harness(self.root, self.world, pipeline)
+        history = None
+        if archive is not None:
+            history = self._history()
+            until = datetime.fromtimestamp(history.until_ms / 1000, UTC)
+            pipeline["bootstrap"] = {
+                "path": history.location,
+                "format": "json",
+                "until": until.isoformat(),
+                "cluster": "c1",
+                "stream": "s1",
+                "max_files_per_run": archive,
+            }
+        self.harness = Harness(self.root, self.world, pipeline, archive=history)
         self.oracle = Oracle(self.world, self.harness, self.holes)
+        self.oracle.archive_topic = self.archive_topic
         self.harness.streams = {"s1": {"c1": {"a"}}}
         self.harness.publish_metadata()
 
@@ -545,11 +614,25 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule()
     def backup_state(self) -> None:
         """Copy the state table aside (an operator's backup)."""
+        if not self.pending:
+            self._copy_state()
+
+    @rule()
+    def backup_state_under_a_planned_run(self) -> None:
+        """A backup taken while a run is planned (crashed, or in flight on another machine): restored, it puts the
+        planned head back after that run committed or was abandoned."""
+        if self.pending:
+            self._copy_state()
+
+    def _copy_state(self) -> None:
         state = Path(self.harness.store.path)
-        if state.exists() and not self.pending:
+        if state.exists():
             self.backup = self.root / "backup"
             shutil.rmtree(self.backup, ignore_errors=True)
             shutil.copytree(state, self.backup)
+            self.backup_settings = dict(self.harness.settings)
+            self.backup_edited = self.edited_under_plan
+            STATS["backups"] += 1
 
     @rule()
     def restore_state(self) -> None:
@@ -558,7 +641,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             state = Path(self.harness.store.path)
             shutil.rmtree(state)
             shutil.copytree(self.backup, state)
+            STATS["restores"] += 1
             self._after_state_change()
+            # A planned head put back is pinned to the settings of its plan: edited since, its recovery refuses.
+            edited = self.backup_edited or self.backup_settings != self.harness.settings
+            self.edited_under_plan = self.pending and edited
 
     # ------------------------------------------------------------------------------------------ operators
 
@@ -887,6 +974,9 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "realigns",
                     "resets",
                     "replays",
+                    "backups",
+                    "restores",
+                    "archives",
                     "replay crashes",
                     "maintenances",
                     "maintenance crashes",

@@ -84,6 +84,7 @@ from dynamic_kafka.sink.compaction import FileCounts, TableFiles, TableMaintenan
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.replay import ReplayCounts, replay_app_id
 from dynamic_kafka.sink.tables import backfill_app_id
+from dynamic_kafka.spark import archive as archive_module
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -97,7 +98,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.model.plan import Plan, Split
+    from dynamic_kafka.model.plan import ArchiveRead, Plan, Split
     from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.state import StateStore
@@ -111,7 +112,7 @@ _INVOCATIONS = itertools.count(1)
 # Open holes, each named after the item of the issue that fixes it (issue 11's and issue 24's are all fixed). A
 # name gates the model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix
 # removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset({"35.9"})
+KNOWN_HOLES: frozenset[str] = frozenset({"35.2", "35.9"})
 
 
 def new_day() -> int:
@@ -375,9 +376,9 @@ class World:
 
     def read_splits(
         self, spark: Any, splits: Sequence[Split], clusters: Mapping[str, ClusterMetadata], **_: Any
-    ) -> list[Record]:
+    ) -> Frame:
         """Spark's Kafka source: by topic name, failOnDataLoss on. Returns the records (the "frame")."""
-        rows: list[Record] = []
+        rows = Frame()
         for s in splits:
             connection = clusters.get(s.cluster_id)
             cluster = self.reachable(connection) if connection is not None else None
@@ -394,6 +395,81 @@ class World:
                 )
             rows.extend(p.log[o] for o in range(s.start_offset, s.stop_offset) if o in p.log)
         return rows
+
+
+class Frame(list[Record]):
+    """What Spark's reads give the model's write path: the records, and the two DataFrame calls the runner makes
+    on them (the archive's rows are unioned with Kafka's, and counted when a part is planned)."""
+
+    def unionByName(self, other: Sequence[Record]) -> Frame:  # noqa: N802 (Spark's name)
+        return Frame([*self, *other])
+
+    def count(self) -> int:  # type: ignore[override]  # DataFrame.count(), not list.count(x)
+        return len(self)
+
+
+@dataclass(eq=False)
+class Archive:
+    """A bootstrap archive: JSON files of records (the topic's history, each record with its coordinates), which
+    may change after they were listed. ``until_ms``: the bootstrap's switch time."""
+
+    location: str
+    until_ms: int
+    files: dict[str, list[Record]] = field(default_factory=dict)
+
+    def rows(self, spark: object, read: ArchiveRead) -> Frame:
+        """``archive.archive_rows``: the rows of the pinned files, as they are now, before ``until`` (by name:
+        Spark lists and reads the files when the job runs)."""
+        del spark
+        return Frame(r for name in read.files for r in self.files.get(name, []) if r.ts_ms < self.until_ms)
+
+
+class _ArchiveSpark:
+    """The part of a Spark session ``archive.plan_archive`` uses: the archive's schema and its files' names."""
+
+    def __init__(self, archive: Archive | None) -> None:
+        self.archive = archive
+
+    @property
+    def read(self) -> _ArchiveSpark:
+        return self
+
+    def format(self, fmt: str) -> _ArchiveSpark:
+        return self
+
+    def load(self, location: str) -> _ArchiveFrame:
+        if self.archive is None or location != self.archive.location:
+            raise SparkJobError(f"simulated: no archive at {location}")
+        return _ArchiveFrame(self.archive)
+
+
+class _ArchiveField:
+    def __init__(self, name: str, ddl: str) -> None:
+        self.name = name
+        self.dataType = self  # Spark's StructField.dataType
+        self._ddl = ddl
+
+    def simpleString(self) -> str:  # noqa: N802 (Spark's name)
+        return self._ddl
+
+
+class _ArchiveFrame:
+    COLUMNS = (
+        ("cluster", "string"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("value", "string"),
+    )
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self.schema = self
+        self.fields = [_ArchiveField(n, t) for n, t in self.COLUMNS]
+
+    def inputFiles(self) -> list[str]:  # noqa: N802 (Spark's name)
+        return sorted(self.archive.files)
 
 
 class _WorldAdmin:
@@ -983,9 +1059,11 @@ class Harness:
         *,
         sink: SinkModel | None = None,
         service: InMemoryMetadataService | None = None,
+        archive: Archive | None = None,
     ) -> None:
         self.root = root
         self.world = world
+        self.archive = archive
         self.crasher = sink.crasher if sink is not None else Crasher()
         self.sink = sink or SinkModel(self.crasher)
         self.service = service or InMemoryMetadataService()
@@ -1023,7 +1101,8 @@ class Harness:
                 ],
             }
         )
-        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: None)  # type: ignore[arg-type,return-value]
+        spark = _ArchiveSpark(self.archive)
+        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: spark)  # type: ignore[arg-type,return-value]
         runner.planned = planned
         self.pipeline = runner.pipeline
         self.store: StateStore = runner.store
@@ -1043,7 +1122,9 @@ class Harness:
         """The same pipeline run by a process of another machine named ``host`` whose pid namespace id equals
         this one's (the initial pid namespace of every Linux machine has the same id) and whose pid does not
         exist here. It shares the world, the sink, the metadata and the state."""
-        other = Harness(self.root, self.world, self.settings, sink=self.sink, service=self.service)
+        other = Harness(
+            self.root, self.world, self.settings, sink=self.sink, service=self.service, archive=self.archive
+        )
         other.streams, other.overrides = self.streams, self.overrides
         other.committed, other.abandoned = self.committed, self.abandoned
         other.runner.planned = self.runner.planned
@@ -1171,6 +1252,7 @@ class Harness:
             (context_module, "KafkaAdmin", self.world.admin),
             (reader_module, "read_splits", self.world.read_splits),
             (incremental_module, "write_incremental", self.sink.write_incremental),
+            (archive_module, "archive_rows", self.archive.rows if self.archive else archive_module.archive_rows),
             (offset_reset_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (dead_letters_module, "replay", self.sink.replay),
             (dead_letters_module, "committed_txn_versions", self.sink.txns_of(dead_letters)),
@@ -1272,8 +1354,10 @@ class Harness:
         self.sink.merge(rows, marker, pipeline)
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
+        # The runner adds the archive's part to the plan ``plan()`` returned (``_with_archive``).
+        bare = plan.model_copy(update={"bootstrap": None})
         for p, brokers, metadata, state in reversed(self.runner.planned):
-            if p == plan:
+            if p in (plan, bare):
                 return brokers, metadata, state
         raise AssertionError(f"run {plan.run_seq} was committed but never planned by the model's runner")
 
