@@ -341,3 +341,12 @@ def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chai
         r.run_clean()  # part 1 (part-0.json) and Kafka from until; two files remain
         r.offsets_reset(to="earliest", scope="partition", pick=0)  # a[0] back to its earliest: a history entry
         r.run_clean()  # plans from the reset's entry, which names no archive part: part-1 and part-2 never land
+
+
+@HOLE
+def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its_rows_again() -> None:
+    # Archive files in time order, round robin: part-0 {a[0]@0, a[1]@1}, part-1 {a[0]@1}, part-2 {a[1]@0}.
+    with machine_without("35.10", archive=1) as r:
+        r.run_clean()  # part-0 lands
+        r.rewrite_archive_files(pick=0, at=None)  # a[1]@1 moves from part-0 to part-1 (rewritten, same names)
+        r.run_clean()  # part-1 is read by name as it is now: a[1]@1 lands a second time

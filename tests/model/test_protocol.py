@@ -647,6 +647,27 @@ class ProtocolMachine(RuleBasedStateMachine):
             edited = self.backup_edited or self.backup_settings != self.harness.settings
             self.edited_under_plan = self.pending and edited
 
+    @rule(pick=st.integers(0, 9), at=st.one_of(st.none(), st.integers(0, 2)))
+    def rewrite_archive_files(self, pick: int, at: int | None) -> None:
+        """Whoever writes the archive rewrites two of its files (a record moves from one to the next; the archive
+        as a whole holds the same rows): now, or during the next run, at its ``at``-th step (between its plan and
+        its read when ``at`` is its first)."""
+        archive = self.harness.archive
+        if archive is None or "35.10" in self.holes:
+            return  # files are pinned by name only (issue 35, row 10)
+
+        def rewrite(point: str = "") -> None:
+            names = sorted(archive.files)
+            source, target = names[pick % len(names)], names[(pick + 1) % len(names)]
+            if archive.files[source]:
+                archive.files[target].append(archive.files[source].pop())
+                STATS["archive rewrites"] += 1
+
+        if at is None:
+            rewrite()
+        else:
+            self._run(None, {at: rewrite})
+
     # ------------------------------------------------------------------------------------------ operators
 
     @rule()
@@ -977,6 +998,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "backups",
                     "restores",
                     "archives",
+                    "archive rewrites",
                     "replay crashes",
                     "maintenances",
                     "maintenance crashes",
