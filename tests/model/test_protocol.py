@@ -19,6 +19,11 @@ DELETE, VACUUM, a backfill's MERGE, one of them taking a run append's version), 
 append finished by the server, a stalled backfill MERGE, at any later step or inside a run), a live run of another
 machine (with the same host name or not), failed lease renewals, and a mirrored topic failing over with a
 timestamp handover (a mirrored copy is the same record as its original for the invariant).
+
+Issue 35 adds the operations, each through the product's own function: offsets reset, dead-letter replay and
+maintenance (with crashes inside the last two), a bootstrap archive landed over several parts whose files may be
+rewritten, and state backups taken under a planned run (see docs/design.md, "The protocol model drives the
+operations").
 """
 
 from __future__ import annotations
