@@ -345,6 +345,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 "stream": "s1",
                 "max_files_per_run": archive,
             }
+        STATS["sequences"] += 1
         self.harness = Harness(self.root, self.world, pipeline, archive=history)
         self.oracle = Oracle(self.world, self.harness, self.holes)
         self.oracle.archive_topic = self.archive_topic
@@ -986,6 +987,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
             + ", ".join(
                 f"{k} {STATS[k]}"
                 for k in (
+                    "sequences",
                     "runs",
                     "crashes",
                     "backfills",
