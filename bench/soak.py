@@ -18,6 +18,8 @@ them, and then performs random operations until ``--operations`` or ``--duration
 - a broker restart (one cluster stopped and started again on its data);
 - a backfill of the last minutes racing an incremental run;
 - a run killed right after its plan, then ``dynamic-kafka abandon`` of it;
+- an operator's command, killed with SIGKILL one time in three: ``offsets reset --to earliest`` (a rewind),
+  ``dead-letters replay`` or ``maintain``;
 - and, the whole time, a second Spark process (its own JVM) running OPTIMIZE and VACUUM on the sink in a loop.
 
 At the end it stops the nemeses, runs until a run finds nothing to do and compares the sink and dead-letter
@@ -286,12 +288,37 @@ class Soak:
         head = self.harness.runner().store.load().last_run
         if head is None or head.status != "planned":
             return
-        process = self.launch("abandon", "--run-seq", str(head.run_seq), "--reason", "soak: operator gives it up")
-        _, err = process.communicate(timeout=RUN_TIMEOUT_S)
-        if process.returncode != 0:
-            self.counts.failures["abandon: " + _last_error(err)] += 1
+        self.command("abandon", "abandon", "--run-seq", str(head.run_seq), "--reason", "soak: operator gives it up")
+
+    def operator_command(self) -> None:
+        """An operator's command between runs, killed with SIGKILL after a random delay one time in three: an
+        offsets rewind to earliest (the next runs read everything again and land nothing twice), a dead-letter
+        replay, or ``dynamic-kafka maintain`` of the pipeline's tables (beside the second Spark's own).
+        """
+        kind = self.rng.choice(("offsets reset", "dead-letter replay", "maintain"))
+        args = {
+            "offsets reset": ("offsets", "reset", "--to", "earliest", "--reason", "soak: read again", "--yes"),
+            "dead-letter replay": ("dead-letters", "replay", "--yes"),
+            "maintain": ("maintain",),
+        }[kind]
+        self.command(kind, *args, kill_after=self.rng.uniform(0.5, 10.0) if self.rng.random() < 1 / 3 else None)
+
+    def command(self, label: str, *args: str, kill_after: float | None = None) -> None:
+        """``dynamic-kafka ARGS`` as an operator runs it, killed after ``kill_after`` seconds if still running;
+        counted as a nemesis when it succeeds, as a failure (by its error) when it fails.
+        """
+        process = self.launch(*args)
+        try:
+            _, err = process.communicate(timeout=kill_after if kill_after is not None else RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            _, err = process.communicate()
+        if process.returncode == -signal.SIGKILL:
+            self.counts.kills += 1
+        elif process.returncode != 0:
+            self.counts.failures[f"{label}: " + _last_error(err)] += 1
         else:
-            self.counts.nemesis["abandon"] += 1
+            self.counts.nemesis[label] += 1
 
     def start_maintenance(self) -> None:
         """A second Spark process (its own JVM) running OPTIMIZE and VACUUM on the sink in a loop."""
@@ -424,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             "broker restart": (0.03, soak.restart_broker),
             "backfill race": (0.05, soak.backfill_racing_a_run),
             "abandon": (0.06, soak.abandon_a_crashed_run),
+            "operator": (0.06, soak.operator_command),
         }
         names = list(actions)
         weights = [actions[n][0] for n in names]

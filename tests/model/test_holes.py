@@ -314,3 +314,39 @@ def test_new_a_read_failing_on_a_topic_recreated_empty_under_it_is_that_recreati
         r.run(crash_at=None)  # the next run reads the new (empty) topic: nothing lost, nothing twice
     finally:
         m.teardown()
+
+
+# ---------------------------------------------------------------------------------------------------- issue 35
+# The operations the model drives since issue 35 (offsets reset, dead-letter replay, maintenance): their replays.
+
+
+@HOLE
+def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> None:
+    with machine_without("35.9") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # @0 lands
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        m = r.m
+        m.harness.backfill(m.world.clock_ms - 1, m.world.clock_ms + 1, None, stall=True)  # frontier 2; MERGE runs
+        m._after_state_change()
+        r.maintain(crash_at=None, retention=0)  # VACUUM with no retention deletes the MERGE's uncommitted files
+        r.late_write(pick=0, never=False)  # the MERGE commits: its commit names files that are gone
+        r.run_clean()  # reading the sink fails: every later run fails (then loss at a repair)
+
+
+@HOLE
+def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chain() -> None:
+    # The archive (topic a's history: a[0]@0..1, a[1]@0..1, a[0]@0 gone to retention) in three files, one a run.
+    with machine_without("35.2", archive=1) as r:
+        r.run_clean()  # part 1 (part-0.json) and Kafka from until; two files remain
+        r.offsets_reset(to="earliest", scope="partition", pick=0)  # a[0] back to its earliest: a history entry
+        r.run_clean()  # plans from the reset's entry, which names no archive part: part-1 and part-2 never land
+
+
+@HOLE
+def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its_rows_again() -> None:
+    # Archive files in time order, round robin: part-0 {a[0]@0, a[1]@1}, part-1 {a[0]@1}, part-2 {a[1]@0}.
+    with machine_without("35.10", archive=1) as r:
+        r.run_clean()  # part-0 lands
+        r.rewrite_archive_files(pick=0, at=None)  # a[1]@1 moves from part-0 to part-1 (rewritten, same names)
+        r.run_clean()  # part-1 is read by name as it is now: a[1]@1 lands a second time

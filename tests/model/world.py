@@ -51,6 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import context as context_module
+from dynamic_kafka import dead_letters as dead_letters_module
+from dynamic_kafka import maintain as maintain_module
+from dynamic_kafka import offset_reset as offset_reset_module
 from dynamic_kafka import realign as realign_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
@@ -77,8 +80,11 @@ from dynamic_kafka.model.snapshots import (
 from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import schema_check as schema_check_module
+from dynamic_kafka.sink.compaction import FileCounts, TableFiles, TableMaintenance
 from dynamic_kafka.sink.metrics import WriteResult
+from dynamic_kafka.sink.replay import ReplayCounts, replay_app_id
 from dynamic_kafka.sink.tables import backfill_app_id
+from dynamic_kafka.spark import archive as archive_module
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -88,11 +94,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
+    from dynamic_kafka.dead_letters import ReplayReport
     from dynamic_kafka.kafka.snapshot import ClusterRequest
+    from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.model.plan import Plan, Split
+    from dynamic_kafka.model.plan import ArchiveRead, Plan, Split
+    from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.state import StateStore
+    from dynamic_kafka.state.owner import OwnerOperation
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -102,7 +112,7 @@ _INVOCATIONS = itertools.count(1)
 # Open holes, each named after the item of the issue that fixes it (issue 11's and issue 24's are all fixed). A
 # name gates the model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix
 # removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset()
+KNOWN_HOLES: frozenset[str] = frozenset({"35.2", "35.9", "35.10"})
 
 
 def new_day() -> int:
@@ -366,9 +376,9 @@ class World:
 
     def read_splits(
         self, spark: Any, splits: Sequence[Split], clusters: Mapping[str, ClusterMetadata], **_: Any
-    ) -> list[Record]:
+    ) -> Frame:
         """Spark's Kafka source: by topic name, failOnDataLoss on. Returns the records (the "frame")."""
-        rows: list[Record] = []
+        rows = Frame()
         for s in splits:
             connection = clusters.get(s.cluster_id)
             cluster = self.reachable(connection) if connection is not None else None
@@ -385,6 +395,81 @@ class World:
                 )
             rows.extend(p.log[o] for o in range(s.start_offset, s.stop_offset) if o in p.log)
         return rows
+
+
+class Frame(list[Record]):
+    """What Spark's reads give the model's write path: the records, and the two DataFrame calls the runner makes
+    on them (the archive's rows are unioned with Kafka's, and counted when a part is planned)."""
+
+    def unionByName(self, other: Sequence[Record]) -> Frame:  # noqa: N802 (Spark's name)
+        return Frame([*self, *other])
+
+    def count(self) -> int:  # type: ignore[override]  # DataFrame.count(), not list.count(x)
+        return len(self)
+
+
+@dataclass(eq=False)
+class Archive:
+    """A bootstrap archive: JSON files of records (the topic's history, each record with its coordinates), which
+    may change after they were listed. ``until_ms``: the bootstrap's switch time."""
+
+    location: str
+    until_ms: int
+    files: dict[str, list[Record]] = field(default_factory=dict)
+
+    def rows(self, spark: object, read: ArchiveRead) -> Frame:
+        """``archive.archive_rows``: the rows of the pinned files, as they are now, before ``until`` (by name:
+        Spark lists and reads the files when the job runs)."""
+        del spark
+        return Frame(r for name in read.files for r in self.files.get(name, []) if r.ts_ms < self.until_ms)
+
+
+class _ArchiveSpark:
+    """The part of a Spark session ``archive.plan_archive`` uses: the archive's schema and its files' names."""
+
+    def __init__(self, archive: Archive | None) -> None:
+        self.archive = archive
+
+    @property
+    def read(self) -> _ArchiveSpark:
+        return self
+
+    def format(self, fmt: str) -> _ArchiveSpark:
+        return self
+
+    def load(self, location: str) -> _ArchiveFrame:
+        if self.archive is None or location != self.archive.location:
+            raise SparkJobError(f"simulated: no archive at {location}")
+        return _ArchiveFrame(self.archive)
+
+
+class _ArchiveField:
+    def __init__(self, name: str, ddl: str) -> None:
+        self.name = name
+        self.dataType = self  # Spark's StructField.dataType
+        self._ddl = ddl
+
+    def simpleString(self) -> str:  # noqa: N802 (Spark's name)
+        return self._ddl
+
+
+class _ArchiveFrame:
+    COLUMNS = (
+        ("cluster", "string"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("value", "string"),
+    )
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self.schema = self
+        self.fields = [_ArchiveField(n, t) for n, t in self.COLUMNS]
+
+    def inputFiles(self) -> list[str]:  # noqa: N802 (Spark's name)
+        return sorted(self.archive.files)
 
 
 class _WorldAdmin:
@@ -456,6 +541,7 @@ class Orphan:
     run_seq: int | None  # the run it belongs to (None: a backfill's MERGE)
     what: str
     land: Callable[[], None]
+    tables: tuple[bool, ...] = (False,)  # the tables its uncommitted files are in (True: the dead-letter table)
 
 
 def undecodable(r: Record, pipeline: PipelineConfig) -> bool:
@@ -492,6 +578,8 @@ class SinkModel:
         self.replaced: list[str] = []
         self.orphans: list[Orphan] = []
         self.purged: set[int] = set()  # identities a user's DELETE removed
+        self.replayed: set[int] = set()  # the records (by id()) a dead-letter replay appended to the sink
+        self.unreadable: str | None = None  # a table whose log names a file a VACUUM deleted
         self.on_append: Callable[[str, int], None] | None = None  # the harness's check that the writer may write
         # Runs fenced by an abandon, per table (True: the dead-letter table): their txn holds no row.
         self.fences: set[tuple[bool, str, int]] = set()
@@ -569,7 +657,7 @@ class SinkModel:
         try:
             self.crasher.point(point)
         except Crash:
-            self.orphans.append(Orphan(version, what, append))
+            self.orphans.append(Orphan(version, what, append, (dead,)))
             raise
         if before_commit is not None:
             before_commit()
@@ -611,13 +699,7 @@ class SinkModel:
 
     def table_exists(self, dead_letter_table: object) -> Callable[[object], bool]:
         """``tables.table_exists``: a table exists once anything committed to it."""
-
-        def exists(table: object) -> bool:
-            if str(table) == str(dead_letter_table):
-                return bool(self.dead or self.dead_txn)
-            return bool(self.rows or self.txn or self.sink_commits)
-
-        return exists
+        return lambda table: self.exists(str(table) == str(dead_letter_table))
 
     def run_frontier(self, table: object, run_seq: int) -> dict[TopicPartition, int]:
         """``realign.run_frontier`` of the dead-letter table: per partition, one past its highest offset from
@@ -662,6 +744,7 @@ class SinkModel:
         # The model's records carry their values (the verdict comes from the config); it counts no ranges for the
         # completeness report, has no event times and no code generation to size.
         del prepared, counted_ranges, event_time, planned_records
+        self.check_readable()
         app_id = pipeline.id
         prior = self.txn.get(app_id)
         if prior == run_seq:
@@ -709,6 +792,7 @@ class SinkModel:
     def merge(self, rows: list[Record], marker: tuple[str, int] | None, pipeline: PipelineConfig) -> int:
         """The backfill MERGEs: insert rows whose (cluster, topic, partition, offset) the table lacks; a table
         MERGEd into records ``marker`` (app id, version) unless its log holds a higher version for the app."""
+        self.check_readable()
         inserted = 0
         for table, seqs, txns, part in (
             (self.dead, self.dead_seqs, self.dead_txn, [r for r in rows if undecodable(r, pipeline)]),
@@ -743,8 +827,190 @@ class SinkModel:
             self.row_seqs.pop(index)
 
     def landed(self) -> Counter[int]:
-        """How often each record (by identity: a mirrored copy is its original) is in the two tables."""
-        return Counter(r.identity for r in [*self.rows, *self.dead])
+        """How often each record (by identity: a mirrored copy is its original) is in the two tables. A dead letter
+        the sink holds at the same coordinates and timestamp is not counted: a replay interrupted between its sink
+        append and its dead-letter MERGE leaves it, and the next replay deletes it (``sink/replay.py``); it is
+        counted in ``awaiting_replay``."""
+        waiting = {id(r) for r in self.awaiting_replay()}
+        return Counter(r.identity for r in [*self.rows, *self.dead] if id(r) not in waiting)
+
+    def awaiting_replay(self) -> list[Record]:
+        """Dead letters a replay landed in the sink and has not yet deleted (it was interrupted)."""
+        replayed = {id(r) for r in self.rows if id(r) in self.replayed}
+        return [r for r in self.dead if id(r) in replayed]
+
+    # ---- dead-letter replay (``sink.replay.replay``) and maintenance (``sink.compaction``)
+
+    def replay(
+        self,
+        spark: object,
+        pipeline: PipelineConfig,
+        clusters: object,
+        *,
+        run_seq: int | None,
+        replay_seq: int,
+        write: bool,
+        before_write: Callable[[], None] | None = None,
+    ) -> ReplayCounts:
+        """``sink.replay.replay`` over the model's tables: the dead letters (of ``run_seq``, or all) decoded under
+        the current config; with ``write``, one sink append of those that decode and whose coordinates the sink
+        lacks (anti-joined in the append's own job), transaction ``(<pipeline>/replay, replay_seq)``, then one
+        dead-letter MERGE deleting every one the sink holds (coordinates and timestamp). A kill while a job runs
+        leaves it running on the server (an orphan)."""
+        del spark, clusters
+        self.check_readable()
+        letters = [
+            (r, seq) for r, seq in zip(self.dead, self.dead_seqs, strict=True) if run_seq is None or seq == run_seq
+        ]
+        if not letters:
+            return ReplayCounts()
+        outcomes = self._replay_outcomes([r for r, _ in letters], pipeline)
+        counts = ReplayCounts(
+            dead_letters=len(letters),
+            replayed=outcomes.count("replay"),
+            already_landed=outcomes.count("landed"),
+            still_undecodable=outcomes.count("undecodable"),
+            conflicting=outcomes.count("conflict"),
+        )
+        if not write:
+            return counts
+        app_id = replay_app_id(pipeline.id)
+        good = [(r, seq) for (r, seq), o in zip(letters, outcomes, strict=True) if o == "replay"]
+
+        def append() -> None:
+            held = {coordinates(x) for x in self.rows}
+            fresh = [(r, seq) for r, seq in good if coordinates(r) not in held]
+            prior = self.txn.get(app_id)
+            if prior is not None and replay_seq <= prior:
+                return
+            self.sink_commits += 1
+            if self.replace_next is not None:
+                self.replaced.append(f"replay {replay_seq}'s sink append (replaced by a {self.replace_next})")
+                self.replace_next = None
+                return
+            self.rows.extend(r for r, _ in fresh)
+            self.row_seqs.extend(seq for _, seq in fresh)  # a replayed row keeps its run's _run_seq
+            self.replayed.update(id(r) for r, _ in fresh)
+            self.txn[app_id] = replay_seq
+
+        chosen = {id(r) for r, _ in letters}
+
+        def merge() -> None:
+            held = {(coordinates(x), x.ts_ms) for x in self.rows}
+            kept = [
+                (r, seq)
+                for r, seq in zip(self.dead, self.dead_seqs, strict=True)
+                if id(r) not in chosen or (coordinates(r), r.ts_ms) not in held
+            ]
+            self.dead, self.dead_seqs = [r for r, _ in kept], [seq for _, seq in kept]
+            self.dead_txn[app_id] = max(self.dead_txn.get(app_id, 0), replay_seq)
+
+        if good:
+            if before_write is not None:
+                before_write()
+            self._server_job("replay_writing_sink", Orphan(None, f"replay {replay_seq} sink append", append))
+        self.crasher.point("replay_after_sink")
+        if before_write is not None:
+            before_write()
+        self._server_job(
+            "replay_writing_dead_letters", Orphan(None, f"replay {replay_seq} dead-letter MERGE", merge, (True,))
+        )
+        return counts
+
+    def _server_job(self, point: str, job: Orphan) -> None:
+        """A Spark job of an operation: a kill of the client at ``point`` leaves it running on the server."""
+        try:
+            self.crasher.point(point)
+        except Crash:
+            self.orphans.append(job)
+            raise
+        job.land()
+
+    def _replay_outcomes(self, letters: Sequence[Record], pipeline: PipelineConfig) -> list[str]:
+        """``sink.replay._outcomes``: landed (the sink holds the record: coordinates and timestamp), undecodable,
+        conflict (it decodes, the sink holds another record at its coordinates) or replay."""
+        held: dict[Coordinates, set[int]] = {}
+        for r in self.rows:
+            held.setdefault(coordinates(r), set()).add(r.ts_ms)
+        found = []
+        for r in letters:
+            stamps = held.get(coordinates(r))
+            if stamps is not None and r.ts_ms in stamps:
+                found.append("landed")
+            elif undecodable(r, pipeline):
+                found.append("undecodable")
+            elif stamps is not None:
+                found.append("conflict")
+            else:
+                found.append("replay")
+        return found
+
+    def exists(self, dead: bool) -> bool:
+        return bool(self.dead or self.dead_txn) if dead else bool(self.rows or self.txn or self.sink_commits)
+
+    def table_files(self, dead_letter_table: object) -> Callable[[object], TableFiles | None]:
+        """``compaction.table_files``: None when there is no table (the counts are the model's rows)."""
+
+        def files(table: object) -> TableFiles | None:
+            dead = str(table) == str(dead_letter_table)
+            if not self.exists(dead):
+                return None
+            rows = len(self.dead if dead else self.rows)
+            return TableFiles(version=0, rows=rows, current=FileCounts(files=rows), stored=FileCounts(files=rows))
+
+        return files
+
+    def maintain_table(self, dead_letter_table: object) -> Callable[..., TableMaintenance]:
+        """``compaction.maintain_table``'s steps, each after ``before_write``: the finished runs' leftovers, an
+        OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no retention deletes the
+        uncommitted files of every write still running on a server (``Orphan``): that write may still commit, and
+        its commit then names files that are gone (its rows are unreadable: lost)."""
+
+        def maintain(
+            table: object,
+            role: str,
+            *,
+            retention_hours: int | None,
+            before_write: Callable[[], None],
+            finished_run: tuple[str, int] | None = None,
+        ) -> TableMaintenance:
+            dead = str(table) == str(dead_letter_table)
+            before = self.table_files(dead_letter_table)(table)
+            if before is None:
+                return TableMaintenance(role=role, table=str(table), before=None)
+            if finished_run is not None:
+                before_write()
+            before_write()
+            if not dead:
+                self.sink_commits += 1  # OPTIMIZE
+            before_write()
+            if retention_hours == 0:
+                for orphan in self.orphans:
+                    if dead in orphan.tables:
+                        orphan.land = self._unreadable(orphan.land, dead)
+            before_write()
+            return TableMaintenance(role=role, table=str(table), before=before, after=before)
+
+        return maintain
+
+    def _unreadable(self, land: Callable[[], None], dead: bool) -> Callable[[], None]:
+        """A late write whose files in one table a VACUUM deleted: when it commits, its commit names files that are
+        gone (its rows are lost) and every later read of the table fails."""
+
+        def landing() -> None:
+            table, seqs = (self.dead, self.dead_seqs) if dead else (self.rows, self.row_seqs)
+            before = len(table)
+            land()
+            if len(table) > before:
+                del table[before:], seqs[before:]
+                self.unreadable = "dead-letter table" if dead else "sink"
+
+        return landing
+
+    def check_readable(self) -> None:
+        """Reading a table whose current version names a deleted file fails (Spark's FileNotFoundException)."""
+        if self.unreadable is not None:
+            raise SparkJobError(f"simulated: the {self.unreadable} names a data file a VACUUM deleted")
 
 
 # ------------------------------------------------------------------------------------------------------ harness
@@ -793,9 +1059,11 @@ class Harness:
         *,
         sink: SinkModel | None = None,
         service: InMemoryMetadataService | None = None,
+        archive: Archive | None = None,
     ) -> None:
         self.root = root
         self.world = world
+        self.archive = archive
         self.crasher = sink.crasher if sink is not None else Crasher()
         self.sink = sink or SinkModel(self.crasher)
         self.service = service or InMemoryMetadataService()
@@ -833,7 +1101,8 @@ class Harness:
                 ],
             }
         )
-        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: None)  # type: ignore[arg-type,return-value]
+        spark = _ArchiveSpark(self.archive)
+        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: spark)  # type: ignore[arg-type,return-value]
         runner.planned = planned
         self.pipeline = runner.pipeline
         self.store: StateStore = runner.store
@@ -853,7 +1122,9 @@ class Harness:
         """The same pipeline run by a process of another machine named ``host`` whose pid namespace id equals
         this one's (the initial pid namespace of every Linux machine has the same id) and whose pid does not
         exist here. It shares the world, the sink, the metadata and the state."""
-        other = Harness(self.root, self.world, self.settings, sink=self.sink, service=self.service)
+        other = Harness(
+            self.root, self.world, self.settings, sink=self.sink, service=self.service, archive=self.archive
+        )
         other.streams, other.overrides = self.streams, self.overrides
         other.committed, other.abandoned = self.committed, self.abandoned
         other.runner.planned = self.runner.planned
@@ -918,7 +1189,9 @@ class Harness:
         """A run's data may land only while its lease holds: after a lost lease another process may have taken
         the run over (or abandoned it)."""
         for keeper in self.keepers:
-            if keeper._plan.run_seq == version and keeper._lost is not None and not keeper._stopped.is_set():
+            plan = keeper._plan  # None: an operation's lease (a replay's, a maintenance's)
+            ours = plan is not None and plan.run_seq == version
+            if ours and keeper._lost is not None and not keeper._stopped.is_set():
                 self.violations.append(f"run {version} wrote its {what} after its lease was lost ({keeper._lost})")
 
     # ---- metadata
@@ -950,6 +1223,7 @@ class Harness:
         day = new_day() if day is None else day
         skew = timedelta(days=day)
         harness = self
+        dead_letters = self.pipeline.dead_letter_table
 
         class Keeper(LeaseKeeper):
             """Renews only when the model says (``_on_point``): a renewal that succeeds changes nothing else."""
@@ -978,6 +1252,18 @@ class Harness:
             (context_module, "KafkaAdmin", self.world.admin),
             (reader_module, "read_splits", self.world.read_splits),
             (incremental_module, "write_incremental", self.sink.write_incremental),
+            (archive_module, "archive_rows", self.archive.rows if self.archive else archive_module.archive_rows),
+            (offset_reset_module, "take_broker_snapshot", self.world.take_broker_snapshot),
+            (dead_letters_module, "replay", self.sink.replay),
+            (dead_letters_module, "committed_txn_versions", self.sink.txns_of(dead_letters)),
+            (dead_letters_module, "table_exists", self.sink.table_exists(dead_letters)),
+            (dead_letters_module, "LeaseKeeper", Keeper),
+            (dead_letters_module, "RunOwner", _KilledAtCrash),
+            (maintain_module, "maintain_table", self.sink.maintain_table(dead_letters)),
+            (maintain_module, "table_files", self.sink.table_files(dead_letters)),
+            (maintain_module, "LeaseKeeper", Keeper),
+            (maintain_module, "RunOwner", _KilledAtCrash),
+            (maintain_module, "crash_point", self.crasher.point),
         ]
         saved = [(m, n, getattr(m, n)) for m, n, _ in swaps]
         for m, n, v in swaps:
@@ -1009,6 +1295,26 @@ class Harness:
         with self.patched():
             return realign_module.realign(self.pipeline, self.store, yes=True)
 
+    def reset_offsets(self, target: ResetTarget, selection: ResetSelection) -> OffsetReset:
+        """``dynamic-kafka offsets reset --yes``: the real ``reset_offsets`` (one state commit, nothing to crash)."""
+        self.crasher.arm(None)
+        with self.patched():
+            return offset_reset_module.reset_offsets(
+                self.runner.context, target, selection, "model: an operator moves the offsets", yes=True
+            )
+
+    def replay(self, crash_at: int | None, run_seq: int | None) -> ReplayReport:
+        """``dynamic-kafka dead-letters replay --yes``: the real ``replay_dead_letters``."""
+        self.crasher.arm(crash_at)
+        with self.patched():
+            return dead_letters_module.replay_dead_letters(self.runner.context, run_seq=run_seq, yes=True)
+
+    def maintain(self, crash_at: int | None, retention_hours: int | None) -> MaintenanceSummary:
+        """``dynamic-kafka maintain``: the real ``maintain_pipeline`` (crash points before each step)."""
+        self.crasher.arm(crash_at)
+        with self.patched():
+            return maintain_module.maintain_pipeline(self.runner.context, retention_hours=retention_hours)
+
     def backfill(self, start_ms: int, end_ms: int, crash_at: int | None, *, stall: bool = False) -> Plan | None:
         """``backfill.run_backfill``'s steps with the world for Spark: plan, record the frontier, read, MERGE.
         ``stall``: the MERGE is still running when this returns (an orphan that lands later, or never)."""
@@ -1032,7 +1338,12 @@ class Harness:
             pipeline = self.pipeline
             if stall:
                 self.sink.orphans.append(
-                    Orphan(None, f"backfill {sequence} MERGE", lambda: self._merge(in_window, marker, pipeline))
+                    Orphan(
+                        None,
+                        f"backfill {sequence} MERGE",
+                        lambda: self._merge(in_window, marker, pipeline),
+                        (True, False),
+                    )
                 )
                 return plan
             self._merge(in_window, marker, pipeline)
@@ -1043,10 +1354,22 @@ class Harness:
         self.sink.merge(rows, marker, pipeline)
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
+        # The runner adds the archive's part to the plan ``plan()`` returned (``_with_archive``).
+        bare = plan.model_copy(update={"bootstrap": None})
         for p, brokers, metadata, state in reversed(self.runner.planned):
-            if p == plan:
+            if p in (plan, bare):
                 return brokers, metadata, state
         raise AssertionError(f"run {plan.run_seq} was committed but never planned by the model's runner")
+
+
+class _KilledAtCrash:
+    """``RunOwner`` for the operations that take the writer lease (replay, maintenance): the owner names a pid no
+    process has, so that a lease left by an operation the model crashed is seen as its dead process's (a real
+    ``kill -9``), as a crashed run's is by the runner's clock jump (``Harness.patched``)."""
+
+    @staticmethod
+    def current(operation: OwnerOperation | None = None) -> RunOwner:
+        return RunOwner.current(operation).model_copy(update={"pid": _absent_pid()})
 
 
 def _absent_pid() -> int:
