@@ -52,7 +52,7 @@ ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster-home
 ui: setup ## Start dagster dev on the demo workspace (and the local Spark Connect server its runs use)
 	@mkdir -p "$$DAGSTER_HOME" && cp -n examples/demo/dagster.yaml "$$DAGSTER_HOME/dagster.yaml"
 	$(VENV)/python -m devtools spark-connect up --master 'local[2]'
-	$(VENV)/dagster dev -w workspace.yaml
+	SPARK_CONNECT_AUTHENTICATE_TOKEN="$$(cat .local-spark-connect/token)" $(VENV)/dagster dev -w workspace.yaml
 
 screenshot: setup ## Screenshot the demo's UI (lineage, metadata plots, backfill partitions) into docs/; runs the demo if it never ran
 	bash examples/demo/screenshot.sh docs

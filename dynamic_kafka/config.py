@@ -115,8 +115,7 @@ class SparkConfig(_Config):
         None,
         description="Spark Connect: the server's pre-shared token (its spark.connect.authenticate.token), sent as "
         "a bearer token. Write a ${file:PATH} or ${env:NAME} reference, never the token itself. Unset: the "
-        "token in the URL or in $SPARK_CONNECT_AUTHENTICATE_TOKEN, else, for a server on 127.0.0.1 started by "
-        "`python -m devtools spark-connect up` on this machine, that server's own token.",
+        "token in the URL, else $SPARK_CONNECT_AUTHENTICATE_TOKEN, else none.",
     )
     remote_retries: int = Field(
         4, ge=0, description="Spark Connect: retries of a call the server did not answer (about 3 s in all)."

@@ -22,6 +22,7 @@ from devtools.local_spark_connect import start_server, stop_server
 from devtools.testing.clusters import THROWAWAY_STOP_S, clusters_from_env, local_test_clusters
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.spark.connect_token import TOKEN_ENV
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from tests.support.registries import local_test_registries
 
@@ -206,6 +207,12 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 
 
 _ui_ports: dict[Path, int] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One Spark Connect token for the session: every local server it starts (the session's, a test's own, one a
+    CLI subprocess starts) uses it, and every client finds it where the product documents, the environment."""
+    os.environ.setdefault(TOKEN_ENV, secrets.token_urlsafe(32))
 
 
 def start_test_server(base_dir: Path, port: int, ui_port: int) -> ServerInfo:

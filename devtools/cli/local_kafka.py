@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # Starting brokers (and the first jar download) takes a while: show progress even without --verbose.
-    for name in ("devtools.local_kafka", "dynamic_kafka._toolchain.maven"):
+    for name in ("devtools.local_kafka", "dynamic_kafka._toolchain.ivy"):
         logging.getLogger(name).setLevel(logging.INFO)
     specs = [parse_cluster_spec(s) for s in args.clusters]
     both_from_stdin = not {SASL_PASSWORD_ENV, SCRAM_PASSWORD_ENV} & os.environ.keys()

@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     # The first start downloads jars and a start takes seconds: show progress even without --verbose.
-    for name in ("devtools.local_spark_connect", "dynamic_kafka._toolchain.maven"):
+    for name in ("devtools.local_spark_connect", "dynamic_kafka._toolchain.ivy"):
         logging.getLogger(name).setLevel(logging.INFO)
     info = start_server(
         base_dir=args.base_dir,

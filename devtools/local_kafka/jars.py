@@ -1,14 +1,14 @@
 """Kafka's jars for the local brokers.
 
 The broker's classpath is Kafka's own runtime dependencies from Maven Central (see
-:mod:`dynamic_kafka._toolchain.maven`), plus an SLF4J binding so its logs reach log4j2 and the cluster's log file.
+:mod:`dynamic_kafka._toolchain.ivy`), plus an SLF4J binding so its logs reach log4j2 and the cluster's log file.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.maven import resolve_jars
+from dynamic_kafka._toolchain.ivy import resolve_jars
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,6 +30,6 @@ def resolve_kafka_jars(kafka_version: str) -> Path:
     """Return the folder of a Kafka version's jars (``<cache>/kafka-<version>/libs``), downloading them once.
 
     Raises:
-        ToolchainError: Maven is missing, Maven Central is unreachable and nothing is cached, or a download failed.
+        ToolchainError: no Java, Maven Central is unreachable and nothing is cached, or a download failed.
     """
     return resolve_jars(f"kafka-{kafka_version}", kafka_coordinates(kafka_version))

@@ -19,8 +19,9 @@ command line, so a reused pid never counts as our server.
 Authentication: the server refuses every client that does not send its pre-shared token (Spark Connect's
 ``spark.connect.authenticate.token`` check, fed through the server's environment variable
 ``SPARK_CONNECT_AUTHENTICATE_TOKEN``, never its command line). ``up`` generates the token once per folder into
-``token`` (readable by its owner only) and records the folder per port in this machine's cache, so a client of a
-local server finds the token without configuration (:mod:`~devtools.local_spark_connect.tokens`).
+``token`` (readable by its owner only) and exports it as ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` to the process that
+started it, whose clients and child processes find it there, the documented way
+(:mod:`~devtools.local_spark_connect.tokens`).
 
 Secrets: clients send Kafka credentials as data source options inside query plans. The server redacts every key
 matching :data:`dynamic_kafka.secrets.SPARK_REDACTION_REGEX` (``kafka.sasl.jaas.config`` included) in its UI, event logs
@@ -42,11 +43,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from devtools.errors import LocalSparkConnectError
 from devtools.lifecycle import ServiceKind, is_running, not_running_reason
-from devtools.local_spark_connect.tokens import record_port, server_token
+from devtools.local_spark_connect.tokens import export_token, server_token
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.secrets import is_sensitive_key, secrets_in_text
-from dynamic_kafka.spark.connect_token import STATE_FILE, TOKEN_ENV, is_loopback
+from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ KIND = ServiceKind(
     label="Spark Connect server",
     dir_env=BASE_DIR_ENV,
     default_dir=".local-spark-connect",
-    state_file=STATE_FILE,
+    state_file="server.json",
     pid_file="server.pid",
     error=LocalSparkConnectError,
 )
@@ -185,6 +186,7 @@ def start_server(
                     hint="Stop it first (`python -m devtools spark-connect down`) or use another --base-dir.",
                 )
             logger.info("Spark Connect server already runs at %s (pid %d)", current.remote, current.pid)
+            export_token(base)
             return current
         return _start(
             base,
@@ -351,7 +353,7 @@ def _start(
         KIND.stop(base, pid, _marker(base), timeout_s=STOP_TIMEOUT_S)
         raise
     KIND.save(base, info)
-    record_port(base, port)
+    export_token(base)
     logger.info("Spark Connect server ready at %s after %.1f s", info.remote, time.monotonic() - begun)
     return info
 

@@ -1,4 +1,4 @@
-"""The machine's Java, for every local service the project starts (Kafka brokers, Schema Registry, Spark Connect)."""
+"""The machine's Java: in-process Spark runs in it, and Ivy fetches Spark's jars with it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from pathlib import Path
 from dynamic_kafka.errors import ToolchainError
 
 MIN_JAVA_MAJOR = 17
+INSTALL_JAVA_HINT = (
+    f"Install Java {MIN_JAVA_MAJOR} or newer (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`; macOS: "
+    "`brew install openjdk@17`) and put it on PATH or set JAVA_HOME; or set spark.remote to use a Spark Connect "
+    "server instead."
+)
 
 
 def parse_java_major(version_output: str) -> int | None:
@@ -35,9 +40,9 @@ def find_java() -> Path:
     found = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
     if not found:
         raise ToolchainError(
-            "Java was not found (no $JAVA_HOME/bin/java, no `java` on PATH); the local services (Kafka brokers, "
-            "Schema Registry, Spark Connect) need Java 17+.",
-            hint="Run `make setup` (installs openjdk-17-jre-headless) or set JAVA_HOME.",
+            "Java was not found (no $JAVA_HOME/bin/java, no `java` on PATH); in-process Spark and the download of "
+            f"its jars need Java {MIN_JAVA_MAJOR}+.",
+            hint=INSTALL_JAVA_HINT,
         )
     try:
         result = subprocess.run([found, "-version"], capture_output=True, text=True, timeout=60, check=False)
@@ -48,6 +53,6 @@ def find_java() -> Path:
         seen = (result.stderr or result.stdout).strip().splitlines()
         raise ToolchainError(
             f"{found} is not Java {MIN_JAVA_MAJOR}+ (it reports: {seen[0] if seen else 'nothing'}).",
-            hint="Install Java 17 (`make setup`) or point JAVA_HOME at one.",
+            hint=INSTALL_JAVA_HINT,
         )
     return Path(found)

@@ -1,11 +1,12 @@
 """The jars a Spark session needs beyond pyspark's own: Delta Lake, the Kafka connector, and any the user adds.
 
-They are resolved from Maven Central once, by the machine's Maven with checksums verified (see
-:mod:`dynamic_kafka._toolchain.maven`), into a cache folder named after the coordinates and exclusions, and every
-session (in-process or the local Spark Connect server) gets them as ``spark.jars``. spark-submit's own Ivy
-resolution is never used: it ran at every start (seconds, even with a warm cache), printed a wall of resolution
-output and warnings about unreachable repositories, and two processes resolving into one Ivy cache at once could
-corrupt it. Maven runs under a file lock, prints nothing, and is not run at all once a folder is complete.
+They are resolved from Maven Central (or the user's ``spark.jars.repositories`` / ``spark.jars.ivySettings``) once,
+by the Apache Ivy that pyspark ships, with checksums verified (see :mod:`dynamic_kafka._toolchain.ivy`), into a
+cache folder named after the coordinates and exclusions, and every session (in-process or a local Spark Connect
+server) gets them as ``spark.jars``. Java is all it takes. spark-submit's own resolution of ``spark.jars.packages``
+is not used: it ran at every start (seconds, even with a warm cache), printed a wall of resolution output, and two
+processes resolving into one Ivy cache at once could corrupt it. Here Ivy runs under a file lock, once per folder,
+and not at all once a folder is complete.
 
 Jars whose artifact pyspark already ships (in any version) are left out: Spark loads its own jars first, so a
 second copy would never be used, only scanned, archived and shipped to executors.
@@ -21,11 +22,12 @@ import hashlib
 import json
 import logging
 import re
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.maven import resolve_jars
+from dynamic_kafka._toolchain.ivy import resolve_jars
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -78,27 +80,36 @@ def session_packages(spark_version: str, extra: Sequence[str] = ()) -> list[str]
     return packages + [p for p in extra if p and p not in packages]
 
 
-def session_jars(packages: Sequence[str], exclusions: Sequence[str] = ()) -> list[Path]:
+def session_jars(
+    packages: Sequence[str],
+    exclusions: Sequence[str] = (),
+    *,
+    repositories: Sequence[str] = (),
+    ivy_settings: Path | None = None,
+) -> list[Path]:
     """Return the jar files of ``packages`` and their runtime dependencies, downloading them once.
 
     Args:
         packages: ``group:artifact:version`` coordinates (see :func:`session_packages`).
         exclusions: ``group:artifact`` of transitive dependencies to leave out, besides the Kafka token provider.
+        repositories: Maven repositories tried before Maven Central (``spark.jars.repositories``).
+        ivy_settings: an Ivy settings file replacing the default resolvers (``spark.jars.ivySettings``).
 
     Raises:
-        ToolchainError: Maven is missing, Maven Central is unreachable and nothing is cached, or a download failed.
+        ToolchainError: no Java, the repositories are unreachable and nothing is cached, or a download failed.
     """
     excluded = sorted({KAFKA_TOKENPROVIDER, *exclusions})
     digest = hashlib.sha256(json.dumps([sorted(packages), excluded]).encode()).hexdigest()[:12]
-    libs = resolve_jars(f"spark-jars-{digest}", packages, exclusions=excluded)
-    token_provider = resolve_jars(
+    resolve = partial(resolve_jars, repositories=repositories, ivy_settings=ivy_settings)
+    libs = resolve(f"spark-jars-{digest}", packages, exclusions=excluded)
+    token_provider = resolve(
         f"spark-token-provider-{KAFKA_TOKENPROVIDER_VERSION}",
         [f"{KAFKA_TOKENPROVIDER}:{KAFKA_TOKENPROVIDER_VERSION}"],
         transitive=False,
     )
     # The committer classes alone: their dependencies (Hadoop's committers, cloud connectors) are pyspark's own
     # or the S3A packages a pipeline on S3 adds.
-    hadoop_cloud = resolve_jars(f"spark-hadoop-cloud-{HADOOP_CLOUD_VERSION}", [HADOOP_CLOUD_PACKAGE], transitive=False)
+    hadoop_cloud = resolve(f"spark-hadoop-cloud-{HADOOP_CLOUD_VERSION}", [HADOOP_CLOUD_PACKAGE], transitive=False)
     shipped = {artifact_of(jar.name) for jar in _pyspark_jars()}
     ours = [jar for jar in sorted(libs.glob("*.jar")) if artifact_of(jar.name) not in shipped]
     return sorted(token_provider.glob("*.jar")) + sorted(hadoop_cloud.glob("*.jar")) + ours

@@ -7,18 +7,17 @@ before anything is planned as written, instead of the client's default of retryi
 :func:`dynamic_kafka.spark.session.build_spark_session` is the one entry point: it calls this module when the
 settings name a remote.
 
-Authentication: a server may require a pre-shared token (Spark Connect's ``spark.connect.authenticate.token``; a
-server started by ``python -m devtools spark-connect up`` always does). The client sends it as a bearer token: the
-``spark.token`` setting (a secret reference), else a ``token`` parameter of the URL or
-``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own sources), else, for a server on this machine's loopback, the
-token of the local server recorded for that port (:func:`~dynamic_kafka.spark.connect_token.local_token`). To a
-loopback server the token travels over gRPC's local credentials (no TLS needed on one machine); to another host,
-as pyspark does, over TLS. A refused token is a :class:`~dynamic_kafka.errors.SparkConnectAuthenticationError`
-naming the fix, never a gRPC trace, and no token is ever in a log line, an error or a URL shown.
+Authentication: a server may require a pre-shared token (Spark Connect's ``spark.connect.authenticate.token``, or
+``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` in the environment of Spark's ``start-connect-server.sh``). The client sends
+it as a bearer token: the ``spark.token`` setting (a secret reference), else a ``token`` parameter of the URL or
+``$SPARK_CONNECT_AUTHENTICATE_TOKEN`` (pyspark's own sources); nothing else. To a loopback server the token travels
+over gRPC's local credentials (no TLS needed on one machine); to another host, as pyspark does, over TLS. A refused
+token is a :class:`~dynamic_kafka.errors.SparkConnectAuthenticationError` naming the fix, never a gRPC trace, and
+no token is ever in a log line, an error or a URL shown.
 
-What the server decides (its start, ``python -m devtools spark-connect up``): the master, the jars (Delta, the Kafka
-connector), static settings, the redaction pattern, logging and the UI. What a client may set: session (runtime
-SQL) settings, from ``spark.conf``.
+What the server decides (its start, Spark's ``sbin/start-connect-server.sh``; docs/deployment.md): the master, the
+jars (Delta, the Kafka connector), static settings, the redaction pattern, logging and the UI. What a client may set:
+session (runtime SQL) settings, from ``spark.conf``.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from urllib.parse import urlparse
 
 from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError, SparkConnectUnavailableError
 from dynamic_kafka.secrets import SPARK_OPTIONS_REDACTION_REGEX, SPARK_STRING_REDACTION_REGEX, resolve_value
-from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback, local_token
+from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -52,7 +51,13 @@ SESSION_REDACTION = {
     "spark.sql.redaction.string.regex": SPARK_STRING_REDACTION_REGEX,
 }
 """Runtime settings every Connect session sets first (``spark.conf`` may override them): a server not started by
-``python -m devtools spark-connect up`` then masks the Kafka reader's secret options in the plans it shows too."""
+that does not set them at its start then masks the Kafka reader's secret options in the plans it shows too."""
+
+START_SERVER_HINT = (
+    "Start the server (Spark's `sbin/start-connect-server.sh` with Delta and the Kafka connector: "
+    "docs/deployment.md) or check spark.remote, then run again."
+)
+"""What to do when no Spark Connect server answers at ``spark.remote``."""
 
 _lock = threading.Lock()
 _SessionKey = tuple[str, str | None, tuple[tuple[str, str], ...], int, int, str | None]
@@ -266,7 +271,7 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
 
 def client_token(settings: SparkConfig) -> str | None:
     """The token to send to ``settings.remote``: ``settings.token`` resolved, else the URL's ``token`` parameter,
-    else ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, else the local server's own token for a loopback URL; None: none.
+    else ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``; None: none.
 
     Raises:
         ConfigError: ``settings.token`` references an unset variable or an unreadable file.
@@ -279,10 +284,7 @@ def client_token(settings: SparkConfig) -> str | None:
         name, _, value = parameter.partition("=")
         if name == "token" and value:
             return value
-    from_env = os.environ.get(TOKEN_ENV)
-    if from_env:
-        return from_env
-    return local_token(url.hostname or "", url.port or _DEFAULT_PORT)
+    return os.environ.get(TOKEN_ENV) or None
 
 
 def _authenticated_session(remote: str, token: str) -> SparkSession:
@@ -323,17 +325,16 @@ def _unavailable_as_error(settings: SparkConfig) -> Iterator[None]:
             raise SparkConnectAuthenticationError(
                 f"the Spark Connect server at {settings.shown_remote} refused this client: {why}; nothing was "
                 "read or written.",
-                hint="Set spark.token to a ${file:PATH} or ${env:NAME} reference to the server's token (a server "
-                "started by `python -m devtools spark-connect up` keeps it in the `token` file of its folder, and "
-                "local clients find it when that server was started on this machine), or export "
-                "SPARK_CONNECT_AUTHENTICATE_TOKEN.",
+                hint="Set spark.token to a ${file:PATH} or ${env:NAME} reference to the server's token (the "
+                "SPARK_CONNECT_AUTHENTICATE_TOKEN its start-connect-server.sh was given), or export "
+                "SPARK_CONNECT_AUTHENTICATE_TOKEN; see docs/spark-connect-auth.md.",
             ) from e
         if not is_unavailable(e):
             raise
         raise SparkConnectUnavailableError(
             f"the Spark Connect server at {settings.shown_remote} did not answer ({settings.remote_retries} retries); "
             "nothing was read or written.",
-            hint="Start it (`python -m devtools spark-connect up`) or check spark.remote, then run again.",
+            hint=START_SERVER_HINT,
         ) from e
 
 
@@ -359,7 +360,6 @@ def is_unavailable(error: BaseException) -> bool:
 
 
 _DOWN = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-_DEFAULT_PORT = 15002  # Spark Connect's, for a URL without a port
 
 
 def is_unauthenticated(error: BaseException) -> bool:

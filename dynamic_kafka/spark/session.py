@@ -19,6 +19,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dynamic_kafka._toolchain.cache import cache_dir
@@ -34,7 +35,6 @@ from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
-    from pathlib import Path
 
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
@@ -53,6 +53,13 @@ S3A_PACKAGES = (
     f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}",
 )
 S3A_EXCLUDES = ("software.amazon.awssdk:bundle",)
+JAR_RESOLUTION_KEYS = (
+    "spark.jars.packages",
+    "spark.jars.excludes",
+    "spark.jars.repositories",
+    "spark.jars.ivySettings",
+)
+"""Spark's settings of ``spark.jars.packages`` resolution, which dynamic-kafka does itself (spark/packages.py)."""
 _S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 # Tells the class archive recorder that the session it records has the S3A connector (so the same jars).
 S3A_RECORDER_FLAG = "dynamic_kafka.s3a"
@@ -269,8 +276,9 @@ def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]
         "spark.sql.redaction.options.regex": OPTIONS_REDACTION_REGEX,
         **settings.conf,
     }
-    conf.pop("spark.jars.packages", None)
-    conf.pop("spark.jars.excludes", None)
+    # Resolved here (session_jars), not by Spark: Spark would resolve them again at every start.
+    for key in JAR_RESOLUTION_KEYS:
+        conf.pop(key, None)
     conf["spark.jars"] = _join_list(*map(str, jars), conf.get("spark.jars", ""))
     return conf
 
@@ -400,7 +408,15 @@ class SessionLaunch:
         import pyspark
 
         packages, exclusions = requested_packages(settings, pyspark.__version__, s3a=s3a)
-        conf = spark_conf(settings, jars=session_jars(packages, exclusions))
+        repositories = [r for r in _join_list(settings.conf.get("spark.jars.repositories", "")).split(",") if r]
+        ivy_settings = settings.conf.get("spark.jars.ivySettings")
+        jars = session_jars(
+            packages,
+            exclusions,
+            repositories=repositories,
+            ivy_settings=Path(ivy_settings).expanduser() if ivy_settings else None,
+        )
+        conf = spark_conf(settings, jars=jars)
         archive = None
         if settings.class_data_sharing:
             archive = ClassArchive(conf["spark.jars"].split(","), spark_version=pyspark.__version__)

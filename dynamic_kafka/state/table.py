@@ -10,6 +10,7 @@ after publishing). :class:`~dynamic_kafka.state.store.StateStore` decides what t
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _COMMIT_ID_KEY = "dynamic_kafka.commit_id"
+STATE_FORMAT = 1
+"""The layout of the state table's rows this release reads and writes (docs/versioning.md). A table records the
+format it was created with at the end of its Delta description (``..., format 1``: delta-rs refuses table
+properties it does not know when it creates a table, and a second commit would make creation two versions); one
+without it predates the record and is format 1, the same rows (older columns are added by the next write)."""
+_FORMAT_RE = re.compile(r", format (\S+)$")
 CURRENT = "kind IN ('partition', 'head')"
 """The rows a commit rewrites: the partitions and the head run."""
 
@@ -106,13 +113,27 @@ class StateTable:
             return None
         except FOREIGN_ERRORS as e:
             raise self.unreadable(e) from e
-        name = dt.metadata().name
-        if name != self.pipeline_id:
+        metadata = dt.metadata()
+        if metadata.name != self.pipeline_id:
             raise StateError(
-                f"the state table at {self.path} belongs to pipeline {name!r}, not {self.pipeline_id!r}.",
+                f"the state table at {self.path} belongs to pipeline {metadata.name!r}, not {self.pipeline_id!r}.",
                 hint="Give every pipeline its own state path.",
             )
+        recorded = _FORMAT_RE.search(metadata.description or "")
+        self._check_format(recorded.group(1) if recorded else None)
         return dt
+
+    def _check_format(self, recorded: str | None) -> None:
+        """Refuse a state table of a format this release does not know (a newer release wrote it)."""
+        found = recorded or "1"
+        if found.isdigit() and int(found) <= STATE_FORMAT:
+            return
+        raise StateError(
+            f"the state table at {self.path} (pipeline {self.pipeline_id!r}) is in state format {found} "
+            f"(its description); this dynamic-kafka reads formats up to {STATE_FORMAT}. Nothing was written.",
+            hint="A newer dynamic-kafka wrote it: upgrade dynamic-kafka to that release or later (docs/versioning.md); "
+            "an older release must not write it.",
+        )
 
     def open_at(self, expected_version: int, plan: Plan) -> DeltaTable:
         """The table at exactly ``expected_version``; a version that is gone or superseded is a lost race."""
@@ -264,7 +285,7 @@ class StateTable:
                 mode="error",
                 partition_by=_rows.PARTITION_BY,
                 name=self.pipeline_id,
-                description=f"dynamic-kafka state of pipeline {self.pipeline_id}",
+                description=f"dynamic-kafka state of pipeline {self.pipeline_id}, format {STATE_FORMAT}",
                 configuration=self.table_config(),
                 storage_options=self.storage_options,
                 commit_properties=self.props(action, plan, commit_id),

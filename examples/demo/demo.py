@@ -271,7 +271,7 @@ def run() -> None:
     # about that are noise here, not problems.
     logging.getLogger("devtools.testing").setLevel(logging.ERROR)
     # First-time downloads (Kafka's and Spark's jars) take a while: one progress line each, not silence.
-    downloads = logging.getLogger("dynamic_kafka._toolchain.maven")
+    downloads = logging.getLogger("dynamic_kafka._toolchain.ivy")
     downloads.setLevel(logging.INFO)
     progress = logging.StreamHandler(sys.stdout)
     progress.setFormatter(logging.Formatter("  %(message)s"))

@@ -185,15 +185,15 @@ def _refused(settings: SparkConfig) -> SparkConnectAuthenticationError:
     with pytest.raises(SparkConnectAuthenticationError) as failure:
         build_spark_session(settings)
     assert not failure.value.retriable
-    assert "python -m devtools spark-connect up" in (failure.value.hint or "")
+    assert "SPARK_CONNECT_AUTHENTICATE_TOKEN" in (failure.value.hint or "")
+    assert "devtools" not in (failure.value.hint or "")
     return failure.value
 
 
 def test_the_server_refuses_a_client_without_its_token(
-    spark_connect_server: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark_connect_server: ServerInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Another cache: this client does not find the local server's token, and sends none.
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path))
+    # No token in the environment: this client sends none.
     monkeypatch.delenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", raising=False)
     error = _refused(SparkConfig(remote=spark_connect_server.remote, remote_retries=0))
     assert "requires a token and none was found" in str(error)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import socket
 import stat
-import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,7 +21,6 @@ from devtools.local_kafka import (
     start_clusters,
     stop_clusters,
 )
-from devtools.local_kafka.jars import kafka_coordinates
 from devtools.local_kafka.properties import (
     client_facing,
     new_cluster_id,
@@ -32,13 +30,10 @@ from devtools.local_kafka.properties import (
 )
 from devtools.local_kafka.security import SecurityModes, listener_settings, validate_scram_user
 from dynamic_kafka._toolchain.java import find_java, parse_java_major
-from dynamic_kafka._toolchain.maven import render_pom, resolve_jars
 from dynamic_kafka.errors import ToolchainError
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
 @pytest.mark.parametrize(
@@ -77,50 +72,6 @@ def test_bad_sasl_plain_is_rejected_without_showing_the_password(user: str, pass
         sasl_plain_credentials(user, lambda: password)
     if password:
         assert password not in str(info.value)
-
-
-def _parse(pom: str) -> ET.Element:
-    return ET.fromstring(pom)  # noqa: S314 (the pom this test just rendered, not untrusted input)
-
-
-def test_kafka_pom_lists_the_broker_and_its_slf4j_binding() -> None:
-    pom = _parse(render_pom("kafka-4.1.1", kafka_coordinates("4.1.1")))
-    dependencies = {
-        (d.findtext("m:groupId", namespaces=POM_NS), d.findtext("m:artifactId", namespaces=POM_NS))
-        for d in pom.iterfind("m:dependencies/m:dependency", POM_NS)
-    }
-    assert dependencies == {("org.apache.kafka", "kafka_2.13"), ("org.apache.logging.log4j", "log4j-slf4j-impl")}
-    versions = [d.findtext("m:version", namespaces=POM_NS) for d in pom.iterfind("m:dependencies/m:dependency", POM_NS)]
-    assert versions[0] == "4.1.1"
-    plugin = pom.find("m:build/m:plugins/m:plugin", POM_NS)
-    assert plugin is not None
-    assert plugin.findtext("m:artifactId", namespaces=POM_NS) == "maven-dependency-plugin"
-    assert plugin.findtext("m:configuration/m:excludeTransitive", namespaces=POM_NS) == "false"
-    assert plugin.findtext("m:configuration/m:includeScope", namespaces=POM_NS) == "runtime"
-
-
-def test_pom_without_transitive_dependencies_says_so() -> None:
-    pom = _parse(render_pom("one", ["g:a:1.0"], transitive=False))
-    assert pom.findtext("m:build/m:plugins/m:plugin/m:configuration/m:excludeTransitive", namespaces=POM_NS) == "true"
-
-
-def test_pom_excludes_the_given_artifacts_from_every_dependency() -> None:
-    pom = _parse(render_pom("two", ["g:a:1.0", "g:b:2.0"], exclusions=["x:y", "z:*"]))
-    for dependency in pom.findall("m:dependencies/m:dependency", namespaces=POM_NS):
-        excluded = [
-            (e.findtext("m:groupId", namespaces=POM_NS), e.findtext("m:artifactId", namespaces=POM_NS))
-            for e in dependency.findall("m:exclusions/m:exclusion", namespaces=POM_NS)
-        ]
-        assert excluded == [("x", "y"), ("z", "*")]
-
-
-@pytest.mark.parametrize(
-    ("coordinates", "exclusions"),
-    [(["org.apache.kafka:kafka_2.13"], []), (["g:a:1</version><x>"], []), ([], []), (["g:a:1"], ["x:y:1"])],
-)
-def test_pom_refuses_anything_but_plain_coordinates(coordinates: list[str], exclusions: list[str]) -> None:
-    with pytest.raises(ToolchainError, match="group:artifact:version"):
-        render_pom("bad", coordinates, exclusions=exclusions)
 
 
 def test_plaintext_broker_settings_are_a_small_single_node_kraft_combined_server(tmp_path: Path) -> None:
@@ -204,7 +155,7 @@ def _fake_tool(folder: Path, name: str, script: str) -> Path:
 def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ToolchainError, match=r"Java was not found.*make setup"):
+    with pytest.raises(ToolchainError, match=r"Java was not found.*openjdk-17-jre-headless"):
         find_java()
 
 
@@ -214,36 +165,6 @@ def test_java_older_than_17_is_a_clear_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     with pytest.raises(ToolchainError, match=r"is not Java 17\+ .*11\.0\.2"):
         find_java()
-
-
-def test_missing_maven_without_cache_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ToolchainError, match=r"Maven \(`mvn`\) is not on PATH"):
-        resolve_jars("kafka-4.1.1", kafka_coordinates("4.1.1"))
-
-
-def test_unreachable_maven_central_without_cache_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    said = "[ERROR] Could not transfer artifact org.apache.kafka:kafka_2.13:pom:4.1.1: Unknown host repo.maven"
-    _fake_tool(tmp_path / "bin", "mvn", f"echo '{said}'; exit 1")
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    with pytest.raises(ToolchainError, match="Maven Central is unreachable and there is no cached copy") as info:
-        resolve_jars("kafka-4.1.1", kafka_coordinates("4.1.1"))
-    assert "Unknown host" in str(info.value)
-
-
-def test_complete_cache_is_used_without_maven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_tool(tmp_path / "bin", "mvn", 'echo called > "$0.called"; exit 1')
-    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    home = tmp_path / "cache" / "kafka-4.1.1"
-    (home / "libs").mkdir(parents=True)
-    (home / "jars.complete").write_text("{}")
-    assert resolve_jars("kafka-4.1.1", kafka_coordinates("4.1.1")) == home / "libs"
-    assert not (tmp_path / "bin" / "mvn.called").exists()
 
 
 def test_a_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -112,6 +112,29 @@ def test_remote_must_be_a_spark_connect_url_and_its_parameters_are_never_shown()
             SparkConfig(remote=wrong)
 
 
+def test_a_loopback_client_takes_its_token_only_from_config_url_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynamic_kafka.spark.remote import client_token
+
+    # What a local development server once left in the cache: a port record naming a folder with its token. The
+    # product reads no other tool's files: a client finds the token through documented means only.
+    monkeypatch.setenv("DYNAMIC_KAFKA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", raising=False)
+    server = tmp_path / "server"
+    server.mkdir()
+    (server / "token").write_text("left-by-another-tool\n")
+    (server / "server.json").write_text('{"port": 15999}')
+    (tmp_path / "cache" / "spark-connect-ports").mkdir(parents=True)
+    (tmp_path / "cache" / "spark-connect-ports" / "15999").write_text(f"{server}\n")
+    assert client_token(SparkConfig(remote="sc://127.0.0.1:15999")) is None
+    assert client_token(SparkConfig(remote="sc://127.0.0.1:15999/;token=from-url")) == "from-url"
+    monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", "from-env")
+    assert client_token(SparkConfig(remote="sc://127.0.0.1:15999")) == "from-env"
+    monkeypatch.setenv("CONNECT_TOKEN", "from-config")
+    assert client_token(SparkConfig(remote="sc://127.0.0.1:15999", token="${env:CONNECT_TOKEN}")) == "from-config"
+
+
 def test_a_wrong_remote_in_the_project_file_is_a_config_error_without_its_token(tmp_path: Path) -> None:
     from dynamic_kafka.config import load_project_config
     from dynamic_kafka.errors import ConfigError

@@ -278,6 +278,24 @@ def test_a_table_of_another_pipeline_is_refused(store: StateStore, tmp_path: Pat
         StateStore(tmp_path / "state", "payments").load()
 
 
+def test_the_state_records_its_format_and_a_newer_format_is_refused_before_anything_is_written(
+    store: StateStore, tmp_path: Path
+) -> None:
+    run_once(store, lambda n: uniform_plan(n, 2))
+    table = DeltaTable(tmp_path / "state")
+    assert table.metadata().description == f"dynamic-kafka state of pipeline {PID}, format 1"
+    # A state an older release created (no format recorded) is format 1: it reads and takes the next run.
+    table.alter.set_table_description(f"dynamic-kafka state of pipeline {PID}")
+    assert run_once(store, lambda n: uniform_plan(n, 2)).next_run_seq == 2
+    # A newer release's state: refused, naming both formats and the fix, and left as it is.
+    DeltaTable(tmp_path / "state").alter.set_table_description(f"dynamic-kafka state of pipeline {PID}, format 2")
+    version = DeltaTable(tmp_path / "state").version()
+    with pytest.raises(StateError, match=r"format 2.*reads formats up to 1") as failure:
+        run_once(store, lambda n: uniform_plan(n, 2))
+    assert "upgrade dynamic-kafka" in (failure.value.hint or "")
+    assert DeltaTable(tmp_path / "state").version() == version
+
+
 def test_a_damaged_table_raises_state_error_naming_the_path(store: StateStore, tmp_path: Path) -> None:
     run_once(store, lambda seq: uniform_plan(seq, 2))
     for uri in DeltaTable(tmp_path / "state").file_uris(file_pruning_predicate="kind = 'partition'"):
