@@ -1,1 +1,1 @@
-"""Dagster definitions for dynamic-kafka. A thin layer over the `dynamic_kafka` library."""
+"""This repository's Dagster code location: a thin ``definitions.py`` over :mod:`dynamic_kafka.dagster`."""

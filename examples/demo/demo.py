@@ -31,8 +31,8 @@ from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_cont
 from devtools.local_kafka import start_clusters
 from devtools.local_spark_connect import start_server
 from devtools.testing.kafka import Record, create_topic, produce
-from pipelines.build import build_definitions
-from pipelines.names import (
+from dynamic_kafka.dagster.build import build_definitions
+from dynamic_kafka.dagster.names import (
     RESOURCE_KEY,
     asset_key,
     backfill_asset_key,
@@ -40,7 +40,7 @@ from pipelines.names import (
     incremental_job_name,
     metadata_sensor_name,
 )
-from pipelines.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_DIR = ROOT / ".demo"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devtools.testing.browser import HeadlessChromium
-from pipelines.names import asset_key, backfill_asset_key, dead_letter_asset_key, stream_asset_key
+from dynamic_kafka.dagster.names import asset_key, backfill_asset_key, dead_letter_asset_key, stream_asset_key
 
 if TYPE_CHECKING:
     from dagster import AssetKey

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from dagster import TimeWindow
 
-from pipelines.backfill import contiguous_windows
+from dynamic_kafka.dagster.backfill import contiguous_windows
 
 pytestmark = pytest.mark.e2e
 

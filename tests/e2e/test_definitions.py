@@ -20,6 +20,8 @@ from dagster import (
     TimeWindowPartitionsDefinition,
 )
 
+from dynamic_kafka.dagster.build import build_definitions
+from dynamic_kafka.dagster.errors import MAX_RETRIES, to_dagster
 from dynamic_kafka.errors import (
     ConfigError,
     DataLossError,
@@ -32,8 +34,6 @@ from dynamic_kafka.errors import (
     UnknownSchemaError,
 )
 from dynamic_kafka.model.plan import LostRange
-from pipelines.build import build_definitions
-from pipelines.errors import MAX_RETRIES, to_dagster
 from tests.support.e2e import REPO_ROOT, Project
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from devtools.testing.browser import HeadlessChromium
+from dynamic_kafka.dagster.names import backfill_asset_key, incremental_job_name, metadata_sensor_name
 from dynamic_kafka.state import StateStore
-from pipelines.names import backfill_asset_key, incremental_job_name, metadata_sensor_name
 from tests.support.deployment import Deployment, run_deployment
 from tests.support.e2e import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
 

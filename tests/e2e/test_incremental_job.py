@@ -230,8 +230,8 @@ def test_lag_check_does_not_pass_while_a_cluster_is_unreachable(
 def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run_that_lands_it(
     project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
 ) -> None:
+    from dynamic_kafka.dagster.names import stream_partitions_name, stream_tables_asset_key
     from dynamic_kafka.sink.tables import open_delta_rs
-    from pipelines.names import stream_partitions_name, stream_tables_asset_key
 
     east = project.clusters["east"]
     eu, us = unique_topic("orders-eu"), unique_topic("orders-us")

@@ -19,9 +19,9 @@ from deltalake import DeltaTable
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.leaks import run_texts
 from devtools.testing.pipeline import PipelineHarness
+from dynamic_kafka.dagster.errors import failure_metadata
 from dynamic_kafka.errors import SchemaRegistryError
 from dynamic_kafka.registry import encode_header
-from pipelines.errors import failure_metadata
 
 if TYPE_CHECKING:
     from pathlib import Path

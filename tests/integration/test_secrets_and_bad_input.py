@@ -479,9 +479,9 @@ def test_over_spark_connect_the_password_appears_in_no_log_error_plan_ui_page_or
     """The credentials travel to the server as Kafka reader options inside each query plan: the server must keep
     them out of its log, its UI (the Connect tab lists statements, the SQL tab plans) and the plans ``explain``
     shows, and the client out of its errors and the run's Dagster metadata."""
+    from dynamic_kafka.dagster.errors import failure_metadata
+    from dynamic_kafka.dagster.metadata import summary_metadata
     from dynamic_kafka.spark.reader import read_splits
-    from pipelines.errors import failure_metadata
-    from pipelines.metadata import summary_metadata
 
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # this process uses Connect (see conftest's spark_mode)

@@ -15,9 +15,9 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.build import build_definitions
-from pipelines.names import RESOURCE_KEY
-from pipelines.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.build import build_definitions
+from dynamic_kafka.dagster.names import RESOURCE_KEY
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

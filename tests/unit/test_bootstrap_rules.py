@@ -176,7 +176,7 @@ class TestFirstRunPlan:
 
 class TestDagsterMetadata:
     def test_a_bootstrap_run_shows_its_source_and_row_count_and_other_runs_do_not(self) -> None:
-        from pipelines.metadata import summary_metadata
+        from dynamic_kafka.dagster.metadata import summary_metadata
 
         read = archive_read(location="s3a://lake/orders", files=("s3a://lake/orders/a.parquet",), rows=120)
         plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})

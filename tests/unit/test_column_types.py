@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake import write_deltalake
 
+from dynamic_kafka.dagster.metadata import table_metadata
 from dynamic_kafka.sink.tables import table_info
-from pipelines.metadata import table_metadata
 
 if TYPE_CHECKING:
     from pathlib import Path

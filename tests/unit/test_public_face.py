@@ -1,5 +1,5 @@
-"""The library's public face: what ``dynamic_kafka`` exports, that importing one module stays cheap, and that the
-Dagster layer reaches the library only through the face.
+"""The library's public face: what ``dynamic_kafka`` exports, that importing one module stays cheap, that the
+Dagster integration reaches the library only through the face, and that the core never needs Dagster.
 """
 
 from __future__ import annotations
@@ -43,22 +43,59 @@ def test_importing_one_module_does_not_load_the_clients_of_the_operations() -> N
 def imports_past_the_face(path: Path, root: Path = ROOT) -> list[str]:
     """``from dynamic_kafka.x import ...`` and ``import dynamic_kafka.x`` lines of one file (named from ``root``)."""
     name = path.relative_to(root)
+
+    def past_the_face(module: str) -> bool:
+        # The integration's own modules are its own business; the core's are reached through the face.
+        return module.startswith("dynamic_kafka.") and not module.startswith("dynamic_kafka.dagster")
+
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dynamic_kafka."):
+        if isinstance(node, ast.ImportFrom) and past_the_face(node.module or ""):
             found.append(f"{name}:{node.lineno}: from {node.module} import ...")
         elif isinstance(node, ast.Import):
-            found += [
-                f"{name}:{node.lineno}: import {alias.name}"
-                for alias in node.names
-                if alias.name.startswith("dynamic_kafka.")
-            ]
+            found += [f"{name}:{node.lineno}: import {alias.name}" for alias in node.names if past_the_face(alias.name)]
     return sorted(found)
 
 
-def test_the_dagster_layer_imports_the_library_only_through_its_face() -> None:
-    offenders = [line for path in sorted((ROOT / "pipelines").rglob("*.py")) for line in imports_past_the_face(path)]
-    assert offenders == [], "pipelines/ imports names from `dynamic_kafka` itself (its __all__), not its submodules"
+def test_the_dagster_integration_imports_the_library_only_through_its_face() -> None:
+    sources = [*(ROOT / "dynamic_kafka" / "dagster").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]
+    offenders = [line for path in sorted(sources) for line in imports_past_the_face(path)]
+    assert offenders == [], "the integration imports names from `dynamic_kafka` itself (its __all__), not its modules"
+
+
+# Run in a fresh interpreter where `import dagster` fails as it does without the extra: every core module imports,
+# and the integration says which extra to install.
+_WITHOUT_DAGSTER = """
+import importlib, importlib.abc, pkgutil, sys
+
+class NoDagster(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "dagster" or name.startswith(("dagster.", "dagster_")):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoDagster())
+import dynamic_kafka
+core = [m.name for m in pkgutil.walk_packages(dynamic_kafka.__path__, "dynamic_kafka.")
+        if not m.name.startswith("dynamic_kafka.dagster") and not m.name.endswith(".__main__")]
+for name in core:
+    importlib.import_module(name)
+print(len(core), sorted(m for m in sys.modules if m.split(".")[0] in ("dagster", "dagster_pipes")))
+try:
+    import dynamic_kafka.dagster
+except ImportError as error:
+    print(error)
+"""
+
+
+def test_the_core_imports_every_module_without_dagster_and_the_integration_names_its_extra() -> None:
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_DAGSTER], capture_output=True, text=True, check=False)
+
+    assert done.returncode == 0, done.stderr
+    imported, integration = done.stdout.splitlines()
+    assert int(imported.split()[0]) > 50, imported  # the walk saw the core, not an empty package
+    assert imported.endswith(" []"), imported
+    assert 'install the extra with `pip install "dynamic-kafka[dagster]"`' in integration
 
 
 def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 checks on the sink, split by meaning.
 
 Materializing them is one incremental run (``Pipeline.run``): recover a crashed run if any, plan, read,
-write, commit. Both tables depend on the pipeline's Kafka streams (external assets, :mod:`pipelines.streams`), so
-the asset graph shows stream -> table. After the run the status (committed offsets against the brokers' latest,
-no Spark) adds per-partition offsets and per-cluster lag to the sink's metadata.
+write, commit. Both tables depend on the pipeline's Kafka streams (external assets,
+:mod:`dynamic_kafka.dagster.streams`), so the asset graph shows stream -> table. After the run the status
+(committed offsets against the brokers' latest, no Spark) adds per-partition offsets and per-cluster lag to the
+sink's metadata.
 
 The checks read the committed state and the brokers' latest offsets (``Pipeline.status``, once for all three) and
 take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WARN: the data is late),
@@ -49,6 +50,7 @@ from dagster import (
     multi_asset,
     multi_asset_check,
 )
+
 from dynamic_kafka import (
     DynamicKafkaError,
     LagVerdict,
@@ -60,17 +62,16 @@ from dynamic_kafka import (
     dead_letter_verdict,
     lag_limit_verdict,
 )
-
-from pipelines.errors import dagster_errors
-from pipelines.jobs import AssetJob
-from pipelines.metadata import (
+from dynamic_kafka.dagster.errors import dagster_errors
+from dynamic_kafka.dagster.jobs import AssetJob
+from dynamic_kafka.dagster.metadata import (
     completeness_metadata,
     status_metadata,
     summary_metadata,
     table_metadata,
     table_uri,
 )
-from pipelines.names import (
+from dynamic_kafka.dagster.names import (
     COMPLETENESS_CHECK_NAME,
     DATA_LOSS_CHECK_NAME,
     DEAD_LETTER_CHECK_NAME,
@@ -85,8 +86,8 @@ from pipelines.names import (
     stream_tables_asset_key,
     table_checks_job_name,
 )
-from pipelines.resources import DynamicKafkaResource
-from pipelines.streams import stream_keys
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.streams import stream_keys
 
 
 def _describe(pipeline: PipelineConfig) -> str:

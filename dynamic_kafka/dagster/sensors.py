@@ -33,14 +33,20 @@ from dagster import (
     run_status_sensor,
     sensor,
 )
-from dynamic_kafka import PipelineConfig, WatchCursor
 from pydantic import ValidationError
 
-from pipelines.names import AFTER_RUN_TAG, TRIGGER_TAG, asset_key, catch_up_sensor_name, metadata_sensor_name
-from pipelines.resources import DynamicKafkaResource
+from dynamic_kafka import PipelineConfig, WatchCursor
+from dynamic_kafka.dagster.names import (
+    AFTER_RUN_TAG,
+    TRIGGER_TAG,
+    asset_key,
+    catch_up_sensor_name,
+    metadata_sensor_name,
+)
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
 
 if TYPE_CHECKING:
-    from pipelines.jobs import AssetJob
+    from dynamic_kafka.dagster.jobs import AssetJob
 
 logger = logging.getLogger(__name__)
 

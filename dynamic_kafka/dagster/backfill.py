@@ -26,14 +26,14 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     asset,
 )
-from dynamic_kafka import PipelineConfig, RunSummary, TopicStats
 
-from pipelines.errors import dagster_errors
-from pipelines.metadata import summary_metadata, table_metadata, table_uri
-from pipelines.names import GROUP_NAME, backfill_asset_key, pool_name
-from pipelines.partitions import backfill_partitions
-from pipelines.resources import DynamicKafkaResource
-from pipelines.streams import stream_keys
+from dynamic_kafka import PipelineConfig, RunSummary, TopicStats
+from dynamic_kafka.dagster.errors import dagster_errors
+from dynamic_kafka.dagster.metadata import summary_metadata, table_metadata, table_uri
+from dynamic_kafka.dagster.names import GROUP_NAME, backfill_asset_key, pool_name
+from dynamic_kafka.dagster.partitions import backfill_partitions
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.streams import stream_keys
 
 
 def contiguous_windows(windows: Sequence[TimeWindow]) -> list[tuple[datetime, datetime]]:

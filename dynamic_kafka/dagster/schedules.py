@@ -8,15 +8,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dagster import DagsterInvalidDefinitionError, DefaultScheduleStatus, ScheduleDefinition
-from dynamic_kafka import ConfigError
 
-from pipelines.names import TRIGGER_TAG, schedule_name
+from dynamic_kafka import ConfigError
+from dynamic_kafka.dagster.names import TRIGGER_TAG, schedule_name
 
 if TYPE_CHECKING:
     from dagster import JobDefinition
-    from dynamic_kafka import PipelineConfig
 
-    from pipelines.jobs import AssetJob
+    from dynamic_kafka import PipelineConfig
+    from dynamic_kafka.dagster.jobs import AssetJob
 
 
 def build_schedule(pipeline: PipelineConfig, job: AssetJob, *, source: str | None = None) -> ScheduleDefinition | None:

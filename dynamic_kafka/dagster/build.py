@@ -12,21 +12,20 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
 - when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
   ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it;
-- job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`pipelines.maintenance`), and schedule
-  ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set;
+- job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`dynamic_kafka.dagster.maintenance`), and
+  schedule ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set;
 - with a table per stream (``sink.path`` with ``{stream}``): asset ``dynamic_kafka/<id>_tables`` (a dynamic
   partition per stream), checks ``lag``, ``data_loss`` and ``dead_letters`` on it per partition, and job
   ``<name>_table_checks`` that evaluates them for the chosen streams;
 - checks ``idle_partitions``, ``stuck_transactions`` and ``event_time_lag`` on the sink, job ``<name>_health`` (every
-  check of the sink, evaluated between runs, :mod:`pipelines.health`) and schedule ``<name>_health_schedule`` on
-  ``health.schedule``.
+  check of the sink, evaluated between runs, :mod:`dynamic_kafka.dagster.health`) and schedule
+  ``<name>_health_schedule`` on ``health.schedule``.
 
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -39,49 +38,18 @@ from dagster import (
     ScheduleDefinition,
     SensorDefinition,
 )
+
 from dynamic_kafka import ConfigError, load_project_config
-
-from pipelines.assets import build_checks, build_sink_asset, build_table_checks, stream_tables_spec
-from pipelines.backfill import build_backfill_asset
-from pipelines.health import build_health_checks, build_health_job, build_health_schedule
-from pipelines.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
-from pipelines.maintenance import build_maintenance_job, build_maintenance_schedule
-from pipelines.names import RESOURCE_KEY, dagster_name
-from pipelines.resources import DynamicKafkaResource
-from pipelines.schedules import build_schedule
-from pipelines.sensors import build_catch_up_sensor, build_metadata_sensor
-from pipelines.streams import stream_specs
-
-CONFIG_ENV = "DYNAMIC_KAFKA_CONFIG"
-DEFAULT_CONFIG = "dynamic_kafka.yaml"
-# The demo project, loaded when nothing names a config and the working directory has none (a new user's first
-# `dagster dev` in the repository root). Not part of an installed wheel: then the working directory's file counts.
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo" / "dynamic_kafka.yaml"
-
-
-def config_path_from_env() -> Path:
-    """The project config the workspace loads, made absolute.
-
-    ``$DYNAMIC_KAFKA_CONFIG`` when set (it must exist), else ``dynamic_kafka.yaml`` in the working directory when
-    there is one, else the demo's config (``examples/demo/dynamic_kafka.yaml``).
-
-    Raises:
-        ConfigError: ``$DYNAMIC_KAFKA_CONFIG`` names a file that does not exist; one line naming the variable and
-            the example to copy.
-    """
-    named = os.environ.get(CONFIG_ENV)
-    if named:
-        path = Path(named).expanduser().resolve()
-        if not path.is_file():
-            raise ConfigError(
-                f"${CONFIG_ENV} names {path}, which does not exist.",
-                hint=f"Copy {DEMO_CONFIG} there and edit it, or unset ${CONFIG_ENV} to load the demo.",
-            )
-        return path
-    local = Path(DEFAULT_CONFIG).resolve()
-    if local.is_file() or not DEMO_CONFIG.is_file():
-        return local
-    return DEMO_CONFIG
+from dynamic_kafka.dagster.assets import build_checks, build_sink_asset, build_table_checks, stream_tables_spec
+from dynamic_kafka.dagster.backfill import build_backfill_asset
+from dynamic_kafka.dagster.health import build_health_checks, build_health_job, build_health_schedule
+from dynamic_kafka.dagster.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
+from dynamic_kafka.dagster.maintenance import build_maintenance_job, build_maintenance_schedule
+from dynamic_kafka.dagster.names import RESOURCE_KEY, dagster_name
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.schedules import build_schedule
+from dynamic_kafka.dagster.sensors import build_catch_up_sensor, build_metadata_sensor
+from dynamic_kafka.dagster.streams import stream_specs
 
 
 def build_definitions(config_path: str | Path) -> Definitions:

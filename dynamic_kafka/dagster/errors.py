@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dagster import Failure, MetadataValue, RetryRequested
-from dynamic_kafka import DynamicKafkaError
 from pydantic import BaseModel
+
+from dynamic_kafka import DynamicKafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

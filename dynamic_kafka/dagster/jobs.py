@@ -7,7 +7,7 @@ Both run in process (one step, one Spark session per run process). At most one r
 run carries the tag ``dynamic_kafka/pipeline=<id>``, which the instance's run queue limits to one per value
 (``examples/demo/dagster.yaml``); the steps also share the pool ``dynamic_kafka/<id>``. Where no limit is
 configured, the library's state guard is the backstop: a second run fails with ``RunInProgressError``, which
-``pipelines.errors`` turns into a bounded retry.
+``dynamic_kafka.dagster.errors`` turns into a bounded retry.
 """
 
 # No `from __future__ import annotations`: Dagster reads the decorated functions' annotations at runtime.
@@ -31,11 +31,11 @@ from dagster import (
 # What define_asset_job returns. The dagster package does not export the class; this is the one place the
 # pipelines layer names it (sensors, schedules and the definitions import AssetJob from here).
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from dynamic_kafka import PipelineConfig, format_offsets, format_replay, format_reset
 from pydantic import Field
 
-from pipelines.errors import dagster_errors
-from pipelines.names import (
+from dynamic_kafka import PipelineConfig, format_offsets, format_replay, format_reset
+from dynamic_kafka.dagster.errors import dagster_errors
+from dynamic_kafka.dagster.names import (
     HEALTH_CHECK_NAMES,
     KIND_TAG,
     PIPELINE_TAG,
@@ -49,7 +49,7 @@ from pipelines.names import (
     offsets_reset_job_name,
     offsets_show_job_name,
 )
-from pipelines.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
 
 AssetJob = UnresolvedAssetJobDefinition
 
@@ -58,7 +58,7 @@ def build_incremental_job(pipeline: PipelineConfig) -> AssetJob:
     """One incremental run of the pipeline: materializes its sink and dead-letter assets, then runs the checks."""
     return define_asset_job(
         name=incremental_job_name(pipeline.id),
-        # The health checks are for between runs (pipelines.health): the run's job leaves them out.
+        # The health checks are for between runs (dynamic_kafka.dagster.health): the run's job leaves them out.
         selection=AssetSelection.assets(asset_key(pipeline.id), dead_letter_asset_key(pipeline.id))
         - AssetSelection.checks(*(AssetCheckKey(asset_key(pipeline.id), name) for name in HEALTH_CHECK_NAMES)),
         description=f"One incremental run of pipeline {pipeline.id!r}: every record since the last run, once.",

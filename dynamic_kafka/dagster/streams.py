@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dagster import AssetKey, AssetSpec
 
-from pipelines.names import STREAM_GROUP_NAME, stream_asset_key
+from dynamic_kafka.dagster.names import STREAM_GROUP_NAME, stream_asset_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -1,9 +1,9 @@
 """A Dagster Component for dynamic-kafka (prototype): ``defs.yaml`` names the project config, the component builds
-exactly what :func:`pipelines.build.build_definitions` builds for it.
+exactly what :func:`dynamic_kafka.dagster.build.build_definitions` builds for it.
 
 Example ``defs.yaml``::
 
-    type: pipelines.component.DynamicKafkaComponent
+    type: dynamic_kafka.dagster.component.DynamicKafkaComponent
     attributes:
       config_path: "{{ env.DYNAMIC_KAFKA_CONFIG }}"
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from pipelines.build import build_definitions
+from dynamic_kafka.dagster.build import build_definitions
 
 
 class DynamicKafkaComponent(dg.Component, dg.Resolvable, dg.Model):

@@ -1,7 +1,8 @@
 """Per pipeline: the checks between runs. The health checks on the sink (``idle_partitions``,
 ``stuck_transactions``, ``event_time_lag``, from :meth:`dynamic_kafka.Pipeline.health`), the job
 ``<name>_health`` that evaluates every check of the sink without a run (these and ``lag``, ``data_loss``,
-``dead_letters`` of :mod:`pipelines.assets`), and its schedule ``<name>_health_schedule`` on ``health.schedule``.
+``dead_letters`` of :mod:`dynamic_kafka.dagster.assets`), and its schedule ``<name>_health_schedule`` on
+``health.schedule``.
 
 The health job materializes nothing and starts no Spark: it asks the brokers. It does not carry the pipeline's run
 tag, so the instance's one-run-per-pipeline limit never queues it behind a long run (which is when a stuck
@@ -30,11 +31,11 @@ from dagster import (
     in_process_executor,
     multi_asset_check,
 )
-from dynamic_kafka import HealthReport, PartitionHealth, PipelineConfig
 
-from pipelines.errors import dagster_errors
-from pipelines.jobs import AssetJob
-from pipelines.names import (
+from dynamic_kafka import HealthReport, PartitionHealth, PipelineConfig
+from dynamic_kafka.dagster.errors import dagster_errors
+from dynamic_kafka.dagster.jobs import AssetJob
+from dynamic_kafka.dagster.names import (
     EVENT_TIME_LAG_CHECK_NAME,
     IDLE_CHECK_NAME,
     KIND_TAG,
@@ -44,8 +45,8 @@ from pipelines.names import (
     health_job_name,
     health_schedule_name,
 )
-from pipelines.resources import DynamicKafkaResource
-from pipelines.schedules import cron_schedule
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.schedules import cron_schedule
 
 _PARTITION_COLUMNS = TableSchema(
     columns=[

@@ -19,7 +19,7 @@ LAG_CHECK_NAME = "lag"
 DATA_LOSS_CHECK_NAME = "data_loss"
 DEAD_LETTER_CHECK_NAME = "dead_letters"
 COMPLETENESS_CHECK_NAME = "completeness"
-# The health checks between runs (pipelines.health); the names are the library's verdict names.
+# The health checks between runs (dynamic_kafka.dagster.health); the names are the library's verdict names.
 IDLE_CHECK_NAME = "idle_partitions"
 STUCK_TRANSACTION_CHECK_NAME = "stuck_transactions"
 EVENT_TIME_LAG_CHECK_NAME = "event_time_lag"

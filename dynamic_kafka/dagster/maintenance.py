@@ -22,11 +22,11 @@ from dagster import (
     job,
     op,
 )
-from dynamic_kafka import PipelineConfig, TableMaintenance
 from pydantic import Field
 
-from pipelines.errors import dagster_errors
-from pipelines.names import (
+from dynamic_kafka import PipelineConfig, TableMaintenance
+from dynamic_kafka.dagster.errors import dagster_errors
+from dynamic_kafka.dagster.names import (
     KIND_TAG,
     PIPELINE_TAG,
     asset_key,
@@ -36,8 +36,8 @@ from pipelines.names import (
     maintenance_schedule_name,
     pool_name,
 )
-from pipelines.resources import DynamicKafkaResource
-from pipelines.schedules import cron_schedule
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.schedules import cron_schedule
 
 
 class MaintenanceRunConfig(Config):

@@ -9,8 +9,9 @@ runs never start a JVM.
 from __future__ import annotations
 
 from dagster import ConfigurableResource
-from dynamic_kafka import Pipeline, ProjectConfig, load_project_config
 from pydantic import Field
+
+from dynamic_kafka import Pipeline, ProjectConfig, load_project_config
 
 
 class DynamicKafkaResource(ConfigurableResource):  # type: ignore[type-arg]
