@@ -191,7 +191,7 @@ def shared_session_id(
 
 
 def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
-    """Whether the server still holds ``session`` (one round trip, milliseconds).
+    """Whether the server still holds ``session`` (a round trip per setting it states again, milliseconds).
 
     A restarted server answers a known client with a new server-side session, and the client then closes itself
     (its next call raises ``NO_ACTIVE_SESSION``, whatever the call); an expired session is refused by name.
@@ -204,8 +204,9 @@ def _still_served(session: SparkSession, settings: SparkConfig) -> bool:
         return False
     try:
         with _unavailable_as_error(settings):
-            # A session call: the server answers `version` even for a session it no longer holds.
-            session.conf.get("spark.sql.session.timeZone")
+            # Session calls (the server answers `version` even for a session it no longer holds), which also state
+            # the session's settings again: another client may have attached to a shared session and changed them.
+            _state_settings(session, settings)
     except SparkConnectUnavailableError:
         raise
     except Exception as e:
@@ -241,8 +242,7 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
     with _unavailable_as_error(settings):
         try:
             version = session.version  # one round trip: is the server there?
-            for name, value in {**SESSION_REDACTION, **settings.conf}.items():
-                session.conf.set(name, value)
+            _state_settings(session, settings)
         except PySparkException as e:
             if is_unavailable(e):
                 raise
@@ -267,6 +267,11 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
         "" if session_id is None else f", shared session {session_id}",
     )
     return session
+
+
+def _state_settings(session: SparkSession, settings: SparkConfig) -> None:
+    for name, value in {**SESSION_REDACTION, **settings.conf}.items():
+        session.conf.set(name, value)
 
 
 def client_token(settings: SparkConfig) -> str | None:

@@ -6,6 +6,8 @@ backfill lease) holds; :mod:`dynamic_kafka.state.lease` explains how leases use 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -26,13 +28,17 @@ _OWNER = re.compile(
 )
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _MACHINE_ID = Path("/etc/machine-id")
+# This application's key for hashing the machine id: fixed, so every process on a machine derives the same owner.
+_MACHINE_ID_KEY = b"dynamic-kafka run owner 7d3f0b6e2c9a4e51"
 
 
 class RunOwner(FrozenModel):
     """The process running a run (or a backfill). Its text form is what the state holds.
 
     ``boot`` tells machines apart where the hostname cannot: the kernel's boot id (new at every boot, so it also
-    tells a rebooted machine from the one that wrote the owner), else the machine id (prefixed ``machine-``).
+    tells a rebooted machine from the one that wrote the owner), else a keyed hash of the machine id (prefixed
+    ``machine-``; never the id itself). An owner written by an earlier version with the raw machine id never
+    matches it, so it is never taken for gone: its lease has to run out.
     None for an owner written by an earlier version, or when this machine has neither.
     """
 
@@ -102,14 +108,22 @@ class RunOwner(FrozenModel):
 
 
 def _boot_id() -> str | None:
-    """This machine's current boot (the kernel's boot id), else its machine id; None when neither is readable."""
-    for path, prefix in ((_BOOT_ID, ""), (_MACHINE_ID, "machine-")):
+    """This machine's current boot (the kernel's boot id), else a keyed hash of its machine id; None when neither
+    is readable.
+
+    systemd calls the machine id confidential (machine-id(5)): like its ``sd_id128_get_machine_app_specific``, the
+    owner holds an HMAC of it keyed with this application's own key, the same on every read on this machine and
+    unrelated to what other applications derive from it.
+    """
+    for path, hashed in ((_BOOT_ID, False), (_MACHINE_ID, True)):
         try:
             value = path.read_text().strip()
         except OSError:
             continue
         if value and not any(c.isspace() for c in value):
-            return prefix + value
+            if not hashed:
+                return value
+            return "machine-" + hmac.new(_MACHINE_ID_KEY, value.encode(), hashlib.sha256).hexdigest()[:32]
     return None
 
 

@@ -166,6 +166,28 @@ def test_the_session_in_use_is_the_one_pyspark_reads_its_implicit_settings_from(
     assert window.count() == 1
 
 
+def test_every_attach_to_a_shared_session_states_its_redaction_again(
+    spark_connect_server: ServerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Anyone holding the server's token who learns a shared session's id can attach to it and turn its redaction
+    # off; a long-lived process (Dagster) that asks for the session again finds it cached.
+    from dynamic_kafka.spark.remote import SESSION_REDACTION, build_remote_session
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    settings = SparkConfig(remote=spark_connect_server.remote)
+    name = f"test {free_port()}"
+    shared = build_remote_session(settings, shared_as=name)
+    intruder = build_remote_session(SparkConfig(remote=f"{settings.remote}/;session_id={shared.client._session_id}"))
+    setting = "spark.sql.redaction.options.regex"
+    intruder.conf.set(setting, "(?i)nothing")
+    assert shared.conf.get(setting) == "(?i)nothing"
+
+    again = build_remote_session(settings, shared_as=name)
+
+    assert again is shared
+    assert again.conf.get(setting) == SESSION_REDACTION[setting]
+
+
 def test_an_unreachable_server_is_a_retriable_error() -> None:
     from dynamic_kafka.errors import SparkConnectUnavailableError
     from dynamic_kafka.spark.session import build_spark_session

@@ -268,3 +268,38 @@ def test_a_run_refused_by_the_writer_lease_names_the_operation_holding_it(
         assert said in str(caught.value)
         assert "held by host elsewhere pid 4242" in str(caught.value)
         assert caught.value.operation == operation
+
+
+def test_an_owner_written_from_the_machine_id_holds_a_keyed_hash_of_it_never_the_id_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where the kernel's boot id cannot be read, the machine id tells machines apart; systemd calls it
+    # confidential, so the state holds an app-specific keyed hash of it, which still tells this machine from others.
+    from deltalake import DeltaTable
+
+    from dynamic_kafka.state import owner as owners
+
+    raw = "4a1c0e5b9d2f48e7a3b6c8d0e1f2a3b4"
+    machine_id = tmp_path / "machine-id"
+    machine_id.write_text(raw + "\n")
+    monkeypatch.setattr(owners, "_BOOT_ID", tmp_path / "no-boot-id")
+    monkeypatch.setattr(owners, "_MACHINE_ID", machine_id)
+    store = StateStore(tmp_path / "state", PID)
+    me = RunOwner.current()
+
+    planned(store, me.model_copy(update={"pid": dead_pid()}), timedelta(minutes=5))
+
+    assert me.boot is not None
+    assert me.boot.startswith("machine-")
+    assert raw not in me.text()
+    head = store.load().last_run
+    assert head is not None
+    written = RunOwner.parse(head.owner)
+    assert written is not None
+    assert written.is_gone()  # the same machine (its hash), its process gone
+    assert not written.model_copy(update={"boot": "machine-" + raw}).is_gone()  # an owner holding the raw id
+    rows = repr(DeltaTable(str(tmp_path / "state")).to_pyarrow_table().to_pylist())
+    files = b"".join(p.read_bytes() for p in (tmp_path / "state").rglob("*") if p.is_file())
+    assert me.boot in rows
+    assert raw not in rows
+    assert raw.encode() not in files
