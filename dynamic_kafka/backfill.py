@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.errors import ConfigError, DynamicKafkaError
 from dynamic_kafka.faults import crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.snapshots import StateSnapshot
@@ -100,10 +100,40 @@ def offsets_window(pipeline: PipelineConfig, start: datetime, end: datetime) -> 
     are then kept by their event time). A record whose Kafka timestamp lies further from its event time than the
     slack is not read.
     """
-    if pipeline.event_time is None:
-        return start, end
-    slack = timedelta(seconds=pipeline.event_time_slack_seconds)
-    return start - slack, end + slack
+    first, last = start, end
+    if pipeline.event_time is not None:
+        slack = timedelta(seconds=pipeline.event_time_slack_seconds)
+        first, last = start - slack, end + slack
+    return max(first, after_bootstrap(pipeline, start, end)), last
+
+
+def after_bootstrap(pipeline: PipelineConfig, start: datetime, end: datetime) -> datetime:
+    """The window's start, no earlier than the bootstrap archive's ``until`` when the pipeline has one: Kafka's
+    records before it are the archive's, landed without Kafka coordinates, so a MERGE on coordinates would insert
+    them again (as a mirror's copies before its handover, see :func:`_window_metadata`).
+
+    Raises:
+        ConfigError: the whole window lies before ``until`` (the archive landed that time).
+    """
+    if pipeline.bootstrap is None:
+        return start
+    until = pipeline.bootstrap.until
+    if end <= until:
+        raise ConfigError(
+            f"pipeline {pipeline.id!r}: the backfill window [{start.isoformat()}, {end.isoformat()}) lies before "
+            f"the bootstrap archive's until ({until.isoformat()}): that time was landed from the archive, and Kafka's "
+            "records of it would land a second time. Nothing was written.",
+            hint="Backfill a window ending after bootstrap.until; history before it is the archive's.",
+        )
+    if start < until:
+        logger.warning(
+            "backfill of %s: the window starts at the bootstrap archive's until %s, not at %s (the archive landed "
+            "the time before it)",
+            pipeline.id,
+            until.isoformat(),
+            start.isoformat(),
+        )
+    return max(start, until)
 
 
 def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> tuple[Plan, MetadataSnapshot]:
@@ -210,6 +240,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()
+    start = after_bootstrap(context.pipeline, start, end)  # the rows are filtered on the window too
     plan, metadata = plan_backfill(context, start, end)
     planned = time.monotonic()
     if plan.is_empty:

@@ -324,6 +324,10 @@ class StateError(DynamicKafkaError):
     """The pipeline's Delta state is missing, unreadable or inconsistent."""
 
 
+class ArchiveChangedError(StateError):
+    """A bootstrap archive's file differs from what the run's plan pinned (size, modification time) or is gone."""
+
+
 class StateBehindSinkError(StateError):
     """The sink (or its dead-letter table) holds a transaction of this pipeline beyond what the state knows: a
     run_seq beyond the state's last run, or a backfill beyond the state's backfill sequence.

@@ -197,8 +197,10 @@ def _decide(
             f"no committed partition of pipeline {context.pipeline.id!r} matches {selection.describe()}.",
             hint=f"The state has offsets for: {known} (`dynamic-kafka offsets show` lists them).",
         )
-    brokers = _broker_offsets(context, selected, target)
-    changes = decide_reset(state, brokers, target, selected)
+    bootstrap = context.pipeline.bootstrap
+    until_ms = to_epoch_ms(bootstrap.until) if bootstrap is not None else None
+    brokers = _broker_offsets(context, selected, target, until_ms)
+    changes = decide_reset(state, brokers, target, selected, stop_at_until=until_ms is not None)
     owner = RunOwner.current()
     result = OffsetReset(
         pipeline_id=context.pipeline.id,
@@ -250,9 +252,16 @@ def decide_reset(
     brokers: BrokerSnapshot,
     target: ResetTarget,
     selected: dict[TopicPartition, PartitionState],
+    *,
+    stop_at_until: bool = False,
 ) -> tuple[OffsetChange, ...]:
     """The offset changes of a reset of ``selected`` to ``target`` over the brokers' offsets; pure. Partitions
     already at the target are left out.
+
+    ``stop_at_until``: the pipeline was bootstrapped from an archive and the brokers' ``start_lookups`` hold each
+    partition's first offset at or after the archive's ``until`` (or the target's timestamp if later). A rewind
+    then stops there: the records before it are the archive's, landed without Kafka coordinates, so the run's
+    anti-join on coordinates would not find them and they would land twice.
 
     Raises:
         TopicRecreatedError: a topic is gone from its cluster, or has another topic id than the committed offset.
@@ -289,6 +298,9 @@ def decide_reset(
         else:
             assert target.offset is not None
             new = target.offset
+        if stop_at_until and new < row.next_offset:
+            found = topic.start_lookups.get(key.partition)
+            new = max(new, min(offsets.latest if found is None else found, row.next_offset))
         floor = state.backfill_floors.get(key, 0)
         if not offsets.earliest <= new <= offsets.latest:
             refused.append(f"{key}: offset {new} is outside [{offsets.earliest}, {offsets.latest}]")
@@ -321,22 +333,23 @@ def decide_reset(
 
 
 def _broker_offsets(
-    context: PipelineContext, selected: dict[TopicPartition, PartitionState], target: ResetTarget
+    context: PipelineContext,
+    selected: dict[TopicPartition, PartitionState],
+    target: ResetTarget,
+    until_ms: int | None,
 ) -> BrokerSnapshot:
-    """Earliest, latest and (for a timestamp) the timestamp's offsets of the selected partitions' topics; every
-    cluster must answer. A cluster the metadata no longer lists is reached as the metadata service still knows
-    it, else at the bootstrap servers its offsets were committed from.
+    """Earliest, latest and (for a timestamp, or a bootstrap archive's ``until_ms``: the later of the two) the
+    timestamp's offsets of the selected partitions' topics; every cluster must answer. A cluster the metadata no
+    longer lists is reached as the metadata service still knows it, else at the bootstrap servers its offsets
+    were committed from.
     """
     topics: dict[str, set[str]] = {}
     bootstrap: dict[str, str] = {}
     for key, row in selected.items():
         topics.setdefault(key.cluster_id, set()).add(key.topic)
         bootstrap.setdefault(key.cluster_id, row.bootstrap_servers)
-    starting = (
-        TimestampOffsets(timestamp_ms=target.timestamp_ms)
-        if target.kind == "timestamp" and target.timestamp_ms is not None
-        else EarliestOffsets()
-    )
+    moments = [t for t in (target.timestamp_ms if target.kind == "timestamp" else None, until_ms) if t is not None]
+    starting = TimestampOffsets(timestamp_ms=max(moments)) if moments else EarliestOffsets()
     requests = [
         ClusterRequest(
             cluster=_connection(context, cluster_id, bootstrap[cluster_id]),

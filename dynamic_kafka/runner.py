@@ -282,8 +282,9 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             if plan.bootstrap is not None:
-                from dynamic_kafka.spark.archive import archive_rows
+                from dynamic_kafka.spark.archive import archive_rows, check_unchanged
 
+                check_unchanged(spark, plan.bootstrap)  # a file rewritten since the plan: not the counted rows
                 frame = frame.unionByName(archive_rows(spark, plan.bootstrap))
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})

@@ -172,6 +172,12 @@ class ArchiveRead(FrozenModel):
     )
     delta_version: int | None = Field(None, description="The Delta table version read (delta).")
     rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
+    file_pins: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="Per file of ``files``, its size in bytes and modification time (epoch ms) when planned: a "
+        "file that differs at the read is refused, so the rows landed are the rows counted. Empty in plans written "
+        "before files were pinned, and for a Delta archive (its version is pinned).",
+    )
 
 
 class Plan(FrozenModel):

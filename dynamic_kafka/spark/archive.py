@@ -14,10 +14,11 @@ where they hold the same records.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
-from dynamic_kafka.errors import ConfigError, StateError
+from dynamic_kafka.errors import ArchiveChangedError, ConfigError, StateError
 from dynamic_kafka.model.plan import ArchiveRead
 from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, STREAM
 
@@ -132,11 +133,76 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
 
 
 def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
-    """``read`` with the number of rows it lands (one count job over its files)."""
+    """``read`` with its files pinned (size and modification time) and the number of rows it lands (one count
+    job over its files, after the pins: a file changed in between is refused at the read).
+    """
     from dynamic_kafka.sink.tables import spark_failures
 
+    pinned = read.model_copy(update={"file_pins": _file_pins(spark, read)})
     with spark_failures(f"counting the bootstrap archive {read.location!r}"):
-        return read.model_copy(update={"rows": archive_rows(spark, read).count()})
+        return pinned.model_copy(update={"rows": archive_rows(spark, pinned).count()})
+
+
+def _comparable(path: str) -> str:
+    # Spark lists a local file as file:///x and reports it as file:/x.
+    return re.sub(r"^file:/+", "file:///", path)
+
+
+def _file_pins(spark: SparkSession, read: ArchiveRead) -> dict[str, tuple[int, int]]:
+    """Each of ``read``'s files' size and modification time (epoch ms) as the storage reports them now; reads
+    no file's contents (Spark's binaryFile source reads them only when asked for).
+
+    Raises:
+        ArchiveChangedError: a file is gone.
+    """
+    if not read.files:
+        return {}
+    from pyspark.sql import functions as sf
+
+    try:
+        listed = (
+            spark.read.format("binaryFile")
+            .load(list(read.files))
+            .select("path", "length", sf.unix_millis("modificationTime").alias("modified"))
+            .collect()
+        )
+    except Exception as e:  # Spark's own errors differ in-process and over Connect; all mean "not there"
+        raise ArchiveChangedError(
+            f"the bootstrap archive {read.location!r}: its planned files cannot be listed "
+            f"({str(e).splitlines()[0] if str(e) else type(e).__name__}). Nothing was written.",
+            hint=_CHANGED_HINT,
+        ) from None
+    return {_comparable(row["path"]): (int(row["length"]), int(row["modified"])) for row in listed}
+
+
+_CHANGED_HINT = (
+    "Put the archive's files back as they were planned and run again, or give the planned run up "
+    "(`dynamic-kafka abandon --run-seq N --reason ...`): the next run plans the files again as they are then."
+)
+
+
+def check_unchanged(spark: SparkSession, read: ArchiveRead) -> None:
+    """Refuse to read ``read`` when a pinned file differs from its pin (size or modification time) or is gone:
+    its rows would not be the rows the plan counted. A plan without pins is not checked.
+
+    Raises:
+        ArchiveChangedError: naming every changed file, its pin and what the storage reports now.
+    """
+    if not read.file_pins:
+        return
+    now = _file_pins(spark, read)
+    changed = [
+        f"{name} (planned {size} bytes modified at {modified} ms; now "
+        + (f"{now[name][0]} bytes modified at {now[name][1]} ms)" if name in now else "gone)")
+        for name, (size, modified) in sorted(read.file_pins.items())
+        if now.get(name) != (size, modified)
+    ]
+    if changed:
+        raise ArchiveChangedError(
+            f"the bootstrap archive {read.location!r} changed since the run was planned: {'; '.join(changed)}. "
+            "Its rows would not be the ones the plan counted. Nothing was written.",
+            hint=_CHANGED_HINT,
+        )
 
 
 def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:

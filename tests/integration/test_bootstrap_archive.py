@@ -15,7 +15,7 @@ import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.errors import ArchiveChangedError, ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
@@ -72,6 +72,35 @@ def mapped_bootstrap(folder: Path) -> dict[str, Any]:
     }
 
 
+def crashed_first_run(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], spark: Any, topic: str, at: str
+) -> PipelineHarness:
+    """A pipeline bootstrapped from :func:`write_archive` whose first run crashed at fault point ``at``."""
+    write_archive(tmp_path / "archive")
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        run_lease_seconds=LEASE_SECONDS,
+        bootstrap=mapped_bootstrap(tmp_path / "archive"),
+    )
+    h.set_streams({"orders": {"east": [topic]}})
+
+    def crash() -> None:
+        raise SimulatedCrashError
+
+    with acting_at(at, crash), pytest.raises(SimulatedCrashError):
+        h.runner().run()
+    assert_run_1_planned(h)
+    return h
+
+
+def assert_run_1_planned(h: PipelineHarness) -> None:
+    state = h.runner().store.load()
+    assert state.last_run is not None
+    assert (state.last_run.run_seq, state.last_run.status) == (1, "planned")
+
+
 def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
     """Every sink row as (value, cluster, stream, topic, offset is null), sorted, duplicates kept."""
     opened = open_delta_rs(h.runner().pipeline.sink_table, doing="reading the sink")
@@ -91,24 +120,7 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
         topic,
         [Record(value=f"k{i}".encode(), timestamp_ms=UNTIL_MS + (i - 2) * 1000, partition=i % 2) for i in range(6)],
     )
-    write_archive(tmp_path / "archive")
-    h = harness(
-        tmp_path,
-        kafka_clusters,
-        spark,
-        run_lease_seconds=LEASE_SECONDS,
-        bootstrap=mapped_bootstrap(tmp_path / "archive"),
-    )
-    h.set_streams({"orders": {"east": [topic]}})
-
-    def crash() -> None:
-        raise SimulatedCrashError
-
-    with acting_at("after_sink", crash), pytest.raises(SimulatedCrashError):
-        h.runner().run()
-    state = h.runner().store.load()
-    assert state.last_run is not None
-    assert (state.last_run.run_seq, state.last_run.status) == (1, "planned")
+    h = crashed_first_run(tmp_path, kafka_clusters, spark, topic, "after_sink")
     assert committed_txn_version(h.sink_path, "p") == 1  # the sink holds run 1: archive and Kafka rows
     time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
 
@@ -175,3 +187,26 @@ def test_an_offsets_reset_between_two_parts_of_an_archive_keeps_landing_its_file
     archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
     kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in range(3)]
     assert landed(h) == sorted(archive_rows + kafka_rows)
+
+
+def test_an_archive_file_rewritten_after_the_plan_is_refused_at_the_recovery_with_nothing_written(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """Issue 35 row 10: files are pinned by size and modification time, not by name only."""
+    _, topic = history_topic(kafka_clusters, 1)
+    h = crashed_first_run(tmp_path, kafka_clusters, spark, topic, "after_plan")
+    rewritten = pa.table(
+        {
+            "payload": ["a0", "a1", "late"],
+            "event_time": pa.array([UNTIL.replace(year=2025)] * 3, type=pa.timestamp("ms", tz="UTC")),
+            "note": ["x"] * 3,
+        }
+    )
+    pq.write_table(rewritten, tmp_path / "archive" / "part-0.parquet")
+    time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
+
+    with pytest.raises(ArchiveChangedError, match=r"part-0\.parquet \(planned \d+ bytes") as refused:
+        h.runner().run()
+    assert "Nothing was written" in str(refused.value)
+    assert committed_txn_version(h.sink_path, "p") is None
+    assert_run_1_planned(h)

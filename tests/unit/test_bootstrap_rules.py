@@ -8,20 +8,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
+from dynamic_kafka.backfill import after_bootstrap, offsets_window
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import ConfigError, DataLossError, StateError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-from dynamic_kafka.model.plan import ArchiveRead
+from dynamic_kafka.model.plan import ArchiveRead, TopicPartition
 from dynamic_kafka.model.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
     PartitionOffsets,
+    PartitionState,
     RunRecord,
     StateSnapshot,
     TopicSnapshot,
 )
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
+from dynamic_kafka.offset_reset import ResetTarget, decide_reset
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
 from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
@@ -306,3 +309,41 @@ class TestArchiveChainAcrossOperations:
         with pytest.raises(StateError, match=r"f2, f3.*realign") as refused:
             next_archive_part(store.load(), 1)
         assert "runs 2 to 3" in str(refused.value)
+
+
+class TestNothingBeforeUntilIsReadFromKafkaAgain:
+    """Issue 35 row 4: backfills and rewinds stop at the bootstrap's ``until`` (archive rows have no Kafka
+    coordinates, so the coordinate dedupe of a MERGE or of a rewound run's anti-join cannot find them).
+    """
+
+    def test_a_backfill_window_starts_no_earlier_than_until_and_one_entirely_before_it_is_refused(self) -> None:
+        before, after = datetime(2025, 12, 30, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+        assert offsets_window(pipeline(), before, after) == (UNTIL, after)
+        with_slack = pipeline().model_copy(update={"event_time": "value.ts", "event_time_slack_seconds": 60})
+        assert offsets_window(with_slack, before, after)[0] == UNTIL
+        assert after_bootstrap(pipeline(), before, after) == UNTIL
+        with pytest.raises(ConfigError, match="lies before the bootstrap archive's until"):
+            after_bootstrap(pipeline(), before, UNTIL)
+
+    def test_a_rewind_stops_at_the_first_offset_at_or_after_until(self) -> None:
+        key = TopicPartition(cluster_id="east", topic="orders", partition=0)
+        topic = TopicSnapshot(
+            topic="orders",
+            topic_id="id-1",
+            partitions={0: PartitionOffsets(earliest=2, latest=20), 1: PartitionOffsets(earliest=0, latest=8)},
+            start_lookups={0: 5, 1: 6},  # the first offsets at or after `until`
+        )
+        brokers = BrokerSnapshot(
+            clusters={"east": ClusterSnapshot(cluster_id="east", topics={"orders": topic})}, taken_at=NOW
+        )
+        rows = {
+            k: PartitionState(cluster_id="east", topic="orders", partition=k.partition, next_offset=n, topic_id="id-1")
+            for k, n in ((key, 10), (key.model_copy(update={"partition": 1}), 4))
+        }
+        state = StateSnapshot(pipeline_id="p", table_version=1, partitions=rows)
+        for target in ("earliest", "offset:3"):
+            changes = decide_reset(state, brokers, ResetTarget.parse(target), rows, stop_at_until=True)
+            # partition 1 sits before `until` (a topic added after the bootstrap): a rewind does not move it forward
+            assert [(c.partition, c.from_offset, c.to_offset) for c in changes] == [(0, 10, 5)]
+        unclamped = decide_reset(state, brokers, ResetTarget.parse("earliest"), rows)
+        assert [(c.partition, c.to_offset) for c in unclamped] == [(0, 2), (1, 0)]
