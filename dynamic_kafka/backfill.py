@@ -48,9 +48,11 @@ from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
+from dynamic_kafka.plan.tables import pinned_to_tables
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
-from dynamic_kafka.realign import check_not_behind
+from dynamic_kafka.realign import check_not_behind, check_tables_not_behind
 from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.sink.per_stream import run_streams
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -156,7 +158,11 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
-    return _above_floors(plan, context.store.load()), metadata
+    state = context.store.load()
+    if context.pipeline.sink.per_stream:
+        # Each partition's window merges into the table its incremental runs land it in.
+        plan = plan.model_copy(update={"splits": tuple(pinned_to_tables(plan.splits, state))})
+    return _above_floors(plan, state), metadata
 
 
 def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
@@ -195,7 +201,9 @@ def record_backfill_frontier(
         RunInProgressError: a run stayed planned through every attempt, or a backfill holds the lease; nothing
             was recorded.
     """
-    check_not_behind(context.pipeline, context.store.load(), context.store.path)
+    state = context.store.load()
+    check_not_behind(context.pipeline, state, context.store.path)
+    check_tables_not_behind(context.pipeline, state, run_streams(plan.read_splits), context.store.path)
     return context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits},
         topic_ids={s.key: s.topic_id for s in plan.read_splits},

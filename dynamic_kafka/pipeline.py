@@ -181,7 +181,9 @@ class Pipeline:
         """Realign a state that is behind its sink (restored from a backup or moved). Without ``apply`` it only
         reports what it would change. See :func:`dynamic_kafka.realign.realign`.
         """
-        return realign(self.config, self.context.store, yes=apply)
+        # A table per stream: the subscription's streams now, whose tables a restored state may not know.
+        subscribed = sorted(self.context.resolve().streams) if self.config.sink.per_stream else []
+        return realign(self.config, self.context.store, yes=apply, subscribed=subscribed)
 
     def maintain(
         self, *, vacuum_retention_hours: int | None = None, unsafe_vacuum_retention: bool = False

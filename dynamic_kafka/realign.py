@@ -22,8 +22,9 @@ fence of an abandoned run (:mod:`dynamic_kafka.sink.fence`) is such a transactio
 
 With a table per stream (``sink.path: data/{stream}``) the sink is every table of a stream the state knows: the
 highest transactions over all of them decide, and the frontier is raised from each stream's rows (a partition lands
-in one stream's table). A stream's table the restored state does not know at all (the stream first landed after
-the backup) is not looked at.
+in one stream's table). ``realign`` also reads the tables of the streams the subscription finds now, so a table the
+restored state does not know at all (the stream first landed after the backup) is realigned too; a run or backfill
+about to write such a table is refused while the state is behind it (:func:`check_tables_not_behind`).
 
 Consequences: the next run re-reads from the state's offsets (more Kafka reads, and a sink check over the realigned
 ranges); records retention deleted since the backup are reported as data loss by the planner as usual; the run
@@ -41,11 +42,11 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
-from dynamic_kafka.sink.per_stream import table_views
+from dynamic_kafka.sink.per_stream import known_streams, table_views
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
@@ -113,6 +114,23 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
     """
     for view in table_views(pipeline, state):
         _check_position(view, state, store_path)
+
+
+def check_tables_not_behind(
+    pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str], store_path: str
+) -> None:
+    """With a table per stream, refuses a state behind the table of any of ``streams`` (the tables a writer is
+    about to write) that it does not know: a stream first landed after the backup the state was restored from
+    has a table the state never heard of, whose transactions the run_seqs to come would reuse. Nothing to check
+    for a single sink or a stream the state knows (:func:`check_not_behind` checked those).
+
+    Raises:
+        StateBehindSinkError: as :func:`check_not_behind`, naming the stream's table.
+    """
+    if not pipeline.sink.per_stream:
+        return
+    for stream in sorted(set(streams) - set(known_streams(state))):
+        _check_position(pipeline.for_stream(stream), state, store_path)
 
 
 def _check_position(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> None:
@@ -190,14 +208,16 @@ class Realignment(FrozenModel):
     """Per partition (``cluster/topic/partition``), the offset below which the next run checks the sink."""
 
 
-def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool) -> Realignment:
+def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribed: Iterable[str] = ()) -> Realignment:
     """Realigns a state that is behind its sink (see the module docstring); with ``yes`` False, only reports.
+    ``subscribed``: with a table per stream, the streams the subscription finds now; their tables are read too,
+    known to the state or not (a stream first landed after the state's backup).
 
     Raises:
         RunInProgressError: the state changed while realigning (a run started); nothing was written.
     """
     state = store.load()
-    views = table_views(pipeline, state)
+    views = table_views(pipeline, state, subscribed)
     position = highest_position(pipeline, views)
     last = last_run_seq(state)
     runs_behind = position.txn is not None and position.txn > last

@@ -63,7 +63,7 @@ from dynamic_kafka.plan.planner import (
     plan_run,
 )
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
-from dynamic_kafka.realign import check_not_behind, run_frontier
+from dynamic_kafka.realign import check_not_behind, check_tables_not_behind, run_frontier
 from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
 from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.sink import committed_txn_version
@@ -196,6 +196,9 @@ class PipelineRunner:
             recovered = self._recover(state)
             state = self.store.load()
         plan, brokers, metadata = self.plan(state)
+        # A table per stream: a table the state never knew (first landed after the backup it was restored from)
+        # may hold this very run_seq.
+        check_tables_not_behind(self.pipeline, state, run_streams(plan.read_splits), self.store.path)
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
         self._deadline.check()

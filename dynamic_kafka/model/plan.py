@@ -34,7 +34,10 @@ class Split(FrozenModel):
     partition: int = Field(ge=0)
     start_offset: int = Field(ge=0, description="First offset to read (inclusive).")
     stop_offset: int = Field(ge=0, description="First offset not to read (exclusive).")
-    stream_ids: tuple[str, ...] = Field(description="Subscribed streams that contain this topic, sorted.")
+    stream_ids: tuple[str, ...] = Field(
+        description="Subscribed streams that contain this topic, sorted; with a table per stream, the stream whose "
+        "table the partition first landed in stays first (dynamic_kafka.plan.tables)."
+    )
     topic_id: str | None = Field(None, description="Kafka topic id when planned; detects recreation.")
     leader_epoch: int | None = Field(
         None,

@@ -15,6 +15,7 @@ No I/O happens here, so every rule is unit-tested without a broker. The rules, p
   was recreated: ``on_topic_recreated: fail`` raises; ``reset`` starts the new topic at earliest and records it;
 * stop is the stopping initializer (default latest, the last stable offset under read_committed), never beyond
   latest, then capped by ``max_records_per_partition`` and ``max_records_per_run``;
+* with a table per stream, a partition keeps the table it first landed in (:mod:`dynamic_kafka.plan.tables`);
 * partitions in the state that the metadata no longer lists are marked removed (offsets kept); with
   ``drain_removed`` they are first read up to their latest offset when reachable, and marked removed only once
   fully read.
@@ -46,6 +47,7 @@ from dynamic_kafka.offsets import (
     TimestampOffsets,
     to_epoch_ms,
 )
+from dynamic_kafka.plan.tables import pinned_to_tables
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -89,6 +91,8 @@ def plan_run(
     if builder.losses or builder.truncations or builder.bootstrap_gaps:
         raise DataLossError(builder.losses, truncated=builder.truncations, bootstrap_gaps=builder.bootstrap_gaps)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
+    if pipeline.sink.per_stream:
+        splits = pinned_to_tables(splits, state)
     removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
     return Plan(
         pipeline_id=pipeline.id,

@@ -6,8 +6,9 @@ transaction ``(pipeline id, run_seq)``: each table's log says on its own whether
 recovery rule of one sink becomes, per table: a run is committed to the state only once every table of the run
 holds its transaction, and a recovery writes only the tables that lack it (the runner asks each table's log).
 
-Which table a row lands in is its ``stream`` column: the split's first stream in sorted order, the one a topic
-shared by two subscribed streams is attributed to (the project's shared-topic rule). The tables of a run are those
+Which table a row lands in is its ``stream`` column, which the reader fills from the row's own split: the split's
+first stream, the one a topic shared by two subscribed streams is attributed to when it first lands (the project's
+shared-topic rule), kept for the partition afterwards (:mod:`dynamic_kafka.plan.tables`). The tables of a run are those
 of the streams it reads (:func:`run_streams`); a stream that appears later gets its table from the run that first
 lands it, created by that run's first append.
 
@@ -51,13 +52,13 @@ def known_streams(state: StateSnapshot) -> list[str]:
     return sorted(streams)
 
 
-def table_views(pipeline: PipelineConfig, state: StateSnapshot) -> list[PipelineConfig]:
-    """The pipeline as each of its tables sees it: one view per stream the state knows (a table per stream), else
-    the pipeline itself.
+def table_views(pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str] = ()) -> list[PipelineConfig]:
+    """The pipeline as each of its tables sees it: one view per stream the state knows and per stream of
+    ``streams`` (a table per stream), else the pipeline itself.
     """
     if not pipeline.sink.per_stream:
         return [pipeline]
-    return [pipeline.for_stream(stream) for stream in known_streams(state)]
+    return [pipeline.for_stream(stream) for stream in sorted({*known_streams(state), *streams})]
 
 
 def write_per_stream(

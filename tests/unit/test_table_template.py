@@ -15,6 +15,7 @@ from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
 from dynamic_kafka.model.summary import RunSummary, StreamTable
+from dynamic_kafka.plan.tables import pinned_to_tables
 from dynamic_kafka.sink.commits import AddedFile, RunFiles
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
@@ -187,6 +188,19 @@ class TestRunTables:
             cluster_id="east", topic="t", partition=0, next_offset=3, stream_ids=("a", "z"), updated_run_seq=1
         )
         assert known_streams(StateSnapshot(pipeline_id="p", partitions={key: row})) == ["a"]
+
+    def test_a_partition_keeps_the_stream_it_landed_under_and_a_new_partition_joins_its_topics_table(self) -> None:
+        landed = PartitionState(
+            cluster_id="east", topic="t", partition=0, next_offset=3, stream_ids=("b",), updated_run_seq=1
+        )
+        state = StateSnapshot(pipeline_id="p", partitions={landed.key: landed})
+        new_partition = split(("a", "b")).model_copy(update={"partition": 1})
+        pinned = pinned_to_tables([split(("a", "b")), new_partition, split(("a", "c"), "t2")], state)
+        assert [(s.partition, s.topic, s.stream_ids) for s in pinned] == [
+            (0, "t", ("b", "a")),  # a stream sorting first now lists the topic: its table stays b's
+            (1, "t", ("b", "a")),
+            (0, "t2", ("a", "c")),  # a topic new to the state: the metadata's first stream
+        ]
 
     def test_tables_results_combine_into_the_runs_result(self) -> None:
         one = WriteResult(records=3, bytes=30, per_topic={("east", "t1"): (3, 30)}, sink_records=2, dead_letters=1)
