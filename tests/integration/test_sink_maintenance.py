@@ -23,7 +23,7 @@ from deltalake import write_deltalake
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.maintain import format_maintenance
-from dynamic_kafka.errors import ConfigError, RunInProgressError, RunTimeoutError
+from dynamic_kafka.errors import ConfigError, LeaseLostError, RunInProgressError, RunTimeoutError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.run_guard import run_lock_path
@@ -246,3 +246,28 @@ def test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_f
 
     maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
     assert not in_flight.exists()  # the explicit override deletes it, as documented
+
+
+def test_a_maintenance_whose_lease_was_taken_stops_before_its_next_step(tmp_path: Path) -> None:
+    # JVM-free, as above. The lease's guard at its call site: another holder took the writer lease (this process
+    # paused past it, say) right before a step; the step must not run beside that holder's writes.
+    harness = PipelineHarness(tmp_path, clusters={"east": "127.0.0.1:9"})
+    for value in (b"a", b"b"):
+        write_deltalake(str(harness.sink_path), pa.table({"offset": [len(value)], "value": [value]}), mode="append")
+    store = harness.runner().store
+    store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))
+    before = table_files(harness.runner().pipeline.sink_table)
+    other = "another-host 1 x"
+
+    def taken_over() -> None:
+        held = store.load().backfill_owner
+        if held is not None and held != other:
+            store.release_backfill_lease(owner=held)
+            store.record_backfill({}, owner=other, lease_expires_at=datetime.now(UTC) + timedelta(minutes=5))
+
+    with acting_at("before_maintenance_step", taken_over), pytest.raises(LeaseLostError) as lost:
+        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+
+    assert lost.value.retriable
+    assert table_files(harness.runner().pipeline.sink_table) == before  # nothing compacted or vacuumed
+    assert store.load().backfill_owner == other
