@@ -792,6 +792,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             if not self.pending:
                 raise ProtocolViolationError(f"maintenance was refused though no run is planned: {e}") from e
             return
+        except StateError as e:
+            if self.state.table_version is not None:
+                raise ProtocolViolationError(f"maintenance was refused though the state exists: {e}") from e
+            return  # another writer made the sink before any state: refused, not kept apart from runs
         except (ConfigError, ValueError):
             if retention != 0:
                 raise
