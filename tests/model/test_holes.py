@@ -350,3 +350,13 @@ def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its
         r.run_clean()  # part-0 lands
         r.rewrite_archive_files(pick=0, at=None)  # a[1]@1 moves from part-0 to part-1 (rewritten, same names)
         r.run_clean()  # part-1 is read by name as it is now: a[1]@1 lands a second time
+
+
+@HOLE
+def test_35_4_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twice() -> None:
+    # Found by the random model (500 examples): the backfill comes BEFORE the bootstrap's first run.
+    with machine_without("35.4", archive=1) as r:
+        m = r.m
+        m.harness.backfill(m.world.clock_ms - 2, m.world.clock_ms + 2, None)  # MERGEs a[1]@1 from Kafka
+        m._after_state_change()
+        r.run_clean()  # the bootstrap's first part (part-0.json holds a[1]@1) is appended blind: a[1]@1 twice

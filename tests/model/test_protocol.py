@@ -602,6 +602,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         first = int(self.world.records[min(self.world.records)].ts_ms) if self.world.records else self.world.clock_ms
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
+        archive = self.harness.archive
+        if archive is not None and start < archive.until_ms and "35.4" in self.holes:
+            return  # a backfill below the bootstrap's until lands archive rows again (issue 35, row 4)
         STATS["backfills"] += 1
         sink_ahead = self._sink_ahead()
         try:
@@ -792,6 +795,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             if not self.pending:
                 raise ProtocolViolationError(f"maintenance was refused though no run is planned: {e}") from e
             return
+        except StateError as e:
+            if self.state.table_version is not None:
+                raise ProtocolViolationError(f"maintenance was refused though the state exists: {e}") from e
+            return  # another writer made the sink before any state: refused, not kept apart from runs
         except (ConfigError, ValueError):
             if retention != 0:
                 raise
