@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 UV_VERSION="0.13.9"
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# Maven only builds the benchmark's Flink peer (bench/flink.py); the product and the tests fetch jars with Ivy.
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 # PostgreSQL for Dagster's storage (`python -m devtools local-postgres`); Debian keeps initdb/pg_ctl off PATH.
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)

@@ -225,7 +225,8 @@ def _launch(base: Path, port: int, start_timeout_s: float) -> LocalS3Server:
     except (metadata.PackageNotFoundError, ImportError) as e:
         raise LocalS3Error(
             "the local S3 server needs moto's standalone server, which is not installed.",
-            hint="Install dynamic-kafka's `local` extra (`uv sync --extra local` or pip install 'moto[server]').",
+            hint="Install the repository's dev dependency group (`uv sync`, which `make setup` runs) or "
+            "`pip install 'moto[server]'`.",
         ) from e
     if not process.port_is_free(port):
         raise LocalS3Error(

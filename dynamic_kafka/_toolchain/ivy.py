@@ -108,7 +108,7 @@ def render_settings(repositories: Sequence[str] = ()) -> str:
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <ivysettings>
   <settings defaultResolver="repositories"/>
-  <caches defaultCacheDir={quoteattr(str(cache_dir() / "ivy"))}/>
+  <caches defaultCacheDir={quoteattr(str(cache_dir() / "ivy"))} lockStrategy="artifact-lock-nio"/>
   <resolvers>
     <chain name="repositories" returnFirst="true">
 {resolvers}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dynamic_kafka._toolchain.ivy import resolve_jars
+from dynamic_kafka.errors import ToolchainError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,12 +47,24 @@ def delta_package(spark_version: str) -> str:
 
     The same coordinate ``delta.pip_utils.configure_spark_with_delta_pip`` would choose.
 
+    Raises:
+        ToolchainError: delta-spark (the spark extra) is not installed.
+
     Example:
         >>> delta_package("4.1.3")  # doctest: +SKIP
         'io.delta:delta-spark_4.1_2.13:4.4.0'
     """
     spark_minor = ".".join(spark_version.split(".")[:2])
-    return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{metadata.version('delta-spark')}"
+    try:
+        delta_version = metadata.version("delta-spark")
+    except metadata.PackageNotFoundError as e:
+        raise ToolchainError(
+            "an in-process Spark session needs Delta Lake's jar, and delta-spark is not installed (it names the "
+            "version); this install has the Spark Connect client only.",
+            hint="Install the spark extra (`pip install 'dynamic-kafka[spark]'`), or set spark.remote to a Spark "
+            "Connect server (docs/deployment.md).",
+        ) from e
+    return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{delta_version}"
 
 
 # from_avro for registry and schema-file values. Maven Central serves spark-avro_2.13 up to 4.1.1, not 4.1.3;

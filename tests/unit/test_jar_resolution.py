@@ -96,3 +96,18 @@ def test_complete_cache_is_used_without_java(tmp_path: Path, monkeypatch: pytest
     (home / "jars.complete").write_text("{}")
     assert resolve_jars("one", ["g:a:1.0"]) == home / "libs"
     assert not (tmp_path / "bin" / "java.called").exists()
+
+
+def test_an_in_process_session_without_the_spark_extra_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from dynamic_kafka.spark import packages
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(packages.metadata, "version", missing)
+    with pytest.raises(ToolchainError, match=r"delta-spark is not installed") as info:
+        packages.delta_package("4.1.3")
+    assert "dynamic-kafka[spark]" in (info.value.hint or "")
+    assert "spark.remote" in (info.value.hint or "")
