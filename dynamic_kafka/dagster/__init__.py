@@ -5,6 +5,7 @@
   schedules, sensors); several results merge with :meth:`dagster.Definitions.merge`.
 - :class:`DynamicKafkaComponent`: the same as a Dagster Component (``dg scaffold defs
   dynamic_kafka.dagster.DynamicKafkaComponent <name>``).
+- :class:`DynamicKafkaTranslator`: asset keys, groups, owners, tags and kinds of the definitions.
 - :class:`DynamicKafkaResource`: the one resource the definitions use.
 
 The core package (``dynamic_kafka``) never imports this one, nor Dagster.
@@ -24,5 +25,6 @@ except ModuleNotFoundError as missing:
 from dynamic_kafka.dagster.build import build_definitions
 from dynamic_kafka.dagster.component import DynamicKafkaComponent
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
-__all__ = ["DynamicKafkaComponent", "DynamicKafkaResource", "build_definitions"]
+__all__ = ["DynamicKafkaComponent", "DynamicKafkaResource", "DynamicKafkaTranslator", "build_definitions"]

@@ -75,19 +75,16 @@ from dynamic_kafka.dagster.names import (
     COMPLETENESS_CHECK_NAME,
     DATA_LOSS_CHECK_NAME,
     DEAD_LETTER_CHECK_NAME,
-    GROUP_NAME,
     KIND_TAG,
     LAG_CHECK_NAME,
-    asset_key,
     dagster_name,
-    dead_letter_asset_key,
-    pool_name,
     stream_partitions_name,
-    stream_tables_asset_key,
     table_checks_job_name,
 )
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
 from dynamic_kafka.dagster.streams import stream_keys
+from dynamic_kafka.dagster.target import Target
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
 
 def _describe(pipeline: PipelineConfig) -> str:
@@ -99,9 +96,11 @@ def _describe(pipeline: PipelineConfig) -> str:
     return f"Delta table landed by pipeline {pipeline.id!r} from {subscription}, exactly once per record."
 
 
-def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
-    """The sink table and its dead-letter table."""
-    pipeline_id = pipeline.id
+def sink_specs(pipeline: PipelineConfig, target: Target) -> list[AssetSpec]:
+    """The sink table and its dead-letter table; both carry the target's automation condition, since one run
+    materializes them together.
+    """
+    pipeline_id, translator = pipeline.id, target.translator
     freshness = (
         FreshnessPolicy.time_window(fail_window=timedelta(minutes=pipeline.freshness_minutes))
         if pipeline.freshness_minutes is not None
@@ -111,12 +110,13 @@ def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
     dead_letter = table_uri(pipeline.sink.resolved_dead_letter_path)
     return [
         AssetSpec(
-            key=asset_key(pipeline_id),
-            group_name=GROUP_NAME,
+            key=translator.asset_key(pipeline_id),
+            **translator.table_attributes(),
             description=_describe(pipeline),
-            kinds={"kafka", "spark", "delta"},
-            deps=stream_keys(pipeline),
+            kinds=set(translator.kinds),
+            deps=stream_keys(pipeline, translator),
             freshness_policy=freshness,
+            automation_condition=target.automation_condition,
             metadata={
                 "dagster/uri": MetadataValue.text(sink),
                 "dagster/table_name": MetadataValue.text(f"delta.`{pipeline.sink.path}`"),
@@ -125,12 +125,13 @@ def sink_specs(pipeline: PipelineConfig) -> list[AssetSpec]:
             },
         ),
         AssetSpec(
-            key=dead_letter_asset_key(pipeline_id),
-            group_name=GROUP_NAME,
+            key=translator.dead_letter_asset_key(pipeline_id),
+            **translator.table_attributes(),
             description=f"Records of pipeline {pipeline_id!r} that could not be decoded, with the raw bytes and the "
             "reason, written by the same run before the sink.",
             kinds={"delta"},
-            deps=stream_keys(pipeline),
+            deps=stream_keys(pipeline, translator),
+            automation_condition=target.automation_condition,
             metadata={
                 "dagster/uri": MetadataValue.text(dead_letter),
                 "dagster/table_name": MetadataValue.text(f"delta.`{pipeline.sink.resolved_dead_letter_path}`"),
@@ -144,7 +145,7 @@ def _stream_partitions(pipeline: PipelineConfig) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=stream_partitions_name(pipeline.id))
 
 
-def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
+def stream_tables_spec(pipeline: PipelineConfig, translator: DynamicKafkaTranslator) -> AssetSpec | None:
     """For a pipeline with a table per stream: its stream tables, one dynamic partition per stream (None otherwise).
 
     Materialized by the incremental run (:func:`log_stream_tables`), which adds the partition of a stream whose
@@ -153,12 +154,12 @@ def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
     if not pipeline.sink.per_stream:
         return None
     return AssetSpec(
-        key=stream_tables_asset_key(pipeline.id),
-        group_name=GROUP_NAME,
+        key=translator.stream_tables_asset_key(pipeline.id),
+        **translator.table_attributes(),
         description=f"The Delta tables of pipeline {pipeline.id!r}, one per stream (partition = stream id) at "
         f"{pipeline.sink.path}, each written with its own transaction per run.",
         kinds={"kafka", "delta"},
-        deps=[asset_key(pipeline.id)],
+        deps=[translator.asset_key(pipeline.id)],
         partitions_def=_stream_partitions(pipeline),
         metadata={
             "pipeline_id": MetadataValue.text(pipeline.id),
@@ -167,7 +168,9 @@ def stream_tables_spec(pipeline: PipelineConfig) -> AssetSpec | None:
     )
 
 
-def log_stream_tables(context: AssetExecutionContext, pipeline: PipelineConfig, summary: RunSummary) -> None:
+def log_stream_tables(
+    context: AssetExecutionContext, pipeline: PipelineConfig, summary: RunSummary, translator: DynamicKafkaTranslator
+) -> None:
     """One materialization per stream table the run wrote, adding the partitions of streams new to Dagster."""
     if not summary.stream_tables:
         return
@@ -187,26 +190,27 @@ def log_stream_tables(context: AssetExecutionContext, pipeline: PipelineConfig, 
             metadata["delta_version"] = MetadataValue.int(table.sink_version)
         context.log_event(
             AssetMaterialization(
-                asset_key=stream_tables_asset_key(pipeline.id), partition=table.stream_id, metadata=metadata
+                asset_key=translator.stream_tables_asset_key(pipeline.id), partition=table.stream_id, metadata=metadata
             )
         )
 
 
-def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
+def build_sink_asset(pipeline: PipelineConfig, target: Target) -> AssetsDefinition:
     """The sink and dead-letter tables; one materialization is one incremental run."""
-    pipeline_id = pipeline.id
-    sink_key, dead_letter_key = asset_key(pipeline_id), dead_letter_asset_key(pipeline_id)
+    pipeline_id, translator = pipeline.id, target.translator
+    sink_key, dead_letter_key = translator.asset_key(pipeline_id), translator.dead_letter_asset_key(pipeline_id)
 
     @multi_asset(
         name=f"{dagster_name(pipeline_id)}_incremental_run",
-        specs=sink_specs(pipeline),
-        pool=pool_name(pipeline_id),
+        specs=sink_specs(pipeline, target),
+        pool=translator.pool_name(pipeline_id),
+        retry_policy=target.retry_policy,
     )
     def incremental_run(
         context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource
     ) -> Iterator[MaterializeResult[Any]]:
-        face = dynamic_kafka.pipeline(pipeline_id)
-        with dagster_errors(pipeline_id):
+        face = dynamic_kafka.pipeline(target.config_path, pipeline_id)
+        with dagster_errors(pipeline_id, target.retry_policy):
             summary = face.run()
         for finding in summary.warnings:
             context.log.warning(f"{finding.kind}: {finding.message}")
@@ -222,7 +226,7 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
         except DynamicKafkaError as e:
             # The run is committed; offsets and lag are a report, so a failure to read them is only a warning.
             context.log.warning(f"offsets and lag not reported: {e}")
-        log_stream_tables(context, pipeline, summary)
+        log_stream_tables(context, pipeline, summary, translator)
         sink = face.sink_info()
         metadata.update(table_metadata(table_uri(pipeline.sink.path), sink))
         yield MaterializeResult(
@@ -245,12 +249,12 @@ def build_sink_asset(pipeline: PipelineConfig) -> AssetsDefinition:
     return incremental_run
 
 
-def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
+def build_checks(pipeline: PipelineConfig, target: Target) -> AssetChecksDefinition:
     """The sink's checks: lag (WARN), data loss (ERROR), dead letters (WARN), completeness (ERROR), from one status
     report.
     """
     pipeline_id = pipeline.id
-    key = asset_key(pipeline_id)
+    key = target.translator.asset_key(pipeline_id)
     limit = pipeline.max_lag_records
     specs = [
         AssetCheckSpec(
@@ -282,14 +286,14 @@ def build_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
     @multi_asset_check(name=f"{dagster_name(pipeline_id)}_checks", specs=specs)
     def checks(context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Iterator[AssetCheckResult]:
         with dagster_errors(pipeline_id):
-            status = dynamic_kafka.pipeline(pipeline_id).status()
+            status = dynamic_kafka.pipeline(target.config_path, pipeline_id).status()
         yield from _status_results(pipeline, key, status)
         yield _result(COMPLETENESS_CHECK_NAME, key, completeness_verdict(status), completeness_metadata(status))
 
     return checks
 
 
-def build_table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, AssetJob] | None:
+def build_table_checks(pipeline: PipelineConfig, target: Target) -> tuple[AssetChecksDefinition, AssetJob] | None:
     """For a pipeline with a table per stream: the checks of each stream's table (``lag``, ``data_loss``,
     ``dead_letters`` on the stream tables' asset, one evaluation per partition) and the job evaluating them; None
     otherwise.
@@ -299,12 +303,12 @@ def build_table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition,
     with warnings.catch_warnings():
         # Partitioned asset checks are marked preview in Dagster 1.13; its warning would print on every load.
         warnings.simplefilter("ignore", PreviewWarning)
-        return _table_checks(pipeline)
+        return _table_checks(pipeline, target)
 
 
-def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, AssetJob]:
+def _table_checks(pipeline: PipelineConfig, target: Target) -> tuple[AssetChecksDefinition, AssetJob]:
     pipeline_id = pipeline.id
-    key = stream_tables_asset_key(pipeline_id)
+    key = target.translator.stream_tables_asset_key(pipeline_id)
     limit = pipeline.max_lag_records
     partitions = _stream_partitions(pipeline)
     specs = [
@@ -342,7 +346,7 @@ def _table_checks(pipeline: PipelineConfig) -> tuple[AssetChecksDefinition, Asse
             )
         stream = context.partition_key
         with dagster_errors(pipeline_id):
-            status = dynamic_kafka.pipeline(pipeline_id).status().of_table(stream)
+            status = dynamic_kafka.pipeline(target.config_path, pipeline_id).status().of_table(stream)
         yield from _status_results(pipeline, key, status)
 
     job = define_asset_job(

@@ -30,10 +30,10 @@ from dagster import (
 from dynamic_kafka import PipelineConfig, RunSummary, TopicStats
 from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.metadata import summary_metadata, table_metadata, table_uri
-from dynamic_kafka.dagster.names import GROUP_NAME, backfill_asset_key, pool_name
 from dynamic_kafka.dagster.partitions import backfill_partitions
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
 from dynamic_kafka.dagster.streams import stream_keys
+from dynamic_kafka.dagster.target import Target
 
 
 def contiguous_windows(windows: Sequence[TimeWindow]) -> list[tuple[datetime, datetime]]:
@@ -90,7 +90,7 @@ def combined(summaries: Sequence[RunSummary]) -> RunSummary:
     )
 
 
-def build_backfill_asset(pipeline: PipelineConfig) -> AssetsDefinition | None:
+def build_backfill_asset(pipeline: PipelineConfig, target: Target) -> AssetsDefinition | None:
     """The partitioned backfill asset, or None when the pipeline has no ``backfill`` config."""
     if pipeline.backfill is None:
         return None
@@ -99,33 +99,37 @@ def build_backfill_asset(pipeline: PipelineConfig) -> AssetsDefinition | None:
     with warnings.catch_warnings():
         # BackfillPolicy on @asset is marked beta in Dagster 1.13; its warning would print on every load.
         warnings.simplefilter("ignore", BetaWarning)
-        return _backfill_asset(pipeline, partitions)
+        return _backfill_asset(pipeline, partitions, target)
 
 
-def _backfill_asset(pipeline: PipelineConfig, partitions: TimeWindowPartitionsDefinition) -> AssetsDefinition:
-    pipeline_id = pipeline.id
+def _backfill_asset(
+    pipeline: PipelineConfig, partitions: TimeWindowPartitionsDefinition, target: Target
+) -> AssetsDefinition:
+    pipeline_id, translator = pipeline.id, target.translator
     assert pipeline.backfill is not None
 
     @asset(
-        key=backfill_asset_key(pipeline_id),
-        group_name=GROUP_NAME,
+        key=translator.backfill_asset_key(pipeline_id),
+        **translator.table_attributes(),
         description=f"{pipeline.backfill.granularity.capitalize()} windows of record timestamps merged into "
         f"the sink of {pipeline_id!r} by backfills (without duplicates, without moving the incremental offsets). "
         "A backfill of any number of windows is one run.",
-        kinds={"kafka", "spark", "delta"},
-        deps=stream_keys(pipeline),
+        kinds=set(translator.kinds),
+        deps=stream_keys(pipeline, translator),
         partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(),
-        pool=pool_name(pipeline_id),
+        pool=translator.pool_name(pipeline_id),
+        retry_policy=target.retry_policy,
         metadata={"dagster/uri": MetadataValue.text(table_uri(pipeline.sink.path))},
     )
     def backfill_windows(context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource) -> MaterializeResult[Any]:
         keys = context.partition_keys
         blocks = contiguous_windows([partitions.time_window_for_partition_key(k) for k in keys])
-        face = dynamic_kafka.pipeline(pipeline_id)  # one object: one Spark session for every block
+        # One object: one Spark session for every block.
+        face = dynamic_kafka.pipeline(target.config_path, pipeline_id)
         summaries = []
         for start, end in blocks:
-            with dagster_errors(pipeline_id):
+            with dagster_errors(pipeline_id, target.retry_policy):
                 summary = face.backfill(start, end)
             for finding in summary.warnings:
                 context.log.warning(f"{finding.kind}: {finding.message}")

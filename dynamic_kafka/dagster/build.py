@@ -6,7 +6,8 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
   one incremental run, downstream of the external assets ``kafka/<stream id>`` of the streams it lists;
 - checks ``lag`` (WARN), ``data_loss`` (ERROR) and ``dead_letters`` (WARN) on the sink, and Dagster's freshness
   policy when ``freshness_minutes`` is set;
-- job ``<name>_incremental`` (materializes the assets), schedule ``<name>_schedule`` when ``schedule`` is set;
+- job ``<name>_incremental`` (materializes the assets), schedule ``<name>_schedule`` when ``schedule`` is set and
+  no automation condition is given;
 - jobs ``<name>_offsets_show``, ``<name>_offsets_reset`` and ``<name>_dead_letter_replay``, launched with run
   config (operations between runs);
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
@@ -21,6 +22,10 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
   check of the sink, evaluated between runs, :mod:`dynamic_kafka.dagster.health`) and schedule
   ``<name>_health_schedule`` on ``health.schedule``.
 
+Asset keys (``dynamic_kafka/...``, ``kafka/...``), groups, owners, tags and kinds are the translator's
+(:class:`~dynamic_kafka.dagster.translator.DynamicKafkaTranslator`); the one resource is shared by every config's
+definitions, so several configs' definitions merge.
+
 Loading reads the config file and nothing else: no secret, no metadata service, no broker, no Spark.
 """
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetChecksDefinition,
@@ -39,21 +45,42 @@ from dagster import (
     SensorDefinition,
 )
 
-from dynamic_kafka import ConfigError, load_project_config
+from dynamic_kafka import ConfigError, PipelineConfig, load_project_config
 from dynamic_kafka.dagster.assets import build_checks, build_sink_asset, build_table_checks, stream_tables_spec
 from dynamic_kafka.dagster.backfill import build_backfill_asset
 from dynamic_kafka.dagster.health import build_health_checks, build_health_job, build_health_schedule
 from dynamic_kafka.dagster.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
 from dynamic_kafka.dagster.maintenance import build_maintenance_job, build_maintenance_schedule
 from dynamic_kafka.dagster.names import RESOURCE_KEY, dagster_name
-from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.resources import SHARED
 from dynamic_kafka.dagster.schedules import build_schedule
 from dynamic_kafka.dagster.sensors import build_catch_up_sensor, build_metadata_sensor
 from dynamic_kafka.dagster.streams import stream_specs
+from dynamic_kafka.dagster.target import Target
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
+
+if TYPE_CHECKING:
+    from dagster import AutomationCondition, RetryPolicy
 
 
-def build_definitions(config_path: str | Path) -> Definitions:
+def build_definitions(
+    config_path: str | Path,
+    *,
+    translator: DynamicKafkaTranslator | None = None,
+    retry_policy: RetryPolicy | None = None,
+    automation_condition: AutomationCondition[Any] | None = None,
+) -> Definitions:
     """Every pipeline's Dagster definitions.
+
+    Args:
+        config_path: the project config (``dynamic_kafka.yaml``).
+        translator: asset keys, groups, owners, tags and kinds; the defaults when None.
+        retry_policy: the retry policy of the incremental and backfill steps. None keeps the built-in one: a
+            retriable error (the library's ``retriable``) is retried 3 times, 15 s apart; any other fails at once.
+            With a policy, the policy retries the retriable errors, and the others still fail at once.
+        automation_condition: materializes the sink by Dagster's declarative automation instead of a schedule:
+            set, the pipelines' ``schedule`` is not built (the sensors are, as they see what automation cannot:
+            metadata changes and capped runs).
 
     Raises:
         ConfigError: the config is invalid, two pipeline ids map to one Dagster name, or a schedule is not cron.
@@ -61,6 +88,8 @@ def build_definitions(config_path: str | Path) -> Definitions:
     Example:
         >>> defs = build_definitions("examples/demo/dynamic_kafka.yaml")  # doctest: +SKIP
         >>> defs.get_job_def("orders_incremental")  # doctest: +SKIP
+        >>> both = Definitions.merge(defs, build_definitions("billing.yaml", translator=DynamicKafkaTranslator(
+        ...     key_prefix=("billing",))))  # doctest: +SKIP
     """
     path = Path(config_path).resolve()
     project = load_project_config(path)
@@ -72,48 +101,68 @@ def build_definitions(config_path: str | Path) -> Definitions:
             source=source,
             hint="Rename one of them.",
         )
-    assets: list[AssetsDefinition | AssetSpec] = [*stream_specs(project.pipelines)]
-    checks: list[AssetChecksDefinition] = []
-    jobs: list[JobDefinition | AssetJob] = []
-    schedules: list[ScheduleDefinition] = []
-    sensors: list[SensorDefinition] = []
-    for pipeline in project.pipelines:
-        incremental = build_incremental_job(pipeline)
-        assets.append(build_sink_asset(pipeline))
-        tables = stream_tables_spec(pipeline)
-        if tables is not None:
-            assets.append(tables)
-        table_checks = build_table_checks(pipeline)
-        if table_checks is not None:
-            checks.append(table_checks[0])
-            jobs.append(table_checks[1])
-        checks.append(build_checks(pipeline))
-        jobs.append(incremental)
-        jobs.extend(build_operation_jobs(pipeline))
-        backfill_asset, backfill = build_backfill_asset(pipeline), build_backfill_job(pipeline)
-        if backfill_asset is not None and backfill is not None:
-            assets.append(backfill_asset)
-            jobs.append(backfill)
-        schedule = build_schedule(pipeline, incremental, source=source)
-        if schedule is not None:
-            schedules.append(schedule)
-        maintenance = build_maintenance_job(pipeline)
-        jobs.append(maintenance)
-        maintenance_schedule = build_maintenance_schedule(pipeline, maintenance, source=source)
-        if maintenance_schedule is not None:
-            schedules.append(maintenance_schedule)
-        checks.append(build_health_checks(pipeline))
-        health = build_health_job(pipeline)
-        jobs.append(health)
-        health_schedule = build_health_schedule(pipeline, health, source=source)
-        if health_schedule is not None:
-            schedules.append(health_schedule)
-        sensors.extend([build_metadata_sensor(pipeline, incremental), build_catch_up_sensor(pipeline, incremental)])
-    return Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        schedules=schedules,
-        sensors=sensors,
-        resources={RESOURCE_KEY: DynamicKafkaResource(config_path=source)},
+    target = Target(
+        config_path=source,
+        translator=translator or DynamicKafkaTranslator(),
+        retry_policy=retry_policy,
+        automation_condition=automation_condition,
     )
+    parts = _Parts(assets=[*stream_specs(project.pipelines, target.translator)])
+    for pipeline in project.pipelines:
+        parts.add(pipeline, target)
+    return Definitions(
+        assets=parts.assets,
+        asset_checks=parts.checks,
+        jobs=parts.jobs,
+        schedules=parts.schedules,
+        sensors=parts.sensors,
+        resources={RESOURCE_KEY: SHARED},
+    )
+
+
+class _Parts:
+    """The definitions gathered pipeline by pipeline."""
+
+    def __init__(self, assets: list[AssetsDefinition | AssetSpec]) -> None:
+        self.assets = assets
+        self.checks: list[AssetChecksDefinition] = []
+        self.jobs: list[JobDefinition | AssetJob] = []
+        self.schedules: list[ScheduleDefinition] = []
+        self.sensors: list[SensorDefinition] = []
+
+    def add(self, pipeline: PipelineConfig, target: Target) -> None:
+        """One pipeline's definitions."""
+        source = target.config_path
+        incremental = build_incremental_job(pipeline, target)
+        self.assets.append(build_sink_asset(pipeline, target))
+        tables = stream_tables_spec(pipeline, target.translator)
+        if tables is not None:
+            self.assets.append(tables)
+        table_checks = build_table_checks(pipeline, target)
+        if table_checks is not None:
+            self.checks.append(table_checks[0])
+            self.jobs.append(table_checks[1])
+        self.checks.append(build_checks(pipeline, target))
+        self.jobs.append(incremental)
+        self.jobs.extend(build_operation_jobs(pipeline, target))
+        backfill_asset, backfill = build_backfill_asset(pipeline, target), build_backfill_job(pipeline, target)
+        if backfill_asset is not None and backfill is not None:
+            self.assets.append(backfill_asset)
+            self.jobs.append(backfill)
+        # An automation condition decides when the sink runs: a schedule beside it would run it twice as often.
+        schedule = None if target.automation_condition else build_schedule(pipeline, incremental, source=source)
+        maintenance = build_maintenance_job(pipeline, target)
+        self.jobs.append(maintenance)
+        health = build_health_job(pipeline, target)
+        self.jobs.append(health)
+        self.checks.append(build_health_checks(pipeline, target))
+        for built in (
+            schedule,
+            build_maintenance_schedule(pipeline, maintenance, source=source),
+            build_health_schedule(pipeline, health, source=source),
+        ):
+            if built is not None:
+                self.schedules.append(built)
+        self.sensors.extend(
+            [build_metadata_sensor(pipeline, incremental, target), build_catch_up_sensor(pipeline, incremental, target)]
+        )

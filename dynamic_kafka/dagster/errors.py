@@ -3,6 +3,8 @@
 - A retriable :class:`~dynamic_kafka.errors.DynamicKafkaError` (metadata service down, cluster unreachable, another
   run in progress, a Spark job that failed before the commit) becomes :class:`dagster.RetryRequested`, bounded by
   ``MAX_RETRIES``: the library guarantees such a run wrote nothing or is finished by the next attempt's recovery.
+  Where the user set a :class:`dagster.RetryPolicy` on the step, it becomes a :class:`dagster.Failure` that allows
+  retries instead, so the policy (its count, delay, backoff and jitter) decides.
 - Any other one (bad config, data loss, recreated topic, bad credentials) becomes :class:`dagster.Failure` with the
   error's message as description and every attribute it carries (cluster, topic, offsets, file, ...) as
   metadata. Retrying cannot help; the message says what to do.
@@ -15,7 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from dagster import Failure, MetadataValue, RetryRequested
+from dagster import Failure, MetadataValue, RetryPolicy, RetryRequested
 from pydantic import BaseModel
 
 from dynamic_kafka import DynamicKafkaError
@@ -56,20 +58,23 @@ def _metadata_value(value: object) -> MetadataValue:
     return MetadataValue.text(str(value))
 
 
-def to_dagster(error: DynamicKafkaError, pipeline_id: str) -> RetryRequested | Failure:
-    """The Dagster exception to raise for a library error."""
-    if error.retriable:
+def to_dagster(
+    error: DynamicKafkaError, pipeline_id: str, retry_policy: RetryPolicy | None = None
+) -> RetryRequested | Failure:
+    """The Dagster exception to raise for a library error, in a step with the given retry policy (if any)."""
+    if error.retriable and retry_policy is None:
         return RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=RETRY_WAIT_SECONDS)
     return Failure(
         description=f"pipeline {pipeline_id!r}: {error}",
         metadata=failure_metadata(error, pipeline_id),
-        allow_retries=False,
+        allow_retries=error.retriable,
     )
 
 
 @contextmanager
-def dagster_errors(pipeline_id: str) -> Iterator[None]:
-    """Runs a block, raising library errors as their Dagster outcome (the original stays the ``__cause__``).
+def dagster_errors(pipeline_id: str, retry_policy: RetryPolicy | None = None) -> Iterator[None]:
+    """Runs a block, raising library errors as their Dagster outcome (the original stays the ``__cause__``); a
+    step with a user's retry policy passes it, so retriable errors are left to the policy.
 
     Example:
         >>> with dagster_errors("orders"):  # doctest: +SKIP
@@ -78,4 +83,4 @@ def dagster_errors(pipeline_id: str) -> Iterator[None]:
     try:
         yield
     except DynamicKafkaError as e:
-        raise to_dagster(e, pipeline_id) from e
+        raise to_dagster(e, pipeline_id, retry_policy) from e

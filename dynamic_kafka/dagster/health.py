@@ -21,6 +21,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
+    AssetKey,
     AssetSelection,
     MetadataValue,
     ScheduleDefinition,
@@ -40,13 +41,13 @@ from dynamic_kafka.dagster.names import (
     IDLE_CHECK_NAME,
     KIND_TAG,
     STUCK_TRANSACTION_CHECK_NAME,
-    asset_key,
     dagster_name,
     health_job_name,
     health_schedule_name,
 )
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
 from dynamic_kafka.dagster.schedules import cron_schedule
+from dynamic_kafka.dagster.target import Target
 
 _PARTITION_COLUMNS = TableSchema(
     columns=[
@@ -62,10 +63,10 @@ _PARTITION_COLUMNS = TableSchema(
 )
 
 
-def build_health_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
+def build_health_checks(pipeline: PipelineConfig, target: Target) -> AssetChecksDefinition:
     """The sink's health checks, from one health report: idle partitions, stuck transactions, event-time lag."""
     pipeline_id = pipeline.id
-    key = asset_key(pipeline_id)
+    key = target.translator.asset_key(pipeline_id)
     health = pipeline.health
     idle_rule = "fails" if health.fail_on_idle else "reports"
     event_limit = health.max_event_time_lag_seconds
@@ -96,26 +97,26 @@ def build_health_checks(pipeline: PipelineConfig) -> AssetChecksDefinition:
         context: AssetCheckExecutionContext, dynamic_kafka: DynamicKafkaResource
     ) -> Iterator[AssetCheckResult]:
         with dagster_errors(pipeline_id):
-            report = dynamic_kafka.pipeline(pipeline_id).health()
+            report = dynamic_kafka.pipeline(target.config_path, pipeline_id).health()
         idle = [p for p in report.partitions if p.idle]
         held = [p for p in report.partitions if p.pending_in_transaction]
-        yield _result(report, IDLE_CHECK_NAME, {"idle_partitions": _partitions(idle)})
-        yield _result(report, STUCK_TRANSACTION_CHECK_NAME, {"open_transactions": _partitions(held)})
+        yield _result(key, IDLE_CHECK_NAME, report, {"idle_partitions": _partitions(idle)})
+        yield _result(key, STUCK_TRANSACTION_CHECK_NAME, report, {"open_transactions": _partitions(held)})
         event_metadata: dict[str, MetadataValue] = {}
         if report.event_time_lag_seconds is not None:
             event_metadata["event_time_lag_seconds"] = MetadataValue.float(report.event_time_lag_seconds)
         if report.newest_event_time is not None:
             event_metadata["newest_event_time"] = MetadataValue.timestamp(report.newest_event_time)
-        yield _result(report, EVENT_TIME_LAG_CHECK_NAME, event_metadata)
+        yield _result(key, EVENT_TIME_LAG_CHECK_NAME, report, event_metadata)
 
     return health_checks
 
 
-def _result(report: HealthReport, name: str, metadata: dict[str, MetadataValue]) -> AssetCheckResult:
+def _result(key: AssetKey, name: str, report: HealthReport, metadata: dict[str, MetadataValue]) -> AssetCheckResult:
     verdict = next(v for v in report.verdicts if v.name == name)
     return AssetCheckResult(
         check_name=name,
-        asset_key=asset_key(report.pipeline_id),
+        asset_key=key,
         passed=verdict.passed,
         severity=AssetCheckSeverity.ERROR if verdict.severity == "error" else AssetCheckSeverity.WARN,
         description=verdict.description,
@@ -146,11 +147,11 @@ def _partitions(rows: Sequence[PartitionHealth]) -> MetadataValue:
     )
 
 
-def build_health_job(pipeline: PipelineConfig) -> AssetJob:
+def build_health_job(pipeline: PipelineConfig, target: Target) -> AssetJob:
     """The job that evaluates every check of the sink between runs (no materialization, no Spark)."""
     return define_asset_job(
         name=health_job_name(pipeline.id),
-        selection=AssetSelection.checks_for_assets(asset_key(pipeline.id)),
+        selection=AssetSelection.checks_for_assets(target.translator.asset_key(pipeline.id)),
         description=f"Evaluates the checks of {pipeline.id!r}'s sink against the brokers between runs: lag, data "
         "loss, dead letters, idle partitions, stuck transactions, event-time lag.",
         tags={KIND_TAG: "health"},

@@ -5,7 +5,8 @@ the operation jobs launched with run config: ``offsets show``, ``offsets reset``
 
 Both run in process (one step, one Spark session per run process). At most one run per pipeline at a time: every
 run carries the tag ``dynamic_kafka/pipeline=<id>``, which the instance's run queue limits to one per value
-(``examples/demo/dagster.yaml``); the steps also share the pool ``dynamic_kafka/<id>``. Where no limit is
+(``examples/demo/dagster.yaml``); the steps also share the pool named by the sink's asset key
+(``dynamic_kafka/<id>`` by default). Where no limit is
 configured, the library's state guard is the backstop: a second run fails with ``RunInProgressError``, which
 ``dynamic_kafka.dagster.errors`` turns into a bounded retry.
 """
@@ -39,35 +40,34 @@ from dynamic_kafka.dagster.names import (
     HEALTH_CHECK_NAMES,
     KIND_TAG,
     PIPELINE_TAG,
-    asset_key,
-    backfill_asset_key,
     backfill_job_name,
     dagster_name,
-    dead_letter_asset_key,
     dead_letter_replay_job_name,
     incremental_job_name,
     offsets_reset_job_name,
     offsets_show_job_name,
 )
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.target import Target
 
 AssetJob = UnresolvedAssetJobDefinition
 
 
-def build_incremental_job(pipeline: PipelineConfig) -> AssetJob:
+def build_incremental_job(pipeline: PipelineConfig, target: Target) -> AssetJob:
     """One incremental run of the pipeline: materializes its sink and dead-letter assets, then runs the checks."""
+    sink = target.translator.asset_key(pipeline.id)
     return define_asset_job(
         name=incremental_job_name(pipeline.id),
         # The health checks are for between runs (dynamic_kafka.dagster.health): the run's job leaves them out.
-        selection=AssetSelection.assets(asset_key(pipeline.id), dead_letter_asset_key(pipeline.id))
-        - AssetSelection.checks(*(AssetCheckKey(asset_key(pipeline.id), name) for name in HEALTH_CHECK_NAMES)),
+        selection=AssetSelection.assets(sink, target.translator.dead_letter_asset_key(pipeline.id))
+        - AssetSelection.checks(*(AssetCheckKey(sink, name) for name in HEALTH_CHECK_NAMES)),
         description=f"One incremental run of pipeline {pipeline.id!r}: every record since the last run, once.",
         tags={PIPELINE_TAG: pipeline.id, KIND_TAG: "incremental"},
         executor_def=in_process_executor,
     )
 
 
-def build_backfill_job(pipeline: PipelineConfig) -> AssetJob | None:
+def build_backfill_job(pipeline: PipelineConfig, target: Target) -> AssetJob | None:
     """The partitioned backfill job (materializes the backfill asset).
 
     A range of partitions launched together is one run (the asset's single-run backfill policy).
@@ -79,7 +79,7 @@ def build_backfill_job(pipeline: PipelineConfig) -> AssetJob | None:
         return None
     return define_asset_job(
         name=backfill_job_name(pipeline.id),
-        selection=AssetSelection.assets(backfill_asset_key(pipeline.id)),
+        selection=AssetSelection.assets(target.translator.backfill_asset_key(pipeline.id)),
         description=f"Merges {pipeline.backfill.granularity} windows of record timestamps into the sink of "
         f"{pipeline.id!r}, without duplicates and without moving the incremental offsets.",
         tags={PIPELINE_TAG: pipeline.id, KIND_TAG: "backfill"},
@@ -113,7 +113,7 @@ _RESET = "moves the committed next offsets between runs, recorded with the reaso
 _REPLAY = "decodes the dead letters again and lands the ones that decode now, exactly once (apply false: only count)"
 
 
-def build_operation_jobs(pipeline: PipelineConfig) -> list[JobDefinition]:
+def build_operation_jobs(pipeline: PipelineConfig, target: Target) -> list[JobDefinition]:
     """The pipeline's operations between runs as jobs launched with run config: ``offsets show``, ``offsets
     reset`` and ``dead-letters replay``. Each op's output is the library's report (also its metadata and log).
     """
@@ -127,7 +127,7 @@ def build_operation_jobs(pipeline: PipelineConfig) -> list[JobDefinition]:
     )
     def show(context: OpExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Output[dict[str, Any]]:
         with dagster_errors(pipeline_id):
-            status = dynamic_kafka.pipeline(pipeline_id).offsets()
+            status = dynamic_kafka.pipeline(target.config_path, pipeline_id).offsets()
         return _report(context, status.model_dump(mode="json"), format_offsets(status))
 
     @op(
@@ -138,7 +138,7 @@ def build_operation_jobs(pipeline: PipelineConfig) -> list[JobDefinition]:
         context: OpExecutionContext, config: OffsetsResetConfig, dynamic_kafka: DynamicKafkaResource
     ) -> Output[dict[str, Any]]:
         with dagster_errors(pipeline_id):
-            done = dynamic_kafka.pipeline(pipeline_id).reset_offsets(
+            done = dynamic_kafka.pipeline(target.config_path, pipeline_id).reset_offsets(
                 config.to,
                 config.reason,
                 cluster=config.cluster,
@@ -156,7 +156,9 @@ def build_operation_jobs(pipeline: PipelineConfig) -> list[JobDefinition]:
         context: OpExecutionContext, config: DeadLetterReplayConfig, dynamic_kafka: DynamicKafkaResource
     ) -> Output[dict[str, Any]]:
         with dagster_errors(pipeline_id):
-            done = dynamic_kafka.pipeline(pipeline_id).replay_dead_letters(run_seq=config.run_seq, apply=config.apply)
+            done = dynamic_kafka.pipeline(target.config_path, pipeline_id).replay_dead_letters(
+                run_seq=config.run_seq, apply=config.apply
+            )
         return _report(context, done.model_dump(mode="json"), format_replay(done))
 
     jobs = []

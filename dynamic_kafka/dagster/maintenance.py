@@ -29,15 +29,13 @@ from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.names import (
     KIND_TAG,
     PIPELINE_TAG,
-    asset_key,
     dagster_name,
-    dead_letter_asset_key,
     maintenance_job_name,
     maintenance_schedule_name,
-    pool_name,
 )
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
 from dynamic_kafka.dagster.schedules import cron_schedule
+from dynamic_kafka.dagster.target import Target
 
 
 class MaintenanceRunConfig(Config):
@@ -57,17 +55,17 @@ class MaintenanceRunConfig(Config):
     )
 
 
-def build_maintenance_job(pipeline: PipelineConfig) -> JobDefinition:
+def build_maintenance_job(pipeline: PipelineConfig, target: Target) -> JobDefinition:
     """The pipeline's maintenance job (one op, in process)."""
-    pipeline_id = pipeline.id
-    keys = {"sink": asset_key(pipeline_id), "dead_letter": dead_letter_asset_key(pipeline_id)}
+    pipeline_id, translator = pipeline.id, target.translator
+    keys = {"sink": translator.asset_key(pipeline_id), "dead_letter": translator.dead_letter_asset_key(pipeline_id)}
 
-    @op(name=f"{dagster_name(pipeline_id)}_maintain", pool=pool_name(pipeline_id))
+    @op(name=f"{dagster_name(pipeline_id)}_maintain", pool=translator.pool_name(pipeline_id))
     def maintain(
         context: OpExecutionContext, config: MaintenanceRunConfig, dynamic_kafka: DynamicKafkaResource
     ) -> None:
         with dagster_errors(pipeline_id):
-            summary = dynamic_kafka.pipeline(pipeline_id).maintain(
+            summary = dynamic_kafka.pipeline(target.config_path, pipeline_id).maintain(
                 vacuum_retention_hours=config.vacuum_retention_hours,
                 unsafe_vacuum_retention=config.unsafe_vacuum_retention,
             )

@@ -1,14 +1,13 @@
 """Dagster names for a pipeline's definitions, in one place so the UI, tests and docs agree.
 
 Pipeline ids may contain ``-``; Dagster names may not, so ``-`` becomes ``_`` in job, schedule, sensor and check
-names. Asset keys keep the id as written (``["dynamic_kafka", "<pipeline id>"]``).
+names. Asset keys keep the id as written (``["dynamic_kafka", "<pipeline id>"]`` by default); they and the groups
+are the translator's (:class:`dynamic_kafka.dagster.translator.DynamicKafkaTranslator`).
 """
 
 from __future__ import annotations
 
 import re
-
-from dagster import AssetKey
 
 ASSET_PREFIX = "dynamic_kafka"
 STREAM_PREFIX = "kafka"
@@ -38,39 +37,9 @@ def dagster_name(pipeline_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", pipeline_id)
 
 
-def asset_key(pipeline_id: str) -> AssetKey:
-    """The sink table's asset key."""
-    return AssetKey([ASSET_PREFIX, pipeline_id])
-
-
-def dead_letter_asset_key(pipeline_id: str) -> AssetKey:
-    """The dead-letter table's asset key (records the run could not decode, kept with the reason)."""
-    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_dead_letter"])
-
-
-def stream_tables_asset_key(pipeline_id: str) -> AssetKey:
-    """The asset of a pipeline with a table per stream: one dynamic partition per stream's table."""
-    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_tables"])
-
-
 def stream_partitions_name(pipeline_id: str) -> str:
     """The dynamic partitions (one per stream's table) of :func:`stream_tables_asset_key`."""
     return f"{dagster_name(pipeline_id)}_streams"
-
-
-def backfill_asset_key(pipeline_id: str) -> AssetKey:
-    """The partitioned asset of the sink's time windows merged by backfills."""
-    return AssetKey([ASSET_PREFIX, f"{pipeline_id}_backfill"])
-
-
-def stream_asset_key(stream_id: str) -> AssetKey:
-    """A Kafka stream's (external) asset key."""
-    return AssetKey([STREAM_PREFIX, stream_id])
-
-
-def pool_name(pipeline_id: str) -> str:
-    """The concurrency pool shared by the pipeline's incremental and backfill steps (limit 1 per pool)."""
-    return f"{ASSET_PREFIX}/{pipeline_id}"
 
 
 def incremental_job_name(pipeline_id: str) -> str:

@@ -39,7 +39,6 @@ from dynamic_kafka import PipelineConfig, WatchCursor
 from dynamic_kafka.dagster.names import (
     AFTER_RUN_TAG,
     TRIGGER_TAG,
-    asset_key,
     catch_up_sensor_name,
     metadata_sensor_name,
 )
@@ -47,6 +46,7 @@ from dynamic_kafka.dagster.resources import DynamicKafkaResource
 
 if TYPE_CHECKING:
     from dynamic_kafka.dagster.jobs import AssetJob
+    from dynamic_kafka.dagster.target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def read_cursor(raw: str | None) -> WatchCursor:
         return WatchCursor()
 
 
-def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDefinition:
+def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob", target: "Target") -> SensorDefinition:
     """Requests an incremental run when the pipeline's resolved clusters/topics/properties change."""
     pipeline_id = pipeline.id
     threshold = pipeline.sensor.failure_threshold
@@ -78,7 +78,7 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDe
         f"(tolerates {threshold} consecutive metadata service failure(s)).",
     )
     def metadata_sensor(context: SensorEvaluationContext, dynamic_kafka: DynamicKafkaResource) -> SensorResult:
-        result = dynamic_kafka.pipeline(pipeline_id).check_metadata(
+        result = dynamic_kafka.pipeline(target.config_path, pipeline_id).check_metadata(
             read_cursor(context.cursor), failure_threshold=threshold
         )
         cursor = result.cursor.model_dump_json()
@@ -91,10 +91,10 @@ def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob") -> SensorDe
     return metadata_sensor
 
 
-def build_catch_up_sensor(pipeline: PipelineConfig, job: "AssetJob") -> RunStatusSensorDefinition:
+def build_catch_up_sensor(pipeline: PipelineConfig, job: "AssetJob", target: "Target") -> RunStatusSensorDefinition:
     """Requests the next incremental run right after a successful run that a cap left unfinished."""
     pipeline_id = pipeline.id
-    key = asset_key(pipeline_id)
+    key = target.translator.asset_key(pipeline_id)
 
     @run_status_sensor(
         run_status=DagsterRunStatus.SUCCESS,

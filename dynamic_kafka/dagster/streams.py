@@ -12,20 +12,19 @@ from typing import TYPE_CHECKING
 
 from dagster import AssetKey, AssetSpec
 
-from dynamic_kafka.dagster.names import STREAM_GROUP_NAME, stream_asset_key
-
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from dynamic_kafka import PipelineConfig
+    from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
 
-def stream_keys(pipeline: PipelineConfig) -> list[AssetKey]:
+def stream_keys(pipeline: PipelineConfig, translator: DynamicKafkaTranslator) -> list[AssetKey]:
     """The asset keys of the streams a pipeline lists (none for a ``stream_pattern`` subscription)."""
-    return [stream_asset_key(s) for s in pipeline.streams or ()]
+    return [translator.stream_asset_key(s) for s in pipeline.streams or ()]
 
 
-def stream_specs(pipelines: Iterable[PipelineConfig]) -> list[AssetSpec]:
+def stream_specs(pipelines: Iterable[PipelineConfig], translator: DynamicKafkaTranslator) -> list[AssetSpec]:
     """One external asset per stream id listed by any pipeline, with the pipelines that read it."""
     readers: dict[str, list[str]] = {}
     for pipeline in pipelines:
@@ -33,8 +32,8 @@ def stream_specs(pipelines: Iterable[PipelineConfig]) -> list[AssetSpec]:
             readers.setdefault(stream, []).append(pipeline.id)
     return [
         AssetSpec(
-            key=stream_asset_key(stream),
-            group_name=STREAM_GROUP_NAME,
+            key=translator.stream_asset_key(stream),
+            group_name=translator.stream_group_name,
             kinds={"kafka"},
             description=f"The logical Kafka stream {stream!r} (its clusters and topics come from the metadata "
             f"service); read by pipeline(s) {', '.join(ids)}.",

@@ -32,17 +32,12 @@ from devtools.local_kafka import start_clusters
 from devtools.local_spark_connect import start_server
 from devtools.testing.kafka import Record, create_topic, produce
 from dynamic_kafka.dagster.build import build_definitions
-from dynamic_kafka.dagster.names import (
-    RESOURCE_KEY,
-    asset_key,
-    backfill_asset_key,
-    backfill_job_name,
-    incremental_job_name,
-    metadata_sensor_name,
-)
+from dynamic_kafka.dagster.names import RESOURCE_KEY, backfill_job_name, incremental_job_name, metadata_sensor_name
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
 ROOT = Path(__file__).resolve().parents[2]
+KEYS = DynamicKafkaTranslator()  # the default asset keys
 DEMO_DIR = ROOT / ".demo"
 DAGSTER_HOME = ROOT / ".dagster-home"
 CLUSTERS = {"east": 19092, "west": 29092}
@@ -147,7 +142,7 @@ class Demo:
         """Execute the incremental job in process and print what it landed."""
         job = build_definitions(self.config_path).resolve_job_def(incremental_job_name(PIPELINE))
         result = job.execute_in_process(instance=instance, tags=tags or {}, run_config=QUIET, raise_on_error=True)
-        sink_key = asset_key(PIPELINE)
+        sink_key = KEYS.asset_key(PIPELINE)
         for event in result.get_asset_materialization_events():
             materialization = event.step_materialization_data.materialization
             if materialization.asset_key != sink_key:
@@ -168,7 +163,8 @@ class Demo:
         tags = {RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]}
         result = job.execute_in_process(instance=instance, tags=tags, run_config=QUIET, raise_on_error=True)
         # One materialization per partition, each with the run's metadata (its records are the whole range's).
-        events = [e for e in result.get_asset_materialization_events() if e.asset_key == backfill_asset_key(PIPELINE)]
+        backfill_key = KEYS.backfill_asset_key(PIPELINE)
+        events = [e for e in result.get_asset_materialization_events() if e.asset_key == backfill_key]
         records = getattr(events[0].materialization.metadata.get("records"), "value", None)
         print(
             f"  Dagster run {result.run_id[:8]} (backfill): {len(events)} partitions materialized, "
@@ -179,7 +175,7 @@ class Demo:
         """Tick the metadata sensor once and return the runs it requested."""
         defs = build_definitions(self.config_path)
         sensor = defs.resolve_sensor_def(metadata_sensor_name(PIPELINE))
-        resources = {RESOURCE_KEY: DynamicKafkaResource(config_path=str(self.config_path))}
+        resources = {RESOURCE_KEY: DynamicKafkaResource()}
         result = sensor(build_sensor_context(instance=instance, cursor=self.cursor, resources=resources))
         assert isinstance(result, SensorResult)
         self.cursor = result.cursor

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devtools.testing.browser import HeadlessChromium
-from dynamic_kafka.dagster.names import asset_key, backfill_asset_key, dead_letter_asset_key, stream_asset_key
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
 if TYPE_CHECKING:
     from dagster import AssetKey
@@ -35,8 +35,13 @@ def asset_path(key: AssetKey) -> str:
 def take(port: int, out: Path) -> list[Path]:
     """Shoot the lineage, the sink's plotted metadata and the backfill's partitions; return the files written."""
     base = f"http://127.0.0.1:{port}"
-    sink, backfill, stream = asset_key(PIPELINE), backfill_asset_key(PIPELINE), stream_asset_key(PIPELINE)
-    dead_letter = dead_letter_asset_key(PIPELINE)
+    keys = DynamicKafkaTranslator()
+    sink, backfill, stream = (
+        keys.asset_key(PIPELINE),
+        keys.backfill_asset_key(PIPELINE),
+        keys.stream_asset_key(PIPELINE),
+    )
+    dead_letter = keys.dead_letter_asset_key(PIPELINE)
     written = []
     with tempfile.TemporaryDirectory() as profile, HeadlessChromium(Path(profile), height=1000) as browser:
         # 1. The stream and the three assets it feeds (its downstream lineage).

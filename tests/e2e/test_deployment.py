@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from devtools.testing.browser import HeadlessChromium
-from dynamic_kafka.dagster.names import backfill_asset_key, incremental_job_name, metadata_sensor_name
+from dynamic_kafka.dagster.names import incremental_job_name, metadata_sensor_name
+from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 from dynamic_kafka.state import StateStore
 from tests.support.deployment import Deployment, run_deployment
 from tests.support.e2e import Landed, Project, Record, create_topic, produce, sink_rows, unique_topic
@@ -228,7 +229,7 @@ def test_a_three_partition_backfill_is_one_run_and_the_partition_view_shows_the_
     outside = [at(HOUR - minute, 0, "before"), at(HOUR + 3 * H, 1, "after")]
     produced = produce("east", east, topic, inside + outside)
     keys = [(HOUR + i * H).strftime("%Y-%m-%d-%H:%M") for i in range(3)]
-    asset = backfill_asset_key(BACKFILL).path
+    asset = DynamicKafkaTranslator().backfill_asset_key(BACKFILL).path
     started = time.monotonic()
 
     backfill_id = deployment.launch_asset_backfill(asset, keys)

@@ -230,7 +230,8 @@ def test_lag_check_does_not_pass_while_a_cluster_is_unreachable(
 def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run_that_lands_it(
     project: Project, kafka_clusters: Any, spark: Any, instance: DagsterInstance
 ) -> None:
-    from dynamic_kafka.dagster.names import stream_partitions_name, stream_tables_asset_key
+    from dynamic_kafka.dagster.names import stream_partitions_name
+    from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
     from dynamic_kafka.sink.tables import open_delta_rs
 
     east = project.clusters["east"]
@@ -242,7 +243,7 @@ def test_a_table_per_stream_is_one_dynamic_partition_per_stream_added_by_the_run
     project.pipelines[-1].update(streams=None, stream_pattern="orders-.*")  # every stream the metadata names
     project.write_config()
     defs = project.definitions()
-    key = stream_tables_asset_key("regional")
+    key = DynamicKafkaTranslator().stream_tables_asset_key("regional")
     (node,) = [n for n in defs.resolve_asset_graph().asset_nodes if n.key == key]
     assert node.partitions_def is not None
     assert node.partitions_def.name == stream_partitions_name("regional")  # type: ignore[attr-defined]

@@ -153,4 +153,4 @@ class Project:
         return build_definitions(self.config_path)
 
     def resources(self) -> dict[str, Any]:
-        return {RESOURCE_KEY: DynamicKafkaResource(config_path=str(self.config_path))}
+        return {RESOURCE_KEY: DynamicKafkaResource()}
