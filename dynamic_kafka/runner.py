@@ -285,10 +285,10 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             if plan.bootstrap is not None:
-                from dynamic_kafka.spark.archive import archive_rows, check_unchanged
+                from dynamic_kafka.spark.archive import archive_rows, check_unchanged, kafka_side
 
                 check_unchanged(spark, plan.bootstrap)  # a file rewritten since the plan: not the counted rows
-                frame = frame.unionByName(archive_rows(spark, plan.bootstrap))
+                frame = kafka_side(frame, plan.bootstrap).unionByName(archive_rows(spark, plan.bootstrap))
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write

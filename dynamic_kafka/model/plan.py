@@ -175,6 +175,12 @@ class ArchiveRead(FrozenModel):
     )
     delta_version: int | None = Field(None, description="The Delta table version read (delta).")
     rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
+    switch: bool = Field(
+        False,
+        description="The bootstrap's first run: its Kafka ranges land only records at or after ``until`` (the "
+        "archive holds the older ones, also those a producer's clock put after the switch offset). False for the "
+        "later parts, and in plans written before the switch filtered Kafka.",
+    )
     file_pins: dict[str, tuple[int, int]] = Field(
         default_factory=dict,
         description="Per file of ``files``, its size in bytes and modification time (epoch ms) when planned: a "

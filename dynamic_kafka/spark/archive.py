@@ -25,7 +25,7 @@ from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, S
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
@@ -128,6 +128,7 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
         remaining=files[cut:],
         delta_version=version,
         rows=0,
+        switch=True,
     )
     return counted(spark, read)
 
@@ -226,7 +227,9 @@ def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRea
     if realigns:
         raise _unknown_parts(state.pipeline_id, last.run_seq, realigns[0].run_seq, pending)
     cut = max_files or len(pending)
-    return previous.model_copy(update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0})
+    return previous.model_copy(
+        update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0, "switch": False, "file_pins": {}}
+    )
 
 
 def _unknown_parts(pipeline_id: str, known: int, realigned: int, pending: tuple[str, ...]) -> StateError:
@@ -252,8 +255,7 @@ def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
     else:  # an archive folder without files: nothing to land
         return spark.createDataFrame([], schema=", ".join(f"{n} {t}" for n, t in OUTPUT_FIELDS))
     timestamp = sf.col(read.columns["timestamp"]).cast("timestamp")
-    until_micros = int(read.until.timestamp()) * 1_000_000 + read.until.microsecond
-    frame = frame.where(timestamp.isNull() | (sf.unix_micros(timestamp) < sf.lit(until_micros)))
+    frame = frame.where(timestamp.isNull() | ~_at_or_after_until(timestamp, read))
     defaults = {CLUSTER: read.cluster, STREAM: read.stream}
     columns = []
     for name, ddl in OUTPUT_FIELDS:
@@ -263,6 +265,27 @@ def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
             value = sf.coalesce(value, sf.lit(defaults[name]))
         columns.append(value.alias(name))
     return frame.select(*columns)
+
+
+def _at_or_after_until(timestamp: Column, read: ArchiveRead) -> Column:
+    from pyspark.sql import functions as sf
+
+    until_micros = int(read.until.timestamp()) * 1_000_000 + read.until.microsecond
+    return sf.unix_micros(timestamp) >= sf.lit(until_micros)
+
+
+def kafka_side(frame: DataFrame, read: ArchiveRead) -> DataFrame:
+    """``frame`` (the run's Kafka records) without the records the archive holds. On the switch run (the first
+    part) those are the records with a timestamp before ``until``: Kafka starts at the first offset at or after
+    it, but a later offset may carry an older timestamp (producer clocks, CreateTime set by clients, mirrors), and
+    the archive lands every row before ``until``. One condition on one timestamp splits the records between the
+    two sides. Later parts read records produced after the archive was pinned: all of them are Kafka's.
+    """
+    from pyspark.sql import functions as sf
+
+    if not read.switch:
+        return frame
+    return frame.where(_at_or_after_until(sf.col("timestamp"), read))
 
 
 def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, read: ArchiveRead) -> PreparedDecoding:

@@ -210,3 +210,23 @@ def test_an_archive_file_rewritten_after_the_plan_is_refused_at_the_recovery_wit
     assert "Nothing was written" in str(refused.value)
     assert committed_txn_version(h.sink_path, "p") is None
     assert_run_1_planned(h)
+
+
+def test_a_kafka_record_after_the_switch_offset_with_a_timestamp_before_until_lands_from_the_archive_only(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """Issue 35 row 3: a producer's clock put a3 (which the archive holds) after the first record at `until`."""
+    east, topic = history_topic(kafka_clusters, 1)
+    out_of_order = [("k0", UNTIL_MS + 1000), ("a3", UNTIL_MS - 1000), ("k2", UNTIL_MS + 2000)]
+    produce(east, topic, [Record(value=v.encode(), timestamp_ms=ts) for v, ts in out_of_order])
+    write_archive(tmp_path / "archive")
+    h = harness(tmp_path, kafka_clusters, spark, bootstrap=mapped_bootstrap(tmp_path / "archive"))
+    h.set_streams({"orders": {"east": [topic]}})
+
+    first = h.runner().run()
+    archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
+    kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in (0, 2)]
+    assert landed(h) == sorted(archive_rows + kafka_rows)
+    assert first.records == 6
+    produce(east, topic, [Record(value=b"late", timestamp_ms=UNTIL_MS - 500)])  # produced after the bootstrap
+    assert h.runner().run().records == 1, "a record newer than the archive is Kafka's, whatever its timestamp"
