@@ -1,0 +1,135 @@
+"""Bootstrap archives whose values do not all decode (issue 35, rows 13, 6 and 5), on the real broker, Spark and
+Delta: archive rows (no Kafka coordinates) land in the dead-letter table under ``on_decode_error: dead_letter``,
+exactly once across a crash and its recovery, an abandon and the re-bootstrap after it, and a replay; and the
+archive stream's decode inputs are pinned in the plan like a Kafka stream's.
+
+The kill is simulated in this process (an exception no ``except Exception`` catches, raised at a crash point; the
+clock then jumps past the killed run's lease), so a crash costs no new JVM.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka import runner as runner_module
+from dynamic_kafka.sink import incremental as incremental_module
+from tests.support.metadata_changes import harness
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.testing.pipeline import PipelineHarness
+
+pytestmark = pytest.mark.integration
+
+UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
+UNTIL_MS = int(UNTIL.timestamp() * 1000)
+GOOD = [json.dumps({"id": n}).encode() for n in range(20)]
+# Undecodable under json_strict (a field the schema lacks); decodable once `note` joins the schema.
+BAD = [json.dumps({"id": n, "note": "x"}).encode() for n in range(20, 23)]
+KAFKA = [json.dumps({"id": n}).encode() for n in range(100, 110)]
+
+
+class Killed(BaseException):
+    """A simulated ``kill -9`` at a crash point."""
+
+
+def run_killed_at(h: PipelineHarness, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the pipeline, killed at ``point``; afterwards the clock is past the killed run's lease."""
+
+    def die(name: str) -> None:
+        if name == point:
+            raise Killed(name)
+
+    for module in (incremental_module, runner_module):
+        monkeypatch.setattr(module, "crash_point", die)
+    with pytest.raises(Killed):
+        h.runner().run()
+    monkeypatch.undo()
+    monkeypatch.setattr(runner_module, "_now", lambda: datetime.now(UTC) + timedelta(days=1))
+
+
+def archived(folder: Path) -> None:
+    """One Parquet file: the good and the bad values, all older than `until`, interleaved."""
+    folder.mkdir()
+    values = [*GOOD[:10], *BAD, *GOOD[10:]]
+    times = [datetime.fromtimestamp((UNTIL_MS - 100_000 + i * 1000) / 1000, tz=UTC) for i in range(len(values))]
+    table = pa.table({"payload": values, "event_time": pa.array(times, type=pa.timestamp("ms", tz="UTC"))})
+    pq.write_table(table, folder / "part-0.parquet")
+
+
+def bootstrapped(
+    tmp_path: Path, clusters: dict[str, ClusterEndpoint], spark: Any, kafka: list[bytes], **pipeline: Any
+) -> PipelineHarness:
+    """A json pipeline (strict, dead letters) over a new topic holding ``kafka`` after `until`, with the archive."""
+    east = clusters["east"].bootstrap_servers
+    topic = unique_name("history")
+    create_topic(east, topic, 1)
+    produce(east, topic, [Record(value=v, timestamp_ms=UNTIL_MS + i) for i, v in enumerate(kafka)])
+    archived(tmp_path / "archive")
+    settings: dict[str, Any] = {
+        "value_format": "json",
+        "value_schema": "id INT",
+        "json_strict": True,
+        "on_decode_error": "dead_letter",
+        "bootstrap": {
+            "path": str(tmp_path / "archive"),
+            "format": "parquet",
+            "until": UNTIL.isoformat(),
+            "columns": {"value": "payload", "timestamp": "event_time"},
+        },
+    }
+    h = harness(tmp_path, clusters, spark, **{**settings, **pipeline})
+    h.set_streams({"orders": {"east": [topic]}})
+    return h
+
+
+def rows(table: Path, *columns: str) -> list[tuple[Any, ...]]:
+    """The table's rows as tuples of ``columns``, sorted, duplicates kept; empty when there is no table."""
+    try:
+        found = DeltaTable(str(table)).to_pyarrow_table(columns=list(columns))
+    except TableNotFoundError:
+        return []
+    return sorted(zip(*(found.column(c).to_pylist() for c in columns), strict=True), key=repr)
+
+
+def sink_ids(h: PipelineHarness) -> list[int]:
+    return sorted(value["id"] for (value,) in rows(h.sink_path, "value"))
+
+
+def dead_letter_values(h: PipelineHarness) -> list[tuple[Any, ...]]:
+    """Each dead letter as (cluster, stream, topic, offset, raw value)."""
+    return rows(
+        h.sink_path.with_name(f"{h.sink_path.name}_dead_letter"), "cluster", "stream", "topic", "offset", "value"
+    )
+
+
+ARCHIVE_DEAD = sorted([("archive", "orders", None, None, v) for v in BAD], key=repr)
+
+
+def test_archive_values_that_do_not_decode_land_as_dead_letters_once_across_a_crash_and_its_recovery(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = bootstrapped(tmp_path, kafka_clusters, spark, KAFKA)
+
+    run_killed_at(h, "after_dead_letter", monkeypatch)
+    assert dead_letter_values(h) == ARCHIVE_DEAD  # committed before the sink, which the crash stopped
+    assert sink_ids(h) == []
+
+    recovered = h.runner().run()
+    assert recovered.recovered_run_seq == 1
+    assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
+    assert dead_letter_values(h) == ARCHIVE_DEAD
+    assert h.runner().run().status == "empty"
+    assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
+    assert dead_letter_values(h) == ARCHIVE_DEAD
