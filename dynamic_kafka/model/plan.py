@@ -172,6 +172,11 @@ class ArchiveRead(FrozenModel):
     )
     delta_version: int | None = Field(None, description="The Delta table version read (delta).")
     rows: int = Field(ge=0, description="The archive rows the run lands, counted when planned.")
+    abandoned_runs: tuple[int, ...] = Field(
+        (),
+        description="Earlier runs that planned these archive rows and were abandoned: the dead letters of archive "
+        "rows they landed are final, so this run lands none of those rows again (in neither table).",
+    )
 
 
 class Plan(FrozenModel):

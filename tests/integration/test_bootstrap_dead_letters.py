@@ -21,6 +21,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka import runner as runner_module
+from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.sink import incremental as incremental_module
 from tests.support.metadata_changes import harness
 
@@ -133,3 +134,39 @@ def test_archive_values_that_do_not_decode_land_as_dead_letters_once_across_a_cr
     assert h.runner().run().status == "empty"
     assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
     assert dead_letter_values(h) == ARCHIVE_DEAD
+
+
+def test_the_archive_streams_decode_inputs_are_pinned_when_kafka_has_no_range_of_it(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    strict = {"orders": {"value_format": "json", "value_schema": "id INT"}}
+    h = bootstrapped(tmp_path, kafka_clusters, spark, [], value_format="bytes", value_schema=None, formats=strict)
+    run_killed_at(h, "after_dead_letter", monkeypatch)
+    assert dead_letter_values(h) == ARCHIVE_DEAD
+
+    # The schema that decodes the dead letters too: the recovery would land them in the sink as well.
+    h.configure(formats={"orders": {"value_format": "json", "value_schema": "id INT, note STRING"}})
+    with pytest.raises(ConfigError, match="the value format of stream 'orders'"):
+        h.runner().run()
+    assert sink_ids(h) == []
+
+    h.configure(formats=strict)
+    assert h.runner().run().recovered_run_seq == 1
+    assert sink_ids(h) == list(range(20))
+    assert dead_letter_values(h) == ARCHIVE_DEAD
+
+
+def test_abandoning_a_bootstrap_run_with_archive_dead_letters_then_bootstrapping_again_lands_each_row_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = bootstrapped(tmp_path, kafka_clusters, spark, KAFKA)
+    run_killed_at(h, "after_dead_letter", monkeypatch)
+    assert dead_letter_values(h) == ARCHIVE_DEAD
+
+    h.runner().abandon(1, "the archive is landed again")
+    again = h.runner().run()
+    assert (again.run_seq, again.bootstrap_records, again.dead_letters) == (2, 20, 0)
+    assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
+    assert dead_letter_values(h) == ARCHIVE_DEAD  # final behind run 1's fence, not appended again
+    assert h.runner().run().status == "empty"
+    assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
