@@ -222,18 +222,18 @@ def _without_final_dead_letters(rows: DataFrame, read: ArchiveRead, dead_letters
     return rows.join(landed, on=same, how="left_anti")
 
 
-def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, read: ArchiveRead) -> PreparedDecoding:
-    """``prepared`` able to decode the archive's values too: they land in the ``value`` column, decoded with the
-    archive stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value`` at all).
+def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, stream: str) -> PreparedDecoding:
+    """``prepared`` able to decode the values of an archive of ``stream`` too: they land in the ``value`` column,
+    decoded with the stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value``).
 
     Raises:
         ConfigError: the archive's stream decodes from a registry or a schema file (not supported in archives), or
             its format differs from the Kafka streams' that land in ``value``.
     """
-    fmt = pipeline.value_format_of(read.stream)
+    fmt = pipeline.value_format_of(stream)
     if fmt.value_format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
         raise ConfigError(
-            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {read.stream!r} is decoded as "
+            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {stream!r} is decoded as "
             f"{fmt.value_format}, which archive values cannot use here (bytes, string or json, the same as the "
             "Kafka values landing in `value`). Nothing was written.",
             hint="Give the stream a bytes, string or json value_format, or set bootstrap.stream to such a stream.",
