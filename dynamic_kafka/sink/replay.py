@@ -17,8 +17,7 @@ Invariants (the caller holds the pipeline's run lock and lease, so no run or bac
 - A bootstrap archive's dead letter may have no coordinates. It is identified by all it has instead: ``cluster``,
   ``stream``, the coordinates it has, its timestamp, its run and its key and value (decoded, as the sink holds
   them, compared as JSON so that fields a later schema added, null in older rows, do not count; raw, as the
-  dead-letter table holds them). Nothing else in the sink lacks coordinates, so such a row in the sink is one a
-  replay landed.
+  dead-letter table holds them). A sink row equal in all of these is the one a replay landed.
 """
 
 from __future__ import annotations
