@@ -430,20 +430,44 @@ class UndecodableRecordError(DecodeError):
     """A record could not be decoded and the pipeline's ``on_decode_error`` is ``fail``. Nothing was written.
 
     Attributes:
-        cluster_id, topic, partition, offset: the record's coordinates.
+        cluster_id, topic, partition, offset: the record's coordinates; ``topic``, ``partition`` and ``offset`` are
+            None for a bootstrap archive's row without them.
         reason: what was wrong (e.g. ``value is not valid UTF-8``).
+        stream_id, timestamp: the record's stream and timestamp, when known (they name an archive row).
     """
 
-    def __init__(self, *, cluster_id: str, topic: str, partition: int, offset: int, reason: str) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_id: str,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+        reason: str,
+        stream_id: str | None = None,
+        timestamp: str | None = None,
+    ) -> None:
         self.cluster_id = cluster_id
         self.topic = topic
         self.partition = partition
         self.offset = offset
         self.reason = reason
+        self.stream_id = stream_id
+        self.timestamp = timestamp
         super().__init__(
-            f"undecodable record at {cluster_id}/{topic}[{partition}] offset {offset}: {reason}; nothing was written.",
+            f"undecodable record at {self.where}: {reason}; nothing was written.",
             hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
             "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
+        )
+
+    @property
+    def where(self) -> str:
+        """The record's place: its coordinates, or, for an archive row without them, its stream and timestamp."""
+        if self.topic is not None and self.partition is not None and self.offset is not None:
+            return f"{self.cluster_id}/{self.topic}[{self.partition}] offset {self.offset}"
+        return (
+            f"a bootstrap archive row of stream {self.stream_id!r} (cluster {self.cluster_id!r}, timestamp "
+            f"{self.timestamp or 'none'}, no Kafka coordinates)"
         )
 
 

@@ -106,7 +106,7 @@ def prepare_write(
     if plan.bootstrap is not None:
         from dynamic_kafka.spark.archive import with_archive_decoding
 
-        decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap)
+        decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap.stream)
     if not written:
         check_event_time(context.spark(), context.pipeline, decoding)
         plan = plan.model_copy(update={"decoding": decoding.pins(), "event_time": context.pipeline.event_time})

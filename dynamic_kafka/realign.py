@@ -181,7 +181,9 @@ def _frontier(tables: Sequence[TableRef], condition: pc.Expression) -> dict[Topi
         if opened is None:
             continue
         dataset = opened.to_pyarrow_dataset()
-        rows = dataset.to_table(columns=["cluster", "topic", "partition", "offset"], filter=condition)
+        # A bootstrap archive's rows may have no coordinates: they hold no Kafka position.
+        placed = pc.field("topic").is_valid() & pc.field("partition").is_valid() & pc.field("offset").is_valid()
+        rows = dataset.to_table(columns=["cluster", "topic", "partition", "offset"], filter=condition & placed)
         if rows.num_rows == 0:
             continue
         grouped = rows.group_by(["cluster", "topic", "partition"]).aggregate([("offset", "max")])

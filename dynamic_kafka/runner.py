@@ -233,17 +233,22 @@ class PipelineRunner:
         """``plan`` with the part of the bootstrap archive it lands, checked and pinned (before the plan is
         written): the first run's part, or the next part of an archive landed over several runs; else ``plan``.
         """
-        from dynamic_kafka.spark.archive import counted, next_archive_part, plan_archive
+        from dynamic_kafka.spark.archive import abandoned_archive_runs, counted, next_archive_part, plan_archive
 
+        abandoned = abandoned_archive_runs(state)
         if bootstrap_due(self.pipeline, state):
-            read = plan_archive(self.context.spark(), self.pipeline)
+            read = plan_archive(self.context.spark(), self.pipeline, abandoned)
         else:
             bootstrap = self.pipeline.bootstrap
             part = next_archive_part(state, bootstrap.max_files_per_run if bootstrap else None)
             if part is None:
                 return plan
-            read = counted(self.context.spark(), part)
-        return plan.model_copy(update={"bootstrap": read})
+            part = part.model_copy(update={"abandoned_runs": abandoned})
+            read = counted(self.context.spark(), part, self.pipeline.dead_letter_table)
+        # The archive's verdicts split its rows between the sink and the dead letters like Kafka's: its stream's
+        # format is pinned even when Kafka gives that stream no range.
+        pins = {**plan.config_pins, **config_pins(self.pipeline, [read.stream])}
+        return plan.model_copy(update={"bootstrap": read, "config_pins": pins})
 
     def _lease_end(self) -> datetime:
         return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
@@ -288,7 +293,9 @@ class PipelineRunner:
                 from dynamic_kafka.spark.archive import archive_rows, check_unchanged, kafka_side
 
                 check_unchanged(spark, plan.bootstrap)  # a file rewritten since the plan: not the counted rows
-                frame = kafka_side(frame, plan.bootstrap).unionByName(archive_rows(spark, plan.bootstrap))
+                frame = kafka_side(frame, plan.bootstrap).unionByName(
+                    archive_rows(spark, plan.bootstrap, self.pipeline.dead_letter_table)
+                )
             crash_point("before_read")
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
@@ -596,7 +603,7 @@ class PipelineRunner:
         setting pinned in the plan whose value now hashes differently, or a pinned ``value_schema_file`` whose
         contents changed. Settings a plan did not pin (written by an older version) are not checked.
         """
-        now = config_pins(self.pipeline, {s.stream_id for s in plan.read_splits})
+        now = config_pins(self.pipeline, _decided_streams(plan))
         changed = [_pin_label(k) for k in sorted(plan.config_pins) if plan.config_pins[k] != now.get(k)]
         changed += _edited_schema_files(self.pipeline, plan)
         if changed:
@@ -670,6 +677,12 @@ def _raise_to(frontier: dict[TopicPartition, int], more: dict[TopicPartition, in
     """Raises ``frontier`` to ``more`` where ``more`` is higher (a partition's sink rows and dead letters)."""
     for key, offset in more.items():
         frontier[key] = max(frontier.get(key, 0), offset)
+
+
+def _decided_streams(plan: Plan) -> set[str]:
+    """The streams whose formats decide what ``plan`` writes: its ranges' and its archive's."""
+    streams = {s.stream_id for s in plan.read_splits}
+    return streams if plan.bootstrap is None else {*streams, plan.bootstrap.stream}
 
 
 def _pin_label(key: str) -> str:

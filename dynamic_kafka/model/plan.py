@@ -187,6 +187,11 @@ class ArchiveRead(FrozenModel):
         "file that differs at the read is refused, so the rows landed are the rows counted. Empty in plans written "
         "before files were pinned, and for a Delta archive (its version is pinned).",
     )
+    abandoned_runs: tuple[int, ...] = Field(
+        (),
+        description="Earlier runs that planned these archive rows and were abandoned: the dead letters of archive "
+        "rows they landed are final, so this run lands none of those rows again (in neither table).",
+    )
 
 
 class Plan(FrozenModel):

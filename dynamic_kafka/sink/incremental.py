@@ -312,9 +312,8 @@ def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> _Land
     try:
         return _write_or_fail(observed_rows, target)
     except UndecodableRecordError as e:
-        where = f"{e.cluster_id}/{e.topic}[{e.partition}] offset {e.offset}"
         logger.info(
-            "run %d of pipeline %r: %s does not decode: writing dead letters", target.run_seq, target.app_id, where
+            "run %d of pipeline %r: %s does not decode: writing dead letters", target.run_seq, target.app_id, e.where
         )
     return _write_both(observed_rows, target)
 
@@ -584,6 +583,8 @@ def _raise_if_undecodable() -> Column:
             "partition",
             "offset",
             sf.col(DECODE_ERROR).alias("reason"),
+            sf.col("stream").alias("stream_id"),
+            sf.date_format("timestamp", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("timestamp"),
         )
     )
     message = sf.concat(sf.lit(_DECODE_MARKER + "["), coordinates, sf.lit("]" + _DECODE_MARKER))
@@ -595,10 +596,13 @@ def _decode_error_from(error: BaseException) -> UndecodableRecordError | None:
     if match is None:
         return None
     fields = json.loads(match.group("json"))
+    # to_json leaves null fields out: an archive row has no topic, partition or offset of its own.
     return UndecodableRecordError(
         cluster_id=str(fields["cluster_id"]),
-        topic=str(fields["topic"]),
-        partition=int(fields["partition"]),
-        offset=int(fields["offset"]),
+        topic=fields.get("topic"),
+        partition=fields.get("partition"),
+        offset=fields.get("offset"),
         reason=str(fields["reason"]),
+        stream_id=fields.get("stream_id"),
+        timestamp=fields.get("timestamp"),
     )

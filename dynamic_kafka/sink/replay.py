@@ -14,6 +14,10 @@ Invariants (the caller holds the pipeline's run lock and lease, so no run or bac
 - A dead letter that decodes but whose coordinates the sink holds with another timestamp (another incarnation of
   a recreated topic) is neither landed nor deleted: it stays, with an error saying so.
 - A replayed row keeps the ``_run_seq`` of the run that read it (null for a backfill's), as if that run had landed it.
+- A bootstrap archive's dead letter may have no coordinates. It is identified by all it has instead: ``cluster``,
+  ``stream``, the coordinates it has, its timestamp, its run and its key and value (decoded, as the sink holds
+  them, compared as JSON so that fields a later schema added, null in older rows, do not count; raw, as the
+  dead-letter table holds them). A sink row equal in all of these is the one a replay landed.
 """
 
 from __future__ import annotations
@@ -38,7 +42,16 @@ from dynamic_kafka.sink.tables import (
     sql_string,
     table_exists,
 )
-from dynamic_kafka.spark.schema import DECODE_ERROR, ERROR, MERGE_KEYS, OUTPUT_COLUMNS, RUN_SEQ
+from dynamic_kafka.spark.schema import (
+    DECODE_ERROR,
+    ERROR,
+    MERGE_KEYS,
+    OUTPUT_COLUMNS,
+    RAW_KEY,
+    RAW_VALUE,
+    RUN_SEQ,
+    STREAM,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -54,6 +67,9 @@ logger = logging.getLogger(__name__)
 _ORIGINAL_RUN = "_dk_run_seq"
 _OUTCOME = "_dk_outcome"
 _NEW_ERROR = "_dk_new_error"
+_CONTENT = "_dk_content"
+# What tells a dead letter without coordinates (a bootstrap archive's row) from another, besides its content.
+_ARCHIVE_IDENTITY = (*MERGE_KEYS, STREAM, "timestamp", _ORIGINAL_RUN)
 CONFLICT = "decodes now, but the sink holds another record at these coordinates (a topic recreated since?): not landed"
 
 
@@ -103,6 +119,7 @@ def replay(
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
+    from dynamic_kafka.spark.archive import with_archive_decoding
     from dynamic_kafka.spark.decoding import prepare_decoding
 
     sink, dead_letters = pipeline.sink_table, pipeline.dead_letter_table
@@ -112,16 +129,19 @@ def replay(
             letters = letters.where(sf.col(RUN_SEQ) == sf.lit(run_seq))
         frame = letters.select(*OUTPUT_COLUMNS, sf.col(RUN_SEQ).alias(_ORIGINAL_RUN))
         ranges = _ranges(frame)
-        if not ranges:
+        archive_streams = sorted({r[STREAM] for r in frame.where(~_placed()).select(STREAM).distinct().collect()})
+        if not ranges and not archive_streams:
             return ReplayCounts()
         decoding = prepare_decoding(pipeline, ranges, clusters)
+        for stream in archive_streams:
+            decoding = with_archive_decoding(decoding, pipeline, stream)
         decoded = decoding.decode(frame)
         good = decoded.where(sf.col(DECODE_ERROR).isNull())
         columns = [c for c in sink_rows(good, None).columns if c != RUN_SEQ]
         rows = good.select(*columns, sf.col(_ORIGINAL_RUN).cast("long").alias(RUN_SEQ))
         decoding.check_table(rows.schema, sink_schema(sink), str(sink))
         in_ranges = _in_ranges(ranges)
-        counted = _outcomes(decoded, _sink_keys(spark, sink, in_ranges)).persist(StorageLevel.MEMORY_AND_DISK)
+        counted = _outcomes(decoded, spark, sink, in_ranges).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             counts = _count(counted)
             if not write:
@@ -131,14 +151,13 @@ def replay(
                 if before_write is not None:
                     before_write()
                 # Anti-joined again inside the append's own job: the sink as this commit reads it.
-                held = _sink_keys(spark, sink, in_ranges, timestamps=False)
-                fresh = rows if held is None else rows.join(held, list(MERGE_KEYS), "left_anti")
+                fresh = _not_in_sink(rows, spark, sink, in_ranges)
                 append_idempotent(fresh, sink, replay_app_id(pipeline.id), replay_seq, commit_id=new_commit_id())
                 sink_version = latest_version(sink)
             crash_point("replay_after_sink")
             if before_write is not None:
                 before_write()
-            outcome = _outcomes(decoded, _sink_keys(spark, sink, in_ranges))
+            outcome = _outcomes(decoded, spark, sink, in_ranges)
             _update_dead_letters(spark, outcome, dead_letters, replay_app_id(pipeline.id), replay_seq, ranges)
         finally:
             counted.unpersist()
@@ -165,8 +184,10 @@ def _ranges(frame: DataFrame) -> list[Split]:
     """Per (cluster, topic, partition, stream) of the dead letters, the range of their offsets (a few rows)."""
     from pyspark.sql import functions as sf
 
-    grouped = frame.groupBy("cluster", "topic", "partition", "stream").agg(
-        sf.min("offset").alias("low"), sf.max("offset").alias("high")
+    grouped = (
+        frame.where(_placed())
+        .groupBy("cluster", "topic", "partition", "stream")
+        .agg(sf.min("offset").alias("low"), sf.max("offset").alias("high"))
     )
     return [
         Split(
@@ -182,12 +203,28 @@ def _ranges(frame: DataFrame) -> list[Split]:
     ]
 
 
+def _placed() -> Column:
+    """Whether a row has all its coordinates (a bootstrap archive's may have none)."""
+    from pyspark.sql import functions as sf
+
+    return sf.col("topic").isNotNull() & sf.col("partition").isNotNull() & sf.col("offset").isNotNull()
+
+
+def _content() -> Column:
+    """A decoded row's key and value as JSON (fields that are null, such as ones a later schema added, left out)."""
+    from pyspark.sql import functions as sf
+
+    return sf.to_json(sf.struct("key", "value"))
+
+
 def _in_ranges(ranges: list[Split]) -> Column:
     """The sink rows that can share coordinates with a dead letter (filters on coordinates: Delta skips files)."""
     from functools import reduce
 
     from pyspark.sql import functions as sf
 
+    if not ranges:
+        return sf.lit(False)
     conditions = [
         (sf.col("cluster") == sf.lit(s.cluster_id))
         & (sf.col("topic") == sf.lit(s.topic))
@@ -207,34 +244,76 @@ def _sink_keys(spark: SparkSession, sink: TableRef, in_ranges: Column, *, timest
     return keys if timestamps else keys.distinct()
 
 
-def _outcomes(decoded: DataFrame, sink_keys: DataFrame | None) -> DataFrame:
+def _outcomes(decoded: DataFrame, spark: SparkSession, sink: TableRef, in_ranges: Column) -> DataFrame:
     """Every dead letter with its outcome: ``replay`` (decodes, the sink lacks it), ``landed`` (the sink holds it),
-    ``conflict`` (decodes, the sink holds other coordinates' record) or ``undecodable``, and its new error.
+    ``conflict`` (decodes, the sink holds other coordinates' record) or ``undecodable``, and its new error; with
+    what identifies it in the dead-letter table.
     """
     from pyspark.sql import functions as sf
 
-    letters = decoded.select(*MERGE_KEYS, "timestamp", DECODE_ERROR)
+    identity = [*_ARCHIVE_IDENTITY, RAW_KEY, RAW_VALUE]
+    letters = decoded.select(*identity, DECODE_ERROR, _content().alias(_CONTENT))
+    placed, archive = letters.where(_placed()), letters.where(~_placed())
+    sink_keys = _sink_keys(spark, sink, in_ranges)
     if sink_keys is None:
-        joined = letters.withColumn("_dk_sink_ts", sf.lit(None).cast("timestamp")).withColumn(
-            "_dk_in_sink", sf.lit(False)
-        )
+        joined = placed.withColumn("_dk_same", sf.lit(False)).withColumn("_dk_in_sink", sf.lit(False))
+        held = archive.withColumn("_dk_same", sf.lit(False)).withColumn("_dk_in_sink", sf.lit(False))
     else:
-        held = sink_keys.groupBy(*MERGE_KEYS).agg(
+        keys = sink_keys.groupBy(*MERGE_KEYS).agg(
             sf.collect_set("timestamp").alias("_dk_sink_ts_all"), sf.lit(True).alias("_dk_in_sink")
         )
-        joined = letters.join(held, list(MERGE_KEYS), "left").withColumn(
+        joined = placed.join(keys, list(MERGE_KEYS), "left").withColumn(
             "_dk_same", sf.coalesce(sf.array_contains(sf.col("_dk_sink_ts_all"), sf.col("timestamp")), sf.lit(False))
         )
+        # An archive row the sink holds can only be one a replay landed: "landed", never a conflict.
+        landed = _archive_sink_rows(spark, sink).distinct().withColumn("_dk_same", sf.lit(True))
+        held = archive.join(landed, _same_archive_row(archive, landed), "left").select(
+            *archive.columns, sf.coalesce(landed["_dk_same"], sf.lit(False)).alias("_dk_same")
+        )
+        held = held.withColumn("_dk_in_sink", sf.col("_dk_same"))
     in_sink = sf.coalesce(sf.col("_dk_in_sink"), sf.lit(False))
-    same = sf.col("_dk_same") if sink_keys is not None else sf.lit(False)
     outcome = (
-        sf.when(same, sf.lit("landed"))
+        sf.when(sf.col("_dk_same"), sf.lit("landed"))
         .when(sf.col(DECODE_ERROR).isNotNull(), sf.lit("undecodable"))
         .when(in_sink, sf.lit("conflict"))
         .otherwise(sf.lit("replay"))
     )
     new_error = sf.when(outcome == "conflict", sf.lit(CONFLICT)).otherwise(sf.col(DECODE_ERROR))
-    return joined.select(*MERGE_KEYS, outcome.alias(_OUTCOME), new_error.alias(_NEW_ERROR))
+    chosen: list[Column | str] = [*identity, outcome.alias(_OUTCOME), new_error.alias(_NEW_ERROR)]
+    return joined.select(*chosen).unionByName(held.select(*chosen))
+
+
+def _archive_sink_rows(spark: SparkSession, sink: TableRef) -> DataFrame:
+    """The sink's rows without coordinates (archive rows), by what identifies them (:data:`_ARCHIVE_IDENTITY`)."""
+    from pyspark.sql import functions as sf
+
+    rows = spark.read.format("delta").load(sink.spark_uri).where(~_placed())
+    named = [sf.col(c).alias(f"_dk_sink_{c}") for c in _ARCHIVE_IDENTITY if c != _ORIGINAL_RUN]
+    return rows.select(*named, sf.col(RUN_SEQ).alias(f"_dk_sink_{_ORIGINAL_RUN}"), _content().alias("_dk_sink_c"))
+
+
+def _same_archive_row(letters: DataFrame, sink_rows: DataFrame) -> Column:
+    """The join condition of a dead letter without coordinates and the sink's row of the same record."""
+    from functools import reduce
+
+    same = [letters[c].eqNullSafe(sink_rows[f"_dk_sink_{c}"]) for c in _ARCHIVE_IDENTITY]
+    return reduce(lambda a, b: a & b, [*same, letters[_CONTENT].eqNullSafe(sink_rows["_dk_sink_c"])])
+
+
+def _not_in_sink(rows: DataFrame, spark: SparkSession, sink: TableRef, in_ranges: Column) -> DataFrame:
+    """``rows`` (sink rows to append) minus the records the sink holds: by coordinates, or, for rows without them,
+    by all that identifies them.
+    """
+    from pyspark.sql import functions as sf
+
+    held = _sink_keys(spark, sink, in_ranges, timestamps=False)
+    if held is None:
+        return rows
+    placed = rows.where(_placed()).join(held, list(MERGE_KEYS), "left_anti")
+    archive = rows.where(~_placed()).withColumn(_ORIGINAL_RUN, sf.col(RUN_SEQ)).withColumn(_CONTENT, _content())
+    landed = _archive_sink_rows(spark, sink)
+    fresh = archive.join(landed, _same_archive_row(archive, landed), "left_anti").drop(_ORIGINAL_RUN, _CONTENT)
+    return placed.unionByName(fresh)
 
 
 def _count(outcomes: DataFrame) -> ReplayCounts:
@@ -257,18 +336,33 @@ def _update_dead_letters(
     """One MERGE into the dead-letter table, recorded as transaction ``(app_id, replay_seq)``: the dead letters the
     sink holds are deleted, the others get their new error.
     """
+    placed = " AND ".join(f"s.`{k}` IS NOT NULL" for k in MERGE_KEYS)
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in MERGE_KEYS)
     # Bounds the target to the replayed offsets, so the MERGE rewrites only files that can hold them.
-    scope = " OR ".join(
-        f"(t.`cluster` = {sql_string(s.cluster_id)} AND t.`topic` = {sql_string(s.topic)} AND t.`partition` = "
-        f"{s.partition} AND t.`offset` BETWEEN {s.start_offset} AND {s.stop_offset - 1})"
-        for s in ranges
+    scope = (
+        " OR ".join(
+            f"(t.`cluster` = {sql_string(s.cluster_id)} AND t.`topic` = {sql_string(s.topic)} AND t.`partition` = "
+            f"{s.partition} AND t.`offset` BETWEEN {s.start_offset} AND {s.stop_offset - 1})"
+            for s in ranges
+        )
+        or "FALSE"
     )
+    archive = " AND ".join(
+        [
+            *(f"t.`{k}` <=> s.`{k}`" for k in (*MERGE_KEYS, STREAM, "timestamp")),
+            f"t.`{RUN_SEQ}` <=> s.`{_ORIGINAL_RUN}`",
+            f"t.`key` <=> s.`{RAW_KEY}`",
+            f"t.`value` <=> s.`{RAW_VALUE}`",
+        ]
+    )
+    on = f"({placed} AND {on} AND ({scope})) OR (NOT ({placed}) AND {archive})"
     text = (
-        f"MERGE INTO {delta_path_identifier(table)} AS t USING __source__ AS s ON {on} AND ({scope}) "
+        f"MERGE INTO {delta_path_identifier(table)} AS t USING __source__ AS s ON {on} "
         f"WHEN MATCHED AND s.`{_OUTCOME}` = 'landed' THEN DELETE "
         f"WHEN MATCHED AND NOT (t.`{ERROR}` <=> s.`{_NEW_ERROR}`) THEN UPDATE SET t.`{ERROR}` = s.`{_NEW_ERROR}`"
     )
     query = text.replace("{", "{{").replace("}", "}}").replace("__source__", "{source}", 1)
+    # Copies of one archive row are one target row's match each: one source row for them all.
+    source = outcome.where(_placed()).unionByName(outcome.where(~_placed()).distinct())
     with delta_transaction(spark, app_id, replay_seq):
-        spark.sql(query, source=outcome).collect()
+        spark.sql(query, source=source).collect()

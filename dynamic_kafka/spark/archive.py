@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.config import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ArchiveChangedError, ConfigError, StateError
 from dynamic_kafka.model.plan import ArchiveRead
-from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, STREAM
+from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, RUN_SEQ, STREAM
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.spark.decoding import PreparedDecoding
+    from dynamic_kafka.storage import TableRef
 
 _INTS = {"tinyint", "smallint", "int"}
 ACCEPTED_TYPES: dict[str, set[str]] = {
@@ -88,9 +89,10 @@ def map_columns(pipeline: PipelineConfig, archive: Mapping[str, str]) -> dict[st
     return mapping
 
 
-def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
+def plan_archive(spark: SparkSession, pipeline: PipelineConfig, abandoned_runs: tuple[int, ...] = ()) -> ArchiveRead:
     """The pipeline's bootstrap archive, checked and pinned: its columns mapped, its files (or Delta version)
     listed and the rows it lands counted. Reads the archive (schema, and one count); writes nothing.
+    ``abandoned_runs``: the runs that bootstrapped it before and were abandoned (:func:`abandoned_archive_runs`).
 
     Raises:
         ConfigError: the archive cannot be read or its columns do not map (:func:`map_columns`).
@@ -129,11 +131,12 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig) -> ArchiveRead:
         delta_version=version,
         rows=0,
         switch=True,
+        abandoned_runs=abandoned_runs,
     )
-    return counted(spark, read)
+    return counted(spark, read, pipeline.dead_letter_table)
 
 
-def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
+def counted(spark: SparkSession, read: ArchiveRead, dead_letters: TableRef) -> ArchiveRead:
     """``read`` with its files pinned (size and modification time) and the number of rows it lands (one count
     job over its files, after the pins: a file changed in between is refused at the read).
     """
@@ -141,7 +144,7 @@ def counted(spark: SparkSession, read: ArchiveRead) -> ArchiveRead:
 
     pinned = read.model_copy(update={"file_pins": _file_pins(spark, read)})
     with spark_failures(f"counting the bootstrap archive {read.location!r}"):
-        return pinned.model_copy(update={"rows": archive_rows(spark, pinned).count()})
+        return pinned.model_copy(update={"rows": archive_rows(spark, pinned, dead_letters).count()})
 
 
 def _comparable(path: str) -> str:
@@ -206,6 +209,17 @@ def check_unchanged(spark: SparkSession, read: ArchiveRead) -> None:
         )
 
 
+def abandoned_archive_runs(state: StateSnapshot) -> tuple[int, ...]:
+    """The runs that planned the archive rows the next run lands and were abandoned: those of the last run's plan,
+    and the last run itself when it was abandoned. Follows the chain of plans, as :func:`next_archive_part` does.
+    """
+    last = state.landing_run
+    if last is None or last.plan.bootstrap is None:
+        return ()
+    earlier = last.plan.bootstrap.abandoned_runs
+    return (*earlier, last.run_seq) if last.status == "abandoned" else earlier
+
+
 def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:
     """The next part of an archive landed over several runs: the files the last run left (or, when it was
     abandoned, the files it did not land either), ``max_files`` of them; None when nothing is left. Follows the
@@ -243,8 +257,10 @@ def _unknown_parts(pipeline_id: str, known: int, realigned: int, pending: tuple[
     )
 
 
-def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
-    """Exactly the pinned archive rows before ``until``, in the reader's output schema (lazy)."""
+def archive_rows(spark: SparkSession, read: ArchiveRead, dead_letters: TableRef) -> DataFrame:
+    """Exactly the pinned archive rows before ``until``, in the reader's output schema (lazy), minus those the
+    ``read.abandoned_runs`` landed in ``dead_letters``.
+    """
     from pyspark.sql import functions as sf
 
     reader = spark.read.format(read.format)
@@ -264,7 +280,7 @@ def archive_rows(spark: SparkSession, read: ArchiveRead) -> DataFrame:
         if name in defaults:
             value = sf.coalesce(value, sf.lit(defaults[name]))
         columns.append(value.alias(name))
-    return frame.select(*columns)
+    return _without_final_dead_letters(frame.select(*columns), read, dead_letters)
 
 
 def _at_or_after_until(timestamp: Column, read: ArchiveRead) -> Column:
@@ -288,18 +304,44 @@ def kafka_side(frame: DataFrame, read: ArchiveRead) -> DataFrame:
     return frame.where(_at_or_after_until(sf.col("timestamp"), read))
 
 
-def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, read: ArchiveRead) -> PreparedDecoding:
-    """``prepared`` able to decode the archive's values too: they land in the ``value`` column, decoded with the
-    archive stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value`` at all).
+_IDENTITY = (CLUSTER, STREAM, "topic", "partition", "offset", "timestamp", "key", "value")
+"""What tells an archive row's dead letter: archive rows may have no coordinates, so all that the archive gives."""
+
+
+def _without_final_dead_letters(rows: DataFrame, read: ArchiveRead, dead_letters: TableRef) -> DataFrame:
+    """``rows`` minus the archive rows an abandoned run of them dead-lettered (its dead letters stay final behind
+    its fence): matched on every identifying column, nulls equal, within those runs' dead letters only.
+    """
+    from functools import reduce
+
+    from pyspark.sql import functions as sf
+
+    from dynamic_kafka.sink.tables import table_exists
+
+    if not read.abandoned_runs or not table_exists(dead_letters):
+        return rows
+    landed = (
+        rows.sparkSession.read.format("delta")
+        .load(dead_letters.spark_uri)
+        .where(sf.col(RUN_SEQ).isin(list(read.abandoned_runs)))
+        .select(*(sf.col(name).alias(f"_dk_landed_{name}") for name in _IDENTITY))
+    )
+    same = reduce(lambda a, b: a & b, [sf.col(n).eqNullSafe(sf.col(f"_dk_landed_{n}")) for n in _IDENTITY])
+    return rows.join(landed, on=same, how="left_anti")
+
+
+def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, stream: str) -> PreparedDecoding:
+    """``prepared`` able to decode the values of an archive of ``stream`` too: they land in the ``value`` column,
+    decoded with the stream's format (a run whose Kafka ranges are all empty would otherwise decode no ``value``).
 
     Raises:
         ConfigError: the archive's stream decodes from a registry or a schema file (not supported in archives), or
             its format differs from the Kafka streams' that land in ``value``.
     """
-    fmt = pipeline.value_format_of(read.stream)
+    fmt = pipeline.value_format_of(stream)
     if fmt.value_format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
         raise ConfigError(
-            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {read.stream!r} is decoded as "
+            f"pipeline {pipeline.id!r}: the bootstrap archive's stream {stream!r} is decoded as "
             f"{fmt.value_format}, which archive values cannot use here (bytes, string or json, the same as the "
             "Kafka values landing in `value`). Nothing was written.",
             hint="Give the stream a bytes, string or json value_format, or set bootstrap.stream to such a stream.",

@@ -27,7 +27,7 @@ from dynamic_kafka.model.summary import RealignedPositions, RunSummary
 from dynamic_kafka.offset_reset import ResetTarget, decide_reset
 from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
-from dynamic_kafka.spark.archive import map_columns, next_archive_part, with_archive_decoding
+from dynamic_kafka.spark.archive import abandoned_archive_runs, map_columns, next_archive_part, with_archive_decoding
 from dynamic_kafka.spark.decoding import PreparedDecoding
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.rows import apply_plan
@@ -221,6 +221,14 @@ class TestArchiveOverSeveralRuns:
         assert again is not None
         assert (again.files, again.remaining) == (("f2",), ("f3",))
 
+    def test_the_runs_after_an_abandoned_part_carry_it_along_the_chain(self) -> None:
+        """Their archive dead letters are final: every later part leaves those rows out (issue 35 row 6)."""
+        assert abandoned_archive_runs(StateSnapshot(pipeline_id="p")) == ()
+        assert abandoned_archive_runs(self.state_after(self.part(("f1",), ("f2",)), "committed")) == ()
+        assert abandoned_archive_runs(self.state_after(self.part(("f1",), ("f2",)), "abandoned")) == (1,)
+        earlier = self.part(("f1",), ("f2",)).model_copy(update={"abandoned_runs": (1,)})
+        assert abandoned_archive_runs(self.state_after(earlier, "committed")) == (1,)
+
     def test_the_bootstrap_is_due_until_something_landed(self) -> None:
         p = pipeline(max_files_per_run=1)
         assert bootstrap_due(p, StateSnapshot(pipeline_id="p"))
@@ -239,7 +247,7 @@ class TestArchiveDecoding:
     def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
         """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
         p = pipeline().model_copy(update={"value_format": "string"})
-        prepared = with_archive_decoding(PreparedDecoding(p), p, self.read())
+        prepared = with_archive_decoding(PreparedDecoding(p), p, self.read().stream)
         assert prepared.legacy is not None
         assert prepared.legacy.value_format == "string"
 
@@ -255,7 +263,7 @@ class TestArchiveDecoding:
             }
         )
         with pytest.raises(ConfigError, match="is decoded as avro"):
-            with_archive_decoding(PreparedDecoding(p), p, self.read())
+            with_archive_decoding(PreparedDecoding(p), p, self.read().stream)
 
 
 class TestArchiveChainAcrossOperations:

@@ -235,6 +235,22 @@ def test_the_task_failure_marker_is_turned_back_into_a_decode_error() -> None:
     assert _decode_error_from(RuntimeError("some other failure")) is None
 
 
+def test_the_marker_of_an_archive_row_without_coordinates_names_its_stream_and_timestamp() -> None:
+    text = (
+        "Job aborted ... dynamic-kafka-undecodable["
+        '{"cluster_id":"archive","reason":"value is not JSON","stream_id":"orders",'
+        '"timestamp":"2025-12-31T23:58:20.000Z"}'
+        "]dynamic-kafka-undecodable SQLSTATE: P0001"
+    )
+    error = _decode_error_from(RuntimeError(text))
+    assert isinstance(error, UndecodableRecordError)
+    assert (error.topic, error.partition, error.offset) == (None, None, None)
+    assert (
+        "undecodable record at a bootstrap archive row of stream 'orders' (cluster 'archive', timestamp "
+        "2025-12-31T23:58:20.000Z, no Kafka coordinates): value is not JSON" in str(error)
+    )
+
+
 def test_foreign_error_text_is_bounded_and_masks_credentials() -> None:
     error = RuntimeError(
         'Login failed for sasl.jaas.config=PlainLoginModule required username="u" password="hunter2"; more\nstack'
