@@ -1,0 +1,138 @@
+"""The built wheel, installed as a user installs it: into a clean virtualenv, from the wheel and its declared
+dependencies only (no repository on sys.path, no Maven on PATH), run from a folder outside the repository.
+
+With the core dependencies, ``--version``, ``check``, ``plan`` and a ``run`` through the session's Spark Connect
+server land every record once; with the ``spark`` extra, a first in-process run fetches its jars (Ivy in the
+machine's Java, into an empty jar cache) and lands its records. The dependencies are constrained to the versions of
+``uv.lock``, whose wheels are in uv's shared cache after ``make setup``: the install asks the index only for
+metadata (``--offline`` cannot resolve: ``uv sync`` caches wheels, not the index pages resolution needs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import dynamic_kafka
+from dynamic_kafka._toolchain.cache import cache_dir
+from dynamic_kafka._toolchain.java import find_java
+from tests.support.exactly_once import TwoClusterStream
+
+if TYPE_CHECKING:
+    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_spark_connect import ServerInfo
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _uv() -> str:
+    found = ROOT / ".cache" / "uv" / "bin" / "uv"
+    uv = str(found) if found.is_file() else shutil.which("uv")
+    assert uv, "uv is needed to build and install the wheel (`make setup` installs it into .cache/uv)"
+    return uv
+
+
+def _run(argv: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(  # type: ignore[call-overload]
+        [str(a) for a in argv], capture_output=True, text=True, timeout=600, check=False, **kwargs
+    )
+    assert result.returncode == 0, f"{argv[:3]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def _path_without_maven(folder: Path) -> str:
+    """A PATH of the machine's commands (Spark's launcher scripts need a shell and coreutils) and Java, less mvn."""
+    folder.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for tool in Path(directory).iterdir() if Path(directory).is_dir() else ():
+            if tool.name != "mvn" and not (folder / tool.name).exists():
+                (folder / tool.name).symlink_to(tool)
+    (folder / "java").unlink(missing_ok=True)
+    (folder / "java").symlink_to(find_java())
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean virtualenv with the wheel and its core dependencies; returns its bin folder."""
+    folder = tmp_path_factory.mktemp("wheel")
+    uv = _uv()
+    _run([uv, "build", "--wheel", "--out-dir", folder / "dist", ROOT], cwd=folder)
+    (wheel,) = (folder / "dist").glob("dynamic_kafka-*.whl")
+    locked = folder / "constraints.txt"
+    _run(
+        [uv, "export", "--frozen", "--all-extras", "--no-dev", "--no-emit-project", "--no-hashes", "-o", locked],
+        cwd=ROOT,
+    )
+    venv = folder / "venv"
+    _run([uv, "venv", "--quiet", "--python", sys.executable, venv], cwd=folder)
+    _run([uv, "pip", "install", "--quiet", "--python", venv / "bin" / "python", "-c", locked, wheel], cwd=folder)
+    return venv / "bin"
+
+
+def _user_env(bin_dir: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What a user's shell has: the virtualenv first on PATH, no mvn, no PYTHONPATH, this session's token."""
+    env = {
+        "HOME": os.environ["HOME"],
+        "PATH": f"{bin_dir}:{_path_without_maven(tmp_path / 'bin')}",
+        "SPARK_CONNECT_AUTHENTICATE_TOKEN": os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"],
+    }
+    return {**env, **extra}
+
+
+def test_the_core_install_checks_plans_and_runs_through_spark_connect_exactly_once(
+    installed: Path,
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark_connect_server: ServerInfo,
+    tmp_path: Path,
+) -> None:
+    env = _user_env(installed, tmp_path)
+    imported = "import dynamic_kafka, pyspark; print(dynamic_kafka.__file__)"
+    where = _run([installed / "python", "-c", imported], env=env, cwd=tmp_path)
+    assert Path(where.stdout.strip()).is_relative_to(installed.parent), "the repository's package was imported"
+    version = _run([installed / "dynamic-kafka", "--version"], env=env, cwd=tmp_path)
+    assert version.stdout.strip() == f"dynamic-kafka {dynamic_kafka.__version__}"
+
+    stream = TwoClusterStream(
+        kafka_clusters, tmp_path / "project", spark_config={"remote": spark_connect_server.remote}
+    )
+    config = ["--config", str(stream.harness.config_path)]
+    stream.produce("first", east=7, west=5)
+    _run([installed / "dynamic-kafka", "check", *config], env=env, cwd=tmp_path)
+    planned = _run([installed / "dynamic-kafka", "plan", *config, "--pipeline", "p"], env=env, cwd=tmp_path)
+    assert "12" in planned.stdout, planned.stdout
+    _run([installed / "dynamic-kafka", "run", *config, "--pipeline", "p"], env=env, cwd=tmp_path)
+    _run([installed / "dynamic-kafka", "run", *config, "--pipeline", "p"], env=env, cwd=tmp_path)
+    assert stream.harness.sink_rows() == stream.expected_rows()
+
+
+def test_the_spark_extra_fetches_its_jars_without_maven_and_lands_in_process(
+    installed: Path, kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+) -> None:
+    wheel_dir = installed.parent.parent / "dist"
+    (wheel,) = wheel_dir.glob("dynamic_kafka-*.whl")
+    locked = installed.parent.parent / "constraints.txt"
+    _run([_uv(), "pip", "install", "--quiet", "--python", installed / "python", "-c", locked, f"{wheel}[spark]"])
+    # An empty jar cache: this is the first run. Ivy's own download cache is the machine's, so the jars are not
+    # fetched from Maven Central again by every test session (Ivy still resolves and retrieves them).
+    jars = tmp_path / "jar-cache"
+    jars.mkdir()
+    shared_ivy = cache_dir() / "ivy"
+    shared_ivy.mkdir(parents=True, exist_ok=True)
+    (jars / "ivy").symlink_to(shared_ivy)
+    env = _user_env(installed, tmp_path, DYNAMIC_KAFKA_CACHE=str(jars))
+
+    stream = TwoClusterStream(kafka_clusters, tmp_path / "project", spark_config={"master": "local[1]"})
+    stream.produce("first", east=4, west=3)
+    config = ["--config", str(stream.harness.config_path), "--pipeline", "p"]
+    ran = _run([installed / "dynamic-kafka", "run", *config], env=env, cwd=tmp_path)
+    assert "first use: downloading the jars of spark-jars-" in ran.stderr
+    assert stream.harness.sink_rows() == stream.expected_rows()
