@@ -84,7 +84,7 @@ GUARDS = (
         "dynamic_kafka/state/table.py",
         "            dt = self.open(expected_version)",
         "            dt = self.open()",
-        "tests/unit/test_state.py::test_concurrent_begin_in_threads_exactly_one_wins",
+        "tests/unit/test_run_guard_rules.py::test_a_lease_renewal_that_loses_the_state_stops_the_run_from_committing",
     ),
     Guard(
         "backfill-lease-holds-runs",
@@ -210,10 +210,10 @@ GUARDS = (
         "test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_the_next_run_lands_it_once",
     ),
     Guard(
-        "staging-folder-one-job",
+        "staging-folder-committed-files",
         "dynamic_kafka/sink/staged_append.py",
-        "    if len(jobs) <= 1 and None not in jobs:\n        return",
-        "    return",
+        "        _check_committed(table, folder, {info.base_name: info.size or 0 for info in files}, committed)",
+        "        pass",
         "tests/integration/test_sink_commits.py::"
         "test_a_stray_file_in_a_staging_folder_never_lands_and_the_next_run_removes_the_leftovers",
     ),
