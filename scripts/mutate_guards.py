@@ -183,7 +183,7 @@ GUARDS = (
         "dynamic_kafka/backfill.py",
         "    deadline.check()\n    lease.check()\n    prepared.check_topics_unchanged(context, backfill=True)",
         "    deadline.check()\n    prepared.check_topics_unchanged(context, backfill=True)",
-        "tests/integration/test_backfill_guards.py::test_a_backfill_past_max_run_seconds_is_cancelled_and_gives_its_lease_up",
+        "tests/integration/test_backfill_guards.py::test_a_backfill_whose_lease_was_taken_before_its_merge_merges_nothing",
     ),
     Guard(
         "backfill-overlap-dedupe",
@@ -248,8 +248,8 @@ GUARDS = (
     Guard(
         "run-deadline",
         "dynamic_kafka/spark/deadline.py",
-        "    def cancel(self) -> None:",
-        "    def cancel(self) -> None:\n        return",
+        "            self._tags.cancel(self.tag)",
+        "            pass",
         "tests/integration/test_run_guards.py::test_a_spark_job_still_running_at_the_run_deadline_is_interrupted",
     ),
     Guard(
