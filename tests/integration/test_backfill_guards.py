@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
+    from dynamic_kafka.state import StateStore
 
 pytestmark = pytest.mark.integration
 
@@ -270,15 +271,20 @@ def test_a_backfill_whose_topic_is_recreated_before_its_merge_merges_nothing_and
     assert orders.harness.runner().store.load().backfill_owner is None  # the lease was given up
 
 
+def two_records(kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path) -> tuple[Orders, StateStore]:
+    """The pipeline over two fresh records, and its state store."""
+    orders = Orders(kafka_clusters["east"], tmp_path, spark)
+    orders.produce(b"a", b"b")
+    return orders, orders.harness.runner().store
+
+
 def test_a_run_that_lost_its_lease_before_the_write_writes_nothing_and_fails_retriably(
     kafka_clusters: dict[str, ClusterEndpoint],
     spark: Any,
     tmp_path: Path,
     at_crash_point: Callable[[str, Callable[[], None]], None],
 ) -> None:
-    orders = Orders(kafka_clusters["east"], tmp_path, spark)
-    orders.produce(b"a", b"b")
-    store = orders.harness.runner().store
+    orders, store = two_records(kafka_clusters, spark, tmp_path)
     thief = RunOwner.current()
 
     def taken_over() -> None:  # another process (whose host saw the lease expire) takes the planned run over
@@ -313,9 +319,7 @@ def test_a_backfill_whose_lease_was_taken_before_its_merge_merges_nothing(
 ) -> None:
     # The lease's guard at its call site (`_before_merge`): another holder took the writer lease between the
     # backfill's frontier and its MERGE (this process paused past its lease, say).
-    orders = Orders(kafka_clusters["east"], tmp_path, spark)
-    orders.produce(b"a", b"b")
-    store = orders.harness.runner().store
+    orders, store = two_records(kafka_clusters, spark, tmp_path)
     thief = RunOwner.current("backfill")
 
     def taken_over() -> None:
