@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
+    from dynamic_kafka.state import StateStore
 
 pytestmark = pytest.mark.integration
 
@@ -270,15 +271,20 @@ def test_a_backfill_whose_topic_is_recreated_before_its_merge_merges_nothing_and
     assert orders.harness.runner().store.load().backfill_owner is None  # the lease was given up
 
 
+def two_records(kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path) -> tuple[Orders, StateStore]:
+    """The pipeline over two fresh records, and its state store."""
+    orders = Orders(kafka_clusters["east"], tmp_path, spark)
+    orders.produce(b"a", b"b")
+    return orders, orders.harness.runner().store
+
+
 def test_a_run_that_lost_its_lease_before_the_write_writes_nothing_and_fails_retriably(
     kafka_clusters: dict[str, ClusterEndpoint],
     spark: Any,
     tmp_path: Path,
     at_crash_point: Callable[[str, Callable[[], None]], None],
 ) -> None:
-    orders = Orders(kafka_clusters["east"], tmp_path, spark)
-    orders.produce(b"a", b"b")
-    store = orders.harness.runner().store
+    orders, store = two_records(kafka_clusters, spark, tmp_path)
     thief = RunOwner.current()
 
     def taken_over() -> None:  # another process (whose host saw the lease expire) takes the planned run over
@@ -303,3 +309,30 @@ def test_a_run_that_lost_its_lease_before_the_write_writes_nothing_and_fails_ret
     head = store.load().last_run
     assert head is not None
     assert (head.status, head.owner) == ("planned", thief.text())
+
+
+def test_a_backfill_whose_lease_was_taken_before_its_merge_merges_nothing(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    spark: Any,
+    tmp_path: Path,
+    at_crash_point: Callable[[str, Callable[[], None]], None],
+) -> None:
+    # The lease's guard at its call site (`_before_merge`): another holder took the writer lease between the
+    # backfill's frontier and its MERGE (this process paused past its lease, say).
+    orders, store = two_records(kafka_clusters, spark, tmp_path)
+    thief = RunOwner.current("backfill")
+
+    def taken_over() -> None:
+        held = store.load().backfill_owner
+        assert held is not None
+        store.release_backfill_lease(owner=held)
+        store.record_backfill({}, owner=thief.text(), lease_expires_at=datetime.now(UTC) + timedelta(minutes=5))
+
+    at_crash_point("after_frontier", taken_over)
+
+    with pytest.raises(LeaseLostError) as caught:
+        orders.backfill()
+
+    assert caught.value.retriable
+    assert orders.harness.sink_rows() == []  # stopped before the MERGE
+    assert store.load().backfill_owner == thief.text()
