@@ -359,3 +359,14 @@ def test_35_4_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twi
         m.harness.backfill(m.world.clock_ms - 2, m.world.clock_ms + 2, None)  # MERGEs a[1]@1 from Kafka
         m._after_state_change()
         r.run_clean()  # the bootstrap's first part (part-0.json holds a[1]@1) is appended blind: a[1]@1 twice
+
+
+def test_new_an_archive_file_rewritten_after_a_part_read_it_is_checked_as_the_part_read_it() -> None:
+    # Found by the random model (500 examples, 2026-12-06): a record moved from part-2 into part-0 after run 1 read
+    # part-0 (as pinned) and before its commit. The oracle had checked part-0 as it is now (a record it never
+    # read); the next part's plan is refused (part-2 changed), the files are put back and part-2 lands it.
+    with machine_without("35.10", archive=1) as r:
+        r.rewrite_archive_files(at=1, pick=2)
+        r.run_clean()
+        r.run_clean()
+        r.run_clean()

@@ -182,7 +182,8 @@ class Oracle:
         self.check_archive()
 
     def check_archive(self) -> None:
-        """Every row of every archive file a committed part read landed exactly once, and a part that left files
+        """Every row of every archive file a committed part read (as its plan pinned it: the file may have been
+        rewritten since) landed exactly once, and a part that left files
         for later is followed by the next part (``max_files_per_run``)."""
         archive = self.harness.archive
         if archive is None or self.blocked is not None:
@@ -199,7 +200,7 @@ class Oracle:
                     )
                 continue
             for name in read.files:
-                for r in archive.files.get(name, []):
+                for r in archive.as_pinned(name, read.file_pins):
                     if r.ts_ms < archive.until_ms:
                         self._check_record(r, landed, f"run {plan.run_seq} (archive file {name})")
             outstanding = read.remaining
@@ -1011,6 +1012,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "runs",
                     "crashes",
                     "backfills",
+                    "backfills refused",
                     "abandons",
                     "edits",
                     "refused",
@@ -1026,8 +1028,10 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "restores",
                     "archives",
                     "archive rewrites",
+                    "archive changes refused",
                     "replay crashes",
                     "maintenances",
+                    "vacuums refused",
                     "maintenance crashes",
                     "records",
                     "landed",

@@ -437,6 +437,12 @@ class Archive:
         for name in names:
             self.versions[(name, self.modified.get(name, 0))] = list(self.files[name])
 
+    def as_pinned(self, name: str, pins: Mapping[str, tuple[int, int]]) -> list[Record]:
+        """The records of file ``name`` as ``pins`` (a plan's) list it: what the plan's part read, since the model
+        reads a part's files at once, right after they are checked against the pins."""
+        modified = pins[name][1] if name in pins else self.modified.get(name, 0)
+        return self.files[name] if modified == self.modified.get(name, 0) else self.versions[(name, modified)]
+
     def put_back(self, pins: Mapping[str, tuple[int, int]]) -> bool:
         """The operator puts every file back as ``pins`` (a plan's) list it, with its modification time (a copy
         that keeps it). False when every file already was as pinned."""
