@@ -183,9 +183,11 @@ class ArchiveRead(FrozenModel):
     )
     file_pins: dict[str, tuple[int, int]] = Field(
         default_factory=dict,
-        description="Per file of ``files``, its size in bytes and modification time (epoch ms) when planned: a "
-        "file that differs at the read is refused, so the rows landed are the rows counted. Empty in plans written "
-        "before files were pinned, and for a Delta archive (its version is pinned).",
+        description="Per file of ``files`` and ``remaining``, its size in bytes and modification time (epoch ms) "
+        "when the bootstrap's first part was planned, carried along the parts: a file that differs at a later "
+        "part's plan or at any read is refused, so the rows landed are the rows counted, each once. Empty in plans "
+        "written before files were pinned, and for a Delta archive (its version is pinned); plans written before "
+        "``remaining`` was pinned pin only ``files``.",
     )
     abandoned_runs: tuple[int, ...] = Field(
         (),

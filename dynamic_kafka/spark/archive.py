@@ -137,12 +137,21 @@ def plan_archive(spark: SparkSession, pipeline: PipelineConfig, abandoned_runs: 
 
 
 def counted(spark: SparkSession, read: ArchiveRead, dead_letters: TableRef) -> ArchiveRead:
-    """``read`` with its files pinned (size and modification time) and the number of rows it lands (one count
-    job over its files, after the pins: a file changed in between is refused at the read).
+    """``read`` with the number of rows it lands (one count job over its files, after the pins: a file changed in
+    between is refused at the read). Its files and the ``remaining`` ones are pinned (size and modification time)
+    when the first plan lists them; a later part carries those pins along the chain and is checked against them:
+    a record moved from a landed file into a pending one would land twice.
+
+    Raises:
+        ArchiveChangedError: a later part's file differs from what the first plan pinned (:func:`check_unchanged`).
     """
     from dynamic_kafka.sink.tables import spark_failures
 
-    pinned = read.model_copy(update={"file_pins": _file_pins(spark, read)})
+    if read.file_pins:
+        check_unchanged(spark, read)
+        pinned = read
+    else:
+        pinned = read.model_copy(update={"file_pins": _file_pins(spark, read)})
     with spark_failures(f"counting the bootstrap archive {read.location!r}"):
         return pinned.model_copy(update={"rows": archive_rows(spark, pinned, dead_letters).count()})
 
@@ -153,8 +162,8 @@ def _comparable(path: str) -> str:
 
 
 def _file_pins(spark: SparkSession, read: ArchiveRead) -> dict[str, tuple[int, int]]:
-    """Each of ``read``'s files' size and modification time (epoch ms) as the storage reports them now; reads
-    no file's contents (Spark's binaryFile source reads them only when asked for).
+    """Each of ``read``'s files' and ``remaining`` files' size and modification time (epoch ms) as the storage
+    reports them now; reads no file's contents (Spark's binaryFile source reads them only when asked for).
 
     Raises:
         ArchiveChangedError: a file is gone.
@@ -166,7 +175,7 @@ def _file_pins(spark: SparkSession, read: ArchiveRead) -> dict[str, tuple[int, i
     try:
         listed = (
             spark.read.format("binaryFile")
-            .load(list(read.files))
+            .load([*read.files, *read.remaining])
             .select("path", "length", sf.unix_millis("modificationTime").alias("modified"))
             .collect()
         )
@@ -187,7 +196,8 @@ _CHANGED_HINT = (
 
 def check_unchanged(spark: SparkSession, read: ArchiveRead) -> None:
     """Refuse to read ``read`` when a pinned file differs from its pin (size or modification time) or is gone:
-    its rows would not be the rows the plan counted. A plan without pins is not checked.
+    its rows would not be the rows the plan counted, or (a file still to come) the rows landed so far and the
+    rows still to land may hold the same record or miss one. A plan without pins is not checked.
 
     Raises:
         ArchiveChangedError: naming every changed file, its pin and what the storage reports now.
@@ -203,8 +213,8 @@ def check_unchanged(spark: SparkSession, read: ArchiveRead) -> None:
     ]
     if changed:
         raise ArchiveChangedError(
-            f"the bootstrap archive {read.location!r} changed since the run was planned: {'; '.join(changed)}. "
-            "Its rows would not be the ones the plan counted. Nothing was written.",
+            f"the bootstrap archive {read.location!r} changed since its first part was planned: "
+            f"{'; '.join(changed)}. Its rows would not be the ones the plans counted. Nothing was written.",
             hint=_CHANGED_HINT,
         )
 
@@ -223,8 +233,9 @@ def abandoned_archive_runs(state: StateSnapshot) -> tuple[int, ...]:
 def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRead | None:
     """The next part of an archive landed over several runs: the files the last run left (or, when it was
     abandoned, the files it did not land either), ``max_files`` of them; None when nothing is left. Follows the
-    chain of plans, so it needs no state of its own: every part's plan names the files still to come. Operations
-    recorded between two parts (a reset, a replay) are passed over: they land no file.
+    chain of plans, so it needs no state of its own: every part's plan names the files still to come, with the
+    pins the first plan took of them (checked when the part is counted). Operations recorded between two parts (a
+    reset, a replay) are passed over: they land no file.
 
     Raises:
         StateError: files are left, and a realign since the last part replaced runs the state never knew: which
@@ -241,8 +252,10 @@ def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRea
     if realigns:
         raise _unknown_parts(state.pipeline_id, last.run_seq, realigns[0].run_seq, pending)
     cut = max_files or len(pending)
+    names = {_comparable(name) for name in pending}
+    pins = {name: pin for name, pin in previous.file_pins.items() if name in names}
     return previous.model_copy(
-        update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0, "switch": False, "file_pins": {}}
+        update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0, "switch": False, "file_pins": pins}
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dynamic_kafka.errors import ConfigError, StateBehindSinkError
-from tests.model.test_protocol import ProtocolMachine, ProtocolViolationError
+from tests.model.test_protocol import STATS, ProtocolMachine
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -195,9 +195,7 @@ def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_cha
 
 
 # ---------------------------------------------------------------------------------------------------- issue 24
-# Each replay is one item of issue 24, fixed: a plain regression test. HOLE marks a replay whose fix has not landed.
-
-HOLE = pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+# Each replay is one item of issue 24, fixed: a plain regression test.
 
 
 def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_record_twice() -> None:
@@ -317,10 +315,10 @@ def test_new_a_read_failing_on_a_topic_recreated_empty_under_it_is_that_recreati
 
 
 # ---------------------------------------------------------------------------------------------------- issue 35
-# The operations the model drives since issue 35 (offsets reset, dead-letter replay, maintenance): their replays.
+# The operations the model drives since issue 35 (offsets reset, dead-letter replay, maintenance, a bootstrap
+# archive): their replays, fixed (an open hole's would be marked xfail(strict=True, raises=ProtocolViolationError)).
 
 
-@HOLE
 def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> None:
     with machine_without("35.9") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
@@ -334,7 +332,6 @@ def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> No
         r.run_clean()  # reading the sink fails: every later run fails (then loss at a repair)
 
 
-@HOLE
 def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chain() -> None:
     # The archive (topic a's history: a[0]@0..1, a[1]@0..1, a[0]@0 gone to retention) in three files, one a run.
     with machine_without("35.2", archive=1) as r:
@@ -343,16 +340,18 @@ def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chai
         r.run_clean()  # plans from the reset's entry, which names no archive part: part-1 and part-2 never land
 
 
-@HOLE
 def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its_rows_again() -> None:
     # Archive files in time order, round robin: part-0 {a[0]@0, a[1]@1}, part-1 {a[0]@1}, part-2 {a[1]@0}.
     with machine_without("35.10", archive=1) as r:
-        r.run_clean()  # part-0 lands
+        r.run_clean()  # part-0 lands; the first plan pinned all three files
         r.rewrite_archive_files(pick=0, at=None)  # a[1]@1 moves from part-0 to part-1 (rewritten, same names)
-        r.run_clean()  # part-1 is read by name as it is now: a[1]@1 lands a second time
+        refused = STATS["archive changes refused"]
+        r.run_clean()  # part-1 differs from its pin: refused (it used to land a[1]@1 a second time); put back
+        assert STATS["archive changes refused"] == refused + 1
+        r.run_clean()  # part-1 as pinned
+        r.run_clean()  # part-2: every record of the archive landed once
 
 
-@HOLE
 def test_35_4_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twice() -> None:
     # Found by the random model (500 examples): the backfill comes BEFORE the bootstrap's first run.
     with machine_without("35.4", archive=1) as r:
@@ -360,3 +359,14 @@ def test_35_4_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twi
         m.harness.backfill(m.world.clock_ms - 2, m.world.clock_ms + 2, None)  # MERGEs a[1]@1 from Kafka
         m._after_state_change()
         r.run_clean()  # the bootstrap's first part (part-0.json holds a[1]@1) is appended blind: a[1]@1 twice
+
+
+def test_new_an_archive_file_rewritten_after_a_part_read_it_is_checked_as_the_part_read_it() -> None:
+    # Found by the random model (500 examples, 2026-12-06): a record moved from part-2 into part-0 after run 1 read
+    # part-0 (as pinned) and before its commit. The oracle had checked part-0 as it is now (a record it never
+    # read); the next part's plan is refused (part-2 changed), the files are put back and part-2 lands it.
+    with machine_without("35.10", archive=1) as r:
+        r.rewrite_archive_files(at=1, pick=2)
+        r.run_clean()
+        r.run_clean()
+        r.run_clean()

@@ -49,6 +49,7 @@ from hypothesis.stateful import (
 )
 
 from dynamic_kafka.errors import (
+    ArchiveChangedError,
     ClusterUnreachableError,
     CommitOverwrittenError,
     ConfigError,
@@ -181,7 +182,8 @@ class Oracle:
         self.check_archive()
 
     def check_archive(self) -> None:
-        """Every row of every archive file a committed part read landed exactly once, and a part that left files
+        """Every row of every archive file a committed part read (as its plan pinned it: the file may have been
+        rewritten since) landed exactly once, and a part that left files
         for later is followed by the next part (``max_files_per_run``)."""
         archive = self.harness.archive
         if archive is None or self.blocked is not None:
@@ -191,14 +193,14 @@ class Oracle:
         for plan in self.harness.committed:
             read = plan.bootstrap
             if read is None:
-                if outstanding and "35.2" not in self.holes:
+                if outstanding:
                     raise ProtocolViolationError(
                         f"run {plan.run_seq} committed without the bootstrap's next part: archive files "
                         f"{', '.join(outstanding)} never land"
                     )
                 continue
             for name in read.files:
-                for r in archive.files.get(name, []):
+                for r in archive.as_pinned(name, read.file_pins):
                     if r.ts_ms < archive.until_ms:
                         self._check_record(r, landed, f"run {plan.run_seq} (archive file {name})")
             outstanding = read.remaining
@@ -549,6 +551,19 @@ class ProtocolMachine(RuleBasedStateMachine):
             STATS["unreachable"] += 1
         except RunInProgressError as e:
             raise ProtocolViolationError(f"a lone runner was refused: {e}") from e
+        except ArchiveChangedError as e:
+            # Refused, nothing written: the operator puts the files back as the first plan pinned them (the
+            # newest part's plan carries those pins), and the next run lands the part.
+            landing = self.harness.store.load().landing_run
+            archive = self.harness.archive
+            if (
+                archive is None
+                or landing is None
+                or landing.plan.bootstrap is None
+                or not archive.put_back(landing.plan.bootstrap.file_pins)
+            ):
+                raise ProtocolViolationError(f"run failed though the archive is as pinned: {e}") from e
+            STATS["archive changes refused"] += 1
         except DynamicKafkaError as e:
             self._raise_violations()  # what the run did before it failed comes first
             if sink_ahead:  # a fixed hole 2 refuses loudly: accepted, the pipeline waits for the operator
@@ -603,8 +618,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
         archive = self.harness.archive
-        if archive is not None and start < archive.until_ms and "35.4" in self.holes:
-            return  # a backfill below the bootstrap's until lands archive rows again (issue 35, row 4)
         STATS["backfills"] += 1
         sink_ahead = self._sink_ahead()
         try:
@@ -618,6 +631,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         except StateBehindSinkError as e:
             if not sink_ahead:
                 raise ProtocolViolationError(f"a backfill was refused though the state is current: {e}") from e
+        except ConfigError as e:
+            if archive is None or end > archive.until_ms:
+                raise ProtocolViolationError(f"a backfill was refused: {e}") from e
+            STATS["backfills refused"] += 1  # the window lies before the bootstrap's until: the archive's time
         self._after_state_change()
 
     @rule()
@@ -662,14 +679,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         as a whole holds the same rows): now, or during the next run, at its ``at``-th step (between its plan and
         its read when ``at`` is its first)."""
         archive = self.harness.archive
-        if archive is None or "35.10" in self.holes:
-            return  # files are pinned by name only (issue 35, row 10)
+        if archive is None:
+            return
 
         def rewrite(point: str = "") -> None:
             names = sorted(archive.files)
-            source, target = names[pick % len(names)], names[(pick + 1) % len(names)]
-            if archive.files[source]:
-                archive.files[target].append(archive.files[source].pop())
+            if archive.move(names[pick % len(names)], names[(pick + 1) % len(names)]):
                 STATS["archive rewrites"] += 1
 
         if at is None:
@@ -779,12 +794,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             )
         self._after_state_change()
 
-    @rule(crash_at=st.one_of(st.none(), st.integers(0, 9)), retention=st.sampled_from([None, 168, 1, 0]))
+    @rule(crash_at=st.one_of(st.none(), st.integers(0, 9)), retention=st.sampled_from([None, 168, 5, 1, 0]))
     def maintain(self, crash_at: int | None, retention: int | None) -> None:
         """`dynamic-kafka maintain [--vacuum-retention H]`, through the real ``maintain_pipeline``: OPTIMIZE and
         VACUUM of both tables, maybe killed before any step."""
-        if retention == 0 and "35.9" in self.holes:
-            return  # a VACUUM without retention deletes a late writer's files (issue 35, row 9)
         try:
             self.harness.maintain(crash_at, retention)
         except Crash:
@@ -800,9 +813,10 @@ class ProtocolMachine(RuleBasedStateMachine):
                 raise ProtocolViolationError(f"maintenance was refused though the state exists: {e}") from e
             return  # another writer made the sink before any state: refused, not kept apart from runs
         except (ConfigError, ValueError):
-            if retention != 0:
+            if self.harness.pipeline.vacuum_retention_problem(retention) is None:
                 raise
-            return  # a retention under the floor is refused
+            STATS["vacuums refused"] += 1  # under the floor (5 hours here): a late writer's files would go
+            return
         STATS["maintenances"] += 1
 
     # -------------------------------------------------------------------------------------- other writers
@@ -998,6 +1012,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "runs",
                     "crashes",
                     "backfills",
+                    "backfills refused",
                     "abandons",
                     "edits",
                     "refused",
@@ -1013,8 +1028,10 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "restores",
                     "archives",
                     "archive rewrites",
+                    "archive changes refused",
                     "replay crashes",
                     "maintenances",
+                    "vacuums refused",
                     "maintenance crashes",
                     "records",
                     "landed",

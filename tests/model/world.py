@@ -112,7 +112,7 @@ _INVOCATIONS = itertools.count(1)
 # Open holes, each named after the item of the issue that fixes it (issue 11's and issue 24's are all fixed). A
 # name gates the model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix
 # removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset({"35.2", "35.4", "35.9", "35.10"})
+KNOWN_HOLES: frozenset[str] = frozenset()
 
 
 def new_day() -> int:
@@ -411,17 +411,65 @@ class Frame(list[Record]):
 @dataclass(eq=False)
 class Archive:
     """A bootstrap archive: JSON files of records (the topic's history, each record with its coordinates), which
-    may change after they were listed. ``until_ms``: the bootstrap's switch time."""
+    may change after they were listed. ``until_ms``: the bootstrap's switch time. ``modified``: each file's
+    modification time (a counter), moved on by :meth:`move`; ``versions``: each file's records at each of its
+    modification times, so that an operator can put a file back as a plan pinned it."""
 
     location: str
     until_ms: int
     files: dict[str, list[Record]] = field(default_factory=dict)
+    modified: dict[str, int] = field(default_factory=dict)
+    versions: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
 
-    def rows(self, spark: object, read: ArchiveRead) -> Frame:
+    def move(self, source: str, target: str) -> bool:
+        """Whoever writes the archive moves a record from ``source`` to ``target``: both files are rewritten (a new
+        size and modification time). False when ``source`` is empty (nothing rewritten)."""
+        if not self.files[source]:
+            return False
+        self._keep(source, target)
+        self.files[target].append(self.files[source].pop())
+        stamp = max(self.modified.values(), default=0) + 1
+        self.modified[source] = self.modified[target] = stamp
+        self._keep(source, target)
+        return True
+
+    def _keep(self, *names: str) -> None:
+        for name in names:
+            self.versions[(name, self.modified.get(name, 0))] = list(self.files[name])
+
+    def as_pinned(self, name: str, pins: Mapping[str, tuple[int, int]]) -> list[Record]:
+        """The records of file ``name`` as ``pins`` (a plan's) list it: what the plan's part read, since the model
+        reads a part's files at once, right after they are checked against the pins."""
+        modified = pins[name][1] if name in pins else self.modified.get(name, 0)
+        return self.files[name] if modified == self.modified.get(name, 0) else self.versions[(name, modified)]
+
+    def put_back(self, pins: Mapping[str, tuple[int, int]]) -> bool:
+        """The operator puts every file back as ``pins`` (a plan's) list it, with its modification time (a copy
+        that keeps it). False when every file already was as pinned."""
+        changed = [name for name, (_, modified) in pins.items() if self.modified.get(name, 0) != modified]
+        for name in changed:
+            self.modified[name] = pins[name][1]
+            self.files[name] = list(self.versions[(name, pins[name][1])])
+        return bool(changed)
+
+    def rows(self, spark: object, read: ArchiveRead, dead_letters: object) -> Frame:
         """``archive.archive_rows``: the rows of the pinned files, as they are now, before ``until`` (by name:
-        Spark lists and reads the files when the job runs)."""
-        del spark
+        Spark lists and reads the files when the job runs). The history holds no undecodable record, so no
+        abandoned run dead-lettered one: nothing to take out of ``dead_letters``."""
+        del spark, dead_letters
         return Frame(r for name in read.files for r in self.files.get(name, []) if r.ts_ms < self.until_ms)
+
+    def pins(self, spark: object, read: ArchiveRead) -> dict[str, tuple[int, int]]:
+        """``archive._file_pins``: the size (a file's records, one JSON line of 100 bytes each) and modification
+        time the storage lists now for each of the files ``read`` names (files and, pinned ahead, ``remaining``)."""
+        del spark
+        names = (*read.files, *read.remaining)
+        return {n: (100 * len(self.files[n]), self.modified.get(n, 0)) for n in names if n in self.files}
+
+    def kafka_side(self, frame: Frame, read: ArchiveRead) -> Frame:
+        """``archive.kafka_side`` on the model's records: the switch run keeps Kafka's records from ``until`` on
+        (the archive lands the older ones)."""
+        return Frame(r for r in frame if not read.switch or r.ts_ms >= self.until_ms)
 
 
 class _ArchiveSpark:
@@ -1253,6 +1301,8 @@ class Harness:
             (reader_module, "read_splits", self.world.read_splits),
             (incremental_module, "write_incremental", self.sink.write_incremental),
             (archive_module, "archive_rows", self.archive.rows if self.archive else archive_module.archive_rows),
+            (archive_module, "_file_pins", self.archive.pins if self.archive else archive_module._file_pins),
+            (archive_module, "kafka_side", self.archive.kafka_side if self.archive else archive_module.kafka_side),
             (offset_reset_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (dead_letters_module, "replay", self.sink.replay),
             (dead_letters_module, "committed_txn_versions", self.sink.txns_of(dead_letters)),
@@ -1354,10 +1404,10 @@ class Harness:
         self.sink.merge(rows, marker, pipeline)
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
-        # The runner adds the archive's part to the plan ``plan()`` returned (``_with_archive``).
-        bare = plan.model_copy(update={"bootstrap": None})
+        # The runner adds the archive's part to the plan ``plan()`` returned, and pins the archive stream's decode
+        # settings with it (``_with_archive``).
         for p, brokers, metadata, state in reversed(self.runner.planned):
-            if p in (plan, bare):
+            if p in (plan, plan.model_copy(update={"bootstrap": None, "config_pins": p.config_pins})):
                 return brokers, metadata, state
         raise AssertionError(f"run {plan.run_seq} was committed but never planned by the model's runner")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 
 from dynamic_kafka.backfill import after_bootstrap, offsets_window
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ConfigError, DataLossError, StateError
+from dynamic_kafka.errors import ArchiveChangedError, ConfigError, DataLossError, StateError
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.plan import ArchiveRead, TopicPartition
@@ -355,3 +356,33 @@ class TestNothingBeforeUntilIsReadFromKafkaAgain:
             assert [(c.partition, c.from_offset, c.to_offset) for c in changes] == [(0, 10, 5)]
         unclamped = decide_reset(state, brokers, ResetTarget.parse("earliest"), rows)
         assert [(c.partition, c.to_offset) for c in unclamped] == [(0, 2), (1, 0)]
+
+
+class TestArchivePinnedByItsFirstPlan:
+    """Issue 35 row 10: a file of the archive rewritten after a part landed (a record moved from a landed file into
+    one still to come) would land that record twice; the first plan's pins guard every file until it lands."""
+
+    def test_a_later_part_whose_file_changed_since_the_first_plan_is_refused(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from dynamic_kafka.spark import archive
+
+        storage = {"f1": (10, 1), "f2": (10, 1), "f3": (10, 1)}
+
+        def listed(spark: object, read: ArchiveRead) -> dict[str, tuple[int, int]]:
+            return {name: storage[name] for name in (*read.files, *read.remaining)}
+
+        monkeypatch.setattr(archive, "_file_pins", listed)
+        counts = SimpleNamespace(count=lambda: 1)  # the rows' count job: one row per file here
+        monkeypatch.setattr(archive, "archive_rows", lambda spark, read, dead_letters: counts)
+        first = archive.counted(None, archive_read(files=("f1",), remaining=("f2", "f3")), None)  # type: ignore[arg-type]
+        assert first.file_pins == {"f1": (10, 1), "f2": (10, 1), "f3": (10, 1)}
+        helper = TestArchiveOverSeveralRuns()
+        storage["f2"] = (20, 2)  # after part 1 landed, a record of f1 was moved into f2
+        part = next_archive_part(helper.state_after(first, "committed"), 1)
+        assert part is not None
+        assert part.file_pins == {"f2": (10, 1), "f3": (10, 1)}
+        with pytest.raises(ArchiveChangedError, match=r"f2 \(planned 10 bytes modified at 1 ms; now 20 bytes"):
+            archive.counted(None, part, None)  # type: ignore[arg-type]
+        storage["f2"] = (10, 1)  # put back as the first plan listed it: the part is planned
+        assert archive.counted(None, part, None).rows == 1  # type: ignore[arg-type]
