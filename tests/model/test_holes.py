@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dynamic_kafka.errors import ConfigError, StateBehindSinkError
-from tests.model.test_protocol import STATS, ProtocolMachine
+from tests.model.test_protocol import STATS, ProtocolMachine, ProtocolViolationError
 from tests.model.world import KNOWN_HOLES, Harness
 
 if TYPE_CHECKING:
@@ -370,3 +370,13 @@ def test_new_an_archive_file_rewritten_after_a_part_read_it_is_checked_as_the_pa
         r.run_clean()
         r.run_clean()
         r.run_clean()
+
+
+@pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+def test_35_15_a_cluster_skipped_by_the_bootstrap_run_does_not_read_the_archives_history_again() -> None:
+    # Found by a 500-example run after the issue-35 fixes (open): the archive holds topic a's history before until.
+    with machine_without("35.15", archive=1, skip_unreachable=True) as r:
+        r.change_bootstrap(cid="c1", with_metadata=False)  # c1 moves; the metadata still names the old brokers
+        r.run_clean()  # run 1: c1 skipped (unreachable, skip_unreachable), part-0 of the archive lands
+        r.change_bootstrap(cid="c1", with_metadata=True)
+        r.run_clean()  # c1/a is first read now, from the initializer (earliest), not from until: twice

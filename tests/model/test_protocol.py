@@ -426,7 +426,18 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(cid=st.sampled_from(CLUSTERS), up=st.booleans())
     def cluster_availability(self, cid: str, up: bool) -> None:
+        if self._archive_topic_unread():
+            return
         self.world.clusters[cid].up = up
+
+    def _archive_topic_unread(self) -> bool:
+        """Hole 35.15 open: a cluster skipped while the bootstrap archive's topic was never read starts it at the
+        pipeline's initializer later, not at ``until``; so no cluster leaves before that topic is tracked."""
+        return (
+            "35.15" in self.holes
+            and self.harness.archive is not None
+            and not any(key.cluster_id == "c1" and key.topic == "a" for key in self.state.partitions)
+        )
 
     # --------------------------------------------------------------------------------------------- metadata
 
@@ -465,6 +476,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(CLUSTERS), with_metadata=st.booleans())
     def change_bootstrap(self, cid: str, with_metadata: bool) -> None:
         """The cluster moves to new brokers; the metadata follows now, or at a later ``publish``."""
+        if self._archive_topic_unread():
+            return
         cluster = self.world.clusters[cid]
         n = int(cluster.bootstrap.split("-")[1].split(":")[0]) + 1
         cluster.bootstrap = f"{cid}-{n}:9092"
