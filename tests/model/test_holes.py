@@ -380,3 +380,13 @@ def test_35_15_a_cluster_skipped_by_the_bootstrap_run_does_not_read_the_archives
         r.run_clean()  # run 1: c1 skipped (unreachable, skip_unreachable), part-0 of the archive lands
         r.change_bootstrap(cid="c1", with_metadata=True)
         r.run_clean()  # c1/a is first read now, from the initializer (earliest), not from until: twice
+
+
+@pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+def test_35_15_a_topic_unsubscribed_during_the_bootstrap_run_does_not_read_the_archives_history_again() -> None:
+    # The same hole reached through the metadata (a second 500-example run found it).
+    with machine_without("35.15", archive=1) as r:
+        r.unplace_topic(sid="s1", cid="c1", topic="a")  # the archive's topic is not subscribed during run 1
+        r.run_clean()  # run 1 lands part-0 of the archive, reads no Kafka
+        r.place_topic(sid="s1", cid="c1", topic="a")
+        r.run_clean()  # c1/a is first read now, from the initializer (earliest), not from until: twice
