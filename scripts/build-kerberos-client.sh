@@ -57,8 +57,13 @@ grep -aq "SASL_CYRUS" "$OUT/lib/librdkafka.so" || {
 if "$PYTHON" -m pip --version >/dev/null 2>&1; then PIP=("$PYTHON" -m pip)
 elif [[ -x "$ROOT/.cache/uv/bin/python" ]]; then PIP=("$ROOT/.cache/uv/bin/python" -m pip)
 else PIP=(pip); fi
-CFLAGS="-I$OUT/include" LDFLAGS="-L$OUT/lib -Wl,-rpath,$OUT/lib" \
-  "${PIP[@]}" wheel --no-deps --no-binary confluent-kafka "confluent-kafka==$CONFLUENT_KAFKA_VERSION" -w "$work/wheels"
+# The extension finds librdkafka relative to itself (site/confluent_kafka/ -> ../../lib), so the client still loads
+# when the checkout moves. No wheel cache: pip keys a wheel built from the sdist by the sdist alone, so a cached build from
+# another checkout (another rpath, or a librdkafka without GSSAPI) would be installed in place of this one.
+rm -rf "$work/wheels"
+CFLAGS="-I$OUT/include" LDFLAGS="-L$OUT/lib -Wl,-rpath,\$ORIGIN/../../lib" \
+  "${PIP[@]}" wheel --no-cache-dir --no-deps --no-binary confluent-kafka "confluent-kafka==$CONFLUENT_KAFKA_VERSION" \
+  -w "$work/wheels"
 rm -rf "$OUT/site"
 "${PIP[@]}" install --no-deps --target "$OUT/site" "$work/wheels/confluent_kafka-$CONFLUENT_KAFKA_VERSION"-*.whl
 PYTHONPATH="$OUT/site" "$PYTHON" - <<'PY'
