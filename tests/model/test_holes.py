@@ -390,3 +390,33 @@ def test_35_15_a_topic_unsubscribed_during_the_bootstrap_run_does_not_read_the_a
         r.run_clean()  # run 1 lands part-0 of the archive, reads no Kafka
         r.place_topic(sid="s1", cid="c1", topic="a")
         r.run_clean()  # c1/a is first read now, from the initializer (earliest), not from until: twice
+
+
+def test_a_run_whose_shared_session_closes_between_its_two_appends_commits_nothing_and_the_next_run_lands_it() -> None:
+    with machine_without("") as r:
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)
+        r.run_clean()
+        first = r.m.harness.server.attached[-1]
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)
+        lost = STATS["sessions lost mid-run"]
+        # Steps: after the plan, before the read, the dead-letter append, between it and the sink append.
+        r.run_with_the_session_expiring(at=3, crash_at=None)
+        assert STATS["sessions lost mid-run"] == lost + 1
+        sink = r.m.harness.sink
+        assert (r.m.pending, sink.txn["p"], sink.dead_txn["p"]) == (True, 1, 2)  # the sink append failed
+        r.run_clean()  # the recovery attaches to the next generation and appends run 2's sink rows
+        assert not r.m.pending
+        assert r.m.harness.server.attached[-1] not in (first, *r.m.harness.server.closed)
+        r.m.oracle.check_run(r.m.state.last_run.plan, r.m.harness.find_planned(r.m.state.last_run.plan)[0])
+
+
+def test_a_pipeline_whose_shared_session_expired_between_runs_lands_the_next_run_in_the_next_generation() -> None:
+    with machine_without("") as r:
+        for expired in (False, True, True):
+            if expired:
+                r.expire_spark_sessions()
+            r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+            r.run_clean()
+        server = r.m.harness.server
+        assert (len(set(server.attached)), len(server.closed)) == (3, 2)
+        assert r.m.harness.sink.txn["p"] == 3

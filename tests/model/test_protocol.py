@@ -529,7 +529,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         actions: Mapping[int, Callable[[str], None]] | None = None,
         *,
         recreating: bool = False,
+        expiring: bool = False,
     ) -> None:
+        """``recreating``: a topic is recreated during the run; ``expiring``: the server closes its session."""
         STATS["runs"] += 1
         sink_ahead = self._sink_ahead()
         pending_unreachable = self._pending_plan_unreachable()
@@ -557,6 +559,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         except SparkJobError as e:
             if "ConcurrentAppendException" in str(e):
                 STATS["conflicts"] += 1  # a MERGE landed under the run's anti-join read: retriable
+            elif expiring and "SESSION_CLOSED" in str(e):
+                STATS["sessions lost mid-run"] += 1  # a job of the closed session failed: the next run recovers
             elif not pending_unreachable:
                 raise ProtocolViolationError(f"a run failed though every cluster it reads is reachable: {e}") from e
             else:
@@ -940,6 +944,28 @@ class ProtocolMachine(RuleBasedStateMachine):
             "taken over as crashed"
         )
 
+    # ------------------------------------------------------------------------- the shared Spark Connect session
+
+    @rule()
+    def expire_spark_sessions(self) -> None:
+        """Between runs, the Spark Connect server closes every session left idle past its timeout, the pipeline's
+        shared one among them, and refuses their ids from then on: the next run attaches to the next generation."""
+        if self.harness.server.expire():
+            STATS["session expiries"] += 1
+
+    @rule(at=st.integers(0, 6), crash_at=st.one_of(st.none(), st.integers(0, 6)))
+    def run_with_the_session_expiring(self, at: int, crash_at: int | None) -> None:
+        """The server closes the run's session at the run's ``at``-th step (Spark counts a running query as idle):
+        a later call of the run attaches again, a job of the closed session fails, and a job running when it
+        closed may still commit later. Nothing is committed half; the next run recovers."""
+
+        def expire(point: str) -> None:
+            del point
+            if self.harness.server.expire():
+                STATS["session expiries"] += 1
+
+        self._run(crash_at, {at: expire}, expiring=True)
+
     # --------------------------------------------------------------------------------------------- mirror
 
     @rule(partition=st.integers(0, 1), count=st.integers(1, 3), bad=st.booleans())
@@ -1041,6 +1067,8 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "conflicts",
                     "refused live",
                     "failovers",
+                    "session expiries",
+                    "sessions lost mid-run",
                     "realigns",
                     "resets",
                     "replays",

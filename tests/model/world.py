@@ -37,6 +37,10 @@ What is simulated, and how closely:
   recovery. Another actor can act at any of those points instead (``Crasher.arm``'s actions). The run's
   ``LeaseKeeper`` renews only when the model makes a renewal fail (``Harness.lease_faults``), in step with the
   crash points; ``Harness.on_other_machine`` is the same pipeline run by a process of another machine.
+* Spark Connect (``ConnectServer``): the project's ``spark.remote`` is the model's server, which stands in for
+  pyspark's session builder, so runs attach to the pipeline's shared session through the product's own
+  ``spark/remote.py`` (generations, the check of a cached session). The server may close every session (idle past
+  its timeout) and refuses a closed id for good; a job of a closed session fails, one running then may land later.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+import pyspark.sql as pyspark_sql
+from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 from dynamic_kafka import backfill as backfill_module
 from dynamic_kafka import context as context_module
@@ -86,6 +93,8 @@ from dynamic_kafka.sink.replay import ReplayCounts, replay_app_id
 from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.spark import archive as archive_module
 from dynamic_kafka.spark import reader as reader_module
+from dynamic_kafka.spark import remote as remote_module
+from dynamic_kafka.spark.connect_token import TOKEN_ENV
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
@@ -377,8 +386,9 @@ class World:
     def read_splits(
         self, spark: Any, splits: Sequence[Split], clusters: Mapping[str, ClusterMetadata], **_: Any
     ) -> Frame:
-        """Spark's Kafka source: by topic name, failOnDataLoss on. Returns the records (the "frame")."""
-        rows = Frame()
+        """Spark's Kafka source: by topic name, failOnDataLoss on. Returns the records (the "frame"), read when a
+        job of ``spark`` (a ``ModelSession``: its session) writes them."""
+        rows = Frame(session=spark if isinstance(spark, ModelSession) else None)
         for s in splits:
             connection = clusters.get(s.cluster_id)
             cluster = self.reachable(connection) if connection is not None else None
@@ -398,11 +408,16 @@ class World:
 
 
 class Frame(list[Record]):
-    """What Spark's reads give the model's write path: the records, and the two DataFrame calls the runner makes
-    on them (the archive's rows are unioned with Kafka's, and counted when a part is planned)."""
+    """What Spark's reads give the model's write path: the records, the session whose jobs read them, and the
+    DataFrame calls the runner makes on them (the archive's rows are unioned with Kafka's, and counted when a part
+    is planned)."""
+
+    def __init__(self, rows: Iterable[Record] = (), *, session: ModelSession | None = None) -> None:
+        super().__init__(rows)
+        self.session = session
 
     def unionByName(self, other: Sequence[Record]) -> Frame:  # noqa: N802 (Spark's name)
-        return Frame([*self, *other])
+        return Frame([*self, *other], session=self.session)
 
     def count(self) -> int:  # type: ignore[override]  # DataFrame.count(), not list.count(x)
         return len(self)
@@ -469,7 +484,7 @@ class Archive:
     def kafka_side(self, frame: Frame, read: ArchiveRead) -> Frame:
         """``archive.kafka_side`` on the model's records: the switch run keeps Kafka's records from ``until`` on
         (the archive lands the older ones)."""
-        return Frame(r for r in frame if not read.switch or r.ts_ms >= self.until_ms)
+        return Frame((r for r in frame if not read.switch or r.ts_ms >= self.until_ms), session=frame.session)
 
 
 class _ArchiveSpark:
@@ -518,6 +533,107 @@ class _ArchiveFrame:
 
     def inputFiles(self) -> list[str]:  # noqa: N802 (Spark's name)
         return sorted(self.archive.files)
+
+
+class ConnectServer:
+    """A Spark Connect server as the model's processes reach it, standing in for pyspark's ``SparkSession`` (its
+    ``builder.remote(url).create()``) so that the product's own ``spark.remote`` code runs unchanged: a pipeline's
+    runs attach to its shared session by id, generation after generation, and a cached session is checked before
+    use. The server closes every open session at :meth:`expire` (idle past its ``defaultSessionTimeout``) and keeps
+    refusing a closed id for its lifetime (``INVALID_HANDLE.SESSION_CLOSED``), as Spark Connect's closed-sessions
+    cache does. A job of a closed session fails; one the server was running when it closed the session may still
+    commit (it lands later, an ``Orphan``). Its sessions also answer ``plan_archive``'s reads (``_ArchiveSpark``)."""
+
+    URL = "sc://model-connect:15002"
+
+    def __init__(self, archive: Archive | None) -> None:
+        self.archive = archive
+        self.open: set[str] = set()
+        self.closed: set[str] = set()
+        self.attached: list[str] = []  # every session id a client attached to, in order
+        self._own = itertools.count(1)
+        self._url = ""
+
+    @property
+    def builder(self) -> ConnectServer:
+        return self
+
+    def remote(self, url: str) -> ConnectServer:
+        self._url = url
+        return self
+
+    def create(self) -> ModelSession:
+        named = self._url.partition("session_id=")[2]
+        return ModelSession(self, named or f"own-{next(self._own)}")
+
+    def expire(self) -> int:
+        """The idle timeout closes every open session; how many it closed."""
+        closed = len(self.open)
+        self.closed |= self.open
+        self.open = set()
+        return closed
+
+
+class ModelSession(_ArchiveSpark):
+    """A client's session on the model's ``ConnectServer``: the calls ``spark.remote`` makes on it (``version``,
+    ``conf.set``, ``client``, ``stop``), each refused once the server closed the session."""
+
+    def __init__(self, server: ConnectServer, session_id: str) -> None:
+        super().__init__(server.archive)
+        self.server, self.session_id = server, session_id
+        self.release_session_on_close = True
+        self.is_closed = False  # the client's own state (``client.is_closed``)
+
+    @property
+    def client(self) -> ModelSession:
+        return self
+
+    @property
+    def conf(self) -> ModelSession:
+        return self
+
+    def set_retry_policies(self, policies: object) -> None:
+        del policies
+
+    @property
+    def version(self) -> str:
+        self._request()
+        if self.session_id not in self.server.attached[-1:]:
+            self.server.attached.append(self.session_id)
+        return "4.1"
+
+    def set(self, name: str, value: str) -> None:
+        del name, value
+        self._request()
+
+    def stop(self) -> None:
+        self.is_closed = True
+        if self.release_session_on_close:
+            self.server.open.discard(self.session_id)
+
+    def serves(self) -> bool:
+        """Whether a job of this session runs (the server holds it, the client is open)."""
+        return not self.is_closed and self.session_id not in self.server.closed
+
+    def _request(self) -> None:
+        from pyspark.errors import PySparkException
+
+        if self.session_id in self.server.closed:
+            raise PySparkException(
+                message=f"[INVALID_HANDLE.SESSION_CLOSED] The handle {self.session_id} is invalid. Session was closed."
+            )
+        self.server.open.add(self.session_id)
+
+    def fail_job(self, what: str) -> None:
+        """A job of this session after the server closed it: the product's own mapping of Spark's error."""
+        from pyspark.errors import PySparkException
+
+        from dynamic_kafka.sink.tables import spark_failures
+
+        with spark_failures(f"simulated: {what}"):
+            raise PySparkException(
+                message=f"[INVALID_HANDLE.SESSION_CLOSED] The handle {self.session_id} is invalid. Session was closed."
+            )
 
 
 class _WorldAdmin:
@@ -687,6 +803,7 @@ class SinkModel:
         what: str,
         before_commit: Callable[[], None] | None = None,
         unless_present: Sequence[Split] = (),
+        session: ModelSession | None = None,
     ) -> bool:
         """One Spark job appending to a table, as ``incremental._append``: the run's check before the commit, the
         append, then the run finds its commit in the log (a replaced one raises ``CommitOverwrittenError``); whether
@@ -694,7 +811,8 @@ class SinkModel:
         running on the server: an orphan that may still commit. ``unless_present``: rows whose coordinates the
         table holds in these ranges are left out, read in the append's own transaction (``_without_present``: a
         commit landing between that read and the append fails Delta's conflict check, so read and append are one
-        step here)."""
+        step here). ``session``: the job's Spark Connect session; closed by the server before the job, the job fails;
+        closed while it runs (at its crash point), it fails too and may still commit later (an orphan)."""
 
         def append() -> bool:
             table = self.dead if dead else self.rows
@@ -702,11 +820,16 @@ class SinkModel:
             kept = [r for r in rows if coordinates(r) not in present]
             return self._append(dead, kept, app_id, version, what)
 
+        served = session is None or session.serves()
         try:
             self.crasher.point(point)
         except Crash:
             self.orphans.append(Orphan(version, what, append, (dead,)))
             raise
+        if session is not None and not session.serves():
+            if served:
+                self.orphans.append(Orphan(version, what, append, (dead,)))
+            session.fail_job(f"the {what} of run {version}")
         if before_commit is not None:
             before_commit()
         ours = append()
@@ -802,6 +925,7 @@ class SinkModel:
                 app_id, table="sink", sink_txn=prior, state_run_seq=run_seq - 1, state_path="(the model's state)"
             )
         rows = list(frame)
+        session = frame.session if isinstance(frame, Frame) else None
         read_at = self.sink_commits
         if overlaps:
             present = {coordinates(r) for r in [*self.rows, *self.dead]}
@@ -820,12 +944,14 @@ class SinkModel:
         if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
             # Deduplicated again inside their own append (``incremental._write_both``): a backfill's MERGE may
             # have landed them since the anti-join above.
-            self._job("writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit, overlaps)
+            self._job(
+                "writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit, overlaps, session
+            )
             self.crasher.point("between_dead_letters_and_sink")
         if overlaps and self.sink_commits != read_at:
             # The anti-join read the sink inside the append's transaction: Delta's conflict check fails it.
             raise SparkJobError(f"simulated ConcurrentAppendException: the sink changed under run {run_seq}'s read")
-        if not self._job("writing_sink", False, good, app_id, run_seq, "sink append", before_commit):
+        if not self._job("writing_sink", False, good, app_id, run_seq, "sink append", before_commit, session=session):
             return self._already_committed(app_id, run_seq)  # another writer of this run landed it
         per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
         return WriteResult(
@@ -1115,6 +1241,7 @@ class Harness:
         self.crasher = sink.crasher if sink is not None else Crasher()
         self.sink = sink or SinkModel(self.crasher)
         self.service = service or InMemoryMetadataService()
+        self.server = ConnectServer(archive)
         self.streams: dict[str, dict[str, set[str]]] = {}
         # Per cluster, its own starting_offsets in the metadata (a mirror's handover). Like a metadata file's
         # cluster entry it is the cluster's, whatever stream lists it (the planner takes any stream's override).
@@ -1133,6 +1260,8 @@ class Harness:
         project = ProjectConfig.model_validate(
             {
                 "metadata_service": {"type": "single_cluster", "cluster_id": "unused", "bootstrap_servers": "x:1"},
+                # Runs attach to the pipeline's shared session on the model's server (``ConnectServer``).
+                "spark": {"remote": ConnectServer.URL},
                 "pipelines": [
                     {
                         "id": "p",
@@ -1149,8 +1278,7 @@ class Harness:
                 ],
             }
         )
-        spark = _ArchiveSpark(self.archive)
-        runner = ModelRunner(project, "p", metadata_service=self.service, spark=lambda: spark)  # type: ignore[arg-type,return-value]
+        runner = ModelRunner(project, "p", metadata_service=self.service)
         runner.planned = planned
         self.pipeline = runner.pipeline
         self.store: StateStore = runner.store
@@ -1173,7 +1301,7 @@ class Harness:
         other = Harness(
             self.root, self.world, self.settings, sink=self.sink, service=self.service, archive=self.archive
         )
-        other.streams, other.overrides = self.streams, self.overrides
+        other.server, other.streams, other.overrides = self.server, self.streams, self.overrides
         other.committed, other.abandoned = self.committed, self.abandoned
         other.runner.planned = self.runner.planned
         own = self.runner.owner
@@ -1314,16 +1442,25 @@ class Harness:
             (maintain_module, "LeaseKeeper", Keeper),
             (maintain_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "crash_point", self.crasher.point),
+            # A new process: no session cached yet; pyspark's sessions are the model server's.
+            (remote_module, "_sessions", {}),
+            (pyspark_sql, "SparkSession", self.server),
         ]
         saved = [(m, n, getattr(m, n)) for m, n, _ in swaps]
         for m, n, v in swaps:
             setattr(m, n, v)
         self.crasher.on_point, self.sink.on_append = self._on_point, self._check_writer
+        active = getattr(ConnectSession._active_session, "session", None)
+        # The model's server takes no token; the suite sets one for its real servers.
+        token = os.environ.pop(TOKEN_ENV, None)
         try:
             yield day
         finally:
             for m, n, v in saved:
                 setattr(m, n, v)
+            ConnectSession._active_session.session = active
+            if token is not None:
+                os.environ[TOKEN_ENV] = token
             self.keepers = [k for k in self.keepers if not k._stopped.is_set() and k._lost is None]
 
     def run(
