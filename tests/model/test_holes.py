@@ -420,3 +420,23 @@ def test_a_pipeline_whose_shared_session_expired_between_runs_lands_the_next_run
         server = r.m.harness.server
         assert (len(set(server.attached)), len(server.closed)) == (3, 2)
         assert r.m.harness.sink.txn["p"] == 3
+
+
+def test_a_table_per_stream_lands_each_record_once_in_its_streams_table_across_a_crash_between_two_tables() -> None:
+    with machine_without("", per_stream=True) as r:
+        r.place_topic(sid="s2", cid="c1", topic="b")
+        r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)
+        r.produce(cid="c1", topic="b", partition=0, count=2, txn=False, bad=False)
+        # Steps: the plan, the read, s1's dead letters, between s1's appends, s1's sink, between the tables.
+        r.run(crash_at=5)
+        assert r.m.harness.crasher.crashed_at == "between_tables"
+        tables = r.m.harness.lake.tables
+        assert (tables["s1"].txn["p"], tables["s2"].txn.get("p")) == (1, None)
+        r.run_clean()  # the recovery writes s2's table only
+        r.rename_stream(sid="s2", to="s0")  # s0 sorts first: b keeps its table
+        r.place_topic(sid="s0", cid="c1", topic="a")  # a is listed by s0 too now: it keeps s1's table
+        r.produce(cid="c1", topic="a", partition=1, count=1, txn=False, bad=False)
+        r.produce(cid="c1", topic="b", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()
+        assert sorted(tables) == ["s1", "s2"]
+        assert [len(tables[s].rows) + len(tables[s].dead) for s in ("s1", "s2")] == [3, 3]

@@ -80,6 +80,7 @@ pytestmark = pytest.mark.model
 CLUSTERS = ("c1", "c2")
 TOPICS = ("a", "b")
 STREAMS = ("s1", "s2")
+RENAMED = ("s0", "s4")  # the new ids of renamed streams: one sorting before the others, one after
 
 STATS: Counter[str] = Counter()
 
@@ -111,6 +112,7 @@ class Oracle:
         self.skipped: dict[Key, list[tuple[int, int]]] = {}
         self.blocked: str | None = None
         self.archive_topic: str | None = None
+        self.tables: dict[tuple[str, str], str] = {}  # (cluster, topic) -> the stream whose table it lands in
 
     def on_reset(self, reset: OffsetReset) -> None:
         """An applied ``offsets reset``: a range it skips is owed to no table (its history entry names it)."""
@@ -178,6 +180,7 @@ class Oracle:
             if f.kind == "topic_recreated" and f.cluster_id and f.topic:
                 for tid in self.topic_ids.get((f.cluster_id, f.topic), set()) - {current.get((f.cluster_id, f.topic))}:
                     self.reported_topics.add((f.cluster_id, tid))
+        self.on_tables(plan, metadata)
         self.check_run(plan, brokers)
         self.check_archive()
 
@@ -233,17 +236,40 @@ class Oracle:
                             self._check_record(r, landed, f"run {plan.run_seq} (old topic id {old})")
 
     def landed(self) -> Counter[int]:
-        """How often each record is in the two tables."""
-        return self.harness.sink.landed()
+        """How often each record is in the tables (with a table per stream: in all of them)."""
+        return self.harness.lake.landed()
 
     def _tables(self, r: Record) -> str:
-        sink = self.harness.sink
-        rows = sum(1 for x in sink.rows if x.identity == r.identity)
-        dead = sum(1 for x in sink.dead if x.identity == r.identity)
-        return f" (sink table {rows}, dead letters {dead})"
+        found = self.harness.lake.where(r)
+        if not self.harness.lake.per_stream:
+            rows, dead = found.get("", (0, 0))
+            return f" (sink table {rows}, dead letters {dead})"
+        return " (" + ", ".join(f"stream {s}'s sink {n}, dead letters {d}" for s, (n, d) in sorted(found.items())) + ")"
+
+    def on_tables(self, plan: Plan, metadata: MetadataSnapshot) -> None:
+        """With a table per stream, the table a topic's records land in, for good: the first stream listing it
+        (the shared-topic rule) when a committed run first read it."""
+        topics = metadata.topics()
+        for s in plan.splits:
+            sids = topics.get((s.cluster_id, s.topic))
+            if sids:
+                self.tables.setdefault((s.cluster_id, s.topic), sids[0])
+
+    def _check_table(self, r: Record, when: str, where: str) -> None:
+        """A record lands in the table of its topic's stream (``on_tables``), not in another stream's."""
+        lake = self.harness.lake
+        wanted = self.tables.get((r.cluster_id, r.topic))
+        if not lake.per_stream or wanted is None:
+            return
+        found = sorted(lake.where(r))
+        if found and found != [wanted]:
+            raise ProtocolViolationError(
+                f"after {when}: record {where} is in the table of stream {found[0]}, not in stream {wanted}'s, "
+                f"where its topic landed first{self._tables(r)}"
+            )
 
     def _check_record(self, r: Record, landed: Counter[int], when: str) -> None:
-        if r.identity in self.harness.sink.purged:
+        if r.identity in self.harness.lake.holder.purged:
             return  # a user's DELETE took it out of the sink on purpose
         n = landed[r.identity]
         where = f"{r.cluster_id}/{r.topic}[{r.partition}]@{r.offset} (topic id {r.topic_id}, uid {r.uid})"
@@ -251,6 +277,7 @@ class Oracle:
             where += f" (a mirrored copy of uid {r.identity})"
         if n > 1:
             raise ProtocolViolationError(f"after {when}: record {where} is in the sink {n} times{self._tables(r)}")
+        self._check_table(r, when, where)
         if n == 0 and self._is_skipped(r):
             return  # an operator's reset skipped it, and the run history says so
         if n == 0 and r.gone is None:
@@ -316,6 +343,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         skip_unreachable=st.booleans(),
         cap=st.sampled_from([None, None, 3]),
         archive=st.sampled_from([None, None, 1, 2]),
+        per_stream=st.sampled_from([False, False, True]),
     )
     def setup(
         self,
@@ -325,8 +353,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         skip_unreachable: bool,
         cap: int | None,
         archive: int | None = None,
+        per_stream: bool = False,
     ) -> None:
-        """``archive``: a bootstrap archive of topic a's history in three files, landed ``archive`` files a run."""
+        """``archive``: a bootstrap archive of topic a's history in three files, landed ``archive`` files a run
+        (not with ``per_stream``, which the product refuses); ``per_stream``: a table per stream
+        (``sink.path: tables/{stream}``)."""
         pipeline: dict[str, Any] = {
             "starting_offsets": starting,
             "on_data_loss": on_data_loss,
@@ -336,7 +367,10 @@ class ProtocolMachine(RuleBasedStateMachine):
             "max_records_per_partition": cap,
         }
         history = None
-        if archive is not None:
+        if per_stream:
+            pipeline["sink"] = {"path": str(self.root / "tables" / "{stream}")}
+            STATS["tables per stream"] += 1
+        elif archive is not None:
             history = self._history()
             until = datetime.fromtimestamp(history.until_ms / 1000, UTC)
             pipeline["bootstrap"] = {
@@ -473,6 +507,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.harness.streams.get(sid, {}).pop(cid, None)
         self.harness.publish_metadata()
 
+    @rule(sid=st.sampled_from(STREAMS), to=st.sampled_from(RENAMED))
+    def rename_stream(self, sid: str, to: str) -> None:
+        """The metadata renames a stream (its topics listed under another id): with a table per stream, the
+        partitions it landed keep their table."""
+        if self._archive_topic_unread() or sid not in self.harness.streams:
+            return
+        for cid, topics in self.harness.streams.pop(sid).items():
+            self.harness.streams.setdefault(to, {}).setdefault(cid, set()).update(topics)
+        self.harness.publish_metadata()
+        STATS["stream renames"] += 1
+
     @rule(sid=st.sampled_from(STREAMS))
     def remove_stream(self, sid: str) -> None:
         if self._archive_topic_unread():
@@ -500,10 +545,10 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _sink_ahead(self) -> bool:
         last = self.state.last_run
         committed = 0 if last is None else (last.run_seq if last.status == "committed" else last.run_seq - 1)
-        sink = self.harness.sink
-        backfills = max(sink.txn.get(backfill_app_id("p"), 0), sink.dead_txn.get(backfill_app_id("p"), 0))
+        lake = self.harness.lake
+        backfills = lake.highest_txn(backfill_app_id("p"))
         # The dead-letter table is written first: after a crash between the two appends it is the one ahead.
-        runs = max(sink.txn.get("p", 0), sink.dead_txn.get("p", 0))
+        runs = lake.highest_txn("p")
         return runs > committed or backfills > self.state.backfill_sequence
 
     def _pending_plan_unreachable(self) -> bool:
@@ -727,7 +772,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         try:
             self.harness.abandon(head.run_seq, "model: the operator gives the run up")
         except StateError as e:
-            if (self.harness.sink.txn.get("p") or 0) < head.run_seq:
+            streams = sorted({s.stream_id for s in head.plan.read_splits}) if self.harness.lake.per_stream else [""]
+            if self.harness.lake.lacks("p", head.run_seq, streams):
                 raise ProtocolViolationError(
                     f"abandon was refused though the sink lacks run {head.run_seq}: {e}"
                 ) from e
@@ -797,7 +843,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         """`dynamic-kafka dead-letters replay --yes` (of every dead letter, or of one run's), through the real
         ``replay_dead_letters``, maybe killed at one of its steps (a Spark job killed while it runs may still
         land later)."""
-        seqs = [seq for seq in self.harness.sink.dead_seqs if seq is not None]
+        seqs = [seq for seq in self.harness.lake.dead_seqs() if seq is not None]
         run_seq = seqs[0] if of_run and seqs else None
         try:
             self.harness.replay(crash_at, run_seq)
@@ -811,7 +857,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 raise ProtocolViolationError(f"a replay was refused though no run is planned: {e}") from e
             return  # a planned run (crashed, or live on another machine) first
         STATS["replays"] += 1
-        waiting = [r for r in self.harness.sink.awaiting_replay() if run_seq is None]
+        waiting = [r for r in self.harness.lake.awaiting_replay() if run_seq is None]
         if waiting:
             raise ProtocolViolationError(
                 f"a finished replay left {len(waiting)} dead letters the sink holds, e.g. uid {waiting[0].uid}"
@@ -855,7 +901,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         version (delta-spark's local and S3 log stores check, then write: the later writer replaces the commit)."""
         if kind == "backfill MERGE" and not concurrent:
             return  # a MERGE that wins cleanly is the backfill rule's
-        self.harness.sink.foreign_commit(kind, pick, replace_next=concurrent)
+        lake = self.harness.lake
+        tables = [lake.tables[stream] for stream in sorted(lake.tables)]
+        if not tables:
+            return  # no stream's table yet
+        tables[pick % len(tables)].foreign_commit(kind, pick, replace_next=concurrent)
         STATS["foreign commits"] += 1
 
     @staticmethod
@@ -1016,7 +1066,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def count_final(self) -> None:
         """Counts for the report: records landed, and required records lost to retention or deletion (each one
         was reported, or a check would have failed)."""
-        landed = self.harness.sink.landed()
+        landed = self.harness.lake.landed()
         STATS["landed"] += len(landed)
         for r in self.world.records.values():
             rf = self.oracle.required_from.get((r.cluster_id, r.topic_id, r.partition))
@@ -1067,6 +1117,8 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "conflicts",
                     "refused live",
                     "failovers",
+                    "tables per stream",
+                    "stream renames",
                     "session expiries",
                     "sessions lost mid-run",
                     "realigns",

@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql as pyspark_sql
+import pyspark.sql.functions as pyspark_functions
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 from dynamic_kafka import backfill as backfill_module
@@ -86,6 +87,7 @@ from dynamic_kafka.model.snapshots import (
 )
 from dynamic_kafka.offsets import TimestampOffsets
 from dynamic_kafka.sink import incremental as incremental_module
+from dynamic_kafka.sink import per_stream as per_stream_module
 from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.compaction import FileCounts, TableFiles, TableMaintenance
 from dynamic_kafka.sink.metrics import WriteResult
@@ -403,21 +405,50 @@ class World:
                     f"simulated failOnDataLoss: {s.key} [{s.start_offset}, {s.stop_offset}) outside "
                     f"[{p.earliest}, {p.end})"
                 )
-            rows.extend(p.log[o] for o in range(s.start_offset, s.stop_offset) if o in p.log)
+            read = [p.log[o] for o in range(s.start_offset, s.stop_offset) if o in p.log]
+            rows.extend(read)
+            # The reader's stream column: the record's own split's stream (``spark/reader._stream_column``).
+            rows.stream_of.update((id(r), s.stream_id) for r in read)
         return rows
 
 
 class Frame(list[Record]):
-    """What Spark's reads give the model's write path: the records, the session whose jobs read them, and the
-    DataFrame calls the runner makes on them (the archive's rows are unioned with Kafka's, and counted when a part
-    is planned)."""
+    """What Spark's reads give the model's write path: the records, each with its ``stream`` column (the reader
+    fills it from the record's own split: ``stream_of``, by ``id()``), the session whose jobs read them, and the
+    DataFrame calls the product makes on them (the archive's rows are unioned with Kafka's, and counted when a part
+    is planned; a table per stream filters the rows of each stream out of a persisted frame)."""
 
-    def __init__(self, rows: Iterable[Record] = (), *, session: ModelSession | None = None) -> None:
+    def __init__(
+        self,
+        rows: Iterable[Record] = (),
+        *,
+        session: ModelSession | None = None,
+        stream_of: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(rows)
         self.session = session
+        self.stream_of = stream_of if stream_of is not None else {}
+
+    def but(self, rows: Iterable[Record]) -> Frame:
+        """``rows`` (some of this frame's) as a frame read as this one."""
+        return Frame(rows, session=self.session, stream_of=self.stream_of)
 
     def unionByName(self, other: Sequence[Record]) -> Frame:  # noqa: N802 (Spark's name)
-        return Frame([*self, *other], session=self.session)
+        return self.but([*self, *other])
+
+    def persist(self, level: object) -> Frame:
+        del level
+        return self
+
+    def where(self, condition: Callable[[str], bool]) -> Frame:
+        """``df.where(col("stream") == lit(s))``, with the model's ``col`` (``StreamColumn``)."""
+        return self.but(r for r in self if condition(self.stream_of.get(id(r), "")))
+
+    def by_stream(self) -> dict[str, list[Record]]:
+        found: dict[str, list[Record]] = {}
+        for r in self:
+            found.setdefault(self.stream_of.get(id(r), ""), []).append(r)
+        return found
 
     def count(self) -> int:  # type: ignore[override]  # DataFrame.count(), not list.count(x)
         return len(self)
@@ -484,7 +515,7 @@ class Archive:
     def kafka_side(self, frame: Frame, read: ArchiveRead) -> Frame:
         """``archive.kafka_side`` on the model's records: the switch run keeps Kafka's records from ``until`` on
         (the archive lands the older ones)."""
-        return Frame((r for r in frame if not read.switch or r.ts_ms >= self.until_ms), session=frame.session)
+        return frame.but(r for r in frame if not read.switch or r.ts_ms >= self.until_ms)
 
 
 class _ArchiveSpark:
@@ -533,6 +564,20 @@ class _ArchiveFrame:
 
     def inputFiles(self) -> list[str]:  # noqa: N802 (Spark's name)
         return sorted(self.archive.files)
+
+
+class StreamColumn:
+    """``pyspark.sql.functions.col`` for the model's frames: ``col("stream") == lit(s)`` is a test of a row's
+    stream (``lit`` is the value itself)."""
+
+    def __init__(self, name: str) -> None:
+        if name != "stream":
+            raise AssertionError(f"the model's frames filter on their stream column only, not {name!r}")
+
+    def __eq__(self, value: object) -> Callable[[str], bool]:  # type: ignore[override]
+        return lambda stream: stream == value
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class ConnectServer:
@@ -706,6 +751,7 @@ class Orphan:
     what: str
     land: Callable[[], None]
     tables: tuple[bool, ...] = (False,)  # the tables its uncommitted files are in (True: the dead-letter table)
+    owner: SinkModel | None = None  # the stream table pair it writes (None: every table it reaches)
 
 
 def undecodable(r: Record, pipeline: PipelineConfig) -> bool:
@@ -727,7 +773,10 @@ class SinkModel:
     """The sink and dead-letter tables: rows (with their ``_run_seq``; None for a backfill's) plus Delta's per-app
     txn version, and the other writers of the two tables."""
 
-    def __init__(self, crasher: Crasher) -> None:
+    def __init__(self, crasher: Crasher, shared: SinkModel | None = None) -> None:
+        """``shared``: another table of the same pipeline (a table per stream), whose late writers, lists of
+        replaced commits, purged and replayed records and writer check this table shares."""
+        self.shared = shared or self
         self.rows: list[Record] = []
         self.dead: list[Record] = []
         self.row_seqs: list[int | None] = []
@@ -739,10 +788,11 @@ class SinkModel:
         # A foreign delta-spark commit (OPTIMIZE, DELETE, VACUUM, a backfill MERGE) that a check-then-rename log
         # store lets take the version of the next run append: that append's commit (rows and txn) is gone.
         self.replace_next: str | None = None
-        self.replaced: list[str] = []
-        self.orphans: list[Orphan] = []
-        self.purged: set[int] = set()  # identities a user's DELETE removed
-        self.replayed: set[int] = set()  # the records (by id()) a dead-letter replay appended to the sink
+        self.replaced: list[str] = [] if shared is None else shared.replaced
+        self.orphans: list[Orphan] = [] if shared is None else shared.orphans
+        self.purged: set[int] = set() if shared is None else shared.purged  # identities a user's DELETE removed
+        # The records (by id()) a dead-letter replay appended to the sink.
+        self.replayed: set[int] = set() if shared is None else shared.replayed
         self.unreadable: str | None = None  # a table whose log names a file a VACUUM deleted
         self.on_append: Callable[[str, int], None] | None = None  # the harness's check that the writer may write
         # Runs fenced by an abandon, per table (True: the dead-letter table): their txn holds no row.
@@ -751,14 +801,10 @@ class SinkModel:
     def committed_txn_version(self, sink_path: object, app_id: str) -> int | None:
         return self.txn.get(app_id)
 
-    def txns_of(self, dead_letter_table: object) -> Callable[[object, Sequence[str]], dict[str, int | None]]:
-        """``committed_txn_versions`` for the run guards, which ask both the sink and the dead-letter table."""
-
-        def versions(table: object, app_ids: Sequence[str]) -> dict[str, int | None]:
-            txns = self.dead_txn if str(table) == str(dead_letter_table) else self.txn
-            return {app_id: txns.get(app_id) for app_id in app_ids}
-
-        return versions
+    def versions(self, dead: bool, app_ids: Sequence[str]) -> dict[str, int | None]:
+        """``committed_txn_versions`` of the sink or (``dead``) the dead-letter table."""
+        txns = self.dead_txn if dead else self.txn
+        return {app_id: txns.get(app_id) for app_id in app_ids}
 
     def landed_frontier(
         self, pipeline: PipelineConfig, after_run_seq: int | None, *, backfills: bool = False
@@ -780,8 +826,8 @@ class SinkModel:
         prior = txns.get(app_id)
         if prior is not None and version <= prior:
             return False  # Delta skips an idempotent write whose version it has seen for the app
-        if self.on_append is not None:
-            self.on_append(what, version)
+        if self.shared.on_append is not None:
+            self.shared.on_append(what, version)
         if not dead:
             self.sink_commits += 1
         if self.replace_next is not None:
@@ -824,11 +870,11 @@ class SinkModel:
         try:
             self.crasher.point(point)
         except Crash:
-            self.orphans.append(Orphan(version, what, append, (dead,)))
+            self.orphans.append(Orphan(version, what, append, (dead,), self))
             raise
         if session is not None and not session.serves():
             if served:
-                self.orphans.append(Orphan(version, what, append, (dead,)))
+                self.orphans.append(Orphan(version, what, append, (dead,), self))
             session.fail_job(f"the {what} of run {version}")
         if before_commit is not None:
             before_commit()
@@ -841,18 +887,9 @@ class SinkModel:
             )
         return ours
 
-    def is_fence(self, dead_letter_table: object) -> Callable[[object, str, int], bool]:
-        """``fence.is_fence`` over the model's tables."""
-
-        def fenced(table: object, app_id: str, run_seq: int) -> bool:
-            dead = str(table) == str(dead_letter_table)
-            return (self.dead_txn if dead else self.txn).get(app_id) == run_seq and (
-                dead,
-                app_id,
-                run_seq,
-            ) in self.fences
-
-        return fenced
+    def is_fence(self, dead: bool, app_id: str, run_seq: int) -> bool:
+        """``fence.is_fence`` of the sink or (``dead``) the dead-letter table."""
+        return (self.dead_txn if dead else self.txn).get(app_id) == run_seq and (dead, app_id, run_seq) in self.fences
 
     def fence_run(self, table: object, kind: str, app_id: str, run_seq: int, reason: str) -> str:
         """``fence.fence_run``: commits the run's txn with no rows, marked a fence, unless the table holds it."""
@@ -867,10 +904,6 @@ class SinkModel:
         if not dead:
             self.sink_commits += 1
         return "fenced"
-
-    def table_exists(self, dead_letter_table: object) -> Callable[[object], bool]:
-        """``tables.table_exists``: a table exists once anything committed to it."""
-        return lambda table: self.exists(str(table) == str(dead_letter_table))
 
     def run_frontier(self, table: object, run_seq: int) -> dict[TopicPartition, int]:
         """``realign.run_frontier`` of the dead-letter table: per partition, one past its highest offset from
@@ -1082,12 +1115,15 @@ class SinkModel:
         if good:
             if before_write is not None:
                 before_write()
-            self._server_job("replay_writing_sink", Orphan(None, f"replay {replay_seq} sink append", append))
+            self._server_job(
+                "replay_writing_sink", Orphan(None, f"replay {replay_seq} sink append", append, owner=self)
+            )
         self.crasher.point("replay_after_sink")
         if before_write is not None:
             before_write()
         self._server_job(
-            "replay_writing_dead_letters", Orphan(None, f"replay {replay_seq} dead-letter MERGE", merge, (True,))
+            "replay_writing_dead_letters",
+            Orphan(None, f"replay {replay_seq} dead-letter MERGE", merge, (True,), self),
         )
         return counts
 
@@ -1122,50 +1158,36 @@ class SinkModel:
     def exists(self, dead: bool) -> bool:
         return bool(self.dead or self.dead_txn) if dead else bool(self.rows or self.txn or self.sink_commits)
 
-    def table_files(self, dead_letter_table: object) -> Callable[[object], TableFiles | None]:
+    def table_files(self, dead: bool) -> TableFiles | None:
         """``compaction.table_files``: None when there is no table (the counts are the model's rows)."""
+        if not self.exists(dead):
+            return None
+        rows = len(self.dead if dead else self.rows)
+        return TableFiles(version=0, rows=rows, current=FileCounts(files=rows), stored=FileCounts(files=rows))
 
-        def files(table: object) -> TableFiles | None:
-            dead = str(table) == str(dead_letter_table)
-            if not self.exists(dead):
-                return None
-            rows = len(self.dead if dead else self.rows)
-            return TableFiles(version=0, rows=rows, current=FileCounts(files=rows), stored=FileCounts(files=rows))
-
-        return files
-
-    def maintain_table(self, dead_letter_table: object) -> Callable[..., TableMaintenance]:
-        """``compaction.maintain_table``'s steps, each after ``before_write``: the finished runs' leftovers, an
-        OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no retention deletes the
+    def maintain_table(self, table: object, dead: bool, role: str, **kw: Any) -> TableMaintenance:
+        """``compaction.maintain_table``'s steps (its keywords), each after ``before_write``: the finished runs'
+        leftovers, an OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no retention deletes the
         uncommitted files of every write still running on a server (``Orphan``): that write may still commit, and
-        its commit then names files that are gone (its rows are unreadable: lost)."""
-
-        def maintain(
-            table: object,
-            role: str,
-            *,
-            retention_hours: int | None,
-            before_write: Callable[[], None],
-            finished_run: tuple[str, int] | None = None,
-        ) -> TableMaintenance:
-            dead = str(table) == str(dead_letter_table)
-            before = self.table_files(dead_letter_table)(table)
-            if before is None:
-                return TableMaintenance(role=role, table=str(table), before=None)
-            if finished_run is not None:
-                before_write()
+        its commit then names files that are gone (its rows are unreadable: lost). A copy of the product's steps
+        (the real one reaches Delta's OPTIMIZE and VACUUM, below what the model simulates)."""
+        retention_hours: int | None = kw["retention_hours"]
+        before_write: Callable[[], None] = kw["before_write"]
+        before = self.table_files(dead)
+        if before is None:
+            return TableMaintenance(role=role, table=str(table), before=None)
+        if kw.get("finished_run") is not None:
             before_write()
-            if not dead:
-                self.sink_commits += 1  # OPTIMIZE
-            before_write()
-            if retention_hours == 0:
-                for orphan in self.orphans:
-                    if dead in orphan.tables:
-                        orphan.land = self._unreadable(orphan.land, dead)
-            before_write()
-            return TableMaintenance(role=role, table=str(table), before=before, after=before)
-
-        return maintain
+        before_write()
+        if not dead:
+            self.sink_commits += 1  # OPTIMIZE
+        before_write()
+        if retention_hours == 0:
+            for orphan in self.orphans:
+                if orphan.owner in (None, self) and dead in orphan.tables:
+                    orphan.land = self._unreadable(orphan.land, dead)
+        before_write()
+        return TableMaintenance(role=role, table=str(table), before=before, after=before)
 
     def _unreadable(self, land: Callable[[], None], dead: bool) -> Callable[[], None]:
         """A late write whose files in one table a VACUUM deleted: when it commits, its commit names files that are
@@ -1185,6 +1207,115 @@ class SinkModel:
         """Reading a table whose current version names a deleted file fails (Spark's FileNotFoundException)."""
         if self.unreadable is not None:
             raise SparkJobError(f"simulated: the {self.unreadable} names a data file a VACUUM deleted")
+
+
+class Lake:
+    """The pipeline's tables, each path the product names routed to its ``SinkModel``: the one sink and its
+    dead-letter table (key ``""``), or with a ``{stream}`` sink one pair per stream, made by the first call that
+    reaches the stream's paths. Every pair shares the pipeline's late writers (``SinkModel.shared``)."""
+
+    def __init__(self, sink: SinkModel, pipeline: PipelineConfig) -> None:
+        self.holder = sink
+        self.per_stream = pipeline.sink.per_stream
+        self.tables: dict[str, SinkModel] = {} if self.per_stream else {"": sink}
+        self.paths: dict[str, tuple[str, bool]] = {}
+        # The pipeline's stream_pattern is s[0-9]: every table it can name.
+        for stream in [f"s{i}" for i in range(10)] if self.per_stream else [""]:
+            view = pipeline.for_stream(stream) if stream else pipeline
+            self.paths[str(view.sink_table)] = (stream, False)
+            self.paths[str(view.dead_letter_table)] = (stream, True)
+
+    def route(self, table: object) -> tuple[SinkModel, bool]:
+        """The pair holding ``table`` (a path or ``TableRef``), and whether it is that pair's dead-letter table."""
+        stream, dead = self.paths[str(table)]
+        return self.route_stream(stream), dead
+
+    def of(self, pipeline: PipelineConfig) -> SinkModel:
+        """The pair of a pipeline's view (``PipelineConfig.for_stream``, or the pipeline with one sink)."""
+        return self.route(pipeline.sink.path.uri)[0]
+
+    def stream_of(self, model: SinkModel) -> str:
+        return next(stream for stream, table in self.tables.items() if table is model)
+
+    # ---- the product's functions that take a table, over the model's tables
+
+    def committed_txn_version(self, table: object, app_id: str) -> int | None:
+        model, dead = self.route(table)
+        return model.versions(dead, [app_id])[app_id]
+
+    def committed_txn_versions(self, table: object, app_ids: Sequence[str]) -> dict[str, int | None]:
+        model, dead = self.route(table)
+        return model.versions(dead, app_ids)
+
+    def table_exists(self, table: object) -> bool:
+        model, dead = self.route(table)
+        return model.exists(dead)
+
+    def is_fence(self, table: object, app_id: str, run_seq: int) -> bool:
+        model, dead = self.route(table)
+        return model.is_fence(dead, app_id, run_seq)
+
+    def fence_run(self, table: object, kind: str, app_id: str, run_seq: int, reason: str) -> str:
+        return self.route(table)[0].fence_run(table, kind, app_id, run_seq, reason)
+
+    def run_frontier(self, table: object, run_seq: int) -> dict[TopicPartition, int]:
+        return self.route(table)[0].run_frontier(table, run_seq)
+
+    def landed_from_log(self, sink: object, dead_letters: object, app_id: str, run_seq: int) -> WriteResult:
+        return self.route(sink)[0].landed_from_log(sink, dead_letters, app_id, run_seq)
+
+    def landed_frontier(
+        self, pipeline: PipelineConfig, after_run_seq: int | None, *, backfills: bool = False
+    ) -> dict[TopicPartition, int]:
+        return self.of(pipeline).landed_frontier(pipeline, after_run_seq, backfills=backfills)
+
+    def write_incremental(self, frame: list[Record], pipeline: PipelineConfig, *args: Any, **kw: Any) -> WriteResult:
+        return self.of(pipeline).write_incremental(frame, pipeline, *args, **kw)
+
+    def replay(self, spark: object, pipeline: PipelineConfig, *args: Any, **kw: Any) -> ReplayCounts:
+        return self.of(pipeline).replay(spark, pipeline, *args, **kw)
+
+    def table_files(self, table: object) -> TableFiles | None:
+        model, dead = self.route(table)
+        return model.table_files(dead)
+
+    def maintain_table(self, table: object, role: str, **kw: Any) -> TableMaintenance:
+        model, dead = self.route(table)
+        return model.maintain_table(table, dead, role, **kw)
+
+    # ---- what the machine reads over every table
+
+    def landed(self) -> Counter[int]:
+        return sum((t.landed() for t in self.tables.values()), Counter())
+
+    def awaiting_replay(self) -> list[Record]:
+        return [r for t in self.tables.values() for r in t.awaiting_replay()]
+
+    def dead_seqs(self) -> list[int | None]:
+        return [seq for t in self.tables.values() for seq in t.dead_seqs]
+
+    def highest_txn(self, app_id: str) -> int:
+        """The highest version of ``app_id`` in any table."""
+        return max((max(t.txn.get(app_id, 0), t.dead_txn.get(app_id, 0)) for t in self.tables.values()), default=0)
+
+    def lacks(self, app_id: str, run_seq: int, streams: Sequence[str]) -> bool:
+        """Whether a sink of ``streams`` (of the one sink: ``[""]``) lacks run ``run_seq``."""
+        return any(self.route_stream(s).txn.get(app_id) != run_seq for s in streams)
+
+    def route_stream(self, stream: str) -> SinkModel:
+        if stream not in self.tables:
+            self.tables[stream] = SinkModel(self.holder.crasher, shared=self.holder)
+        return self.tables[stream]
+
+    def where(self, r: Record) -> dict[str, tuple[int, int]]:
+        """Per table pair (by stream), how often the record (by identity) is in its sink and dead-letter table."""
+        found = {}
+        for stream, t in self.tables.items():
+            rows = sum(1 for x in t.rows if x.identity == r.identity)
+            dead = sum(1 for x in t.dead if x.identity == r.identity)
+            if rows or dead:
+                found[stream] = (rows, dead)
+        return found
 
 
 # ------------------------------------------------------------------------------------------------------ harness
@@ -1255,6 +1386,7 @@ class Harness:
         self.crasher.on_point = self._on_point
         self.sink.on_append = self._check_writer
         self.runner = self._build(pipeline, [])
+        self.lake = Lake(self.sink, self.pipeline)
 
     def _build(self, pipeline: dict[str, Any], planned: list[Any]) -> ModelRunner:
         project = ProjectConfig.model_validate(
@@ -1302,6 +1434,7 @@ class Harness:
             self.root, self.world, self.settings, sink=self.sink, service=self.service, archive=self.archive
         )
         other.server, other.streams, other.overrides = self.server, self.streams, self.overrides
+        other.lake = self.lake
         other.committed, other.abandoned = self.committed, self.abandoned
         other.runner.planned = self.runner.planned
         own = self.runner.owner
@@ -1399,7 +1532,7 @@ class Harness:
         day = new_day() if day is None else day
         skew = timedelta(days=day)
         harness = self
-        dead_letters = self.pipeline.dead_letter_table
+        lake = self.lake
 
         class Keeper(LeaseKeeper):
             """Renews only when the model says (``_on_point``): a renewal that succeeds changes nothing else."""
@@ -1409,36 +1542,40 @@ class Harness:
                 return self
 
         swaps = [
-            (runner_module, "committed_txn_version", self.sink.committed_txn_version),
+            (runner_module, "committed_txn_version", lake.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
             (runner_module, "LeaseKeeper", Keeper),
             (RunDeadline, "attach", lambda deadline, spark: None),
-            (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
-            (realign_module, "landed_frontier", self.sink.landed_frontier),
-            (runner_module, "fence_run", self.sink.fence_run),
-            (runner_module, "is_fence", self.sink.is_fence(self.pipeline.dead_letter_table)),
-            (runner_module, "run_frontier", self.sink.run_frontier),
-            (runner_module, "landed_from_log", self.sink.landed_from_log),
+            (realign_module, "committed_txn_versions", lake.committed_txn_versions),
+            (realign_module, "landed_frontier", lake.landed_frontier),
+            (runner_module, "fence_run", lake.fence_run),
+            (runner_module, "is_fence", lake.is_fence),
+            (runner_module, "run_frontier", lake.run_frontier),
+            (runner_module, "landed_from_log", lake.landed_from_log),
+            (incremental_module, "landed_from_log", lake.landed_from_log),
             (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
-            (runner_module, "table_exists", self.sink.table_exists(self.pipeline.dead_letter_table)),
+            (runner_module, "table_exists", lake.table_exists),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None, streams=(): None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (context_module, "KafkaAdmin", self.world.admin),
             (reader_module, "read_splits", self.world.read_splits),
-            (incremental_module, "write_incremental", self.sink.write_incremental),
+            (incremental_module, "write_incremental", lake.write_incremental),
+            (per_stream_module, "crash_point", self.crasher.point),
+            (pyspark_functions, "col", StreamColumn),
+            (pyspark_functions, "lit", lambda value: value),
             (archive_module, "archive_rows", self.archive.rows if self.archive else archive_module.archive_rows),
             (archive_module, "_file_pins", self.archive.pins if self.archive else archive_module._file_pins),
             (archive_module, "kafka_side", self.archive.kafka_side if self.archive else archive_module.kafka_side),
             (offset_reset_module, "take_broker_snapshot", self.world.take_broker_snapshot),
-            (dead_letters_module, "replay", self.sink.replay),
-            (dead_letters_module, "committed_txn_versions", self.sink.txns_of(dead_letters)),
-            (dead_letters_module, "table_exists", self.sink.table_exists(dead_letters)),
+            (dead_letters_module, "replay", lake.replay),
+            (dead_letters_module, "committed_txn_versions", lake.committed_txn_versions),
+            (dead_letters_module, "table_exists", lake.table_exists),
             (dead_letters_module, "LeaseKeeper", Keeper),
             (dead_letters_module, "RunOwner", _KilledAtCrash),
-            (maintain_module, "maintain_table", self.sink.maintain_table(dead_letters)),
-            (maintain_module, "table_files", self.sink.table_files(dead_letters)),
+            (maintain_module, "maintain_table", lake.maintain_table),
+            (maintain_module, "table_files", lake.table_files),
             (maintain_module, "LeaseKeeper", Keeper),
             (maintain_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "crash_point", self.crasher.point),
@@ -1520,7 +1657,7 @@ class Harness:
             ).sequence
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
-            in_window = [r for r in frame if start_ms <= r.ts_ms < end_ms]
+            in_window = frame.but(r for r in frame if start_ms <= r.ts_ms < end_ms)
             marker = None if sequence is None else (backfill_app_id(self.pipeline.id), sequence)
             pipeline = self.pipeline
             if stall:
@@ -1537,8 +1674,18 @@ class Harness:
             self.crasher.point("after_backfill_merge")
             return plan
 
-    def _merge(self, rows: list[Record], marker: tuple[str, int] | None, pipeline: PipelineConfig) -> None:
-        self.sink.merge(rows, marker, pipeline)
+    def _merge(self, rows: Frame, marker: tuple[str, int] | None, pipeline: PipelineConfig) -> None:
+        """The backfill's MERGEs: one per stream table, in stream order, the rows of each routed by their stream
+        column (``per_stream.for_each_stream``'s order, copied; ``between_tables`` after each table but the last);
+        the one sink's for a plain sink path."""
+        if not pipeline.sink.per_stream:
+            self.sink.merge(rows, marker, pipeline)
+            return
+        parts = sorted(rows.by_stream().items())
+        for index, (stream, part) in enumerate(parts):
+            self.lake.of(pipeline.for_stream(stream)).merge(part, marker, pipeline)
+            if index < len(parts) - 1:
+                self.crasher.point("between_tables")
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
         # The runner adds the archive's part to the plan ``plan()`` returned, and pins the archive stream's decode
