@@ -1167,9 +1167,10 @@ class SinkModel:
 
     def maintain_table(self, table: object, dead: bool, role: str, **kw: Any) -> TableMaintenance:
         """``compaction.maintain_table``'s steps (its keywords), each after ``before_write``: the finished runs'
-        leftovers, an OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no retention deletes the
-        uncommitted files of every write still running on a server (``Orphan``): that write may still commit, and
-        its commit then names files that are gone (its rows are unreadable: lost). A copy of the product's steps
+        leftovers, an OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no
+        retention deletes the uncommitted files of every write still running on a server (``Orphan``) in this
+        table: that write may still commit, and its commit then names files that are gone (its rows are unreadable:
+        lost). A copy of the product's steps
         (the real one reaches Delta's OPTIMIZE and VACUUM, below what the model simulates)."""
         retention_hours: int | None = kw["retention_hours"]
         before_write: Callable[[], None] = kw["before_write"]
