@@ -440,3 +440,20 @@ def test_a_table_per_stream_lands_each_record_once_in_its_streams_table_across_a
         r.run_clean()
         assert sorted(tables) == ["s1", "s2"]
         assert [len(tables[s].rows) + len(tables[s].dead) for s in ("s1", "s2")] == [3, 3]
+
+
+def test_a_stream_table_first_landed_after_a_state_backup_is_refused_after_the_restore_and_realigned() -> None:
+    with machine_without("", per_stream=True) as r:
+        r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()
+        r.backup_state()
+        r.place_topic(sid="s2", cid="c1", topic="b")
+        r.produce(cid="c1", topic="b", partition=0, count=2, txn=False, bad=False)
+        r.run_clean()  # run 2: s2's table, a stream the backup does not know
+        r.restore_state()
+        r.produce(cid="c1", topic="b", partition=0, count=1, txn=False, bad=False)
+        r.run_clean()  # refused: s2's table holds run 2, the state's last run is 1
+        assert r.m.oracle.blocked is not None
+        r.realign()
+        r.run_clean()
+        assert r.m.harness.lake.tables["s2"].txn["p"] == 3

@@ -86,6 +86,7 @@ from dynamic_kafka.model.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.offsets import TimestampOffsets
+from dynamic_kafka.pipeline import Pipeline
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import per_stream as per_stream_module
 from dynamic_kafka.sink import schema_check as schema_check_module
@@ -1615,10 +1616,13 @@ class Harness:
             return self.runner.abandon(run_seq, reason)
 
     def realign(self) -> Realignment:
-        """``dynamic-kafka realign --yes``: the real ``realign``."""
+        """``dynamic-kafka realign --yes``: the real ``Pipeline.realign`` (with a table per stream it reads the
+        tables of the streams the metadata lists now too), over this harness's runner."""
         self.crasher.arm(None)
+        pipeline = Pipeline.__new__(Pipeline)
+        pipeline._runner = self.runner
         with self.patched():
-            return realign_module.realign(self.pipeline, self.store, yes=True)
+            return pipeline.realign(apply=True)
 
     def reset_offsets(self, target: ResetTarget, selection: ResetSelection) -> OffsetReset:
         """``dynamic-kafka offsets reset --yes``: the real ``reset_offsets`` (one state commit, nothing to crash)."""
