@@ -1301,8 +1301,9 @@ class Lake:
         return max((max(t.txn.get(app_id, 0), t.dead_txn.get(app_id, 0)) for t in self.tables.values()), default=0)
 
     def lacks(self, app_id: str, run_seq: int, streams: Sequence[str]) -> bool:
-        """Whether a sink of ``streams`` (of the one sink: ``[""]``) lacks run ``run_seq``."""
-        return any(self.route_stream(s).txn.get(app_id) != run_seq for s in streams)
+        """Whether a sink of ``streams`` (of the one sink: ``[""]``) holds no transaction of ``app_id`` as high as
+        ``run_seq`` (the runner's "complete" is every table holding it or a later one)."""
+        return any((self.route_stream(s).txn.get(app_id) or 0) < run_seq for s in streams)
 
     def route_stream(self, stream: str) -> SinkModel:
         if stream not in self.tables:
