@@ -499,5 +499,6 @@ class SparkConnectAuthenticationError(ConfigError):
 class SparkConnectUnavailableError(SparkJobError):
     """The Spark Connect server is down or unreachable. Nothing was read or written by this call.
 
-    Retriable: start the server (Spark's ``sbin/start-connect-server.sh``) or wait for it, then run again.
+    Retriable: start the server (Spark's ``sbin/start-connect-server.sh``, or pyspark's ``spark-submit`` with the
+    server's class, docs/deployment.md) or wait for it, then run again.
     """

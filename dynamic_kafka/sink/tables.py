@@ -358,7 +358,7 @@ def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
-    from dynamic_kafka.spark.remote import is_unavailable
+    from dynamic_kafka.spark.remote import START_SERVER, is_unavailable
 
     try:
         yield
@@ -368,8 +368,8 @@ def spark_failures(doing: str, table: TableRef | None = None) -> Iterator[None]:
         if is_unavailable(e):
             raise SparkConnectUnavailableError(
                 f"{doing} failed: the Spark Connect server stopped answering.",
-                hint="Nothing was committed to the state; start the server again (Spark's "
-                "`sbin/start-connect-server.sh`, docs/deployment.md) and run again: the next run recovers this one.",
+                hint=f"Nothing was committed to the state; start the server again ({START_SERVER}) and run again: "
+                "the next run recovers this one.",
             ) from e
         storage_failure = table.failure(e, doing) if table is not None else None
         if storage_failure is not None:

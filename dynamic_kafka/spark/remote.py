@@ -53,10 +53,14 @@ SESSION_REDACTION = {
 """Runtime settings every Connect session sets first (``spark.conf`` may override them): a server not started by
 that does not set them at its start then masks the Kafka reader's secret options in the plans it shows too."""
 
-START_SERVER_HINT = (
-    "Start the server (Spark's `sbin/start-connect-server.sh` with Delta and the Kafka connector: "
-    "docs/deployment.md) or check spark.remote, then run again."
+START_SERVER = (
+    "Spark's `sbin/start-connect-server.sh`, or with pip's pyspark `spark-submit --class "
+    "org.apache.spark.sql.connect.service.SparkConnectServer ... spark-internal`, each with Delta and the Kafka "
+    'connector: docs/deployment.md, "Spark Connect"'
 )
+"""How a user starts a Spark Connect server: pip's pyspark has ``spark-submit`` but no ``sbin/`` scripts."""
+
+START_SERVER_HINT = f"Start the server ({START_SERVER}) or check spark.remote, then run again."
 """What to do when no Spark Connect server answers at ``spark.remote``."""
 
 _lock = threading.Lock()

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,19 @@ def test_an_unreachable_server_is_a_retriable_error() -> None:
     with pytest.raises(SparkConnectUnavailableError, match="did not answer") as failure:
         build_spark_session(settings)
     assert failure.value.retriable
+    # The hint names a start a pip user can follow: pip's pyspark has bin/spark-submit and the server's class, but
+    # no sbin/start-connect-server.sh.
+    import pyspark
+
+    hint = failure.value.hint or ""
+    server_class = "org.apache.spark.sql.connect.service.SparkConnectServer"
+    assert f"spark-submit --class {server_class}" in hint
+    pyspark_home = Path(pyspark.__file__).parent
+    assert (pyspark_home / "bin" / "spark-submit").is_file()
+    assert not (pyspark_home / "sbin" / "start-connect-server.sh").exists()
+    (connect_jar,) = (pyspark_home / "jars").glob("spark-connect_*.jar")
+    with zipfile.ZipFile(connect_jar) as jar:
+        assert server_class.replace(".", "/") + ".class" in jar.namelist()
 
 
 # --- authentication -----------------------------------------------------------------------------------------------

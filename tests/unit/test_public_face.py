@@ -110,6 +110,42 @@ def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
     ]
 
 
+def imports_of_devtools(path: Path, root: Path = ROOT) -> list[str]:
+    """Every import of the ``devtools`` package (top level or lazy, in any form) in one file, named from ``root``."""
+    name = path.relative_to(root)
+
+    def is_devtools(module: str) -> bool:
+        return module.split(".")[0] == "devtools"
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and is_devtools(node.module or ""):
+            found.append(f"{name}:{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Import):
+            found += [f"{name}:{node.lineno}: import {a.name}" for a in node.names if is_devtools(a.name)]
+    return found
+
+
+def test_neither_the_wheel_nor_the_code_location_imports_the_development_services() -> None:
+    # devtools/ is not in the wheel: an import of it works in this repository and fails where the wheel is installed.
+    # This scan is the fence (a ruff banned-api per folder would need a ruff.toml inside the package).
+    sources = [*(ROOT / "dynamic_kafka").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]
+    offenders = [line for path in sorted(sources) for line in imports_of_devtools(path)]
+    assert offenders == [], "move what the product needs from devtools/ into dynamic_kafka/"
+
+
+def test_the_devtools_scan_sees_lazy_and_dotted_imports_only_of_devtools(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import devtools_extra\nfrom . import devtools\ndef f():\n    import devtools.local_kafka as k\n"
+        "    from devtools.testing import kafka\n"
+    )
+    assert sorted(imports_of_devtools(module, tmp_path)) == [
+        "m.py:4: import devtools.local_kafka",
+        "m.py:5: from devtools.testing import ...",
+    ]
+
+
 def test_a_pipeline_is_built_from_a_config_file_or_a_loaded_config(tmp_path: Path) -> None:
     (tmp_path / "metadata.yaml").write_text("clusters: {east: {bootstrap_servers: 'a:1'}}\nstreams: {}\n")
     config = tmp_path / "dynamic_kafka.yaml"
