@@ -473,6 +473,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.harness.streams.get(sid, {}).pop(cid, None)
         self.harness.publish_metadata()
 
+    @rule(cid=st.sampled_from(CLUSTERS), active=st.booleans())
+    def cluster_activity(self, cid: str, active: bool) -> None:
+        """The service calls a cluster inactive (or active again) while the streams still list it."""
+        if self._archive_topic_unread():
+            return
+        self.harness.service.set_active(cid, active)
+
     @rule(sid=st.sampled_from(STREAMS))
     def remove_stream(self, sid: str) -> None:
         if self._archive_topic_unread():
