@@ -13,14 +13,24 @@ import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dynamic_kafka.config import ProjectConfig, load_yaml, validate_project_data, validation_problems
+from dynamic_kafka.config import (
+    ProjectConfig,
+    SingleClusterMetadataServiceConfig,
+    load_yaml,
+    validate_project_data,
+    validation_problems,
+)
 from dynamic_kafka.cron import cron_problem
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.flink_options import flink_option_findings
 from dynamic_kafka.metadata.file import MetadataFile
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class Problem(BaseModel):
@@ -72,6 +82,7 @@ def check_project(path: str | Path) -> CheckReport:
         problems += _subscription_problems(project, metadata, str(path), notes)
     if project is not None:
         problems += _schema_file_problems(project, str(path))
+        problems += _flink_option_problems(project, metadata, str(path), str(metadata_path), notes)
     return _report(
         files,
         tuple(p.id for p in project.pipelines) if project is not None else (),
@@ -187,6 +198,28 @@ def _subscription_problems(
         pattern = pipeline.stream_pattern
         if pattern is not None and not any(re.fullmatch(pattern, s) for s in known):
             notes.append(f"pipeline {pipeline.id!r}: stream_pattern {pattern!r} matches no stream of the metadata file")
+    return found
+
+
+def _flink_option_problems(
+    project: ProjectConfig, metadata: MetadataFile | None, source: str, metadata_source: str, notes: list[str]
+) -> list[Problem]:
+    """Flink source options in any ``properties``: a note for each one translated, a problem for each one refused."""
+    places: list[tuple[str, str, Mapping[str, str]]] = [
+        (source, f"pipelines[{index}].properties", pipeline.properties)
+        for index, pipeline in enumerate(project.pipelines)
+    ]
+    if isinstance(project.metadata_service, SingleClusterMetadataServiceConfig):
+        places.append((source, "metadata_service.properties", project.metadata_service.properties))
+    if metadata is not None:
+        places += [
+            (metadata_source, f"clusters.{cid}.properties", c.properties) for cid, c in metadata.clusters.items()
+        ]
+    found = []
+    for file, location, properties in places:
+        translated, refused = flink_option_findings(properties)
+        notes += [f"{location}: {line}" for line in translated.values()]
+        found += [Problem(file=file, location=f"{location}.{key}", message=line) for key, line in refused.items()]
     return found
 
 

@@ -30,6 +30,7 @@ from dynamic_kafka.config import (
 )
 from dynamic_kafka.errors import ConfigError, TopicRecreatedError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, run_requests, take_broker_snapshot
+from dynamic_kafka.metadata.active import ActiveClustersOnly
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.identity import PipelineClientProperties, with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -89,8 +90,9 @@ class PipelineContext:
     @property
     def service(self) -> KafkaMetadataService:
         """The metadata service (the one given, else built from the project config on first use), every call
-        bounded by the pipeline's ``metadata_retries.timeout_seconds``, every cluster it returns carrying the
-        pipeline's client properties (:mod:`dynamic_kafka.metadata.identity`: ``client.id`` and ``properties``).
+        bounded by the pipeline's ``metadata_retries.timeout_seconds``, without the clusters it calls inactive
+        (:mod:`dynamic_kafka.metadata.active`), every cluster it returns carrying the pipeline's client properties
+        (:mod:`dynamic_kafka.metadata.identity`: ``client.id`` and ``properties``).
         """
         if self._service is None:
             config = self.project.metadata_service
@@ -100,7 +102,8 @@ class PipelineContext:
             self._service = service
         if not isinstance(self._service, PipelineClientProperties):
             bounded = BoundedMetadataService(self._service, self.pipeline.metadata_retries.timeout_seconds)
-            self._service = PipelineClientProperties(bounded, self.pipeline.id, self.pipeline.properties)
+            active = ActiveClustersOnly(bounded)
+            self._service = PipelineClientProperties(active, self.pipeline.id, self.pipeline.properties)
         return self._service
 
     def spark(self) -> SparkSession:

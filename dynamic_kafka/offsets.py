@@ -64,6 +64,10 @@ class CommittedOffsets(_Initializer):
     Without ``reset``, a partition the group has no offset for fails the plan (``none``), as Flink's
     ``OffsetsInitializer.committedOffsets()`` does: silently starting at earliest would re-read a whole topic
     (or, at latest, skip it) because of a typo in the group id.
+
+    As a stopping point (Flink's ``setBounded(committedOffsets())``) each partition's run stops at the group's
+    committed offset: a run never passes where another consumer group has got to. ``reset`` then says where a
+    partition the group has no offset for stops: ``earliest`` reads none of it, ``latest`` all of it.
     """
 
     kind: Literal["committed"] = "committed"
@@ -102,7 +106,7 @@ StartingOffsets = Annotated[
     BeforeValidator(_expand_short_form),
 ]
 StoppingOffsets = Annotated[
-    LatestOffsets | TimestampOffsets | SpecificOffsets,
+    LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets,
     Field(discriminator="kind"),
     BeforeValidator(_expand_short_form),
 ]

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -122,6 +122,34 @@ def recreate_topic(client: Client, name: str, partitions: int = 1) -> None:
         return True
 
     wait_for(created, what=f"re-creation of {name}")
+
+
+_COORDINATOR_PENDING = frozenset(
+    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+)
+
+
+def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commits a consumer group's offsets (``{(topic, partition): offset}``) as a consumer that never joins the
+    group (it waits for the coordinator).
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    partitions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+    def committed() -> bool:
+        try:
+            consumer.commit(offsets=partitions, asynchronous=False)
+        except KafkaException as e:
+            # A coordinator still loading, moving or not yet elected: librdkafka gives up on these for a commit.
+            if e.args[0].code() not in _COORDINATOR_PENDING and not e.args[0].retriable():
+                raise
+            return False
+        return True
+
+    try:
+        wait_for(committed, what=f"group {group!r} to take its offsets")
+    finally:
+        consumer.close()
 
 
 def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s: float = 30.0) -> list[Record]:

@@ -2,8 +2,8 @@
 
 Per cluster: one describe call for its topics, then one ``list_offsets`` call per offset kind (earliest, latest,
 and the starting / stopping timestamps when the initializers need them), in flight together, and one committed
-offsets call when the starting initializer reads a consumer group. Clusters are queried concurrently, one thread
-each, so a snapshot takes as long as the slowest cluster, not the sum.
+offsets call for each initializer (starting, stopping) that reads a consumer group. Clusters are queried
+concurrently, one thread each, so a snapshot takes as long as the slowest cluster, not the sum.
 """
 
 from __future__ import annotations
@@ -128,6 +128,8 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
         offsets = offsets_of(answers)
         if isinstance(request.starting, CommittedOffsets):
             offsets["start"] = dict(admin.committed_offsets(request.starting.group_id, partitions))
+        if isinstance(request.stopping, CommittedOffsets):
+            offsets["stop"] = dict(admin.committed_offsets(request.stopping.group_id, partitions))
         diverged = admin.diverged_offsets(epoch_checks(request.positions, described, answers["latest"]))
 
     topics: dict[str, TopicSnapshot] = {}

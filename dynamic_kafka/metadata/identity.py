@@ -3,13 +3,15 @@ properties, so every client built from it (the driver's confluent-kafka clients 
 
 Per cluster the properties are, lowest precedence first: ``client.id: dynamic-kafka-<pipeline>-<cluster>`` (so
 broker quotas, request logs and audits tell pipelines apart, like Flink's ``client.id.prefix``), the pipeline's
-``properties``, then the cluster's own ``properties`` from the metadata. A value set at a higher level wins.
+``properties``, then the cluster's own ``properties`` from the metadata. A value set at a higher level wins. Flink's
+``client.id.prefix`` is honoured as ``client.id: <prefix>-<cluster>`` below any explicit ``client.id``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.flink_options import translate_flink_options
 from dynamic_kafka.metadata.service import KafkaMetadataService
 
 if TYPE_CHECKING:
@@ -31,8 +33,14 @@ def client_id(pipeline_id: str, cluster_id: str) -> str:
 def with_pipeline_properties(
     cluster: ClusterMetadata, pipeline_id: str, properties: Mapping[str, str]
 ) -> ClusterMetadata:
-    """``cluster`` with the default ``client.id`` and the pipeline's ``properties`` under its own properties."""
-    merged = {"client.id": client_id(pipeline_id, cluster.cluster_id), **properties, **cluster.properties}
+    """``cluster`` with the default ``client.id`` and the pipeline's ``properties`` under its own properties, Flink's
+    source options translated or refused (:mod:`dynamic_kafka.flink_options`).
+
+    Raises:
+        FlinkOptionError: a Flink source option that has no meaning here.
+    """
+    explicit = translate_flink_options({**properties, **cluster.properties}, cluster_id=cluster.cluster_id)
+    merged = {"client.id": client_id(pipeline_id, cluster.cluster_id), **explicit}
     return cluster.model_copy(update={"properties": merged})
 
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 class InMemoryMetadataService(KafkaMetadataService):
-    """Holds streams in memory. ``set_streams`` replaces them; ``fail_next(n)`` makes the next n calls fail.
+    """Holds streams in memory. ``set_streams`` replaces them; ``set_active`` switches a cluster off and on;
+    ``fail_next(n)`` makes the next n calls fail.
 
     Example:
         >>> service = InMemoryMetadataService()
@@ -29,6 +30,7 @@ class InMemoryMetadataService(KafkaMetadataService):
         self._streams = {s.stream_id: s for s in streams}
         self._known_clusters = {c.cluster_id: c.connection() for c in clusters}
         self._failures_left = 0
+        self._inactive: set[str] = set()
 
     def set_streams(self, streams: Collection[KafkaStream]) -> None:
         """Replaces every stream at once (a metadata change)."""
@@ -37,6 +39,14 @@ class InMemoryMetadataService(KafkaMetadataService):
             for s in streams:
                 for cid, c in s.clusters.items():
                     self._known_clusters[cid] = c.connection()
+
+    def set_active(self, cluster_id: str, active: bool) -> None:
+        """Marks a cluster active (the default) or inactive: an inactive one is not read, though streams list it."""
+        with self._lock:
+            if active:
+                self._inactive.discard(cluster_id)
+            else:
+                self._inactive.add(cluster_id)
 
     def fail_next(self, calls: int = 1) -> None:
         """Makes the next ``calls`` calls raise MetadataServiceError, as an unreachable service would."""
@@ -62,10 +72,10 @@ class InMemoryMetadataService(KafkaMetadataService):
             return {i: self._streams[i] for i in stream_ids if i in self._streams}
 
     def is_cluster_active(self, cluster_id: str) -> bool:
-        """Tell whether any stream held now lists the cluster."""
+        """Tell whether any stream held now lists the cluster and it was not marked inactive."""
         self._check()
         with self._lock:
-            return cluster_id in clusters_in_use(list(self._streams.values()))
+            return cluster_id in clusters_in_use(list(self._streams.values())) and cluster_id not in self._inactive
 
     def describe_cluster(self, cluster_id: str) -> ClusterMetadata | None:
         """Return how to reach a cluster any stream lists; None if none does."""

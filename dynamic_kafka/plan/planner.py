@@ -504,7 +504,11 @@ class _PlanBuilder:
                 stop = snapshot.stop_lookups.get(key.partition)
             case SpecificOffsets():
                 stop = stopping.offsets.get(key.topic, {}).get(key.partition)
-            case LatestOffsets() | EarliestOffsets() | CommittedOffsets():
+            case CommittedOffsets(group_id=group_id, reset=reset):
+                stop = snapshot.stop_lookups.get(key.partition)
+                if stop is None:
+                    stop = max(start, self._fallback(key, reset, offsets, f"stopping consumer group {group_id!r}"))
+            case LatestOffsets() | EarliestOffsets():
                 stop = offsets.latest
             case _:
                 assert_never(stopping)

@@ -67,7 +67,8 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
     "PipelineConfig": {
         "starting_offsets": "Where a partition with no committed offset starts: earliest (default), latest, "
         "{timestamp: ...}, {committed: {group_id, reset}} or {specific: {offsets, fallback}}.",
-        "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...} or {specific: ...}.",
+        "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...}, {committed: ...} or "
+        "{specific: ...}.",
         "sink": "The Delta table rows land in, and its dead-letter table.",
         "value_format": "How values are decoded: bytes (default), string, json (with value_schema), avro, "
         "protobuf or json_schema.",

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from devtools.testing.kafka import Record, create_topic, produce, unique_name, wait_for
+from devtools.testing.kafka import Record, commit_group, create_topic, produce, unique_name, wait_for
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
@@ -104,15 +104,6 @@ class Seeded:
     def from_offsets(self, first: dict[int, int]) -> list[Row]:
         """Rows of the records at or after ``first[partition]`` in each partition."""
         return [row for row in rows("east", self.topic, self.records) if row[3] >= first[row[2]]]
-
-
-def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commits a consumer group's offsets as a consumer that never joins the group (it waits for the coordinator)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 @pytest.fixture(scope="module")

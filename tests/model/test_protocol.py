@@ -66,7 +66,7 @@ from dynamic_kafka.errors import (
 )
 from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.offset_reset import ResetSelection, ResetTarget
-from dynamic_kafka.offsets import TimestampOffsets
+from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
 
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.model.snapshots import TopicSnapshot
     from dynamic_kafka.offset_reset import OffsetReset
 
 pytestmark = pytest.mark.model
@@ -183,7 +184,7 @@ class Oracle:
                 for tid in self.topic_ids.get((f.cluster_id, f.topic), set()) - {current.get((f.cluster_id, f.topic))}:
                     self.reported_topics.add((f.cluster_id, tid))
         self.on_tables(plan, metadata)
-        self.check_run(plan, brokers)
+        self.check_run(plan, brokers, metadata)
         self.check_archive()
 
     def check_archive(self) -> None:
@@ -210,7 +211,20 @@ class Oracle:
                         self._check_record(r, landed, f"run {plan.run_seq} (archive file {name})")
             outstanding = read.remaining
 
-    def check_run(self, plan: Plan, brokers: BrokerSnapshot) -> None:
+    def _stop_bound(self, cluster_id: str, snap: TopicSnapshot, partition: int, metadata: MetadataSnapshot) -> int:
+        """How far runs may read a partition, from the policies and the brokers' answers the plan was made from:
+        its latest offset, or where a consumer group got to when the cluster stops at committed offsets."""
+        latest = snap.partitions[partition].latest
+        pipeline = self.harness.pipeline
+        _, stopping = metadata.initializers(cluster_id, pipeline.starting_offsets, pipeline.stopping_offsets)
+        if not isinstance(stopping, CommittedOffsets):
+            return latest
+        found = snap.stop_lookups.get(partition)
+        if found is None:
+            return latest if stopping.reset == "latest" else 0
+        return min(found, latest)
+
+    def check_run(self, plan: Plan, brokers: BrokerSnapshot, metadata: MetadataSnapshot) -> None:
         """Liveness after a committed run: what it covered landed exactly once, losses were reported."""
         if self.blocked is not None or plan.capped:
             return
@@ -218,12 +232,14 @@ class Oracle:
         for s in plan.splits:
             if s.draining or s.topic_id is None:
                 continue
-            latest = brokers.clusters[s.cluster_id].topics[s.topic].partitions[s.partition].latest
+            bound = self._stop_bound(
+                s.cluster_id, brokers.clusters[s.cluster_id].topics[s.topic], s.partition, metadata
+            )
             rf = self.required_from.get((s.cluster_id, s.topic_id, s.partition))
             if rf is None:
                 continue
             history = self.world.by_topic_id[s.topic_id].partitions[s.partition].history
-            for offset in range(rf, latest):
+            for offset in range(rf, bound):
                 r = history.get(offset)
                 if r is not None:
                     self._check_record(r, landed, f"run {plan.run_seq}")
@@ -519,6 +535,36 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.harness.streams.setdefault(to, {}).setdefault(cid, set()).update(topics)
         self.harness.publish_metadata()
         STATS["stream renames"] += 1
+
+    @rule(cid=st.sampled_from(CLUSTERS), active=st.booleans())
+    def cluster_activity(self, cid: str, active: bool) -> None:
+        """The service calls a cluster inactive (or active again) while the streams still list it."""
+        if self._archive_topic_unread():
+            return
+        self.harness.service.set_active(cid, active)
+
+    @rule(cid=st.sampled_from(CLUSTERS), reset=st.sampled_from([None, "earliest", "latest"]))
+    def stop_at_group(self, cid: str, reset: str | None) -> None:
+        """A cluster's runs stop where a consumer group got to (``reset`` where it has no offset), or no longer."""
+        if self._archive_topic_unread():
+            return
+        if reset is None:
+            self.harness.stop_overrides.pop(cid, None)
+        else:
+            self.harness.stop_overrides[cid] = CommittedOffsets(group_id="ahead", reset=reset)
+        self.harness.publish_metadata()
+
+    @rule(
+        cid=st.sampled_from(CLUSTERS),
+        topic=st.sampled_from(TOPICS),
+        partition=st.integers(0, 3),
+        back=st.integers(0, 3),
+    )
+    def group_commits(self, cid: str, topic: str, partition: int, back: int) -> None:
+        """The group a committed stopping point follows gets to ``back`` records before the end (or goes back)."""
+        t = self.world.clusters[cid].topics.get(topic)
+        if t is not None and partition < len(t.partitions):
+            self.world.group_offsets[(cid, topic, partition)] = max(0, t.partitions[partition].end - back)
 
     @rule(sid=st.sampled_from(STREAMS))
     def remove_stream(self, sid: str) -> None:

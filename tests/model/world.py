@@ -85,7 +85,7 @@ from dynamic_kafka.model.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.offsets import TimestampOffsets
+from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.pipeline import Pipeline
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import per_stream as per_stream_module
@@ -215,6 +215,9 @@ class World:
         self.recreated: set[tuple[str, str]] = set()
         self.max_partitions: dict[tuple[str, str], int] = {}
         self.lost_records = 0
+        # The committed offsets of another consumer group (a committed stopping point follows it), by (cluster,
+        # topic name, partition): by name, as Kafka keeps them, so a recreated topic inherits stale ones.
+        self.group_offsets: dict[tuple[str, str, int], int] = {}
 
     def add_cluster(self, cluster_id: str) -> None:
         self.clusters[cluster_id] = WCluster(cluster_id, f"{cluster_id}-1:9092")
@@ -362,12 +365,19 @@ class World:
                     start_lookups={i: self._first_at(p, start.timestamp_ms) for i, p in parts.items()}
                     if isinstance(start, TimestampOffsets)
                     else {},
-                    stop_lookups={i: self._first_at(p, stop.timestamp_ms) for i, p in parts.items()}
-                    if isinstance(stop, TimestampOffsets)
-                    else {},
+                    stop_lookups=self._stop_lookups(cid, name, parts, stop),
                 )
             clusters[cid] = ClusterSnapshot(cluster_id=cid, topics=topics)
         return BrokerSnapshot(clusters=clusters, taken_at=now)
+
+    def _stop_lookups(self, cid: str, name: str, parts: dict[int, WPartition], stop: object) -> dict[int, int | None]:
+        """What the brokers answer for a stopping initializer that needs a lookup: a timestamp's first offset, or
+        the consumer group's committed offset (None where it has none)."""
+        if isinstance(stop, TimestampOffsets):
+            return {i: self._first_at(p, stop.timestamp_ms) for i, p in parts.items()}
+        if isinstance(stop, CommittedOffsets):
+            return {i: self.group_offsets.get((cid, name, i)) for i in parts}
+        return {}
 
     @staticmethod
     def _diverged(request: ClusterRequest, name: str, t: WTopic) -> dict[int, int]:
@@ -1380,6 +1390,8 @@ class Harness:
         # Per cluster, its own starting_offsets in the metadata (a mirror's handover). Like a metadata file's
         # cluster entry it is the cluster's, whatever stream lists it (the planner takes any stream's override).
         self.overrides: dict[str, TimestampOffsets] = {}
+        # Per cluster, its own stopping_offsets in the metadata: a consumer group's committed offsets.
+        self.stop_overrides: dict[str, CommittedOffsets] = {}
         self.settings = dict(pipeline)
         self.committed: list[Plan] = []
         self.abandoned: set[int] = set()  # run_seqs given up, by an operator or by policy
@@ -1437,6 +1449,7 @@ class Harness:
             self.root, self.world, self.settings, sink=self.sink, service=self.service, archive=self.archive
         )
         other.server, other.streams, other.overrides = self.server, self.streams, self.overrides
+        other.stop_overrides = self.stop_overrides
         other.lake = self.lake
         other.committed, other.abandoned = self.committed, self.abandoned
         other.runner.planned = self.runner.planned
@@ -1517,6 +1530,7 @@ class Harness:
                     bootstrap_servers=self.world.clusters[cid].bootstrap,
                     topics=frozenset(topics),
                     starting_offsets=self.overrides.get(cid),
+                    stopping_offsets=self.stop_overrides.get(cid),
                 )
                 for cid, topics in placements.items()
                 if topics

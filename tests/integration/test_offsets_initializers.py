@@ -1,0 +1,65 @@
+"""Offsets initializers on the real "east"/"west" clusters, Spark and Delta: where a run stops, per cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from devtools.testing.kafka import commit_group, produce, unique_name
+from tests.support.metadata_changes import numbered, orders_stream, rows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from devtools.local_kafka import ClusterEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_clusters_own_stopping_offsets_bound_its_reads_and_the_others_read_to_latest(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1, "west": 1})
+    east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
+    cut = int(time.time() * 1000)
+    # Records 0..2 stamped a minute before ``cut``, 3..4 a minute after: east's own stop is the first at ``cut``.
+    stamped = [
+        dataclasses.replace(r, timestamp_ms=cut + (60_000 if i >= 3 else -60_000))
+        for i, r in enumerate(numbered(range(5)))
+    ]
+    on_east = rows("east", topics["east"], produce(east, topics["east"], stamped))
+    on_west = rows("west", topics["west"], produce(west, topics["west"], numbered(range(5, 9))))
+    h.set_cluster("east", bootstrap_servers=east, stopping_offsets={"timestamp": cut})
+
+    first = h.runner().run()
+
+    by_topic = {(t.cluster_id, t.topic): t.records for t in first.topics}
+    assert by_topic == {("east", topics["east"]): 3, ("west", topics["west"]): 4}
+    assert h.sink_rows() == sorted(on_east[:3] + on_west)
+
+    # Without the override east reads on from where its stop left it, each record once.
+    h.set_cluster("east", bootstrap_servers=east)
+    assert h.runner().run().records == 2
+    assert h.sink_rows() == sorted(on_east + on_west)
+
+
+def test_committed_offsets_as_a_stopping_point_never_read_past_the_group(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    group = unique_name("ahead")
+    stopping = {"committed": {"group_id": group, "reset": "earliest"}}
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2}, stopping_offsets=stopping)
+    east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
+    produced = rows("east", topic, produce(east, topic, numbered(range(10), partitions=2)))
+    commit_group(east, group, {(topic, 0): 2})
+
+    # Partition 0 stops at the group's offset 2; partition 1, which the group has no offset for, reads nothing.
+    assert h.runner().run().records == 2
+    assert h.sink_rows() == sorted(r for r in produced if r[2] == 0 and r[3] < 2)
+
+    commit_group(east, group, {(topic, 0): 4, (topic, 1): 1})
+    assert h.runner().run().records == 3
+    assert h.sink_rows() == sorted(r for r in produced if r[3] < (4 if r[2] == 0 else 1))
