@@ -150,10 +150,10 @@ def plan_start(
         return Start(start, Move(move_seq=0, cluster_id=place.cluster_id, topic=place.topic, start_version=start))
     if last.place == place:
         return Start(max(own or 0, last.start_version), None)
-    # The previous place's commits all came after its move: without any, nothing was published since then.
-    handed_over = max(previous if previous is not None else 0, last.start_version)
-    # A place used before holds its own older progress; what was handed over since is larger.
-    start = max(handed_over, own or 0)
+    # The previous place's commits all came after its move: without any, nothing was published since then. A
+    # place used before holds an older progress of its own: every move since started at or after it, as the
+    # hand-over fenced that place before reading it.
+    start = max(previous if previous is not None else 0, last.start_version)
     move = Move(move_seq=last.move_seq + 1, cluster_id=place.cluster_id, topic=place.topic, start_version=start)
     return Start(start, move)
 
