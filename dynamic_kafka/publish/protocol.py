@@ -178,7 +178,7 @@ def batches(changes: Sequence[VersionChange], max_rows: int) -> list[list[Versio
     return grouped
 
 
-class RunOutcome(FrozenModel):
+class PublicationOutcome(FrozenModel):
     """What one run published."""
 
     cluster_id: str
@@ -211,7 +211,7 @@ def run_publication(
     *,
     starting_version: int,
     max_rows_per_transaction: int,
-) -> RunOutcome:
+) -> PublicationOutcome:
     """One run: fence, read the progress, record a move if the write cluster changed, then publish every version
     up to the table's version now, in transactions that commit the progress with the records.
 
@@ -238,7 +238,7 @@ def run_publication(
             crash_point("publish_in_transaction")
             session.commit(group[-1].version + 1)
             crash_point("publish_after_commit")
-        return RunOutcome(
+        return PublicationOutcome(
             cluster_id=place.cluster_id,
             topic=place.topic,
             first_version=start.next_version,

@@ -24,7 +24,7 @@ from dynamic_kafka.publish.protocol import (
     Move,
     OutgoingRecord,
     Place,
-    RunOutcome,
+    PublicationOutcome,
     VersionChange,
     batches,
     plan_start,
@@ -223,7 +223,7 @@ class Publication:
             DeltaMoveLedger(self.config.state_table),
         )
 
-    def publish(self) -> RunOutcome:
+    def publish(self) -> PublicationOutcome:
         """Publish every table version after the last published one, up to the table's version now.
 
         Raises:

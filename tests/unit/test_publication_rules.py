@@ -1,0 +1,77 @@
+"""Publications, pure parts: how rows become records, transactions of whole versions, where a run starts, and the
+config's checks (offline, as ``check`` runs them)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from dynamic_kafka.check import check_project
+from dynamic_kafka.errors import PublicationError
+from dynamic_kafka.publish.config import PublicationConfig
+from dynamic_kafka.publish.protocol import Move, Place, VersionChange, batches, plan_start
+from dynamic_kafka.publish.records import to_records
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_a_row_becomes_a_keyed_json_record_with_its_origin_and_timestamp() -> None:
+    config = PublicationConfig.model_validate(
+        {
+            "id": "out",
+            "table": "/lake/t",
+            "stream": "s",
+            "key": {"format": "string", "column": "k"},
+            "timestamp_column": "ts",
+        }
+    )
+    row = {"k": 7, "amount": b"\x01", "ts": datetime(2026, 1, 1, tzinfo=UTC)}
+    (record,) = to_records(config, [row], 3)
+    assert record.key == b"7"
+    assert record.value == b'{"k":7,"amount":"AQ==","ts":"2026-01-01T00:00:00+00:00"}'
+    assert record.timestamp_ms == 1767225600000
+    assert record.headers == (("dynamic-kafka.table", b"/lake/t"), ("dynamic-kafka.version", b"3"))
+
+
+def test_a_column_the_config_names_but_the_table_lacks_is_refused_naming_both() -> None:
+    config = PublicationConfig.model_validate(
+        {"id": "out", "table": "/lake/t", "stream": "s", "value": {"format": "bytes", "column": "payload"}}
+    )
+    with pytest.raises(PublicationError) as raised:
+        to_records(config, [{"body": b"x"}], 4)
+    assert "payload" in str(raised.value)
+    assert "body" in str(raised.value)
+    assert (raised.value.publication_id, raised.value.version) == ("out", 4)
+
+
+def test_transactions_hold_whole_versions_up_to_the_row_limit() -> None:
+    changes = [VersionChange(version=v, rows=n) for v, n in enumerate([2, 0, 3, 9, 1])]
+    assert [[c.version for c in b] for b in batches(changes, 5)] == [[0, 1, 2], [3], [4]]
+
+
+def test_a_run_starts_at_its_own_progress_or_after_what_the_previous_cluster_got() -> None:
+    east, west = Place("east", "t"), Place("west", "t")
+    first = plan_start(east, [], None, None, 4)
+    assert first.next_version == 4
+    assert first.move == Move(move_seq=0, cluster_id="east", topic="t", start_version=4)
+    moves = [first.move]
+    assert plan_start(east, moves, 9, None, 4) == (9, None)
+    assert plan_start(east, moves, None, None, 4) == (4, None)  # a move recorded, then a crash before any commit
+    moved = plan_start(west, moves, None, 9, 0)
+    assert moved == (9, Move(move_seq=1, cluster_id="west", topic="t", start_version=9))
+
+
+def test_check_refuses_a_transaction_timeout_above_the_brokers_default_maximum(tmp_path: Path) -> None:
+    (tmp_path / "metadata.yaml").write_text("clusters: {}\nstreams: {}\n")
+    config = {
+        "metadata_service": {"type": "file", "path": "metadata.yaml"},
+        "publications": [{"id": "out", "table": "t", "stream": "s", "transaction_timeout_ms": 3_600_000}],
+    }
+    (tmp_path / "dynamic_kafka.yaml").write_text(yaml.safe_dump(config))
+    report = check_project(tmp_path / "dynamic_kafka.yaml")
+    assert [p.location for p in report.problems] == ["publications[0].transaction_timeout_ms"]
+    assert "900000" in report.problems[0].message
