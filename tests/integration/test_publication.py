@@ -5,10 +5,11 @@ across kill -9 at each step, a fenced zombie, and a move of the write cluster.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import PublicationError
 from tests.support.publication import PublicationWorld
 
@@ -118,3 +119,23 @@ def test_a_stream_on_two_clusters_is_refused_naming_them(world: PublicationWorld
     assert "west: " in str(raised.value)
     assert raised.value.attributes()["publication_id"] == "out"
     assert world.ids("east") == []
+
+
+def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_run(
+    world: PublicationWorld, spark: Any
+) -> None:
+    ids = world.append(4)
+    assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
+    ids += world.append(3)
+    assert world.cli("publish").returncode == 0
+
+    reader = PipelineHarness(
+        world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
+    )
+    reader.set_streams({"orders": {"east": [world.topics["east"]]}})
+    assert reader.runner().run().status == "committed"
+    expected = [
+        json.dumps({"id": i, "name": f"n{i % 5}", "ts": "2026-01-01T00:00:00+00:00"}, separators=(",", ":")).encode()
+        for i in ids
+    ]
+    assert reader.sink_values() == sorted(expected)

@@ -75,3 +75,23 @@ def test_check_refuses_a_transaction_timeout_above_the_brokers_default_maximum(t
     report = check_project(tmp_path / "dynamic_kafka.yaml")
     assert [p.location for p in report.problems] == ["publications[0].transaction_timeout_ms"]
     assert "900000" in report.problems[0].message
+
+
+def test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothing(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from dynamic_kafka.publish.source import DeltaVersionSource
+
+    for ids in ([1, 2], [3]):
+        write_deltalake(str(tmp_path), pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+    DeltaTable(str(tmp_path)).optimize.compact()
+    source = DeltaVersionSource(PublicationConfig(id="out", table=str(tmp_path), stream="s"))
+    assert [(c.version, c.rows) for c in source.changes(0, 2)] == [(0, 2), (1, 1), (2, 0)]
+    assert sorted(r.value or b"" for r in source.records(1)) == [b'{"id":3}']
+
+    DeltaTable(str(tmp_path)).delete("id = 1")
+    with pytest.raises(PublicationError) as raised:
+        source.changes(3, 3)
+    assert raised.value.version == 3
+    assert "DELETE" in str(raised.value)
