@@ -95,3 +95,29 @@ def test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothi
         source.changes(3, 3)
     assert raised.value.version == 3
     assert "DELETE" in str(raised.value)
+
+
+def test_the_dry_run_text_names_where_which_versions_and_the_first_records() -> None:
+    from dynamic_kafka.cli.publish import format_plan
+    from dynamic_kafka.publish.publisher import PublicationPlan
+
+    plan = PublicationPlan(
+        publication_id="out",
+        table="/lake/t",
+        stream_id="s",
+        cluster_id="west",
+        topic="t2",
+        next_version=3,
+        latest_version=4,
+        versions=(VersionChange(version=3, rows=2), VersionChange(version=4, rows=0)),
+        transactions=1,
+        moves_to_cluster=True,
+        sample=({"key": "k", "value": '{"id":1}', "timestamp_ms": None},),
+    )
+    assert format_plan(plan).splitlines() == [
+        "publication out: /lake/t -> stream s on west/t2, moving the writes there",
+        "  would publish versions 3..4: 2 rows in 1 transaction(s)",
+        "  version 3: 2 rows",
+        "  version 4: 0 rows",
+        '  record: {"key": "k", "value": "{\\"id\\":1}", "timestamp_ms": null}',
+    ]
