@@ -101,18 +101,19 @@ def test_the_dry_run_text_names_where_which_versions_and_the_first_records() -> 
     from dynamic_kafka.cli.publish import format_plan
     from dynamic_kafka.publish.publisher import PublicationPlan
 
-    plan = PublicationPlan(
-        publication_id="out",
-        table="/lake/t",
-        stream_id="s",
-        cluster_id="west",
-        topic="t2",
-        next_version=3,
-        latest_version=4,
-        versions=(VersionChange(version=3, rows=2), VersionChange(version=4, rows=0)),
-        transactions=1,
-        moves_to_cluster=True,
-        sample=({"key": "k", "value": '{"id":1}', "timestamp_ms": None},),
+    where = {"publication_id": "out", "table": "/lake/t", "stream_id": "s", "cluster_id": "west", "topic": "t2"}
+    versions = (VersionChange(version=3, rows=2), VersionChange(version=4, rows=0))
+    sample = ({"key": "k", "value": '{"id":1}', "timestamp_ms": None},)
+    plan = PublicationPlan.model_validate(
+        {
+            **where,
+            "next_version": 3,
+            "latest_version": 4,
+            "versions": versions,
+            "transactions": 1,
+            "moves_to_cluster": True,
+            "sample": sample,
+        }
     )
     assert format_plan(plan).splitlines() == [
         "publication out: /lake/t -> stream s on west/t2, moving the writes there",
