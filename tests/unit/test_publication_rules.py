@@ -122,3 +122,27 @@ def test_the_dry_run_text_names_where_which_versions_and_the_first_records() -> 
         "  version 4: 0 rows",
         '  record: {"key": "k", "value": "{\\"id\\":1}", "timestamp_ms": null}',
     ]
+
+
+def test_check_refuses_a_publication_stream_that_is_unknown_or_not_one_topic_on_one_cluster(tmp_path: Path) -> None:
+    metadata = {
+        "clusters": {"east": {"bootstrap_servers": "e:9092"}, "west": {"bootstrap_servers": "w:9092"}},
+        "streams": {"one": {"east": ["t"]}, "two": {"east": ["t"], "west": ["t2"]}},
+    }
+    (tmp_path / "metadata.yaml").write_text(yaml.safe_dump(metadata))
+    config = {
+        "metadata_service": {"type": "file", "path": "metadata.yaml"},
+        "publications": [
+            {"id": stream, "table": f"t-{stream}", "stream": stream} for stream in ("one", "two", "three")
+        ],
+    }
+    (tmp_path / "dynamic_kafka.yaml").write_text(yaml.safe_dump(config))
+    report = check_project(tmp_path / "dynamic_kafka.yaml")
+    assert [(p.location, p.message) for p in report.problems] == [
+        (
+            "publications[1].stream",
+            "stream 'two' is east: t; west: t2; a publication writes to one topic on one cluster: give it a stream "
+            "of its own",
+        ),
+        ("publications[2].stream", "unknown stream 'three'; the metadata file defines: one, two"),
+    ]
