@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     )
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
+    from dynamic_kafka.publish.config import PublicationConfig
+    from dynamic_kafka.publish.protocol import PublicationOutcome
+    from dynamic_kafka.publish.publisher import Publication, PublicationPlan, PublicationStatus
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.sink.compaction import TableMaintenance
     from dynamic_kafka.sink.tables import TableInfo
@@ -63,6 +66,11 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     "Pipeline": "dynamic_kafka.pipeline",
+    "Publication": "dynamic_kafka.publish.publisher",
+    "PublicationConfig": "dynamic_kafka.publish.config",
+    "PublicationPlan": "dynamic_kafka.publish.publisher",
+    "PublicationStatus": "dynamic_kafka.publish.publisher",
+    "PublicationOutcome": "dynamic_kafka.publish.protocol",
     "load_project_config": "dynamic_kafka.config",
     "parse_metadata_file": "dynamic_kafka.metadata.file",
     "ProjectConfig": "dynamic_kafka.config",
@@ -138,6 +146,11 @@ __all__ = [
     "PipelineStatus",
     "Plan",
     "ProjectConfig",
+    "Publication",
+    "PublicationConfig",
+    "PublicationOutcome",
+    "PublicationPlan",
+    "PublicationStatus",
     "Realignment",
     "ReplayReport",
     "RunSummary",

@@ -3,8 +3,9 @@
 It reads the project config and, for a ``file`` metadata service, the metadata file; it contacts no broker,
 registry, object store or Spark. Every problem is reported, not the first one: each invalid key of both files (in
 plain words, with "did you mean" for misspelled keys), each schedule that is not a cron expression Dagster takes,
-each stream a pipeline subscribes to that the metadata file does not define, and each Avro schema file that cannot
-be read. A pipeline whose ``stream_pattern`` matches no stream of the file is a note: the stream may come later.
+each stream a pipeline subscribes to that the metadata file does not define, each publication whose stream is not
+one topic on one cluster of the file, and each Avro schema file that cannot be read. A pipeline whose
+``stream_pattern`` matches no stream of the file is a note: the stream may come later.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def check_project(path: str | Path) -> CheckReport:
         files.append(str(metadata_path))
     if project is not None and metadata is not None:
         problems += _subscription_problems(project, metadata, str(path), notes)
+        problems += _publication_problems(project, metadata, str(path))
     if project is not None:
         problems += _schema_file_problems(project, str(path))
         problems += _flink_option_problems(project, metadata, str(path), str(metadata_path), notes)
@@ -220,6 +222,31 @@ def _flink_option_problems(
         translated, refused = flink_option_findings(properties)
         notes += [f"{location}: {line}" for line in translated.values()]
         found += [Problem(file=file, location=f"{location}.{key}", message=line) for key, line in refused.items()]
+    return found
+
+
+def _publication_problems(project: ProjectConfig, metadata: MetadataFile, source: str) -> list[Problem]:
+    """A publication's stream must be in the metadata file, as one topic on one cluster (where it writes)."""
+    found = []
+    for index, publication in enumerate(project.publications):
+        placements = metadata.streams.get(publication.stream)
+        if placements is None:
+            known = ", ".join(sorted(metadata.streams)) or "(none)"
+            message = f"unknown stream {publication.stream!r}; the metadata file defines: {known}"
+        else:
+            clusters = [metadata.cluster(cid, topics) for cid, topics in placements.items()]
+            if len(clusters) == 1 and len(clusters[0].topics) == 1 and clusters[0].topic_pattern is None:
+                continue
+            shown = "; ".join(
+                f"{c.cluster_id}: {', '.join(sorted(c.topics)) or '-'}"
+                + (f" + pattern {c.topic_pattern}" if c.topic_pattern else "")
+                for c in clusters
+            )
+            message = (
+                f"stream {publication.stream!r} is {shown}; a publication writes to one topic on one cluster: "
+                "give it a stream of its own"
+            )
+        found.append(Problem(file=source, location=f"publications[{index}].stream", message=message))
     return found
 
 

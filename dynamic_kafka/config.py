@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
@@ -29,11 +30,20 @@ if TYPE_CHECKING:
 
 
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
-from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
+from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef
+from dynamic_kafka.storage import parsed_location as _location
 from dynamic_kafka.table_template import check_stream_id, default_state, fill, is_template, placeholders
 from dynamic_kafka.validation_text import plain_message, suggest_key
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_Named = TypeVar("_Named", bound=_HasId)
 
 
 class _Config(FrozenModel):
@@ -156,16 +166,6 @@ class SparkConfig(_Config):
 
 def _shown_remote(url: str) -> str:
     return url.split("/;", 1)[0] + ("/;..." if "/;" in url else "")
-
-
-def _location(value: object) -> object:
-    """Table locations are written as text (a path or URI); parse them into :class:`TableLocation`."""
-    if isinstance(value, str | Path):
-        try:
-            return parse_location(value)
-        except ConfigError as e:
-            raise ValueError(str(e)) from None
-    return value
 
 
 class SinkConfig(_Config):
@@ -737,6 +737,9 @@ class ProjectConfig(_Config):
     metadata_service: MetadataServiceConfig
     spark: SparkConfig = Field(default_factory=SparkConfig)
     pipelines: tuple[PipelineConfig, ...] = ()
+    publications: tuple[PublicationConfig, ...] = Field(
+        (), description="Delta tables published to streams, exactly once (docs/publish.md)."
+    )
     secret_references: SecretReferencePolicy = Field(
         default_factory=SecretReferencePolicy,
         description="References a metadata service other than the project's own files may use (see secrets.py).",
@@ -745,10 +748,11 @@ class ProjectConfig(_Config):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> ProjectConfig:
-        ids = [p.id for p in self.pipelines]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"pipeline ids must be unique; repeated: {', '.join(duplicates)}")
+        for kind, entries in (("pipeline", self.pipelines), ("publication", self.publications)):
+            ids = [e.id for e in entries]
+            duplicates = sorted({i for i in ids if ids.count(i) > 1})
+            if duplicates:
+                raise ValueError(f"{kind} ids must be unique; repeated: {', '.join(duplicates)}")
         _check_object_store_tables(self.pipelines)
         return self
 
@@ -765,20 +769,31 @@ class ProjectConfig(_Config):
                     buckets[location.bucket] = p.storage
         return buckets
 
+    def publication(self, publication_id: str) -> PublicationConfig:
+        """The publication named ``publication_id``.
+
+        Raises:
+            ConfigError: no such publication; the message lists the configured ones.
+        """
+        return self._named(self.publications, publication_id, "publication")
+
     def pipeline(self, pipeline_id: str) -> PipelineConfig:
         """The pipeline named ``pipeline_id``.
 
         Raises:
             ConfigError: no such pipeline; the message lists the configured ones.
         """
-        for p in self.pipelines:
-            if p.id == pipeline_id:
-                return p
-        known = ", ".join(p.id for p in self.pipelines) or "(none)"
+        return self._named(self.pipelines, pipeline_id, "pipeline")
+
+    def _named(self, entries: tuple[_Named, ...], wanted: str, kind: str) -> _Named:
+        for entry in entries:
+            if entry.id == wanted:
+                return entry
+        known = ", ".join(e.id for e in entries) or "(none)"
         raise ConfigError(
-            f"no pipeline {pipeline_id!r}; configured pipelines: {known}.",
+            f"no {kind} {wanted!r}; configured {kind}s: {known}.",
             source=str(self.source) if self.source else None,
-            hint="Pass one of them with --pipeline.",
+            hint=f"Pass one of them with --{kind}.",
         )
 
 
@@ -986,6 +1001,12 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
                     }
             rebased.append(p)
         data["pipelines"] = rebased
+    publications = data.get("publications")
+    if isinstance(publications, list):
+        data["publications"] = [
+            {k: (rebase(v) if k in ("table", "state_path") else v) for k, v in p.items()} if isinstance(p, dict) else p
+            for p in publications
+        ]
     return data
 
 

@@ -502,3 +502,42 @@ class SparkConnectUnavailableError(SparkJobError):
     Retriable: start the server (Spark's ``sbin/start-connect-server.sh``, or pyspark's ``spark-submit`` with the
     server's class, docs/deployment.md) or wait for it, then run again.
     """
+
+
+class PublicationError(DynamicKafkaError):
+    """A publication (a Delta table's new rows to a stream) cannot go on. Nothing of the failed transaction is
+    visible to ``read_committed`` readers, and its progress did not move.
+
+    Attributes:
+        publication_id: the publication.
+        table: the published Delta table's location.
+        stream_id: the stream it publishes to.
+        cluster_id: the cluster concerned, when one is.
+        version: the table version concerned, when one is.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        publication_id: str,
+        table: str,
+        stream_id: str,
+        cluster_id: str | None = None,
+        version: int | None = None,
+        retriable: bool = False,
+        hint: str | None = None,
+    ) -> None:
+        self.publication_id = publication_id
+        self.table = table
+        self.stream_id = stream_id
+        self.cluster_id = cluster_id
+        self.version = version
+        self.retriable = retriable
+        super().__init__(f"publication {publication_id!r} of {table} to stream {stream_id!r}: {message}", hint=hint)
+
+
+class PublicationFencedError(PublicationError):
+    """Another run of the publication took over its transactional id on a cluster: this run's transaction was
+    aborted and its records are invisible. Not retriable as such: the newer run publishes what this one did not.
+    """

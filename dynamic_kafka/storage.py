@@ -118,6 +118,18 @@ class TableLocation(FrozenModel):
         return parse_location(self.uri + suffix)
 
 
+def parsed_location(value: object) -> object:
+    """A config field's value as a :class:`TableLocation` when written as text (a path or URI); for a pydantic
+    ``before`` validator, so an invalid location is that field's validation error.
+    """
+    if isinstance(value, str | Path):
+        try:
+            return parse_location(value)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+    return value
+
+
 def parse_location(value: str | Path) -> TableLocation:
     """Parse a table location: a local path, ``file://`` URI, ``s3://``/``s3a://`` URI or another scheme's URI.
 

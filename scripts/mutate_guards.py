@@ -267,6 +267,31 @@ GUARDS = (
         "tests/integration/test_sink_maintenance.py::"
         "test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_file_stays",
     ),
+    Guard(
+        "publication-fences-previous-cluster",
+        "dynamic_kafka/publish/protocol.py",
+        "    session = log.open(moves[-1].place)\n    try:\n        return session.progress()\n"
+        "    finally:\n        session.close()\n",
+        "    return log.peek(moves[-1].place)\n",
+        "tests/model/test_publication_protocol.py::"
+        "test_the_publication_protocol_publishes_every_row_once_across_crashes_zombies_and_moves",
+    ),
+    Guard(
+        "publication-move-start",
+        "dynamic_kafka/publish/protocol.py",
+        "        return Start(max(own or 0, last.start_version), None)",
+        "        return Start(own or 0, None)",
+        "tests/model/test_publication_protocol.py::"
+        "test_the_publication_protocol_publishes_every_row_once_across_crashes_zombies_and_moves",
+    ),
+    Guard(
+        "publication-append-only",
+        "dynamic_kafka/publish/source.py",
+        "            elif removed:",
+        "            elif False:",
+        "tests/unit/test_publication_rules.py::"
+        "test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothing",
+    ),
 )
 
 

@@ -25,6 +25,7 @@ from dynamic_kafka.cli import health as cli_health
 from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
+from dynamic_kafka.cli import publish as cli_publish
 from dynamic_kafka.cli import realign as cli_realign
 from dynamic_kafka.errors import DynamicKafkaError
 
@@ -42,6 +43,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_maintain.register,
     cli_offsets.register,
     cli_pipeline.register,
+    cli_publish.register,
     cli_realign.register,
 )
 

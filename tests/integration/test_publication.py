@@ -1,0 +1,139 @@
+"""Publications on the session's real brokers: every row of a Delta table once to a ``read_committed`` reader,
+across kill -9 at each step, a fenced zombie, and a move of the write cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from devtools.testing.pipeline import PipelineHarness
+from dynamic_kafka.errors import PublicationError
+from tests.support.publication import PublicationWorld
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from devtools.local_kafka import ClusterEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def world(tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint]) -> PublicationWorld:
+    return PublicationWorld(tmp_path, {name: c.bootstrap_servers for name, c in kafka_clusters.items()})
+
+
+def test_each_version_is_published_once_with_its_key_headers_and_timestamp(world: PublicationWorld) -> None:
+    first = world.append(4) + world.append(3)
+    outcome = world.publication().publish()
+    assert (outcome.records, outcome.transactions, outcome.next_version) == (7, 1, 2)
+    assert world.publication().publish().records == 0
+    second = world.append(2)
+    assert world.publication().publish().first_version == 2
+
+    assert world.ids("east") == first + second
+    key, value, headers = next(r for r in world.read("east") if json.loads(r[1] or b"")["id"] == 5)
+    assert key == b"n0"
+    assert json.loads(value or b"") == {"id": 5, "name": "n0", "ts": "2026-01-01T00:00:00+00:00"}
+    assert headers == {"dynamic-kafka.table": str(world.table).encode(), "dynamic-kafka.version": b"1"}
+
+
+@pytest.mark.parametrize("point", ["publish_before_transaction", "publish_in_transaction", "publish_after_commit"])
+def test_a_run_killed_at_each_step_leaves_every_row_once_after_the_next_run(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], point: str
+) -> None:
+    # Each version a transaction of its own, so a kill after the first commit leaves a second one to do.
+    world = PublicationWorld(tmp_path, {"east": kafka_clusters["east"].bootstrap_servers}, max_rows_per_transaction=5)
+    ids = world.append(5) + world.append(4)
+    killed = world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": point})
+    assert killed.returncode == -9, killed.stderr
+    world.publication().publish()
+    assert world.ids("east") == ids
+    status = world.publication().status()
+    assert (status.last_published_version, status.rows_behind) == (1, 0)
+
+
+def test_an_older_producer_is_fenced_and_its_records_never_seen(world: PublicationWorld) -> None:
+    from dynamic_kafka.errors import KafkaClientError
+    from dynamic_kafka.kafka.transactions import TransactionalProducer, is_fenced
+    from dynamic_kafka.metadata.models import ClusterMetadata
+
+    ids = world.append(3)
+    config = world.publication().config
+    zombie = TransactionalProducer(
+        ClusterMetadata(cluster_id="east", bootstrap_servers=world.bootstrap["east"]),
+        transactional_id=config.transactional_id("east"),
+        transaction_timeout_ms=60_000,
+        group_id=config.progress_group_id,
+        topic=world.topics["east"],
+        timeout_s=20,
+    )
+    zombie.start()
+    zombie.begin()
+    zombie.send([(b"z", b'{"id": -1}', None, [])])
+    world.publication().publish()
+    with pytest.raises(KafkaClientError) as raised:
+        zombie.commit(99, "zombie")
+    zombie.close()
+    assert is_fenced(raised.value), raised.value.kafka_error
+    assert world.ids("east") == ids
+    assert world.publication().status().last_published_version == 0
+
+
+def test_a_move_of_the_write_cluster_publishes_nothing_twice_and_skips_nothing(world: PublicationWorld) -> None:
+    on_east = world.append(3)
+    world.publication().publish()
+    world.place("west")
+    on_west = world.append(2)
+    plan = world.publication().plan()
+    assert (plan.cluster_id, plan.next_version, plan.moves_to_cluster) == ("west", 1, True)
+    assert world.publication().publish().moved
+    world.place("east")
+    back_on_east = world.append(4)
+    world.publication().publish()
+
+    assert world.ids("east") == on_east + back_on_east
+    assert world.ids("west") == on_west
+    moves = [(m.cluster_id, m.start_version) for m in world.publication().status().moves]
+    assert moves == [("east", 0), ("west", 1), ("east", 2)]
+
+
+def test_a_stream_on_two_clusters_is_refused_naming_them(world: PublicationWorld) -> None:
+    world.append(1)
+    (world.folder / "metadata.yaml").write_text(
+        json.dumps(
+            {
+                "clusters": {name: {"bootstrap_servers": s} for name, s in world.bootstrap.items()},
+                "streams": {"out": {name: [world.topics[name]] for name in world.bootstrap}},
+            }
+        )
+    )
+    with pytest.raises(PublicationError) as raised:
+        world.publication().publish()
+    assert "east: " in str(raised.value)
+    assert "west: " in str(raised.value)
+    assert raised.value.attributes()["publication_id"] == "out"
+    assert world.ids("east") == []
+
+
+def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_run(
+    world: PublicationWorld, spark: Any
+) -> None:
+    ids = world.append(4)
+    assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
+    ids += world.append(3)
+    assert world.cli("publish").returncode == 0
+
+    reader = PipelineHarness(
+        world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
+    )
+    reader.set_streams({"orders": {"east": [world.topics["east"]]}})
+    assert reader.runner().run().status == "committed"
+    expected = [
+        json.dumps({"id": i, "name": f"n{i % 5}", "ts": "2026-01-01T00:00:00+00:00"}, separators=(",", ":")).encode()
+        for i in ids
+    ]
+    assert reader.sink_values() == sorted(expected)
