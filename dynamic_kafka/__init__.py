@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.pipeline import Pipeline
     from dynamic_kafka.realign import Realignment
+    from dynamic_kafka.secrets import reference_kind
     from dynamic_kafka.sink.compaction import TableMaintenance
     from dynamic_kafka.sink.tables import TableInfo
     from dynamic_kafka.status import (
@@ -107,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "format_replay": "dynamic_kafka.cli.dead_letters",
     "TableInfo": "dynamic_kafka.sink.tables",
     "TableLocation": "dynamic_kafka.storage",
+    "reference_kind": "dynamic_kafka.secrets",
     "DynamicKafkaError": "dynamic_kafka.errors",
     "ConfigError": "dynamic_kafka.errors",
     "DataLossError": "dynamic_kafka.errors",
@@ -162,6 +164,7 @@ __all__ = [
     "lag_verdict",
     "load_project_config",
     "parse_metadata_file",
+    "reference_kind",
 ]
 
 

@@ -3,9 +3,9 @@
 Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references, and references of a kind an
 orchestrator registers for the time of a task (:func:`reference_kind`, e.g. ``${airflow:conn/NAME}``). They stay
 references in every model, log line, error, state row and Dagster metadata value; :func:`resolve_properties`
-turns them into real
-values only where a Kafka or Spark client is built. Independently of references, any property whose key looks
-sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown either.
+turns them into real values only where a Kafka or Spark client is built. Independently of references, any property
+whose key looks sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown
+either.
 
 What "sensitive" means is spelled once, :data:`SENSITIVE_KEY_PATTERN`: it decides which property keys are masked,
 which ``key=value`` assignments inside a text are masked (:func:`mask_secrets`, for foreign error texts and
