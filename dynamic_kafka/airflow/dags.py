@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset
+from airflow.timetables.interval import CronDataIntervalTimetable
 
 from dynamic_kafka import load_project_config
 from dynamic_kafka.airflow.operators import (
@@ -38,6 +39,8 @@ from dynamic_kafka.airflow.triggers import MetadataChangeOperator
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from airflow.timetables.base import Timetable
 
     from dynamic_kafka import PipelineConfig, TableLocation
 
@@ -87,7 +90,9 @@ def build_dags(
     return dags
 
 
-def _dag(dag_id: str, description: str, schedule: str | None, default_args: dict[str, Any], **kwargs: Any) -> DAG:
+def _dag(
+    dag_id: str, description: str, schedule: str | Timetable | None, default_args: dict[str, Any], **kwargs: Any
+) -> DAG:
     kwargs.setdefault("start_date", START_DATE)
     return DAG(
         dag_id,
@@ -116,7 +121,8 @@ def _pipeline_dags(pipeline: PipelineConfig, path: str, pool: str, default_args:
             f"{pid}_backfill",
             f"Merges {backfill.granularity} windows of record timestamps into the sink of {pid!r} (airflow backfill "
             "create), without duplicates and without moving the incremental offsets.",
-            "@hourly" if backfill.granularity == "hourly" else "@daily",
+            # A data interval per window: Airflow 3's plain cron schedules give runs no interval.
+            CronDataIntervalTimetable("@hourly" if backfill.granularity == "hourly" else "@daily", timezone="UTC"),
             default_args,
             start_date=backfill.start,
         ) as windows:
