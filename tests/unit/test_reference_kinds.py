@@ -31,10 +31,12 @@ def test_env_and_file_cannot_be_replaced() -> None:
 
 
 def test_a_service_the_host_does_not_control_never_names_an_orchestrator_secret() -> None:
-    with pytest.raises(ConfigError, match=r"\$\{airflow:conn/kafka_east\}"):
+    # Even a policy listing every file: its lists are of env and file references, never of an orchestrator's.
+    with pytest.raises(ConfigError, match=r"\$\{airflow:conn/kafka_east\}: only your own config files") as raised:
         check_references(
             {"sasl.password": "${airflow:conn/kafka_east}"},
             cluster_id="east",
-            policy=SecretReferencePolicy(env=("ANY",)),
+            policy=SecretReferencePolicy(env=("conn/kafka_east",), files=("*",)),
             source="python service x.y",
         )
+    assert raised.value.hint == "Write the reference in the project config or its file metadata service instead."
