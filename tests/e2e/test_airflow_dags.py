@@ -16,7 +16,9 @@ from tests.support.e2e import Project, Record, create_topic, produce, sasl_proje
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.e2e
+# Each `airflow dags test` is a CLI start, a task process and a Spark job: a loaded machine needs more than the
+# suite's default ten minutes for a test's three of them.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
