@@ -1,9 +1,11 @@
 """Secret references and redaction.
 
-Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references. They stay references in every
-model, log line, error, state row and Dagster metadata value; :func:`resolve_properties` turns them into real
-values only where a Kafka or Spark client is built. Independently of references, any property whose key looks
-sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown either.
+Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references, and references of a kind an
+orchestrator registers for the time of a task (:func:`reference_kind`, e.g. ``${airflow:conn/NAME}``). They stay
+references in every model, log line, error, state row and Dagster metadata value; :func:`resolve_properties`
+turns them into real values only where a Kafka or Spark client is built. Independently of references, any property
+whose key looks sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown
+either.
 
 What "sensitive" means is spelled once, :data:`SENSITIVE_KEY_PATTERN`: it decides which property keys are masked,
 which ``key=value`` assignments inside a text are masked (:func:`mask_secrets`, for foreign error texts and
@@ -16,7 +18,8 @@ import fnmatch
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +55,33 @@ _ASSIGNMENT = re.compile(
     re.IGNORECASE,
 )
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+# Any ``${kind:name}``: env and file, or a kind registered by an orchestrator's task (_RESOLVERS). An unregistered
+# kind is left as written, as before kinds could be registered.
+_ANY_REFERENCE = re.compile(r"\$\{([a-z][a-z0-9_]*):([^}]+)\}")
+
+ReferenceResolver = Callable[[str], "str | None"]
+"""Resolves the name of a ``${kind:name}`` reference to its secret, or None when nothing has that name."""
+_RESOLVERS: dict[str, ReferenceResolver] = {}
+
+
+@contextmanager
+def reference_kind(kind: str, resolve: ReferenceResolver) -> Iterator[None]:
+    """Resolves ``${kind:name}`` references with ``resolve`` inside the block, and only there: an orchestrator's
+    task registers its own store of secrets this way (the Airflow integration: ``${airflow:conn/NAME}``), so the
+    reference is resolved where a client is built inside the task, never when the config is loaded or shown.
+
+    Example:
+        >>> with reference_kind("vault", {"kafka": "s3cr3t"}.get):
+        ...     resolve_value("${vault:kafka}", key="sasl.password", cluster_id="east")
+        's3cr3t'
+    """
+    if kind in ("env", "file"):
+        raise ValueError(f"reference kind {kind!r} is built in and cannot be replaced")
+    _RESOLVERS[kind] = resolve
+    try:
+        yield
+    finally:
+        _RESOLVERS.pop(kind, None)
 
 
 def is_sensitive_key(key: str) -> bool:
@@ -96,7 +126,7 @@ def fingerprint_form(key: str, value: str) -> str:
     """
     if not is_sensitive_key(key):
         return value
-    return value if _REFERENCE.fullmatch(value.strip()) else REDACTED
+    return value if _ANY_REFERENCE.fullmatch(value.strip()) else REDACTED
 
 
 class SecretReferencePolicy(FrozenModel):
@@ -136,8 +166,16 @@ def check_references(
         ConfigError: names the cluster, the key and the reference (a name, never a value), and the fix.
     """
     for key, value in properties.items():
-        for match in _REFERENCE.finditer(value):
+        for match in _ANY_REFERENCE.finditer(value):
             kind, name = match.group(1), match.group(2).strip()
+            if kind not in ("env", "file"):
+                # An orchestrator's store (Airflow connections...) holds every secret of the deployment: a service
+                # the host does not control never names one of them.
+                raise ConfigError(
+                    f"property {key!r} of cluster {cluster_id!r} from {source} references ${{{kind}:{name}}}: only "
+                    f"your own config files may use {kind} references.",
+                    hint="Write the reference in the project config or its file metadata service instead.",
+                )
             if not policy.allows(kind, name):
                 listed = "env" if kind == "env" else "files"
                 raise ConfigError(
@@ -159,6 +197,8 @@ def resolve_value(value: str, *, key: str, cluster_id: str) -> str:
 
     def substitute(match: re.Match[str]) -> str:
         kind, name = match.group(1), match.group(2).strip()
+        if kind not in ("env", "file"):
+            return _resolve_registered(match, key=key, cluster_id=cluster_id)
         if kind == "env":
             found = os.environ.get(name)
             if found is None:
@@ -177,7 +217,21 @@ def resolve_value(value: str, *, key: str, cluster_id: str) -> str:
                 hint="Create the file or fix the path.",
             ) from e
 
-    return _REFERENCE.sub(substitute, value)
+    return _ANY_REFERENCE.sub(substitute, value)
+
+
+def _resolve_registered(match: re.Match[str], *, key: str, cluster_id: str) -> str:
+    kind, name = match.group(1), match.group(2).strip()
+    resolve = _RESOLVERS.get(kind)
+    if resolve is None:
+        return match.group(0)
+    found = resolve(name)
+    if found is None:
+        raise ConfigError(
+            f"property {key!r} of cluster {cluster_id!r} references {kind} secret {name!r}, which does not exist.",
+            hint=f"Create {name!r} in {kind} (or fix the reference) before running.",
+        )
+    return found
 
 
 def resolve_properties(properties: Mapping[str, str], *, cluster_id: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from dagster import AssetKey, DagsterInstance
 
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
-from tests.support.e2e import Project, Record, create_topic, produce, sink_rows, unique_topic
+from tests.support.e2e import Project, Record, create_topic, produce, sasl_project, sink_rows, unique_topic
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,18 +43,7 @@ def test_the_password_is_in_no_event_metadata_failure_or_log(
     topic = unique_topic("secured")
     create_topic(client, topic, partitions=1)
     produced = produce("secured", client, topic, [Record(0, f"payment-{i}") for i in range(3)])
-    project = Project(
-        root=tmp_path,
-        clusters={"secured": sasl_cluster.bootstrap_servers},
-        properties={
-            "secured": {
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": sasl_cluster.sasl_user,
-                "sasl.password": f"${{env:{PASSWORD_ENV}}}",
-            }
-        },
-    )
+    project = sasl_project(tmp_path, sasl_cluster, f"${{env:{PASSWORD_ENV}}}")
     project.write_metadata({"payments": {"secured": [topic]}})
     project.add_pipeline("payments", ["payments"])
     job = project.definitions().resolve_job_def("payments_incremental")

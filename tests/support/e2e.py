@@ -91,6 +91,20 @@ def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, recor
     return landed
 
 
+def sasl_project(root: Path, cluster: Any, password: str, **settings: Any) -> Project:
+    """A project whose one cluster ``secured`` is the session's SASL/PLAIN cluster, its password ``password``
+    (a reference such as ``${env:NAME}``)."""
+    properties = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": cluster.sasl_user,
+        "sasl.password": password,
+    }
+    return Project(
+        root=root, clusters={"secured": cluster.bootstrap_servers}, properties={"secured": properties}, **settings
+    )
+
+
 def sink_rows(path: Path) -> list[Landed]:
     """Every row of a sink table (via delta-rs, no Spark job), in sink order."""
     from deltalake import DeltaTable

@@ -1,5 +1,5 @@
 """The library's public face: what ``dynamic_kafka`` exports, that importing one module stays cheap, that the
-Dagster integration reaches the library only through the face, and that the core never needs Dagster.
+Dagster and Airflow integrations reach the library only through the face, and that the core never needs either.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def imports_past_the_face(path: Path, root: Path = ROOT) -> list[str]:
 
     def past_the_face(module: str) -> bool:
         # The integration's own modules are its own business; the core's are reached through the face.
-        return module.startswith("dynamic_kafka.") and not module.startswith("dynamic_kafka.dagster")
+        return module.startswith("dynamic_kafka.") and not module.startswith(
+            ("dynamic_kafka.dagster", "dynamic_kafka.airflow")
+        )
 
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -63,39 +65,50 @@ def test_the_dagster_integration_imports_the_library_only_through_its_face() -> 
     assert offenders == [], "the integration imports names from `dynamic_kafka` itself (its __all__), not its modules"
 
 
-# Run in a fresh interpreter where `import dagster` fails as it does without the extra: every core module imports,
-# and the integration says which extra to install.
-_WITHOUT_DAGSTER = """
+def test_the_airflow_integration_imports_the_library_only_through_its_face() -> None:
+    sources = (ROOT / "dynamic_kafka" / "airflow").rglob("*.py")
+    offenders = [line for path in sorted(sources) for line in imports_past_the_face(path)]
+    assert offenders == [], "the integration imports names from `dynamic_kafka` itself (its __all__), not its modules"
+
+
+# Run in a fresh interpreter where `import dagster` and `import airflow` fail as they do without the extras: every
+# core module imports, and each integration says which extra to install.
+_WITHOUT_ORCHESTRATORS = """
 import importlib, importlib.abc, pkgutil, sys
 
-class NoDagster(importlib.abc.MetaPathFinder):
+ORCHESTRATORS = ("dagster", "dagster_pipes", "airflow")
+
+class NoOrchestrator(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "dagster" or name.startswith(("dagster.", "dagster_")):
+        if name.split(".")[0] in ORCHESTRATORS or name.startswith("dagster_"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
-sys.meta_path.insert(0, NoDagster())
+sys.meta_path.insert(0, NoOrchestrator())
 import dynamic_kafka
 core = [m.name for m in pkgutil.walk_packages(dynamic_kafka.__path__, "dynamic_kafka.")
-        if not m.name.startswith("dynamic_kafka.dagster") and not m.name.endswith(".__main__")]
+        if not m.name.startswith(("dynamic_kafka.dagster", "dynamic_kafka.airflow"))
+        and not m.name.endswith(".__main__")]
 for name in core:
     importlib.import_module(name)
-print(len(core), sorted(m for m in sys.modules if m.split(".")[0] in ("dagster", "dagster_pipes")))
-try:
-    import dynamic_kafka.dagster
-except ImportError as error:
-    print(error)
+print(len(core), sorted(m for m in sys.modules if m.split(".")[0] in ORCHESTRATORS))
+for integration in ("dynamic_kafka.dagster", "dynamic_kafka.airflow"):
+    try:
+        importlib.import_module(integration)
+    except ImportError as error:
+        print(error)
 """
 
 
-def test_the_core_imports_every_module_without_dagster_and_the_integration_names_its_extra() -> None:
-    done = subprocess.run([sys.executable, "-c", _WITHOUT_DAGSTER], capture_output=True, text=True, check=False)
+def test_the_core_imports_every_module_without_dagster_or_airflow_and_each_integration_names_its_extra() -> None:
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_ORCHESTRATORS], capture_output=True, text=True, check=False)
 
     assert done.returncode == 0, done.stderr
-    imported, integration = done.stdout.splitlines()
+    imported, dagster, airflow = done.stdout.splitlines()
     assert int(imported.split()[0]) > 50, imported  # the walk saw the core, not an empty package
     assert imported.endswith(" []"), imported
-    assert 'install the extra with `pip install "dynamic-kafka[dagster]"`' in integration
+    assert 'install the extra with `pip install "dynamic-kafka[dagster]"`' in dagster
+    assert 'install the extra with `pip install "dynamic-kafka[airflow]"`' in airflow
 
 
 def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
