@@ -16,7 +16,7 @@ from tests.support.publication import PublicationWorld
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from devtools.local_kafka import ClusterEndpoint
+    from devtools.local_kafka import ClusterEndpoint, LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +137,29 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
         for i in ids
     ]
     assert reader.sink_values() == sorted(expected)
+
+
+def test_a_publication_to_a_sasl_cluster_shows_its_password_nowhere(
+    tmp_path: Path, sasl_cluster: LocalCluster, sasl_password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PUBLICATION_TEST_PASSWORD", sasl_password)
+    properties = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "ingest",
+        "sasl.password": "${env:PUBLICATION_TEST_PASSWORD}",
+    }
+    world = PublicationWorld(
+        tmp_path,
+        {"secured": sasl_cluster.bootstrap_servers},
+        properties={"secured": properties},
+        clients={"secured": sasl_cluster.client_config(sasl_password)},
+    )
+    ids = world.append(3)
+    results = [world.cli(*command) for command in (("publish", "--dry-run"), ("-v", "publish"), ("publish", "status"))]
+
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    assert world.ids("secured") == ids
+    for result in results:
+        assert sasl_password not in result.stdout + result.stderr
+    assert "3 records" in results[1].stdout

@@ -16,7 +16,7 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import write_deltalake
 
-from devtools.testing.kafka import create_topic, unique_name
+from devtools.testing.kafka import client_config, create_topic, unique_name
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.publish.publisher import Publication
 
@@ -32,14 +32,26 @@ class PublicationWorld:
     one placement :meth:`place` sets; topics of 3 partitions are created on each named cluster.
     """
 
-    def __init__(self, folder: Path, bootstrap: Mapping[str, str], **publication: Any) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        bootstrap: Mapping[str, str],
+        *,
+        properties: Mapping[str, Mapping[str, str]] | None = None,
+        clients: Mapping[str, Mapping[str, Any]] | None = None,
+        **publication: Any,
+    ) -> None:
+        """``properties``: a cluster's properties in the metadata file; ``clients``: the test's own client
+        settings for a cluster (default: its bootstrap servers alone)."""
         self.folder = folder
         self.bootstrap = dict(bootstrap)
+        self.properties = {name: dict(p) for name, p in (properties or {}).items()}
+        self.clients: dict[str, Any] = {name: (clients or {}).get(name, servers) for name, servers in bootstrap.items()}
         self.table = folder / "table"
         self.config_path = folder / "dynamic_kafka.yaml"
         self.topics = {cluster: unique_name("published") for cluster in self.bootstrap}
         for cluster, topic in self.topics.items():
-            create_topic(self.bootstrap[cluster], topic, 3)
+            create_topic(self.clients[cluster], topic, 3)
         self.next_id = 0
         config = {
             "metadata_service": {"type": "file", "path": "metadata.yaml"},
@@ -61,7 +73,10 @@ class PublicationWorld:
     def place(self, cluster: str) -> None:
         """The stream ``out`` is the topic of ``cluster`` (a metadata change of the write cluster)."""
         document = {
-            "clusters": {name: {"bootstrap_servers": servers} for name, servers in self.bootstrap.items()},
+            "clusters": {
+                name: {"bootstrap_servers": servers, "properties": self.properties.get(name, {})}
+                for name, servers in self.bootstrap.items()
+            },
             "streams": {"out": {cluster: [self.topics[cluster]]}},
         }
         (self.folder / "metadata.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
@@ -96,7 +111,7 @@ class PublicationWorld:
         """Every record of ``cluster``'s topic a ``read_committed`` consumer sees, in partition and offset order."""
         consumer = Consumer(
             {
-                "bootstrap.servers": self.bootstrap[cluster],
+                **client_config(self.clients[cluster]),
                 "group.id": unique_name("reader"),
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
