@@ -457,3 +457,13 @@ def test_a_stream_table_first_landed_after_a_state_backup_is_refused_after_the_r
         r.realign()
         r.run_clean()
         assert r.m.harness.lake.tables["s2"].txn["p"] == 3
+
+
+@pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+def test_35_16_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into() -> None:
+    with machine_without("35.16", per_stream=True) as r:
+        r.place_topic_in_use(cid="c1", count=1, sid="s1", topic="a")
+        r.m.harness.backfill(r.m.world.clock_ms - 10, r.m.world.clock_ms + 1, None)  # a[0]@0 into s1's table
+        r.m._after_state_change()
+        r.rename_stream(sid="s1", to="s0")  # s0 sorts first; the state has no row of a to pin it to s1
+        r.run_clean()  # a[0]@0 lands in s0's table too: the dedupe below the frontier reads s0's table only
