@@ -21,6 +21,8 @@ from dynamic_kafka.config import ProjectConfig, load_yaml, validate_project_data
 from dynamic_kafka.cron import cron_problem
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.file import MetadataFile
+from dynamic_kafka.references import expand
+from dynamic_kafka.secrets import is_sensitive_key
 
 
 class Problem(BaseModel):
@@ -95,7 +97,10 @@ def _report(
 
 
 def _read(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
-    """The file's top-level mapping, or None (with the problem recorded) when it cannot be read as one."""
+    """The file's top-level mapping with its references resolved, or None (with the problem recorded) when it
+    cannot be read as one. Every reference problem is recorded, secrets' included (they are resolved only when a
+    client is built, but an unset variable or a missing file is knowable now).
+    """
     try:
         raw = load_yaml(path)
     except ConfigError as e:
@@ -106,7 +111,9 @@ def _read(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         problems.append(Problem(file=str(path), location="(file)", message="write a mapping of keys, not a list"))
         return None
-    return raw
+    expanded, unresolved = expand(raw, sensitive=is_sensitive_key, check_deferred=True)
+    problems += [Problem(file=str(path), location=loc, message=m) for loc, m in unresolved]
+    return dict(expanded)
 
 
 def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.references import expand
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
@@ -878,6 +879,24 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax.") from e
 
 
+def expand_references(raw: Any, path: Path) -> Any:
+    """``raw``, the parsed file ``path``, with the references of its values resolved (see
+    :mod:`dynamic_kafka.references`: secrets stay references until a client is built).
+
+    Raises:
+        ConfigError: every reference that cannot be resolved, or is of an unknown kind, each with its key path.
+    """
+    expanded, problems = expand(raw, sensitive=is_sensitive_key)
+    if problems:
+        lines = [f"{location}: {message}" for location, message in problems]
+        raise ConfigError(
+            "unresolvable references:\n  " + "\n  ".join(lines),
+            source=str(path),
+            hint="\nFix the values listed above.",
+        )
+    return expanded
+
+
 def describe_validation_error(error: ValidationError, source: str, model: type[BaseModel] | None = None) -> ConfigError:
     """One ConfigError listing every invalid key as ``a.b[0].c: problem``, in plain words (see
     :func:`validation_problems`).
@@ -990,11 +1009,11 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def load_project_config(path: str | Path) -> ProjectConfig:
-    """Loads and validates a project config file.
+    """Loads and validates a project config file, resolving the references of its values.
 
     Raises:
-        ConfigError: unreadable file, malformed YAML, unknown keys, wrong types or invalid values; the message
-            names the file and every bad key.
+        ConfigError: unreadable file, malformed YAML, unresolvable references, unknown keys, wrong types or invalid
+            values; the message names the file and every bad key.
 
     Example:
         >>> config = load_project_config("dynamic_kafka.yaml")  # doctest: +SKIP
@@ -1009,7 +1028,7 @@ def load_project_config(path: str | Path) -> ProjectConfig:
             hint="See the README's 'Project config' section.",
         )
     try:
-        return validate_project_data(raw, path)
+        return validate_project_data(expand_references(raw, path), path)
     except ValidationError as e:
         raise describe_validation_error(e, str(path), ProjectConfig) from None
 

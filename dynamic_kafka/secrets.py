@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import Field
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.references import UnresolvableReferenceError, is_reference, references_in, substitute
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -51,7 +51,6 @@ _ASSIGNMENT = re.compile(
     rf"""((?:{SENSITIVE_KEY_PATTERN})[\w.-]*\s*[=:]\s*)(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s"';,]+))""",
     re.IGNORECASE,
 )
-_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 
 
 def is_sensitive_key(key: str) -> bool:
@@ -96,7 +95,7 @@ def fingerprint_form(key: str, value: str) -> str:
     """
     if not is_sensitive_key(key):
         return value
-    return value if _REFERENCE.fullmatch(value.strip()) else REDACTED
+    return value if is_reference(value) else REDACTED
 
 
 class SecretReferencePolicy(FrozenModel):
@@ -136,8 +135,8 @@ def check_references(
         ConfigError: names the cluster, the key and the reference (a name, never a value), and the fix.
     """
     for key, value in properties.items():
-        for match in _REFERENCE.finditer(value):
-            kind, name = match.group(1), match.group(2).strip()
+        for reference in references_in(value):
+            kind, name = reference.kind, reference.name
             if not policy.allows(kind, name):
                 listed = "env" if kind == "env" else "files"
                 raise ConfigError(
@@ -150,34 +149,17 @@ def check_references(
 
 
 def resolve_value(value: str, *, key: str, cluster_id: str) -> str:
-    """Replaces every ``${env:NAME}`` / ``${file:PATH}`` reference in ``value`` with the secret it names.
+    """Replaces every ``${env:NAME}`` / ``${env:NAME:-default}`` / ``${file:PATH}`` reference in ``value`` with
+    what it names (see :mod:`dynamic_kafka.references`).
 
     Raises:
-        ConfigError: a referenced variable is unset or a referenced file cannot be read. The message names the
-            reference, never its value.
+        ConfigError: a reference is of an unknown kind, names an unset variable or an unreadable file. The message
+            names the reference, never its value.
     """
-
-    def substitute(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2).strip()
-        if kind == "env":
-            found = os.environ.get(name)
-            if found is None:
-                raise ConfigError(
-                    f"property {key!r} of cluster {cluster_id!r} references environment variable {name!r}, "
-                    "which is not set.",
-                    hint=f"Export {name} before running.",
-                )
-            return found
-        try:
-            return Path(name).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(
-                f"property {key!r} of cluster {cluster_id!r} references file {name!r}, which cannot be read "
-                f"({e.strerror}).",
-                hint="Create the file or fix the path.",
-            ) from e
-
-    return _REFERENCE.sub(substitute, value)
+    try:
+        return substitute(value)
+    except UnresolvableReferenceError as e:
+        raise ConfigError(f"property {key!r} of cluster {cluster_id!r}: {e}.") from e
 
 
 def resolve_properties(properties: Mapping[str, str], *, cluster_id: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.references import UnresolvableReferenceError, substitute
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -45,7 +46,6 @@ SUPPORTED_SCHEMES = frozenset({"file", *S3_SCHEMES, "gs", "abfs", "abfss"})
 _CONDITIONAL_PUT_KEYS = frozenset({"aws_conditional_put", "conditional_put"})
 _LEFTOVER_KEYS = frozenset({"aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo_lock_table_name"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 _SECRET_OPTION = re.compile(r"(?i)secret|token|password|access_key|account_key|sas_key|service_account_key")
 # Bucket names per the S3 rules that matter for addressing: 3-63 of lowercase letters, digits, dots and hyphens.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -241,27 +241,13 @@ class StorageConfig(FrozenModel):
 
 
 def _resolve(secret: SecretStr, *, field: str, owner: str) -> str:
-    """Replace ``${env:NAME}`` / ``${file:PATH}`` references in a storage secret; errors name the reference only."""
-
-    def substitute(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2).strip()
-        if kind == "env":
-            found = os.environ.get(name)
-            if found is None:
-                raise ConfigError(
-                    f"storage option {field!r} of {owner} references environment variable {name!r}, which is not set.",
-                    hint=f"Export {name} before running.",
-                )
-            return found
-        try:
-            return Path(name).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(
-                f"storage option {field!r} of {owner} references file {name!r}, which cannot be read ({e.strerror}).",
-                hint="Create the file or fix the path.",
-            ) from e
-
-    return _REFERENCE.sub(substitute, secret.get_secret_value())
+    """Replace the references in a storage secret (see :mod:`dynamic_kafka.references`); errors name the reference
+    only.
+    """
+    try:
+        return substitute(secret.get_secret_value())
+    except UnresolvableReferenceError as e:
+        raise ConfigError(f"storage option {field!r} of {owner}: {e}.") from e
 
 
 def _credentials(storage: StorageConfig, owner: str) -> tuple[str, str, str | None] | None:

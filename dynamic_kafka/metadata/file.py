@@ -40,7 +40,13 @@ from pydantic import (
     field_validator,
 )
 
-from dynamic_kafka.config import StringProperties, checked_regex, describe_validation_error, load_yaml
+from dynamic_kafka.config import (
+    StringProperties,
+    checked_regex,
+    describe_validation_error,
+    expand_references,
+    load_yaml,
+)
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -193,7 +199,7 @@ def parse_metadata_file(path: Path) -> MetadataFile:
     if not isinstance(raw, dict):
         raise ConfigError("the metadata file must be a mapping with `clusters` and `streams`.", source=str(path))
     try:
-        return MetadataFile.model_validate(raw)
+        return MetadataFile.model_validate(expand_references(raw, path))
     except ValidationError as e:
         raise describe_validation_error(e, str(path), MetadataFile) from None
 

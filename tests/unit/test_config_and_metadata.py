@@ -292,5 +292,5 @@ class TestSecrets:
         assert "hunter2" not in repr(literal) + str(literal)
 
     def test_unset_variable_names_reference_not_value(self) -> None:
-        with pytest.raises(ConfigError, match="environment variable 'NOPE_PW', which is not set"):
+        with pytest.raises(ConfigError, match="environment variable 'NOPE_PW' is not set"):
             resolve_properties({"sasl.password": "${env:NOPE_PW}"}, cluster_id="c")
