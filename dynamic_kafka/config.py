@@ -742,6 +742,11 @@ class ProjectConfig(_Config):
         default_factory=SecretReferencePolicy,
         description="References a metadata service other than the project's own files may use (see secrets.py).",
     )
+    allow_literal_secrets: bool = Field(
+        False,
+        description="Let `dynamic-kafka check` accept secrets written as literals in the config and metadata files "
+        "(a local demo's password); by default each one is a problem: write ${env:NAME} or ${file:PATH} instead.",
+    )
     source: Path | None = Field(None, description="The file this config was loaded from.")
 
     @model_validator(mode="after")
@@ -789,8 +794,11 @@ class _DuplicateKeyError(yaml.constructor.ConstructorError):
 
 class _StrictLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain PyYAML keeps the last one silently,
-    so a second ``orders:`` would replace the first stream).
+    so a second ``orders:`` would replace the first stream), or records it in ``duplicates`` when that is a list
+    (``check`` reports it with the rest of the file's problems).
     """
+
+    duplicates: list[_DuplicateKeyError] | None = None
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -804,12 +812,15 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         except TypeError:
             continue  # an unhashable key: SafeLoader reports it below
         if first is not None:
-            raise _DuplicateKeyError(
+            error = _DuplicateKeyError(
                 None,
                 None,
                 f"duplicate key {key!r} (first at line {first.start_mark.line + 1}); YAML would keep only the last",
                 key_node.start_mark,
             )
+            if loader.duplicates is None:
+                raise error
+            loader.duplicates.append(error)
         seen[key] = key_node
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
@@ -817,9 +828,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_yaml(text: str) -> Any:
-    """Parses YAML like ``yaml.safe_load``, but a key repeated in one mapping is an error (``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+def parse_yaml(text: str, duplicates: list[_DuplicateKeyError] | None = None) -> Any:
+    """Parses YAML like ``yaml.safe_load``, but a key repeated in one mapping is an error (``yaml.YAMLError``), or,
+    given a ``duplicates`` list, recorded there (the last one kept, as YAML would).
+    """
+    loader = _StrictLoader(text)
+    loader.duplicates = duplicates
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
@@ -855,28 +873,37 @@ def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
             reached.setdefault(bucket, (p.id, p.storage))
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path, duplicates: list[ConfigError] | None = None) -> Any:
     """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line.
 
-    A key repeated in one mapping is refused (naming the key and both lines), not silently replaced.
+    A key repeated in one mapping is refused (naming the key and both lines), not silently replaced; given a
+    ``duplicates`` list, each such key is added to it as a ConfigError instead, and the file is read on.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path.") from e
+    found: list[_DuplicateKeyError] | None = None if duplicates is None else []
     try:
-        return parse_yaml(text)
+        return parse_yaml(text, found)
     except _DuplicateKeyError as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
-        raise ConfigError(
-            f"{e.problem} at {where}.", source=str(path), hint="Remove or rename one of the two entries."
-        ) from None
+        raise _duplicate_key(e, path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax.") from e
+    finally:
+        if duplicates is not None and found:
+            duplicates += [_duplicate_key(e, path) for e in found]
+
+
+def _duplicate_key(error: _DuplicateKeyError, path: Path) -> ConfigError:
+    mark = error.problem_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+    return ConfigError(
+        f"{error.problem} at {where}.", source=str(path), hint="Remove or rename one of the two entries."
+    )
 
 
 def expand_references(raw: Any, path: Path) -> Any:
