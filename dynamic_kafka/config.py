@@ -484,6 +484,12 @@ class PipelineConfig(_Config):
     )
     on_data_loss: Literal["fail", "skip"] = "fail"
     on_topic_recreated: Literal["fail", "reset"] = "fail"
+    on_topic_missing: Literal["fail", "warn"] = Field(
+        "fail",
+        description="A topic the metadata lists that does not exist on its cluster: fail the run (default, so a "
+        "schedule does not stay green while landing nothing), or warn, land the other topics, and read the topic "
+        "once it exists.",
+    )
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     kafka_timeout_seconds: float = Field(

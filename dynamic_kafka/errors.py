@@ -242,6 +242,24 @@ class TopicRecreatedError(PlanningError):
         )
 
 
+class TopicMissingError(PlanningError):
+    """Topics the metadata lists do not exist on their clusters, and ``on_topic_missing: fail`` (the default): a
+    run that would land nothing from them, schedule after schedule, fails instead.
+
+    Attributes:
+        missing: (cluster id, topic) of each missing topic.
+    """
+
+    def __init__(self, missing: Sequence[tuple[str, str]]) -> None:
+        self.missing: tuple[tuple[str, str], ...] = tuple(missing)
+        shown = ", ".join(f"{topic!r} on cluster {cluster_id!r}" for cluster_id, topic in self.missing)
+        super().__init__(
+            f"the metadata lists topics that do not exist: {shown}; nothing was written.",
+            hint="Create the topics, or fix the metadata. To land the other topics and only warn about missing "
+            "ones (a topic created later), set `on_topic_missing: warn` on the pipeline.",
+        )
+
+
 class RunInProgressError(DynamicKafkaError):
     """Another run of the same pipeline holds the next run_seq (or a backfill of it holds the backfill lease).
 
