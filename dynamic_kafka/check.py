@@ -77,6 +77,7 @@ def check_project(path: str | Path) -> CheckReport:
     if project is not None:
         problems += _schema_file_problems(project, str(path))
         problems += _shared_table_problems(project, str(path))
+        problems += _uncreatable_table_problems(project, str(path))
     return _report(
         files,
         tuple(p.id for p in project.pipelines) if project is not None else (),
@@ -169,9 +170,13 @@ def _literal_secret_problems(document: Any, source: str, path: tuple[str | int, 
     return [Problem(file=source, location=key_path(path), message=message)]
 
 
+_TABLE_KEYS = {"sink": "sink.path", "dead_letter": "sink.dead_letter_path", "state": "state_path"}
+"""The config key of each table role (what a problem about the table points at)."""
+_MOVE_IT = "choose a folder this user may write"
+
+
 def _shared_table_problems(project: ProjectConfig, source: str) -> list[Problem]:
     """Each table two pipelines (or two roles of one) would write: the state table lets one run write a table."""
-    keys = {"sink": "sink.path", "dead_letter": "sink.dead_letter_path", "state": "state_path"}
     owners: dict[str, str] = {}
     found = []
     for index, pipeline in enumerate(project.pipelines):
@@ -182,13 +187,21 @@ def _shared_table_problems(project: ProjectConfig, source: str) -> list[Problem]
                 found.append(
                     Problem(
                         file=source,
-                        location=f"pipelines[{index}].{keys[role]}",
+                        location=f"pipelines[{index}].{_TABLE_KEYS[role]}",
                         message=f"{table.location.uri} is also {owners[where]}; give each pipeline its own sink, "
                         "dead-letter and state locations",
                     )
                 )
             owners.setdefault(where, owner)
     return found
+
+
+def _uncreatable_table_problems(project: ProjectConfig, source: str) -> list[Problem]:
+    return [
+        Problem(file=source, location=f"pipelines[{index}].{_TABLE_KEYS[role]}", message=f"{problem}; {_MOVE_IT}")
+        for index, pipeline in enumerate(project.pipelines)
+        for role, problem in pipeline.uncreatable_tables().items()
+    ]
 
 
 def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
-from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location
+from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parse_location, uncreatable
 from dynamic_kafka.table_template import check_stream_id, default_state, fill, is_template, placeholders
 from dynamic_kafka.validation_text import plain_message, suggest_key
 
@@ -725,6 +725,31 @@ class PipelineConfig(_Config):
     def state_table(self) -> TableRef:
         """The state table as delta-rs reaches it."""
         return TableRef(self.resolved_state_path, self.storage, owner=f"pipeline {self.id!r}")
+
+    def uncreatable_tables(self) -> dict[str, str]:
+        """By role, why a local table of the pipeline cannot be created (see
+        :func:`~dynamic_kafka.storage.uncreatable`), once per blocking folder: a sink under a file has its dead
+        letters and state there too.
+        """
+        found: dict[str, str] = {}
+        for role, table in self.tables().items():
+            problem = uncreatable(table.location, f"the {role.replace('_', '-')} table")
+            if problem is not None and not any(p.split(":")[0] == problem.split(":")[0] for p in found.values()):
+                found[role] = problem
+        return found
+
+    def refuse_uncreatable_tables(self) -> None:
+        """Refuses a pipeline whose local tables cannot be created, before anything is read or written.
+
+        Raises:
+            ConfigError: names each such table, the folder in the way and the fix.
+        """
+        problems = self.uncreatable_tables()
+        if problems:
+            raise ConfigError(
+                f"pipeline {self.id!r}: {'; '.join(problems.values())}.",
+                hint="Choose a folder this user may write (sink.path, or state_path and sink.dead_letter_path).",
+            )
 
     def tables(self) -> dict[str, TableRef]:
         """Every table of the pipeline by role: ``sink``, ``dead_letter``, ``state`` (for a table per stream, the

@@ -55,6 +55,44 @@ class ConfigError(DynamicKafkaError):
         super().__init__(f"{prefix}{message}", hint=hint)
 
 
+class HostError(DynamicKafkaError):
+    """The machine refused something a command needs (a file or folder, a permission, disk space, a socket): an
+    ``OSError`` no module wrapped more precisely.
+
+    Attributes:
+        path: the file or folder concerned, when the OS named one.
+    """
+
+    def __init__(self, error: OSError) -> None:
+        self.path = error.filename if isinstance(error.filename, str) else None
+        # A connection refused or reset, or a timeout, can pass; a missing file or a permission cannot.
+        self.retriable = isinstance(error, ConnectionError | TimeoutError)
+        what = error.strerror or str(error) or type(error).__name__
+        where = f": {self.path!r}" if self.path else ""
+        super().__init__(
+            f"the operating system refused an operation ({what}{where}).",
+            hint="Check that the path exists and is a folder this user may write, that the disk has space, and "
+            "that the services named in the config run; then run again.",
+        )
+
+
+class UnexpectedError(DynamicKafkaError):
+    """An error no module of dynamic-kafka expected (a library's, or a bug): shown as one paragraph, never as a
+    traceback (``-v`` logs it).
+
+    Attributes:
+        error_type: the class name of the original error.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        self.error_type = type(error).__name__
+        super().__init__(
+            f"unexpected {self.error_type}: {str(error).rstrip('.')}.",
+            hint="Nothing is half written (every write commits whole or not at all). Run again with -v for the "
+            "traceback, and report it if it repeats.",
+        )
+
+
 class UnknownStreamError(ConfigError):
     """A subscriber names a stream id that the metadata service does not know."""
 

@@ -118,6 +118,34 @@ class TableLocation(FrozenModel):
         return parse_location(self.uri + suffix)
 
 
+# Kernel file systems: they take no folders from anyone, root included (whom os.access would wave through).
+_PSEUDO_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
+
+
+def uncreatable(location: TableLocation, what: str) -> str | None:
+    """Why the local table ``location`` cannot be created (its nearest existing folder is a file, a kernel file
+    system, or not writable), or None; ``what`` names the table in the message ("the sink table"). Object-store
+    locations, and tables that exist, are not judged. A per-stream template is judged by its fixed part.
+
+    Example:
+        >>> uncreatable(parse_location("/proc/lake/orders"), "the sink table")
+        '/proc takes no folders: the sink table /proc/lake/orders cannot be created under it'
+    """
+    if not location.is_local:
+        return None
+    folder = Path(location.uri.split("{", 1)[0])
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    pseudo = next((p for p in _PSEUDO_FILE_SYSTEMS if folder == p or p in folder.parents), None)
+    if pseudo is not None:
+        return f"{pseudo} takes no folders: {what} {location.uri} cannot be created under it"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder: {what} {location.uri} cannot be created under it"
+    if Path(location.uri).exists() or os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return f"this user may not write the folder {folder}: {what} {location.uri} cannot be created under it"
+
+
 def parse_location(value: str | Path) -> TableLocation:
     """Parse a table location: a local path, ``file://`` URI, ``s3://``/``s3a://`` URI or another scheme's URI.
 

@@ -3,9 +3,11 @@
 Each group lives in its own module with a ``register(subparsers)`` function that adds its parser and sets a
 ``handler`` (``Namespace -> exit code``) on every leaf command. To add a group, write its module and list its
 ``register`` in ``_GROUPS``. Errors from the library (:class:`DynamicKafkaError`) become one paragraph on stderr
-and exit code 1; results go to stdout. With ``--json`` anywhere on the command line, errors are one JSON document
-on stderr instead (``{"error": {"type", "message", "hint", "retriable"}}``), usage errors included (exit code 2),
-so a program reads stdout for the result and stderr for the error, never prose.
+and exit code 1; so does any other error (an ``OSError`` as :class:`HostError`, anything else as
+:class:`UnexpectedError`, its traceback logged only with ``-v``): never a traceback. Results go to stdout. With
+``--json`` anywhere on the command line, errors are one JSON document on stderr instead
+(``{"error": {"type", "message", "hint", "retriable"}}``), usage errors included (exit code 2), so a program reads
+stdout for the result and stderr for the error, never prose.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import realign as cli_realign
-from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.errors import DynamicKafkaError, HostError, UnexpectedError
+from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+_LOG = logging.getLogger(__name__)
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
 
@@ -103,11 +108,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except DynamicKafkaError as e:
-        print(error_document(e) if json_errors else f"dynamic-kafka: error: {e}", file=sys.stderr)
-        return 1
+        return _failed(e, json_errors=json_errors)
+    except OSError as e:
+        _LOG.info("the operating system's error, in full", exc_info=True)
+        return _failed(HostError(e), json_errors=json_errors)
+    except Exception as e:  # the CLI's last line: an error, never a traceback
+        _LOG.info("the unexpected error, in full", exc_info=True)
+        return _failed(UnexpectedError(e), json_errors=json_errors)
     except KeyboardInterrupt:
         print("dynamic-kafka: interrupted", file=sys.stderr)
         return 130
+
+
+def _failed(error: DynamicKafkaError, *, json_errors: bool) -> int:
+    """Print ``error`` as one paragraph (or its JSON document) on stderr, secrets masked; the exit code."""
+    text = error_document(error) if json_errors else f"dynamic-kafka: error: {error}"
+    print(mask_secrets(text), file=sys.stderr)
+    return 1
 
 
 def run() -> None:
