@@ -151,9 +151,15 @@ class WireFormatError(DynamicKafkaError):
 
 
 class MetadataServiceError(DynamicKafkaError):
-    """The Kafka metadata service could not be reached or returned something unusable."""
+    """The Kafka metadata service could not be reached or returned something unusable (retriable unless said
+    otherwise: a missing metadata file does not come back by waiting).
+    """
 
     retriable = True
+
+    def __init__(self, message: str, *, hint: str | None = None, retriable: bool = True) -> None:
+        self.retriable = retriable
+        super().__init__(message, hint=hint)
 
 
 class KafkaClientError(DynamicKafkaError):

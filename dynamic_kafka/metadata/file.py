@@ -186,12 +186,15 @@ def parse_metadata_file(path: Path) -> MetadataFile:
     """Reads and validates a metadata file.
 
     Raises:
-        MetadataServiceError: the file cannot be read now (it may be being replaced; retrying can help).
+        MetadataServiceError: the file does not exist (not retriable).
         ConfigError: the file is malformed or invalid; the message names the key and the fix.
     """
     if not path.exists():
+        # Not retriable: a file replaced by a rename is never missing, so a missing one is a config problem.
         raise MetadataServiceError(
-            f"metadata file {str(path)!r} does not exist.", hint="Create it or fix metadata_service.path."
+            f"metadata file {str(path)!r} does not exist.",
+            hint="Create it or fix metadata_service.path.",
+            retriable=False,
         )
     raw = load_yaml(path)
     if raw is None:

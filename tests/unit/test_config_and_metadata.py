@@ -166,10 +166,6 @@ class TestMetadataFile:
         with pytest.raises(ConfigError, match="uses cluster 'north', which is not defined under `clusters`"):
             FileMetadataService(path).get_all_streams()
 
-    def test_missing_file_is_a_retriable_service_error(self, tmp_path: Path) -> None:
-        with pytest.raises(MetadataServiceError) as info:
-            FileMetadataService(tmp_path / "gone.yaml").get_all_streams()
-        assert info.value.retriable
 
 
 class TestPatternsAndPartitionSets:
