@@ -167,7 +167,6 @@ class TestMetadataFile:
             FileMetadataService(path).get_all_streams()
 
 
-
 class TestPatternsAndPartitionSets:
     """Issue 27 item 2: a placement may be a topic pattern and/or topics with partition sets."""
 
