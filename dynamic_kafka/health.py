@@ -277,7 +277,8 @@ def reachable_lag_verdict(lag: LagVerdict, unreachable: Sequence[str]) -> Health
     return _warning(
         "lag",
         False,
-        f"no answer from cluster(s) {', '.join(unreachable)}: the lag there is unknown ({lag.description})",
+        f"lag unknown: no answer from cluster(s) {', '.join(unreachable)} (known lag on the clusters that answered: "
+        f"{lag.description.removeprefix('lag ')})",
     )
 
 
