@@ -1,5 +1,5 @@
 """What cannot get better by waiting fails at once and is not retriable (so Dagster does not retry it either): a
-missing metadata file.
+missing metadata file, a refused connection.
 """
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from devtools.testing.clusters import distinct_free_ports
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.errors import MetadataServiceError
+from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError
+from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.metadata.file import FileMetadataService
+from dynamic_kafka.metadata.models import ClusterMetadata
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,3 +45,15 @@ def test_plan_with_a_missing_metadata_file_fails_at_the_first_attempt(
     assert (error["type"], error["retriable"]) == ("MetadataServiceError", False)
     assert "gone.yaml' does not exist" in error["message"]
     assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+
+
+def test_a_refused_connection_fails_at_once_and_is_not_retriable() -> None:
+    (port,) = distinct_free_ports(1)
+    cluster = ClusterMetadata(cluster_id="east", bootstrap_servers=f"127.0.0.1:{port}")
+
+    # The deadline is far: an error before it that says "refused" is one that did not wait for it.
+    with KafkaAdmin(cluster, timeout_s=60) as admin, pytest.raises(ClusterUnreachableError) as raised:
+        admin.describe_topics(["orders"])
+
+    assert raised.value.retriable is False
+    assert f"brokers 127.0.0.1:{port} refused the connection" in str(raised.value)
