@@ -1,24 +1,29 @@
 """What cannot get better by waiting fails at once and is not retriable (so Dagster does not retry it either): a
-missing metadata file, a refused connection.
+missing metadata file, a refused connection; and health asks its questions at once, not one timeout after another.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from devtools.testing.clusters import distinct_free_ports
+from dynamic_kafka import Pipeline
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError
+from dynamic_kafka.kafka import snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dynamic_kafka.model.snapshots import BrokerSnapshot
 
 
 def test_a_missing_metadata_file_is_not_retriable(tmp_path: Path) -> None:
@@ -57,3 +62,27 @@ def test_a_refused_connection_fails_at_once_and_is_not_retriable() -> None:
 
     assert raised.value.retriable is False
     assert f"brokers 127.0.0.1:{port} refused the connection" in str(raised.value)
+
+
+def test_health_asks_the_brokers_its_three_questions_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each question waits until all three are asked: asked one after the other, the first would wait in vain.
+    asked = threading.Barrier(3, timeout=30)
+    real = snapshot.take_broker_snapshot
+
+    def together(requests: Any, **options: Any) -> BrokerSnapshot:
+        asked.wait()
+        return real([], **options)
+
+    monkeypatch.setattr("dynamic_kafka.status.take_broker_snapshot", together)
+    monkeypatch.setattr("dynamic_kafka.health.take_broker_snapshot", together)
+    (tmp_path / "metadata.yaml").write_text('{clusters: {east: {bootstrap_servers: "127.0.0.1:1"}}, streams: {}}')
+    config = tmp_path / "dynamic_kafka.yaml"
+    config.write_text(
+        "metadata_service: {type: file, path: metadata.yaml}\n"
+        "pipelines: [{id: p, stream_pattern: '.*', sink: {path: data/p}}]\n"
+    )
+
+    report = Pipeline.from_config(config, "p").health()
+
+    assert report.never_ran is True
+    assert not asked.broken
