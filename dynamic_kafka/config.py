@@ -10,6 +10,7 @@ bottom like the file itself.
 
 from __future__ import annotations
 
+import difflib
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -811,9 +812,11 @@ class ProjectConfig(_Config):
         for p in self.pipelines:
             if p.id == pipeline_id:
                 return p
-        known = ", ".join(p.id for p in self.pipelines) or "(none)"
+        ids = [p.id for p in self.pipelines]
+        near = difflib.get_close_matches(pipeline_id, ids, n=1, cutoff=0.75)
+        guess = f"did you mean {near[0]!r}? Configured" if near else "configured"
         raise ConfigError(
-            f"no pipeline {pipeline_id!r}; configured pipelines: {known}.",
+            f"no pipeline {pipeline_id!r}; {guess} pipelines: {', '.join(ids) or '(none)'}.",
             source=str(self.source) if self.source else None,
             hint="Pass one of them with --pipeline.",
         )

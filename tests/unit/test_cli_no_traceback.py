@@ -91,3 +91,12 @@ def test_any_unexpected_error_is_one_paragraph_naming_what_to_do(
     assert err.startswith("dynamic-kafka: error: unexpected RuntimeError: a library failed.")
     assert "-v" in err
     assert "Traceback" not in err
+
+
+def test_an_unknown_pipeline_id_gets_a_did_you_mean(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--config", str(config), "--pipeline", "under-a-fil"]) == 1
+
+    err = capsys.readouterr().err
+    assert "no pipeline 'under-a-fil'; did you mean 'under-a-file'? Configured pipelines: under-a-file, under-proc." in (
+        err
+    )
