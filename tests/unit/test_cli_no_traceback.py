@@ -97,6 +97,7 @@ def test_an_unknown_pipeline_id_gets_a_did_you_mean(config: Path, capsys: pytest
     assert main(["plan", "--config", str(config), "--pipeline", "under-a-fil"]) == 1
 
     err = capsys.readouterr().err
-    assert "no pipeline 'under-a-fil'; did you mean 'under-a-file'? Configured pipelines: under-a-file, under-proc." in (
-        err
+    assert (
+        "no pipeline 'under-a-fil'; did you mean 'under-a-file'? Configured pipelines: under-a-file, under-proc."
+        in (err)
     )
