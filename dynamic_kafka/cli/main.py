@@ -28,6 +28,7 @@ from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import realign as cli_realign
+from dynamic_kafka.cli._args import CONFIG_HELP, settle_config
 from dynamic_kafka.errors import DynamicKafkaError, HostError, UnexpectedError
 from dynamic_kafka.secrets import mask_secrets
 
@@ -72,11 +73,28 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {importlib.metadata.version('dynamic-kafka')}"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every component's progress to stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    parser.add_argument("--config", dest="config_before_command", default=None, help=CONFIG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
     for register in _GROUPS:
         register(subparsers)
+    _verbose_anywhere(subparsers)
     return parser
+
+
+_VERBOSE_HELP = "log every component's progress to stderr (before or after the command)"
+
+
+def _verbose_anywhere(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
+    """Lets every command take ``-v`` after its name too. SUPPRESS: a command's parser that was not given ``-v``
+    leaves the top-level parser's value alone.
+    """
+    for command in subparsers.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for group in nested:
+            _verbose_anywhere(group)
+        if not nested:
+            command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
 
 
 class ExplainedError(Protocol):
@@ -98,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     json_errors = "--json" in arguments
     args = build_parser(json_errors=json_errors).parse_args(arguments)
+    settle_config(args, args.config_before_command)
     logging.basicConfig(
         # With --json, stderr carries the error document alone: warnings are in the result (findings) already.
         level=logging.INFO if args.verbose else logging.ERROR if json_errors else logging.WARNING,

@@ -127,3 +127,21 @@ def test_loading_reads_no_secret_a_sensitive_spark_setting_stays_a_reference(tmp
         "spark.hadoop.fs.s3a.secret.key": "${env:DK_TEST_PASSWORD}",
         "spark.app.id": "a",
     }
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("--config", "{config}", "-v", "check", "--json"),
+        ("check", "--json", "-v", "--config", "{config}"),
+        ("-v", "check", "--json", "--config", "{config}"),
+    ],
+)
+def test_config_and_verbose_are_accepted_before_or_after_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], order: tuple[str, ...]
+) -> None:
+    config = write_project(tmp_path)
+
+    assert main([part.format(config=config) for part in order]) == 0
+
+    assert json.loads(capsys.readouterr().out)["files"][0] == str(config)
