@@ -86,3 +86,15 @@ def test_health_asks_the_brokers_its_three_questions_at_once(tmp_path: Path, mon
 
     assert report.never_ran is True
     assert not asked.broken
+
+
+def test_dagster_turns_an_os_error_into_a_failure_it_does_not_retry() -> None:
+    dagster = pytest.importorskip("dagster")
+    from dynamic_kafka.dagster.errors import dagster_errors
+
+    with pytest.raises(dagster.Failure) as raised, dagster_errors("p"):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/dynamic-kafka")
+
+    assert raised.value.metadata["error"].value == "HostError"
+    assert raised.value.metadata["path"].value == "/proc/dynamic-kafka"
+    assert raised.value.allow_retries is False
