@@ -65,8 +65,11 @@ class HostError(DynamicKafkaError):
 
     def __init__(self, error: OSError) -> None:
         self.path = error.filename if isinstance(error.filename, str) else None
-        # A connection refused or reset, or a timeout, can pass; a missing file or a permission cannot.
-        self.retriable = isinstance(error, ConnectionError | TimeoutError)
+        # A connection reset or a timeout can pass; a missing file, a permission or a refused connection (nothing
+        # listens) cannot.
+        self.retriable = isinstance(error, ConnectionError | TimeoutError) and not isinstance(
+            error, ConnectionRefusedError
+        )
         what = error.strerror or str(error) or type(error).__name__
         where = f": {self.path!r}" if self.path else ""
         super().__init__(

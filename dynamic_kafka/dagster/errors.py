@@ -10,7 +10,7 @@
   metadata. Retrying cannot help; the message says what to do.
 
 An ``OSError`` no module wrapped (a folder that cannot be made) is taken as :class:`~dynamic_kafka.errors.HostError`
-first: retried only for a refused, reset or timed-out connection.
+first: retried only for a reset or timed-out connection.
 
 Library messages never hold secrets, so they are safe to show in Dagster.
 """
