@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.publish.protocol import PublicationOutcome
     from dynamic_kafka.publish.publisher import Publication, PublicationPlan, PublicationStatus
     from dynamic_kafka.realign import Realignment
-    from dynamic_kafka.secrets import reference_kind
+    from dynamic_kafka.references import reference_kind
     from dynamic_kafka.sink.compaction import TableMaintenance
     from dynamic_kafka.sink.tables import TableInfo
     from dynamic_kafka.status import (
@@ -116,7 +116,7 @@ _EXPORTS: dict[str, str] = {
     "format_replay": "dynamic_kafka.cli.dead_letters",
     "TableInfo": "dynamic_kafka.sink.tables",
     "TableLocation": "dynamic_kafka.storage",
-    "reference_kind": "dynamic_kafka.secrets",
+    "reference_kind": "dynamic_kafka.references",
     "DynamicKafkaError": "dynamic_kafka.errors",
     "ConfigError": "dynamic_kafka.errors",
     "DataLossError": "dynamic_kafka.errors",

@@ -29,6 +29,9 @@ from dynamic_kafka.cron import cron_problem
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.flink_options import flink_option_findings
 from dynamic_kafka.metadata.file import MetadataFile
+from dynamic_kafka.references import expand, is_reference
+from dynamic_kafka.references import location as key_path
+from dynamic_kafka.secrets import is_sensitive_key
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -68,15 +71,16 @@ def check_project(path: str | Path) -> CheckReport:
     raw = _read(path, problems)
     if raw is None:
         return _report(files, (), (), problems, notes)
+    literals_allowed = raw.get("allow_literal_secrets") is True
+    if not literals_allowed:
+        problems += _literal_secret_problems(raw, str(path))
     problems += _cron_problems(raw, str(path))
     project: ProjectConfig | None = None
     try:
         project = validate_project_data(raw, path)
     except ValidationError as e:
-        problems += [
-            Problem(file=str(path), location=loc, message=m) for loc, m in validation_problems(e, ProjectConfig)
-        ]
-    metadata, metadata_path = _metadata(raw, path, problems, notes)
+        problems += _validation_problems(e, ProjectConfig, str(path), problems)
+    metadata, metadata_path = _metadata(raw, path, problems, notes, literals_allowed=literals_allowed)
     if metadata_path is not None:
         files.append(str(metadata_path))
     if project is not None and metadata is not None:
@@ -85,6 +89,8 @@ def check_project(path: str | Path) -> CheckReport:
     if project is not None:
         problems += _schema_file_problems(project, str(path))
         problems += _flink_option_problems(project, metadata, str(path), str(metadata_path), notes)
+        problems += _shared_table_problems(project, str(path))
+        problems += _uncreatable_table_problems(project, str(path))
     return _report(
         files,
         tuple(p.id for p in project.pipelines) if project is not None else (),
@@ -108,18 +114,107 @@ def _report(
 
 
 def _read(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
-    """The file's top-level mapping, or None (with the problem recorded) when it cannot be read as one."""
+    """The file's top-level mapping with its references resolved, or None (with the problem recorded) when it
+    cannot be read as one. Every reference problem is recorded, secrets' included (they are resolved only when a
+    client is built, but an unset variable or a missing file is knowable now).
+    """
+    duplicates: list[ConfigError] = []
     try:
-        raw = load_yaml(path)
+        raw = load_yaml(path, duplicates)
     except ConfigError as e:
-        problems.append(Problem(file=str(path), location="(file)", message=str(e).removeprefix(f"{path}: ")))
+        duplicates.append(e)
+        raw = None
+    finally:
+        # A duplicate key is recorded and the file read on (the last entry kept), so it hides no other problem.
+        problems += [Problem(file=str(path), location="(file)", message=_without_source(e, path)) for e in duplicates]
+    if duplicates and raw is None:
         return None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         problems.append(Problem(file=str(path), location="(file)", message="write a mapping of keys, not a list"))
         return None
-    return raw
+    expanded, unresolved = expand(raw, sensitive=is_sensitive_key, check_deferred=True)
+    problems += [Problem(file=str(path), location=loc, message=m) for loc, m in unresolved]
+    return dict(expanded)
+
+
+def _validation_problems(
+    error: ValidationError, model: type[BaseModel], source: str, found: list[Problem]
+) -> list[Problem]:
+    """The validation problems of a file, except at a key already reported (an unresolved reference makes its
+    value invalid too, which would say the same thing twice).
+    """
+    reported = {p.location for p in found if p.file == source}
+    return [
+        Problem(file=source, location=loc, message=m)
+        for loc, m in validation_problems(error, model)
+        if loc not in reported
+    ]
+
+
+def _without_source(error: ConfigError, path: Path) -> str:
+    return str(error).removeprefix(f"{path}: ")
+
+
+# Keys that look sensitive but name where a secret is, or how it is used, not the secret itself.
+_NOT_A_SECRET_SUFFIXES = (".location", "_location", "file", "path", "keytab", "url", "endpoint", "provider", "type")
+
+
+def _literal_secret_problems(document: Any, source: str, path: tuple[str | int, ...] = ()) -> list[Problem]:
+    """Each secret written as a literal (docs/security.md: never a literal), never showing its value."""
+    if isinstance(document, dict):
+        return [p for k, v in document.items() for p in _literal_secret_problems(v, source, (*path, str(k)))]
+    if isinstance(document, list):
+        return [p for i, v in enumerate(document) for p in _literal_secret_problems(v, source, (*path, i))]
+    key = next((k for k in reversed(path) if isinstance(k, str)), "")
+    if (
+        not isinstance(document, str)
+        or not document.strip()
+        or is_reference(document)
+        or not is_sensitive_key(key)
+        or key.lower().endswith(_NOT_A_SECRET_SUFFIXES)
+    ):
+        return []
+    message = (
+        "a secret written as a literal; write it as a reference (${env:NAME} or ${file:PATH}) so it stays out of "
+        "the file, or set allow_literal_secrets: true in the project config"
+    )
+    return [Problem(file=source, location=key_path(path), message=message)]
+
+
+_TABLE_KEYS = {"sink": "sink.path", "dead_letter": "sink.dead_letter_path", "state": "state_path"}
+"""The config key of each table role (what a problem about the table points at)."""
+_MOVE_IT = "choose a folder this user may write"
+
+
+def _shared_table_problems(project: ProjectConfig, source: str) -> list[Problem]:
+    """Each table two pipelines (or two roles of one) would write: the state table lets one run write a table."""
+    owners: dict[str, str] = {}
+    found = []
+    for index, pipeline in enumerate(project.pipelines):
+        for role, table in pipeline.tables().items():
+            where = table.location.delta_rs_uri
+            owner = f"the {role.replace('_', '-')} table of pipeline {pipeline.id!r}"
+            if where in owners:
+                found.append(
+                    Problem(
+                        file=source,
+                        location=f"pipelines[{index}].{_TABLE_KEYS[role]}",
+                        message=f"{table.location.uri} is also {owners[where]}; give each pipeline its own sink, "
+                        "dead-letter and state locations",
+                    )
+                )
+            owners.setdefault(where, owner)
+    return found
+
+
+def _uncreatable_table_problems(project: ProjectConfig, source: str) -> list[Problem]:
+    return [
+        Problem(file=source, location=f"pipelines[{index}].{_TABLE_KEYS[role]}", message=f"{problem}; {_MOVE_IT}")
+        for index, pipeline in enumerate(project.pipelines)
+        for role, problem in pipeline.uncreatable_tables().items()
+    ]
 
 
 def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
@@ -144,7 +239,7 @@ def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
 
 
 def _metadata(
-    raw: dict[str, Any], config_path: Path, problems: list[Problem], notes: list[str]
+    raw: dict[str, Any], config_path: Path, problems: list[Problem], notes: list[str], *, literals_allowed: bool
 ) -> tuple[MetadataFile | None, Path | None]:
     """The metadata file a ``file`` service names, validated (None when invalid, absent, or not a file service)."""
     service = raw.get("metadata_service")
@@ -170,12 +265,12 @@ def _metadata(
     document = _read(path, problems)
     if document is None:
         return None, path
+    if not literals_allowed:
+        problems += _literal_secret_problems(document, str(path))
     try:
         return MetadataFile.model_validate(document), path
     except ValidationError as e:
-        problems += [
-            Problem(file=str(path), location=loc, message=m) for loc, m in validation_problems(e, MetadataFile)
-        ]
+        problems += _validation_problems(e, MetadataFile, str(path), problems)
         return None, path
 
 

@@ -10,6 +10,7 @@ bottom like the file itself.
 
 from __future__ import annotations
 
+import difflib
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
 from dynamic_kafka.publish.config import PublicationConfig
+from dynamic_kafka.references import expand
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
-from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef
+from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, uncreatable
 from dynamic_kafka.storage import parsed_location as _location
 from dynamic_kafka.table_template import check_stream_id, default_state, fill, is_template, placeholders
 from dynamic_kafka.validation_text import plain_message, suggest_key
@@ -483,6 +485,12 @@ class PipelineConfig(_Config):
     )
     on_data_loss: Literal["fail", "skip"] = "fail"
     on_topic_recreated: Literal["fail", "reset"] = "fail"
+    on_topic_missing: Literal["fail", "warn"] = Field(
+        "fail",
+        description="A topic the metadata lists that does not exist on its cluster: fail the run (default, so a "
+        "schedule does not stay green while landing nothing), or warn, land the other topics, and read the topic "
+        "once it exists.",
+    )
     drain_removed: bool = Field(False, description="Read removed clusters/topics to their end once more.")
     skip_unreachable_clusters: bool = Field(False, description="Skip (and record) unreachable active clusters.")
     kafka_timeout_seconds: float = Field(
@@ -719,6 +727,31 @@ class PipelineConfig(_Config):
         """The state table as delta-rs reaches it."""
         return TableRef(self.resolved_state_path, self.storage, owner=f"pipeline {self.id!r}")
 
+    def uncreatable_tables(self) -> dict[str, str]:
+        """By role, why a local table of the pipeline cannot be created (see
+        :func:`~dynamic_kafka.storage.uncreatable`), once per blocking folder: a sink under a file has its dead
+        letters and state there too.
+        """
+        found: dict[str, str] = {}
+        for role, table in self.tables().items():
+            problem = uncreatable(table.location, f"the {role.replace('_', '-')} table")
+            if problem is not None and not any(p.split(":")[0] == problem.split(":")[0] for p in found.values()):
+                found[role] = problem
+        return found
+
+    def refuse_uncreatable_tables(self) -> None:
+        """Refuses a pipeline whose local tables cannot be created, before anything is read or written.
+
+        Raises:
+            ConfigError: names each such table, the folder in the way and the fix.
+        """
+        problems = self.uncreatable_tables()
+        if problems:
+            raise ConfigError(
+                f"pipeline {self.id!r}: {'; '.join(problems.values())}.",
+                hint="Choose a folder this user may write (sink.path, or state_path and sink.dead_letter_path).",
+            )
+
     def tables(self) -> dict[str, TableRef]:
         """Every table of the pipeline by role: ``sink``, ``dead_letter``, ``state`` (for a table per stream, the
         templates: where the tables are, not tables to open).
@@ -743,6 +776,11 @@ class ProjectConfig(_Config):
     secret_references: SecretReferencePolicy = Field(
         default_factory=SecretReferencePolicy,
         description="References a metadata service other than the project's own files may use (see secrets.py).",
+    )
+    allow_literal_secrets: bool = Field(
+        False,
+        description="Let `dynamic-kafka check` accept secrets written as literals in the config and metadata files "
+        "(a local demo's password); by default each one is a problem: write ${env:NAME} or ${file:PATH} instead.",
     )
     source: Path | None = Field(None, description="The file this config was loaded from.")
 
@@ -789,9 +827,11 @@ class ProjectConfig(_Config):
         for entry in entries:
             if entry.id == wanted:
                 return entry
-        known = ", ".join(e.id for e in entries) or "(none)"
+        ids = [e.id for e in entries]
+        near = difflib.get_close_matches(wanted, ids, n=1, cutoff=0.75)
+        guess = f"did you mean {near[0]!r}? Configured" if near else "configured"
         raise ConfigError(
-            f"no {kind} {wanted!r}; configured {kind}s: {known}.",
+            f"no {kind} {wanted!r}; {guess} {kind}s: {', '.join(ids) or '(none)'}.",
             source=str(self.source) if self.source else None,
             hint=f"Pass one of them with --{kind}.",
         )
@@ -803,8 +843,11 @@ class _DuplicateKeyError(yaml.constructor.ConstructorError):
 
 class _StrictLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain PyYAML keeps the last one silently,
-    so a second ``orders:`` would replace the first stream).
+    so a second ``orders:`` would replace the first stream), or records it in ``duplicates`` when that is a list
+    (``check`` reports it with the rest of the file's problems).
     """
+
+    duplicates: list[_DuplicateKeyError] | None = None
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -818,12 +861,15 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         except TypeError:
             continue  # an unhashable key: SafeLoader reports it below
         if first is not None:
-            raise _DuplicateKeyError(
+            error = _DuplicateKeyError(
                 None,
                 None,
                 f"duplicate key {key!r} (first at line {first.start_mark.line + 1}); YAML would keep only the last",
                 key_node.start_mark,
             )
+            if loader.duplicates is None:
+                raise error
+            loader.duplicates.append(error)
         seen[key] = key_node
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
@@ -831,9 +877,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_yaml(text: str) -> Any:
-    """Parses YAML like ``yaml.safe_load``, but a key repeated in one mapping is an error (``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+def parse_yaml(text: str, duplicates: list[_DuplicateKeyError] | None = None) -> Any:
+    """Parses YAML like ``yaml.safe_load``, but a key repeated in one mapping is an error (``yaml.YAMLError``), or,
+    given a ``duplicates`` list, recorded there (the last one kept, as YAML would).
+    """
+    loader = _StrictLoader(text)
+    loader.duplicates = duplicates
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
@@ -869,28 +922,55 @@ def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
             reached.setdefault(bucket, (p.id, p.storage))
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path, duplicates: list[ConfigError] | None = None) -> Any:
     """Reads a YAML file, turning I/O and syntax problems into a ConfigError that names the file and line.
 
-    A key repeated in one mapping is refused (naming the key and both lines), not silently replaced.
+    A key repeated in one mapping is refused (naming the key and both lines), not silently replaced; given a
+    ``duplicates`` list, each such key is added to it as a ConfigError instead, and the file is read on.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the file ({e.strerror}).", source=str(path), hint="Check the path.") from e
+    found: list[_DuplicateKeyError] | None = None if duplicates is None else []
     try:
-        return parse_yaml(text)
+        return parse_yaml(text, found)
     except _DuplicateKeyError as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
-        raise ConfigError(
-            f"{e.problem} at {where}.", source=str(path), hint="Remove or rename one of the two entries."
-        ) from None
+        raise _duplicate_key(e, path) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"malformed YAML{where}: {problem}.", source=str(path), hint="Fix the YAML syntax.") from e
+    finally:
+        if duplicates is not None and found:
+            duplicates += [_duplicate_key(e, path) for e in found]
+
+
+def _duplicate_key(error: _DuplicateKeyError, path: Path) -> ConfigError:
+    mark = error.problem_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+    return ConfigError(
+        f"{error.problem} at {where}.", source=str(path), hint="Remove or rename one of the two entries."
+    )
+
+
+def expand_references(raw: Any, path: Path) -> Any:
+    """``raw``, the parsed file ``path``, with the references of its values resolved (see
+    :mod:`dynamic_kafka.references`: secrets stay references until a client is built).
+
+    Raises:
+        ConfigError: every reference that cannot be resolved, or is of an unknown kind, each with its key path.
+    """
+    expanded, problems = expand(raw, sensitive=is_sensitive_key)
+    if problems:
+        lines = [f"{location}: {message}" for location, message in problems]
+        raise ConfigError(
+            "unresolvable references:\n  " + "\n  ".join(lines),
+            source=str(path),
+            hint="\nFix the values listed above.",
+        )
+    return expanded
 
 
 def describe_validation_error(error: ValidationError, source: str, model: type[BaseModel] | None = None) -> ConfigError:
@@ -1011,11 +1091,11 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def load_project_config(path: str | Path) -> ProjectConfig:
-    """Loads and validates a project config file.
+    """Loads and validates a project config file, resolving the references of its values.
 
     Raises:
-        ConfigError: unreadable file, malformed YAML, unknown keys, wrong types or invalid values; the message
-            names the file and every bad key.
+        ConfigError: unreadable file, malformed YAML, unresolvable references, unknown keys, wrong types or invalid
+            values; the message names the file and every bad key.
 
     Example:
         >>> config = load_project_config("dynamic_kafka.yaml")  # doctest: +SKIP
@@ -1030,7 +1110,7 @@ def load_project_config(path: str | Path) -> ProjectConfig:
             hint="See the README's 'Project config' section.",
         )
     try:
-        return validate_project_data(raw, path)
+        return validate_project_data(expand_references(raw, path), path)
     except ValidationError as e:
         raise describe_validation_error(e, str(path), ProjectConfig) from None
 

@@ -55,6 +55,47 @@ class ConfigError(DynamicKafkaError):
         super().__init__(f"{prefix}{message}", hint=hint)
 
 
+class HostError(DynamicKafkaError):
+    """The machine refused something a command needs (a file or folder, a permission, disk space, a socket): an
+    ``OSError`` no module wrapped more precisely.
+
+    Attributes:
+        path: the file or folder concerned, when the OS named one.
+    """
+
+    def __init__(self, error: OSError) -> None:
+        self.path = error.filename if isinstance(error.filename, str) else None
+        # A connection reset or a timeout can pass; a missing file, a permission or a refused connection (nothing
+        # listens) cannot.
+        self.retriable = isinstance(error, ConnectionError | TimeoutError) and not isinstance(
+            error, ConnectionRefusedError
+        )
+        what = error.strerror or str(error) or type(error).__name__
+        where = f": {self.path!r}" if self.path else ""
+        super().__init__(
+            f"the operating system refused an operation ({what}{where}).",
+            hint="Check that the path exists and is a folder this user may write, that the disk has space, and "
+            "that the services named in the config run; then run again.",
+        )
+
+
+class UnexpectedError(DynamicKafkaError):
+    """An error no module of dynamic-kafka expected (a library's, or a bug): shown as one paragraph, never as a
+    traceback (``-v`` logs it).
+
+    Attributes:
+        error_type: the class name of the original error.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        self.error_type = type(error).__name__
+        super().__init__(
+            f"unexpected {self.error_type}: {str(error).rstrip('.')}.",
+            hint="Nothing is half written (every write commits whole or not at all). Run again with -v for the "
+            "traceback, and report it if it repeats.",
+        )
+
+
 class UnknownStreamError(ConfigError):
     """A subscriber names a stream id that the metadata service does not know."""
 
@@ -113,9 +154,15 @@ class WireFormatError(DynamicKafkaError):
 
 
 class MetadataServiceError(DynamicKafkaError):
-    """The Kafka metadata service could not be reached or returned something unusable."""
+    """The Kafka metadata service could not be reached or returned something unusable (retriable unless said
+    otherwise: a missing metadata file does not come back by waiting).
+    """
 
     retriable = True
+
+    def __init__(self, message: str, *, hint: str | None = None, retriable: bool = True) -> None:
+        self.retriable = retriable
+        super().__init__(message, hint=hint)
 
 
 class KafkaClientError(DynamicKafkaError):
@@ -239,6 +286,24 @@ class TopicRecreatedError(PlanningError):
             hint=hint
             or "Nothing was written. To read the new topic from its earliest offset, "
             "set `on_topic_recreated: reset` on the pipeline.",
+        )
+
+
+class TopicMissingError(PlanningError):
+    """Topics the metadata lists do not exist on their clusters, and ``on_topic_missing: fail`` (the default): a
+    run that would land nothing from them, schedule after schedule, fails instead.
+
+    Attributes:
+        missing: (cluster id, topic) of each missing topic.
+    """
+
+    def __init__(self, missing: Sequence[tuple[str, str]]) -> None:
+        self.missing: tuple[tuple[str, str], ...] = tuple(missing)
+        shown = ", ".join(f"{topic!r} on cluster {cluster_id!r}" for cluster_id, topic in self.missing)
+        super().__init__(
+            f"the metadata lists topics that do not exist: {shown}; nothing was written.",
+            hint="Create the topics, or fix the metadata. To land the other topics and only warn about missing "
+            "ones (a topic created later), set `on_topic_missing: warn` on the pipeline.",
         )
 
 

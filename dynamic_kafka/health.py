@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -139,13 +140,18 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     """
     pipeline = context.pipeline
     timeout_s = pipeline.health.timeout_seconds
-    status = pipeline_status(context, history=history, timeout_s=timeout_s)
     checked_at = now or datetime.now(UTC)
     state = context.store.load()
     runs = context.store.run_history(limit=history)
     requests = report_requests(context, state)
-    ends = take_broker_snapshot(requests, isolation_level="read_uncommitted", now=checked_at, timeout_s=timeout_s)
-    stable = take_broker_snapshot(requests, isolation_level="read_committed", now=checked_at, timeout_s=timeout_s)
+    # The three questions at once: a cluster that does not answer costs one timeout, not three in a row.
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="health") as pool:
+        asked_status = pool.submit(pipeline_status, context, history=history, timeout_s=timeout_s)
+        asked_ends, asked_stable = (
+            pool.submit(take_broker_snapshot, requests, isolation_level=level, now=checked_at, timeout_s=timeout_s)
+            for level in ("read_uncommitted", "read_committed")
+        )
+        status, ends, stable = asked_status.result(), asked_ends.result(), asked_stable.result()
     partitions = _partitions(requests, ends, stable, pipeline.health, checked_at)
     landed_at = _last_landed_at(runs)
     newest_event = _newest_event_time(runs)
@@ -277,7 +283,8 @@ def reachable_lag_verdict(lag: LagVerdict, unreachable: Sequence[str]) -> Health
     return _warning(
         "lag",
         False,
-        f"no answer from cluster(s) {', '.join(unreachable)}: the lag there is unknown ({lag.description})",
+        f"lag unknown: no answer from cluster(s) {', '.join(unreachable)} (known lag on the clusters that answered: "
+        f"{lag.description.removeprefix('lag ')})",
     )
 
 

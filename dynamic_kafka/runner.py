@@ -141,6 +141,7 @@ class PipelineRunner:
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
+        self.pipeline.refuse_uncreatable_tables()
         state = state or self.store.load()
         metadata = self.context.resolve()
         pipeline = first_run_pipeline(self.pipeline, state)

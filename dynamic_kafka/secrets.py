@@ -1,11 +1,9 @@
 """Secret references and redaction.
 
-Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references, and references of a kind an
-orchestrator registers for the time of a task (:func:`reference_kind`, e.g. ``${airflow:conn/NAME}``). They stay
-references in every model, log line, error, state row and Dagster metadata value; :func:`resolve_properties`
-turns them into real values only where a Kafka or Spark client is built. Independently of references, any property
-whose key looks sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown
-either.
+Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references. They stay references in every
+model, log line, error, state row and Dagster metadata value; :func:`resolve_properties` turns them into real
+values only where a Kafka or Spark client is built. Independently of references, any property whose key looks
+sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown either.
 
 What "sensitive" means is spelled once, :data:`SENSITIVE_KEY_PATTERN`: it decides which property keys are masked,
 which ``key=value`` assignments inside a text are masked (:func:`mask_secrets`, for foreign error texts and
@@ -16,10 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +23,7 @@ from pydantic import Field
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.references import KINDS, UnresolvableReferenceError, is_reference, references_in, substitute
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -54,34 +51,6 @@ _ASSIGNMENT = re.compile(
     rf"""((?:{SENSITIVE_KEY_PATTERN})[\w.-]*\s*[=:]\s*)(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s"';,]+))""",
     re.IGNORECASE,
 )
-_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
-# Any ``${kind:name}``: env and file, or a kind registered by an orchestrator's task (_RESOLVERS). An unregistered
-# kind is left as written, as before kinds could be registered.
-_ANY_REFERENCE = re.compile(r"\$\{([a-z][a-z0-9_]*):([^}]+)\}")
-
-ReferenceResolver = Callable[[str], "str | None"]
-"""Resolves the name of a ``${kind:name}`` reference to its secret, or None when nothing has that name."""
-_RESOLVERS: dict[str, ReferenceResolver] = {}
-
-
-@contextmanager
-def reference_kind(kind: str, resolve: ReferenceResolver) -> Iterator[None]:
-    """Resolves ``${kind:name}`` references with ``resolve`` inside the block, and only there: an orchestrator's
-    task registers its own store of secrets this way (the Airflow integration: ``${airflow:conn/NAME}``), so the
-    reference is resolved where a client is built inside the task, never when the config is loaded or shown.
-
-    Example:
-        >>> with reference_kind("vault", {"kafka": "s3cr3t"}.get):
-        ...     resolve_value("${vault:kafka}", key="sasl.password", cluster_id="east")
-        's3cr3t'
-    """
-    if kind in ("env", "file"):
-        raise ValueError(f"reference kind {kind!r} is built in and cannot be replaced")
-    _RESOLVERS[kind] = resolve
-    try:
-        yield
-    finally:
-        _RESOLVERS.pop(kind, None)
 
 
 def is_sensitive_key(key: str) -> bool:
@@ -126,7 +95,7 @@ def fingerprint_form(key: str, value: str) -> str:
     """
     if not is_sensitive_key(key):
         return value
-    return value if _ANY_REFERENCE.fullmatch(value.strip()) else REDACTED
+    return value if is_reference(value) else REDACTED
 
 
 class SecretReferencePolicy(FrozenModel):
@@ -166,13 +135,13 @@ def check_references(
         ConfigError: names the cluster, the key and the reference (a name, never a value), and the fix.
     """
     for key, value in properties.items():
-        for match in _ANY_REFERENCE.finditer(value):
-            kind, name = match.group(1), match.group(2).strip()
-            if kind not in ("env", "file"):
+        for reference in references_in(value):
+            kind, name = reference.kind, reference.name
+            if kind not in KINDS:
                 # An orchestrator's store (Airflow connections...) holds every secret of the deployment: a service
                 # the host does not control never names one of them.
                 raise ConfigError(
-                    f"property {key!r} of cluster {cluster_id!r} from {source} references ${{{kind}:{name}}}: only "
+                    f"property {key!r} of cluster {cluster_id!r} from {source} references {reference.text}: only "
                     f"your own config files may use {kind} references.",
                     hint="Write the reference in the project config or its file metadata service instead.",
                 )
@@ -188,50 +157,17 @@ def check_references(
 
 
 def resolve_value(value: str, *, key: str, cluster_id: str) -> str:
-    """Replaces every ``${env:NAME}`` / ``${file:PATH}`` reference in ``value`` with the secret it names.
+    """Replaces every ``${env:NAME}`` / ``${env:NAME:-default}`` / ``${file:PATH}`` reference in ``value`` with
+    what it names (see :mod:`dynamic_kafka.references`).
 
     Raises:
-        ConfigError: a referenced variable is unset or a referenced file cannot be read. The message names the
-            reference, never its value.
+        ConfigError: a reference is of an unknown kind, names an unset variable or an unreadable file. The message
+            names the reference, never its value.
     """
-
-    def substitute(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2).strip()
-        if kind not in ("env", "file"):
-            return _resolve_registered(match, key=key, cluster_id=cluster_id)
-        if kind == "env":
-            found = os.environ.get(name)
-            if found is None:
-                raise ConfigError(
-                    f"property {key!r} of cluster {cluster_id!r} references environment variable {name!r}, "
-                    "which is not set.",
-                    hint=f"Export {name} before running.",
-                )
-            return found
-        try:
-            return Path(name).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(
-                f"property {key!r} of cluster {cluster_id!r} references file {name!r}, which cannot be read "
-                f"({e.strerror}).",
-                hint="Create the file or fix the path.",
-            ) from e
-
-    return _ANY_REFERENCE.sub(substitute, value)
-
-
-def _resolve_registered(match: re.Match[str], *, key: str, cluster_id: str) -> str:
-    kind, name = match.group(1), match.group(2).strip()
-    resolve = _RESOLVERS.get(kind)
-    if resolve is None:
-        return match.group(0)
-    found = resolve(name)
-    if found is None:
-        raise ConfigError(
-            f"property {key!r} of cluster {cluster_id!r} references {kind} secret {name!r}, which does not exist.",
-            hint=f"Create {name!r} in {kind} (or fix the reference) before running.",
-        )
-    return found
+    try:
+        return substitute(value)
+    except UnresolvableReferenceError as e:
+        raise ConfigError(f"property {key!r} of cluster {cluster_id!r}: {e}.") from e
 
 
 def resolve_properties(properties: Mapping[str, str], *, cluster_id: str) -> dict[str, str]:

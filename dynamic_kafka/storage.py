@@ -32,6 +32,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from dynamic_kafka.errors import ConfigError, DynamicKafkaError, ObjectStoreError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.references import UnresolvableReferenceError, substitute
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -45,7 +46,6 @@ SUPPORTED_SCHEMES = frozenset({"file", *S3_SCHEMES, "gs", "abfs", "abfss"})
 _CONDITIONAL_PUT_KEYS = frozenset({"aws_conditional_put", "conditional_put"})
 _LEFTOVER_KEYS = frozenset({"aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo_lock_table_name"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 _SECRET_OPTION = re.compile(r"(?i)secret|token|password|access_key|account_key|sas_key|service_account_key")
 # Bucket names per the S3 rules that matter for addressing: 3-63 of lowercase letters, digits, dots and hyphens.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -128,6 +128,34 @@ def parsed_location(value: object) -> object:
         except ConfigError as e:
             raise ValueError(str(e)) from None
     return value
+
+
+# Kernel file systems: they take no folders from anyone, root included (whom os.access would wave through).
+_PSEUDO_FILE_SYSTEMS = (Path("/proc"), Path("/sys"))
+
+
+def uncreatable(location: TableLocation, what: str) -> str | None:
+    """Why the local table ``location`` cannot be created (its nearest existing folder is a file, a kernel file
+    system, or not writable), or None; ``what`` names the table in the message ("the sink table"). Object-store
+    locations, and tables that exist, are not judged. A per-stream template is judged by its fixed part.
+
+    Example:
+        >>> uncreatable(parse_location("/proc/lake/orders"), "the sink table")
+        '/proc takes no folders: the sink table /proc/lake/orders cannot be created under it'
+    """
+    if not location.is_local:
+        return None
+    folder = Path(location.uri.split("{", 1)[0])
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    pseudo = next((p for p in _PSEUDO_FILE_SYSTEMS if folder == p or p in folder.parents), None)
+    if pseudo is not None:
+        return f"{pseudo} takes no folders: {what} {location.uri} cannot be created under it"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder: {what} {location.uri} cannot be created under it"
+    if Path(location.uri).exists() or os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return f"this user may not write the folder {folder}: {what} {location.uri} cannot be created under it"
 
 
 def parse_location(value: str | Path) -> TableLocation:
@@ -253,27 +281,13 @@ class StorageConfig(FrozenModel):
 
 
 def _resolve(secret: SecretStr, *, field: str, owner: str) -> str:
-    """Replace ``${env:NAME}`` / ``${file:PATH}`` references in a storage secret; errors name the reference only."""
-
-    def substitute(match: re.Match[str]) -> str:
-        kind, name = match.group(1), match.group(2).strip()
-        if kind == "env":
-            found = os.environ.get(name)
-            if found is None:
-                raise ConfigError(
-                    f"storage option {field!r} of {owner} references environment variable {name!r}, which is not set.",
-                    hint=f"Export {name} before running.",
-                )
-            return found
-        try:
-            return Path(name).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(
-                f"storage option {field!r} of {owner} references file {name!r}, which cannot be read ({e.strerror}).",
-                hint="Create the file or fix the path.",
-            ) from e
-
-    return _REFERENCE.sub(substitute, secret.get_secret_value())
+    """Replace the references in a storage secret (see :mod:`dynamic_kafka.references`); errors name the reference
+    only.
+    """
+    try:
+        return substitute(secret.get_secret_value())
+    except UnresolvableReferenceError as e:
+        raise ConfigError(f"storage option {field!r} of {owner}: {e}.") from e
 
 
 def _credentials(storage: StorageConfig, owner: str) -> tuple[str, str, str | None] | None:

@@ -71,9 +71,10 @@ def format_backfill(summary: RunSummary, start: datetime, end: datetime) -> str:
         return f"pipeline {summary.pipeline_id}: backfill {window}: no record in the window; nothing merged"
     # A table per stream has a version per table, listed below; one sink has one.
     version = "" if summary.stream_tables else f" (sink version {summary.sink_version})"
+    already = " (every record was in the sink already)" if summary.records and not summary.sink_records else ""
     lines = [
-        f"pipeline {summary.pipeline_id}: backfill {window} {summary.status}: {summary.records} records merged, "
-        f"{summary.bytes} bytes in {summary.total_seconds:.1f}s{version}"
+        f"pipeline {summary.pipeline_id}: backfill {window} {summary.status}: {summary.records} records read, "
+        f"{summary.sink_records} rows inserted{already}, {summary.bytes} bytes in {summary.total_seconds:.1f}s{version}"
     ]
     lines += [f"  {t.cluster_id}/{t.topic}: {t.records} records, {t.bytes} bytes" for t in summary.topics]
     lines += [

@@ -1,6 +1,7 @@
 """The ``check`` command: validate a project's config and metadata files offline, every problem at once.
 
-Exit code 0 when there is none, 1 otherwise; see :mod:`dynamic_kafka.check` for what is checked.
+Exit code 0 when there is none, 1 otherwise; see :mod:`dynamic_kafka.check` and :mod:`dynamic_kafka.check_online`
+for what is checked.
 """
 
 from __future__ import annotations
@@ -8,12 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.check import CheckReport, check_project
+from dynamic_kafka.check_online import check_online
 from dynamic_kafka.cli._args import add_config_argument
 
 if TYPE_CHECKING:
     import argparse
 
-HELP = "validate the config and metadata files offline and list every problem (contacts nothing)"
+HELP = (
+    "validate the config and metadata files offline and list every problem (contacts nothing); with --online, "
+    "also plan each pipeline against its brokers (missing topics, unreachable clusters, refused credentials)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,11 +26,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("check", help=HELP, description=HELP)
     add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument(
+        "--online", action="store_true", help="also plan each pipeline against its brokers (reads, writes nothing)"
+    )
     parser.set_defaults(handler=_check)
 
 
 def _check(args: argparse.Namespace) -> int:
     report = check_project(args.config)
+    if args.online:
+        report = check_online(report)
     print(report.model_dump_json(indent=2) if args.json else format_report(report))
     return 0 if report.ok else 1
 

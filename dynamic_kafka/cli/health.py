@@ -42,12 +42,15 @@ def _health(args: argparse.Namespace) -> int:
 
 def format_health(report: HealthReport) -> str:
     """A health report for people: one line per verdict, then the partitions that are idle or hold a transaction."""
-    state = "never ran" if report.never_ran else f"total lag {report.total_lag}"
+    lag = "unknown" if report.unreachable_clusters else report.total_lag
+    state = "never ran" if report.never_ran else f"total lag {lag}"
     verdict = "healthy" if report.passed else f"{len(report.failed)} check(s) failed"
     lines = [f"pipeline {report.pipeline_id}: {verdict} at {_at(report.checked_at)} ({state})"]
     for v in report.verdicts:
-        mark = "ok  " if v.passed else ("FAIL" if v.severity == "error" else "WARN")
-        lines.append(f"  {mark} {v.name:<19} {v.description}")
+        # A failed check reads FAIL whatever its severity: the exit code counts it as failed.
+        mark = "ok  " if v.passed else "FAIL"
+        severity = " (warning: late, not lost)" if not v.passed and v.severity == "warning" else ""
+        lines.append(f"  {mark} {v.name:<19} {v.description}{severity}")
     if report.unreachable_clusters:
         lines.append(f"  unreachable clusters: {', '.join(report.unreachable_clusters)}")
     notable = [p for p in report.partitions if p.idle or p.pending_in_transaction]

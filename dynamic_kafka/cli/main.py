@@ -3,9 +3,11 @@
 Each group lives in its own module with a ``register(subparsers)`` function that adds its parser and sets a
 ``handler`` (``Namespace -> exit code``) on every leaf command. To add a group, write its module and list its
 ``register`` in ``_GROUPS``. Errors from the library (:class:`DynamicKafkaError`) become one paragraph on stderr
-and exit code 1; results go to stdout. With ``--json`` anywhere on the command line, errors are one JSON document
-on stderr instead (``{"error": {"type", "message", "hint", "retriable"}}``), usage errors included (exit code 2),
-so a program reads stdout for the result and stderr for the error, never prose.
+and exit code 1; so does any other error (an ``OSError`` as :class:`HostError`, anything else as
+:class:`UnexpectedError`, its traceback logged only with ``-v``): never a traceback. Results go to stdout. With
+``--json`` anywhere on the command line, errors are one JSON document on stderr instead
+(``{"error": {"type", "message", "hint", "retriable"}}``), usage errors included (exit code 2), so a program reads
+stdout for the result and stderr for the error, never prose.
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import publish as cli_publish
 from dynamic_kafka.cli import realign as cli_realign
-from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.cli._args import CONFIG_HELP, settle_config
+from dynamic_kafka.errors import DynamicKafkaError, HostError, UnexpectedError
+from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+_LOG = logging.getLogger(__name__)
 
 Subparsers = argparse._SubParsersAction  # argparse's own (private) type of add_subparsers()' result
 
@@ -69,11 +75,28 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {importlib.metadata.version('dynamic-kafka')}"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every component's progress to stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    parser.add_argument("--config", dest="config_before_command", default=None, help=CONFIG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
     for register in _GROUPS:
         register(subparsers)
+    _verbose_anywhere(subparsers)
     return parser
+
+
+_VERBOSE_HELP = "log every component's progress to stderr (before or after the command)"
+
+
+def _verbose_anywhere(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
+    """Lets every command take ``-v`` after its name too. SUPPRESS: a command's parser that was not given ``-v``
+    leaves the top-level parser's value alone.
+    """
+    for command in subparsers.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for group in nested:
+            _verbose_anywhere(group)
+        if not nested:
+            command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
 
 
 class ExplainedError(Protocol):
@@ -95,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     json_errors = "--json" in arguments
     args = build_parser(json_errors=json_errors).parse_args(arguments)
+    settle_config(args, args.config_before_command)
     logging.basicConfig(
         # With --json, stderr carries the error document alone: warnings are in the result (findings) already.
         level=logging.INFO if args.verbose else logging.ERROR if json_errors else logging.WARNING,
@@ -105,11 +129,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except DynamicKafkaError as e:
-        print(error_document(e) if json_errors else f"dynamic-kafka: error: {e}", file=sys.stderr)
-        return 1
+        return _failed(e, json_errors=json_errors)
+    except OSError as e:
+        _LOG.info("the operating system's error, in full", exc_info=True)
+        return _failed(HostError(e), json_errors=json_errors)
+    except Exception as e:  # the CLI's last line: an error, never a traceback
+        _LOG.info("the unexpected error, in full", exc_info=True)
+        return _failed(UnexpectedError(e), json_errors=json_errors)
     except KeyboardInterrupt:
         print("dynamic-kafka: interrupted", file=sys.stderr)
         return 130
+
+
+def _failed(error: DynamicKafkaError, *, json_errors: bool) -> int:
+    """Print ``error`` as one paragraph (or its JSON document) on stderr, secrets masked; the exit code."""
+    text = error_document(error) if json_errors else f"dynamic-kafka: error: {error}"
+    print(mask_secrets(text), file=sys.stderr)
+    return 1
 
 
 def run() -> None:

@@ -87,7 +87,8 @@ def _run(args: argparse.Namespace) -> int:
 def format_summary(summary: RunSummary) -> str:
     """A run summary as a short report."""
     lines = [
-        f"pipeline {summary.pipeline_id}: run {summary.run_seq} {summary.status}: {summary.records} records, "
+        f"pipeline {summary.pipeline_id}: run {summary.run_seq} {summary.status}: {summary.records} records read: "
+        f"{summary.sink_records} landed in the sink, {summary.dead_letters} dead-lettered, "
         f"{summary.bytes} bytes from {summary.splits} splits in {summary.total_seconds:.1f}s "
         f"(plan {summary.plan_seconds:.1f}s, spark {summary.spark_seconds:.1f}s, commit {summary.commit_seconds:.1f}s; "
         f"spark {'started' if summary.spark_started else 'not started'})"

@@ -74,6 +74,7 @@ def combined(summaries: Sequence[RunSummary]) -> RunSummary:
             "records": sum(s.records for s in summaries),
             "bytes": sum(s.bytes for s in summaries),
             "dead_letters": sum(s.dead_letters for s in summaries),
+            "sink_records": sum(s.sink_records for s in summaries),
             "topics": tuple(
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b) for (c, t), (r, b) in sorted(topics.items())
             ),
@@ -133,7 +134,10 @@ def _backfill_asset(
                 summary = face.backfill(start, end)
             for finding in summary.warnings:
                 context.log.warning(f"{finding.kind}: {finding.message}")
-            context.log.info(f"backfill [{start}, {end}): {summary.status}, {summary.records} records merged")
+            context.log.info(
+                f"backfill [{start}, {end}): {summary.status}, {summary.records} records read, "
+                f"{summary.sink_records} rows inserted"
+            )
             summaries.append(summary)
         metadata = summary_metadata(combined(summaries))
         # A backfill has no run_seq of its own and leaves the incremental lag unchanged.

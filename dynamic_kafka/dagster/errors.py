@@ -9,6 +9,9 @@
   error's message as description and every attribute it carries (cluster, topic, offsets, file, ...) as
   metadata. Retrying cannot help; the message says what to do.
 
+An ``OSError`` no module wrapped (a folder that cannot be made) is taken as :class:`~dynamic_kafka.errors.HostError`
+first: retried only for a reset or timed-out connection.
+
 Library messages never hold secrets, so they are safe to show in Dagster.
 """
 
@@ -21,6 +24,7 @@ from dagster import Failure, MetadataValue, RetryPolicy, RetryRequested
 from pydantic import BaseModel
 
 from dynamic_kafka import DynamicKafkaError
+from dynamic_kafka.errors import HostError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -84,3 +88,5 @@ def dagster_errors(pipeline_id: str, retry_policy: RetryPolicy | None = None) ->
         yield
     except DynamicKafkaError as e:
         raise to_dagster(e, pipeline_id, retry_policy) from e
+    except OSError as e:
+        raise to_dagster(HostError(e), pipeline_id, retry_policy) from e

@@ -74,6 +74,7 @@ def summary_metadata(summary: RunSummary, *, now: datetime | None = None) -> dic
         "records": MetadataValue.int(summary.records),
         "bytes": MetadataValue.int(summary.bytes),
         "dead_letters": MetadataValue.int(summary.dead_letters),
+        "sink_records": MetadataValue.int(summary.sink_records),
         "deduplicated": MetadataValue.int(summary.deduplicated),
         "topics": MetadataValue.table(
             records=[

@@ -72,10 +72,12 @@ class _ErrorSink:
         self._lock = threading.Lock()
         self.authentication: KafkaError | None = None
         self.transport: KafkaError | None = None
+        self.all_down = False
 
     def __call__(self, error: KafkaError) -> None:
         kind = classify(error)
         with self._lock:
+            self.all_down = self.all_down or error.code() == KafkaError._ALL_BROKERS_DOWN
             if kind == "authentication" and self.authentication is None:
                 self.authentication = error
             elif kind == "unreachable" and (
@@ -179,9 +181,27 @@ class AdminConnection:
                 raise self._wrap_exception(failure, operation)
 
     def _serve(self, client: Any, operation: str) -> None:
-        """Serves ``client``'s queued callbacks (errors, logs); raises if an authentication error arrived."""
+        """Serves ``client``'s queued callbacks (errors, logs); raises if an authentication error arrived, or if
+        every broker refused the connection.
+        """
         client.poll(0)
         self._check_authentication(operation)
+        self._check_refused(operation)
+
+    def _check_refused(self, operation: str) -> None:
+        """Raises once every bootstrap broker refused the connection: nothing listens there, and waiting for the
+        deadline cannot change that (a timeout, a failed name lookup or a TLS failure still waits).
+        """
+        last = self._errors.transport
+        if self._errors.all_down and last is not None and "Connection refused" in last.str():
+            raise ClusterUnreachableError(
+                f"brokers {self.cluster.bootstrap_servers} refused the connection while {operation}: "
+                f"{describe_error(last, self._secrets)}",
+                cluster_id=self.cluster.cluster_id,
+                kafka_error=last.name(),
+                retriable=False,
+                hint="Nothing listens there: start the brokers, or fix bootstrap_servers (host and port).",
+            )
 
     def _check_authentication(self, operation: str) -> None:
         """Raises if the error callback received an authentication error (a consumer serves it in ``poll``)."""

@@ -40,7 +40,13 @@ from pydantic import (
     field_validator,
 )
 
-from dynamic_kafka.config import StringProperties, checked_regex, describe_validation_error, load_yaml
+from dynamic_kafka.config import (
+    StringProperties,
+    checked_regex,
+    describe_validation_error,
+    expand_references,
+    load_yaml,
+)
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -180,12 +186,15 @@ def parse_metadata_file(path: Path) -> MetadataFile:
     """Reads and validates a metadata file.
 
     Raises:
-        MetadataServiceError: the file cannot be read now (it may be being replaced; retrying can help).
+        MetadataServiceError: the file does not exist (not retriable).
         ConfigError: the file is malformed or invalid; the message names the key and the fix.
     """
     if not path.exists():
+        # Not retriable: a file replaced by a rename is never missing, so a missing one is a config problem.
         raise MetadataServiceError(
-            f"metadata file {str(path)!r} does not exist.", hint="Create it or fix metadata_service.path."
+            f"metadata file {str(path)!r} does not exist.",
+            hint="Create it or fix metadata_service.path.",
+            retriable=False,
         )
     raw = load_yaml(path)
     if raw is None:
@@ -193,7 +202,7 @@ def parse_metadata_file(path: Path) -> MetadataFile:
     if not isinstance(raw, dict):
         raise ConfigError("the metadata file must be a mapping with `clusters` and `streams`.", source=str(path))
     try:
-        return MetadataFile.model_validate(raw)
+        return MetadataFile.model_validate(expand_references(raw, path))
     except ValidationError as e:
         raise describe_validation_error(e, str(path), MetadataFile) from None
 

@@ -59,6 +59,8 @@ def with_retries(call: Callable[[], T], retries: RetryConfig, what: str) -> T:
         try:
             return with_deadline(call, retries.timeout_seconds, what)
         except MetadataServiceError as e:
+            if not e.retriable:
+                raise
             if attempt == retries.attempts:
                 raise MetadataServiceError(
                     f"{what} failed {retries.attempts} time(s); last error: {e}",

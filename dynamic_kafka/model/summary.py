@@ -36,6 +36,11 @@ class Written(Protocol):
         ...
 
     @property
+    def sink_records(self) -> int:
+        """Rows appended to the sink (a run) or inserted by a MERGE (a backfill)."""
+        ...
+
+    @property
     def deduplicated(self) -> int:
         """Records read that a backfill had landed already."""
         ...
@@ -293,6 +298,11 @@ class RunSummary(FrozenModel):
     records: int = 0
     bytes: int = 0
     dead_letters: int = 0
+    sink_records: int = Field(
+        0,
+        description="Rows written to the sink: a run's appended rows (records minus dead letters), a backfill's rows "
+        "its MERGE inserted (records read that were in the sink already are not inserted again).",
+    )
     deduplicated: int = Field(
         0, description="Records read that a time-window backfill had already landed: not written again, not counted."
     )
@@ -385,6 +395,7 @@ class RunSummary(FrozenModel):
             records=written.records,
             bytes=written.bytes,
             dead_letters=written.dead_letters,
+            sink_records=written.sink_records,
             deduplicated=written.deduplicated,
             topics=tuple(
                 TopicStats(cluster_id=c, topic=t, records=r, bytes=b)

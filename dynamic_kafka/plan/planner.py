@@ -35,7 +35,13 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, assert_never
 
-from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    DataLossError,
+    PlanningError,
+    TopicMissingError,
+    TopicRecreatedError,
+)
 from dynamic_kafka.frozen import building_many
 from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
 from dynamic_kafka.offsets import (
@@ -81,6 +87,7 @@ def plan_run(
     Raises:
         DataLossError: committed offsets below earliest and ``on_data_loss: fail``; names every lost range.
         TopicRecreatedError: a topic was recreated and ``on_topic_recreated: fail``.
+        TopicMissingError: topics the metadata lists do not exist and ``on_topic_missing: fail``.
         ClusterUnreachableError: an active cluster did not answer and ``skip_unreachable_clusters`` is off.
         PlanningError: an initializer cannot resolve a partition (e.g. no committed offset and ``reset: none``).
     """
@@ -90,6 +97,9 @@ def plan_run(
         builder.plan_removed()
     if builder.losses or builder.truncations or builder.bootstrap_gaps:
         raise DataLossError(builder.losses, truncated=builder.truncations, bootstrap_gaps=builder.bootstrap_gaps)
+    missing = [(f.cluster_id or "", f.topic or "") for f in builder.findings if f.kind == "topic_missing"]
+    if missing and pipeline.on_topic_missing == "fail":
+        raise TopicMissingError(missing)
     splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
     if pipeline.sink.per_stream:
         splits = pinned_to_tables(splits, state)

@@ -11,7 +11,8 @@ Invariants:
   ``value_schema`` (kept nested rather than flattened, so a JSON field named like a Kafka column, e.g.
   ``topic`` or ``offset``, cannot collide; select ``value.*`` to flatten). A value is undecodable when it is not
   valid UTF-8, when ``from_json`` returns null for it (e.g. an empty value), or when Spark's corrupt-record marker
-  is set (not JSON, not an object, or a field whose value does not fit its type, e.g. ``"x"`` for an INT). Fields
+  is set (not JSON, not an object, or a field whose value does not fit its type, e.g. ``"x"`` for an INT: then the
+  reason names the top-level field and its type). Fields
   missing from the JSON become nulls. By default (lenient, as Spark's ``from_json``) JSON fields absent from the
   schema are ignored and text after the first JSON object is ignored (Spark's parser stops there). With
   ``json_strict: true`` such a value is undecodable instead (dead-lettered, or the run fails under
@@ -32,17 +33,28 @@ from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
     from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
 
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"
-VALUE_NOT_JSON = "value is not a JSON object matching value_schema"
+VALUE_NOT_JSON = "value is not a JSON object (malformed JSON, an array, a scalar or empty)"
 VALUE_TRAILING_DATA = "value has data after the JSON object (json_strict)"
 VALUE_UNKNOWN_FIELDS = "value has fields not in value_schema (json_strict)"
 
 _CORRUPT_FIELD = "_dk_corrupt_record"
+
+
+def value_type_mismatch(field: str, data_type: str) -> str:
+    """The dead-letter reason of a JSON object whose top-level ``field`` does not fit its ``value_schema`` type
+    (Spark's simple string, e.g. ``int`` or ``struct<a:int>``).
+
+    Example:
+        >>> value_type_mismatch("id", "int")
+        "value field 'id' does not fit its type int in value_schema"
+    """
+    return f"value field {field!r} does not fit its type {data_type} in value_schema"
 
 
 def can_fail(pipeline: PipelineConfig) -> bool:
@@ -102,17 +114,40 @@ def value_column(
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": field},
     )
     json_bad = text.isNotNull() & (parsed.isNull() | parsed.getField(field).isNotNull())
+    # Which field of an object does not fit: each parsed alone. Behind json_bad, so only bad records pay for it.
+    is_object = sf.json_object_keys(text).isNotNull()
+    mismatches = [
+        (
+            json_bad & is_object & _corrupt_alone(text, f, field),
+            value_type_mismatch(f.name, f.dataType.simpleString()),
+        )
+        for f in schema.fields
+        if f.name != field  # StructType.add above added the marker to `schema` itself
+    ]
     trailing_bad, unknown_bad = sf.lit(False), sf.lit(False)
     if strict:
         trailing_bad = text.isNotNull() & ~_single_value(text)
         unknown_bad = text.isNotNull() & _unknown_fields(text, schema)
     checks = [
         (utf8_bad, VALUE_NOT_UTF8),
+        *mismatches,
         (json_bad, VALUE_NOT_JSON),
         (trailing_bad, VALUE_TRAILING_DATA),
         (unknown_bad, VALUE_UNKNOWN_FIELDS),
     ]
     return sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field)), checks
+
+
+def _corrupt_alone(text: Column, struct_field: StructField, corrupt: str) -> Column:
+    """Whether ``text`` parsed with a schema of ``struct_field`` alone is marked corrupt: that field's value does
+    not fit its type.
+    """
+    from pyspark.sql import functions as sf
+    from pyspark.sql.types import StructType
+
+    alone = StructType([struct_field]).add(corrupt, "string")
+    parsed = sf.from_json(text, alone, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt})
+    return parsed.isNull() | parsed.getField(corrupt).isNotNull()
 
 
 def utf8_text(raw: Column) -> tuple[Column, Column]:

@@ -111,7 +111,7 @@ def test_an_open_transaction_is_reported_and_stuck_after_its_threshold(
 
         assert main(["health", "--config", str(harness.config_path), "--pipeline", "p"]) == 2
         out = capsys.readouterr().out
-        assert "WARN stuck_transactions" in out
+        assert "FAIL stuck_transactions" in out
         assert "3 offsets open since" in out
         assert "(stuck)" in out
     finally:
@@ -145,5 +145,5 @@ def test_health_of_a_pipeline_that_never_ran(
     harness.set_streams({"orders": {"east": [topic], "west": [topic]}})
     assert main(command) == 2
     out = capsys.readouterr().out
-    assert "WARN lag                 no answer from cluster(s) west" in out
+    assert "FAIL lag                 lag unknown: no answer from cluster(s) west" in out
     assert "unreachable clusters: west" in out

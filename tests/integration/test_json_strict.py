@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_TRAILING_DATA, VALUE_UNKNOWN_FIELDS
+from dynamic_kafka.spark.decode import (
+    VALUE_NOT_JSON,
+    VALUE_TRAILING_DATA,
+    VALUE_UNKNOWN_FIELDS,
+    value_type_mismatch,
+)
 from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.schema import DECODE_ERROR
 
@@ -31,7 +36,10 @@ VALUES: list[tuple[str, str | None, str | None]] = [
     ("closes-array-wrapper", '{"id": 1}]x', VALUE_TRAILING_DATA),
     ("closes-object-wrapper", '{"id": 1},"e":1}x', VALUE_TRAILING_DATA),
     ("not-json", "nope", VALUE_NOT_JSON),
+    ("wrong-type", '{"id": "x"}', value_type_mismatch("id", "int")),
+    ("wrong-nested-type", '{"id": 1, "n": {"a": "y"}}', value_type_mismatch("n", "struct<a:int>")),
 ]
+MALFORMED_OR_MISMATCHED = {VALUE_NOT_JSON, value_type_mismatch("id", "int"), value_type_mismatch("n", "struct<a:int>")}
 
 
 def decoded_errors(spark: Any, strict: bool) -> dict[str, str | None]:
@@ -60,5 +68,5 @@ def test_json_strict_dead_letters_unknown_fields_and_trailing_data(spark: Any) -
 
 
 def test_the_default_is_lenient_like_from_json(spark: Any) -> None:
-    expected = {case: (VALUE_NOT_JSON if error == VALUE_NOT_JSON else None) for case, _, error in VALUES}
+    expected = {case: (error if error in MALFORMED_OR_MISMATCHED else None) for case, _, error in VALUES}
     assert decoded_errors(spark, strict=False) == expected

@@ -26,7 +26,7 @@ from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfil
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
 from dynamic_kafka.sink.commits import new_commit_id
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8
+from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
 from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
@@ -390,7 +390,13 @@ JSON_VALUES: list[bytes | None] = [
                 5: (b"k5", None),
                 8: (b"k8", {"id": 3, "name": "c"}),
             },
-            {1: VALUE_NOT_JSON, 2: VALUE_NOT_JSON, 4: VALUE_NOT_JSON, 6: VALUE_NOT_UTF8, 7: VALUE_NOT_JSON},
+            {
+                1: VALUE_NOT_JSON,
+                2: value_type_mismatch("id", "int"),
+                4: VALUE_NOT_JSON,
+                6: VALUE_NOT_UTF8,
+                7: VALUE_NOT_JSON,
+            },
             id="json-values",
         ),
         pytest.param(

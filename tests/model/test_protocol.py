@@ -61,6 +61,7 @@ from dynamic_kafka.errors import (
     SparkJobError,
     StateBehindSinkError,
     StateError,
+    TopicMissingError,
     TopicRecreatedError,
     UndecodableRecordError,
 )
@@ -362,6 +363,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         cap=st.sampled_from([None, None, 3]),
         archive=st.sampled_from([None, None, 1, 2]),
         per_stream=st.sampled_from([False, False, True]),
+        on_topic_missing=st.sampled_from(["warn", "warn", "fail"]),
     )
     def setup(
         self,
@@ -372,14 +374,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         cap: int | None,
         archive: int | None = None,
         per_stream: bool = False,
+        on_topic_missing: str = "warn",
     ) -> None:
         """``archive``: a bootstrap archive of topic a's history in three files, landed ``archive`` files a run
         (not with ``per_stream``, which the product refuses); ``per_stream``: a table per stream
-        (``sink.path: tables/{stream}``)."""
+        (``sink.path: tables/{stream}``). ``on_topic_missing: fail`` refuses every run and backfill while a
+        subscribed topic is deleted."""
         pipeline: dict[str, Any] = {
             "starting_offsets": starting,
             "on_data_loss": on_data_loss,
             "on_topic_recreated": "reset",
+            "on_topic_missing": on_topic_missing,
             "drain_removed": drain_removed,
             "skip_unreachable_clusters": skip_unreachable,
             "max_records_per_partition": cap,
@@ -666,6 +671,9 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.oracle.blocked = "data loss under on_data_loss: fail"
         except ClusterUnreachableError:
             STATS["unreachable"] += 1
+        except TopicMissingError as e:
+            self._check_missing(e)
+            STATS["missing topics refused"] += 1
         except RunInProgressError as e:
             raise ProtocolViolationError(f"a lone runner was refused: {e}") from e
         except ArchiveChangedError as e:
@@ -691,6 +699,15 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.harness.lease_faults = 0
         self._raise_violations()
         self._after_state_change()
+
+    def _check_missing(self, error: TopicMissingError) -> None:
+        """A run or backfill refused for missing topics: only under ``on_topic_missing: fail``, and only for topics
+        the world does not have."""
+        if self.harness.pipeline.on_topic_missing != "fail":
+            raise ProtocolViolationError(f"TopicMissingError under on_topic_missing: warn: {error}") from error
+        present = [(cid, t) for cid, t in error.missing if t in self.world.clusters[cid].topics]
+        if present:
+            raise ProtocolViolationError(f"refused for missing topics that exist: {present}") from error
 
     def _raise_violations(self) -> None:
         if self.harness.violations:
@@ -745,6 +762,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             STATS["crashes"] += 1
         except (RunInProgressError, ClusterUnreachableError, SparkJobError):
             pass  # a planned run first, or a cluster down: the backfill fails with nothing merged
+        except TopicMissingError as e:
+            self._check_missing(e)
         except DataLossError:
             pass
         except StateBehindSinkError as e:
@@ -1203,6 +1222,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "landed",
                     "lost",
                     "unreachable",
+                    "missing topics refused",
                     "duplicated",
                 )
             )

@@ -166,11 +166,6 @@ class TestMetadataFile:
         with pytest.raises(ConfigError, match="uses cluster 'north', which is not defined under `clusters`"):
             FileMetadataService(path).get_all_streams()
 
-    def test_missing_file_is_a_retriable_service_error(self, tmp_path: Path) -> None:
-        with pytest.raises(MetadataServiceError) as info:
-            FileMetadataService(tmp_path / "gone.yaml").get_all_streams()
-        assert info.value.retriable
-
 
 class TestPatternsAndPartitionSets:
     """Issue 27 item 2: a placement may be a topic pattern and/or topics with partition sets."""
@@ -292,5 +287,5 @@ class TestSecrets:
         assert "hunter2" not in repr(literal) + str(literal)
 
     def test_unset_variable_names_reference_not_value(self) -> None:
-        with pytest.raises(ConfigError, match="environment variable 'NOPE_PW', which is not set"):
+        with pytest.raises(ConfigError, match="environment variable 'NOPE_PW' is not set"):
             resolve_properties({"sasl.password": "${env:NOPE_PW}"}, cluster_id="c")

@@ -91,4 +91,7 @@ def test_an_unreachable_cluster_fails_the_lag_verdict_even_without_a_limit() -> 
     assert reachable_lag_verdict(lag, []).passed
     failed = reachable_lag_verdict(lag, ["west"])
     assert (failed.passed, failed.name) == (False, "lag")
-    assert failed.description == "no answer from cluster(s) west: the lag there is unknown (lag 3 records)"
+    assert (
+        failed.description
+        == "lag unknown: no answer from cluster(s) west (known lag on the clusters that answered: 3 records)"
+    )

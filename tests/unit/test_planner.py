@@ -9,7 +9,13 @@ import pytest
 
 from dynamic_kafka import offsets
 from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.errors import ClusterUnreachableError, DataLossError, PlanningError, TopicRecreatedError
+from dynamic_kafka.errors import (
+    ClusterUnreachableError,
+    DataLossError,
+    PlanningError,
+    TopicMissingError,
+    TopicRecreatedError,
+)
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.plan import LostRange, Plan, TopicPartition
@@ -594,15 +600,29 @@ class TestMetadataChanges:
         assert p.splits == ()
         assert kinds(p) == ["empty_metadata"]
 
-    def test_missing_topic_keeps_its_state_and_warns(self) -> None:
+    def test_missing_topic_keeps_its_state_and_warns_under_on_topic_missing_warn(self) -> None:
         p = plan(
             metadata(stream(east=["orders"])),
             brokers(east=[TopicSnapshot(topic="orders", exists=False)]),
             state(("east", "orders", 0, 3)),
+            on_topic_missing="warn",
         )
         assert p.splits == ()
         assert p.removals == ()
         assert kinds(p) == ["topic_missing"]
+
+    def test_missing_topics_fail_the_plan_by_default_naming_each_one(self) -> None:
+        with pytest.raises(TopicMissingError) as raised:
+            plan(
+                metadata(stream(east=["orders", "refunds"], west=["orders"])),
+                brokers(
+                    east=[topic("orders", {0: (0, 3)}), TopicSnapshot(topic="refunds", exists=False)],
+                    west=[TopicSnapshot(topic="orders", exists=False)],
+                ),
+            )
+        assert raised.value.missing == (("east", "refunds"), ("west", "orders"))
+        assert raised.value.retriable is False
+        assert "on_topic_missing: warn" in str(raised.value)
 
     def test_bootstrap_change_keeps_offsets(self) -> None:
         moved = KafkaStream(

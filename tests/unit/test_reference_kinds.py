@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dynamic_kafka import ConfigError
-from dynamic_kafka.secrets import SecretReferencePolicy, check_references, reference_kind, resolve_value
+from dynamic_kafka.references import reference_kind
+from dynamic_kafka.secrets import SecretReferencePolicy, check_references, resolve_value
 
 STORE = {"conn/kafka_east": "s3cr3t-from-the-store"}
 

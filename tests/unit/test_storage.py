@@ -146,7 +146,7 @@ def test_without_credentials_the_aws_chain_applies() -> None:
 def test_unset_references_name_the_reference_never_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DK_TEST_KEY_ID", SECRET)
     monkeypatch.delenv("DK_TEST_SECRET", raising=False)
-    with pytest.raises(ConfigError, match=r"'secret_access_key' of pipeline 'orders' .*'DK_TEST_SECRET'") as caught:
+    with pytest.raises(ConfigError, match=r"'secret_access_key' of pipeline 'orders': .*'DK_TEST_SECRET'") as caught:
         delta_rs_storage_options(_storage(), owner="pipeline 'orders'")
     assert SECRET not in str(caught.value)
 

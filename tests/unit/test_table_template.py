@@ -225,7 +225,7 @@ class TestRunTables:
         )
         start = datetime(2026, 1, 1, tzinfo=UTC)
         text = format_backfill(summary, start, start + timedelta(hours=1))
-        assert "3 records merged" in text
+        assert "3 records read, 0 rows inserted (every record was in the sink already)" in text
         assert "sink version" not in text
         assert "  stream eu -> d/eu: 2 records (table version 4)" in text.splitlines()
         assert "  stream us -> d/us: 1 records (table version 2)" in text.splitlines()
