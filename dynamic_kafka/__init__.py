@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.cli.offsets import format_offsets, format_reset
     from dynamic_kafka.config import BackfillConfig, PipelineConfig, ProjectConfig, load_project_config
     from dynamic_kafka.dead_letters import ReplayReport
-    from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError
+    from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError, HostError
     from dynamic_kafka.health import HealthReport, HealthVerdict, PartitionHealth
     from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.file import parse_metadata_file
@@ -120,6 +120,7 @@ _EXPORTS: dict[str, str] = {
     "DynamicKafkaError": "dynamic_kafka.errors",
     "ConfigError": "dynamic_kafka.errors",
     "DataLossError": "dynamic_kafka.errors",
+    "HostError": "dynamic_kafka.errors",
 }
 
 __all__ = [
@@ -133,6 +134,7 @@ __all__ = [
     "GroupCommit",
     "HealthReport",
     "HealthVerdict",
+    "HostError",
     "KafkaMetadataService",
     "KafkaStream",
     "LagVerdict",

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING
 from dagster import Failure, MetadataValue, RetryPolicy, RetryRequested
 from pydantic import BaseModel
 
-from dynamic_kafka import DynamicKafkaError
-from dynamic_kafka.errors import HostError
+from dynamic_kafka import DynamicKafkaError, HostError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
