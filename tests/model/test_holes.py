@@ -407,7 +407,8 @@ def test_a_run_whose_shared_session_closes_between_its_two_appends_commits_nothi
         r.run_clean()  # the recovery attaches to the next generation and appends run 2's sink rows
         assert not r.m.pending
         assert r.m.harness.server.attached[-1] not in (first, *r.m.harness.server.closed)
-        r.m.oracle.check_run(r.m.state.last_run.plan, r.m.harness.find_planned(r.m.state.last_run.plan)[0])
+        brokers, metadata, _ = r.m.harness.find_planned(r.m.state.last_run.plan)
+        r.m.oracle.check_run(r.m.state.last_run.plan, brokers, metadata)
 
 
 def test_a_pipeline_whose_shared_session_expired_between_runs_lands_the_next_run_in_the_next_generation() -> None:
