@@ -267,6 +267,21 @@ GUARDS = (
         "tests/integration/test_sink_maintenance.py::"
         "test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_file_stays",
     ),
+    Guard(
+        "bootstrap-first-read-floor",
+        "dynamic_kafka/plan/planner.py",
+        "                start = self._not_below_until(key, start, snapshot)",
+        "                pass",
+        "tests/unit/test_bootstrap_rules.py::TestAFirstReadAfterTheBootstrapRun",
+    ),
+    Guard(
+        "bootstrap-due-after-its-own-run",
+        "dynamic_kafka/plan/planner.py",
+        "not state.partitions and archive is not None and archive.switch",
+        "not state.partitions",
+        "tests/unit/test_bootstrap_rules.py::TestArchiveOverSeveralRuns::"
+        "test_an_abandoned_later_part_does_not_make_the_bootstrap_due_when_no_partition_was_read",
+    ),
 )
 
 

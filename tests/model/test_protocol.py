@@ -426,19 +426,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(cid=st.sampled_from(CLUSTERS), up=st.booleans())
     def cluster_availability(self, cid: str, up: bool) -> None:
-        if self._archive_topic_unread():
-            return
         self.world.clusters[cid].up = up
-
-    def _archive_topic_unread(self) -> bool:
-        """Hole 35.15 open: a partition of the bootstrap archive's topic first read after the bootstrap's first run
-        (its cluster skipped, or the topic not subscribed then) starts at the pipeline's initializer, not at
-        ``until``; so no cluster leaves and no subscription shrinks before that topic is tracked."""
-        return (
-            "35.15" in self.holes
-            and self.harness.archive is not None
-            and not any(key.cluster_id == "c1" and key.topic == "a" for key in self.state.partitions)
-        )
 
     # --------------------------------------------------------------------------------------------- metadata
 
@@ -461,30 +449,22 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(sid=st.sampled_from(STREAMS), cid=st.sampled_from(CLUSTERS), topic=st.sampled_from(TOPICS))
     def unplace_topic(self, sid: str, cid: str, topic: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.get(sid, {}).get(cid, set()).discard(topic)
         self.harness.publish_metadata()
 
     @rule(sid=st.sampled_from(STREAMS), cid=st.sampled_from(CLUSTERS))
     def remove_cluster_from_stream(self, sid: str, cid: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.get(sid, {}).pop(cid, None)
         self.harness.publish_metadata()
 
     @rule(sid=st.sampled_from(STREAMS))
     def remove_stream(self, sid: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.pop(sid, None)
         self.harness.publish_metadata()
 
     @rule(cid=st.sampled_from(CLUSTERS), with_metadata=st.booleans())
     def change_bootstrap(self, cid: str, with_metadata: bool) -> None:
         """The cluster moves to new brokers; the metadata follows now, or at a later ``publish``."""
-        if self._archive_topic_unread():
-            return
         cluster = self.world.clusters[cid]
         n = int(cluster.bootstrap.split("-")[1].split(":")[0]) + 1
         cluster.bootstrap = f"{cid}-{n}:9092"
