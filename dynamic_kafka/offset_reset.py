@@ -200,7 +200,7 @@ def _decide(
     bootstrap = context.pipeline.bootstrap
     until_ms = to_epoch_ms(bootstrap.until) if bootstrap is not None else None
     brokers = _broker_offsets(context, selected, target, until_ms)
-    changes = decide_reset(state, brokers, target, selected, stop_at_until=until_ms is not None)
+    changes = decide_reset(state, brokers, target, selected)
     owner = RunOwner.current()
     result = OffsetReset(
         pipeline_id=context.pipeline.id,
@@ -252,16 +252,14 @@ def decide_reset(
     brokers: BrokerSnapshot,
     target: ResetTarget,
     selected: dict[TopicPartition, PartitionState],
-    *,
-    stop_at_until: bool = False,
 ) -> tuple[OffsetChange, ...]:
     """The offset changes of a reset of ``selected`` to ``target`` over the brokers' offsets; pure. Partitions
     already at the target are left out.
 
-    ``stop_at_until``: the pipeline was bootstrapped from an archive and the brokers' ``start_lookups`` hold each
-    partition's first offset at or after the archive's ``until`` (or the target's timestamp if later). A rewind
-    then stops there: the records before it are the archive's, landed without Kafka coordinates, so the run's
-    anti-join on coordinates would not find them and they would land twice.
+    When the pipeline was bootstrapped from an archive, the brokers hold each partition's floor (its first offset
+    at or after the archive's ``until``, :meth:`TopicSnapshot.floor`), and a rewind stops there: the records
+    before it are the archive's, landed without Kafka coordinates, so the run's anti-join on coordinates would not
+    find them and they would land twice.
 
     Raises:
         TopicRecreatedError: a topic is gone from its cluster, or has another topic id than the committed offset.
@@ -298,9 +296,9 @@ def decide_reset(
         else:
             assert target.offset is not None
             new = target.offset
-        if stop_at_until and new < row.next_offset:
-            found = topic.start_lookups.get(key.partition)
-            new = max(new, min(offsets.latest if found is None else found, row.next_offset))
+        floor = topic.floor(key.partition)
+        if floor is not None and new < row.next_offset:
+            new = max(new, min(floor, row.next_offset))
         floor = state.backfill_floors.get(key, 0)
         if not offsets.earliest <= new <= offsets.latest:
             refused.append(f"{key}: offset {new} is outside [{offsets.earliest}, {offsets.latest}]")
@@ -338,8 +336,8 @@ def _broker_offsets(
     target: ResetTarget,
     until_ms: int | None,
 ) -> BrokerSnapshot:
-    """Earliest, latest and (for a timestamp, or a bootstrap archive's ``until_ms``: the later of the two) the
-    timestamp's offsets of the selected partitions' topics; every cluster must answer. A cluster the metadata no
+    """Earliest, latest, the target timestamp's offsets and (with a bootstrap archive) the floor at ``until_ms``
+    of the selected partitions' topics; every cluster must answer. A cluster the metadata no
     longer lists is reached as the metadata service still knows it, else at the bootstrap servers its offsets
     were committed from.
     """
@@ -348,8 +346,11 @@ def _broker_offsets(
     for key, row in selected.items():
         topics.setdefault(key.cluster_id, set()).add(key.topic)
         bootstrap.setdefault(key.cluster_id, row.bootstrap_servers)
-    moments = [t for t in (target.timestamp_ms if target.kind == "timestamp" else None, until_ms) if t is not None]
-    starting = TimestampOffsets(timestamp_ms=max(moments)) if moments else EarliestOffsets()
+    starting = (
+        TimestampOffsets(timestamp_ms=target.timestamp_ms)
+        if target.kind == "timestamp" and target.timestamp_ms is not None
+        else EarliestOffsets()
+    )
     requests = [
         ClusterRequest(
             cluster=_connection(context, cluster_id, bootstrap[cluster_id]),
@@ -358,6 +359,7 @@ def _broker_offsets(
             stopping=LatestOffsets(),
             required=True,
             skip_unreachable=False,
+            floor_ms=until_ms,
         )
         for cluster_id, names in sorted(topics.items())
     ]

@@ -292,6 +292,21 @@ GUARDS = (
         "tests/unit/test_publication_rules.py::"
         "test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothing",
     ),
+    Guard(
+        "bootstrap-first-read-floor",
+        "dynamic_kafka/plan/planner.py",
+        "                start = self._not_below_until(key, start, snapshot)",
+        "                pass",
+        "tests/unit/test_bootstrap_rules.py::TestAFirstReadAfterTheBootstrapRun",
+    ),
+    Guard(
+        "bootstrap-due-after-its-own-run",
+        "dynamic_kafka/plan/planner.py",
+        "not state.partitions and archive is not None and archive.switch",
+        "not state.partitions",
+        "tests/unit/test_bootstrap_rules.py::TestArchiveOverSeveralRuns::"
+        "test_an_abandoned_later_part_does_not_make_the_bootstrap_due_when_no_partition_was_read",
+    ),
 )
 
 

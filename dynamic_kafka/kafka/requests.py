@@ -12,7 +12,7 @@ from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.kafka.snapshot import ClusterRequest
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets
+from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, to_epoch_ms
 
 if TYPE_CHECKING:
     from dynamic_kafka.config import PipelineConfig
@@ -27,14 +27,17 @@ def run_requests(
     state: StateSnapshot,
     service: KafkaMetadataService,
 ) -> list[ClusterRequest]:
-    """What to ask each cluster for a run: active clusters for their subscribed topics (required), and, best
-    effort, the clusters of partitions that left the metadata, to drain them or report what was left unread.
+    """What to ask each cluster for a run: active clusters for their subscribed topics (required), with the
+    bootstrap archive's ``until`` looked up when the pipeline has one (a partition's first read starts no lower),
+    and, best effort, the clusters of partitions that left the metadata, to drain them or report what was left
+    unread.
     """
     subscribed = metadata.topics()  # built once: the state loop below looks every partition up in it
     topics_by_cluster: dict[str, set[str]] = {}
     for cluster_id, topic in subscribed:
         topics_by_cluster.setdefault(cluster_id, set()).add(topic)
     clusters = metadata.clusters()
+    floor_ms = to_epoch_ms(pipeline.bootstrap.until) if pipeline.bootstrap is not None else None
     requests = []
     for cluster_id, topics in sorted(topics_by_cluster.items()):
         starting, stopping = metadata.initializers(cluster_id, pipeline.starting_offsets, pipeline.stopping_offsets)
@@ -46,6 +49,7 @@ def run_requests(
                 stopping=stopping,
                 required=True,
                 skip_unreachable=pipeline.skip_unreachable_clusters,
+                floor_ms=floor_ms,
             )
         )
     removed: dict[str, set[str]] = {}

@@ -59,6 +59,12 @@ class ClusterRequest(FrozenModel):
     skip_unreachable: bool = Field(
         False, description="For a required cluster, record an unreachable cluster instead of raising."
     )
+    floor_ms: int | None = Field(
+        None,
+        ge=0,
+        description="A bootstrap archive's ``until`` (epoch ms): adds floor lookups, each partition's first offset "
+        "at or after it, below which Kafka holds the archive's records.",
+    )
     positions: tuple[CommittedPosition, ...] = Field(
         (),
         description="Committed positions of the requested topics that recorded a leader epoch: each one whose "
@@ -124,6 +130,8 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             queries["start"] = request.starting.timestamp_ms
         if isinstance(request.stopping, TimestampOffsets):
             queries["stop"] = request.stopping.timestamp_ms
+        if request.floor_ms is not None:
+            queries["floor"] = request.floor_ms
         answers = admin.offset_answers(partitions, queries, isolation_level=isolation_level)
         offsets = offsets_of(answers)
         if isinstance(request.starting, CommittedOffsets):
@@ -153,6 +161,7 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             },
             start_lookups={p: offsets["start"][(name, p)] for _, p in keys} if "start" in offsets else {},
             stop_lookups={p: offsets["stop"][(name, p)] for _, p in keys} if "stop" in offsets else {},
+            floor_lookups={p: offsets["floor"][(name, p)] for _, p in keys} if "floor" in offsets else {},
         )
     return ClusterSnapshot(cluster_id=cluster_id, topics=topics)
 

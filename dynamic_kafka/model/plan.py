@@ -95,6 +95,7 @@ FindingKind = Literal[
     "topic_missing",
     "partition_missing",
     "offset_clamped",
+    "bootstrap_until",
     "capped",
     "empty_metadata",
 ]

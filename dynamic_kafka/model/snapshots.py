@@ -54,6 +54,21 @@ class TopicSnapshot(FrozenModel):
         default_factory=dict,
         description="Per partition, the stopping timestamp lookup's offset (None: none).",
     )
+    floor_lookups: dict[int, int | None] = Field(
+        default_factory=dict,
+        description="With a bootstrap archive: per partition, the first offset at or after the archive's "
+        "``until`` (None: no record is). Empty without one.",
+    )
+
+    def floor(self, partition: int) -> int | None:
+        """The lowest offset Kafka may be read from in ``partition`` without landing the bootstrap archive's
+        records again: the first offset at or after its ``until``, else the partition's latest. None without a
+        bootstrap archive (nothing was looked up).
+        """
+        if partition not in self.floor_lookups:
+            return None
+        found = self.floor_lookups[partition]
+        return self.partitions[partition].latest if found is None else found
 
 
 class ClusterSnapshot(FrozenModel):

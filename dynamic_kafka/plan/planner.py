@@ -7,6 +7,8 @@ No I/O happens here, so every rule is unit-tested without a broker. The rules, p
   ``starting_offsets`` in the metadata when it sets one (also for a cluster or topic new to a stream the state
   already tracks: a failover to a mirror hands over by timestamp), else ``earliest`` for a cluster or topic new to
   a tracked stream (a migration loses nothing), else the pipeline's starting initializer;
+* with a bootstrap archive, a partition's first read starts no lower than its first offset at or after the
+  archive's ``until`` (latest when no record is), whichever run reads it first: the archive landed what is older;
 * a committed offset below the broker's earliest is data loss: ``on_data_loss: fail`` raises naming every lost
   range; ``skip`` starts at earliest and records the gap;
 * a committed offset beyond latest of the same topic, or one the leader epoch recorded with it ended below (the
@@ -118,11 +120,18 @@ def plan_run(
 
 
 def bootstrap_due(pipeline: PipelineConfig, state: StateSnapshot) -> bool:
-    """Whether the next run is the pipeline's bootstrap: it has an archive and nothing landed yet (no run, or only
-    an abandoned one that committed no position; operations recorded since do not count).
+    """Whether the next run is the pipeline's bootstrap: it has an archive and nothing landed yet (no run, or the
+    last one was a bootstrap run that was abandoned; operations recorded since do not count). An abandoned later
+    run does not make it due again, even when no partition has a position (the bootstrap run read no Kafka): the
+    archive's first part landed, and the next part continues from the chain of plans.
     """
     last = state.landing_run
-    return pipeline.bootstrap is not None and (last is None or (last.status == "abandoned" and not state.partitions))
+    if pipeline.bootstrap is None:
+        return False
+    if last is None:
+        return True
+    archive = last.plan.bootstrap
+    return last.status == "abandoned" and not state.partitions and archive is not None and archive.switch
 
 
 def first_run_pipeline(pipeline: PipelineConfig, state: StateSnapshot) -> PipelineConfig:
@@ -348,6 +357,8 @@ class _PlanBuilder:
                 start = offsets.earliest
             else:
                 start = self._initial_start(key, starting, snapshot, offsets)
+            if committed is None and reason is None:
+                start = self._not_below_until(key, start, snapshot)
             if start is None:
                 continue
             stop = self._stop(key, stopping, snapshot, offsets, start)
@@ -459,6 +470,26 @@ class _PlanBuilder:
                 return self._clamp(key, wanted, offsets, "specific offsets")
             case _:
                 assert_never(starting)
+
+    def _not_below_until(self, key: TopicPartition, start: int | None, snapshot: TopicSnapshot) -> int | None:
+        """A partition's first read under a bootstrap archive starts no lower than its first offset at or after the
+        archive's ``until``, whichever run reads it first: the archive already landed the records below, as rows
+        without Kafka coordinates that no dedupe of a later run can match. Only the bootstrap run's initializer
+        starts there by itself; a cluster skipped or a topic unsubscribed during that run, or a partition, topic or
+        cluster of a stream that appears later, would otherwise start at earliest or the initializer.
+        """
+        floor = snapshot.floor(key.partition)
+        if start is None or floor is None or start >= floor:
+            return start
+        self.note(
+            "bootstrap_until",
+            f"{key}: first read; starting at {floor}, the first offset at or after the bootstrap archive's until, "
+            f"not at {start} (the archive holds the records before it)",
+            **key.model_dump(),
+            from_offset=start,
+            to_offset=floor,
+        )
+        return floor
 
     def _bootstrap_gap(self, key: TopicPartition, offsets: PartitionOffsets) -> int | None:
         """The bootstrap's ``until`` is at or before the partition's earliest retained record, and records before

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
@@ -23,6 +23,7 @@ from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
+from dynamic_kafka.storage import TableRef
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -109,6 +110,11 @@ class Orders:
     def offsets(self) -> dict[int, int]:
         return {k.partition: p.next_offset for k, p in self.harness.runner().store.load().partitions.items()}
 
+    def dead_letters(self) -> list[tuple[int, int]]:
+        """Every dead letter's (partition, offset), sorted, duplicates kept."""
+        table = DeltaTable(str(self.harness.runner().pipeline.sink.resolved_dead_letter_path)).to_pyarrow_table()
+        return sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
     def read_the_sink(self, result: WriteResult) -> bool:
         """Whether the sink commit of ``result`` read the sink (Delta: not a blind append)."""
         (commit,) = [
@@ -142,8 +148,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     assert second.deduplicated == 3  # read again, already landed by the backfill
     assert [(t.topic, t.records) for t in second.topics] == [(orders.topic, 2)]
     assert orders.harness.sink_rows() == orders.rows(first + window[:2] + after)
-    dead = DeltaTable(str(orders.harness.runner().pipeline.sink.resolved_dead_letter_path)).to_pyarrow_table()
-    assert sorted(zip(dead["partition"].to_pylist(), dead["offset"].to_pylist(), strict=True)) == [(1, 2)]
+    assert orders.dead_letters() == [(1, 2)]
     assert orders.offsets() == {0: 4, 1: 4}
     assert len(writes) == 2
     overlaps, result = writes[1]
@@ -225,3 +230,40 @@ def test_a_recovered_run_dedupes_like_the_run_it_finishes(
     ((overlaps, result),) = writes[1:]
     assert orders.ranges(overlaps) == [(0, 1, 2), (1, 0, 1)]
     assert (result.sink_records, result.deduplicated) == (1, 2)
+
+
+def test_a_dead_letter_an_orphaned_backfill_merge_lands_during_the_runs_write_lands_once(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backfill's MERGE outlives its client (and its lease) and lands a dead letter while a run writes the same
+    range: after the run's persisted rows were computed (their anti-join did not see it), before the dead-letter
+    append commits. In the product that window is inside the append's own job; here the rows are computed first
+    (a count), so the landing falls in it. The MERGE is another writer (delta-rs here, a Connect server or another
+    process in life): a MERGE through this very session would make Spark recompute the persisted rows.
+    """
+    orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="string")
+    first = orders.produce((0, "m0", 1))
+    assert orders.harness.runner().run().records == 1
+    window = orders.produce((0, "n0", 10), (1, b"\xff\xfe-not-utf8", 11))
+    assert (orders.backfill(5, 30).records, orders.dead_letters()) == (2, [(1, 0)])
+    dead_letters = str(orders.harness.runner().pipeline.sink.resolved_dead_letter_path)
+    merged = DeltaTable(dead_letters).to_pyarrow_table()
+    DeltaTable(dead_letters).delete()  # the frontier is recorded; the orphaned MERGE's dead letter not landed yet
+
+    real = sink.append_idempotent
+    landed: list[str] = []
+
+    def merge_lands_inside_the_write(rows: Any, table: Any, *args: Any, **kwargs: Any) -> None:
+        if str(TableRef.of(table)) == str(TableRef.of(dead_letters)) and not landed:
+            rows.count()  # the run's persisted rows are computed: their anti-join has read the table now
+            write_deltalake(dead_letters, merged, mode="append")
+            landed.append(dead_letters)
+        real(rows, table, *args, **kwargs)
+
+    monkeypatch.setattr(sink, "append_idempotent", merge_lands_inside_the_write)
+    orders.harness.runner().run()
+
+    assert landed == [dead_letters]
+    assert orders.dead_letters() == [(1, 0)]
+    assert orders.harness.sink_rows() == orders.rows(first + window[:1])
+    assert orders.offsets() == {0: 2, 1: 1}

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
+from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import ArchiveChangedError, ConfigError
 from dynamic_kafka.faults import acting_at
@@ -230,3 +231,46 @@ def test_a_kafka_record_after_the_switch_offset_with_a_timestamp_before_until_la
     assert first.records == 6
     produce(east, topic, [Record(value=b"late", timestamp_ms=UNTIL_MS - 500)])  # produced after the bootstrap
     assert h.runner().run().records == 1, "a record newer than the archive is Kafka's, whatever its timestamp"
+
+
+def test_a_cluster_skipped_by_the_bootstrap_run_starts_at_until_when_it_comes_back(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    """The archive holds both clusters' history before `until`; west is unreachable during the first run, so its
+    first read is a later run's: it starts at `until` too, and every record lands once."""
+    east, west = (kafka_clusters[name].bootstrap_servers for name in ("east", "west"))
+    topics = {"east": unique_name("history-east"), "west": unique_name("history-west")}
+    for name, servers in (("east", east), ("west", west)):
+        create_topic(servers, topics[name], 1)
+        produce(
+            servers,
+            topics[name],
+            [Record(value=f"{name}{i}".encode(), timestamp_ms=UNTIL_MS + (i - 2) * 1000) for i in range(4)],
+        )
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    history = [f"{name}{i}" for name in topics for i in range(2)]  # what Kafka holds before `until`
+    times = [datetime.fromtimestamp((UNTIL_MS + (int(v[-1]) - 2) * 1000) / 1000, tz=UTC) for v in history]
+    pq.write_table(
+        pa.table({"value": history, "timestamp": pa.array(times, type=pa.timestamp("ms", tz="UTC"))}),
+        folder / "part-0.parquet",
+    )
+    h = harness(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        skip_unreachable_clusters=True,
+        kafka_timeout_seconds=3,
+        bootstrap={"path": str(folder), "format": "parquet", "until": UNTIL.isoformat()},
+    )
+    h.set_cluster("west", bootstrap_servers=f"127.0.0.1:{free_port()}")  # nothing listens there
+    h.set_streams({"orders": {name: [topic] for name, topic in topics.items()}})
+
+    first = h.runner().run()
+    assert first.skipped_clusters == ("west",)
+    h.set_cluster("west", bootstrap_servers=west)
+    back = h.runner().run()
+
+    assert back.records == 2
+    values = sorted(bytes(row[0]).decode() for row in landed(h))
+    assert values == sorted(f"{name}{i}" for name in topics for i in range(4))

@@ -483,19 +483,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(cid=st.sampled_from(CLUSTERS), up=st.booleans())
     def cluster_availability(self, cid: str, up: bool) -> None:
-        if self._archive_topic_unread():
-            return
         self.world.clusters[cid].up = up
-
-    def _archive_topic_unread(self) -> bool:
-        """Hole 35.15 open: a partition of the bootstrap archive's topic first read after the bootstrap's first run
-        (its cluster skipped, or the topic not subscribed then) starts at the pipeline's initializer, not at
-        ``until``; so no cluster leaves and no subscription shrinks before that topic is tracked."""
-        return (
-            "35.15" in self.holes
-            and self.harness.archive is not None
-            and not any(key.cluster_id == "c1" and key.topic == "a" for key in self.state.partitions)
-        )
 
     # --------------------------------------------------------------------------------------------- metadata
 
@@ -518,15 +506,11 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(sid=st.sampled_from(STREAMS), cid=st.sampled_from(CLUSTERS), topic=st.sampled_from(TOPICS))
     def unplace_topic(self, sid: str, cid: str, topic: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.get(sid, {}).get(cid, set()).discard(topic)
         self.harness.publish_metadata()
 
     @rule(sid=st.sampled_from(STREAMS), cid=st.sampled_from(CLUSTERS))
     def remove_cluster_from_stream(self, sid: str, cid: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.get(sid, {}).pop(cid, None)
         self.harness.publish_metadata()
 
@@ -534,7 +518,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def rename_stream(self, sid: str, to: str) -> None:
         """The metadata renames a stream (its topics listed under another id): with a table per stream, the
         partitions it landed keep their table."""
-        if self._archive_topic_unread() or sid not in self.harness.streams:
+        if sid not in self.harness.streams:
             return
         for cid, topics in self.harness.streams.pop(sid).items():
             self.harness.streams.setdefault(to, {}).setdefault(cid, set()).update(topics)
@@ -544,15 +528,11 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(CLUSTERS), active=st.booleans())
     def cluster_activity(self, cid: str, active: bool) -> None:
         """The service calls a cluster inactive (or active again) while the streams still list it."""
-        if self._archive_topic_unread():
-            return
         self.harness.service.set_active(cid, active)
 
     @rule(cid=st.sampled_from(CLUSTERS), reset=st.sampled_from([None, "earliest", "latest"]))
     def stop_at_group(self, cid: str, reset: str | None) -> None:
         """A cluster's runs stop where a consumer group got to (``reset`` where it has no offset), or no longer."""
-        if self._archive_topic_unread():
-            return
         if reset is None:
             self.harness.stop_overrides.pop(cid, None)
         else:
@@ -573,16 +553,12 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(sid=st.sampled_from(STREAMS))
     def remove_stream(self, sid: str) -> None:
-        if self._archive_topic_unread():
-            return
         self.harness.streams.pop(sid, None)
         self.harness.publish_metadata()
 
     @rule(cid=st.sampled_from(CLUSTERS), with_metadata=st.booleans())
     def change_bootstrap(self, cid: str, with_metadata: bool) -> None:
         """The cluster moves to new brokers; the metadata follows now, or at a later ``publish``."""
-        if self._archive_topic_unread():
-            return
         cluster = self.world.clusters[cid]
         n = int(cluster.bootstrap.split("-")[1].split(":")[0]) + 1
         cluster.bootstrap = f"{cid}-{n}:9092"

@@ -178,6 +178,50 @@ class TestFirstRunPlan:
         assert [(s.start_offset, s.stop_offset) for s in plan.splits] == [(0, 10)]
 
 
+class TestAFirstReadAfterTheBootstrapRun:
+    """Only the bootstrap run's initializer starts at ``until``; a partition first read by a later run (its
+    cluster skipped then, its topic unsubscribed then, or new to a stream since) starts there too.
+    """
+
+    @staticmethod
+    def later_plan(starting: object, floor: int | None, *, known: bool = False) -> Plan:
+        """Run 2's plan of east/orders partition 0 (earliest 0, latest 10), its floor at ``floor``; ``known``: the
+        state already tracks partition 1 of the topic (so partition 0 is a new partition of a read topic)."""
+        p = PipelineConfig.model_validate({**pipeline().model_dump(mode="json"), "starting_offsets": starting})
+        partitions = {0: PartitionOffsets(earliest=0, latest=10), 1: PartitionOffsets(earliest=0, latest=4)}
+        topic = TopicSnapshot(topic="orders", topic_id="id-1", partitions=partitions, floor_lookups={0: floor, 1: 2})
+        brokers = BrokerSnapshot(
+            clusters={"east": ClusterSnapshot(cluster_id="east", topics={"orders": topic})}, taken_at=NOW
+        )
+        row = PartitionState(cluster_id="east", topic="orders", partition=1, next_offset=4, topic_id="id-1")
+        run_1 = first_plan(pipeline(), snapshot(0, 10, 4))
+        first = RunRecord(pipeline_id="p", run_seq=1, status="committed", plan=run_1, planned_at=NOW)
+        state = StateSnapshot(
+            pipeline_id="p",
+            table_version=1,
+            last_run=first,
+            partitions={row.key: row} if known else {},
+        )
+        assert not bootstrap_due(p, state)
+        return first_plan(p, brokers, state)
+
+    def test_every_first_read_starts_no_lower_than_until_and_a_committed_offset_is_kept(self) -> None:
+        for starting, wanted in (("earliest", 0), ({"kind": "specific", "offsets": {"orders": {0: 1, 1: 1}}}, 1)):
+            plan = self.later_plan(starting, 6)
+            assert [(s.partition, s.start_offset, s.stop_offset) for s in plan.splits] == [(0, 6, 10), (1, 2, 4)]
+            raised = {(f.partition, f.from_offset, f.to_offset) for f in plan.findings if f.kind == "bootstrap_until"}
+            assert raised == {(0, wanted, 6), (1, wanted, 2)}
+        known = self.later_plan("earliest", 6, known=True)  # partition 1 resumes at its offset
+        assert [(s.partition, s.start_offset) for s in known.splits] == [(0, 6), (1, 4)]
+
+    def test_a_partition_with_no_record_at_or_after_until_starts_at_latest_and_a_later_start_is_kept(self) -> None:
+        nothing_after = self.later_plan("earliest", None)
+        assert [(s.partition, s.start_offset, s.stop_offset) for s in nothing_after.splits] == [(0, 10, 10), (1, 2, 4)]
+        latest = self.later_plan("latest", 6)
+        assert [s.start_offset for s in latest.splits] == [10, 4]
+        assert not [f for f in latest.findings if f.kind == "bootstrap_until"]
+
+
 class TestDagsterMetadata:
     def test_a_bootstrap_run_shows_its_source_and_row_count_and_other_runs_do_not(self) -> None:
         from dynamic_kafka.dagster.metadata import summary_metadata
@@ -233,8 +277,20 @@ class TestArchiveOverSeveralRuns:
     def test_the_bootstrap_is_due_until_something_landed(self) -> None:
         p = pipeline(max_files_per_run=1)
         assert bootstrap_due(p, StateSnapshot(pipeline_id="p"))
-        assert bootstrap_due(p, self.state_after(self.part(("f1",), ()), "abandoned", landed=False))
+        first_part = self.part(("f1",), ("f2",)).model_copy(update={"switch": True})
+        assert bootstrap_due(p, self.state_after(first_part, "abandoned", landed=False))
         assert not bootstrap_due(p, self.state_after(self.part(("f1",), ()), "committed"))
+
+    def test_an_abandoned_later_part_does_not_make_the_bootstrap_due_when_no_partition_was_read(self) -> None:
+        """The bootstrap run read no Kafka (nothing subscribed then), so no partition has a position: its part
+        landed all the same, and the next run plans the abandoned part again, not the first one."""
+        abandoned = self.state_after(self.part(("f2",), ("f3",)), "abandoned", landed=False)
+        assert not bootstrap_due(pipeline(max_files_per_run=1), abandoned)
+        again = next_archive_part(abandoned, 1)
+        assert again is not None
+        assert again.files == ("f2",)
+        kafka_only = self.state_after(None, "abandoned", landed=False)
+        assert not bootstrap_due(pipeline(), kafka_only)
 
     def test_a_delta_archive_is_not_split(self) -> None:
         with pytest.raises(ValidationError, match="a Delta archive lands whole"):
@@ -301,7 +357,8 @@ class TestArchiveChainAcrossOperations:
         assert not bootstrap_due(pipeline(max_files_per_run=1), state)
 
     def test_an_operation_after_an_abandoned_part_plans_the_part_again(self, tmp_path: Path) -> None:
-        store = self.store_after_run_1(tmp_path, "abandoned", archive_read(files=("f1",), remaining=("f2",)))
+        run_1 = archive_read(files=("f1",), remaining=("f2",), switch=True)
+        store = self.store_after_run_1(tmp_path, "abandoned", run_1)
         state = self.operate(store, "replayed")
         assert bootstrap_due(pipeline(max_files_per_run=1), state), "nothing landed yet: run 1 is bootstrapped again"
 
@@ -340,7 +397,7 @@ class TestNothingBeforeUntilIsReadFromKafkaAgain:
             topic="orders",
             topic_id="id-1",
             partitions={0: PartitionOffsets(earliest=2, latest=20), 1: PartitionOffsets(earliest=0, latest=8)},
-            start_lookups={0: 5, 1: 6},  # the first offsets at or after `until`
+            floor_lookups={0: 5, 1: 6},  # the first offsets at or after `until`
         )
         brokers = BrokerSnapshot(
             clusters={"east": ClusterSnapshot(cluster_id="east", topics={"orders": topic})}, taken_at=NOW
@@ -351,10 +408,19 @@ class TestNothingBeforeUntilIsReadFromKafkaAgain:
         }
         state = StateSnapshot(pipeline_id="p", table_version=1, partitions=rows)
         for target in ("earliest", "offset:3"):
-            changes = decide_reset(state, brokers, ResetTarget.parse(target), rows, stop_at_until=True)
+            changes = decide_reset(state, brokers, ResetTarget.parse(target), rows)
             # partition 1 sits before `until` (a topic added after the bootstrap): a rewind does not move it forward
             assert [(c.partition, c.from_offset, c.to_offset) for c in changes] == [(0, 10, 5)]
-        unclamped = decide_reset(state, brokers, ResetTarget.parse("earliest"), rows)
+        without_archive = brokers.model_copy(
+            update={
+                "clusters": {
+                    "east": ClusterSnapshot(
+                        cluster_id="east", topics={"orders": topic.model_copy(update={"floor_lookups": {}})}
+                    )
+                }
+            }
+        )
+        unclamped = decide_reset(state, without_archive, ResetTarget.parse("earliest"), rows)
         assert [(c.partition, c.to_offset) for c in unclamped] == [(0, 2), (1, 0)]
 
 
