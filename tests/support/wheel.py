@@ -70,6 +70,7 @@ class BuiltWheel:
 
 def build_wheel(folder: Path) -> BuiltWheel:
     """Builds the wheel into ``folder`` and exports the locked versions of every dependency beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
     run([uv(), "build", "--wheel", "--out-dir", folder, ROOT], cwd=folder)
     (wheel,) = folder.glob("dynamic_kafka-*.whl")
     constraints = folder / "constraints.txt"
