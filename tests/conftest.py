@@ -25,6 +25,7 @@ from dynamic_kafka.config import SparkConfig
 from dynamic_kafka.spark.connect_token import TOKEN_ENV
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from tests.support.registries import local_test_registries
+from tests.support.wheel import BuiltWheel, build_wheel
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -140,6 +141,12 @@ def postgres() -> Iterator[LocalPostgres]:
     finally:
         stop_postgres(base_dir=base, purge=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> BuiltWheel:
+    """This repository's wheel, built once per session for every test that installs it as a user does."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="session")

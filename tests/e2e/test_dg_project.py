@@ -1,25 +1,26 @@
-"""A team's own Dagster project, created fresh in the test as `dg` users have one: it finds the Component through
-the package's entry point (no registry_modules of its own), scaffolds two instances, checks them together and
-launches a run of one asset that lands its records (real Kafka, the session's Spark Connect server, Delta)."""
+"""A team's own Dagster project, created fresh in the test as `dg` users have one: its own virtualenv with the
+built wheel, the ``dagster`` extra and ``dagster-dg-cli`` (not this repository's environment), where `dg` finds the
+Component through the package's entry point (no registry_modules of its own), scaffolds two instances, checks them
+together and launches a run of one asset that lands its records (real Kafka, the session's Spark Connect server,
+Delta)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support.e2e import REPO_ROOT, Project, Record, create_topic, produce, sink_rows, unique_topic
+from tests.support.e2e import Project, Record, create_topic, produce, sink_rows, unique_topic
+from tests.support.wheel import DAGSTER, run
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from devtools.local_spark_connect import ServerInfo
+    from tests.support.wheel import BuiltWheel
 
 pytestmark = pytest.mark.e2e
 
-DG = REPO_ROOT / ".venv" / "bin" / "dg"
 COMPONENT = "dynamic_kafka.dagster.DynamicKafkaComponent"
 # The project's code location: every component under defs/ (what `dg scaffold project` writes).
 DEFINITIONS = """from pathlib import Path
@@ -33,16 +34,21 @@ def defs() -> dg.Definitions:
 """
 
 
-def dg(project: Path, *args: str) -> str:
-    """Runs one `dg` command in the project; its output (stdout and stderr), which must say it succeeded."""
-    env = {k: v for k, v in os.environ.items() if k != "DYNAMIC_KAFKA_CONFIG"}
+def user_env(project: Path) -> dict[str, str]:
+    """The shell of the project's user: its virtualenv active, no repository on PYTHONPATH, its own Dagster home."""
+    venv = project / ".venv"
+    env = {k: v for k, v in os.environ.items() if k not in ("DYNAMIC_KAFKA_CONFIG", "PYTHONPATH")}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env['PATH']}")
     env.update(DAGSTER_HOME=str(project / ".dagster"), COLUMNS="200")
-    done = subprocess.run(
-        [str(DG), *args], cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"dg {' '.join(args)}:\n{output}"
-    return output
+    return env
+
+
+def dg(project: Path, *args: str) -> str:
+    """Runs one `dg` command of the project's virtualenv; its output (stdout and stderr), which must say it
+    succeeded."""
+    dg_cli = project / ".venv" / "bin" / "dg"
+    done = run([dg_cli, *args], cwd=project, env=user_env(project))
+    return done.stdout + done.stderr
 
 
 def new_project(root: Path) -> Path:
@@ -66,9 +72,14 @@ def scaffolded(project: Path, name: str, clusters: dict[str, str], spark: dict[s
 
 
 def test_a_fresh_dg_project_finds_scaffolds_checks_and_runs_two_components(
-    tmp_path: Path, kafka_clusters: Any, spark_connect_server: ServerInfo
+    built_wheel: BuiltWheel, tmp_path: Path, kafka_clusters: Any, spark_connect_server: ServerInfo
 ) -> None:
     project = new_project(tmp_path / "project")
+    python = built_wheel.new_venv(project / ".venv", DAGSTER, "dagster-dg-cli") / "python"
+    imported = run(
+        [python, "-c", "import dynamic_kafka; print(dynamic_kafka.__file__)"], cwd=project, env=user_env(project)
+    )
+    assert Path(imported.stdout.strip()).is_relative_to(project / ".venv"), "the repository's package was imported"
     clusters = {name: c.bootstrap_servers for name, c in kafka_clusters.items()}
     spark = {"remote": spark_connect_server.remote}
     orders_topic, invoices_topic = unique_topic("dg-orders"), unique_topic("dg-invoices")

@@ -3,17 +3,13 @@ dependencies only (no repository on sys.path, no Maven on PATH), run from a fold
 
 With the core dependencies, ``--version``, ``check``, ``plan`` and a ``run`` through the session's Spark Connect
 server land every record once; with the ``spark`` extra, a first in-process run fetches its jars (Ivy in the
-machine's Java, into an empty jar cache) and lands its records. The dependencies are constrained to the versions of
-``uv.lock``, whose wheels are in uv's shared cache after ``make setup``: the install asks the index only for
-metadata (``--offline`` cannot resolve: ``uv sync`` caches wheels, not the index pages resolution needs).
+machine's Java, into an empty jar cache) and lands its records. How the wheel is built and installed (once per
+session, versions of ``uv.lock``, uv's cache first): ``tests/support/wheel.py``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,29 +19,15 @@ import dynamic_kafka
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.java import find_java
 from tests.support.exactly_once import TwoClusterStream
+from tests.support.wheel import CORE, SPARK
+from tests.support.wheel import run as _run
 
 if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint
     from devtools.local_spark_connect import ServerInfo
+    from tests.support.wheel import BuiltWheel
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _uv() -> str:
-    found = ROOT / ".cache" / "uv" / "bin" / "uv"
-    uv = str(found) if found.is_file() else shutil.which("uv")
-    assert uv, "uv is needed to build and install the wheel (`make setup` installs it into .cache/uv)"
-    return uv
-
-
-def _run(argv: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(  # type: ignore[call-overload]
-        [str(a) for a in argv], capture_output=True, text=True, timeout=600, check=False, **kwargs
-    )
-    assert result.returncode == 0, f"{argv[:3]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
 
 
 def _path_without_maven(folder: Path) -> str:
@@ -61,21 +43,9 @@ def _path_without_maven(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def installed(built_wheel: BuiltWheel, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean virtualenv with the wheel and its core dependencies; returns its bin folder."""
-    folder = tmp_path_factory.mktemp("wheel")
-    uv = _uv()
-    _run([uv, "build", "--wheel", "--out-dir", folder / "dist", ROOT], cwd=folder)
-    (wheel,) = (folder / "dist").glob("dynamic_kafka-*.whl")
-    locked = folder / "constraints.txt"
-    _run(
-        [uv, "export", "--frozen", "--all-extras", "--no-dev", "--no-emit-project", "--no-hashes", "-o", locked],
-        cwd=ROOT,
-    )
-    venv = folder / "venv"
-    _run([uv, "venv", "--quiet", "--python", sys.executable, venv], cwd=folder)
-    _run([uv, "pip", "install", "--quiet", "--python", venv / "bin" / "python", "-c", locked, wheel], cwd=folder)
-    return venv / "bin"
+    return built_wheel.new_venv(tmp_path_factory.mktemp("wheel-venv") / "venv", CORE)
 
 
 def _user_env(bin_dir: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -115,12 +85,9 @@ def test_the_core_install_checks_plans_and_runs_through_spark_connect_exactly_on
 
 
 def test_the_spark_extra_fetches_its_jars_without_maven_and_lands_in_process(
-    installed: Path, kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+    built_wheel: BuiltWheel, installed: Path, kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
 ) -> None:
-    wheel_dir = installed.parent.parent / "dist"
-    (wheel,) = wheel_dir.glob("dynamic_kafka-*.whl")
-    locked = installed.parent.parent / "constraints.txt"
-    _run([_uv(), "pip", "install", "--quiet", "--python", installed / "python", "-c", locked, f"{wheel}[spark]"])
+    built_wheel.install(installed / "python", SPARK)
     # An empty jar cache: this is the first run. Ivy's own download cache is the machine's, so the jars are not
     # fetched from Maven Central again by every test session (Ivy still resolves and retrieves them).
     jars = tmp_path / "jar-cache"
