@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from test_registry_formats import ORDER_V1, ORDER_V2, register
+from test_registry_formats import KEY_V1, KEY_V2, ORDER_V1, ORDER_V2, register
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
@@ -207,4 +207,40 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()
     assert [(r["offset"], r["id"], r["amount"], r["_schema_id"]) for r in landed] == [(0, 1, 1.5, v1)]
     assert "note" not in landed[0], "decoded with the planned reader (version 1), not today's latest"
+    assert offsets(tmp_path / "sink_dead_letter") == [1]
+
+
+def test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    schema_registries: dict[str, LocalRegistry],
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = kafka_clusters["east"].bootstrap_servers
+    registry = schema_registries["east"]
+    topic = unique_name("keyed")
+    create_topic(servers, topic, 1)
+    k1 = register(registry, f"{topic}-key", KEY_V1)
+    harness = PipelineHarness(
+        tmp_path,
+        clusters={"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}},
+        spark=lambda: spark,
+        key_format="avro",
+        value_format="string",
+    )
+    harness.set_streams({"orders": {"east": [topic]}})
+    key = encode_header(k1) + avro(KEY_V1, {"region": "eu"})
+    produce(servers, topic, [Record(b"a", key=key), Record(b"b", key=b"\x01" + key[1:])])
+    run_killed_at(harness, "after_dead_letter", monkeypatch)
+    assert offsets(tmp_path / "sink_dead_letter") == [1]
+
+    register(registry, f"{topic}-key", KEY_V2)
+    SchemaRegistryClient({"url": registry.url}).delete_version(f"{topic}-key", 1)  # k1 is no listed version now
+
+    summary = harness.runner().run()
+
+    assert (summary.recovered_run_seq, summary.status) == (1, "empty")
+    landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()
+    assert [(r["offset"], r["key"], r["value"]) for r in landed] == [(0, {"region": "eu"}, "a")]
     assert offsets(tmp_path / "sink_dead_letter") == [1]
