@@ -170,6 +170,19 @@ def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_
     assert offsets(tmp_path / "sink_dead_letter") == [1]
 
 
+def registry_pipeline(
+    kafka_clusters: dict[str, ClusterEndpoint], registry: LocalRegistry, spark: Any, folder: Path, **pipeline: Any
+) -> tuple[str, str, PipelineHarness]:
+    """The east cluster's servers, a fresh one-partition topic there and a pipeline over it with ``registry``."""
+    servers = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("pinned")
+    create_topic(servers, topic, 1)
+    clusters = {"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}}
+    harness = PipelineHarness(folder, clusters=clusters, spark=lambda: spark, **pipeline)
+    harness.set_streams({"orders": {"east": [topic]}})
+    return servers, topic, harness
+
+
 def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a_soft_delete(
     kafka_clusters: dict[str, ClusterEndpoint],
     schema_registries: dict[str, LocalRegistry],
@@ -177,19 +190,10 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    servers = kafka_clusters["east"].bootstrap_servers
     registry = schema_registries["east"]
-    topic = unique_name("orders")
+    servers, topic, harness = registry_pipeline(kafka_clusters, registry, spark, tmp_path, value_format="avro")
     subject = f"{topic}-value"
-    create_topic(servers, topic, 1)
     v1 = register(registry, subject, ORDER_V1)
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}},
-        spark=lambda: spark,
-        value_format="avro",
-    )
-    harness.set_streams({"orders": {"east": [topic]}})
     bad_magic = b"\x01" + encode_header(v1)[1:] + avro(ORDER_V1, {"id": 2, "amount": 2.5})
     produce(servers, topic, [Record(encode_header(v1) + avro(ORDER_V1, {"id": 1, "amount": 1.5})), Record(bad_magic)])
     run_killed_at(harness, "after_dead_letter", monkeypatch)
@@ -217,19 +221,11 @@ def test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    servers = kafka_clusters["east"].bootstrap_servers
     registry = schema_registries["east"]
-    topic = unique_name("keyed")
-    create_topic(servers, topic, 1)
-    k1 = register(registry, f"{topic}-key", KEY_V1)
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}},
-        spark=lambda: spark,
-        key_format="avro",
-        value_format="string",
+    servers, topic, harness = registry_pipeline(
+        kafka_clusters, registry, spark, tmp_path, key_format="avro", value_format="string"
     )
-    harness.set_streams({"orders": {"east": [topic]}})
+    k1 = register(registry, f"{topic}-key", KEY_V1)
     key = encode_header(k1) + avro(KEY_V1, {"region": "eu"})
     produce(servers, topic, [Record(b"a", key=key), Record(b"b", key=b"\x01" + key[1:])])
     run_killed_at(harness, "after_dead_letter", monkeypatch)
