@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from devtools.testing.clusters import distinct_free_ports
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka.errors import SchemaIncompatibleError
+from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.registry import encode_header
 
 if TYPE_CHECKING:
@@ -255,3 +255,26 @@ def test_avro_keys_land_as_a_struct_and_bad_keys_are_dead_letters(
     assert dead[3][0].startswith("key does not start with the Schema Registry magic byte 0 (found 0x07)")
     assert dead[4][0].startswith(f"unknown schema id {v1}: not a version of subject {topic}-key")
     assert dead[3][1] == b"\x07" + encode_header(k1)[1:] + avro(KEY_V1, {"region": "eu"})
+
+
+def test_topics_whose_keys_decode_to_different_types_are_refused_with_nothing_written(
+    tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    east, topic = east_topic
+    other = unique_name("orders")
+    create_topic(east, other)
+    registry = schema_registries["east"]
+    k1 = register(registry, f"{topic}-key", KEY_V1)
+    o1 = register(registry, f"{other}-key", ORDER_V1)
+    produce(east, topic, [Record(b"a", key=encode_header(k1) + avro(KEY_V1, {"region": "eu"}))])
+    produce(east, other, [Record(b"b", key=encode_header(o1) + avro(ORDER_V1, {"id": 1, "amount": 1.0}))])
+    harness = in_process(tmp_path, east, topic, spark, key_format="avro", schema_registry={"url": registry.url})
+    harness.set_streams({"orders": {"east": [topic, other]}})
+
+    with pytest.raises(ConfigError, match="the keys of one pipeline decode to different types") as refused:
+        harness.runner().run()
+
+    assert f"{topic}-key" in str(refused.value)
+    assert f"{other}-key" in str(refused.value)
+    assert not list(tmp_path.glob("sink_dead_letter/_delta_log/*.json"))
+    assert not list(tmp_path.glob("sink/_delta_log/*.json"))
