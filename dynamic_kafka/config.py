@@ -400,6 +400,9 @@ ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schem
 # Formats whose values become a ``value`` column (bytes, text, or a JSON struct); the others land their decoded
 # fields as top-level columns.
 VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json"})
+KeyFormat = Literal["bytes", "string", "avro", "protobuf", "json_schema"]
+# Key formats decoded with the writer schemas of the ``<topic>-key`` subject into a ``key`` struct column.
+REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 
 
 class ValueFormatConfig(_Config):
@@ -475,7 +478,7 @@ class PipelineConfig(_Config):
         None,
         description="The Schema Registry of clusters whose metadata names none (registry formats only).",
     )
-    key_format: Literal["bytes", "string"] = "bytes"
+    key_format: KeyFormat = "bytes"
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
     json_strict: bool = Field(
         False,

@@ -118,6 +118,13 @@ GUARDS = (
         "test_json_strict_flipped_under_a_crashed_run_is_refused_and_restored_lands_every_record_once",
     ),
     Guard(
+        "key-pins",
+        "dynamic_kafka/spark/registry_decode.py",
+        '    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins if pin.role == "key"}',
+        "    pinned: dict[tuple[str, str], DecodePin] = {}",
+        "tests/integration/test_decode_pins.py::test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids",
+    ),
+    Guard(
         "operation-beside-planned-run",
         "dynamic_kafka/state/store.py",
         '        if head is not None and head.status == "planned":\n            raise self.planned_error(head)',

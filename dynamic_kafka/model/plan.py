@@ -157,6 +157,7 @@ class DecodePin(FrozenModel):
     stream_id: str
     value_format: Literal["avro", "json_schema", "protobuf", "avro_file"]
     subject: str | None = Field(None, description="The registry subject; None for a value_schema_file.")
+    role: Literal["value", "key"] = Field("value", description="Whether the subject decodes the values or keys.")
     versions: tuple[PinnedVersion, ...] = Field((), description="The subject's versions then, oldest first.")
     schema_file_sha256: str | None = Field(None, description="The value_schema_file's contents, hashed.")
 

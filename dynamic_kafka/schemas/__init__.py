@@ -72,7 +72,8 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "sink": "The Delta table rows land in, and its dead-letter table.",
         "value_format": "How values are decoded: bytes (default), string, json (with value_schema), avro, "
         "protobuf or json_schema.",
-        "key_format": "How keys land: bytes (default) or string (UTF-8).",
+        "key_format": "How keys land: bytes (default), string (UTF-8), or avro, protobuf or json_schema (decoded "
+        "with the `<topic>-key` subject into a `key` struct).",
         "on_decode_error": "A value that cannot be decoded goes to the dead-letter table (default) or fails the run.",
         "on_data_loss": "Offsets lost to retention or truncation: fail the run (default) or skip them and record "
         "the gap.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import VALUE_COLUMN_FORMATS
+from dynamic_kafka.config import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS
 from dynamic_kafka.model.summary import DecodedSchema
 from dynamic_kafka.spark.decode import KEY_NOT_UTF8, can_fail, utf8_text, value_column
 from dynamic_kafka.spark.registry_decode import (
@@ -27,8 +27,10 @@ from dynamic_kafka.spark.registry_decode import (
     SourceDecoding,
     check_table_schema,
     incompatible_error_from,
+    prepare_key_sources,
     prepare_sources,
     registry_frame,
+    registry_key,
     schema_digest,
 )
 from dynamic_kafka.spark.schema import DECODE_ERROR, RAW_KEY, RAW_VALUE
@@ -55,11 +57,13 @@ class PreparedDecoding:
         pipeline: the formats and policies (``key_format``, ``json_strict``, ``value_format`` per stream).
         sources: the registry / fixed-schema sources of the planned ranges.
         legacy: the value format of the other streams (bytes, string or json), if any stream uses one.
+        key_sources: the planned topics' key subjects under a registry ``key_format``.
     """
 
     pipeline: PipelineConfig
     sources: tuple[SourceDecoding, ...] = ()
     legacy: ValueFormatConfig | None = field(default=None)
+    key_sources: tuple[SourceDecoding, ...] = ()
 
     @property
     def registry_only(self) -> bool:
@@ -87,7 +91,14 @@ class PreparedDecoding:
 
         raw_key, raw_value = sf.col(RAW_KEY), sf.col(RAW_VALUE)
         staged = frame.withColumnsRenamed({"key": RAW_KEY, "value": RAW_VALUE})
-        key, key_bad = utf8_text(raw_key) if self.pipeline.key_format == "string" else (raw_key, sf.lit(False))
+        key_reason = sf.lit(KEY_NOT_UTF8)
+        if self.key_sources:
+            staged, key, key_reason = registry_key(staged, self.key_sources, RAW_KEY)
+            key_bad = key_reason.isNotNull()
+        elif self.pipeline.key_format == "string":
+            key, key_bad = utf8_text(raw_key)
+        else:
+            key, key_bad = raw_key, sf.lit(False)
 
         columns: dict[str, Column] = {"key": key}
         value_bad: list[tuple[Column, str]] = []
@@ -95,7 +106,7 @@ class PreparedDecoding:
             value, value_bad = value_column(raw_value, self.legacy, strict=self.pipeline.json_strict)
             columns["value"] = value
         if not self.sources:
-            error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8))
+            error = sf.when(key_bad, key_reason)
             for bad, reason in value_bad:
                 error = error.when(bad, sf.lit(reason))
             return staged.withColumns({**columns, DECODE_ERROR: error.otherwise(sf.lit(None).cast("string"))})
@@ -106,7 +117,7 @@ class PreparedDecoding:
                 (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
             )
         decoded, registry_error = registry_frame(staged, self.sources, RAW_VALUE)
-        error = sf.when(key_bad, sf.lit(KEY_NOT_UTF8)).when(in_registry, registry_error)
+        error = sf.when(key_bad, key_reason).when(in_registry, registry_error)
         for bad, reason in value_bad:
             error = error.when(bad, sf.lit(reason))
         if "value" in columns:
@@ -174,12 +185,13 @@ class PreparedDecoding:
                 stream_id=s.stream_id,
                 value_format=s.value_format,
                 subject=s.subject,
+                role=s.role,
                 versions=tuple(PinnedVersion(version=v.version, schema_id=v.schema_id) for v in s.versions)
                 if s.subject is not None
                 else (),
                 schema_file_sha256=schema_digest(s.versions[0].schema_str) if s.subject is None else None,
             )
-            for s in self.sources
+            for s in (*self.sources, *self.key_sources)
         )
 
     def _registry_versions(self) -> list[tuple[SourceDecoding, SchemaVersion]]:
@@ -195,7 +207,9 @@ def prepare_decoding(
     pins: Sequence[DecodePin] = (),
 ) -> PreparedDecoding:
     """Fetches and checks the writer schemas of the planned ranges' registry streams
-    (:func:`~dynamic_kafka.spark.registry_decode.prepare_sources`, where the arguments are described). JVM-free.
+    (:func:`~dynamic_kafka.spark.registry_decode.prepare_sources`, where the arguments are described) and, under a
+    registry ``key_format``, of their key subjects
+    (:func:`~dynamic_kafka.spark.registry_decode.prepare_key_sources`). JVM-free.
 
     Raises:
         ConfigError: a registry stream's cluster has no registry, a schema file cannot be read (or differs from
@@ -203,8 +217,10 @@ def prepare_decoding(
             or a schema is not a record/object.
         SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
     """
+    clients = {} if clients is None else clients
     sources, legacy = prepare_sources(pipeline, splits, clusters, clients=clients, pins=pins)
-    return PreparedDecoding(pipeline=pipeline, sources=sources, legacy=legacy)
+    keys = prepare_key_sources(pipeline, splits, clusters, clients=clients, pins=pins)
+    return PreparedDecoding(pipeline=pipeline, sources=sources, legacy=legacy, key_sources=keys)
 
 
 def value_column_decoding(pipeline: PipelineConfig) -> PreparedDecoding:
@@ -212,10 +228,11 @@ def value_column_decoding(pipeline: PipelineConfig) -> PreparedDecoding:
     needs nothing fetched.
 
     Raises:
-        ValueError: a stream uses a registry format or a schema file: use :func:`prepare_decoding`.
+        ValueError: a stream uses a registry format or a schema file, or the keys a registry format: use
+            :func:`prepare_decoding`.
     """
-    if any(
+    if pipeline.key_format in REGISTRY_KEY_FORMATS or any(
         f.value_format not in VALUE_COLUMN_FORMATS for f in (pipeline.value_format_of(""), *pipeline.formats.values())
     ):
-        raise ValueError("this pipeline reads registry/Avro values: use prepare_decoding()")
+        raise ValueError("this pipeline reads registry/Avro keys or values: use prepare_decoding()")
     return PreparedDecoding(pipeline=pipeline, legacy=pipeline.value_format_of(""))

@@ -25,6 +25,9 @@ returns it null exactly when the bytes did not decode. A record is routed, never
 
 Decoded fields land as top-level columns (beside ``cluster``, ``stream``, ``topic``...) plus ``_schema_id``.
 
+Keys under a registry ``key_format`` are sources too (role ``key``, subject ``<topic>-key``): the same checks and
+error chain, decoded by :func:`registry_key` into one ``key`` struct column instead of top-level fields.
+
 Why one module of this size: the driver half and the executor half share one contract, the sources
 (:class:`SourceDecoding`: schema ids, the reader schema, the column names and types), and each half checks what the
 other relies on. Callers reach it through :class:`dynamic_kafka.spark.decoding.PreparedDecoding`.
@@ -32,14 +35,15 @@ other relies on. Callers reach it through :class:`dynamic_kafka.spark.decoding.P
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from dynamic_kafka.config import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
+from dynamic_kafka.config import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
 from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RAW_KEY, RAW_VALUE, RUN_SEQ
@@ -61,14 +65,16 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_ID = "_schema_id"
 SUBJECT_SUFFIX = "-value"
+KEY_SUBJECT_SUFFIX = "-key"
 _REGISTRY_TYPE = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MARKER = "dynamic-kafka-incompatible"
 _MARKER_RE = re.compile(_MARKER + r"\[(?P<json>\{.*?\})\]" + _MARKER)
 # Internal columns of the decoded frame; decoded fields must not use these names either.
 _INTERNAL = (RAW_KEY, RAW_VALUE, DECODE_ERROR)
 
-VALUE_TOO_SHORT = "value is shorter than the 5-byte Schema Registry header"
-UNKNOWN_MAGIC = "value does not start with the Schema Registry magic byte 0"
+# Reasons of a record whose key or value (the source's role) has no wire-format header.
+TOO_SHORT = "{role} is shorter than the 5-byte Schema Registry header"
+UNKNOWN_MAGIC = "{role} does not start with the Schema Registry magic byte 0"
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class SourceDecoding:
     subject: str | None  # None for a fixed schema file
     versions: tuple[SchemaVersion, ...]  # oldest first; for a fixed schema file one version with id -1
     reader: str | None  # Avro reader schema JSON (with the sentinel) or a Spark struct's JSON; None: no versions
+    role: Literal["value", "key"] = "value"  # which of the record's bytes the subject decodes
 
     @property
     def latest(self) -> SchemaVersion | None:
@@ -133,14 +140,10 @@ def prepare_sources(
         SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
     """
     clients = {} if clients is None else clients
-    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins}
-    pairs: dict[tuple[str, str], str] = {}
-    for split in splits:
-        key = (split.cluster_id, split.topic)
-        pairs[key] = min(pairs.get(key, split.stream_id), split.stream_id)
+    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins if pin.role == "value"}
     sources: list[SourceDecoding] = []
     legacy: ValueFormatConfig | None = None
-    for (cluster_id, topic), stream_id in sorted(pairs.items()):
+    for (cluster_id, topic), stream_id in _planned_topics(splits):
         fmt = pipeline.value_format_of(stream_id)
         if fmt.value_format in VALUE_COLUMN_FORMATS:
             if legacy is not None and legacy != fmt:
@@ -156,11 +159,12 @@ def prepare_sources(
             _check_schema_file_pin(source, fmt.value_schema_file, pinned.get((cluster_id, topic)))
             sources.append(source)
         else:
-            registry = _registry_of(pipeline, stream_id, fmt, clusters.get(cluster_id), cluster_id)
+            registry = _registry_of(
+                pipeline, stream_id, f"value_format {fmt.value_format}", clusters.get(cluster_id), cluster_id
+            )
             client = _client(clients, registry, cluster_id)
             subject = topic + SUBJECT_SUFFIX
-            pin = pinned.get((cluster_id, topic))
-            registered = client.subject_schemas(subject) if pin is None else _pinned_schemas(client, pin, subject)
+            registered = _registered(client, pinned.get((cluster_id, topic)), subject)
             sources.append(_registry_source(stream_id, cluster_id, topic, fmt.value_format, subject, registered))
     for source in sources:
         _check_field_names(source)
@@ -177,17 +181,58 @@ def prepare_sources(
     return tuple(sources), legacy
 
 
-def _registry_of(
+def prepare_key_sources(
     pipeline: PipelineConfig,
-    stream_id: str,
-    fmt: ValueFormatConfig,
-    cluster: ClusterMetadata | None,
-    cluster_id: str,
+    splits: Sequence[Split],
+    clusters: Mapping[str, ClusterMetadata],
+    *,
+    clients: dict[RegistryConfig, RegistryClient] | None = None,
+    pins: Sequence[DecodePin] = (),
+) -> tuple[SourceDecoding, ...]:
+    """The key sources of the planned ranges under a registry ``key_format``: per ``(cluster, topic)`` the writer
+    schemas of the subject ``<topic>-key``, pinned as :func:`prepare_sources` pins the values'. Empty for the
+    ``bytes`` and ``string`` key formats. JVM-free.
+
+    Raises:
+        ConfigError: a cluster has no registry, or a pinned schema id is gone from the registry.
+        SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
+    """
+    if pipeline.key_format not in REGISTRY_KEY_FORMATS:
+        return ()
+    clients = {} if clients is None else clients
+    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins if pin.role == "key"}
+    sources = []
+    for (cluster_id, topic), stream_id in _planned_topics(splits):
+        registry = _registry_of(
+            pipeline, stream_id, f"key_format {pipeline.key_format}", clusters.get(cluster_id), cluster_id
+        )
+        subject = topic + KEY_SUBJECT_SUFFIX
+        registered = _registered(_client(clients, registry, cluster_id), pinned.get((cluster_id, topic)), subject)
+        source = _registry_source(stream_id, cluster_id, topic, pipeline.key_format, subject, registered)
+        sources.append(dataclasses.replace(source, role="key"))
+    return tuple(sources)
+
+
+def _planned_topics(splits: Sequence[Split]) -> list[tuple[tuple[str, str], str]]:
+    """The planned ``(cluster, topic)`` pairs, sorted, each with the first stream (by id) that reads it."""
+    pairs: dict[tuple[str, str], str] = {}
+    for split in splits:
+        key = (split.cluster_id, split.topic)
+        pairs[key] = min(pairs.get(key, split.stream_id), split.stream_id)
+    return sorted(pairs.items())
+
+
+def _registered(client: RegistryClient, pin: DecodePin | None, subject: str) -> list[tuple[int, WriterSchema]]:
+    return client.subject_schemas(subject) if pin is None else _pinned_schemas(client, pin, subject)
+
+
+def _registry_of(
+    pipeline: PipelineConfig, stream_id: str, uses: str, cluster: ClusterMetadata | None, cluster_id: str
 ) -> RegistryConfig:
     registry = (cluster.schema_registry if cluster is not None else None) or pipeline.schema_registry
     if registry is None:
         raise ConfigError(
-            f"stream {stream_id!r} uses value_format {fmt.value_format}, but cluster {cluster_id!r} names no "
+            f"stream {stream_id!r} uses {uses}, but cluster {cluster_id!r} names no "
             "schema_registry and the pipeline has no default.",
             hint="Add `schema_registry: {url: ...}` to the cluster in the metadata, or to the pipeline.",
         )
@@ -507,33 +552,82 @@ def registry_frame(staged: DataFrame, sources: Sequence[SourceDecoding], raw_val
     """
     from pyspark.sql import functions as sf
 
-    raw = sf.col(raw_value)
-    magic_ok = sf.substring(raw, 1, 1) == sf.unhex(sf.lit("00"))
-    # Null unless the header is there: a bad magic byte's next 4 bytes are no schema id (and count as none).
-    header_id = sf.when(
-        (sf.length(raw) >= 5) & magic_ok, sf.conv(sf.hex(sf.substring(raw, 2, 4)), 16, 10).cast("long")
-    ).cast("long")
-    payload = sf.expr(f"substring(`{raw_value}`, 6)")
-
-    decoded_columns: dict[str, Column] = {}
-    errors: list[tuple[Column, Column]] = []
-    schema_ids: list[tuple[Column, Column]] = []
-    for i, source in enumerate(sources):
-        in_source = (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
-        name = f"_dk_decoded_{i}"
-        struct = _source_struct(source, in_source, raw, header_id, payload)
-        if struct is not None:
-            decoded_columns[name] = struct
-        errors.append(
-            (in_source, _source_error(source, raw, header_id, magic_ok, name if struct is not None else None))
-        )
-        if source.subject is not None:
-            schema_ids.append((in_source, header_id))
+    header_id, decoded_columns, errors = _decoded(sources, raw_value, "_dk_decoded_")
+    schema_ids = [(_in_source(s), header_id) for s in sources if s.subject is not None]
     schema_id = _case(schema_ids, sf.lit(None).cast("long")).cast("int")
     with_structs = staged.withColumns({**decoded_columns, SCHEMA_ID: schema_id})
     fields = _flattened(with_structs, sources, decoded_columns)
     error = _case(errors, sf.lit(None).cast("string"))
     return with_structs.withColumns(fields), error
+
+
+def registry_key(
+    staged: DataFrame, sources: Sequence[SourceDecoding], raw_key: str
+) -> tuple[DataFrame, Column, Column]:
+    """Decodes the keys of the key ``sources`` (:func:`prepare_key_sources`) into one struct; returns ``staged``
+    with the sources' decoded structs added, the ``key`` column and the key's error column (null for decodable
+    keys, null keys and keys of other topics).
+
+    Raises:
+        ConfigError: two topics' keys decode to different struct types, which one ``key`` column cannot hold.
+    """
+    from pyspark.sql import functions as sf
+
+    _, structs, errors = _decoded(sources, raw_key, "_dk_key_")
+    keys = [
+        (_in_source(s), sf.col(f"_dk_key_{i}").dropFields(OK_FIELD, WHY_FIELD))
+        for i, s in enumerate(sources)
+        if f"_dk_key_{i}" in structs
+    ]
+    with_structs = staged.withColumns(structs)
+    types = {with_structs.select(key).schema[0].dataType.simpleString(): i for i, (_, key) in enumerate(keys)}
+    if len(types) > 1:
+        described = "; ".join(f"{_describe(sources[i])}: {t}" for t, i in types.items())
+        raise ConfigError(
+            f"the keys of one pipeline decode to different types ({described}); one `key` column holds one type.",
+            hint="Give the topics' key subjects one schema, or read them in separate pipelines.",
+        )
+    return with_structs, _case(keys, sf.lit(None)), _case(errors, sf.lit(None).cast("string"))
+
+
+def _decoded(
+    sources: Sequence[SourceDecoding], raw_name: str, prefix: str
+) -> tuple[Column, dict[str, Column], list[tuple[Column, Column]]]:
+    """The header's schema id, per source with a reader its decoded struct (named ``<prefix><i>``), and per source
+    its rows' error column.
+    """
+    raw, magic_ok, header_id, payload = _wire(raw_name)
+    structs: dict[str, Column] = {}
+    errors: list[tuple[Column, Column]] = []
+    for i, source in enumerate(sources):
+        in_source = _in_source(source)
+        name = f"{prefix}{i}"
+        struct = _source_struct(source, in_source, raw, header_id, payload)
+        if struct is not None:
+            structs[name] = struct
+        errors.append(
+            (in_source, _source_error(source, raw, header_id, magic_ok, name if struct is not None else None))
+        )
+    return header_id, structs, errors
+
+
+def _in_source(source: SourceDecoding) -> Column:
+    from pyspark.sql import functions as sf
+
+    return (sf.col("cluster") == sf.lit(source.cluster_id)) & (sf.col("topic") == sf.lit(source.topic))
+
+
+def _wire(raw_name: str) -> tuple[Column, Column, Column, Column]:
+    """``(raw bytes, magic byte is 0, schema id, payload)`` of a Confluent wire-format column."""
+    from pyspark.sql import functions as sf
+
+    raw = sf.col(raw_name)
+    magic_ok = sf.substring(raw, 1, 1) == sf.unhex(sf.lit("00"))
+    # Null unless the header is there: a bad magic byte's next 4 bytes are no schema id (and count as none).
+    header_id = sf.when(
+        (sf.length(raw) >= 5) & magic_ok, sf.conv(sf.hex(sf.substring(raw, 2, 4)), 16, 10).cast("long")
+    ).cast("long")
+    return raw, magic_ok, header_id, sf.expr(f"substring(`{raw_name}`, 6)")
 
 
 def _source_struct(
@@ -584,9 +678,12 @@ def _source_error(
         return sf.when(raw.isNotNull() & ~decoded_ok, sf.lit("value is not valid Avro for the value_schema_file"))
     assert source.subject is not None
     chain = sf.when(raw.isNull(), sf.lit(None).cast("string"))
-    chain = chain.when(sf.length(raw) < 5, sf.lit(VALUE_TOO_SHORT))
+    chain = chain.when(sf.length(raw) < 5, sf.lit(TOO_SHORT.format(role=source.role)))
     chain = chain.when(
-        ~magic_ok, sf.concat(sf.lit(UNKNOWN_MAGIC + " (found 0x"), sf.hex(sf.substring(raw, 1, 1)), sf.lit(")"))
+        ~magic_ok,
+        sf.concat(
+            sf.lit(UNKNOWN_MAGIC.format(role=source.role) + " (found 0x"), sf.hex(sf.substring(raw, 1, 1)), sf.lit(")")
+        ),
     )
     latest = source.latest
     for v in source.versions:
@@ -610,7 +707,7 @@ def _source_error(
         ),
     )
     kind = {"avro": "Avro", "protobuf": "Protobuf"}.get(source.value_format, "JSON matching its JSON Schema")
-    reason = sf.concat(sf.lit(f"value is not valid {kind} for schema id "), header_id.cast("string"))
+    reason = sf.concat(sf.lit(f"{source.role} is not valid {kind} for schema id "), header_id.cast("string"))
     if source.value_format == "protobuf" and struct_name:
         reason = sf.concat_ws(": ", reason, sf.col(struct_name).getField(WHY_FIELD))
     return chain.when(~decoded_ok, reason)

@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from test_registry_formats import ORDER_V1, ORDER_V2, register
+from test_registry_formats import KEY_V1, KEY_V2, ORDER_V1, ORDER_V2, register
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
@@ -170,6 +170,19 @@ def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_
     assert offsets(tmp_path / "sink_dead_letter") == [1]
 
 
+def registry_pipeline(
+    kafka_clusters: dict[str, ClusterEndpoint], registry: LocalRegistry, spark: Any, folder: Path, **pipeline: Any
+) -> tuple[str, str, PipelineHarness]:
+    """The east cluster's servers, a fresh one-partition topic there and a pipeline over it with ``registry``."""
+    servers = kafka_clusters["east"].bootstrap_servers
+    topic = unique_name("pinned")
+    create_topic(servers, topic, 1)
+    clusters = {"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}}
+    harness = PipelineHarness(folder, clusters=clusters, spark=lambda: spark, **pipeline)
+    harness.set_streams({"orders": {"east": [topic]}})
+    return servers, topic, harness
+
+
 def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a_soft_delete(
     kafka_clusters: dict[str, ClusterEndpoint],
     schema_registries: dict[str, LocalRegistry],
@@ -177,19 +190,10 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    servers = kafka_clusters["east"].bootstrap_servers
     registry = schema_registries["east"]
-    topic = unique_name("orders")
+    servers, topic, harness = registry_pipeline(kafka_clusters, registry, spark, tmp_path, value_format="avro")
     subject = f"{topic}-value"
-    create_topic(servers, topic, 1)
     v1 = register(registry, subject, ORDER_V1)
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": servers, "schema_registry": {"url": registry.url}}},
-        spark=lambda: spark,
-        value_format="avro",
-    )
-    harness.set_streams({"orders": {"east": [topic]}})
     bad_magic = b"\x01" + encode_header(v1)[1:] + avro(ORDER_V1, {"id": 2, "amount": 2.5})
     produce(servers, topic, [Record(encode_header(v1) + avro(ORDER_V1, {"id": 1, "amount": 1.5})), Record(bad_magic)])
     run_killed_at(harness, "after_dead_letter", monkeypatch)
@@ -207,4 +211,32 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()
     assert [(r["offset"], r["id"], r["amount"], r["_schema_id"]) for r in landed] == [(0, 1, 1.5, v1)]
     assert "note" not in landed[0], "decoded with the planned reader (version 1), not today's latest"
+    assert offsets(tmp_path / "sink_dead_letter") == [1]
+
+
+def test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids(
+    kafka_clusters: dict[str, ClusterEndpoint],
+    schema_registries: dict[str, LocalRegistry],
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = schema_registries["east"]
+    servers, topic, harness = registry_pipeline(
+        kafka_clusters, registry, spark, tmp_path, key_format="avro", value_format="string"
+    )
+    k1 = register(registry, f"{topic}-key", KEY_V1)
+    key = encode_header(k1) + avro(KEY_V1, {"region": "eu"})
+    produce(servers, topic, [Record(b"a", key=key), Record(b"b", key=b"\x01" + key[1:])])
+    run_killed_at(harness, "after_dead_letter", monkeypatch)
+    assert offsets(tmp_path / "sink_dead_letter") == [1]
+
+    register(registry, f"{topic}-key", KEY_V2)
+    SchemaRegistryClient({"url": registry.url}).delete_version(f"{topic}-key", 1)  # k1 is no listed version now
+
+    summary = harness.runner().run()
+
+    assert (summary.recovered_run_seq, summary.status) == (1, "empty")
+    landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()
+    assert [(r["offset"], r["key"], r["value"]) for r in landed] == [(0, {"region": "eu"}, "a")]
     assert offsets(tmp_path / "sink_dead_letter") == [1]

@@ -4,7 +4,8 @@ One pipeline lands, in one run: an Avro stream on two clusters, each with its ow
 versions, the second adds a field with a default), a JSON Schema stream, a fixed-schema Avro topic (no registry),
 and two undecodable records (a bad magic byte, an unknown schema id) into the dead-letter table. Then: an
 incompatible version is refused with nothing written, and a registry that is down fails the run, retriable,
-before anything is written. The registry password (a ``${env:...}`` reference) appears in no output.
+before anything is written. Keys under ``key_format: avro`` land as a ``key`` struct, bad keys as dead letters.
+The registry password (a ``${env:...}`` reference) appears in no output.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from deltalake import DeltaTable
 from devtools.testing.clusters import distinct_free_ports
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka.errors import SchemaIncompatibleError
+from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.registry import encode_header
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ ORDER_V1 = {
 ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
 ORDER_BAD = {**ORDER_V1, "fields": [{"name": "id", "type": "string"}, {"name": "amount", "type": "double"}]}
 CLICK = {"type": "object", "properties": {"user": {"type": "string"}, "n": {"type": "integer"}}}
+KEY_V1 = {"type": "record", "name": "OrderKey", "fields": [{"name": "region", "type": "string"}]}
+KEY_V2 = {**KEY_V1, "fields": [*KEY_V1["fields"], {"name": "shard", "type": "int", "default": 0}]}
 ITEM = {"type": "record", "name": "Item", "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}
 
 
@@ -141,15 +144,26 @@ def test_avro_json_schema_and_fixed_avro_land_in_one_table(
     assert schema_registries["east"].url not in done.stdout  # the summary names subjects, never registries
 
 
-def test_an_incompatible_version_is_refused_with_nothing_written(
-    tmp_path: Path,
-    kafka_clusters: dict[str, ClusterEndpoint],
-    schema_registries: dict[str, LocalRegistry],
-    spark: Any,
-) -> None:
+@pytest.fixture
+def east_topic(kafka_clusters: dict[str, ClusterEndpoint]) -> tuple[str, str]:
+    """The east cluster's bootstrap servers and a new topic there."""
     east = kafka_clusters["east"].bootstrap_servers
     topic = unique_name("orders")
     create_topic(east, topic)
+    return east, topic
+
+
+def in_process(tmp_path: Path, east: str, topic: str, spark: Any, **pipeline: Any) -> PipelineHarness:
+    """A pipeline over ``topic`` on the session's Spark (a CLI process would start a driver JVM of its own)."""
+    harness = PipelineHarness(tmp_path, clusters={"east": {"bootstrap_servers": east}}, spark=lambda: spark, **pipeline)
+    harness.set_streams({"orders": {"east": [topic]}})
+    return harness
+
+
+def test_an_incompatible_version_is_refused_with_nothing_written(
+    tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    east, topic = east_topic
     registry = schema_registries["east"]
     v1 = register(registry, f"{topic}-value", ORDER_V1)
     v2 = register(registry, f"{topic}-value", ORDER_BAD)  # id: long -> string (Apicurio's default rule is NONE)
@@ -161,16 +175,8 @@ def test_an_incompatible_version_is_refused_with_nothing_written(
             Record(encode_header(v2) + avro(ORDER_BAD, {"id": "x", "amount": 2.0})),
         ],
     )
-    # In process on the session's Spark (a CLI process would start a driver JVM of its own): the refusal is the
-    # library's error; how the CLI prints errors is the business of the CLI tests.
-    harness = PipelineHarness(
-        tmp_path,
-        clusters={"east": {"bootstrap_servers": east}},
-        spark=lambda: spark,
-        value_format="avro",
-        schema_registry={"url": registry.url},
-    )
-    harness.set_streams({"orders": {"east": [topic]}})
+    # In process: the refusal is the library's error; how the CLI prints errors is the business of the CLI tests.
+    harness = in_process(tmp_path, east, topic, spark, value_format="avro", schema_registry={"url": registry.url})
     with pytest.raises(SchemaIncompatibleError) as refused:
         harness.runner().run()
     message = str(refused.value)
@@ -206,3 +212,69 @@ def test_a_registry_that_is_down_fails_the_run_before_anything_is_written(
     assert not (tmp_path / "sink").exists()
     # Nothing planned either: the next run starts from a clean state.
     assert not (tmp_path / "sink_state").exists() or DeltaTable(str(tmp_path / "sink_state")).version() == 0
+
+
+def test_avro_keys_land_as_a_struct_and_bad_keys_are_dead_letters(
+    tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    """``key_format: avro`` decodes keys with the ``<topic>-key`` subject into a ``key`` struct; a key that does not
+    decode is a dead letter with its reason, and a null key stays null."""
+    east, topic = east_topic
+    registry = schema_registries["east"]
+    k1 = register(registry, f"{topic}-key", KEY_V1)
+    k2 = register(registry, f"{topic}-key", KEY_V2)
+    v1 = register(registry, f"{topic}-value", ORDER_V1)
+
+    def value(n: int) -> bytes:
+        return encode_header(v1) + avro(ORDER_V1, {"id": n, "amount": 1.0})
+
+    produce(
+        east,
+        topic,
+        [
+            Record(value(0), key=encode_header(k1) + avro(KEY_V1, {"region": "eu"})),
+            Record(value(1), key=encode_header(k2) + avro(KEY_V2, {"region": "us", "shard": 3})),
+            Record(value(2), key=None),
+            Record(value(3), key=b"\x07" + encode_header(k1)[1:] + avro(KEY_V1, {"region": "eu"})),
+            Record(value(4), key=encode_header(v1) + avro(ORDER_V1, {"id": 4, "amount": 1.0})),  # the value's id
+        ],
+    )
+    harness = in_process(
+        tmp_path, east, topic, spark, value_format="avro", key_format="avro", schema_registry={"url": registry.url}
+    )
+    harness.runner().run()
+
+    landed = {r["offset"]: (r["key"], r["id"]) for r in rows(harness.sink_path)}
+    assert landed == {
+        0: ({"region": "eu", "shard": 0}, 0),  # version 1 read as version 2: shard from its default
+        1: ({"region": "us", "shard": 3}, 1),
+        2: (None, 2),
+    }
+    dead = {r["offset"]: (r["error"], r["key"]) for r in rows(tmp_path / "sink_dead_letter")}
+    assert sorted(dead) == [3, 4]
+    assert dead[3][0].startswith("key does not start with the Schema Registry magic byte 0 (found 0x07)")
+    assert dead[4][0].startswith(f"unknown schema id {v1}: not a version of subject {topic}-key")
+    assert dead[3][1] == b"\x07" + encode_header(k1)[1:] + avro(KEY_V1, {"region": "eu"})
+
+
+def test_topics_whose_keys_decode_to_different_types_are_refused_with_nothing_written(
+    tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    east, topic = east_topic
+    other = unique_name("orders")
+    create_topic(east, other)
+    registry = schema_registries["east"]
+    k1 = register(registry, f"{topic}-key", KEY_V1)
+    o1 = register(registry, f"{other}-key", ORDER_V1)
+    produce(east, topic, [Record(b"a", key=encode_header(k1) + avro(KEY_V1, {"region": "eu"}))])
+    produce(east, other, [Record(b"b", key=encode_header(o1) + avro(ORDER_V1, {"id": 1, "amount": 1.0}))])
+    harness = in_process(tmp_path, east, topic, spark, key_format="avro", schema_registry={"url": registry.url})
+    harness.set_streams({"orders": {"east": [topic, other]}})
+
+    with pytest.raises(ConfigError, match="the keys of one pipeline decode to different types") as refused:
+        harness.runner().run()
+
+    assert f"{topic}-key" in str(refused.value)
+    assert f"{other}-key" in str(refused.value)
+    assert not list(tmp_path.glob("sink_dead_letter/_delta_log/*.json"))
+    assert not list(tmp_path.glob("sink/_delta_log/*.json"))
