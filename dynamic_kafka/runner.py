@@ -312,6 +312,7 @@ class PipelineRunner:
                     prepared.decoding,
                     before_commit=lambda: prepared.check_topics_unchanged(self.context),
                     counted_ranges=ranges,
+                    event_time=plan.event_time,
                     planned_records=records,
                 )
             else:
