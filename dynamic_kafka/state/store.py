@@ -695,6 +695,22 @@ class StateStore:
             hint="Nothing was recorded and the sink was not written; retry the backfill.",
         )
 
+    def take_writer_lease(self, *, owner: str, lease_expires_at: datetime, attempts: int = 5) -> int:
+        """Take the pipeline's writer lease (the backfill lease row, with no frontier raised) for ``owner``, for a
+        writer that records no frontier (a dead-letter replay, a maintenance); as :meth:`record_backfill` takes it.
+
+        Returns:
+            The table version holding the lease.
+
+        Raises:
+            RunInProgressError: a run stayed planned through every attempt, or another writer holds a fresh lease;
+                nothing was written.
+            StateError: the table is unreadable, or every attempt lost the race to another commit.
+        """
+        recorded = self.record_backfill({}, attempts=attempts, owner=owner, lease_expires_at=lease_expires_at)
+        assert recorded.version is not None  # taking the lease always commits
+        return recorded.version
+
     def renew_backfill_lease(self, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
         """Renew the backfill lease ``owner`` holds, in one commit against ``expected_version``.
 

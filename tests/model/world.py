@@ -55,6 +55,7 @@ from dynamic_kafka import dead_letters as dead_letters_module
 from dynamic_kafka import maintain as maintain_module
 from dynamic_kafka import offset_reset as offset_reset_module
 from dynamic_kafka import realign as realign_module
+from dynamic_kafka import run_guard as run_guard_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import (
@@ -1283,7 +1284,7 @@ class Harness:
         swaps = [
             (runner_module, "committed_txn_version", self.sink.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
-            (runner_module, "LeaseKeeper", Keeper),
+            (run_guard_module, "LeaseKeeper", Keeper),
             (RunDeadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", self.sink.txns_of(self.pipeline.dead_letter_table)),
             (realign_module, "landed_frontier", self.sink.landed_frontier),
@@ -1307,11 +1308,9 @@ class Harness:
             (dead_letters_module, "replay", self.sink.replay),
             (dead_letters_module, "committed_txn_versions", self.sink.txns_of(dead_letters)),
             (dead_letters_module, "table_exists", self.sink.table_exists(dead_letters)),
-            (dead_letters_module, "LeaseKeeper", Keeper),
             (dead_letters_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "maintain_table", self.sink.maintain_table(dead_letters)),
             (maintain_module, "table_files", self.sink.table_files(dead_letters)),
-            (maintain_module, "LeaseKeeper", Keeper),
             (maintain_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "crash_point", self.crasher.point),
         ]
@@ -1379,7 +1378,7 @@ class Harness:
             # by itself (RunInProgressError is what the retries end with).
             # The frontier alone, without the backfill lease (tests/model/HOLES.md).
             sequence = backfill_module.record_backfill_frontier(
-                self.runner.context, plan, attempts=1, owner=None
+                self.runner.context, plan, attempts=1, guard=None
             ).sequence
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())

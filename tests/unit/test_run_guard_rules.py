@@ -421,7 +421,8 @@ def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path
 
 
 def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
+    from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
     from dynamic_kafka.storage import parse_location
 
     monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
@@ -434,7 +435,7 @@ def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     # The lock's guard at its call site: the empty plan would otherwise be committed beside the holder.
-    from dynamic_kafka.runner import _run_lock_path
+    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 
     r = runner(tmp_path)
     commit(r.store, 1)
