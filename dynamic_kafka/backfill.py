@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
@@ -251,7 +251,7 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, guar
     recorded = record_backfill_frontier(context, plan, attempts=LEASE_ATTEMPTS, guard=guard)
     assert recorded.version is not None  # taking the lease always commits
     guard.keep_lease(recorded.version)
-    crash_point("after_frontier")
+    crash_point(CrashPoint.AFTER_FRONTIER)
     spark = context.spark()
     guard.deadline.attach(spark)
     frame = read_splits(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from dynamic_kafka.errors import ConfigError, StateError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
@@ -143,7 +143,7 @@ def _before_step(guard: WriterGuard) -> Callable[[], None]:
     """
 
     def check() -> None:
-        crash_point("before_maintenance_step")
+        crash_point(CrashPoint.BEFORE_MAINTENANCE_STEP)
         guard.before_write()
 
     return check

@@ -50,7 +50,7 @@ from dynamic_kafka.errors import (
     StateError,
     TopicRecreatedError,
 )
-from dynamic_kafka.faults import arm_timer, crash_point
+from dynamic_kafka.faults import CrashPoint, arm_timer, crash_point
 from dynamic_kafka.kafka.group_commit import commit_consumer_group
 from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.model.summary import RunSummary
@@ -213,7 +213,7 @@ class PipelineRunner:
             owner=self.owner.text(),
             lease_expires_at=self._guard.lease_end(),
         )
-        crash_point("after_plan")
+        crash_point(CrashPoint.AFTER_PLAN)
         self._guard.keep_lease(version, plan)
         summary = self._execute(
             prepared,
@@ -266,7 +266,7 @@ class PipelineRunner:
         try:
             spark = self.context.spark()
             self._guard.deadline.attach(spark)
-            arm_timer("during_write")
+            arm_timer(CrashPoint.DURING_WRITE)
             frame = read_splits(
                 spark,
                 [s for s in plan.read_splits if streams is None or s.stream_id in streams],
@@ -281,7 +281,7 @@ class PipelineRunner:
                 frame = kafka_side(frame, plan.bootstrap).unionByName(
                     archive_rows(spark, plan.bootstrap, self.pipeline.dead_letter_table)
                 )
-            crash_point("before_read")
+            crash_point(CrashPoint.BEFORE_READ)
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             self._guard.before_write()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
@@ -332,7 +332,7 @@ class PipelineRunner:
             self._guard.stop_lease(quietly=True)
             raise
         version = self._guard.stop_lease()
-        crash_point("recovery_after_sink" if recovered == plan.run_seq else "after_sink")
+        crash_point(CrashPoint.RECOVERY_AFTER_SINK if recovered == plan.run_seq else CrashPoint.AFTER_SINK)
         committing = time.monotonic()
         summary = RunSummary.committed(
             plan,
@@ -407,7 +407,7 @@ class PipelineRunner:
             lease_expires_at=self._guard.lease_end(),
             expected_version=state.table_version,
         )
-        crash_point("recovering")
+        crash_point(CrashPoint.RECOVERING)
         if fenced:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
@@ -573,7 +573,7 @@ class PipelineRunner:
                     _raise_to(landed, run_frontier(dead_letters, plan.run_seq))
                 continue
             remove_run_folder(sink, self.pipeline.id, plan.run_seq)  # a killed staged write's files
-            crash_point("after_fence")
+            crash_point(CrashPoint.AFTER_FENCE)
             if may_have or table_exists(dead_letters):
                 if fence_run(dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason) == "landed":
                     _raise_to(landed, run_frontier(dead_letters, plan.run_seq))

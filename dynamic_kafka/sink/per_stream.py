@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.model.summary import StreamTable
 from dynamic_kafka.sink.metrics import WriteResult
 
@@ -131,7 +131,7 @@ def for_each_stream(
         for index, stream in enumerate(streams):
             results[stream] = write(rows.where(sf.col("stream") == sf.lit(stream)), stream, by_stream[stream])
             if index < len(streams) - 1:
-                crash_point("between_tables")
+                crash_point(CrashPoint.BETWEEN_TABLES)
     finally:
         if rows is not df:
             rows.unpersist()
