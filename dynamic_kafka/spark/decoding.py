@@ -62,11 +62,6 @@ class PreparedDecoding:
     legacy: ValueFormatConfig | None = field(default=None)
 
     @property
-    def registry_only(self) -> bool:
-        """Every planned stream decodes into fields (no ``value`` column)."""
-        return bool(self.sources) and self.legacy is None
-
-    @property
     def can_fail(self) -> bool:
         """Whether any record can be undecodable under the pipeline's formats (``bytes`` never fails)."""
         return can_fail(self.pipeline)

@@ -318,16 +318,11 @@ _PARTITION_COLUMNS = (
 _OPTIONAL_COLUMNS = frozenset({"leader_epoch"})  # absent in tables written before epochs were recorded
 
 
-def partition_from_row(row: dict[str, Any]) -> PartitionState:
-    """Return a partition's committed position from its state row."""
-    return _partition_state(*(row.get(c) if c in _OPTIONAL_COLUMNS else row[c] for c in _PARTITION_COLUMNS))
-
-
 def partitions_from_table(table: pa.Table) -> dict[TopicPartition, PartitionState]:
     """Return the committed positions of a table of ``partition`` rows by partition, sorted.
 
-    The same as :func:`partition_from_row` of each row, column by column: a state of 100,000 partitions is read
-    without making a dict of every column of every row first.
+    Read column by column: a state of 100,000 partitions is read without making a dict of every column of every
+    row first. A null written by an older writer reads as the field's default.
     """
     columns = [
         table.column(c).to_pylist() if c in table.column_names or c not in _OPTIONAL_COLUMNS else [None] * len(table)
