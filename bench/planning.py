@@ -34,6 +34,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dynamic_kafka.model.summary import RunSummary
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC_PARTITIONS = 100
 NEW_RECORDS = 10
@@ -128,7 +130,9 @@ def measure(partitions: int, clusters: int) -> dict[str, Any]:
         empty = first.time("plan", lambda: plan(state, brokers))
         first.time(
             "commit_empty_run",
-            lambda: store.commit_empty_run(empty, summary_json="{}", expected_version=state.table_version),
+            lambda: store.commit_empty_run(
+                empty, summary=RunSummary.of_plan(empty, "empty"), expected_version=state.table_version
+            ),
         )
         if len(empty.splits) != partitions or not empty.is_empty:
             raise RuntimeError(f"the first plan has {len(empty.splits)} splits, not {partitions} empty ones")
@@ -151,7 +155,12 @@ def measure(partitions: int, clusters: int) -> dict[str, Any]:
                 planned, owner="bench", lease_expires_at=now + timedelta(hours=2), expected_version=version
             ),
         )
-        run.time("commit_run", lambda: store.commit_run(planned, summary_json="{}", expected_version=version))
+        run.time(
+            "commit_run",
+            lambda: store.commit_run(
+                planned, summary=RunSummary.of_plan(planned, "committed"), expected_version=version
+            ),
+        )
         after = store.load()
         moved = sum(1 for p in after.partitions.values() if p.next_offset == 5000 + NEW_RECORDS)
         if moved != partitions:

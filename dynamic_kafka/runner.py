@@ -198,9 +198,7 @@ class PipelineRunner:
             summary = RunSummary.of_plan(
                 plan, "empty", lag_after=lag, recovered_run_seq=recovered, plan_seconds=planned - started
             )
-            self.store.commit_empty_run(
-                plan, summary_json=summary.model_dump_json(), expected_version=state.table_version
-            )
+            self.store.commit_empty_run(plan, summary=summary, expected_version=state.table_version)
             self._maintain()
             return summary.timed(total_seconds=time.monotonic() - started)
         # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
@@ -343,7 +341,7 @@ class PipelineRunner:
             completeness=self._completeness(plan, result, ranges, overlaps),
             spark_seconds=committing - spark_started,
         ).model_copy(update={"stream_tables": stream_tables})
-        self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
+        self.store.commit_run(plan, summary=summary, expected_version=version)
         commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
         return summary.timed(commit_seconds=time.monotonic() - committing, group_commits=commits)
@@ -421,7 +419,7 @@ class PipelineRunner:
                     "stream_tables": stream_tables,
                 }
             )
-            self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
+            self.store.commit_run(plan, summary=summary, expected_version=version)
             commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
         # Only the ranges still to be written must be on the brokers: a landed table's ranges may be gone by now.

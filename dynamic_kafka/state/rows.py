@@ -42,6 +42,8 @@ from dynamic_kafka.model.snapshots import PartitionState, RunRecord, RunStatus
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from dynamic_kafka.model.summary import RunSummary
+
 logger = logging.getLogger(__name__)
 
 Kind = Literal["partition", "head", "run", "backfill"]
@@ -161,7 +163,7 @@ def run_row(
     status: RunStatus,
     *,
     committed_at: datetime | None = None,
-    summary_json: str | None = None,
+    summary: RunSummary | None = None,
     owner: str | None = None,
     lease_expires_at: datetime | None = None,
 ) -> dict[str, Any]:
@@ -174,7 +176,7 @@ def run_row(
         planned_at=utc(plan.planned_at),
         committed_at=_utc_or_none(committed_at),
         plan_json=_PLANS.dump(plan),
-        summary_json=summary_json,
+        summary_json=summary.model_dump_json() if summary is not None else None,
         owner=owner,
         lease_expires_at=_utc_or_none(lease_expires_at),
     )
