@@ -23,6 +23,7 @@ both side by side: the before and after of a change.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -32,7 +33,10 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC_PARTITIONS = 100
@@ -90,6 +94,15 @@ class _Clock:
         return result
 
 
+def _summary(commit: Callable[..., int], plan: Any, status: Literal["committed", "empty"]) -> dict[str, Any]:
+    """A state commit's summary argument: a RunSummary, or the JSON text older revisions took (``--against``)."""
+    from dynamic_kafka.model.summary import RunSummary
+
+    if "summary" in inspect.signature(commit).parameters:
+        return {"summary": RunSummary.of_plan(plan, status)}
+    return {"summary_json": "{}"}
+
+
 def measure(partitions: int, clusters: int) -> dict[str, Any]:
     """One measurement in this process (the child): the first run, then an incremental run, step by step."""
     began = time.perf_counter()
@@ -128,7 +141,9 @@ def measure(partitions: int, clusters: int) -> dict[str, Any]:
         empty = first.time("plan", lambda: plan(state, brokers))
         first.time(
             "commit_empty_run",
-            lambda: store.commit_empty_run(empty, summary_json="{}", expected_version=state.table_version),
+            lambda: store.commit_empty_run(
+                empty, **_summary(store.commit_empty_run, empty, "empty"), expected_version=state.table_version
+            ),
         )
         if len(empty.splits) != partitions or not empty.is_empty:
             raise RuntimeError(f"the first plan has {len(empty.splits)} splits, not {partitions} empty ones")
@@ -151,7 +166,12 @@ def measure(partitions: int, clusters: int) -> dict[str, Any]:
                 planned, owner="bench", lease_expires_at=now + timedelta(hours=2), expected_version=version
             ),
         )
-        run.time("commit_run", lambda: store.commit_run(planned, summary_json="{}", expected_version=version))
+        run.time(
+            "commit_run",
+            lambda: store.commit_run(
+                planned, **_summary(store.commit_run, planned, "committed"), expected_version=version
+            ),
+        )
         after = store.load()
         moved = sum(1 for p in after.partitions.values() if p.next_offset == 5000 + NEW_RECORDS)
         if moved != partitions:

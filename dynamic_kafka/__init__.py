@@ -15,172 +15,80 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from dynamic_kafka.cli.dead_letters import format_replay
-    from dynamic_kafka.cli.health import format_health
-    from dynamic_kafka.cli.offsets import format_offsets, format_reset
-    from dynamic_kafka.config import BackfillConfig, PipelineConfig, ProjectConfig, load_project_config
-    from dynamic_kafka.dead_letters import ReplayReport
-    from dynamic_kafka.errors import ConfigError, DataLossError, DynamicKafkaError, HostError
-    from dynamic_kafka.health import HealthReport, HealthVerdict, PartitionHealth
-    from dynamic_kafka.maintain import MaintenanceSummary
-    from dynamic_kafka.metadata.file import parse_metadata_file
-    from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-    from dynamic_kafka.metadata.service import KafkaMetadataService
-    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
-    from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
-    from dynamic_kafka.model.summary import (
-        Completeness,
-        GroupCommit,
-        PartitionCount,
-        RunSummary,
-        StreamTable,
-        TopicStats,
-    )
-    from dynamic_kafka.offset_reset import OffsetReset
-    from dynamic_kafka.pipeline import Pipeline
-    from dynamic_kafka.publish.config import PublicationConfig
-    from dynamic_kafka.publish.protocol import PublicationOutcome
-    from dynamic_kafka.publish.publisher import Publication, PublicationPlan, PublicationStatus
-    from dynamic_kafka.realign import Realignment
-    from dynamic_kafka.references import reference_kind
-    from dynamic_kafka.sink.compaction import TableMaintenance
-    from dynamic_kafka.sink.tables import TableInfo
-    from dynamic_kafka.status import (
-        LagVerdict,
-        PartitionLag,
-        PipelineStatus,
-        completeness_verdict,
-        data_loss_verdict,
-        dead_letter_verdict,
-        lag_limit_verdict,
-        lag_verdict,
-    )
-    from dynamic_kafka.storage import TableLocation
+if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading below are read from here
+    from dynamic_kafka.cli.dead_letters import format_replay as format_replay
+    from dynamic_kafka.cli.health import format_health as format_health
+    from dynamic_kafka.cli.offsets import format_offsets as format_offsets
+    from dynamic_kafka.cli.offsets import format_reset as format_reset
+    from dynamic_kafka.config import BackfillConfig as BackfillConfig
+    from dynamic_kafka.config import PipelineConfig as PipelineConfig
+    from dynamic_kafka.config import ProjectConfig as ProjectConfig
+    from dynamic_kafka.config import load_project_config as load_project_config
+    from dynamic_kafka.dead_letters import ReplayReport as ReplayReport
+    from dynamic_kafka.errors import ConfigError as ConfigError
+    from dynamic_kafka.errors import DataLossError as DataLossError
+    from dynamic_kafka.errors import DynamicKafkaError as DynamicKafkaError
+    from dynamic_kafka.errors import HostError as HostError
+    from dynamic_kafka.health import HealthReport as HealthReport
+    from dynamic_kafka.health import HealthVerdict as HealthVerdict
+    from dynamic_kafka.health import PartitionHealth as PartitionHealth
+    from dynamic_kafka.maintain import MaintenanceSummary as MaintenanceSummary
+    from dynamic_kafka.metadata.file import parse_metadata_file as parse_metadata_file
+    from dynamic_kafka.metadata.models import ClusterMetadata as ClusterMetadata
+    from dynamic_kafka.metadata.models import KafkaStream as KafkaStream
+    from dynamic_kafka.metadata.service import KafkaMetadataService as KafkaMetadataService
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot as MetadataSnapshot
+    from dynamic_kafka.metadata.watch import WatchCursor as WatchCursor
+    from dynamic_kafka.metadata.watch import WatchResult as WatchResult
+    from dynamic_kafka.model.plan import Finding as Finding
+    from dynamic_kafka.model.plan import LostRange as LostRange
+    from dynamic_kafka.model.plan import Plan as Plan
+    from dynamic_kafka.model.plan import Split as Split
+    from dynamic_kafka.model.plan import TopicPartition as TopicPartition
+    from dynamic_kafka.model.summary import Completeness as Completeness
+    from dynamic_kafka.model.summary import GroupCommit as GroupCommit
+    from dynamic_kafka.model.summary import PartitionCount as PartitionCount
+    from dynamic_kafka.model.summary import RunSummary as RunSummary
+    from dynamic_kafka.model.summary import StreamTable as StreamTable
+    from dynamic_kafka.model.summary import TopicStats as TopicStats
+    from dynamic_kafka.offset_reset import OffsetReset as OffsetReset
+    from dynamic_kafka.pipeline import Pipeline as Pipeline
+    from dynamic_kafka.publish.config import PublicationConfig as PublicationConfig
+    from dynamic_kafka.publish.protocol import PublicationOutcome as PublicationOutcome
+    from dynamic_kafka.publish.publisher import Publication as Publication
+    from dynamic_kafka.publish.publisher import PublicationPlan as PublicationPlan
+    from dynamic_kafka.publish.publisher import PublicationStatus as PublicationStatus
+    from dynamic_kafka.realign import Realignment as Realignment
+    from dynamic_kafka.references import reference_kind as reference_kind
+    from dynamic_kafka.sink.compaction import TableMaintenance as TableMaintenance
+    from dynamic_kafka.sink.tables import TableInfo as TableInfo
+    from dynamic_kafka.status import LagVerdict as LagVerdict
+    from dynamic_kafka.status import PartitionLag as PartitionLag
+    from dynamic_kafka.status import PipelineStatus as PipelineStatus
+    from dynamic_kafka.status import completeness_verdict as completeness_verdict
+    from dynamic_kafka.status import data_loss_verdict as data_loss_verdict
+    from dynamic_kafka.status import dead_letter_verdict as dead_letter_verdict
+    from dynamic_kafka.status import lag_limit_verdict as lag_limit_verdict
+    from dynamic_kafka.storage import TableLocation as TableLocation
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it.
-_EXPORTS: dict[str, str] = {
-    "Pipeline": "dynamic_kafka.pipeline",
-    "Publication": "dynamic_kafka.publish.publisher",
-    "PublicationConfig": "dynamic_kafka.publish.config",
-    "PublicationPlan": "dynamic_kafka.publish.publisher",
-    "PublicationStatus": "dynamic_kafka.publish.publisher",
-    "PublicationOutcome": "dynamic_kafka.publish.protocol",
-    "load_project_config": "dynamic_kafka.config",
-    "parse_metadata_file": "dynamic_kafka.metadata.file",
-    "ProjectConfig": "dynamic_kafka.config",
-    "PipelineConfig": "dynamic_kafka.config",
-    "BackfillConfig": "dynamic_kafka.config",
-    "KafkaMetadataService": "dynamic_kafka.metadata.service",
-    "ClusterMetadata": "dynamic_kafka.metadata.models",
-    "KafkaStream": "dynamic_kafka.metadata.models",
-    "MetadataSnapshot": "dynamic_kafka.metadata.snapshot",
-    "WatchCursor": "dynamic_kafka.metadata.watch",
-    "WatchResult": "dynamic_kafka.metadata.watch",
-    "Plan": "dynamic_kafka.model.plan",
-    "Split": "dynamic_kafka.model.plan",
-    "TopicPartition": "dynamic_kafka.model.plan",
-    "Finding": "dynamic_kafka.model.plan",
-    "LostRange": "dynamic_kafka.model.plan",
-    "RunSummary": "dynamic_kafka.model.summary",
-    "StreamTable": "dynamic_kafka.model.summary",
-    "TopicStats": "dynamic_kafka.model.summary",
-    "GroupCommit": "dynamic_kafka.model.summary",
-    "Completeness": "dynamic_kafka.model.summary",
-    "PartitionCount": "dynamic_kafka.model.summary",
-    "PipelineStatus": "dynamic_kafka.status",
-    "PartitionLag": "dynamic_kafka.status",
-    "LagVerdict": "dynamic_kafka.status",
-    "lag_verdict": "dynamic_kafka.status",
-    "data_loss_verdict": "dynamic_kafka.status",
-    "lag_limit_verdict": "dynamic_kafka.status",
-    "dead_letter_verdict": "dynamic_kafka.status",
-    "completeness_verdict": "dynamic_kafka.status",
-    "Realignment": "dynamic_kafka.realign",
-    "HealthReport": "dynamic_kafka.health",
-    "HealthVerdict": "dynamic_kafka.health",
-    "PartitionHealth": "dynamic_kafka.health",
-    "format_health": "dynamic_kafka.cli.health",
-    "OffsetReset": "dynamic_kafka.offset_reset",
-    "MaintenanceSummary": "dynamic_kafka.maintain",
-    "TableMaintenance": "dynamic_kafka.sink.compaction",
-    "ReplayReport": "dynamic_kafka.dead_letters",
-    "format_offsets": "dynamic_kafka.cli.offsets",
-    "format_reset": "dynamic_kafka.cli.offsets",
-    "format_replay": "dynamic_kafka.cli.dead_letters",
-    "TableInfo": "dynamic_kafka.sink.tables",
-    "TableLocation": "dynamic_kafka.storage",
-    "reference_kind": "dynamic_kafka.references",
-    "DynamicKafkaError": "dynamic_kafka.errors",
-    "ConfigError": "dynamic_kafka.errors",
-    "DataLossError": "dynamic_kafka.errors",
-    "HostError": "dynamic_kafka.errors",
-}
 
-__all__ = [
-    "BackfillConfig",
-    "ClusterMetadata",
-    "Completeness",
-    "ConfigError",
-    "DataLossError",
-    "DynamicKafkaError",
-    "Finding",
-    "GroupCommit",
-    "HealthReport",
-    "HealthVerdict",
-    "HostError",
-    "KafkaMetadataService",
-    "KafkaStream",
-    "LagVerdict",
-    "LostRange",
-    "MaintenanceSummary",
-    "MetadataSnapshot",
-    "OffsetReset",
-    "PartitionCount",
-    "PartitionHealth",
-    "PartitionLag",
-    "Pipeline",
-    "PipelineConfig",
-    "PipelineStatus",
-    "Plan",
-    "ProjectConfig",
-    "Publication",
-    "PublicationConfig",
-    "PublicationOutcome",
-    "PublicationPlan",
-    "PublicationStatus",
-    "Realignment",
-    "ReplayReport",
-    "RunSummary",
-    "Split",
-    "StreamTable",
-    "TableInfo",
-    "TableLocation",
-    "TableMaintenance",
-    "TopicPartition",
-    "TopicStats",
-    "WatchCursor",
-    "WatchResult",
-    "__version__",
-    "completeness_verdict",
-    "data_loss_verdict",
-    "dead_letter_verdict",
-    "format_health",
-    "format_offsets",
-    "format_replay",
-    "format_reset",
-    "lag_limit_verdict",
-    "lag_verdict",
-    "load_project_config",
-    "parse_metadata_file",
-    "reference_kind",
-]
+def _public_names() -> dict[str, str]:
+    """Public name -> its module, from the ``TYPE_CHECKING`` imports above (the one list of them)."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    return {a.name: n.module for n in block.body if isinstance(n, ast.ImportFrom) and n.module for a in n.names}
+
+
+_EXPORTS = _public_names()
+
+__all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> object:

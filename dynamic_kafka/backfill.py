@@ -39,10 +39,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
-from dynamic_kafka.errors import ConfigError, DynamicKafkaError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
@@ -51,10 +50,9 @@ from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.tables import pinned_to_tables
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, check_tables_not_behind
-from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import LEASE_ATTEMPTS, WriterGuard
 from dynamic_kafka.sink.per_stream import run_streams
-from dynamic_kafka.spark.deadline import RunDeadline
-from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -190,11 +188,11 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
 
 
 def record_backfill_frontier(
-    context: PipelineContext, plan: Plan, *, attempts: int, owner: RunOwner | None
+    context: PipelineContext, plan: Plan, *, attempts: int, guard: WriterGuard | None
 ) -> RecordedBackfill:
-    """Records the backfill's frontier in the state before anything is merged, taking the backfill lease for
-    ``owner`` in the same commit (no lease when None); its ``sequence`` numbers the backfill's MERGEs (None when the
-    state's frontier already covered the plan).
+    """Records the backfill's frontier in the state before anything is merged, taking the writer lease for
+    ``guard``'s owner in the same commit (no lease when None); its ``sequence`` numbers the backfill's MERGEs (None
+    when the state's frontier already covered the plan).
 
     Raises:
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was recorded.
@@ -208,8 +206,8 @@ def record_backfill_frontier(
         {s.key: s.stop_offset for s in plan.read_splits},
         topic_ids={s.key: s.topic_id for s in plan.read_splits},
         attempts=attempts,
-        owner=owner.text() if owner is not None else None,
-        lease_expires_at=_lease_end(context) if owner is not None else None,
+        owner=guard.owner.text() if guard is not None else None,
+        lease_expires_at=guard.lease_end() if guard is not None else None,
     )
 
 
@@ -231,16 +229,12 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
             it merged no further.
         DynamicKafkaError: any other failure; running the backfill again is harmless.
     """
-    pipeline = context.pipeline
-    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
-        if not taken:
-            raise in_progress_error(context.store)
-        deadline = RunDeadline(pipeline.id, pipeline.max_run_seconds, hard_exit=False, backfill=True)
-        with deadline.enforced():
-            return _run_backfill(context, start, end, deadline)
+    guard = WriterGuard(context.store, context.pipeline, "backfill", owner=RunOwner.current("backfill"))
+    with guard.entered():
+        return _run_backfill(context, start, end, guard)
 
 
-def _run_backfill(context: PipelineContext, start: datetime, end: datetime, deadline: RunDeadline) -> RunSummary:
+def _run_backfill(context: PipelineContext, start: datetime, end: datetime, guard: WriterGuard) -> RunSummary:
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink import merge_backfill
@@ -253,61 +247,54 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
-    prepared = prepare_write(context, plan, deadline, metadata=metadata)
-    owner = RunOwner.current("backfill")
-    recorded = record_backfill_frontier(context, plan, attempts=5, owner=owner)
+    prepared = prepare_write(context, plan, guard.deadline, metadata=metadata)
+    recorded = record_backfill_frontier(context, plan, attempts=LEASE_ATTEMPTS, guard=guard)
     assert recorded.version is not None  # taking the lease always commits
-    lease = LeaseKeeper(
-        context.store, None, owner, timedelta(seconds=context.pipeline.run_lease_seconds), recorded.version, _now
-    ).start()
-    try:
-        crash_point("after_frontier")
-        spark = context.spark()
-        deadline.attach(spark)
-        frame = read_splits(
-            spark,
+    guard.keep_lease(recorded.version)
+    crash_point(CrashPoint.AFTER_FRONTIER)
+    spark = context.spark()
+    guard.deadline.attach(spark)
+    frame = read_splits(
+        spark,
+        plan.read_splits,
+        prepared.connections,
+        isolation_level=context.pipeline.isolation_level,
+        min_partitions=context.pipeline.min_partitions,
+    )
+    # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
+    # also filtered on event time: here on the Kafka timestamp, or, with an event_time expression, by the
+    # MERGE once the rows are decoded.
+    event_time = prepared.plan.event_time
+    in_window = (
+        frame
+        if event_time is not None
+        else frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
+    )
+
+    def merge(rows: DataFrame, pipeline: PipelineConfig, splits: Sequence[Split]) -> WriteResult:
+        return merge_backfill(
+            rows,
+            pipeline,
+            stream_pairs(splits),
+            start=start,
+            end=end,
+            prepared=prepared.decoding,
+            backfill_sequence=recorded.sequence,
+            before_write=lambda: _before_merge(context, prepared, guard),
+            event_time=event_time,
+        )
+
+    tables: tuple[StreamTable, ...] = ()
+    if context.pipeline.sink.per_stream:
+        # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
+        per_table = for_each_stream(
+            in_window,
             plan.read_splits,
-            prepared.connections,
-            isolation_level=context.pipeline.isolation_level,
-            min_partitions=context.pipeline.min_partitions,
+            lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
         )
-        # The window's offsets bound the read; timestamps within a partition need not be ordered, so the rows are
-        # also filtered on event time: here on the Kafka timestamp, or, with an event_time expression, by the
-        # MERGE once the rows are decoded.
-        event_time = prepared.plan.event_time
-        in_window = (
-            frame
-            if event_time is not None
-            else frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
-        )
-
-        def merge(rows: DataFrame, pipeline: PipelineConfig, splits: Sequence[Split]) -> WriteResult:
-            return merge_backfill(
-                rows,
-                pipeline,
-                stream_pairs(splits),
-                start=start,
-                end=end,
-                prepared=prepared.decoding,
-                backfill_sequence=recorded.sequence,
-                before_write=lambda: _before_merge(context, prepared, lease, deadline),
-                event_time=event_time,
-            )
-
-        tables: tuple[StreamTable, ...] = ()
-        if context.pipeline.sink.per_stream:
-            # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
-            per_table = for_each_stream(
-                in_window,
-                plan.read_splits,
-                lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
-            )
-            result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
-        else:
-            result = merge(in_window, context.pipeline, plan.read_splits)
-    finally:
-        lease.stop(quietly=True)
-        _release(context, owner)
+        result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
+    else:
+        result = merge(in_window, context.pipeline, plan.read_splits)
     done = time.monotonic()
     summary = RunSummary.committed(
         plan,
@@ -319,29 +306,10 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, dead
     return summary.model_copy(update={"stream_tables": tables})
 
 
-def _before_merge(context: PipelineContext, prepared: PreparedWrite, lease: LeaseKeeper, deadline: RunDeadline) -> None:
-    """What a backfill checks right before each MERGE (after its read): it is within its deadline (a cancellation
-    that fell between two Spark jobs interrupted nothing), it still holds its lease, and every topic it read is
-    still the incarnation it planned (a recreated topic's records at the old offsets are never merged).
+def _before_merge(context: PipelineContext, prepared: PreparedWrite, guard: WriterGuard) -> None:
+    """What a backfill checks right before each MERGE (after its read): the guard's check (within its deadline,
+    still holding its lease), and every topic it read is still the incarnation it planned (a recreated topic's
+    records at the old offsets are never merged).
     """
-    deadline.check()
-    lease.check()
+    guard.before_write()
     prepared.check_topics_unchanged(context, backfill=True)
-
-
-def _release(context: PipelineContext, owner: RunOwner) -> None:
-    """Gives the backfill lease up; a failure only delays runs until the lease expires."""
-    try:
-        context.store.release_backfill_lease(owner=owner.text())
-    except DynamicKafkaError as e:
-        logger.warning(
-            "pipeline %s: the backfill lease was not released (runs wait until it expires): %s", context.pipeline.id, e
-        )
-
-
-def _lease_end(context: PipelineContext) -> datetime:
-    return _now() + timedelta(seconds=context.pipeline.run_lease_seconds)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

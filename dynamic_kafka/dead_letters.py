@@ -24,29 +24,26 @@ Example:
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.errors import DynamicKafkaError, MetadataServiceError
+from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
-from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink.per_stream import table_views
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
-from dynamic_kafka.spark.deadline import RunDeadline
-from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from contextlib import AbstractContextManager
 
     from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.spark.deadline import RunDeadline
 
 logger = logging.getLogger(__name__)
 
@@ -75,25 +72,14 @@ def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: b
         SchemaIncompatibleError: a decoded column gives a sink column another type; nothing was written.
         SparkJobError: a Spark or Delta operation failed (retriable; replaying again is harmless).
     """
-    pipeline = context.pipeline
-    if not yes:
-        with _deadline(context) as deadline:
-            return _replay(context, run_seq, owner=None, deadline=deadline)
-    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
-        if not taken:
-            raise in_progress_error(context.store)
-        with _deadline(context) as deadline:
-            return _replay(context, run_seq, owner=RunOwner.current("replay"), deadline=deadline)
-
-
-def _deadline(context: PipelineContext) -> AbstractContextManager[RunDeadline]:
-    """The replay's ``max_run_seconds``, as a backfill's: past it, its Spark jobs are cancelled."""
-    deadline = RunDeadline(context.pipeline.id, context.pipeline.max_run_seconds, hard_exit=False, operation="replay")
-    return deadline.enforced()
+    # Counting only writes nothing: it is bounded by the deadline but takes neither the run lock nor the lease.
+    guard = WriterGuard(context.store, context.pipeline, "replay", owner=RunOwner.current("replay"))
+    with guard.entered(lock=yes):
+        return _replay(context, run_seq, guard=guard if yes else None, deadline=guard.deadline)
 
 
 def _replay(
-    context: PipelineContext, run_seq: int | None, *, owner: RunOwner | None, deadline: RunDeadline
+    context: PipelineContext, run_seq: int | None, *, guard: WriterGuard | None, deadline: RunDeadline
 ) -> ReplayReport:
     pipeline, store = context.pipeline, context.store
     state = store.load()
@@ -104,54 +90,47 @@ def _replay(
     found = [committed_txn_versions(t, [app_id])[app_id] for v in views for t in (v.sink_table, v.dead_letter_table)]
     # One number for the whole replay, above every table's: each table's writes are new transactions there.
     replay_seq = max((v for v in found if v is not None), default=0) + 1
-    who = requester(owner or RunOwner.current())
+    who = requester(guard.owner if guard is not None else RunOwner.current())
     lettered = [v for v in views if table_exists(v.dead_letter_table)]
     if not lettered:
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
     spark = context.spark()
     deadline.attach(spark)
     clusters = _clusters(context)
-    if owner is None:
+    if guard is None:
         counts = _summed(
             replay(spark, v, clusters, run_seq=run_seq, replay_seq=replay_seq, write=False) for v in lettered
         )
         return _report(context, counts, run_seq, replay_seq, who)
-    lease_length = timedelta(seconds=pipeline.run_lease_seconds)
-    recorded = store.record_backfill({}, owner=owner.text(), lease_expires_at=_now() + lease_length)
-    assert recorded.version is not None  # taking the lease always commits
-    lease = LeaseKeeper(store, None, owner, lease_length, recorded.version, _now).start()
-    try:
-        counts = _summed(
-            replay(
-                spark,
-                view,
-                clusters,
-                run_seq=run_seq,
-                replay_seq=replay_seq,
-                write=True,
-                before_write=lambda: _before_write(deadline, lease),
-            )
-            for view in lettered
+    guard.take_lease()
+    counts = _summed(
+        replay(
+            spark,
+            view,
+            clusters,
+            run_seq=run_seq,
+            replay_seq=replay_seq,
+            write=True,
+            before_write=guard.before_write,
         )
-        version = lease.stop()
-        report = _report(context, counts, run_seq, replay_seq, who, applied=True)
-        if counts.dead_letters:
-            history = store.load().next_run_seq
-            summary = RunSummary(
-                pipeline_id=pipeline.id,
-                run_seq=history,
-                status="replayed",
-                requested_by=who,
-                # No new dead letters: what stays is counted in `replay` (a dead-letter check must not re-warn).
-                records=counts.replayed,
-                sink_version=counts.sink_version,
-                replay=report.replay,
-            )
-            version = store.record_operation(summary, expected_version=version, owner=owner.text())
-            report = report.model_copy(update={"history_run_seq": history, "state_version": version})
-    finally:
-        lease.stop(quietly=True)
-        _release(context, owner)
+        for view in lettered
+    )
+    version = guard.stop_lease()
+    report = _report(context, counts, run_seq, replay_seq, who, applied=True)
+    if counts.dead_letters:
+        history = store.load().next_run_seq
+        summary = RunSummary(
+            pipeline_id=pipeline.id,
+            run_seq=history,
+            status="replayed",
+            requested_by=who,
+            # No new dead letters: what stays is counted in `replay` (a dead-letter check must not re-warn).
+            records=counts.replayed,
+            sink_version=counts.sink_version,
+            replay=report.replay,
+        )
+        version = store.record_operation(summary, expected_version=version, owner=guard.owner.text())
+        report = report.model_copy(update={"history_run_seq": history, "state_version": version})
     logger.warning(
         "pipeline %s: dead-letter replay %d by %s: %d replayed into the sink, %d found landed already, %d still "
         "undecodable, %d conflicting",
@@ -184,14 +163,6 @@ def _summed(parts: Iterable[ReplayCounts]) -> ReplayCounts:
             else total.dead_letter_version,
         )
     return total
-
-
-def _before_write(deadline: RunDeadline, lease: LeaseKeeper) -> None:
-    """Before each write: within the deadline (past it between two writes, no job of the replay was running to be
-    cancelled) and still holding the lease.
-    """
-    deadline.check()
-    lease.check()
 
 
 def _report(
@@ -229,17 +200,3 @@ def _clusters(context: PipelineContext) -> dict[str, ClusterMetadata]:
     except MetadataServiceError as e:
         logger.info("pipeline %s: metadata not resolved for the replay (%s)", context.pipeline.id, e)
         return {}
-
-
-def _release(context: PipelineContext, owner: RunOwner) -> None:
-    """Gives the lease up; a failure only delays runs until it expires."""
-    try:
-        context.store.release_backfill_lease(owner=owner.text())
-    except DynamicKafkaError as e:
-        logger.warning(
-            "pipeline %s: the replay's lease was not released (runs wait until it expires): %s", context.pipeline.id, e
-        )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -4,7 +4,7 @@ sink and the dead-letter table (:mod:`~dynamic_kafka.sink.compaction`), never be
 Guarded like a backfill, because ``OPTIMIZE`` and ``VACUUM`` are writers of the same tables:
 
 - it holds the pipeline's run lock for its whole duration (no run or backfill of the pipeline on this machine);
-- it takes the state's writer lease (the backfill lease row; ``StateStore.record_backfill`` with no frontier), so
+- it takes the state's writer lease (the backfill lease row; ``StateStore.take_writer_lease``), so
   no run is planned or taken over, on any host, while it works; a planned run (in flight, or crashed: the next run
   recovers it) refuses it, and so does a backfill holding the lease;
 - it renews the lease while it works and checks it before each step, and releases it at the end.
@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.errors import ConfigError, DynamicKafkaError, StateError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.errors import ConfigError, StateError
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
 from dynamic_kafka.sink.per_stream import known_streams
-from dynamic_kafka.spark.deadline import RunDeadline
-from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,9 +89,8 @@ def maintain_pipeline(
     pipeline = context.pipeline
     _check_floor(pipeline, retention_hours, unsafe=unsafe_vacuum_retention)
     started = time.monotonic()
-    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
-        if not taken:
-            raise in_progress_error(context.store)
+    guard = WriterGuard(context.store, pipeline, "maintenance", owner=RunOwner.current("maintenance"))
+    with guard.entered():
         tables = _tables(context)
         if all(table_files(table) is None for _, table in tables):
             done = tuple(TableMaintenance(role=role, table=str(table), before=None) for role, table in tables)
@@ -106,30 +102,18 @@ def maintain_pipeline(
                 hint="Point state_path at the pipeline's state, or run the pipeline once (`dynamic-kafka realign` "
                 "first when the state was restored or moved).",
             )
-        owner = RunOwner.current("maintenance")
-        lease_length = timedelta(seconds=pipeline.run_lease_seconds)
-        recorded = context.store.record_backfill(
-            {}, attempts=1, owner=owner.text(), lease_expires_at=_now() + lease_length
-        )
-        assert recorded.version is not None  # taking the lease always commits
-        lease = LeaseKeeper(context.store, None, owner, lease_length, recorded.version, _now).start()
-        deadline = RunDeadline(pipeline.id, pipeline.max_run_seconds, hard_exit=False, operation="maintenance")
+        guard.take_lease()
         finished = _finished_run_seq(context)
-        try:
-            with deadline.enforced():
-                done = tuple(
-                    maintain_table(
-                        table,
-                        role,
-                        retention_hours=retention_hours,
-                        before_write=_checks(deadline, lease),
-                        finished_run=(pipeline.id, finished),
-                    )
-                    for role, table in tables
-                )
-        finally:
-            lease.stop(quietly=True)
-            _release(context, owner)
+        done = tuple(
+            maintain_table(
+                table,
+                role,
+                retention_hours=retention_hours,
+                before_write=_before_step(guard),
+                finished_run=(pipeline.id, finished),
+            )
+            for role, table in tables
+        )
     return MaintenanceSummary(
         pipeline_id=pipeline.id, retention_hours=retention_hours, tables=done, seconds=time.monotonic() - started
     )
@@ -153,15 +137,14 @@ def _check_floor(pipeline: PipelineConfig, retention_hours: int | None, *, unsaf
     )
 
 
-def _checks(deadline: RunDeadline, lease: LeaseKeeper) -> Callable[[], None]:
-    """What runs before each step: the deadline (delta-rs steps cannot be interrupted, so it is checked between
-    them) and the lease.
+def _before_step(guard: WriterGuard) -> Callable[[], None]:
+    """What runs before each step: the guard's check (delta-rs steps cannot be interrupted, so the deadline is
+    checked between them, with the lease).
     """
 
     def check() -> None:
-        crash_point("before_maintenance_step")
-        deadline.check()
-        lease.check()
+        crash_point(CrashPoint.BEFORE_MAINTENANCE_STEP)
+        guard.before_write()
 
     return check
 
@@ -189,19 +172,3 @@ def _tables(context: PipelineContext) -> list[tuple[str, TableRef]]:
         for view in views
         for role, table in (("sink", view.sink_table), ("dead_letter", view.dead_letter_table))
     ]
-
-
-def _release(context: PipelineContext, owner: RunOwner) -> None:
-    """Gives the lease up; a failure only delays runs until the lease expires."""
-    try:
-        context.store.release_backfill_lease(owner=owner.text())
-    except DynamicKafkaError as e:
-        logger.warning(
-            "pipeline %s: the maintenance's lease was not released (runs wait until it expires): %s",
-            context.pipeline.id,
-            e,
-        )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, computed_field
 
-from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import ConfigError, MetadataServiceError, StateError, TopicRecreatedError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
@@ -49,7 +48,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import OffsetChange, RunSummary
 from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
-from dynamic_kafka.run_guard import in_progress_error, run_lock_path
+from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
@@ -170,12 +169,11 @@ def reset_offsets(
     reason = reason.strip()
     if not reason:
         raise ConfigError("offsets reset needs a --reason: it is recorded in the run history for whoever looks next.")
-    pipeline = context.pipeline
     if not yes:
         return _decide(context, target, selection, reason, apply=False)
-    with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
-        if not taken:
-            raise in_progress_error(context.store)
+    # One commit at the exact version read: the run lock is all it holds (no Spark job to bound, no lease to keep).
+    guard = WriterGuard(context.store, context.pipeline, "reset", owner=RunOwner.current())
+    with guard.entered(deadline=False):
         return _decide(context, target, selection, reason, apply=True)
 
 

@@ -19,8 +19,8 @@ topic it read is still the incarnation it planned.
 
 Example:
     >>> prepared = prepare_write(context, plan, deadline, metadata=metadata)  # doctest: +SKIP
-    >>> prepared.decoding.registry_only  # doctest: +SKIP
-    False
+    >>> prepared.decoding.can_fail  # doctest: +SKIP
+    True
 """
 
 from __future__ import annotations

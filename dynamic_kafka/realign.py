@@ -251,7 +251,7 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
         store.realign(
             sink_txn=position.txn or 0,
             frontier=frontier,
-            summary_json=summary.model_dump_json(),
+            summary=summary,
             expected_version=state.table_version,
             backfill_sequence=position.backfill or 0,
         )

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
@@ -51,7 +50,7 @@ from dynamic_kafka.errors import (
     StateError,
     TopicRecreatedError,
 )
-from dynamic_kafka.faults import arm_timer, crash_point
+from dynamic_kafka.faults import CrashPoint, arm_timer, crash_point
 from dynamic_kafka.kafka.group_commit import commit_consumer_group
 from dynamic_kafka.model.plan import LostRange
 from dynamic_kafka.model.summary import RunSummary
@@ -64,8 +63,7 @@ from dynamic_kafka.plan.planner import (
 )
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.realign import check_not_behind, check_tables_not_behind, run_frontier
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, in_progress_error
-from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
+from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.completeness import counted, measure
 from dynamic_kafka.sink.fence import fence_run, is_fence
@@ -73,8 +71,7 @@ from dynamic_kafka.sink.incremental import landed_from_log
 from dynamic_kafka.sink.per_stream import landed_per_stream, run_streams
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
-from dynamic_kafka.spark.deadline import RunDeadline
-from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from dynamic_kafka.state.owner import RunOwner
 from dynamic_kafka.state.table import FOREIGN_ERRORS
 
 if TYPE_CHECKING:
@@ -92,8 +89,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# RUN_LOCK_DIR_ENV moved to run_guard (shared with backfills); programs and tests import it from here too.
-__all__ = ["RUN_LOCK_DIR_ENV", "PipelineRunner"]
+__all__ = ["PipelineRunner"]
 
 _INTERRUPTED_ABANDON = (
     "abandoned: its transaction is fenced in the sink by an abandon that stopped before recording it (the sink's "
@@ -128,7 +124,10 @@ class PipelineRunner:
         self.store = self.context.store
         self.owner = RunOwner.current()
         self.hard_deadline = hard_deadline
-        self._deadline = RunDeadline.unarmed(self.pipeline.id)
+        # The clock is looked up at each call: the protocol model moves this module's `_now`.
+        self._guard = WriterGuard(
+            self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
+        )
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -175,15 +174,7 @@ class PipelineRunner:
             RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
-        with try_exclusive_lock(_run_lock_path(self.pipeline.resolved_state_path, self.pipeline.id)) as taken:
-            if not taken:
-                raise in_progress_error(self.store)
-            with self.context.shared_spark_session():
-                return self._run_with_deadline()
-
-    def _run_with_deadline(self) -> RunSummary:
-        self._deadline = RunDeadline(self.pipeline.id, self.pipeline.max_run_seconds, hard_exit=self.hard_deadline)
-        with self._deadline.enforced():
+        with self._guard.entered(), self.context.shared_spark_session():
             return self._run()
 
     def _run(self) -> RunSummary:
@@ -202,28 +193,29 @@ class PipelineRunner:
         check_tables_not_behind(self.pipeline, state, run_streams(plan.read_splits), self.store.path)
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
-        self._deadline.check()
+        self._guard.deadline.check()
         plan = self._with_archive(plan, state)  # a bootstrap run lands its archive whether Kafka has records or not
         if plan.is_empty:
             summary = RunSummary.of_plan(
                 plan, "empty", lag_after=lag, recovered_run_seq=recovered, plan_seconds=planned - started
             )
-            self.store.commit_empty_run(
-                plan, summary_json=summary.model_dump_json(), expected_version=state.table_version
-            )
+            self.store.commit_empty_run(plan, summary=summary, expected_version=state.table_version)
             self._maintain()
             return summary.timed(total_seconds=time.monotonic() - started)
         # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
         # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
-        prepared = prepare_write(self.context, plan, self._deadline, metadata=metadata)
+        prepared = prepare_write(self.context, plan, self._guard.deadline, metadata=metadata)
         plan = prepared.plan
         version = self.store.begin_run(
-            plan, expected_version=state.table_version, owner=self.owner.text(), lease_expires_at=self._lease_end()
+            plan,
+            expected_version=state.table_version,
+            owner=self.owner.text(),
+            lease_expires_at=self._guard.lease_end(),
         )
-        crash_point("after_plan")
+        crash_point(CrashPoint.AFTER_PLAN)
+        self._guard.keep_lease(version, plan)
         summary = self._execute(
             prepared,
-            self._keep_lease(plan, version),
             lag=lag,
             recovered=recovered,
             overlaps=state.backfill_overlaps(plan.read_splits),
@@ -251,18 +243,9 @@ class PipelineRunner:
         pins = {**plan.config_pins, **config_pins(self.pipeline, [read.stream])}
         return plan.model_copy(update={"bootstrap": read, "config_pins": pins})
 
-    def _lease_end(self) -> datetime:
-        return _now() + timedelta(seconds=self.pipeline.run_lease_seconds)
-
-    def _keep_lease(self, plan: Plan, version: int) -> LeaseKeeper:
-        return LeaseKeeper(
-            self.store, plan, self.owner, timedelta(seconds=self.pipeline.run_lease_seconds), version, _now
-        ).start()
-
     def _execute(
         self,
         prepared: PreparedWrite,
-        lease: LeaseKeeper,
         *,
         lag: int,
         recovered: int | None,
@@ -281,8 +264,8 @@ class PipelineRunner:
         spark_started = time.monotonic()
         try:
             spark = self.context.spark()
-            self._deadline.attach(spark)
-            arm_timer("during_write")
+            self._guard.deadline.attach(spark)
+            arm_timer(CrashPoint.DURING_WRITE)
             frame = read_splits(
                 spark,
                 [s for s in plan.read_splits if streams is None or s.stream_id in streams],
@@ -297,9 +280,9 @@ class PipelineRunner:
                 frame = kafka_side(frame, plan.bootstrap).unionByName(
                     archive_rows(spark, plan.bootstrap, self.pipeline.dead_letter_table)
                 )
-            crash_point("before_read")
+            crash_point(CrashPoint.BEFORE_READ)
             pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
-            lease.check()  # a run that lost its lease (taken over, or not renewed in time) must not write
+            self._guard.before_write()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
             # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
             records = None if plan.bootstrap is not None else sum(s.record_count for s in plan.read_splits)
@@ -313,6 +296,7 @@ class PipelineRunner:
                     prepared.decoding,
                     before_commit=lambda: prepared.check_topics_unchanged(self.context),
                     counted_ranges=ranges,
+                    event_time=plan.event_time,
                     planned_records=records,
                 )
             else:
@@ -335,19 +319,19 @@ class PipelineRunner:
             # before the check after the read could tell: the same check tells now.
             recreated = e if isinstance(e, TopicRecreatedError) else _recreation_behind(prepared, self.context)
             if recreated is None:
-                lease.stop(quietly=True)
+                self._guard.stop_lease(quietly=True)
                 raise
-            version = lease.stop()
+            version = self._guard.stop_lease()
             if recreated.retriable:
                 self._give_up(plan, str(recreated), version)
             if recreated is e:
                 raise
             raise recreated from e
         except BaseException:
-            lease.stop(quietly=True)
+            self._guard.stop_lease(quietly=True)
             raise
-        version = lease.stop()
-        crash_point("recovery_after_sink" if recovered == plan.run_seq else "after_sink")
+        version = self._guard.stop_lease()
+        crash_point(CrashPoint.RECOVERY_AFTER_SINK if recovered == plan.run_seq else CrashPoint.AFTER_SINK)
         committing = time.monotonic()
         summary = RunSummary.committed(
             plan,
@@ -358,7 +342,7 @@ class PipelineRunner:
             completeness=self._completeness(plan, result, ranges, overlaps),
             spark_seconds=committing - spark_started,
         ).model_copy(update={"stream_tables": stream_tables})
-        self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
+        self.store.commit_run(plan, summary=summary, expected_version=version)
         commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
         return summary.timed(commit_seconds=time.monotonic() - committing, group_commits=commits)
@@ -417,9 +401,12 @@ class PipelineRunner:
         if not in_sink and not fenced:
             self._check_config(plan)
         version = self.store.lease(
-            plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
+            plan,
+            owner=self.owner.text(),
+            lease_expires_at=self._guard.lease_end(),
+            expected_version=state.table_version,
         )
-        crash_point("recovering")
+        crash_point(CrashPoint.RECOVERING)
         if fenced:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
@@ -433,7 +420,7 @@ class PipelineRunner:
                     "stream_tables": stream_tables,
                 }
             )
-            self.store.commit_run(plan, summary_json=summary.model_dump_json(), expected_version=version)
+            self.store.commit_run(plan, summary=summary, expected_version=version)
             commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
         # Only the ranges still to be written must be on the brokers: a landed table's ranges may be gone by now.
@@ -442,10 +429,10 @@ class PipelineRunner:
         if void is not None:
             self._give_up(plan, void, version)
             return None
-        prepared = prepare_write(self.context, plan, self._deadline, written=True)
+        prepared = prepare_write(self.context, plan, self._guard.deadline, written=True)
+        self._guard.keep_lease(version, plan)
         self._execute(
             prepared,
-            self._keep_lease(plan, version),
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
@@ -543,7 +530,10 @@ class PipelineRunner:
         assert state.table_version is not None  # a state with a planned head has a table
         # Taking the run over moves the state's version: an owner whose lease expired can no longer commit it.
         version = self.store.lease(
-            head.plan, owner=self.owner.text(), lease_expires_at=self._lease_end(), expected_version=state.table_version
+            head.plan,
+            owner=self.owner.text(),
+            lease_expires_at=self._guard.lease_end(),
+            expected_version=state.table_version,
         )
         return self._give_up(head.plan, reason, version)
 
@@ -582,7 +572,7 @@ class PipelineRunner:
                     _raise_to(landed, run_frontier(dead_letters, plan.run_seq))
                 continue
             remove_run_folder(sink, self.pipeline.id, plan.run_seq)  # a killed staged write's files
-            crash_point("after_fence")
+            crash_point(CrashPoint.AFTER_FENCE)
             if may_have or table_exists(dead_letters):
                 if fence_run(dead_letters, "dead_letter", self.pipeline.id, plan.run_seq, reason) == "landed":
                     _raise_to(landed, run_frontier(dead_letters, plan.run_seq))

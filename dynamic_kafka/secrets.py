@@ -2,8 +2,8 @@
 
 Connection properties may hold ``${env:NAME}`` or ``${file:PATH}`` references. They stay references in every
 model, log line, error, state row and Dagster metadata value; :func:`resolve_properties` turns them into real
-values only where a Kafka or Spark client is built. Independently of references, any property whose key looks
-sensitive is masked by :func:`redact_properties`, so a literal password in a config is never shown either.
+values only where a Kafka or Spark client is built. Independently of references, any value under a key that looks
+sensitive is masked by :func:`redact`, so a literal password in a config is never shown either.
 
 What "sensitive" means is spelled once, :data:`SENSITIVE_KEY_PATTERN`: it decides which property keys are masked,
 which ``key=value`` assignments inside a text are masked (:func:`mask_secrets`, for foreign error texts and
@@ -56,11 +56,6 @@ _ASSIGNMENT = re.compile(
 def is_sensitive_key(key: str) -> bool:
     """Whether a client property key names a secret (password, token, JAAS config, private key...)."""
     return bool(_SENSITIVE_KEY.search(key))
-
-
-def redact_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """Returns a copy of ``properties`` safe to show: sensitive values replaced by ``***``."""
-    return {k: (REDACTED if is_sensitive_key(k) else v) for k, v in properties.items()}
 
 
 def redact(value: Any, *, key: str = "") -> Any:

@@ -1,6 +1,6 @@
 """A pipeline's status: per partition the committed next offset, the broker's latest offset and the lag, plus the
 last run and the warnings of recent runs (data-loss gaps, unread ranges of removed clusters, skipped clusters),
-and the verdict an orchestrator's health check shows (:func:`lag_verdict`).
+and the verdicts an orchestrator's health checks show (:func:`data_loss_verdict`, :func:`lag_limit_verdict`, ...).
 """
 
 from __future__ import annotations
@@ -244,30 +244,6 @@ class LagVerdict(FrozenModel):
     problems: tuple[str, ...] = Field(description="What is wrong, one sentence each; empty when passed.")
     lost_ranges: tuple[LostRange, ...] = Field(description="The ranges the last run skipped as lost.")
     description: str = Field(description="The problems joined, or a one-line all-clear.")
-
-
-def lag_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
-    """The health verdict on a status: data loss in the last run fails it; lag over ``max_lag_records`` fails it,
-    and so does a lag that cannot be known (an unreachable or skipped cluster) when a limit is set, because an
-    unknown lag is not zero. It is :func:`data_loss_verdict` and :func:`lag_limit_verdict` together.
-
-    Example:
-        >>> empty = PipelineStatus(
-        ...     pipeline_id="p", partitions=(), total_lag=5, unreachable_clusters=(), last_run=None,
-        ...     last_run_status=None, warnings=()
-        ... )
-        >>> lag_verdict(empty, 3).problems
-        ('lag 5 records exceeds max_lag_records 3',)
-    """
-    loss, lag = data_loss_verdict(status), lag_limit_verdict(status, max_lag_records)
-    problems = (*loss.problems, *lag.problems)
-    return LagVerdict(
-        passed=not problems,
-        severity="error" if loss.lost_ranges else "warning",
-        problems=problems,
-        lost_ranges=loss.lost_ranges,
-        description="; ".join(problems) or f"lag {status.total_lag} records, no data loss",
-    )
 
 
 def data_loss_verdict(status: PipelineStatus) -> LagVerdict:

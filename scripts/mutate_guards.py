@@ -44,10 +44,10 @@ class Guard:
 GUARDS = (
     Guard(
         "run-lock",
-        "dynamic_kafka/runner.py",
-        "            if not taken:\n                raise in_progress_error(self.store)\n"
-        "            with self.context.shared_spark_session():",
-        "            with self.context.shared_spark_session():",
+        "dynamic_kafka/run_guard.py",
+        "            if lock and not held.enter_context(try_exclusive_lock(path)):\n"
+        "                raise in_progress_error(self.store)",
+        "            if False:\n                pass",
         "tests/unit/test_run_guard_rules.py::test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing",
     ),
     Guard(
@@ -103,9 +103,9 @@ GUARDS = (
     ),
     Guard(
         "runner-lease-check",
-        "dynamic_kafka/runner.py",
-        "            lease.check()  # a run that lost its lease",
-        "            pass  # a run that lost its lease",
+        "dynamic_kafka/run_guard.py",
+        "        if self._keeper is not None:\n            self._keeper.check()",
+        "        pass",
         "tests/integration/test_backfill_guards.py::"
         "test_a_run_that_lost_its_lease_before_the_write_writes_nothing_and_fails_retriably",
     ),
@@ -187,9 +187,9 @@ GUARDS = (
     ),
     Guard(
         "backfill-lease-check",
-        "dynamic_kafka/backfill.py",
-        "    deadline.check()\n    lease.check()\n    prepared.check_topics_unchanged(context, backfill=True)",
-        "    deadline.check()\n    prepared.check_topics_unchanged(context, backfill=True)",
+        "dynamic_kafka/run_guard.py",
+        "        if self._keeper is not None:\n            self._keeper.check()",
+        "        pass",
         "tests/integration/test_backfill_guards.py::test_a_backfill_whose_lease_was_taken_before_its_merge_merges_nothing",
     ),
     Guard(
@@ -261,9 +261,9 @@ GUARDS = (
     ),
     Guard(
         "maintenance-lease-check",
-        "dynamic_kafka/maintain.py",
-        "        deadline.check()\n        lease.check()",
-        "        deadline.check()",
+        "dynamic_kafka/run_guard.py",
+        "        if self._keeper is not None:\n            self._keeper.check()",
+        "        pass",
         "tests/integration/test_sink_maintenance.py::test_a_maintenance_whose_lease_was_taken_stops_before_its_next_step",
     ),
     Guard(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pydantic import Field
 
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
 
 if TYPE_CHECKING:
@@ -231,13 +231,13 @@ def run_publication(
         sent = 0
         groups = batches(changes, max_rows_per_transaction)
         for group in groups:
-            crash_point("publish_before_transaction")
+            crash_point(CrashPoint.PUBLISH_BEFORE_TRANSACTION)
             session.begin()
             for change in group:
                 sent += session.send(source.records(change.version))
-            crash_point("publish_in_transaction")
+            crash_point(CrashPoint.PUBLISH_IN_TRANSACTION)
             session.commit(group[-1].version + 1)
-            crash_point("publish_after_commit")
+            crash_point(CrashPoint.PUBLISH_AFTER_COMMIT)
         return PublicationOutcome(
             cluster_id=place.cluster_id,
             topic=place.topic,

@@ -33,7 +33,7 @@ import logging
 from typing import TYPE_CHECKING, Literal
 
 from dynamic_kafka.errors import SparkJobError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.sink.commits import COMMIT_ID_KEY, new_commit_id
 from dynamic_kafka.sink.tables import STATS_PROPERTY, open_delta_rs, run_commit
@@ -116,7 +116,7 @@ def fence_run(table: Table, kind: TableKind, app_id: str, run_seq: int, reason: 
             raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
         except OSError as e:
             raise ref.failure(e, doing) or SparkJobError(f"{doing} failed: {mask_secrets(str(e))}", hint=_AGAIN) from e
-        crash_point("fence_committed")
+        crash_point(CrashPoint.FENCE_COMMITTED)
         if not _holds_own_commit(ref, app_id, run_seq, commit_id):
             # Another process's commit replaced the fence's log entry (delta-spark's log stores check, then
             # write): look again at what the table holds, and fence again if it holds nothing of the run.

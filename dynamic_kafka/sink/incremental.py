@@ -45,7 +45,7 @@ from dynamic_kafka.errors import (
     StateError,
     UndecodableRecordError,
 )
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import Commit, new_commit_id, recent_foreign_commits
 from dynamic_kafka.sink.completeness import read_count_columns, read_counts
@@ -334,7 +334,7 @@ def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
             bad = _without_present(bad, [target.dead_letter_path], target.overlaps)
         # Confirmed before the sink is written: the sink holding the run means the whole run is in.
         dead_letters = _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
-        crash_point("after_dead_letter")
+        crash_point(CrashPoint.AFTER_DEAD_LETTER)
         good = cached.where(sf.col(DECODE_ERROR).isNull())
         if target.overlaps:
             # The cached rows were deduped before the sink's transaction began: dedupe again inside it, so

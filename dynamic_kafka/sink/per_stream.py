@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.model.summary import StreamTable
 from dynamic_kafka.sink.metrics import WriteResult
 
@@ -71,11 +71,13 @@ def write_per_stream(
     *,
     before_commit: Callable[[], None] | None = None,
     counted_ranges: Sequence[Split] = (),
+    event_time: str | None = None,
     planned_records: int | None = None,
 ) -> tuple[WriteResult, tuple[StreamTable, ...]]:
     """Lands a run's records, each stream's into its own table, in stream order; returns the whole run's result
     and what each table got. ``counted_ranges``: as for one sink, each stream's counted by its table's write.
-    ``planned_records``: the run's planned records (None: unknown); each table's write is sized by its own.
+    ``event_time``: the expression every table's event-time range measures (the plan's); None: the Kafka
+    timestamp. ``planned_records``: the run's planned records (None: unknown); each table's write is sized by its own.
 
     A table already holding the run (a recovery, or another writer of it) is not written again: its part is
     reported from its log. The crash point ``between_tables`` follows every table but the last.
@@ -97,6 +99,7 @@ def write_per_stream(
             prepared,
             before_commit=before_commit,
             counted_ranges=[s for s in counted_ranges if s.stream_id == stream],
+            event_time=event_time,
             planned_records=None if planned_records is None else sum(s.record_count for s in own),
         )
 
@@ -128,7 +131,7 @@ def for_each_stream(
         for index, stream in enumerate(streams):
             results[stream] = write(rows.where(sf.col("stream") == sf.lit(stream)), stream, by_stream[stream])
             if index < len(streams) - 1:
-                crash_point("between_tables")
+                crash_point(CrashPoint.BETWEEN_TABLES)
     finally:
         if rows is not df:
             rows.unpersist()

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import SparkJobError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import new_commit_id
@@ -154,7 +154,7 @@ def replay(
                 fresh = _not_in_sink(rows, spark, sink, in_ranges)
                 append_idempotent(fresh, sink, replay_app_id(pipeline.id), replay_seq, commit_id=new_commit_id())
                 sink_version = latest_version(sink)
-            crash_point("replay_after_sink")
+            crash_point(CrashPoint.REPLAY_AFTER_SINK)
             if before_write is not None:
                 before_write()
             outcome = _outcomes(decoded, spark, sink, in_ranges)

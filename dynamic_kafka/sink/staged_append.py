@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import CommitLostError, DynamicKafkaError, SparkJobError
-from dynamic_kafka.faults import crash_point
+from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.secrets import mask_secrets
 from dynamic_kafka.sink.commits import COMMIT_ID_KEY, first_with_txn
 from dynamic_kafka.spark.schema import STATS_COLUMNS
@@ -137,7 +137,7 @@ def staged_append(
     run_folder = run_folder_name(app_id, run_seq)
     folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
     manifests = _write_staged(rows, table, folder)
-    crash_point("after_staging")
+    crash_point(CrashPoint.AFTER_STAGING)
     if before_commit is not None:
         before_commit()
     doing = f"committing the staged files of run {run_seq} to {table}"

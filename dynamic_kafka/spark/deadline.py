@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Bounded = Literal["run", "backfill", "replay", "maintenance"]
-"""What a deadline bounds (for its messages)."""
+Bounded = Literal["run", "backfill", "replay", "maintenance", "reset"]
+"""What a deadline bounds (for its messages): every writer of a pipeline's sink and state."""
 
 # Per bounded operation other than a run: its name in messages, what stays after it was stopped, and what to do.
 _STOPPED: dict[str, tuple[str, str, str]] = {
@@ -45,6 +45,11 @@ _STOPPED: dict[str, tuple[str, str, str]] = {
         "given up",
         "Replay again: it lands only what the sink lacks and finishes the dead-letter table's update. If replays "
         "need longer, raise max_run_seconds or replay one run's dead letters at a time (--run-seq).",
+    ),
+    "reset": (
+        "offsets reset",
+        "nothing was written",
+        "Reset again; if the brokers answer slowly, raise max_run_seconds.",
     ),
     "maintenance": (
         "maintenance",
@@ -65,8 +70,7 @@ class RunDeadline:
         pipeline_id: the pipeline.
         seconds: the maximum duration; None never passes.
         hard_exit: end the process when the work does not stop within the grace period.
-        backfill: the work is a backfill (for its messages).
-        operation: what the work is, for its messages (``backfill=True`` is ``operation="backfill"``).
+        operation: what the work is, for its messages.
     """
 
     _GRACE_SECONDS = 60.0
@@ -78,12 +82,10 @@ class RunDeadline:
         seconds: float | None,
         *,
         hard_exit: bool,
-        backfill: bool = False,
         operation: Bounded = "run",
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.operation: Bounded = "backfill" if backfill else operation
-        self.backfill = self.operation == "backfill"
+        self.operation: Bounded = operation
         self.seconds = seconds or 0.0
         self.hard_exit = hard_exit
         self.tag = f"dynamic-kafka-{pipeline_id}-{uuid.uuid4().hex[:12]}"

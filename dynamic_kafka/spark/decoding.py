@@ -66,11 +66,6 @@ class PreparedDecoding:
     key_sources: tuple[SourceDecoding, ...] = ()
 
     @property
-    def registry_only(self) -> bool:
-        """Every planned stream decodes into fields (no ``value`` column)."""
-        return bool(self.sources) and self.legacy is None
-
-    @property
     def can_fail(self) -> bool:
         """Whether any record can be undecodable under the pipeline's formats (``bytes`` never fails)."""
         return can_fail(self.pipeline)

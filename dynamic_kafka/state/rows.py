@@ -42,6 +42,8 @@ from dynamic_kafka.model.snapshots import PartitionState, RunRecord, RunStatus
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from dynamic_kafka.model.summary import RunSummary
+
 logger = logging.getLogger(__name__)
 
 Kind = Literal["partition", "head", "run", "backfill"]
@@ -161,7 +163,7 @@ def run_row(
     status: RunStatus,
     *,
     committed_at: datetime | None = None,
-    summary_json: str | None = None,
+    summary: RunSummary | None = None,
     owner: str | None = None,
     lease_expires_at: datetime | None = None,
 ) -> dict[str, Any]:
@@ -174,7 +176,7 @@ def run_row(
         planned_at=utc(plan.planned_at),
         committed_at=_utc_or_none(committed_at),
         plan_json=_PLANS.dump(plan),
-        summary_json=summary_json,
+        summary_json=summary.model_dump_json() if summary is not None else None,
         owner=owner,
         lease_expires_at=_utc_or_none(lease_expires_at),
     )
@@ -318,16 +320,11 @@ _PARTITION_COLUMNS = (
 _OPTIONAL_COLUMNS = frozenset({"leader_epoch"})  # absent in tables written before epochs were recorded
 
 
-def partition_from_row(row: dict[str, Any]) -> PartitionState:
-    """Return a partition's committed position from its state row."""
-    return _partition_state(*(row.get(c) if c in _OPTIONAL_COLUMNS else row[c] for c in _PARTITION_COLUMNS))
-
-
 def partitions_from_table(table: pa.Table) -> dict[TopicPartition, PartitionState]:
     """Return the committed positions of a table of ``partition`` rows by partition, sorted.
 
-    The same as :func:`partition_from_row` of each row, column by column: a state of 100,000 partitions is read
-    without making a dict of every column of every row first.
+    Read column by column: a state of 100,000 partitions is read without making a dict of every column of every
+    row first. A null written by an older writer reads as the field's default.
     """
     columns = [
         table.column(c).to_pylist() if c in table.column_names or c not in _OPTIONAL_COLUMNS else [None] * len(table)

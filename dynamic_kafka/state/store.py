@@ -76,7 +76,7 @@ class StateStore:
         >>> snapshot = store.load()  # doctest: +SKIP
         >>> version = store.begin_run(plan, expected_version=snapshot.table_version)  # doctest: +SKIP
         >>> ...  # read the plan's ranges, write the sink  # doctest: +SKIP
-        >>> version = store.commit_run(plan, summary_json=summary, expected_version=version)  # doctest: +SKIP
+        >>> version = store.commit_run(plan, summary=summary, expected_version=version)  # doctest: +SKIP
         >>> store.maintain()  # doctest: +SKIP
 
     Args:
@@ -278,7 +278,7 @@ class StateStore:
         *,
         sink_txn: int,
         frontier: Mapping[TopicPartition, int],
-        summary_json: str,
+        summary: RunSummary,
         expected_version: int | None,
         backfill_sequence: int = 0,
     ) -> int:
@@ -330,8 +330,8 @@ class StateStore:
         if runs_behind:
             plan = Plan(pipeline_id=self.pipeline_id, run_seq=sink_txn, splits=(), planned_at=now)
             rows += [
-                _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
-                _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+                _rows.run_row("head", plan, "committed", committed_at=now, summary=summary),
+                _rows.run_row("run", plan, "committed", committed_at=now, summary=summary),
             ]
             predicate += f" OR kind = 'head' OR (kind = 'run' AND run_seq = {sink_txn})"
         try:
@@ -341,7 +341,7 @@ class StateStore:
         except LostRaceError as e:
             raise RunInProgressError(self.pipeline_id, last + 1) from e
 
-    def commit_run(self, plan: Plan, *, summary_json: str, expected_version: int) -> int:
+    def commit_run(self, plan: Plan, *, summary: RunSummary, expected_version: int) -> int:
         """Commit a planned run: new offsets, removals, head "committed" and a history row, in ONE commit.
 
         Every split (empty ranges included) sets its partition's ``next_offset`` to the split's stop offset
@@ -350,7 +350,7 @@ class StateStore:
 
         Args:
             plan: exactly the plan written by ``begin_run`` (or read back from ``load().last_run`` to recover).
-            summary_json: the run summary, stored in the head and history rows.
+            summary: the run summary, stored in the head and history rows.
             expected_version: the version returned by ``begin_run`` (or loaded when recovering).
 
         Returns:
@@ -376,7 +376,7 @@ class StateStore:
                 f"plan written ahead in the state table at {self.path}.",
                 hint="A planned run is finished with exactly its recorded plan (load().last_run.plan).",
             )
-        rows = self._commit_rows(plan, partitions, summary_json)
+        rows = self._commit_rows(plan, partitions, summary)
         predicate = self._commit_predicate(plan)
         stale = self._stale_frontier(dt, plan, partitions)
         if stale is not None:
@@ -427,11 +427,11 @@ class StateStore:
             )
         assert dt is not None
         plan = head.plan
-        summary = RunSummary.of_plan(plan, "abandoned", reason=reason).model_dump_json()
+        summary = RunSummary.of_plan(plan, "abandoned", reason=reason)
         now = self._clock()
         rows = [
-            _rows.run_row("head", plan, "abandoned", committed_at=now, summary_json=summary),
-            _rows.run_row("run", plan, "abandoned", committed_at=now, summary_json=summary),
+            _rows.run_row("head", plan, "abandoned", committed_at=now, summary=summary),
+            _rows.run_row("run", plan, "abandoned", committed_at=now, summary=summary),
         ]
         predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
         if landed:
@@ -502,10 +502,9 @@ class StateStore:
             )
         now = self._clock()
         plan = Plan(pipeline_id=self.pipeline_id, run_seq=run_seq, splits=(), planned_at=now)
-        text = summary.model_dump_json()
         rows = [
-            _rows.run_row("head", plan, "committed", committed_at=now, summary_json=text),
-            _rows.run_row("run", plan, "committed", committed_at=now, summary_json=text),
+            _rows.run_row("head", plan, "committed", committed_at=now, summary=summary),
+            _rows.run_row("run", plan, "committed", committed_at=now, summary=summary),
         ]
         predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {run_seq})"
         if offsets:
@@ -589,7 +588,7 @@ class StateStore:
             for k, (offset, tid) in sorted(kept.items(), key=lambda kv: str(kv[0]))
         ] + _floor_rows(self.pipeline_id, new_floors, sequence, now)
 
-    def commit_empty_run(self, plan: Plan, *, summary_json: str, expected_version: int | None) -> int:
+    def commit_empty_run(self, plan: Plan, *, summary: RunSummary, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
 
         Same guard and errors as ``begin_run``; refuses a plan that has ranges to read.
@@ -603,11 +602,11 @@ class StateStore:
             )
         if expected_version is None:
             self._check_next(None, plan)
-            return self._table.create(self._commit_rows(plan, {}, summary_json), plan, "commit_empty_run")
+            return self._table.create(self._commit_rows(plan, {}, summary), plan, "commit_empty_run")
         dt = self._table.open_at(expected_version, plan)
         head, partitions = self._table.read_current(dt)
         self._check_next(head, plan)
-        rows = self._commit_rows(plan, partitions, summary_json)
+        rows = self._commit_rows(plan, partitions, summary)
         return self._table.overwrite(dt, rows, self._commit_predicate(plan), plan, "commit_empty_run")
 
     def record_backfill(
@@ -694,6 +693,22 @@ class StateStore:
             f"{self.path}: other commits won the race {attempts} times.",
             hint="Nothing was recorded and the sink was not written; retry the backfill.",
         )
+
+    def take_writer_lease(self, *, owner: str, lease_expires_at: datetime, attempts: int = 5) -> int:
+        """Take the pipeline's writer lease (the backfill lease row, with no frontier raised) for ``owner``, for a
+        writer that records no frontier (a dead-letter replay, a maintenance); as :meth:`record_backfill` takes it.
+
+        Returns:
+            The table version holding the lease.
+
+        Raises:
+            RunInProgressError: a run stayed planned through every attempt, or another writer holds a fresh lease;
+                nothing was written.
+            StateError: the table is unreadable, or every attempt lost the race to another commit.
+        """
+        recorded = self.record_backfill({}, attempts=attempts, owner=owner, lease_expires_at=lease_expires_at)
+        assert recorded.version is not None  # taking the lease always commits
+        return recorded.version
 
     def renew_backfill_lease(self, *, owner: str, lease_expires_at: datetime, expected_version: int) -> int:
         """Renew the backfill lease ``owner`` holds, in one commit against ``expected_version``.
@@ -831,15 +846,15 @@ class StateStore:
             )
 
     def _commit_rows(
-        self, plan: Plan, partitions: dict[TopicPartition, PartitionState], summary_json: str
+        self, plan: Plan, partitions: dict[TopicPartition, PartitionState], summary: RunSummary
     ) -> list[dict[str, Any]]:
         now = self._clock()
         with building_many():  # a new row and its dict per partition
             committed = _rows.apply_plan(plan, partitions, now)
             return [
                 *(_rows.partition_row(self.pipeline_id, p) for p in committed),
-                _rows.run_row("head", plan, "committed", committed_at=now, summary_json=summary_json),
-                _rows.run_row("run", plan, "committed", committed_at=now, summary_json=summary_json),
+                _rows.run_row("head", plan, "committed", committed_at=now, summary=summary),
+                _rows.run_row("run", plan, "committed", committed_at=now, summary=summary),
             ]
 
     @staticmethod

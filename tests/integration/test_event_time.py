@@ -94,6 +94,24 @@ def test_a_runs_event_times_come_from_the_expression(
     assert summary.min_event_time > datetime.now(UTC) - timedelta(minutes=10), "the Kafka timestamp by default"
 
 
+def test_a_table_per_stream_runs_event_times_come_from_the_expression(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    harness, topic = orders_pipeline(
+        kafka_clusters, tmp_path, spark, event_time="value.placed_at", sink={"path": "tables/{stream}"}
+    )
+    placed = datetime(2026, 11, 3, 7, 0, tzinfo=UTC)
+    produce(kafka_clusters["east"].bootstrap_servers, topic, [order(1, placed), order(2, placed + timedelta(hours=2))])
+
+    summary = harness.runner().run()
+
+    assert [t.stream_id for t in summary.stream_tables] == ["orders"]
+    assert (summary.min_event_time, summary.max_event_time) == (placed, placed + timedelta(hours=2))
+    assert summary.event_time == "value.placed_at"
+    report = Pipeline(load_project_config(harness.config_path), "p").health()
+    assert report.newest_event_time == placed + timedelta(hours=2)
+
+
 @pytest.mark.parametrize(
     ("expression", "said"),
     [

@@ -66,6 +66,7 @@ from dynamic_kafka import dead_letters as dead_letters_module
 from dynamic_kafka import maintain as maintain_module
 from dynamic_kafka import offset_reset as offset_reset_module
 from dynamic_kafka import realign as realign_module
+from dynamic_kafka import run_guard as run_guard_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import (
@@ -1567,7 +1568,7 @@ class Harness:
         swaps = [
             (runner_module, "committed_txn_version", lake.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
-            (runner_module, "LeaseKeeper", Keeper),
+            (run_guard_module, "LeaseKeeper", Keeper),
             (RunDeadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", lake.committed_txn_versions),
             (realign_module, "landed_frontier", lake.landed_frontier),
@@ -1595,11 +1596,9 @@ class Harness:
             (dead_letters_module, "replay", lake.replay),
             (dead_letters_module, "committed_txn_versions", lake.committed_txn_versions),
             (dead_letters_module, "table_exists", lake.table_exists),
-            (dead_letters_module, "LeaseKeeper", Keeper),
             (dead_letters_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "maintain_table", lake.maintain_table),
             (maintain_module, "table_files", lake.table_files),
-            (maintain_module, "LeaseKeeper", Keeper),
             (maintain_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "crash_point", self.crasher.point),
             # A new process: no session cached yet; pyspark's sessions are the model server's.
@@ -1679,7 +1678,7 @@ class Harness:
             # by itself (RunInProgressError is what the retries end with).
             # The frontier alone, without the backfill lease (tests/model/HOLES.md).
             sequence = backfill_module.record_backfill_frontier(
-                self.runner.context, plan, attempts=1, owner=None
+                self.runner.context, plan, attempts=1, guard=None
             ).sequence
             self.crasher.point("after_backfill_frontier")
             frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())

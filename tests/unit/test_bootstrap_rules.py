@@ -333,7 +333,7 @@ class TestArchiveChainAcrossOperations:
         plan = first_plan(pipeline(), snapshot(0, 10, 4)).model_copy(update={"bootstrap": read})
         version = store.begin_run(plan, expected_version=None)
         if status == "committed":
-            store.commit_run(plan, summary_json="{}", expected_version=version)
+            store.commit_run(plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=version)
         else:
             store.abandon_run(1, reason="given up", expected_version=version)
         return store
@@ -369,7 +369,7 @@ class TestArchiveChainAcrossOperations:
         store.realign(
             sink_txn=3,
             frontier={},
-            summary_json=RunSummary.realigned("p", positions).model_dump_json(),
+            summary=RunSummary.realigned("p", positions),
             expected_version=state.table_version,
         )
         with pytest.raises(StateError, match=r"f2, f3.*realign") as refused:

@@ -18,6 +18,7 @@ import pytest
 
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.run_guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -57,7 +58,11 @@ def dead_pid() -> int:
 def planned(store: StateStore, owner: RunOwner, lease: timedelta) -> tuple[Plan, int]:
     """Run 1 committed, run 2 planned by ``owner``; returns run 2's plan and the version holding it."""
     first = a_plan(1)
-    store.commit_run(first, summary_json="{}", expected_version=store.begin_run(first, expected_version=None))
+    store.commit_run(
+        first,
+        summary=RunSummary.of_plan(first, "committed"),
+        expected_version=store.begin_run(first, expected_version=None),
+    )
     plan = a_plan(2)
     version = store.begin_run(
         plan, expected_version=store.load().table_version, owner=owner.text(), lease_expires_at=now() + lease
@@ -110,7 +115,9 @@ def test_a_renewal_whose_version_another_commit_moved_renews_at_the_new_version(
 
     assert latest > moved
     keeper.check()
-    store.commit_run(plan, summary_json="{}", expected_version=latest)  # the run still commits
+    store.commit_run(
+        plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=latest
+    )  # the run still commits
 
 
 def test_a_renewal_that_fails_while_the_state_is_briefly_gone_is_retried_within_the_lease(tmp_path: Path) -> None:
@@ -139,7 +146,7 @@ def test_a_renewal_that_fails_while_the_state_is_briefly_gone_is_retried_within_
     head = store.load().last_run
     assert head is not None
     assert (head.status, head.owner) == ("planned", owner.text())
-    store.commit_run(plan, summary_json="{}", expected_version=latest)
+    store.commit_run(plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=latest)
 
 
 def test_a_lease_not_renewed_before_it_ran_out_is_lost_and_the_holder_is_stopped_before_writing(

@@ -10,7 +10,8 @@ import yaml
 
 from dynamic_kafka.config import ProjectConfig, SparkConfig, load_project_config
 from dynamic_kafka.errors import ConfigError, ObjectStoreError
-from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
+from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 from dynamic_kafka.spark.session import S3A_EXCLUDES, S3A_PACKAGES, object_storage_conf, requested_packages
 from dynamic_kafka.storage import (
     StorageConfig,

@@ -125,7 +125,7 @@ def committed_store(tmp_path: Path) -> StateStore:
     ]
     first = Plan(pipeline_id="p", run_seq=1, splits=tuple(splits), planned_at=T0)
     version = store.begin_run(first, expected_version=None)
-    store.commit_run(first, summary_json="{}", expected_version=version)
+    store.commit_run(first, summary=RunSummary.of_plan(first, "committed"), expected_version=version)
     return store
 
 

@@ -26,6 +26,7 @@ from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.realign import landed_frontier, realign
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.sink.tables import backfill_app_id
@@ -86,7 +87,7 @@ def commit(store: StateStore, run_seq: int) -> None:
     state = store.load()
     plan = a_plan(run_seq)
     version = store.begin_run(plan, expected_version=state.table_version)
-    store.commit_run(plan, summary_json="{}", expected_version=version)
+    store.commit_run(plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=version)
 
 
 def land(path: Path, run_seq: int, offsets: Collection[int], partition: int = 0) -> None:
@@ -216,7 +217,7 @@ def test_realign_of_a_table_per_stream_reads_every_streams_table(tmp_path: Path)
     )
     plan = a_plan(1).model_copy(update={"splits": (eu, us)})
     version = r.store.begin_run(plan, expected_version=r.store.load().table_version)
-    r.store.commit_run(plan, summary_json="{}", expected_version=version)
+    r.store.commit_run(plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=version)
     land(tmp_path / "t" / "eu", 1, range(0, 10))
     land(tmp_path / "t" / "us", 1, range(0, 10), partition=1)
     # The state was restored from before run 2 (landed in eu's table) and a backfill (merged into us's table).
@@ -314,7 +315,7 @@ def test_the_lease_keeper_renews_and_hands_over_the_latest_version(tmp_path: Pat
     assert head.owner == owner.text()
     assert head.lease_expires_at is not None
     assert head.lease_expires_at > first_end
-    store.commit_run(plan, summary_json="{}", expected_version=latest)
+    store.commit_run(plan, summary=RunSummary.of_plan(plan, "committed"), expected_version=latest)
 
 
 def test_a_lease_renewal_that_loses_the_state_stops_the_run_from_committing(tmp_path: Path) -> None:
@@ -338,7 +339,7 @@ def test_an_older_state_table_gains_the_lease_columns(tmp_path: Path) -> None:
     from dynamic_kafka.state import rows
 
     old = pa.schema([f for f in rows.SCHEMA if f.name not in ("owner", "lease_expires_at")])
-    row = rows.run_row("head", a_plan(1), "committed", committed_at=datetime.now(UTC), summary_json="{}")
+    row = rows.run_row("head", a_plan(1), "committed", committed_at=datetime.now(UTC))
     row = {k: v for k, v in row.items() if k in old.names}
     write_deltalake(str(tmp_path / "state"), pa.Table.from_pylist([row], schema=old), partition_by=["kind"], name=PID)
     store = StateStore(tmp_path / "state", PID)
@@ -421,7 +422,8 @@ def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path
 
 
 def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dynamic_kafka.runner import RUN_LOCK_DIR_ENV, _run_lock_path
+    from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
     from dynamic_kafka.storage import parse_location
 
     monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
@@ -434,7 +436,7 @@ def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     # The lock's guard at its call site: the empty plan would otherwise be committed beside the holder.
-    from dynamic_kafka.runner import _run_lock_path
+    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
 
     r = runner(tmp_path)
     commit(r.store, 1)

@@ -25,6 +25,7 @@ from dynamic_kafka.errors import RunInProgressError, StateError
 from dynamic_kafka.frozen import building_many
 from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
+from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state import rows as state_rows
 from dynamic_kafka.state import store as store_module
@@ -83,7 +84,7 @@ def run_once(store: StateStore, make_plan: Callable[[int], Plan]) -> StateSnapsh
     state = store.load()
     p = make_plan(state.next_run_seq)
     version = store.begin_run(p, expected_version=state.table_version)
-    store.commit_run(p, summary_json=f'{{"run": {p.run_seq}}}', expected_version=version)
+    store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=version)
     return state
 
 
@@ -123,7 +124,8 @@ def test_begin_then_commit_round_trip(store: StateStore) -> None:
     assert planned.last_run.plan == p  # the recovery view: exactly the plan written ahead
     assert planned.last_run.committed_at is None
 
-    v1 = store.commit_run(p, summary_json='{"records": 11}', expected_version=v0)
+    summary = RunSummary(pipeline_id=p.pipeline_id, run_seq=p.run_seq, status="committed", records=11)
+    v1 = store.commit_run(p, summary=summary, expected_version=v0)
     assert v1 == 1
     state = store.load()
     assert state.table_version == 1
@@ -142,7 +144,8 @@ def test_begin_then_commit_round_trip(store: StateStore) -> None:
     )
     run = state.last_run
     assert run is not None
-    assert (run.status, run.run_seq, run.summary_json, run.plan) == ("committed", 1, '{"records": 11}', p)
+    assert (run.status, run.run_seq, run.plan) == ("committed", 1, p)
+    assert RunSummary.model_validate_json(run.summary_json or "") == summary
     assert run.committed_at == T0 + timedelta(hours=1)
     assert run.planned_at == p.planned_at
     assert state.next_run_seq == 2
@@ -153,7 +156,9 @@ def test_timestamps_are_utc_and_findings_are_kept(store: StateStore) -> None:
     naive = datetime(2026, 11, 21, 8, 30)  # taken as UTC
     finding = Finding(kind="new_topic", cluster_id="east", topic="orders", message="new topic orders")
     p = Plan(pipeline_id=PID, run_seq=1, splits=(split(0, 0, 1),), planned_at=naive, findings=(finding,))
-    store.commit_run(p, summary_json="{}", expected_version=store.begin_run(p, expected_version=None))
+    store.commit_run(
+        p, summary=RunSummary.of_plan(p, "committed"), expected_version=store.begin_run(p, expected_version=None)
+    )
     run = store.run_history()[0]
     assert run.planned_at == naive.replace(tzinfo=UTC)
     assert run.committed_at is not None
@@ -212,23 +217,28 @@ def test_removals_keep_offsets_and_readded_partitions_resume(tmp_path: Path) -> 
 
 def test_commit_empty_run_creates_the_state_in_one_commit(store: StateStore, tmp_path: Path) -> None:
     p = plan(1, [split(0, 4, 4), split(1, 0, 0)])
-    assert store.commit_empty_run(p, summary_json='{"empty": true}', expected_version=None) == 0
+    assert store.commit_empty_run(p, summary=RunSummary.of_plan(p, "empty"), expected_version=None) == 0
     state = store.load()
     assert state.table_version == 0
     assert {k: v.next_offset for k, v in state.partitions.items()} == {tp(0): 4, tp(1): 0}
     assert state.last_run is not None
-    assert (state.last_run.status, state.last_run.summary_json) == ("committed", '{"empty": true}')
+    assert state.last_run.status == "committed"
+    assert RunSummary.model_validate_json(state.last_run.summary_json or "").status == "empty"
     assert [r.run_seq for r in store.run_history()] == [1]
     assert len(DeltaTable(tmp_path / "state").history()) == 1
 
     p2 = plan(2, [split(0, 4, 4)], removals=(tp(1),))
-    assert store.commit_empty_run(p2, summary_json="{}", expected_version=0) == 1
+    assert store.commit_empty_run(p2, summary=RunSummary.of_plan(p2, "empty"), expected_version=0) == 1
     assert store.load().partitions[tp(1)].status == "removed"
 
 
 def test_commit_empty_run_refuses_a_plan_with_records(store: StateStore) -> None:
     with pytest.raises(StateError, match="without reading"):
-        store.commit_empty_run(plan(1, [split(0, 0, 3)]), summary_json="{}", expected_version=None)
+        store.commit_empty_run(
+            plan(1, [split(0, 0, 3)]),
+            summary=RunSummary.of_plan(plan(1, [split(0, 0, 3)]), "empty"),
+            expected_version=None,
+        )
     assert store.load().table_version is None
 
 
@@ -239,7 +249,7 @@ def test_run_history_is_newest_first_with_the_planned_head_on_top(store: StateSt
     store.begin_run(uniform_plan(6, 2), expected_version=state.table_version)
     history = store.run_history(limit=3)
     assert [(r.run_seq, r.status) for r in history] == [(6, "planned"), (5, "committed"), (4, "committed")]
-    assert history[1].summary_json == '{"run": 5}'
+    assert RunSummary.model_validate_json(history[1].summary_json or "").run_seq == 5
     assert store.run_history(limit=0) == []
     assert len(store.run_history(limit=100)) == 6
 
@@ -250,14 +260,14 @@ def test_run_history_is_newest_first_with_the_planned_head_on_top(store: StateSt
 def test_commit_requires_the_plan_written_ahead(store: StateStore) -> None:
     p = plan(1, [split(0, 0, 5)])
     with pytest.raises(StateError, match="no state table"):
-        store.commit_run(p, summary_json="{}", expected_version=0)
+        store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=0)
     v = store.begin_run(p, expected_version=None)
     other = plan(1, [split(0, 0, 6)])
     with pytest.raises(StateError, match="differs from the plan written ahead"):
-        store.commit_run(other, summary_json="{}", expected_version=v)
-    v = store.commit_run(p, summary_json="{}", expected_version=v)
+        store.commit_run(other, summary=RunSummary.of_plan(other, "committed"), expected_version=v)
+    v = store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=v)
     with pytest.raises(StateError, match="run 1 committed"):
-        store.commit_run(p, summary_json="{}", expected_version=v)
+        store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=v)
 
 
 def test_begin_refuses_a_wrong_run_seq_or_an_unfinished_run(store: StateStore) -> None:
@@ -319,7 +329,9 @@ def test_stale_expected_version_fails_and_writes_nothing(store: StateStore, tmp_
         store.begin_run(uniform_plan(stale.next_run_seq, 2), expected_version=stale.table_version)
     assert (info.value.pipeline_id, info.value.run_seq, info.value.retriable) == (PID, 2, True)
     with pytest.raises(RunInProgressError):
-        store.commit_empty_run(plan(2, []), summary_json="{}", expected_version=stale.table_version)
+        store.commit_empty_run(
+            plan(2, []), summary=RunSummary.of_plan(plan(2, []), "empty"), expected_version=stale.table_version
+        )
     with pytest.raises(RunInProgressError):  # the table exists: "no table yet" is stale too
         store.begin_run(uniform_plan(1, 2), expected_version=None)
     assert store.load() == before
@@ -330,12 +342,14 @@ def test_commit_against_a_moved_table_fails(store: StateStore) -> None:
     p = uniform_plan(1, 2)
     v = store.begin_run(p, expected_version=None)
     other = StateStore(store.path, PID)
-    other.commit_run(p, summary_json='{"by": "recovery"}', expected_version=v)  # a recovering run got there first
+    other.commit_run(
+        p, summary=RunSummary.of_plan(p, "committed", reason="recovery"), expected_version=v
+    )  # a recovering run got there first
     with pytest.raises(RunInProgressError):
-        store.commit_run(p, summary_json='{"by": "first"}', expected_version=v)
+        store.commit_run(p, summary=RunSummary.of_plan(p, "committed", reason="first"), expected_version=v)
     run = store.load().last_run
     assert run is not None
-    assert run.summary_json == '{"by": "recovery"}'
+    assert RunSummary.model_validate_json(run.summary_json or "").reason == "recovery"
 
 
 def _race_begin(stores: list[StateStore], p: Plan, expected: int | None) -> list[str | int]:
@@ -377,7 +391,7 @@ def test_concurrent_begin_in_threads_exactly_one_wins(tmp_path: Path, existing_r
         assert after.last_run is not None
         assert (after.last_run.run_seq, after.last_run.status) == (p.run_seq, "planned")
         assert len(rows_of_kind(path, "head")) == 1
-        first.commit_run(p, summary_json="{}", expected_version=expected_version)
+        first.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=expected_version)
     begins = [h for h in DeltaTable(path).history() if h.get("dynamic_kafka.action") == "begin_run"]
     assert len(begins) == 8 + existing_runs  # one per run_seq, never two
 
@@ -421,7 +435,11 @@ def test_concurrent_begin_in_processes_exactly_one_wins(tmp_path: Path) -> None:
             assert (state.last_run.run_seq, state.last_run.status) == (seq, "planned")
             assert len(rows_of_kind(path, "head")) == 1
             assert state.table_version is not None
-            store.commit_run(state.last_run.plan, summary_json="{}", expected_version=state.table_version)
+            store.commit_run(
+                state.last_run.plan,
+                summary=RunSummary.of_plan(state.last_run.plan, "committed"),
+                expected_version=state.table_version,
+            )
     finally:
         for proc in procs:
             proc.join(timeout=30)
@@ -449,7 +467,11 @@ def _crash_writer(path: str, ready: Any) -> None:
     while True:
         state = store.load()
         if state.last_run is not None and state.last_run.status == "planned":
-            store.commit_run(state.last_run.plan, summary_json="{}", expected_version=state.table_version or 0)
+            store.commit_run(
+                state.last_run.plan,
+                summary=RunSummary.of_plan(state.last_run.plan, "committed"),
+                expected_version=state.table_version or 0,
+            )
         else:
             run_once(store, lambda seq: uniform_plan(seq, CRASH_PARTITIONS))
         store.maintain()
@@ -610,7 +632,7 @@ def test_failure_after_the_commit_is_recognized_as_ours(store: StateStore, monke
     monkeypatch.setattr(table_module, "write_deltalake", fails_after_commit)
     p = uniform_plan(1, 2)
     assert store.begin_run(p, expected_version=None) == 0
-    assert store.commit_run(p, summary_json="{}", expected_version=0) == 1
+    assert store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=0) == 1
     assert store.load().partitions[tp(0)].next_offset == 10
 
 
@@ -628,7 +650,9 @@ def test_maintain_compacts_the_history_and_leaves_a_planned_run_alone(tmp_path: 
     version = store.begin_run(uniform_plan(13, 3), expected_version=state.table_version)
     store.maintain(force=True)  # a run is in flight: no maintenance commit may move the table under it
     assert DeltaTable(path).version() == version
-    store.commit_run(uniform_plan(13, 3), summary_json="{}", expected_version=version)
+    store.commit_run(
+        uniform_plan(13, 3), summary=RunSummary.of_plan(uniform_plan(13, 3), "committed"), expected_version=version
+    )
 
 
 # --------------------------------------------------------------------------------------- backfill frontier
@@ -696,7 +720,11 @@ def test_runs_and_maintenance_keep_the_backfill_frontier(tmp_path: Path) -> None
     run_once(store, lambda seq: uniform_plan(seq, 2))  # commit_run rewrites partition and head rows only
     assert store.load().backfilled == frontier
     state = store.load()
-    store.commit_empty_run(plan(3, [split(0, 20, 20)]), summary_json="{}", expected_version=state.table_version)
+    store.commit_empty_run(
+        plan(3, [split(0, 20, 20)]),
+        summary=RunSummary.of_plan(plan(3, [split(0, 20, 20)]), "empty"),
+        expected_version=state.table_version,
+    )
     assert store.load().backfilled == frontier
     store.maintain(force=True)  # compaction of the history, vacuum, checkpoint
     after = store.load()
@@ -721,7 +749,7 @@ def test_a_backfill_frontier_waits_for_a_planned_run(store: StateStore, monkeypa
     p = uniform_plan(2, 2)
     version = store.begin_run(p, expected_version=state.table_version)
     # The run in flight commits while the backfill waits: the frontier lands after it, not under it.
-    waits = _Waits(lambda: store.commit_run(p, summary_json="{}", expected_version=version))
+    waits = _Waits(lambda: store.commit_run(p, summary=RunSummary.of_plan(p, "committed"), expected_version=version))
     monkeypatch.setattr(store_module, "time", waits)
 
     assert store.record_backfill({tp(0): 30}, retry_delay=0.25).version == version + 2
@@ -1013,7 +1041,7 @@ def test_a_state_written_before_leader_epochs_loads_and_gains_them_at_its_next_c
     old_json = json.loads(first.model_dump_json())
     for s in old_json["splits"]:
         del s["leader_epoch"]  # plans written before the field existed
-    head = state_rows.run_row("head", first, "committed", committed_at=T0, summary_json="{}")
+    head = state_rows.run_row("head", first, "committed", committed_at=T0)
     head["plan_json"] = json.dumps(old_json)
     partition = state_rows.partition_row(PID, state_rows.apply_plan(first, {}, T0)[0])
     old_rows = [{k: v for k, v in r.items() if k in old_schema.names} for r in (head, partition)]
@@ -1039,29 +1067,25 @@ def test_a_state_written_before_leader_epochs_loads_and_gains_them_at_its_next_c
 # ------------------------------------------------ faster reads at scale (issue 29): same rows, never stale ones
 
 
-def test_a_table_of_partition_rows_reads_as_each_row_does_in_either_layout() -> None:
-    rows = [
-        state_rows.partition_row(
-            PID,
-            PartitionState(
-                cluster_id="west",
-                topic="b",
-                partition=1,
-                next_offset=7,
-                topic_id=None,
-                leader_epoch=4,
-                stream_ids=("s1", "s2"),
-                status="removed",
-                removed_at=T0,
-                updated_run_seq=3,
-            ),
-        ),
-        state_rows.partition_row(PID, PartitionState(cluster_id="east", topic="a", partition=0, next_offset=0)),
-    ]
+def test_a_table_of_partition_rows_reads_back_the_partitions_written_in_either_layout() -> None:
+    west = PartitionState(
+        cluster_id="west",
+        topic="b",
+        partition=1,
+        next_offset=7,
+        topic_id=None,
+        leader_epoch=4,
+        stream_ids=("s1", "s2"),
+        status="removed",
+        removed_at=T0,
+        updated_run_seq=3,
+    )
+    east = PartitionState(cluster_id="east", topic="a", partition=0, next_offset=0)
+    rows = [state_rows.partition_row(PID, west), state_rows.partition_row(PID, east)]
     rows[1].update(bootstrap_servers=None, stream_ids=None, updated_run_seq=None)  # nulls an older writer left
-    expected = {p.key: p for p in sorted(map(state_rows.partition_from_row, rows), key=lambda p: str(p.key))}
     read = state_rows.partitions_from_table(state_rows.to_table(rows))
-    assert list(read.items()) == list(expected.items())  # same values, sorted by partition
+    # The nulls read as the defaults; the partitions come sorted.
+    assert list(read.items()) == [(east.key, east), (west.key, west)]
     older = pa.schema([f for f in state_rows.SCHEMA if f.name != "leader_epoch"])
     without_epochs = pa.Table.from_pylist([{k: r[k] for k in older.names} for r in rows], schema=older)
     assert [p.leader_epoch for p in state_rows.partitions_from_table(without_epochs).values()] == [None, None]

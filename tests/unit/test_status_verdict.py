@@ -1,4 +1,4 @@
-"""The verdicts the Dagster checks show come from the library (``status.lag_verdict``, ``completeness_verdict``)."""
+"""The verdicts the Dagster checks show come from the library (``status.lag_limit_verdict`` and the others)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from dynamic_kafka.status import (
     data_loss_verdict,
     dead_letter_verdict,
     lag_limit_verdict,
-    lag_verdict,
 )
 
 LOSS = Finding(
@@ -45,12 +44,13 @@ def status(*, lag: int = 0, unknown: tuple[str, ...] = (), findings: tuple[Findi
 
 
 def test_healthy_pipeline_passes() -> None:
-    verdict = lag_verdict(status(lag=3), 10)
-    assert (verdict.passed, verdict.description) == (True, "lag 3 records, no data loss")
+    healthy = status(lag=3)
+    assert (data_loss_verdict(healthy).passed, lag_limit_verdict(healthy, 10).passed) == (True, True)
+    assert lag_limit_verdict(healthy, 10).description == "lag 3 records"
 
 
 def test_data_loss_fails_as_an_error_and_names_the_ranges() -> None:
-    verdict = lag_verdict(status(findings=(LOSS,)), None)
+    verdict = data_loss_verdict(status(findings=(LOSS,)))
     assert not verdict.passed
     assert verdict.severity == "error"
     assert verdict.lost_ranges == (
@@ -66,7 +66,7 @@ def test_data_loss_fails_as_an_error_and_names_the_ranges() -> None:
 def test_lag_over_limit_or_unknown_under_a_limit_warns(
     lag: int, unknown: tuple[str, ...], limit: int | None, passed: bool
 ) -> None:
-    verdict = lag_verdict(status(lag=lag, unknown=unknown), limit)
+    verdict = lag_limit_verdict(status(lag=lag, unknown=unknown), limit)
     assert verdict.passed is passed
     assert verdict.severity == "warning"
 
