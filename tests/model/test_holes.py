@@ -467,3 +467,14 @@ def test_35_16_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table
         r.m._after_state_change()
         r.rename_stream(sid="s1", to="s0")  # s0 sorts first; the state has no row of a to pin it to s1
         r.run_clean()  # a[0]@0 lands in s0's table too: the dedupe below the frontier reads s0's table only
+
+
+@pytest.mark.xfail(strict=True, raises=ProtocolViolationError)
+def test_35_17_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies() -> None:
+    with machine_without("35.17") as r:
+        r.produce_mirrored(partition=0, count=1, bad=False)  # m[0]@0 on c1, copied to c2
+        r.run_clean()  # c1/m[0]@0 lands
+        r.fail_over_to_the_mirror()  # s3 reads c2 from the switch time on
+        r.run_clean()
+        r.offsets_reset(to="earliest", scope="all", pick=0)  # c2/m[0] back to 0: the copy is read again
+        r.run_clean()
