@@ -137,7 +137,7 @@ def _registered(reference: Reference) -> str:
     found = resolve(reference.name)
     if found is None:
         raise UnresolvableReferenceError(
-            f"{reference.kind} secret {reference.name!r} ({reference.text}) does not exist; create it in "
+            f"references {reference.kind} secret {reference.name!r}, which does not exist; create it in "
             f"{reference.kind} or fix the reference"
         )
     return found
