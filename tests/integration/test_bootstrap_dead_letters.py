@@ -47,8 +47,9 @@ class Killed(BaseException):
     """A simulated ``kill -9`` at a crash point."""
 
 
-class SimulatedCrashError(Exception):
-    """Raised at a fault point: the operation stops there, as a killed process would."""
+class SimulatedCrashError(BaseException):
+    """Raised at a fault point: the operation stops there, as a killed process would (a BaseException, which the
+    CLI's last-line handler of every Exception lets through)."""
 
 
 def crash() -> None:

@@ -51,8 +51,9 @@ def dead_letters(harness: PipelineHarness) -> list[tuple[int, str]]:
     return sorted((r["offset"], r["error"]) for r in rows)
 
 
-class CrashError(Exception):
-    """The replay's process dying between its two writes."""
+class CrashError(BaseException):
+    """The replay's process dying between its two writes: a BaseException, which the CLI's last-line handler
+    (every Exception becomes an error message) lets through, as a kill would not stop there either."""
 
 
 def crash() -> None:
