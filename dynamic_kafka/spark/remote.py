@@ -227,6 +227,7 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
     assert settings.remote is not None
+    never_close_inside_the_release_pool()
     token = client_token(settings)
     remote = settings.remote
     if session_id is not None:
@@ -412,3 +413,36 @@ def _drop(session: SparkSession) -> None:
         session.stop()
     except Exception as e:  # the server is gone or lost the session: nothing left to release
         logger.debug("closing a Spark Connect session failed: %s", type(e).__name__)
+
+
+_POOL_GUARD = "_dynamic_kafka_skips_closing_inside_the_release_pool"
+
+
+def never_close_inside_the_release_pool() -> None:
+    """Makes a Spark Connect session collected on a thread of pyspark's release pool skip closing its client.
+
+    pyspark's Connect session closes its client when it is garbage-collected (``__del__``), and closing a client
+    shuts down the one pool of ``ReleaseExecute`` threads every Connect client of the process shares, joining its
+    threads. Collected on one of those threads (any allocation there may trigger it), the thread joins its own
+    pool and the process hangs: a long-lived process (a Dagster code server, the test suite) stops for good. Such a
+    collection now leaves the client to the process's end, and the pool keeps serving the other clients. Idempotent.
+    """
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Releases
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with _POOL_GUARD_LOCK:
+        collect = ConnectSession.__del__
+        if getattr(collect, _POOL_GUARD, False):
+            return
+
+        def collected(session: ConnectSession) -> None:
+            pool = Releases._release_thread_pool_instance
+            if pool is not None and threading.current_thread() in getattr(pool, "_threads", ()):
+                return
+            collect(session)
+
+        setattr(collected, _POOL_GUARD, True)
+        setattr(ConnectSession, "__del__", collected)  # noqa: B010 - a method replaced on pyspark's class
+
+
+_POOL_GUARD_LOCK = threading.Lock()
