@@ -96,6 +96,18 @@ class UnexpectedError(DynamicKafkaError):
         )
 
 
+def as_library_error(error: Exception) -> DynamicKafkaError | None:
+    """The library's error for an exception a front end (the CLI, Dagster, Airflow) caught: the error itself when it
+    is the library's, a :class:`HostError` for an ``OSError`` no module wrapped, ``None`` for anything else (each
+    front end shows that its own way).
+    """
+    if isinstance(error, DynamicKafkaError):
+        return error
+    if isinstance(error, OSError):
+        return HostError(error)
+    return None
+
+
 class UnknownStreamError(ConfigError):
     """A subscriber names a stream id that the metadata service does not know."""
 

@@ -8,6 +8,9 @@
   :class:`~airflow.sdk.exceptions.AirflowFailException`: the task fails at once, without its retries, since retrying
   cannot help; the message says what to do.
 
+An ``OSError`` no module wrapped (a folder that cannot be made) is taken as :class:`~dynamic_kafka.errors.HostError`
+first, as the CLI and the Dagster layer do: retried only for a reset or timed-out connection.
+
 Library messages never hold secrets, so they are safe in Airflow's task log.
 """
 
@@ -18,10 +21,12 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from dynamic_kafka import DynamicKafkaError
+from dynamic_kafka.errors import as_library_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from dynamic_kafka import DynamicKafkaError
 
 
 def describe(error: DynamicKafkaError, pipeline_id: str) -> str:
@@ -49,5 +54,8 @@ def airflow_errors(pipeline_id: str) -> Iterator[None]:
     """
     try:
         yield
-    except DynamicKafkaError as e:
-        raise to_airflow(e, pipeline_id) from e
+    except Exception as e:
+        error = as_library_error(e)
+        if error is None:
+            raise
+        raise to_airflow(error, pipeline_id) from e

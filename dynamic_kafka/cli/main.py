@@ -30,7 +30,7 @@ from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import publish as cli_publish
 from dynamic_kafka.cli import realign as cli_realign
 from dynamic_kafka.cli._args import CONFIG_HELP, settle_config
-from dynamic_kafka.errors import DynamicKafkaError, HostError, UnexpectedError
+from dynamic_kafka.errors import DynamicKafkaError, UnexpectedError, as_library_error
 from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -128,14 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except DynamicKafkaError as e:
-        return _failed(e, json_errors=json_errors)
-    except OSError as e:
-        _LOG.info("the operating system's error, in full", exc_info=True)
-        return _failed(HostError(e), json_errors=json_errors)
     except Exception as e:  # the CLI's last line: an error, never a traceback
-        _LOG.info("the unexpected error, in full", exc_info=True)
-        return _failed(UnexpectedError(e), json_errors=json_errors)
+        error = as_library_error(e)
+        if error is not e:
+            _LOG.info("the original error, in full", exc_info=True)
+        return _failed(error or UnexpectedError(e), json_errors=json_errors)
     except KeyboardInterrupt:
         print("dynamic-kafka: interrupted", file=sys.stderr)
         return 130

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING
 from dagster import Failure, MetadataValue, RetryPolicy, RetryRequested
 from pydantic import BaseModel
 
-from dynamic_kafka import DynamicKafkaError, HostError
+from dynamic_kafka.errors import as_library_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from dynamic_kafka import DynamicKafkaError
 
 MAX_RETRIES = 3
 RETRY_WAIT_SECONDS = 15.0
@@ -85,7 +87,8 @@ def dagster_errors(pipeline_id: str, retry_policy: RetryPolicy | None = None) ->
     """
     try:
         yield
-    except DynamicKafkaError as e:
-        raise to_dagster(e, pipeline_id, retry_policy) from e
-    except OSError as e:
-        raise to_dagster(HostError(e), pipeline_id, retry_policy) from e
+    except Exception as e:
+        error = as_library_error(e)
+        if error is None:
+            raise
+        raise to_dagster(error, pipeline_id, retry_policy) from e

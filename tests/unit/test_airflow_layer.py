@@ -40,6 +40,19 @@ def test_a_retriable_error_is_left_to_the_task_retries_and_any_other_fails_witho
     assert isinstance(failed.value.__cause__, ConfigError)
 
 
+def test_an_os_error_fails_the_task_as_a_host_error_naming_the_path_and_a_reset_connection_is_retried() -> None:
+    with (
+        pytest.raises(AirflowFailException, match=r"HostError: .*'/proc/dynamic-kafka'") as failed,
+        airflow_errors("orders"),
+    ):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/dynamic-kafka")
+    assert isinstance(failed.value.__cause__, FileNotFoundError)
+
+    with pytest.raises(AirflowException) as retried, airflow_errors("orders"):
+        raise ConnectionResetError(104, "Connection reset by peer")
+    assert not isinstance(retried.value, AirflowFailException)
+
+
 def write_project(root: Path, *, interval: int = 30, **settings: Any) -> Path:
     (root / "metadata.yaml").write_text(
         yaml.safe_dump(
