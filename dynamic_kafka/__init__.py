@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading b
     from dynamic_kafka.errors import DataLossError as DataLossError
     from dynamic_kafka.errors import DynamicKafkaError as DynamicKafkaError
     from dynamic_kafka.errors import HostError as HostError
+    from dynamic_kafka.errors import as_library_error as as_library_error
     from dynamic_kafka.health import HealthReport as HealthReport
     from dynamic_kafka.health import HealthVerdict as HealthVerdict
     from dynamic_kafka.health import PartitionHealth as PartitionHealth

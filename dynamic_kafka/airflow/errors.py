@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from dynamic_kafka.errors import as_library_error
+from dynamic_kafka import as_library_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

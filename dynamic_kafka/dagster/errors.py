@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from dagster import Failure, MetadataValue, RetryPolicy, RetryRequested
 from pydantic import BaseModel
 
-from dynamic_kafka.errors import as_library_error
+from dynamic_kafka import as_library_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
