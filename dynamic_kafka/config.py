@@ -893,7 +893,7 @@ def parse_yaml(text: str, duplicates: list[_DuplicateKeyError] | None = None) ->
 
 
 def _check_object_store_tables(pipelines: tuple[PipelineConfig, ...]) -> None:
-    """Refuses what would break the commit guard on S3 (docs/design.md, "Object storage").
+    """Refuses what would break the commit guard on S3 (docs/decisions/0042-object-storage-commit-safety.md).
 
     Spark's Delta log store on S3 (S3SingleDriverLogStore) is safe with one writer per table only: the state table
     lets one run of a pipeline write its sink, so a table on S3 must belong to one pipeline and one role. The same

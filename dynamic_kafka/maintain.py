@@ -11,7 +11,7 @@ Guarded like a backfill, because ``OPTIMIZE`` and ``VACUUM`` are writers of the 
 
 The state's offsets, runs and frontier are untouched, and so are the tables' rows: OPTIMIZE rewrites files without
 changing a row, VACUUM deletes only files no version within the retention period references. No Spark is
-started: both steps are delta-rs's (docs/design.md, "Sink maintenance").
+started: both steps are delta-rs's (docs/decisions/0055-sink-maintenance.md).
 
 Example:
     >>> from dynamic_kafka.config import load_project_config

@@ -1,6 +1,6 @@
 """The publication's progress protocol: which table versions a run publishes, and on which cluster.
 
-Invariants (docs/design.md, "Publications"):
+Invariants (docs/decisions/0063-publications.md):
 
 - A cluster's progress is the *next* table version to publish there, committed as a consumer-group offset inside
   the Kafka transaction that holds the records of the versions before it: records and progress become visible

@@ -68,8 +68,8 @@ def read_count_columns(splits: Sequence[Split]) -> list[Column]:
 
     Every record is tested against every range: the integer tests come first, so that for all but the ranges of
     the record's partition number the test stops before reading (and copying) the string columns, which a
-    profile of a 1,000,000-record write showed among its largest costs (docs/design.md, "Landing a million
-    records through Spark Connect").
+    profile of a 1,000,000-record write showed among its largest costs (bench/RESULTS.md, "1M records through
+    Connect, profiled"; docs/decisions/0045-small-runs-are-small-jobs.md).
     """
     from pyspark.sql import functions as sf
 

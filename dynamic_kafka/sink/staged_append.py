@@ -3,7 +3,7 @@ commits them to the table's log together with the run's Delta transaction ``(app
 
 Why not delta-spark's own idempotent write (``txnAppId``/``txnVersion``)? To find the transaction it rebuilds the
 table's whole state in two Spark jobs on every write, about 1 s of a small run through a warm Spark Connect server
-(docs/design.md, "Staged appends"). delta-rs reads the same transaction from the log in milliseconds, and its
+(docs/decisions/0016-staged-appends.md). delta-rs reads the same transaction from the log in milliseconds, and its
 commit gives the same guarantees:
 
 - the check and the commit use one snapshot: the txn is read from it before Spark writes anything, and the

@@ -3,7 +3,8 @@
 Driver: each registered version's schema must be the *descriptor form*, a base64 serialized
 ``FileDescriptorProto`` (what confluent-kafka's Python ``ProtobufSerializer`` registers). A ``.proto`` text schema
 (what Java producers register) is refused with a :class:`~dynamic_kafka.errors.ConfigError`: Apicurio 3.0.9 ignores
-``?format=serialized``, and parsing ``.proto`` text needs protoc (docs/design.md says why neither is built in).
+``?format=serialized``, and parsing ``.proto`` text needs protoc (docs/decisions/0033-protobuf-decoded-in-python.md
+says why neither is built in).
 Imports of Google's well-known types are resolved from the installed ``protobuf`` package; other imports (schema
 references) are refused. The stream's value message is the file's first top-level message (message index 0, the
 serializer's choice for a one-message file).

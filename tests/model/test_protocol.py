@@ -22,10 +22,10 @@ timestamp handover (a mirrored copy is the same record as its original for the i
 
 Issue 35 adds the operations, each through the product's own function: offsets reset, dead-letter replay and
 maintenance (with crashes inside the last two), a bootstrap archive landed over several parts whose files may be
-rewritten, and state backups taken under a planned run (see docs/design.md, "The protocol model drives the
-operations"). A table per stream (a ``{stream}`` sink: each record once, in its topic's first stream's table) and the
-pipeline's shared Spark Connect session expiring between or during runs are driven too (docs/design.md, "The
-protocol model drives a table per stream and the shared Connect session").
+rewritten, and state backups taken under a planned run. A table per stream (a ``{stream}`` sink: each record once,
+in its topic's first stream's table) and the pipeline's shared Spark Connect session expiring between or during
+runs are driven too. What the model runs of the product and what it still copies: docs/design.md, "How the protocol
+model drives the product", and docs/decisions/0070-protocol-model.md.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_a_writer_of_the_run_that_read_the_table_before_its_fence_loses_and_one_
 
 def test_a_fence_whose_log_entry_another_writer_replaced_is_committed_again(tmp_path: Path) -> None:
     """delta-spark's log stores check, then write: a foreign commit at the fence's version can replace its entry
-    after delta-rs reported the fence committed (docs/design.md, "A run trusts only the commit it finds in the sink").
+    after delta-rs reported the fence committed (docs/decisions/0015-trust-only-own-commit.md).
     """
     sink = tmp_path / "sink"
     _append(sink, 1)
