@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,12 +91,22 @@ class AirflowHome:
         deadline = time.monotonic() + READ_TIMEOUT_S
         while True:
             try:
-                with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as db:
+                # Closed at once (sqlite3's own context manager only ends the transaction): a connection left to
+                # the garbage collector keeps its view of the WAL index while Airflow's next process writes.
+                with closing(sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)) as db:
                     return db.execute(sql, args).fetchall()
-            except sqlite3.DatabaseError:
+            except sqlite3.DatabaseError as e:
                 if time.monotonic() > deadline:
-                    raise
+                    raise AssertionError(f"{self.database}: {e}; {self.diagnosis()}") from e
                 time.sleep(0.5)
+
+    def diagnosis(self) -> str:
+        """The database's journal mode, its files and SQLite's integrity check, for a read that kept failing."""
+        files = ", ".join(f"{p.name} {p.stat().st_size} B" for p in sorted(self.root.glob("airflow.db*")))
+        with closing(sqlite3.connect(self.database)) as db:
+            mode = db.execute("PRAGMA journal_mode").fetchone()
+            check = db.execute("PRAGMA integrity_check").fetchall()[:5]
+        return f"journal mode {mode}, files: {files}, integrity check: {check}"
 
     def task_states(self, dag_id: str) -> list[tuple[str, str, str]]:
         """(run id, task id, state) of every task instance of the DAG, in run order."""
