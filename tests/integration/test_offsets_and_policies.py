@@ -22,7 +22,7 @@ from devtools.testing.kafka import Record, commit_group, create_topic, produce, 
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
-from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8
+from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
 from dynamic_kafka.status import completeness_verdict, pipeline_status
 
 if TYPE_CHECKING:
@@ -490,7 +490,7 @@ def test_json_values_are_parsed_and_undecodable_ones_land_in_the_dead_letter_tab
     }
     invalid = {
         b"not json": VALUE_NOT_JSON,
-        b'{"id": "x", "name": "eve"}': VALUE_NOT_JSON,
+        b'{"id": "x", "name": "eve"}': value_type_mismatch("id", "int"),
         b"\xff\xfe{}": VALUE_NOT_UTF8,
     }
     values = [*valid, *invalid]
