@@ -101,6 +101,28 @@ def test_a_new_partition_joins_its_topics_table_beside_a_drained_partition_and_l
     assert table_rows(h, "orders-b") == sorted(old + new)
 
 
+def test_a_topic_a_backfill_merged_before_its_first_run_keeps_that_table_when_a_stream_sorting_first_lists_it(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    # Hole 35.16: the backfill records the table it merged each partition into beside its frontier; without it the
+    # first run took orders-a's table and checked the backfilled offsets against that table only.
+    east, topic = east_topic(kafka_clusters, 1)
+    h = per_stream_harness(kafka_clusters, spark, tmp_path)
+    h.set_streams({"orders-b": {"east": [topic]}})
+    first = rows("east", topic, produce(east, topic, numbered(range(2))))
+    now = datetime.now(UTC)
+    run_backfill(h.runner().context, now - timedelta(hours=1), now + timedelta(minutes=1))  # before any run
+    assert table_rows(h, "orders-b") == sorted(first)
+
+    h.set_streams({"orders-a": {"east": [topic]}, "orders-b": {"east": [topic]}})
+    second = rows("east", topic, produce(east, topic, numbered(range(2, 3))))
+    run = h.runner().run()
+
+    assert [t.stream_id for t in run.stream_tables] == ["orders-b"]
+    assert table_rows(h, "orders-b") == sorted(first + second)
+    assert table_rows(h, "orders-a") == []
+
+
 def test_a_partition_keeps_its_table_when_a_stream_sorting_first_lists_its_topic_and_a_backfill_adds_nothing_twice(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
