@@ -185,8 +185,9 @@ def reset_offsets(
     """Decides a reset and, with ``yes``, commits it (see the module's docstring).
 
     Raises:
-        ConfigError: no reason, no committed partition matches the selection, or a target offset is outside the
-            broker's range (or below a recreated topic's floor); nothing was written.
+        ConfigError: no reason, no committed partition matches the selection, a target offset is outside the
+            broker's range (or below a recreated topic's floor), or a subscribed stream is unknown to the metadata
+            service (``UnknownStreamError``, as for a run); nothing was written.
         RunInProgressError: a run or backfill of the pipeline is in progress (the run lock, a planned run with a
             fresh lease, the backfill lease), or one planned meanwhile; nothing was written.
         StateError: the pipeline never ran, or a crashed run is planned (finish or abandon it first).
