@@ -205,6 +205,8 @@ def record_backfill_frontier(
     return context.store.record_backfill(
         {s.key: s.stop_offset for s in plan.read_splits},
         topic_ids={s.key: s.topic_id for s in plan.read_splits},
+        # Each partition's table, for its first run to land in when no run has landed it yet.
+        streams={s.key: s.stream_id for s in plan.read_splits} if context.pipeline.sink.per_stream else None,
         attempts=attempts,
         owner=guard.owner.text() if guard is not None else None,
         lease_expires_at=guard.lease_end() if guard is not None else None,

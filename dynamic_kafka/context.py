@@ -181,12 +181,17 @@ class PipelineContext:
                     where, doing=f"checking the {role.replace('_', '-')} table of pipeline {self.pipeline.id!r}"
                 )
 
+    def subscription(self) -> MetadataSnapshot:
+        """The pipeline's subscribed streams as the metadata service describes them now, their topic patterns not
+        expanded (no broker is asked): enough for what the metadata alone says, such as a cluster's overrides.
+        """
+        source = str(self.project.source) if self.project.source else None
+        return resolve_metadata(self.service, self.pipeline, source=source)
+
     def resolve(self) -> MetadataSnapshot:
         """The pipeline's subscribed streams as the metadata service describes them now."""
-        source = str(self.project.source) if self.project.source else None
-        resolved = resolve_metadata(self.service, self.pipeline, source=source)
         return expand_patterns(
-            resolved,
+            self.subscription(),
             functools.partial(list_topic_names, timeout_s=self.pipeline.kafka_timeout_seconds),
             skip_unreachable=self.pipeline.skip_unreachable_clusters,
         )

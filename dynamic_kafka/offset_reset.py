@@ -21,6 +21,10 @@ Invariants:
   rewind: exactly the deleted ones land again. Dead letters are not landed again by a rewind either: that is
   ``dead-letters replay``. A reset below a partition's floor (the sink holds an earlier incarnation of a recreated
   topic there, at the same coordinates) is refused: those records could not be told apart.
+* A rewind never reaches records the sink holds under other coordinates: it stops (and says so, :class:`ResetClamp`)
+  at the bootstrap archive's ``until`` (the archive landed the records before it, without coordinates) and at a
+  cluster's timestamp ``starting_offsets`` in the metadata (a failover's handover: the cluster's records before it
+  are a mirror's copies of records the old cluster delivered), as backfills and first reads do.
 * A new offset is a resolved number between the broker's earliest and latest offsets, never beyond: a reset never
   creates the data-loss or recreated-topic situations the planner guards against.
 
@@ -52,7 +56,10 @@ from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.snapshots import BrokerSnapshot, PartitionState, StateSnapshot
 
 logger = logging.getLogger(__name__)
@@ -126,6 +133,23 @@ class ResetSelection(FrozenModel):
         return ", ".join(parts) or "every active partition"
 
 
+class ResetClamp(TopicPartition):
+    """A partition whose rewind stops above the target's offset, and why: the sink holds the records below under
+    other coordinates, which the next run's dedupe (by coordinates) could not find.
+    """
+
+    wanted: int = Field(description="The offset the target names for this partition.")
+    to_offset: int = Field(description="Where the rewind stops: the partition's next offset after the reset.")
+    reason: str = Field(description="Why it stops there, for people.")
+
+
+class ResetDecision(FrozenModel):
+    """What :func:`decide_reset` decided: the offsets that move, and the rewinds it stopped short of the target."""
+
+    changes: tuple[OffsetChange, ...]
+    clamps: tuple[ResetClamp, ...] = ()
+
+
 class OffsetReset(FrozenModel):
     """What ``offsets reset`` found and did (or, without ``yes``, would do)."""
 
@@ -134,6 +158,9 @@ class OffsetReset(FrozenModel):
     reason: str
     requested_by: str
     changes: tuple[OffsetChange, ...] = Field(description="The partitions whose offset moves (or moved).")
+    clamps: tuple[ResetClamp, ...] = Field(
+        (), description="Selected partitions whose rewind stops above the target (moved or not), and why."
+    )
     unchanged: int = Field(description="Selected partitions already at the target.")
     applied: bool = Field(description="Whether the state was changed (``--yes``) or only shown.")
     run_seq: int = Field(description="The history entry that records the reset (the run_seq it takes).")
@@ -158,13 +185,15 @@ def reset_offsets(
     """Decides a reset and, with ``yes``, commits it (see the module's docstring).
 
     Raises:
-        ConfigError: no reason, no committed partition matches the selection, or a target offset is outside the
-            broker's range (or below a recreated topic's floor); nothing was written.
+        ConfigError: no reason, no committed partition matches the selection, a target offset is outside the
+            broker's range (or below a recreated topic's floor), or a subscribed stream is unknown to the metadata
+            service (``UnknownStreamError``, as for a run); nothing was written.
         RunInProgressError: a run or backfill of the pipeline is in progress (the run lock, a planned run with a
             fresh lease, the backfill lease), or one planned meanwhile; nothing was written.
         StateError: the pipeline never ran, or a crashed run is planned (finish or abandon it first).
         ClusterUnreachableError: a selected partition's cluster does not answer.
         TopicRecreatedError: a selected topic was deleted or recreated since its offset was committed.
+        MetadataServiceError: the metadata service does not answer (a cluster's handover is not known).
     """
     reason = reason.strip()
     if not reason:
@@ -197,8 +226,11 @@ def _decide(
         )
     bootstrap = context.pipeline.bootstrap
     until_ms = to_epoch_ms(bootstrap.until) if bootstrap is not None else None
-    brokers = _broker_offsets(context, selected, target, until_ms)
-    changes = decide_reset(state, brokers, target, selected)
+    handovers = {cid: ms for cid, ms in _handovers(context.subscription()).items() if until_ms is None or ms > until_ms}
+    floors = {cid: handovers.get(cid, until_ms) for cid in {k.cluster_id for k in selected}}
+    brokers = _broker_offsets(context, selected, target, floors)
+    decided = decide_reset(state, brokers, target, selected, handovers=handovers)
+    changes = decided.changes
     owner = RunOwner.current()
     result = OffsetReset(
         pipeline_id=context.pipeline.id,
@@ -206,6 +238,7 @@ def _decide(
         reason=reason,
         requested_by=requester(owner),
         changes=changes,
+        clamps=decided.clamps,
         unchanged=len(selected) - len(changes),
         applied=False,
         run_seq=state.next_run_seq,
@@ -232,7 +265,7 @@ def _decide(
     )
     logger.warning(
         "pipeline %s: offsets reset to %s by %s (run %d): %d partitions moved, %d offsets to read again, "
-        "%d skipped: %s",
+        "%d skipped, %d rewinds stopped above the target (a handover or the bootstrap's until): %s",
         context.pipeline.id,
         target.text,
         result.requested_by,
@@ -240,6 +273,7 @@ def _decide(
         len(changes),
         result.read_again,
         result.skipped,
+        len(result.clamps),
         reason,
     )
     return result.model_copy(update={"applied": True, "state_version": version})
@@ -250,14 +284,18 @@ def decide_reset(
     brokers: BrokerSnapshot,
     target: ResetTarget,
     selected: dict[TopicPartition, PartitionState],
-) -> tuple[OffsetChange, ...]:
+    *,
+    handovers: Mapping[str, int] | None = None,
+) -> ResetDecision:
     """The offset changes of a reset of ``selected`` to ``target`` over the brokers' offsets; pure. Partitions
-    already at the target are left out.
+    already at the target are left out of the changes.
 
-    When the pipeline was bootstrapped from an archive, the brokers hold each partition's floor (its first offset
-    at or after the archive's ``until``, :meth:`TopicSnapshot.floor`), and a rewind stops there: the records
-    before it are the archive's, landed without Kafka coordinates, so the run's anti-join on coordinates would not
-    find them and they would land twice.
+    Where the brokers hold a partition's floor (:meth:`TopicSnapshot.floor`), a rewind stops there, and the clamp
+    says why: the records before it are in the sink under other coordinates, so the run's anti-join on coordinates
+    would not find them and they would land twice. The floor is the first offset at or after the bootstrap
+    archive's ``until``, or, on a cluster of ``handovers`` (cluster id -> epoch ms of its timestamp
+    ``starting_offsets`` in the metadata, when later than ``until``), at or after that handover: before it the
+    cluster holds a mirror's copies of what the old cluster delivered.
 
     Raises:
         TopicRecreatedError: a topic is gone from its cluster, or has another topic id than the committed offset.
@@ -265,6 +303,7 @@ def decide_reset(
             floor of a recreated topic's partition; every such partition is named.
     """
     changes: list[OffsetChange] = []
+    clamps: list[ResetClamp] = []
     refused: list[str] = []
     for key, row in sorted(selected.items(), key=lambda kv: str(kv[0])):
         topic = brokers.clusters[key.cluster_id].topics.get(key.topic)
@@ -295,14 +334,23 @@ def decide_reset(
             assert target.offset is not None
             new = target.offset
         floor = topic.floor(key.partition)
-        if floor is not None and new < row.next_offset:
-            new = max(new, min(floor, row.next_offset))
-        floor = state.backfill_floors.get(key, 0)
+        if floor is not None and new < min(floor, row.next_offset):
+            stop = min(floor, row.next_offset)
+            clamps.append(
+                ResetClamp(
+                    **key.model_dump(),
+                    wanted=new,
+                    to_offset=stop,
+                    reason=_clamp_reason(key.cluster_id, (handovers or {}).get(key.cluster_id)),
+                )
+            )
+            new = stop
+        recreated = state.backfill_floors.get(key, 0)
         if not offsets.earliest <= new <= offsets.latest:
             refused.append(f"{key}: offset {new} is outside [{offsets.earliest}, {offsets.latest}]")
-        elif new < floor and new < row.next_offset:
+        elif new < recreated and new < row.next_offset:
             refused.append(
-                f"{key}: offset {new} is below {floor}, under which the sink holds records of an earlier "
+                f"{key}: offset {new} is below {recreated}, under which the sink holds records of an earlier "
                 "incarnation of the topic at the same coordinates"
             )
         elif new != row.next_offset:
@@ -325,19 +373,45 @@ def decide_reset(
             hint="Nothing was changed. Choose an offset the broker still has (`dynamic-kafka offsets show` lists "
             "earliest and latest), or narrow the reset with --cluster, --topic and --partition.",
         )
-    return tuple(changes)
+    return ResetDecision(changes=tuple(changes), clamps=tuple(clamps))
+
+
+def _clamp_reason(cluster_id: str, handover_ms: int | None) -> str:
+    if handover_ms is None:
+        return (
+            "the first offset at or after the bootstrap archive's until: the archive landed the records before it, "
+            "without Kafka coordinates"
+        )
+    moment = datetime.fromtimestamp(handover_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return (
+        f"the first offset at or after {moment.replace('+00:00', 'Z')}, the handover of cluster {cluster_id!r} (its "
+        "timestamp starting_offsets in the metadata): its records before it are a mirror's copies of records the old "
+        "cluster delivered, landed under the old cluster's coordinates"
+    )
+
+
+def _handovers(metadata: MetadataSnapshot) -> dict[str, int]:
+    """Per cluster of the metadata, the epoch ms of its own timestamp ``starting_offsets`` (a failover's handover,
+    docs/failover.md), as the planner and backfills read it.
+    """
+    found: dict[str, int] = {}
+    for cluster_id in metadata.clusters():
+        starting = metadata.starting_override(cluster_id)
+        if isinstance(starting, TimestampOffsets):
+            found[cluster_id] = starting.timestamp_ms
+    return found
 
 
 def _broker_offsets(
     context: PipelineContext,
     selected: dict[TopicPartition, PartitionState],
     target: ResetTarget,
-    until_ms: int | None,
+    floors_ms: Mapping[str, int | None],
 ) -> BrokerSnapshot:
-    """Earliest, latest, the target timestamp's offsets and (with a bootstrap archive) the floor at ``until_ms``
-    of the selected partitions' topics; every cluster must answer. A cluster the metadata no
-    longer lists is reached as the metadata service still knows it, else at the bootstrap servers its offsets
-    were committed from.
+    """Earliest, latest, the target timestamp's offsets and, per cluster of ``floors_ms`` with a time (a bootstrap
+    archive's ``until``, a handover), the floor at that time of the selected partitions' topics; every cluster
+    must answer. A cluster the metadata no longer lists is reached as the metadata service still knows it, else
+    at the bootstrap servers its offsets were committed from.
     """
     topics: dict[str, set[str]] = {}
     bootstrap: dict[str, str] = {}
@@ -357,7 +431,7 @@ def _broker_offsets(
             stopping=LatestOffsets(),
             required=True,
             skip_unreachable=False,
-            floor_ms=until_ms,
+            floor_ms=floors_ms.get(cluster_id),
         )
         for cluster_id, names in sorted(topics.items())
     ]

@@ -42,7 +42,7 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
-from dynamic_kafka.sink.per_stream import known_streams, table_views
+from dynamic_kafka.sink.per_stream import known_streams, stream_views, table_views
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
@@ -219,7 +219,8 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
         RunInProgressError: the state changed while realigning (a run started); nothing was written.
     """
     state = store.load()
-    views = table_views(pipeline, state, subscribed)
+    views_by_stream = stream_views(pipeline, state, subscribed)
+    views = list(views_by_stream.values())
     position = highest_position(pipeline, views)
     last = last_run_seq(state)
     runs_behind = position.txn is not None and position.txn > last
@@ -228,12 +229,15 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
     # A planned head's offsets were never committed: its rows count as landed beyond the state too.
     committed = last - 1 if state.last_run is not None and state.last_run.status == "planned" else last
     frontier: dict[TopicPartition, int] = {}
-    for view in views if needed else ():
+    tables: dict[TopicPartition, str] = {}
+    for stream, view in views_by_stream.items() if needed else ():
         # A partition lands in one stream's table; max() all the same, as over a sink and its dead-letter table.
         for key, offset in landed_frontier(
             view, committed if runs_behind else None, backfills=backfills_behind
         ).items():
             frontier[key] = max(frontier.get(key, 0), offset)
+            if stream is not None:
+                tables.setdefault(key, stream)  # pins a partition no run committed to the table it is in
     shown = {f"{k.cluster_id}/{k.topic}/{k.partition}": v for k, v in sorted(frontier.items(), key=str)}
     applied = False
     next_run_seq = (position.txn if runs_behind and position.txn is not None else last) + 1
@@ -254,6 +258,7 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
             summary=summary,
             expected_version=state.table_version,
             backfill_sequence=position.backfill or 0,
+            streams=tables,
         )
         applied = True
         logger.warning(

@@ -102,8 +102,20 @@ def _reset(args: argparse.Namespace) -> int:
 
 def format_reset(result: OffsetReset) -> str:
     """What a reset changes (or changed), for people."""
+    clamped = [
+        f"  {c} stops at {c.to_offset}, not at {c.wanted}: {c.reason}; "
+        "read again, they would land twice (the sink's dedupe compares Kafka coordinates)"
+        for c in result.clamps
+    ]
     if not result.changes:
-        return f"pipeline {result.pipeline_id}: every selected partition is already at {result.to}; nothing to change."
+        return "\n".join(
+            [
+                f"pipeline {result.pipeline_id}: every selected partition is already at {result.to}"
+                + (" or as far back as it may go" if clamped else "")
+                + "; nothing to change.",
+                *clamped,
+            ]
+        )
     done = "reset" if result.applied else "a reset would move"
     lines = [
         f"pipeline {result.pipeline_id}: {done} {len(result.changes)} partition(s) to {result.to}"
@@ -120,6 +132,7 @@ def format_reset(result: OffsetReset) -> str:
         )
     if result.unchanged:
         lines.append(f"  {result.unchanged} selected partition(s) already there")
+    lines += clamped
     if result.read_again:
         lines.append(
             "  records read again that the sink or dead-letter table already holds are not landed twice "

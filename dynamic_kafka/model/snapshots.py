@@ -189,6 +189,11 @@ class StateSnapshot(FrozenModel):
         description="The topic id each frontier was recorded for (absent: recorded before ids were kept). A "
         "frontier covers only that incarnation of the topic: after a recreation it no longer applies.",
     )
+    backfill_streams: dict[TopicPartition, str] = Field(
+        default_factory=dict,
+        description="With a table per stream: the stream whose table the backfills merged each partition into. It "
+        "pins a partition no run has committed yet to that table (``plan.tables.pinned_to_tables``).",
+    )
 
     backfill_floors: dict[TopicPartition, int] = Field(
         default_factory=dict,

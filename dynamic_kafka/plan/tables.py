@@ -6,8 +6,9 @@ the topic, or the topic moves to another stream. Following that change would lea
 table and its new records in another, and every check by coordinates (a backfill's MERGE, the dedupe below a
 frontier, realign, dead-letter replay) would look at the new table only. So a partition the state knows keeps the
 stream it was committed under in front of its split's ``stream_ids`` (the state records a split's ``stream_ids`` as
-planned, so the pin carries over from run to run); a new partition of a topic the state knows joins its topic's
-table. Only a topic new to the state takes its first stream from the metadata.
+planned, so the pin carries over from run to run); a partition no run committed yet that a backfill merged keeps the
+table the backfill merged it into (recorded with its frontier); a new partition of a topic the state knows joins its
+topic's table. Only a topic new to the state takes its first stream from the metadata.
 """
 
 from __future__ import annotations
@@ -17,25 +18,32 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dynamic_kafka.model.plan import Split
+    from dynamic_kafka.model.plan import Split, TopicPartition
     from dynamic_kafka.model.snapshots import StateSnapshot
 
 
 def pinned_to_tables(splits: Iterable[Split], state: StateSnapshot) -> list[Split]:
     """``splits``, each led by the stream whose table its partition landed in (see the module docstring)."""
+    landed = landed_tables(state)
     by_topic: dict[tuple[str, str], str] = {}
-    for known in state.partitions.values():
-        if known.stream_ids:
-            topic = (known.cluster_id, known.topic)
-            by_topic[topic] = min(by_topic.get(topic, known.stream_ids[0]), known.stream_ids[0])
+    for key, stream in landed.items():
+        topic = (key.cluster_id, key.topic)
+        by_topic[topic] = min(by_topic.get(topic, stream), stream)
     pinned: list[Split] = []
     for split in splits:
-        committed = state.partitions.get(split.key)
-        table = committed.stream_ids[0] if committed and committed.stream_ids else None
-        table = table or by_topic.get((split.cluster_id, split.topic))
+        table = landed.get(split.key) or by_topic.get((split.cluster_id, split.topic))
         if table is None or table == split.stream_id:
             pinned.append(split)
             continue
         rest = tuple(stream for stream in split.stream_ids if stream != table)
         pinned.append(split.model_copy(update={"stream_ids": (table, *rest)}))
     return pinned
+
+
+def landed_tables(state: StateSnapshot) -> dict[TopicPartition, str]:
+    """Per partition, the stream whose table it landed in: the stream its committed row names, else the one a
+    backfill merged it into.
+    """
+    landed = dict(state.backfill_streams)
+    landed.update({key: row.stream_ids[0] for key, row in state.partitions.items() if row.stream_ids})
+    return landed

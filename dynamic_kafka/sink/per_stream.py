@@ -45,8 +45,11 @@ def run_streams(splits: Iterable[Split]) -> list[str]:
 
 
 def known_streams(state: StateSnapshot) -> list[str]:
-    """Every stream the state knows a table of: its partitions' streams and the planned head's, sorted."""
+    """Every stream the state knows a table of: its partitions' streams (committed, or merged by a backfill) and the
+    planned head's, sorted.
+    """
     streams = {p.stream_ids[0] for p in state.partitions.values() if p.stream_ids}
+    streams.update(state.backfill_streams.values())
     if state.last_run is not None:
         streams.update(run_streams(state.last_run.plan.read_splits))
     return sorted(streams)
@@ -56,9 +59,16 @@ def table_views(pipeline: PipelineConfig, state: StateSnapshot, streams: Iterabl
     """The pipeline as each of its tables sees it: one view per stream the state knows and per stream of
     ``streams`` (a table per stream), else the pipeline itself.
     """
+    return list(stream_views(pipeline, state, streams).values())
+
+
+def stream_views(
+    pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str] = ()
+) -> dict[str | None, PipelineConfig]:
+    """:func:`table_views` by the stream of each table (None: the pipeline's one sink)."""
     if not pipeline.sink.per_stream:
-        return [pipeline]
-    return [pipeline.for_stream(stream) for stream in sorted({*known_streams(state), *streams})]
+        return {None: pipeline}
+    return {stream: pipeline.for_stream(stream) for stream in sorted({*known_streams(state), *streams})}
 
 
 def write_per_stream(

@@ -228,6 +228,17 @@ FLOOR = "floor"
 """The status of a ``backfill`` row that holds a floor instead of a frontier."""
 
 
+class Frontier(NamedTuple):
+    """A partition's backfill frontier as its state row holds it: the offset, the topic incarnation it is for
+    (None when unknown) and, with a table per stream, the stream whose table the backfills merged the partition
+    into (None: no table per stream, or recorded before streams were kept).
+    """
+
+    offset: int
+    topic_id: str | None
+    stream: str | None = None
+
+
 class BackfillLease(NamedTuple):
     """Who holds the pipeline's backfill lease (an owner's text, ``RunOwner.text``) and until when."""
 
@@ -247,6 +258,7 @@ def backfill_row(
     topic_id: str | None = None,
     *,
     floor: bool = False,
+    stream: str | None = None,
 ) -> dict[str, Any]:
     """Return the state row of a partition's backfill frontier, or of its floor when ``floor`` is set.
 
@@ -257,6 +269,7 @@ def backfill_row(
         recorded_at: when the row was written.
         topic_id: the topic incarnation the frontier or floor is for (None when unknown).
         floor: write a floor row (status ``floor``) instead of a frontier row.
+        stream: with a table per stream, the stream whose table the backfills merged the partition into.
     """
     return _row(
         "backfill",
@@ -267,6 +280,7 @@ def backfill_row(
         partition=key.partition,
         next_offset=frontier,
         topic_id=topic_id,
+        stream_ids=None if stream is None else [stream],
         committed_at=utc(recorded_at),
     )
 
@@ -366,12 +380,13 @@ def _partition_state(  # every value as the state table's column holds it
     )
 
 
-def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, int, str | None]:
-    """Return a partition, its backfill frontier (or floor) and the topic id it is for, from its state row."""
+def backfill_from_row(row: dict[str, Any]) -> tuple[TopicPartition, Frontier]:
+    """Return a partition and its backfill frontier (or floor), from its state row."""
     if row["next_offset"] is None:
         raise ValueError(f"backfill row without an offset: {row}")
     key = TopicPartition(cluster_id=row["cluster_id"], topic=row["topic"], partition=row["partition"])
-    return key, int(row["next_offset"]), row.get("topic_id")
+    streams = row.get("stream_ids") or ()
+    return key, Frontier(int(row["next_offset"]), row.get("topic_id"), streams[0] if streams else None)
 
 
 def run_from_row(row: dict[str, Any]) -> RunRecord:

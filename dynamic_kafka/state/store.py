@@ -148,8 +148,9 @@ class StateStore:
             operations=operations,
             before_operations=before,
             partitions=partitions,
-            backfilled={k: offset for k, (offset, _) in backfilled.items()},
-            backfill_topic_ids={k: tid for k, (_, tid) in backfilled.items() if tid is not None},
+            backfilled={k: f.offset for k, f in backfilled.items()},
+            backfill_topic_ids={k: f.topic_id for k, f in backfilled.items() if f.topic_id is not None},
+            backfill_streams={k: f.stream for k, f in backfilled.items() if f.stream is not None},
             backfill_floors={k: floor for k, (floor, _) in floors.items()},
             backfill_sequence=sequence,
             backfill_owner=lease.owner if lease is not None else None,
@@ -281,6 +282,7 @@ class StateStore:
         summary: RunSummary,
         expected_version: int | None,
         backfill_sequence: int = 0,
+        streams: Mapping[TopicPartition, str] | None = None,
     ) -> int:
         """Realign a state that is behind its sink (restored from a backup or moved), in ONE commit.
 
@@ -292,6 +294,8 @@ class StateStore:
         not know), so the next run, which starts at the state's (older) offsets, skips the records already landed.
         The partition offsets are not moved. A planned head is replaced when the sink holds a later run (its run
         is in the sink or re-read); otherwise it stays, and its recovery dedupes against the raised frontier.
+        ``streams`` (a table per stream): per partition of ``frontier``, the stream whose table holds its rows,
+        recorded with the frontier (see :meth:`record_backfill`).
 
         Raises:
             RunInProgressError: the table changed since ``expected_version``; nothing was written.
@@ -309,20 +313,20 @@ class StateStore:
                 f"and backfill {sequence}; the sink at run {sink_txn} and backfill {backfill_sequence}."
             )
         now = self._clock()
+        streams = streams or {}
         merged = dict(recorded)
         for key, offset in frontier.items():
             # The sink's rows carry coordinates only: the frontier is for the incarnation the state's partition row
             # knows. A frontier recorded for another incarnation is replaced, not raised (as in record_backfill).
             row = partitions.get(key)
             current_id = row.topic_id if row is not None else None
-            old_offset, old_id = merged.get(key, (0, None))
-            same = old_id is None or current_id is None or old_id == current_id
-            merged[key] = (max(offset, old_offset) if same else offset, current_id or old_id)
+            old = merged.get(key, _NO_FRONTIER)
+            same = old.topic_id is None or current_id is None or old.topic_id == current_id
+            merged[key] = _rows.Frontier(
+                max(offset, old.offset) if same else offset, current_id or old.topic_id, streams.get(key, old.stream)
+            )
         rows = [
-            *(
-                _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
-                for k, (v, tid) in sorted(merged.items(), key=lambda kv: str(kv[0]))
-            ),
+            *_frontier_rows(self.pipeline_id, merged, now),
             *_floor_rows(self.pipeline_id, floors, max(sequence, backfill_sequence), now),
         ]
         predicate = "kind = 'backfill'"
@@ -571,22 +575,21 @@ class StateStore:
         _, _, recorded, floors, sequence, _ = self._table.read_rows(dt, "kind = 'backfill'")
         now = self._clock()
         kept = {
-            k: (min(offset, truncated.get(k, offset)), tid)
-            for k, (offset, tid) in recorded.items()
-            if not ((k.cluster_id, k.topic) in reset and tid != ids.get((k.cluster_id, k.topic)))
+            k: f._replace(offset=min(f.offset, truncated.get(k, f.offset)))
+            for k, f in recorded.items()
+            if not ((k.cluster_id, k.topic) in reset and f.topic_id != ids.get((k.cluster_id, k.topic)))
         }
         new_floors = dict(floors)
         for key, row in partitions.items():
             new_id = ids.get((key.cluster_id, key.topic))
             if (key.cluster_id, key.topic) not in reset or row.topic_id == new_id:
                 continue
-            old_frontier, old_id = recorded.get(key, (0, None))
-            high = max(row.next_offset, old_frontier if old_id in (None, row.topic_id) else 0, floors.get(key, (0,))[0])
+            old = recorded.get(key, _NO_FRONTIER)
+            high = max(
+                row.next_offset, old.offset if old.topic_id in (None, row.topic_id) else 0, floors.get(key, (0,))[0]
+            )
             new_floors[key] = (high, new_id)
-        return [
-            _rows.backfill_row(self.pipeline_id, k, offset, now, topic_id=tid)
-            for k, (offset, tid) in sorted(kept.items(), key=lambda kv: str(kv[0]))
-        ] + _floor_rows(self.pipeline_id, new_floors, sequence, now)
+        return _frontier_rows(self.pipeline_id, kept, now) + _floor_rows(self.pipeline_id, new_floors, sequence, now)
 
     def commit_empty_run(self, plan: Plan, *, summary: RunSummary, expected_version: int | None) -> int:
         """Plan and commit a run with nothing to read in ONE commit (positions, removals and the run recorded).
@@ -614,6 +617,7 @@ class StateStore:
         frontier: Mapping[TopicPartition, int],
         *,
         topic_ids: Mapping[TopicPartition, str | None] | None = None,
+        streams: Mapping[TopicPartition, str] | None = None,
         attempts: int = 5,
         retry_delay: float = 0.5,
         owner: str | None = None,
@@ -632,6 +636,11 @@ class StateStore:
         A frontier belongs to one incarnation of its topic (``topic_ids``): a frontier recorded for another topic id
         (the topic was recreated since) is replaced, not raised.
 
+        With a table per stream, each frontier also records the stream whose table the backfill merges its
+        partition into (``streams``): a partition no run has committed yet is pinned to that table by it
+        (:func:`~dynamic_kafka.plan.tables.pinned_to_tables`), so a later change of the topic's first stream does
+        not make its first run land the same records in another table.
+
         A commit that raises a frontier also takes the next backfill sequence number, which the backfill's MERGEs
         then record as their Delta transaction (``dynamic_kafka.sink.merge``): a sink holding a higher number than
         the state tells a state restored from before the backfill (``dynamic_kafka.realign``).
@@ -643,6 +652,7 @@ class StateStore:
         Args:
             frontier: per partition, the stop offset (exclusive) of the backfill's range.
             topic_ids: per partition, the topic id the backfill read (from its broker snapshot).
+            streams: per partition, the stream whose table the backfill merges it into (a table per stream).
             attempts: how many times to try before giving up.
             retry_delay: the first wait between attempts, in seconds; doubled after each.
             owner: the backfill's process (``RunOwner.text``), to take the backfill lease; None takes none.
@@ -669,7 +679,7 @@ class StateStore:
                     raise RunInProgressError(self.pipeline_id, head.run_seq)
                 logger.info("backfill frontier of %s waits for planned run %d", self.pipeline_id, head.run_seq)
             else:
-                merged = _raised_frontier(recorded, frontier, topic_ids or {})
+                merged = _raised_frontier(recorded, frontier, topic_ids or {}, streams)
                 raised = merged != recorded
                 if not raised and owner is None:
                     return RecordedBackfill(version=None if dt is None else dt.version(), sequence=None)
@@ -775,16 +785,15 @@ class StateStore:
 
     def _backfill_rows(
         self,
-        frontiers: Mapping[TopicPartition, tuple[int, str | None]],
+        frontiers: Mapping[TopicPartition, _rows.Frontier],
         floors: Mapping[TopicPartition, tuple[int, str | None]],
         sequence: int,
         lease: _rows.BackfillLease | None,
     ) -> list[dict[str, Any]]:
         now = self._clock()
-        return [
-            _rows.backfill_row(self.pipeline_id, k, v, now, topic_id=tid)
-            for k, (v, tid) in sorted(frontiers.items(), key=lambda kv: str(kv[0]))
-        ] + _floor_rows(self.pipeline_id, floors, sequence, now, lease)
+        return _frontier_rows(self.pipeline_id, frontiers, now) + _floor_rows(
+            self.pipeline_id, floors, sequence, now, lease
+        )
 
     def _refuse_live_backfill(self, lease: _rows.BackfillLease | None, run_seq: int) -> None:
         """Raise when a backfill holds a fresh lease (its process not provably gone from this machine).
@@ -864,20 +873,35 @@ class StateStore:
         return f"kind = 'partition' OR kind = 'head' OR (kind = 'run' AND run_seq = {plan.run_seq})"
 
 
+_NO_FRONTIER = _rows.Frontier(0, None)
+
+
 def _raised_frontier(
-    recorded: Mapping[TopicPartition, tuple[int, str | None]],
+    recorded: Mapping[TopicPartition, _rows.Frontier],
     frontier: Mapping[TopicPartition, int],
     ids: Mapping[TopicPartition, str | None],
-) -> dict[TopicPartition, tuple[int, str | None]]:
-    """``recorded`` (offset and topic id per partition) raised to ``frontier``. A frontier belongs to one
-    incarnation of its topic: one recorded for another topic id than ``ids`` gives is replaced, not raised.
+    streams: Mapping[TopicPartition, str] | None = None,
+) -> dict[TopicPartition, _rows.Frontier]:
+    """``recorded`` raised to ``frontier``. A frontier belongs to one incarnation of its topic: one recorded for
+    another topic id than ``ids`` gives is replaced, not raised. ``streams``: per partition, the stream whose table
+    the backfill merges it into (a table per stream), else the one recorded stays.
     """
     merged = dict(recorded)
     for key, offset in frontier.items():
-        old_offset, old_id = merged.get(key, (0, None))
-        same = old_id is None or ids.get(key) is None or old_id == ids.get(key)
-        merged[key] = (max(offset, old_offset) if same else offset, ids.get(key) or old_id)
+        old = merged.get(key, _NO_FRONTIER)
+        same = old.topic_id is None or ids.get(key) is None or old.topic_id == ids.get(key)
+        stream = (streams or {}).get(key) or old.stream
+        merged[key] = _rows.Frontier(max(offset, old.offset) if same else offset, ids.get(key) or old.topic_id, stream)
     return merged
+
+
+def _frontier_rows(
+    pipeline_id: str, frontiers: Mapping[TopicPartition, _rows.Frontier], now: datetime
+) -> list[dict[str, Any]]:
+    return [
+        _rows.backfill_row(pipeline_id, k, f.offset, now, topic_id=f.topic_id, stream=f.stream)
+        for k, f in sorted(frontiers.items(), key=lambda kv: str(kv[0]))
+    ]
 
 
 def _floor_rows(

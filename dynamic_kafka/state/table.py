@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.model.plan import Plan, TopicPartition
     from dynamic_kafka.model.snapshots import PartitionState, RunRecord
-    from dynamic_kafka.state.rows import BackfillLease
+    from dynamic_kafka.state.rows import BackfillLease, Frontier
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +54,14 @@ FOREIGN_ERRORS = (DeltaError, OSError, pa.ArrowException)
 
 
 class StateRows(NamedTuple):
-    """The rows of a state table a read selected, by kind. Frontiers and floors are per partition
-    (offset, topic id the row is for); ``backfill_sequence`` is 0 when no backfill raised a frontier;
+    """The rows of a state table a read selected, by kind. Frontiers and floors are per partition (offset, topic
+    id the row is for, and a frontier's stream table); ``backfill_sequence`` is 0 when no backfill raised a frontier;
     ``backfill_lease`` is the lease the backfill sequence row names (None: no backfill holds one).
     """
 
     head: RunRecord | None
     partitions: dict[TopicPartition, PartitionState]
-    backfilled: dict[TopicPartition, tuple[int, str | None]]
+    backfilled: dict[TopicPartition, Frontier]
     floors: dict[TopicPartition, tuple[int, str | None]]
     backfill_sequence: int
     backfill_lease: BackfillLease | None = None
@@ -196,7 +196,7 @@ class StateTable:
 
     def read_rows(self, dt: DeltaTable, predicate: str) -> StateRows:
         """Return the head, partition rows, backfill frontiers, floors and sequence ``predicate`` selects."""
-        backfilled: dict[TopicPartition, tuple[int, str | None]] = {}
+        backfilled: dict[TopicPartition, Frontier] = {}
         floors: dict[TopicPartition, tuple[int, str | None]] = {}
         sequence = 0
         lease: BackfillLease | None = None
@@ -211,8 +211,11 @@ class StateTable:
                     sequence = int(row["next_offset"])
                     lease = _rows.backfill_lease_from_row(row)
                 elif row["kind"] == "backfill":
-                    key, offset, topic_id = _rows.backfill_from_row(row)
-                    (floors if row["status"] == _rows.FLOOR else backfilled)[key] = (offset, topic_id)
+                    key, frontier = _rows.backfill_from_row(row)
+                    if row["status"] == _rows.FLOOR:
+                        floors[key] = (frontier.offset, frontier.topic_id)
+                    else:
+                        backfilled[key] = frontier
                 elif head is not None:
                     raise ValueError("more than one head row")
                 else:

@@ -17,6 +17,7 @@ import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.backfill import run_backfill
+from dynamic_kafka.cli.main import main
 from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def iso(ms: int) -> str:
 
 
 def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_loses_none_after_the_switch(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
     topic = unique_name("orders")  # one name on both, as MirrorMaker 2's identity replication policy keeps it
@@ -81,4 +82,14 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
     backfill = run_backfill(h.runner().context, start, datetime.now(UTC))
 
     assert backfill.records == 10  # the records produced to west after the switch, already landed
+    assert sorted(int(v) for v in h.sink_values()) == list(range(50))
+
+    # An offsets reset to earliest after the failover rewinds west no further than the handover, and says so
+    # (docs/failover.md, "Offsets resets after a failover"): the copies before it are never read again.
+    reset = ["offsets", "reset", "--to", "earliest", "--reason", "rewind", "--yes", "--pipeline", "p"]
+    assert main([*reset, "--config", str(h.config_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"west/{topic}[0] stops at 20, not at 0: the first offset at or after {iso(switch_ms)}" in out
+    assert "the handover of cluster 'west'" in out
+    assert h.runner().run().sink_records == 0  # the post-switch records read again are in the sink already
     assert sorted(int(v) for v in h.sink_values()) == list(range(50))

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint
-    from devtools.testing.pipeline import Row
+    from devtools.testing.pipeline import PipelineHarness, Row
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -47,6 +47,17 @@ def east_topic(clusters: dict[str, ClusterEndpoint], partitions: int) -> tuple[s
     topic = unique_name("orders")
     create_topic(east, topic, partitions)
     return east, topic
+
+
+def listed_by_orders_b(
+    clusters: dict[str, ClusterEndpoint], spark: Any, folder: Path
+) -> tuple[str, str, PipelineHarness]:
+    """A per-stream pipeline whose one stream, orders-b, lists a new one-partition topic on "east"; returns the
+    cluster's bootstrap servers, the topic and the harness."""
+    east, topic = east_topic(clusters, 1)
+    h = per_stream_harness(clusters, spark, folder)
+    h.set_streams({"orders-b": {"east": [topic]}})
+    return east, topic, h
 
 
 def test_the_readers_stream_column_is_each_splits_own_stream_when_the_splits_of_a_topic_disagree(
@@ -101,12 +112,30 @@ def test_a_new_partition_joins_its_topics_table_beside_a_drained_partition_and_l
     assert table_rows(h, "orders-b") == sorted(old + new)
 
 
+def test_a_topic_a_backfill_merged_before_its_first_run_keeps_that_table_when_a_stream_sorting_first_lists_it(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    # Hole 35.16: the backfill records the table it merged each partition into beside its frontier; without it the
+    # first run took orders-a's table and checked the backfilled offsets against that table only.
+    east, topic, h = listed_by_orders_b(kafka_clusters, spark, tmp_path)
+    first = rows("east", topic, produce(east, topic, numbered(range(2))))
+    now = datetime.now(UTC)
+    run_backfill(h.runner().context, now - timedelta(hours=1), now + timedelta(minutes=1))  # before any run
+    assert table_rows(h, "orders-b") == sorted(first)
+
+    h.set_streams({"orders-a": {"east": [topic]}, "orders-b": {"east": [topic]}})
+    second = rows("east", topic, produce(east, topic, numbered(range(2, 3))))
+    run = h.runner().run()
+
+    assert [t.stream_id for t in run.stream_tables] == ["orders-b"]
+    assert table_rows(h, "orders-b") == sorted(first + second)
+    assert table_rows(h, "orders-a") == []
+
+
 def test_a_partition_keeps_its_table_when_a_stream_sorting_first_lists_its_topic_and_a_backfill_adds_nothing_twice(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    east, topic = east_topic(kafka_clusters, 1)
-    h = per_stream_harness(kafka_clusters, spark, tmp_path)
-    h.set_streams({"orders-b": {"east": [topic]}})
+    east, topic, h = listed_by_orders_b(kafka_clusters, spark, tmp_path)
     t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
 
     def send(*minutes: int) -> list[Row]:

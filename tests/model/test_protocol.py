@@ -72,10 +72,10 @@ from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
-    from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.model.plan import Plan, TopicPartition
     from dynamic_kafka.model.snapshots import TopicSnapshot
     from dynamic_kafka.offset_reset import OffsetReset
 
@@ -273,6 +273,14 @@ class Oracle:
             sids = topics.get((s.cluster_id, s.topic))
             if sids:
                 self.tables.setdefault((s.cluster_id, s.topic), sids[0])
+
+    def on_backfill(self, recorded: Iterable[TopicPartition], streams: Mapping[str, Mapping[str, set[str]]]) -> None:
+        """With a table per stream, a topic a backfill recorded a frontier of before any committed run read it
+        lands in the table of the first stream listing it then (the backfill merges it there), for good."""
+        for key in recorded:
+            listing = sorted(sid for sid, placed in streams.items() if key.topic in placed.get(key.cluster_id, ()))
+            if listing:
+                self.tables.setdefault((key.cluster_id, key.topic), listing[0])
 
     def _check_table(self, r: Record, when: str, where: str) -> None:
         """A record lands in the table of its topic's stream (``on_tables``), not in another stream's."""
@@ -724,14 +732,13 @@ class ProtocolMachine(RuleBasedStateMachine):
     def backfill(self, data: st.DataObject, crash_at: int | None, stall: bool = False) -> None:
         """A time-window backfill over part of what was produced so far; ``stall``: its MERGE is still running
         when the next steps happen (it lands at a later step, maybe in the middle of a run, or never)."""
-        if self._backfill_unpinned():
-            return
         first = int(self.world.records[min(self.world.records)].ts_ms) if self.world.records else self.world.clock_ms
         start = data.draw(st.integers(first, self.world.clock_ms + 1), label="start_ms")
         end = data.draw(st.integers(start + 1, self.world.clock_ms + 2), label="end_ms")
         archive = self.harness.archive
         STATS["backfills"] += 1
         sink_ahead = self._sink_ahead()
+        before = set(self.state.backfilled)
         try:
             self.harness.backfill(start, end, crash_at, stall=stall)
         except Crash:
@@ -749,23 +756,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             if archive is None or end > archive.until_ms:
                 raise ProtocolViolationError(f"a backfill was refused: {e}") from e
             STATS["backfills refused"] += 1  # the window lies before the bootstrap's until: the archive's time
-        self._after_state_change()
+        self._after_backfill(before)
 
-    def _backfill_unpinned(self) -> bool:
-        """Hole 35.16 open: with a table per stream, a backfill MERGEs a topic no run has landed into its first
-        stream's table, but nothing pins the topic there (the state has no row of it): after an attribution change
-        the first run lands the same records in another stream's table. So no backfill runs while a topic the
-        metadata lists has no partition in the state."""
-        if "35.16" not in self.holes or not self.harness.lake.per_stream:
-            return False
-        known = {(key.cluster_id, key.topic) for key in self.state.partitions}
-        listed = {
-            (cid, topic)
-            for placements in self.harness.streams.values()
-            for cid, ts in placements.items()
-            for topic in ts
-        }
-        return bool(listed - known)
+    def _after_backfill(self, before: set[TopicPartition]) -> None:
+        """After a backfill (finished, failed or killed): the oracle learns the topics whose frontier it recorded."""
+        self._after_state_change()
+        self.oracle.on_backfill(set(self.state.backfilled) - before, self.harness.streams)
 
     @rule()
     def backup_state(self) -> None:
@@ -875,8 +871,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         sink's records from landing again) or skip forward (reported in the history), of one partition, one
         topic, one cluster or every active partition."""
         rows = sorted(self.state.partitions.items(), key=lambda kv: str(kv[0]))
-        if not rows or ("35.17" in self.holes and self.mirror == "c2"):
-            # Hole 35.17 open: a rewind of the mirror after a failover reads the copies of what the primary landed.
+        if not rows:
             return
         key, row = rows[pick % len(rows)]
         chosen = {"cluster_id": key.cluster_id, "topic": key.topic, "partition": key.partition}

@@ -128,7 +128,7 @@ _INVOCATIONS = itertools.count(1)
 # Open holes, each named after the item of the issue that fixes it (issue 11's and issue 24's are all fixed). A
 # name gates the model's rules or oracle so the suite passes until its fix lands (see tests/model/HOLES.md); the fix
 # removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
-KNOWN_HOLES: frozenset[str] = frozenset({"35.16", "35.17"})
+KNOWN_HOLES: frozenset[str] = frozenset()
 
 
 def new_day() -> int:

@@ -408,7 +408,7 @@ class TestNothingBeforeUntilIsReadFromKafkaAgain:
         }
         state = StateSnapshot(pipeline_id="p", table_version=1, partitions=rows)
         for target in ("earliest", "offset:3"):
-            changes = decide_reset(state, brokers, ResetTarget.parse(target), rows)
+            changes = decide_reset(state, brokers, ResetTarget.parse(target), rows).changes
             # partition 1 sits before `until` (a topic added after the bootstrap): a rewind does not move it forward
             assert [(c.partition, c.from_offset, c.to_offset) for c in changes] == [(0, 10, 5)]
         without_archive = brokers.model_copy(
@@ -420,7 +420,7 @@ class TestNothingBeforeUntilIsReadFromKafkaAgain:
                 }
             }
         )
-        unclamped = decide_reset(state, without_archive, ResetTarget.parse("earliest"), rows)
+        unclamped = decide_reset(state, without_archive, ResetTarget.parse("earliest"), rows).changes
         assert [(c.partition, c.to_offset) for c in unclamped] == [(0, 2), (1, 0)]
 
 

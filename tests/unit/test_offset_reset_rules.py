@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dynamic_kafka.cli.offsets import format_reset
 from dynamic_kafka.errors import ConfigError, RunInProgressError, StateError, TopicRecreatedError
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.model.snapshots import (
@@ -20,7 +21,7 @@ from dynamic_kafka.model.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.offset_reset import ResetSelection, ResetTarget, decide_reset
+from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, decide_reset
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ STATE = StateSnapshot(pipeline_id="p", table_version=3, partitions={EAST0: row(E
 
 
 def moves(target: str, snapshot: BrokerSnapshot | None = None, state: StateSnapshot = STATE) -> list[tuple[int, int]]:
-    changes = decide_reset(state, snapshot or brokers(), ResetTarget.parse(target), dict(state.partitions))
+    changes = decide_reset(state, snapshot or brokers(), ResetTarget.parse(target), dict(state.partitions)).changes
     return [(c.from_offset, c.to_offset) for c in changes]
 
 
@@ -83,6 +84,45 @@ def test_a_rewind_below_a_recreated_topics_floor_is_refused() -> None:
     with pytest.raises(ConfigError, match="below 6"):
         moves("offset:4", state=state)
     assert moves("offset:7", state=state) == [(10, 7), (8, 7)]
+
+
+def test_a_rewind_stops_at_a_clusters_handover_and_says_why() -> None:
+    # A failover's handover (east's timestamp starting_offsets in the metadata): partition 0's first offset at or
+    # after it is 6, partition 1's is 9 (none yet: latest). Below are a mirror's copies, landed under the old
+    # cluster's coordinates.
+    handover_ms = int(T0.timestamp() * 1000)
+    at_handover = brokers()
+    topic = at_handover.clusters["east"].topics["orders"].model_copy(update={"floor_lookups": {0: 6, 1: None}})
+    at_handover = at_handover.model_copy(
+        update={"clusters": {"east": ClusterSnapshot(cluster_id="east", topics={"orders": topic})}}
+    )
+    rows = dict(STATE.partitions)
+    decided = decide_reset(STATE, at_handover, ResetTarget.parse("earliest"), rows, handovers={"east": handover_ms})
+
+    assert [(c.partition, c.from_offset, c.to_offset) for c in decided.changes] == [(0, 10, 6)]
+    assert [(c.partition, c.wanted, c.to_offset) for c in decided.clamps] == [(0, 2, 6), (1, 0, 8)]
+    assert all("2026-11-27T12:00:00.000Z, the handover of cluster 'east'" in c.reason for c in decided.clamps)
+    result = OffsetReset(
+        pipeline_id="p",
+        to="earliest",
+        reason="bad deploy",
+        requested_by="me",
+        changes=decided.changes,
+        clamps=decided.clamps,
+        unchanged=1,
+        applied=False,
+        run_seq=2,
+    )
+    shown = format_reset(result)
+    assert "east/orders[1] stops at 8, not at 0: the first offset at or after 2026-11-27T12:00:00.000Z" in shown
+    assert "a mirror's copies of records the old cluster delivered" in shown
+    nothing = format_reset(result.model_copy(update={"changes": (), "clamps": decided.clamps[1:]}))
+    assert nothing.startswith("pipeline p: every selected partition is already at earliest or as far back as it may")
+    assert "east/orders[1] stops at 8, not at 0" in nothing
+    # Without the handover the same floors are the bootstrap archive's until.
+    bootstrapped = decide_reset(STATE, at_handover, ResetTarget.parse("offset:3"), rows).clamps
+    assert [(c.partition, c.wanted, c.to_offset) for c in bootstrapped] == [(0, 3, 6), (1, 3, 8)]
+    assert all("bootstrap archive's until" in c.reason for c in bootstrapped)
 
 
 def test_a_recreated_topic_is_not_reset() -> None:

@@ -1137,3 +1137,43 @@ def test_building_many_leaves_the_cycle_collector_as_it_found_it() -> None:
         assert not gc.isenabled()  # an application that turned it off keeps it off
     finally:
         gc.enable()
+
+
+def test_a_backfill_frontier_keeps_the_stream_table_it_was_merged_into_through_every_rewrite(store: StateStore) -> None:
+    """Hole 35.16: with a table per stream, a backfill records beside each frontier the stream whose table it
+    merged the partition into, so the first run of a topic no run has landed pins it to that table; every later
+    rewrite of the backfill rows keeps it (runs, a lease renewal, an abandon, an operation, a realign)."""
+    owner = "backfill@host"
+    recorded = store.record_backfill(
+        {tp(0): 3, tp(0, "other"): 2},
+        topic_ids={tp(0): "tid-1"},
+        streams={tp(0): "s1", tp(0, "other"): "s2"},
+        owner=owner,
+        lease_expires_at=T0 + timedelta(hours=2),
+    )
+    assert recorded.version is not None
+    store.renew_backfill_lease(owner=owner, lease_expires_at=T0 + timedelta(hours=3), expected_version=recorded.version)
+    store.release_backfill_lease(owner=owner)
+    run_once(store, lambda seq: plan(seq, [split(0, 0, 1, topic="late")]))
+    state = store.load()
+    crashed = plan(2, [split(0, 1, 5, topic="late")])
+    store.abandon_run(
+        2, reason="x", expected_version=store.begin_run(crashed, expected_version=state.table_version), landed={}
+    )
+    store.record_backfill({tp(0): 5}, topic_ids={tp(0): "tid-1"})  # a frontier raised without a stream keeps it
+    state = store.load()
+    summary = RunSummary(pipeline_id=PID, run_seq=3, status="reset", reason="r", requested_by="me")
+    store.record_operation(summary, expected_version=state.table_version or 0, frontier={tp(0): 6})
+    state = store.load()
+    realigned = RunSummary(pipeline_id=PID, run_seq=9, status="realigned", reason="r", requested_by="me")
+    store.realign(
+        sink_txn=9,
+        frontier={tp(1): 4},
+        summary=realigned,
+        expected_version=state.table_version,
+        streams={tp(1): "s1"},
+    )
+
+    after = store.load()
+    assert after.backfilled == {tp(0): 6, tp(0, "other"): 2, tp(1): 4}
+    assert after.backfill_streams == {tp(0): "s1", tp(0, "other"): "s2", tp(1): "s1"}

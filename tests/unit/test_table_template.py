@@ -202,6 +202,16 @@ class TestRunTables:
             (0, "t2", ("a", "c")),  # a topic new to the state: the metadata's first stream
         ]
 
+    def test_a_partition_a_backfill_merged_before_any_run_keeps_that_table(self) -> None:
+        # Hole 35.16: t's partition 0 was merged into b's table by a backfill (no run has committed t); a stream
+        # sorting first now lists t. Partition 0 and a new partition 1 both stay in b's table, which is known.
+        merged = TopicPartition(cluster_id="east", topic="t", partition=0)
+        state = StateSnapshot(pipeline_id="p", backfilled={merged: 3}, backfill_streams={merged: "b"})
+        new_partition = split(("a", "b")).model_copy(update={"partition": 1})
+        pinned = pinned_to_tables([split(("a", "b")), new_partition], state)
+        assert [(s.partition, s.stream_ids) for s in pinned] == [(0, ("b", "a")), (1, ("b", "a"))]
+        assert known_streams(state) == ["b"]
+
     def test_tables_results_combine_into_the_runs_result(self) -> None:
         one = WriteResult(records=3, bytes=30, per_topic={("east", "t1"): (3, 30)}, sink_records=2, dead_letters=1)
         two = WriteResult(records=1, bytes=5, per_topic={("east", "t2"): (1, 5)}, sink_records=1, dead_letters=0)
