@@ -270,6 +270,13 @@ def _connect(k: dict[str, Any], rows: list[list[Cell]], targets: list[list[Cell]
                 _verdict(k["small_passed"]),
             ]
         )
+        if k.get("small_requests") is not None:
+            kinds = ", ".join(f"{kind} {count:.0f}" for kind, count in k["small_requests_by_kind"].items())
+            measured = f"{k['small_requests']:.0f} ({kinds})"
+            targets.append(["8 small run via Connect: requests to the server", measured, "(report)", "-"])
+            first = k["small_first_request_s"]
+            measured = f"{k['small_import_before_request_s']:.2f}s (first request at {first or 0:.2f}s, probed)"
+            targets.append(["8 small run via Connect: import time before the first request", measured, "(report)", "-"])
     ratio = k["e2e_vs_baseline"]
     if ratio is not None:
         targets.append([f"8 {n} via Connect / baseline, wall", f"{ratio:.2f}", "<= 0.6", _verdict(k["e2e_passed"])])
