@@ -60,6 +60,10 @@ WARM_E2E_RUNS = 2
 # and at most this many times the Flink peer's (Dynamic Kafka Source, bounded read-and-discard).
 LANDING_TARGET = 1.5
 FLINK_TARGET = 0.75
+# Issue 42: the run's process (the client) bounded at any size: its peak resident memory at the largest size within
+# this many times the smallest's, and under this many MB.
+CLIENT_GROWTH_TARGET = 1.5
+CLIENT_PEAK_TARGET_MB = 400
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -171,6 +175,7 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
         _progress(f"connect {records:,}: {run['wall_s']:.1f}s, {points[-1]['us_per_record']:.2f} us/record")
     low, high = points[0], points[-1]
     heap_low, heap_high = low["server_heap_after_gc_mb"], high["server_heap_after_gc_mb"]
+    client_ratio = high["client_peak_mb"] / low["client_peak_mb"]
     return {
         "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
         "warm_up_wall_s": warm,
@@ -179,6 +184,8 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
         # Bounded: what the server holds after the largest run is what it held after the smallest (the JVM keeps
         # heap it grew into, so the peak RSS is reported but the heap after a full collection decides).
         "memory_bounded": heap_low is None or heap_high is None or heap_high <= heap_low * 1.25 + 32,
+        "client_peak_ratio": client_ratio,
+        "client_bounded": client_ratio <= CLIENT_GROWTH_TARGET and high["client_peak_mb"] < CLIENT_PEAK_TARGET_MB,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bench.connect import CLIENT_GROWTH_TARGET, CLIENT_PEAK_TARGET_MB
 from bench.suite import median_of
 
 if TYPE_CHECKING:
@@ -123,6 +124,14 @@ def render(results: dict[str, Any]) -> str:
         out.append(table(title, ["records", *columns], sized_rows))
         targets.append(_wanted("8b time per record flat or falling (Connect)", sized["time_flat_or_falling"]))
         targets.append(_wanted("8b server memory bounded", sized["memory_bounded"]))
+        if "client_peak_ratio" in sized:
+            low, high = sized["points"][0], sized["points"][-1]
+            measured = (
+                f"{high['client_peak_mb']:.0f} MB at {high['records']:,} / {low['client_peak_mb']:.0f} MB at "
+                f"{low['records']:,}: {sized['client_peak_ratio']:.2f}x"
+            )
+            wanted = f"<= {CLIENT_GROWTH_TARGET}x, < {CLIENT_PEAK_TARGET_MB} MB"
+            targets.append(["8b client peak RSS", measured, wanted, _verdict(sized["client_bounded"])])
     if "growth" in b:
         g = b["growth"]
         grow = [
