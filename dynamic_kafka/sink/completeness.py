@@ -55,6 +55,10 @@ _COORDINATE_SCHEMA = pa.schema(
     ]
 )
 _COORDINATES = _COORDINATE_SCHEMA.names
+_BATCH_ROWS = 65_536
+"""Rows counted at a time (~2.5 MB of coordinates)."""
+_BUFFER_BYTES = 1 << 20
+"""How much of a column a file's reader holds at a time (0 would read a column's whole chunk in a row group)."""
 
 
 def counted(splits: Sequence[Split]) -> tuple[Split, ...]:
@@ -220,28 +224,48 @@ def _within(ranges: Sequence[Split]) -> pc.Expression:
 
 
 def _count(dataset: ds.FileSystemDataset, selected: pc.Expression, into: dict[TopicPartition, int]) -> None:
-    """Adds the rows ``selected`` in ``dataset`` to ``into`` per partition, one row group at a time.
+    """Adds the rows ``selected`` in ``dataset`` to ``into`` per partition, one batch of one file at a time.
 
-    Read whole, a run's coordinates grew its process with the run (343 MB at 1M records, 979 MB at 10M), and so
-    did a scan's batches, which pyarrow reads ahead across row groups and files; a row group is at most what a
-    Spark task writes in one (``parquet.block.size``, 128 MB: its coordinates ~25 MB).
+    Read whole, a run's coordinates grew its process with the run (343 MB at 1M records, 979 MB at 10M); so did a
+    dataset scan's batches (pyarrow reads ahead across files and decodes a row group, up to 128 MB of a Spark
+    task's file, whole) and one row group at a time (437 MB at 10M). A file's reader streams its pages instead.
     """
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     for file in dataset.get_fragments(filter=selected):
-        for row_group in file.split_by_row_group():
-            # A dataset of the one row group: a partition column's value comes from the fragment's expression.
-            one = ds.FileSystemDataset([row_group], dataset.schema, dataset.format, dataset.filesystem)
-            rows = one.to_table(columns=_COORDINATES, filter=selected, use_threads=False)
-            if rows.num_rows == 0:
-                continue
-            grouped = rows.group_by(["cluster", "topic", "partition"]).aggregate([("offset", "count")])
-            for cluster, topic, partition, count in zip(
-                *(grouped.column(c).to_pylist() for c in ("cluster", "topic", "partition", "offset_count")),
-                strict=True,
-            ):
-                key = TopicPartition(cluster_id=cluster, topic=topic, partition=int(partition))
-                into[key] = into.get(key, 0) + int(count)
+        # A partitioned table's files do not hold their partition columns: the log's values are the fragment's.
+        known = ds.get_partition_keys(file.partition_expression)
+        with dataset.filesystem.open_input_file(file.path) as handle:
+            reader = pq.ParquetFile(handle, buffer_size=_BUFFER_BYTES)
+            present = [name for name in _COORDINATES if name in reader.schema_arrow.names]
+            for batch in reader.iter_batches(batch_size=_BATCH_ROWS, columns=present, use_threads=False):
+                rows = _coordinates(batch, known).filter(selected)
+                if rows.num_rows == 0:
+                    continue
+                grouped = rows.group_by(["cluster", "topic", "partition"]).aggregate([("offset", "count")])
+                for cluster, topic, partition, count in zip(
+                    *(grouped.column(c).to_pylist() for c in ("cluster", "topic", "partition", "offset_count")),
+                    strict=True,
+                ):
+                    key = TopicPartition(cluster_id=cluster, topic=topic, partition=int(partition))
+                    into[key] = into.get(key, 0) + int(count)
+
+
+def _coordinates(batch: pa.RecordBatch, known: Mapping[str, object]) -> pa.Table:
+    """``batch``'s coordinate columns typed as :data:`_COORDINATE_SCHEMA`; a column the file lacks is its partition
+    value from ``known``, else null (as a dataset scan fills it).
+    """
+    names = batch.schema.names
+    columns = [
+        batch.column(field.name)
+        if field.name in names
+        else pa.repeat(pa.scalar(known.get(field.name), field.type), batch.num_rows)
+        for field in _COORDINATE_SCHEMA
+    ]
+    return pa.Table.from_arrays(
+        [c.cast(f.type) for c, f in zip(columns, _COORDINATE_SCHEMA, strict=True)], schema=_COORDINATE_SCHEMA
+    )
 
 
 def _key(split: Split) -> TopicPartition:
