@@ -3,7 +3,9 @@
 - **small**: a small incremental run (10,000 new records over 2 clusters x 8 partitions; quick: the same) as a
   fresh ``dynamic-kafka run`` process, the way Dagster launches it, against a warm server; the same run in local
   mode (a fresh process that starts its own Spark driver) beside it, alternating. Reported: wall, the run process's
-  CPU, the server's CPU during the run (``/proc/<server>/stat``), and whether the run process started a JVM.
+  CPU, the server's CPU during the run (``/proc/<server>/stat``), and whether the run process started a JVM. After
+  each pair, the same run of a third pipeline, probed (:mod:`bench.probe`): the requests it sends the server, by
+  kind, and its import time before the first of them.
 - **1M**: the e2e data set end to end through the warm server (a fresh CLI process), beside the hand-written
   PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
   (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow), and
@@ -58,6 +60,10 @@ WARM_E2E_RUNS = 2
 # and at most this many times the Flink peer's (Dynamic Kafka Source, bounded read-and-discard).
 LANDING_TARGET = 1.5
 FLINK_TARGET = 0.75
+# Issue 42: the run's process (the client) bounded at any size: its peak resident memory at the largest size within
+# this many times the smallest's, and under this many MB.
+CLIENT_GROWTH_TARGET = 1.5
+CLIENT_PEAK_TARGET_MB = 400
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -108,11 +114,11 @@ def _fresh_topic(env: BenchEnv, topic: str, partitions: int) -> None:
         env.create_topics(c, [topic], partitions)
 
 
-def _run(config: Path, server_pid: int | None, expected: int) -> dict[str, Any]:
+def _run(config: Path, server_pid: int | None, expected: int, *, probed: bool = False) -> dict[str, Any]:
     from bench.suite import figures
 
     before = _cpu_s(server_pid) if server_pid else 0.0
-    measured, summary = run_ours(config)
+    measured, summary = run_ours(config, probed=probed)
     server_cpu = _cpu_s(server_pid) - before if server_pid else None
     if summary["records"] != expected:
         raise RuntimeError(f"a connect-benchmark run read {summary['records']} records, not {expected}")
@@ -169,6 +175,7 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
         _progress(f"connect {records:,}: {run['wall_s']:.1f}s, {points[-1]['us_per_record']:.2f} us/record")
     low, high = points[0], points[-1]
     heap_low, heap_high = low["server_heap_after_gc_mb"], high["server_heap_after_gc_mb"]
+    client_ratio = high["client_peak_mb"] / low["client_peak_mb"]
     return {
         "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
         "warm_up_wall_s": warm,
@@ -177,6 +184,8 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
         # Bounded: what the server holds after the largest run is what it held after the smallest (the JVM keeps
         # heap it grew into, so the peak RSS is reported but the heap after a full collection decides).
         "memory_bounded": heap_low is None or heap_high is None or heap_high <= heap_low * 1.25 + 32,
+        "client_peak_ratio": client_ratio,
+        "client_bounded": client_ratio <= CLIENT_GROWTH_TARGET and high["client_peak_mb"] < CLIENT_PEAK_TARGET_MB,
     }
 
 
@@ -211,6 +220,8 @@ def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int
     configs = {
         "connect": write_project(fresh_dir("connect-small"), env, topics, spark=remote),
         "local": write_project(fresh_dir("connect-small-local"), env, topics),
+        # The same run as "connect", probed (bench.probe): its requests and imports, not its wall.
+        "probed": write_project(fresh_dir("connect-small-probed"), env, topics, spark=remote),
     }
 
     def produce_small() -> None:
@@ -224,26 +235,35 @@ def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int
         produce_small()
         warm_small.append(_run(configs["connect"], None, SMALL_RECORDS)["wall_s"])
     _progress(f"connect warm-up, {WARM_SMALL_RUNS} small runs: " + " ".join(f"{w:.1f}" for w in warm_small))
-    # The local pipeline reads its own state: its first (unmeasured) run below takes the warm-up's records too.
-    local_backlog = SMALL_RECORDS * WARM_SMALL_RUNS
-    # Both pipelines read the same topic, each from its own state: after 10,000 new records, each run reads them.
-    small: dict[str, list[dict[str, Any]]] = {"connect": [], "local": []}
+    # The local and probed pipelines read their own state: their first (unmeasured) runs below take the warm-up's
+    # records too.
+    backlog = SMALL_RECORDS * WARM_SMALL_RUNS
+    # The pipelines read the same topic, each from its own state: after 10,000 new records, each run reads them.
+    small: dict[str, list[dict[str, Any]]] = {"connect": [], "local": [], "probed": []}
     for rep in range(settings.repeats + 1):
         produce_small()
-        for mode in ("connect", "local") if rep % 2 == 0 else ("local", "connect"):
-            expected = SMALL_RECORDS + (local_backlog if mode == "local" and rep == 0 else 0)
-            run = _run(configs[mode], server_pid if mode == "connect" else None, expected)
+        for mode in (*(("connect", "local") if rep % 2 == 0 else ("local", "connect")), "probed"):
+            expected = SMALL_RECORDS + (backlog if mode != "connect" and rep == 0 else 0)
+            run = _run(configs[mode], server_pid if mode != "local" else None, expected, probed=mode == "probed")
             if rep == 0:
                 continue  # unmeasured warm-up: the server's first run on this table shape, the OS caches
             small[mode].append(run)
             _progress(f"connect small {mode} #{rep}: {run['wall_s']:.2f}s")
     connect_wall = median_of(small["connect"], "wall_s")
     no_jvm = not any(r["java_started"] for r in small["connect"])
+    probed = small["probed"]
     return {
         "warm_up_small_wall_s": warm_small,
         "small": small,
         "small_connect_wall_s": connect_wall,
         "small_local_wall_s": median_of(small["local"], "wall_s"),
+        "small_requests": median_of(probed, "requests"),
+        "small_requests_by_kind": {
+            kind.removeprefix("requests_"): median_of(probed, kind)
+            for kind in sorted({k for r in probed for k in r if k.startswith("requests_")})
+        },
+        "small_import_before_request_s": median_of(probed, "import_before_request_s"),
+        "small_first_request_s": median_of(probed, "first_request_s"),
         "small_no_jvm": no_jvm,
         "small_target_s": SMALL_TARGET_S,
         "small_passed": bool(connect_wall is not None and connect_wall <= SMALL_TARGET_S and no_jvm),

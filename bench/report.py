@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bench.connect import CLIENT_GROWTH_TARGET, CLIENT_PEAK_TARGET_MB
 from bench.suite import median_of
 
 if TYPE_CHECKING:
@@ -123,6 +124,14 @@ def render(results: dict[str, Any]) -> str:
         out.append(table(title, ["records", *columns], sized_rows))
         targets.append(_wanted("8b time per record flat or falling (Connect)", sized["time_flat_or_falling"]))
         targets.append(_wanted("8b server memory bounded", sized["memory_bounded"]))
+        if "client_peak_ratio" in sized:
+            low, high = sized["points"][0], sized["points"][-1]
+            measured = (
+                f"{high['client_peak_mb']:.0f} MB at {high['records']:,} / {low['client_peak_mb']:.0f} MB at "
+                f"{low['records']:,}: {sized['client_peak_ratio']:.2f}x"
+            )
+            wanted = f"<= {CLIENT_GROWTH_TARGET}x, < {CLIENT_PEAK_TARGET_MB} MB"
+            targets.append(["8b client peak RSS", measured, wanted, _verdict(sized["client_bounded"])])
     if "growth" in b:
         g = b["growth"]
         grow = [
@@ -270,6 +279,13 @@ def _connect(k: dict[str, Any], rows: list[list[Cell]], targets: list[list[Cell]
                 _verdict(k["small_passed"]),
             ]
         )
+        if k.get("small_requests") is not None:
+            kinds = ", ".join(f"{kind} {count:.0f}" for kind, count in k["small_requests_by_kind"].items())
+            measured = f"{k['small_requests']:.0f} ({kinds})"
+            targets.append(["8 small run via Connect: requests to the server", measured, "(report)", "-"])
+            first = k["small_first_request_s"]
+            measured = f"{k['small_import_before_request_s']:.2f}s (first request at {first or 0:.2f}s, probed)"
+            targets.append(["8 small run via Connect: import time before the first request", measured, "(report)", "-"])
     ratio = k["e2e_vs_baseline"]
     if ratio is not None:
         targets.append([f"8 {n} via Connect / baseline, wall", f"{ratio:.2f}", "<= 0.6", _verdict(k["e2e_passed"])])

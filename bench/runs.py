@@ -15,6 +15,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from bench import probe
 from bench.env import CLUSTERS, BenchEnv, bench_environ, spark_settings
 from bench.measure import Measured, run_measured
 
@@ -32,16 +33,20 @@ _MARKS = (
 )
 
 
-def run_ours(config: Path, *, pipeline: str = "bench") -> tuple[Measured, dict[str, Any]]:
+def run_ours(config: Path, *, pipeline: str = "bench", probed: bool = False) -> tuple[Measured, dict[str, Any]]:
     """``dynamic-kafka -v run --config ... --json`` in a fresh process; returns the measurement (with the
     phases) and the run summary.
+
+    ``probed``: under :data:`bench.probe.CHILD` and ``-X importtime``, adding the probe's figures (Spark Connect
+    requests by kind, import time before the first request) to the measurement's ``extra``. The probe's own cost
+    (the import-time lines) makes such a run's wall no measurement of the product's.
     """
     began = time.time()
+    program = ["-X", "importtime", "-c", probe.CHILD] if probed else ["-m", "dynamic_kafka.cli.main"]
     measured = run_measured(
         [
             PYTHON,
-            "-m",
-            "dynamic_kafka.cli.main",
+            *program,
             "-v",
             "run",
             "--config",
@@ -54,6 +59,8 @@ def run_ours(config: Path, *, pipeline: str = "bench") -> tuple[Measured, dict[s
         env=bench_environ(),
     ).check()
     measured.extra.update(ours_phases(measured, began))
+    if probed:
+        measured.extra.update(probe.figures(measured.stderr, began))
     return measured, json.loads(measured.stdout)
 
 

@@ -2,11 +2,12 @@
 
 Benchmark 8's small run (10,000 new records over 2 clusters x 8 partitions, a fresh ``dynamic-kafka run`` through
 the benchmark's Spark Connect server, started here when it does not run) measured by what does not depend on the
-machine's load: per run, under ``cProfile`` in the run's own process, the calls that cost a round trip or a read
-(Spark Connect requests by kind, Kafka clients made, Delta tables opened), the process's CPU time, the server's CPU
-time during the run (``/proc/<server>/stat``), and the interpreter's import time (``-X importtime``: the modules a
-run imports and the microseconds they took). With ``--against REV``, the same runs of a git revision's
-``dynamic_kafka`` (extracted with ``git archive``), alternating.
+machine's load: per run, the Spark Connect requests by kind and the import time before the first of them
+(:mod:`bench.probe`), the process's CPU time, the server's CPU time during the run (``/proc/<server>/stat``) and the
+interpreter's import time (``-X importtime``: the modules a run imports and the microseconds they took); and in a
+second run under ``cProfile``, the calls that cost a round trip or a read elsewhere (Kafka clients made, Delta
+tables opened). With ``--against REV``, the same runs of a git revision's ``dynamic_kafka`` (extracted with
+``git archive``), alternating.
 
 Start-up aids, clusters and data are benchmark 8's (``bench.env``, ``bench.connect``); ``--warm N`` small runs
 (default 10) warm the server first. Leaves the clusters and the server running with ``--keep``.
@@ -18,14 +19,15 @@ import argparse
 import json
 import os
 import pstats
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from bench import probe
 from bench.connect import (
     SERVER_PORT,
     SMALL_PARTITIONS,
@@ -42,9 +44,6 @@ TOPIC = f"{SMALL_TOPIC}-probe"
 
 # What a profile counts, by (file suffix, function name): each call is a request to a server or a client made.
 COUNTED = {
-    "connect ExecutePlan": ("pyspark/sql/connect/client/core.py", "_execute_and_fetch_as_iterator"),
-    "connect AnalyzePlan": ("pyspark/sql/connect/client/core.py", "_analyze"),
-    "connect Config": ("pyspark/sql/connect/client/core.py", "config"),
     "Kafka admin or consumer made": ("dynamic_kafka/kafka/connection.py", "_conf"),
     "sink or dead-letter table opened (delta-rs)": ("dynamic_kafka/sink/tables.py", "open_delta_rs"),
     "state table opened (delta-rs)": ("dynamic_kafka/state/table.py", "open"),
@@ -79,37 +78,27 @@ def _counts(profile: Path) -> dict[str, int]:
     return found
 
 
-def _imports(stderr: str) -> tuple[int, float]:
-    """The modules imported and their total import time in seconds, from ``-X importtime`` lines."""
-    top = [int(m.group(1)) for m in re.finditer(r"import time:\s+\d+ \|\s+(\d+) \| (\S)", stderr)]
-    count = len(re.findall(r"^import time:\s+\d+", stderr, re.MULTILINE))
-    return count, sum(top) / 1e6
-
-
 def _one(source: Path, config: Path, *, profiled: bool, server_pid: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(source)}
     args = ["-v", "run", "--json", "--config", str(config), "--pipeline", "bench"]
     with tempfile.TemporaryDirectory() as folder:
         profile = Path(folder) / "run.prof"
-        code = (
-            ["-c", _CHILD.replace("__PROFILE__", repr(str(profile)))] if profiled else ["-m", "dynamic_kafka.cli.main"]
-        )
-        command = [sys.executable, "-X", "importtime", *code, *args]
-        server_began, began = _cpu_s(server_pid), os.times()
+        code = _CHILD.replace("__PROFILE__", repr(str(profile))) if profiled else probe.CHILD
+        command = [sys.executable, "-X", "importtime", "-c", code, *args]
+        server_began, began, launched = _cpu_s(server_pid), os.times(), time.time()
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=folder)
         ended, server_ended = os.times(), _cpu_s(server_pid)
         if done.returncode != 0:
             raise RuntimeError(f"the run failed: {done.stderr[-3000:]}")
         summary = json.loads(done.stdout)
-        modules, import_s = _imports(done.stderr)
         figures: dict[str, Any] = {
             "records": summary["records"],
             "cpu_s": (ended.children_user - began.children_user) + (ended.children_system - began.children_system),
             "wall_s": ended.elapsed - began.elapsed,
             "server_cpu_s": server_ended - server_began,
-            "modules_imported": modules,
-            "import_s": import_s,
         }
+        if not profiled:
+            figures.update(probe.figures(done.stderr, launched))
         if profiled:
             figures.update(_counts(profile))
     return figures
@@ -162,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             BenchEnv.stop()
             stop_server()
-    labels = ["wall_s", "cpu_s", "server_cpu_s", "modules_imported", "import_s", *COUNTED]
+    plain = ["wall_s", "cpu_s", "server_cpu_s", "modules_imported", "import_s", "import_before_request_s"]
+    kinds = sorted({k for variant in runs.values() for r in variant for k in r if k.startswith("requests")})
     print("| figure (median) | " + " | ".join(runs) + " |\n|---|" + "---|" * len(runs))
-    for label in labels:
+    for label in [*plain, "first_request_s", "modules_before_request", *kinds, *COUNTED]:
         cells = []
         for variant in runs.values():
-            chosen = [r[label] for r in variant if label in r and (label in COUNTED or not r["profiled"])]
+            chosen = [r[label] for r in variant if label in r]
             cells.append(f"{statistics.median(chosen):.2f}" if chosen else "-")
         print(f"| {label} | " + " | ".join(cells) + " |")
     return 0

@@ -17,18 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.config import load_project_config
-from dynamic_kafka.dead_letters import ReplayReport, replay_dead_letters
-from dynamic_kafka.health import HealthReport, pipeline_health
-from dynamic_kafka.maintain import MaintenanceSummary, maintain_pipeline
-from dynamic_kafka.metadata.watch import WatchCursor, WatchResult, check_metadata
-from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, reset_offsets
 from dynamic_kafka.realign import Realignment, realign
 from dynamic_kafka.runner import PipelineRunner
 from dynamic_kafka.sink.tables import TableInfo, table_info
-from dynamic_kafka.status import PipelineStatus, pipeline_status
 
+# The other operations' modules are imported by their methods: a process that runs (the CLI's `run`, a Dagster run)
+# does not load the code (and the libraries) of backfills, replays, maintenance, status, health or resets.
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
@@ -38,10 +33,16 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.config import PipelineConfig, ProjectConfig
     from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.dead_letters import ReplayReport
+    from dynamic_kafka.health import HealthReport
+    from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+    from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
     from dynamic_kafka.model.plan import Plan
     from dynamic_kafka.model.summary import RunSummary
+    from dynamic_kafka.offset_reset import OffsetReset
+    from dynamic_kafka.status import PipelineStatus
 
 __all__ = ["Pipeline"]
 
@@ -123,6 +124,8 @@ class Pipeline:
         """Merge the records whose timestamps fall in ``[start, end)`` into the sink, without duplicates and
         without moving the incremental offsets. See :func:`dynamic_kafka.backfill.run_backfill`.
         """
+        from dynamic_kafka.backfill import run_backfill
+
         return run_backfill(self.context, start, end)
 
     def status(self, *, history: int = 20) -> PipelineStatus:
@@ -130,6 +133,8 @@ class Pipeline:
         of the last ``history`` runs. An unreachable cluster shows no lag (listed in ``unreachable_clusters``)
         rather than failing. See :func:`dynamic_kafka.status.pipeline_status`.
         """
+        from dynamic_kafka.status import pipeline_status
+
         return pipeline_status(self.context, history=history)
 
     def health(self) -> HealthReport:
@@ -138,12 +143,16 @@ class Pipeline:
         Reads the state and asks the brokers; starts no Spark, writes nothing. See
         :func:`dynamic_kafka.health.pipeline_health`.
         """
+        from dynamic_kafka.health import pipeline_health
+
         return pipeline_health(self.context)
 
     def offsets(self) -> PipelineStatus:
         """The committed offsets against the brokers' earliest and latest (``partitions`` of the status); a
         partition whose offset a reset moved and no run has read since is marked ``reset``.
         """
+        from dynamic_kafka.status import pipeline_status
+
         return pipeline_status(self.context)
 
     def reset_offsets(
@@ -161,6 +170,8 @@ class Pipeline:
         ``reason``. Without ``apply`` it only reports what would change. See
         :func:`dynamic_kafka.offset_reset.reset_offsets`.
         """
+        from dynamic_kafka.offset_reset import ResetSelection, ResetTarget, reset_offsets
+
         selection = ResetSelection(cluster_id=cluster, topic=topic, partition=partition)
         return reset_offsets(self.context, ResetTarget.parse(to), selection, reason, yes=apply)
 
@@ -169,6 +180,8 @@ class Pipeline:
         decode now in the sink, exactly once. Without ``apply`` it only counts what a replay would do. See
         :func:`dynamic_kafka.dead_letters.replay_dead_letters`.
         """
+        from dynamic_kafka.dead_letters import replay_dead_letters
+
         return replay_dead_letters(self.context, run_seq=run_seq, yes=apply)
 
     def abandon(self, run_seq: int, reason: str) -> int:
@@ -193,6 +206,8 @@ class Pipeline:
         ``maintenance.vacuum_retention_hours``, else each table's own; one below the pipeline's floor is refused
         unless ``unsafe_vacuum_retention``. See :func:`dynamic_kafka.maintain.maintain_pipeline`.
         """
+        from dynamic_kafka.maintain import maintain_pipeline
+
         retention = vacuum_retention_hours
         if retention is None:
             retention = self.config.maintenance.vacuum_retention_hours
@@ -208,6 +223,8 @@ class Pipeline:
         """Whether the resolved metadata changed since ``cursor`` (a scheduler's poll; see
         :func:`dynamic_kafka.metadata.watch.check_metadata`).
         """
+        from dynamic_kafka.metadata.watch import check_metadata
+
         return check_metadata(lambda: self.resolve().fingerprint, cursor, failure_threshold=failure_threshold)
 
     def sink_info(self) -> TableInfo | None:

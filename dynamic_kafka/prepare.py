@@ -107,10 +107,12 @@ def prepare_write(
         from dynamic_kafka.spark.archive import with_archive_decoding
 
         decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap.stream)
+    # Asked for once: through Spark Connect each ask states the session's settings again (a round trip).
+    spark = context.spark()
     if not written:
-        check_event_time(context.spark(), context.pipeline, decoding)
+        check_event_time(spark, context.pipeline, decoding)
         plan = plan.model_copy(update={"decoding": decoding.pins(), "event_time": context.pipeline.event_time})
-    check_sink_schema(context.spark(), context.pipeline, decoding, run_streams(plan.read_splits))
+    check_sink_schema(spark, context.pipeline, decoding, run_streams(plan.read_splits))
     context.check_object_store()
     deadline.check()
     return PreparedWrite(plan=plan, connections=connections, decoding=decoding)

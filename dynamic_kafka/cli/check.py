@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.check import CheckReport, check_project
-from dynamic_kafka.check_online import check_online
 from dynamic_kafka.cli._args import add_config_argument
 
 if TYPE_CHECKING:
     import argparse
+
+    from dynamic_kafka.check import CheckReport
 
 HELP = (
     "validate the config and metadata files offline and list every problem (contacts nothing); with --online, "
@@ -33,8 +33,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check(args: argparse.Namespace) -> int:
-    report = check_project(args.config)
+    # Imported here: every other command's start would load the checks' code.
+    from dynamic_kafka import check
+
+    report = check.check_project(args.config)
     if args.online:
+        from dynamic_kafka.check_online import check_online
+
         report = check_online(report)
     print(report.model_dump_json(indent=2) if args.json else format_report(report))
     return 0 if report.ok else 1

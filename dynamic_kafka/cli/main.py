@@ -13,7 +13,6 @@ stdout for the result and stderr for the error, never prose.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import logging
 import os
@@ -72,9 +71,7 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
         prog="dynamic-kafka",
         description="Exactly-once batch landing of multi-cluster Kafka streams into Delta Lake.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {importlib.metadata.version('dynamic-kafka')}"
-    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="show program's version number and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     parser.add_argument("--config", dest="config_before_command", default=None, help=CONFIG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
@@ -85,6 +82,18 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
 
 
 _VERBOSE_HELP = "log every component's progress to stderr (before or after the command)"
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked (``importlib.metadata``
+    costs every other command's start tens of milliseconds).
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        import importlib.metadata
+
+        print(f"{parser.prog} {importlib.metadata.version('dynamic-kafka')}")
+        parser.exit()
 
 
 def _verbose_anywhere(subparsers: Subparsers[argparse.ArgumentParser]) -> None:

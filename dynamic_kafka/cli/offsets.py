@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.errors import ClusterUnreachableError
 from dynamic_kafka.pipeline import Pipeline
-from dynamic_kafka.status import PipelineStatus
 
 if TYPE_CHECKING:
     import argparse

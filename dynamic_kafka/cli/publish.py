@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.publish.publisher import Publication, PublicationPlan, PublicationStatus
 
 if TYPE_CHECKING:
     import argparse
+
+    from dynamic_kafka.publish.publisher import Publication, PublicationPlan, PublicationStatus
 
 HELP = "publish the rows a Delta table gained since the last run to its stream, exactly once"
 STATUS_HELP = "show the last table version published, and the versions and rows behind"
@@ -39,6 +40,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _publication(args: argparse.Namespace) -> Publication:
     if not args.publication:
         raise ConfigError("--publication is required.", hint="Name one of the config's publications.")
+    # Imported here: publishing reads tables with pyarrow's datasets, which no other command needs.
+    from dynamic_kafka.publish.publisher import Publication
+
     return Publication.from_config(args.config, args.publication)
 
 

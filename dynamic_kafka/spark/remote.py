@@ -28,8 +28,9 @@ import logging
 import os
 import threading
 import uuid
+import warnings
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError, SparkConnectUnavailableError
@@ -37,7 +38,7 @@ from dynamic_kafka.secrets import SPARK_OPTIONS_REDACTION_REGEX, SPARK_STRING_RE
 from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
@@ -275,8 +276,44 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
 
 
 def _state_settings(session: SparkSession, settings: SparkConfig) -> None:
-    for name, value in {**SESSION_REDACTION, **settings.conf}.items():
-        session.conf.set(name, value)
+    """States the session's settings in one round trip."""
+    ConnectConf(session).set({**SESSION_REDACTION, **settings.conf})
+
+
+class ConnectConf:
+    """A Spark Connect session's settings, each step one config request for all of them (the server makes the
+    pairs of a request in order, as one by one).
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.client = cast("ConnectSparkSession", spark).client
+
+    def get(self, names: list[str]) -> dict[str, str | None]:
+        """The values of ``names`` (None: not set)."""
+        from pyspark.sql.connect import proto
+
+        pairs = [proto.KeyValue(key=name) for name in names]
+        request = proto.ConfigRequest.GetWithDefault(pairs=pairs)
+        return dict(self.client.config(proto.ConfigRequest.Operation(get_with_default=request)).pairs)
+
+    def set(self, settings: Mapping[str, str]) -> None:
+        """Sets ``settings``, in order (nothing to set: no request)."""
+        from pyspark.sql.connect import proto
+
+        if settings:
+            pairs = [proto.KeyValue(key=name, value=value) for name, value in settings.items()]
+            self._send(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=pairs)))
+
+    def unset(self, names: list[str]) -> None:
+        """Unsets ``names`` (none: no request)."""
+        from pyspark.sql.connect import proto
+
+        if names:
+            self._send(proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=names)))
+
+    def _send(self, operation: Any) -> None:
+        for warning in self.client.config(operation).warnings:  # as the session's own conf.set does
+            warnings.warn(warning, stacklevel=3)
 
 
 def client_token(settings: SparkConfig) -> str | None:

@@ -16,11 +16,10 @@ import math
 import os
 import sys
 import threading
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka.config import SparkConfig
@@ -30,14 +29,12 @@ from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
 from dynamic_kafka.secrets import SPARK_STRING_REDACTION_REGEX as STRING_REDACTION_REGEX
 from dynamic_kafka.secrets import guard_py4j_logging
 from dynamic_kafka.spark.class_archive import RECORD_ENV, ClassArchive
-from dynamic_kafka.spark.packages import session_jars, session_packages
 from dynamic_kafka.storage import StorageConfig, spark_s3a_conf
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     from pyspark.sql import SparkSession
-    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +72,9 @@ def requested_packages(settings: SparkConfig, spark_version: str, *, s3a: bool =
     The user's ``spark.jars.packages`` and ``spark.jars.excludes`` join Delta's and the Kafka connector's, and with
     ``s3a`` Hadoop's S3A connector (:data:`S3A_PACKAGES`, without the AWS SDK bundle).
     """
+    # Imported here: resolving jars (Ivy, XML, HTTP) is an in-process start's, never a Connect client's.
+    from dynamic_kafka.spark.packages import session_packages
+
     extra = [*(S3A_PACKAGES if s3a else ()), *_join_list(settings.conf.get("spark.jars.packages", "")).split(",")]
     packages = session_packages(spark_version, [p for p in extra if p])
     exclusions = [*(S3A_EXCLUDES if s3a else ())]
@@ -178,9 +178,9 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     session (``spark.session_per_pipeline``): so a write states every setting its work depends on, never relying
     on a session's defaults.
     """
-    from dynamic_kafka.spark.remote import is_remote
+    from dynamic_kafka.spark.remote import ConnectConf, is_remote
 
-    conf: _Conf = _ConnectConf(spark) if is_remote(spark) else _SessionConf(spark)
+    conf: _Conf = ConnectConf(spark) if is_remote(spark) else _SessionConf(spark)
     before = conf.get(list(settings))
     conf.set(settings)
     try:
@@ -215,39 +215,6 @@ class _SessionConf:
     def unset(self, names: list[str]) -> None:
         for name in names:
             self.spark.conf.unset(name)
-
-
-class _ConnectConf:
-    """A Spark Connect session's settings, each step one config request for all of them (the server makes the
-    pairs of a request in order, as one by one).
-    """
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.client = cast("ConnectSparkSession", spark).client
-
-    def get(self, names: list[str]) -> dict[str, str | None]:
-        from pyspark.sql.connect import proto
-
-        pairs = [proto.KeyValue(key=name) for name in names]
-        request = proto.ConfigRequest.GetWithDefault(pairs=pairs)
-        return dict(self.client.config(proto.ConfigRequest.Operation(get_with_default=request)).pairs)
-
-    def set(self, settings: Mapping[str, str]) -> None:
-        from pyspark.sql.connect import proto
-
-        if settings:
-            pairs = [proto.KeyValue(key=name, value=value) for name, value in settings.items()]
-            self._send(proto.ConfigRequest.Operation(set=proto.ConfigRequest.Set(pairs=pairs)))
-
-    def unset(self, names: list[str]) -> None:
-        from pyspark.sql.connect import proto
-
-        if names:
-            self._send(proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=names)))
-
-    def _send(self, operation: Any) -> None:
-        for warning in self.client.config(operation).warnings:  # as the session's own conf.set does
-            warnings.warn(warning, stacklevel=3)
 
 
 def spark_conf(settings: SparkConfig, *, jars: Sequence[Path]) -> dict[str, str]:
@@ -406,6 +373,8 @@ class SessionLaunch:
             ToolchainError: the jars are not cached and cannot be downloaded.
         """
         import pyspark
+
+        from dynamic_kafka.spark.packages import session_jars
 
         packages, exclusions = requested_packages(settings, pyspark.__version__, s3a=s3a)
         repositories = [r for r in _join_list(settings.conf.get("spark.jars.repositories", "")).split(",") if r]

@@ -637,9 +637,17 @@ class ConnectServer:
         return closed
 
 
+@dataclass(frozen=True)
+class _ConfigAnswer:
+    """What a config request answers: no warnings, no values."""
+
+    warnings: tuple[str, ...] = ()
+    pairs: tuple[tuple[str, str], ...] = ()
+
+
 class ModelSession(_ArchiveSpark):
     """A client's session on the model's ``ConnectServer``: the calls ``spark.remote`` makes on it (``version``,
-    ``conf.set``, ``client``, ``stop``), each refused once the server closed the session."""
+    ``conf.set``, ``client.config``, ``client``, ``stop``), each refused once the server closed the session."""
 
     def __init__(self, server: ConnectServer, session_id: str) -> None:
         super().__init__(server.archive)
@@ -668,6 +676,12 @@ class ModelSession(_ArchiveSpark):
     def set(self, name: str, value: str) -> None:
         del name, value
         self._request()
+
+    def config(self, operation: object) -> _ConfigAnswer:
+        """A config request (``ConnectConf``'s: settings stated in one round trip)."""
+        del operation
+        self._request()
+        return _ConfigAnswer()
 
     def stop(self) -> None:
         self.is_closed = True

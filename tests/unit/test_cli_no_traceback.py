@@ -83,7 +83,7 @@ def test_any_unexpected_error_is_one_paragraph_naming_what_to_do(
     def broken(path: object) -> object:
         raise RuntimeError("a library failed")
 
-    monkeypatch.setattr("dynamic_kafka.cli.check.check_project", broken)
+    monkeypatch.setattr("dynamic_kafka.check.check_project", broken)
 
     assert main(["check", "--config", str(config)]) == 1
 
