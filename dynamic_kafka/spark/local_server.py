@@ -181,23 +181,32 @@ def ensure_local_server(settings: SparkConfig, launch_conf: Mapping[str, str]) -
     launch = ServerLaunch(settings, folder, launch_conf, pyspark.__version__)
     with exclusive_lock(folder / _LOCK):
         _attach(folder)
-        record = _load(folder)
-        running = record is not None and _server_running(record)
-        answers = record is not None and running and process.accepts_connections(record.port)
-        decision = reuse_decision(record, launch.fingerprint, running=running, answers=answers)
-        if record is not None and decision == "reuse":
-            if record.idle_minutes != settings.local_server_idle_minutes:
-                record = record.model_copy(update={"idle_minutes": settings.local_server_idle_minutes})
-                _save(folder, record)
-            logger.info("using the local Spark server at %s (pid %d)", record.remote, record.pid)
-        else:
-            if record is not None:
-                why = "with other settings" if answers else "but does not answer"
-                logger.info("the local Spark server (pid %d) runs %s; stopping it", record.pid, why)
-                _stop(folder, record)
-            record = _start(folder, launch, idle_minutes=settings.local_server_idle_minutes)
-        _touch(folder)
-        return record
+        try:
+            return _reuse_or_start(folder, launch, settings.local_server_idle_minutes)
+        except BaseException:
+            release_local_server()
+            raise
+
+
+def _reuse_or_start(folder: Path, launch: ServerLaunch, idle_minutes: float) -> LocalServer:
+    """:func:`ensure_local_server`'s decision and its action, under ``.lock``."""
+    record = _load(folder)
+    running = record is not None and _server_running(record)
+    answers = record is not None and running and process.accepts_connections(record.port)
+    decision = reuse_decision(record, launch.fingerprint, running=running, answers=answers)
+    if record is not None and decision == "reuse":
+        if record.idle_minutes != idle_minutes:
+            record = record.model_copy(update={"idle_minutes": idle_minutes})
+            _save(folder, record)
+        logger.info("using the local Spark server at %s (pid %d)", record.remote, record.pid)
+    else:
+        if record is not None:
+            why = "was started with other settings" if answers else "does not answer" if running else "is gone"
+            logger.info("the local Spark server (pid %d) %s; starting a fresh one", record.pid, why)
+            _stop(folder, record)
+        record = _start(folder, launch, idle_minutes=idle_minutes)
+    _touch(folder)
+    return record
 
 
 def release_local_server() -> None:

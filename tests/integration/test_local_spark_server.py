@@ -194,3 +194,22 @@ def test_two_processes_starting_at_once_share_one_server_which_stops_when_idle(s
         what="the idle local Spark server to stop",
     )
     assert "was idle" in (server_dir / "watchdog.log").read_text()
+
+
+def test_a_server_that_does_not_come_up_is_a_retriable_error_naming_its_log(
+    server_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.errors import LocalSparkServerError
+    from dynamic_kafka.spark.local_server import local_server_status
+    from dynamic_kafka.spark.session import build_spark_session
+
+    monkeypatch.setenv(SERVER_DIR_ENV, str(server_dir))
+    # A heap too small for the JVM to start: the server exits at once.
+    unstartable = SparkConfig(local_server=True, conf={"spark.driver.extraJavaOptions": "-Xmx1k"})
+    with pytest.raises(LocalSparkServerError, match="exited while starting") as failure:
+        build_spark_session(unstartable)
+    assert failure.value.retriable
+    assert f"last lines of {server_dir / 'server.log'}" in str(failure.value)
+    assert "spark.local_server: false" in str(failure.value.hint)
+    assert not local_server_status().running
