@@ -107,7 +107,8 @@ def render(results: dict[str, Any]) -> str:
     if "connect" in b:
         _connect(b["connect"], rows, targets)
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
-    out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
+    if rows:
+        out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
     if "local" in b:
         local_rows, local_targets = local_mode_rows(b["local"])
         header = ["mode", "runs", "wall s", "CPU s", "JVM started"]
