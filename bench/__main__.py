@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m", "local")
 FLINK_ONLY = "flink"
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print("setting up (clusters under .cache/bench/, data sets) ...", file=sys.stderr, flush=True)
     env = BenchEnv.start()
     try:
-        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle", "s3", "connect"))
+        needs_data = any(settings.wants(n) for n in ("e2e", "ceiling", "idle", "s3", "connect", "local"))
         # Setup, not measured: Spark's one-time recording (one JVM) overlaps the producing (brokers and librdkafka).
         with ThreadPoolExecutor(max_workers=1) as pool:
             warm_up = (
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_clusters:
             BenchEnv.stop()
-            if settings.wants("connect") or settings.wants("connect10m"):
+            if any(settings.wants(n) for n in ("connect", "connect10m", "local")):
                 from bench.connect import stop_server
 
                 stop_server()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.connect import CLIENT_GROWTH_TARGET, CLIENT_PEAK_TARGET_MB
+from bench.local_mode import rows as local_mode_rows
 from bench.suite import median_of
 
 if TYPE_CHECKING:
@@ -107,7 +108,15 @@ def render(results: dict[str, Any]) -> str:
     if "connect" in b:
         _connect(b["connect"], rows, targets)
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
-    out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
+    if rows:
+        out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))
+    if "local" in b:
+        local_rows, local_targets = local_mode_rows(b["local"])
+        header = ["mode", "runs", "wall s", "CPU s", "JVM started"]
+        title = "8c Local mode: a JVM per run, the managed local server, an explicit server"
+        title += " (medians; CPU: run + JVM + server)"
+        out.append(table(title, header, local_rows))
+        targets += local_targets
     if "connect10m" in b:
         sized = b["connect10m"]
         columns = {

@@ -433,6 +433,13 @@ def bench_connect_sizes(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     return run(env, settings)
 
 
+def bench_local(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """8c. Local mode without a JVM per run (see :mod:`bench.local_mode`)."""
+    from bench.local_mode import bench_local as run
+
+    return run(env, settings)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -443,6 +450,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "s3": bench_s3,
     "connect": bench_connect,
     "connect10m": bench_connect_sizes,
+    "local": bench_local,
 }
 
 

@@ -139,6 +139,17 @@ class SparkConfig(_Config):
         "generated for the last run's write is compiled and warm for the next. The server ends a session left "
         "idle for its spark.connect.session.manager.defaultSessionTimeout. False: a new session per run.",
     )
+    local_server: bool = Field(
+        False,
+        description="Without remote: run the Spark work in a Spark Connect server on this machine that "
+        "dynamic-kafka starts on first use (from the installed pyspark, with master, conf and the same jars as an "
+        "in-process driver, on 127.0.0.1, behind a random token) and later runs reuse, so a run starts no JVM of "
+        "its own. It stops after local_server_idle_minutes without a run; `dynamic-kafka spark-server status` "
+        "and `stop`. Pipelines with tables on object storage keep an in-process driver.",
+    )
+    local_server_idle_minutes: float = Field(
+        30, gt=0, description="spark.local_server: the server stops after this many minutes without a run."
+    )
     master: str = Field("local[*]", description="Spark master URL, e.g. local[*] or spark://host:7077.")
     app_name: str = Field("dynamic-kafka", description="Spark application name.")
     conf: StringProperties = Field(

@@ -581,6 +581,12 @@ class SparkConnectUnavailableError(SparkJobError):
     """
 
 
+class LocalSparkServerError(SparkJobError):
+    """The local Spark server (``spark.local_server``) did not come up, or its folder cannot be used. Nothing was
+    read or written. Retriable: a new start picks another free port.
+    """
+
+
 class PublicationError(DynamicKafkaError):
     """A publication (a Delta table's new rows to a stream) cannot go on. Nothing of the failed transaction is
     visible to ``read_committed`` readers, and its progress did not move.

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -47,7 +45,12 @@ from devtools.local_spark_connect.tokens import export_token, server_token
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka.secrets import is_sensitive_key, secrets_in_text
-from dynamic_kafka.spark.connect_token import TOKEN_ENV, is_loopback
+from dynamic_kafka.spark.connect_server import (
+    LOG4J_FILE,
+    server_argv,
+    server_env,
+    write_logging_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,6 @@ BASE_DIR_ENV = "DYNAMIC_KAFKA_SPARK_CONNECT_DIR"
 DEFAULT_PORT = 15002
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "2g"
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 KIND = ServiceKind(
@@ -67,37 +69,9 @@ KIND = ServiceKind(
     error=LocalSparkConnectError,
 )
 _LOG_FILE = "server.log"
-_LOG4J_FILE = "log4j2.properties"
 _LOCK_FILE = ".lock"
 # Beyond the sensitive keys of dynamic_kafka.secrets: any "key" word (fs.s3a.access.key, a keystore key...).
 _KEY_WORD = re.compile(r"(?i)key(?![a-z])")
-# Spark Connect's own defaults for these are fine for one user; the bounds keep a long-lived server's memory flat.
-_SERVER_CONF = {
-    "spark.connect.grpc.binding.address": "127.0.0.1",
-    # A session idle this long is closed by the server: a pipeline's runs keep theirs (spark.session_per_pipeline)
-    # while a schedule starts one within this time; other runs are short, fresh processes.
-    "spark.connect.session.manager.defaultSessionTimeout": "15min",
-    "spark.sql.connect.ui.retainedSessions": "50",
-    "spark.sql.connect.ui.retainedStatements": "50",
-    "spark.ui.retainedJobs": "100",
-    "spark.ui.retainedStages": "100",
-    "spark.sql.ui.retainedExecutions": "50",
-    "spark.eventLog.enabled": "false",
-    # Every read has a group id of its own (Spark's default), so a pooled consumer or a cached fetch is never used
-    # again; with Spark's 5-minute default a server running back-to-back runs held ~0.25 MB more per run (heap
-    # histogram: ConsumerRecords of FetchedDataPool entries) and dozens of idle broker connections.
-    "spark.kafka.consumer.cache.timeout": "30s",
-    "spark.kafka.consumer.cache.evictorThreadRunInterval": "15s",
-    "spark.kafka.consumer.fetchedData.cache.timeout": "30s",
-    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "15s",
-}
-# Scheduled runs leave the server idle most of the time: a collection after a minute without one, and a heap
-# that shrinks to 30% free at each full cycle, hand the memory of the last burst back to the machine. User
-# options come after these, so theirs win.
-_SERVER_JVM_OPTIONS = "-XX:G1PeriodicGCInterval=60000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
-# glibc gives each thread that allocates its own malloc arena; the JVM's hundreds of pooled threads made the
-# resident size grow with arenas that are never returned.
-_SERVER_MALLOC_ARENAS = "2"
 
 
 class ServerInfo(BaseModel):
@@ -257,30 +231,11 @@ def server_command(
     Raises:
         ToolchainError: the session's jars are not cached and cannot be downloaded.
     """
-    import pyspark
-
     from dynamic_kafka.config import SparkConfig
     from dynamic_kafka.spark.session import SessionLaunch
 
     launch = SessionLaunch.prepare(SparkConfig(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))
-    settings = dict(launch.conf)
-    settings.pop("spark.driver.memory", None)
-    # Python UDFs run in worker processes of the server; they need this interpreter's pyspark.
-    settings.update({**_SERVER_CONF, "spark.pyspark.python": sys.executable, **conf})
-    settings["spark.connect.grpc.binding.port"] = str(port)
-    # The log4j config's path is also the marker that tells our server from a process that reused its pid.
-    settings["spark.driver.extraJavaOptions"] = (
-        f"-Dlog4j2.configurationFile=file:{base / _LOG4J_FILE} {_SERVER_JVM_OPTIONS} "
-        f"{settings.get('spark.driver.extraJavaOptions', '')}"
-    ).strip()
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    argv = [str(spark_submit), "--class", SERVER_CLASS, "--name", "dynamic-kafka-spark-connect"]
-    argv += ["--master", master, "--driver-memory", driver_memory]
-    for key, value in sorted(settings.items()):
-        argv += ["--conf", f"{key}={value}"]
-    # spark-submit needs a primary resource; Spark's own start-connect-server.sh passes the internal marker.
-    argv.append("spark-internal")
-    return argv
+    return server_argv(base, launch.conf, port=port, master=master, driver_memory=driver_memory, conf=conf)
 
 
 def _start(
@@ -307,25 +262,10 @@ def _start(
         )
     base.mkdir(parents=True, exist_ok=True)
     (base / "work").mkdir(exist_ok=True)
-    (base / _LOG4J_FILE).write_text(_LOG4J2)
+    write_logging_config(base)
     log_file = base / _LOG_FILE
     argv = server_command(base, port=port, master=master, driver_memory=driver_memory, ui=ui, conf=conf)
-    env = {
-        "MALLOC_ARENA_MAX": _SERVER_MALLOC_ARENAS,
-        **os.environ,
-        "JAVA_HOME": str(java.resolve().parent.parent),
-        "SPARK_LOG_DIR": str(base),
-    }
-    # PYSPARK_* variables of a calling pyspark process must not leak into the server's launcher.
-    for key in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
-        env.pop(key, None)
-    # The token reaches the server through its environment: a command line is readable by every user.
-    env[TOKEN_ENV] = server_token(base)
-    if master_on_loopback(master):
-        # Every executor runs on this host (in the driver's JVM, or on a loopback cluster's workers): bind every
-        # Spark port (driver, block manager, UI) to loopback only. Otherwise, on a host whose name resolves to
-        # loopback, Spark binds the driver to the first network interface and executors call it back there.
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env = server_env(base, java=java, token=server_token(base), master=master)
     begun = time.monotonic()
     pid = KIND.spawn(argv, folder=base, log_file=log_file, cwd=base / "work", env=env)
     info = ServerInfo(
@@ -358,25 +298,8 @@ def _start(
     return info
 
 
-def master_on_loopback(master: str) -> bool:
-    """Return True if every executor of ``master`` runs on this host: a local master, or a standalone master
-    (``spark://HOST:PORT``, or ``spark://H1:P1,H2:P2`` with standby masters) whose every host is a loopback
-    address or ``localhost``, whose workers can only be on this host too.
-
-    Example:
-        >>> master_on_loopback("spark://127.0.0.1:7077"), master_on_loopback("spark://spark-master:7077")
-        (True, False)
-    """
-    if master.startswith("local"):
-        return True
-    if not master.startswith("spark://"):
-        return False
-    hosts = [address.rpartition(":")[0].strip("[]") for address in master.removeprefix("spark://").split(",")]
-    return all(is_loopback(host) for host in hosts)
-
-
 def _marker(base: Path) -> str:
-    return str(base / _LOG4J_FILE)
+    return str(base / LOG4J_FILE)
 
 
 def _running(info: ServerInfo) -> bool:
@@ -385,22 +308,3 @@ def _running(info: ServerInfo) -> bool:
 
 def _load(base: Path) -> ServerInfo | None:
     return KIND.load(base, ServerInfo)
-
-
-# WARN everywhere (Kafka's client config dumps and Connect's per-request traces are INFO/DEBUG), plus the two
-# INFO lines that say the server is up and where.
-_LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer
-logger.connect.level = info
-logger.kafka.name = org.apache.kafka
-logger.kafka.level = warn
-logger.grpc.name = org.sparkproject.connect.grpc
-logger.grpc.level = warn
-"""

@@ -28,6 +28,7 @@ from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
 from dynamic_kafka.cli import publish as cli_publish
 from dynamic_kafka.cli import realign as cli_realign
+from dynamic_kafka.cli import spark_server as cli_spark_server
 from dynamic_kafka.cli._args import CONFIG_HELP, settle_config
 from dynamic_kafka.errors import DynamicKafkaError, UnexpectedError, as_library_error
 from dynamic_kafka.secrets import mask_secrets
@@ -50,6 +51,7 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     cli_pipeline.register,
     cli_publish.register,
     cli_realign.register,
+    cli_spark_server.register,
 )
 
 

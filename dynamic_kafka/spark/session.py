@@ -259,7 +259,8 @@ def build_spark_session(
 ) -> SparkSession:
     """Return the process-wide Spark session, building it on first use; with ``settings.remote``, this process's
     Spark Connect session to that server instead (:func:`dynamic_kafka.spark.remote.build_remote_session`), the
-    server session named by ``shared_as`` when given.
+    server session named by ``shared_as`` when given; with ``settings.local_server`` (and no object storage), the
+    same through the local server dynamic-kafka starts or reuses (:mod:`dynamic_kafka.spark.local_server`).
 
     Later calls return the same session while it runs. Spark fixes most settings when its JVM starts, so a call
     with other settings than the running session's gets the running session (and a warning); the per-bucket
@@ -280,6 +281,7 @@ def build_spark_session(
 
     Raises:
         SparkConnectUnavailableError: ``settings.remote`` is set and that server does not answer (retriable).
+        LocalSparkServerError: ``settings.local_server`` is set and the local server did not come up (retriable).
 
     Example:
         >>> spark = build_spark_session(SparkConfig(master="local[2]"))  # doctest: +SKIP
@@ -287,12 +289,20 @@ def build_spark_session(
     """
     global _session, _session_settings
     settings = settings or SparkConfig()
+    buckets = dict(object_storage or {})
+    if settings.remote is None and settings.local_server and not (buckets or s3a):
+        from dynamic_kafka.spark.local_server import local_server_settings
+
+        launch = SessionLaunch.prepare(settings.model_copy(update={"class_data_sharing": False}))
+        settings = local_server_settings(settings, launch.conf)
+    elif settings.remote is None and settings.local_server:
+        # A bucket's keys would have to reach a server shared by every project of the user: not done.
+        logger.info("spark.local_server is not used with tables on object storage; starting Spark in this process")
     if settings.remote is not None:
         from dynamic_kafka.spark.remote import build_remote_session
 
         # Object storage is the server's: its S3A jars and bucket settings come with `spark-connect up`.
         return build_remote_session(settings, shared_as=shared_as)
-    buckets = dict(object_storage or {})
     guard_py4j_logging()
     with _lock:
         if _session is not None and _is_active(_session):
@@ -397,9 +407,11 @@ def stop_spark_session() -> None:
     :func:`build_spark_session` starts (or connects) a new one.
     """
     global _session, _session_settings
+    from dynamic_kafka.spark.local_server import release_local_server
     from dynamic_kafka.spark.remote import stop_remote_sessions
 
     stop_remote_sessions()
+    release_local_server()
     with _lock:
         if _session is not None:
             _session.stop()

@@ -202,7 +202,7 @@ def test_the_remote_session_module_imports_no_pyspark() -> None:
 def test_a_connect_server_binds_to_loopback_only_when_every_executor_is_on_this_host(
     master: str, on_loopback: bool
 ) -> None:
-    from devtools.local_spark_connect.server import master_on_loopback
+    from dynamic_kafka.spark.connect_server import master_on_loopback
 
     assert master_on_loopback(master) is on_loopback
 
