@@ -1,6 +1,6 @@
 """How a Spark Connect server on this machine is launched from the installed pyspark: its command line, its
 environment and its logging, shared by the product's managed local server (:mod:`dynamic_kafka.spark.local_server`)
-and the repository's development server (``python -m devtools spark-connect``).
+and the development server of this repository's test tooling (docs/development.md).
 
 The server is pyspark's own ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``, so
 its Spark is exactly the client's (same version, same jars), with the jars and settings of the in-process session
