@@ -114,6 +114,10 @@ def server_env(folder: Path, *, java: Path, token: str, master: str) -> dict[str
         env.pop(key, None)
     # The token reaches the server through its environment: a command line is readable by every user.
     env[TOKEN_ENV] = token
+    # A UDF's Python worker (Protobuf decoding) is started as $PYSPARK_PYTHON, else `python3` on PATH: the server
+    # reads the variable, not `spark.pyspark.python`, and a starting process that never built an in-process
+    # session has none to pass on.
+    env["PYSPARK_PYTHON"] = sys.executable
     if master_on_loopback(master):
         # Every executor runs on this host (in the driver's JVM, or on a loopback cluster's workers): bind every
         # Spark port (driver, block manager, UI) to loopback only. Otherwise, on a host whose name resolves to
