@@ -5,6 +5,7 @@ across kill -9 at each step, a fenced zombie, and a move of the write cluster.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -131,11 +132,20 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
         world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
     )
     reader.set_streams({"orders": {"east": [world.topics["east"]]}})
-    assert reader.runner().run().status == "committed"
     expected = [
         json.dumps({"id": i, "name": f"n{i % 5}", "ts": "2026-01-01T00:00:00+00:00"}, separators=(",", ":")).encode()
         for i in ids
     ]
+    # A transaction's commit returns once the coordinator has logged it; its markers reach the partitions just
+    # after, and until then a read_committed reader's last stable offset stops before them. A run planned in that
+    # moment leaves those records to the next run (seen: 2 of 7 in the suite), so the reader runs until it is
+    # caught up; a duplicate or a lost record still fails the comparison.
+    deadline = time.monotonic() + 30
+    while True:
+        assert reader.runner().run().status in ("committed", "empty")
+        if len(reader.sink_values()) >= len(expected) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert reader.sink_values() == sorted(expected)
 
 
