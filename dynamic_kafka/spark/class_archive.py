@@ -6,8 +6,8 @@ and the Kafka connector. Java 13 and later can record the classes a JVM loaded i
 (2 cores, Java 17): the session starts ~2.5 s sooner and its first Delta write takes ~2.5 s less.
 
 An archive only fits the JVM binary and the classpath it was recorded with, so its key is the java binary,
-pyspark's version and install folder, and the session's jars. It is recorded once per key by a background process
-at low priority (``python -m dynamic_kafka.spark.class_archive_recorder KEY``, see
+pyspark's version and install folder, and the session's jars (with their sizes and times). It is recorded once
+per key by a background process at low priority (``python -m dynamic_kafka.spark.class_archive_recorder KEY``, see
 :mod:`dynamic_kafka.spark.class_archive_recorder`): it starts a session, writes and reads a tiny Delta table, closes
 the JVM's stdin so that it exits and writes the archive, and renames the archive into place only after that JVM
 exited with status 0, so no run maps a half-written file. A JVM that finds the archive unusable
@@ -43,6 +43,15 @@ JAR_SETTINGS_ENV = "DYNAMIC_KAFKA_CDS_JAR_SETTINGS"
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
+def _file_stamp(path: str) -> list[int] | None:
+    """A file's size and modification time (ns), or None when it is not a local file (a URL, a missing path)."""
+    try:
+        stat = Path(path).stat()
+    except (OSError, ValueError):
+        return None
+    return [stat.st_size, stat.st_mtime_ns]
+
+
 class ClassArchive:
     """The CDS archive for a session with ``jars`` on the given java and pyspark."""
 
@@ -58,6 +67,9 @@ class ClassArchive:
             # The JVM's own classpath is Spark's jars folder: an archive recorded with another one is ignored.
             "spark_home": spark_home or _spark_home(),
             "jars": sorted(jars),
+            # The JVM checks each classpath jar's size and time against the archive and ignores an archive whose jar
+            # changed (fetched again into the same place): such a jar gives another key, so a fresh recording.
+            "jar_files": [_file_stamp(jar) for jar in sorted(jars)],
         }
         self.key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
         self.path = cache_dir() / "spark-cds" / f"{self.key}.jsa"

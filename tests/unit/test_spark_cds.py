@@ -36,6 +36,16 @@ def test_the_key_follows_the_jars_spark_and_java(tmp_path: Path) -> None:
     assert ClassArchive(["/j/a.jar", "/j/b.jar"], spark_version="4.1.3", java=str(java)).key != base.key
 
 
+def test_a_jar_rewritten_in_place_gives_another_key(tmp_path: Path) -> None:
+    # The JVM refuses an archive whose classpath jars changed size or time since it was recorded (silently, under
+    # the quiet options): a jar fetched again into the same place must not map the old, ignored archive.
+    jar = tmp_path / "a.jar"
+    jar.write_text("v1")
+    base = ClassArchive([str(jar)], spark_version="4.1.3", java="/usr/bin/java")
+    os.utime(jar, ns=(1_000_000_000, 1_000_000_000))
+    assert ClassArchive([str(jar)], spark_version="4.1.3", java="/usr/bin/java").key != base.key
+
+
 def test_options_map_the_archive_or_record_it_quietly(tmp_path: Path) -> None:
     archive = ClassArchive(["/j/a.jar"], spark_version="4.1.3", java="/usr/bin/java")
     assert not archive.ready
