@@ -38,12 +38,13 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import exclusive_lock, try_exclusive_lock
 from dynamic_kafka.errors import LocalSparkServerError
+from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.spark.connect_server import LOG4J_FILE, server_argv, server_env, write_logging_config
 
 if TYPE_CHECKING:
@@ -74,10 +75,8 @@ _LOG_ROTATE_BYTES = 64 * 1024 * 1024
 Decision = Literal["reuse", "start", "replace"]
 
 
-class LocalServer(BaseModel):
+class LocalServer(FrozenModel):
     """The local Spark server, as recorded in its folder's ``server.json``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pid: int = Field(description="The server's JVM process id.")
     port: int = Field(description="Its gRPC port on 127.0.0.1.")
@@ -100,10 +99,8 @@ class LocalServer(BaseModel):
         return Path(self.log_file).parent
 
 
-class LocalServerStatus(BaseModel):
+class LocalServerStatus(FrozenModel):
     """What ``dynamic-kafka spark-server status`` reports."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     folder: str
     running: bool
