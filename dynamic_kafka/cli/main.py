@@ -15,9 +15,11 @@ stdout for the result and stderr for the error, never prose.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -57,20 +59,56 @@ _GROUPS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
 )
 
 
-class JsonErrorParser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose usage errors name the closest command or option to a mistyped one ("did you mean")."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage error, with the closest command or option when there is one, and exit 2."""
+        super().error(with_suggestion(message, self))
+
+
+class JsonErrorParser(CommandParser):
     """A parser whose usage errors are a JSON document on stderr (for ``--json`` command lines)."""
 
     def error(self, message: str) -> NoReturn:
         """Print the usage error as ``{"error": {"type": "UsageError", "message": ...}}`` and exit 2."""
-        print(json.dumps({"error": {"type": "UsageError", "message": f"{self.prog}: {message}"}}), file=sys.stderr)
+        document = {"error": {"type": "UsageError", "message": f"{self.prog}: {with_suggestion(message, self)}"}}
+        print(json.dumps(document), file=sys.stderr)
         sys.exit(ExitCode.USAGE)
+
+
+def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
+    """The usage error ``message`` with "did you mean" for a mistyped command (among ``parser``'s) or option (among
+    every command's: argparse reports a subcommand's unknown option from the top-level parser).
+    """
+    choice = re.search(r"invalid choice: '([^']*)'", message)
+    if choice:
+        known = [str(c) for a in parser._actions if a.choices is not None for c in a.choices]
+        wrong = [choice.group(1)]
+    elif message.startswith("unrecognized arguments: "):
+        known = sorted(_option_strings(parser))
+        wrong = [w.split("=", 1)[0] for w in message.split()[2:] if w.startswith("--")]
+    else:
+        return message
+    near = [n for w in wrong for n in difflib.get_close_matches(w, known, n=1, cutoff=0.6)]
+    return f"{message}; did you mean {' '.join(near) if len(near) > 1 else repr(near[0])}?" if near else message
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found |= _option_strings(command)
+    return found
 
 
 def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
     """Return the parser of the whole command, with every registered subcommand group (``json_errors``: usage
     errors as JSON, see the module's docstring).
     """
-    parser_class = JsonErrorParser if json_errors else argparse.ArgumentParser
+    parser_class: type[argparse.ArgumentParser] = JsonErrorParser if json_errors else CommandParser
     parser = parser_class(
         prog="dynamic-kafka",
         description="Exactly-once batch landing of multi-cluster Kafka streams into Delta Lake.",

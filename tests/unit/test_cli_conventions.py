@@ -92,6 +92,23 @@ def test_an_unknown_pipeline_id_is_a_usage_error_naming_the_file_the_closest_id_
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["plain", "json"])
+def test_a_mistyped_command_or_option_gets_a_did_you_mean(json_output: bool) -> None:
+    flags = ["--json"] if json_output else []
+
+    command = cli("plna", *flags)
+    option = cli("status", "--pipelines", "orders", *flags)
+
+    assert (command.returncode, option.returncode) == (ExitCode.USAGE, ExitCode.USAGE)
+    said = [str(error_of(done)["message"]) if json_output else done.stderr.rstrip() for done in (command, option)]
+    # Python 3.12 and later list the choices without quotes.
+    assert "invalid choice: 'plna' (choose from " in said[0]
+    assert said[0].endswith("'spark-server'); did you mean 'plan'?") or said[0].endswith(
+        "spark-server); did you mean 'plan'?"
+    )
+    assert said[1].endswith("unrecognized arguments: --pipelines orders; did you mean '--pipeline'?")
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["plain", "json"])
 def test_without_pipeline_a_config_of_several_asks_which(two: Path, json_output: bool) -> None:
     done = cli("run", *(["--json"] if json_output else []), cwd=two.parent)
 
