@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import DEFAULT_CONFIG, examples
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.schemas import shipped_path
 
 if TYPE_CHECKING:
     import argparse
@@ -23,7 +24,6 @@ then:
   dynamic-kafka check --config my-project/dynamic_kafka.yaml
 """
 METADATA_FILE = "metadata.yaml"
-_SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
 _METADATA = """\
 # yaml-language-server: $schema={schema}
@@ -107,8 +107,8 @@ def scaffold(folder: Path) -> tuple[Path, Path]:
         )
     folder.mkdir(parents=True, exist_ok=True)
     texts = {
-        metadata: _METADATA.format(schema=_SCHEMAS / "metadata.schema.json"),
-        config: _CONFIG.format(schema=_SCHEMAS / "dynamic_kafka.schema.json", metadata=METADATA_FILE),
+        metadata: _METADATA.format(schema=shipped_path("metadata.schema.json")),
+        config: _CONFIG.format(schema=shipped_path("dynamic_kafka.schema.json"), metadata=METADATA_FILE),
     }
     for path, text in texts.items():
         with path.open("x", encoding="utf-8") as file:  # "x": a file made meanwhile is not overwritten either

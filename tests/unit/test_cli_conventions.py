@@ -13,9 +13,13 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import jsonschema
 import pytest
+import yaml
 
+from dynamic_kafka import schemas
 from dynamic_kafka.cli.exit_codes import ExitCode
+from dynamic_kafka.cli.init import scaffold
 from dynamic_kafka.cli.pipeline import format_plan
 from dynamic_kafka.model.plan import Plan, Split
 
@@ -213,6 +217,14 @@ def test_init_writes_a_project_that_check_passes_and_never_overwrites(tmp_path: 
     said = f"{config} and {metadata} exist already: init writes nothing over a file, so nothing was written."
     assert said in (str(error_of(again)["message"]) if json_output else again.stderr)
     assert config.read_text().endswith("# mine\n")
+
+
+def test_the_files_init_writes_are_valid_for_the_editor_schemas_they_name(tmp_path: Path) -> None:
+    for written in scaffold(tmp_path):
+        text = written.read_text()
+        schema = Path(text.splitlines()[0].removeprefix("# yaml-language-server: $schema="))
+        assert schema.is_file()
+        jsonschema.Draft202012Validator(schemas.shipped(schema.name)).validate(yaml.safe_load(text))
 
 
 @pytest.mark.parametrize(
