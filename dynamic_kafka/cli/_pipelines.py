@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,7 +125,7 @@ def each_pipeline(
         try:
             outcome = command(Pipeline(project, pipeline_id, hard_deadline=hard_deadline))
         except Exception as e:  # one pipeline's failure is reported and the next one runs
-            outcome = Outcome({"pipeline_id": pipeline_id}, str, ExitCode.FAILED, library_error(e))
+            outcome = Outcome({"pipeline_id": pipeline_id}, lambda: "", ExitCode.FAILED, library_error(e))
         else:
             if not args.json:
                 print(outcome.text(), flush=True)
@@ -136,5 +135,4 @@ def each_pipeline(
         documents.append(outcome.document | ({"error": error_body(outcome.error)} if outcome.error else {}))
     if args.json:
         print(mask_secrets(json.dumps(documents, indent=2, default=str)))
-    sys.stdout.flush()
     return ExitCode.worst(codes)
