@@ -28,7 +28,7 @@ from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
@@ -841,14 +841,23 @@ class ProjectConfig(_Config):
         for entry in entries:
             if entry.id == wanted:
                 return entry
-        ids = [e.id for e in entries]
-        near = difflib.get_close_matches(wanted, ids, n=1, cutoff=0.75)
-        guess = f"did you mean {near[0]!r}? Configured" if near else "configured"
         raise ConfigError(
-            f"no {kind} {wanted!r}; {guess} {kind}s: {', '.join(ids) or '(none)'}.",
+            unknown_id(kind, wanted, [e.id for e in entries]),
             source=str(self.source) if self.source else None,
             hint=f"Pass one of them with --{kind}.",
         )
+
+
+def unknown_id(kind: str, wanted: str, ids: Sequence[str]) -> str:
+    """What to say of a ``kind`` id (pipeline, publication) that is not among ``ids``: the closest one, then all.
+
+    Example:
+        >>> unknown_id("pipeline", "ordrs", ["orders", "payments"])
+        "no pipeline 'ordrs'; did you mean 'orders'? Configured pipelines: orders, payments."
+    """
+    near = difflib.get_close_matches(wanted, ids, n=1, cutoff=0.75)
+    guess = f"did you mean {near[0]!r}? Configured" if near else "configured"
+    return f"no {kind} {wanted!r}; {guess} {kind}s: {', '.join(ids) or '(none)'}."
 
 
 class _DuplicateKeyError(yaml.constructor.ConstructorError):

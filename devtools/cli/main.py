@@ -21,7 +21,8 @@ from devtools.cli import local_s3 as cli_local_s3
 from devtools.cli import spark_cluster as cli_spark_cluster
 from devtools.cli import spark_connect as cli_spark_connect
 from devtools.errors import DevtoolsError
-from dynamic_kafka.cli.main import JsonErrorParser, error_document
+from dynamic_kafka.cli.failures import error_document
+from dynamic_kafka.cli.main import JsonErrorParser
 from dynamic_kafka.errors import DynamicKafkaError
 
 if TYPE_CHECKING:

@@ -11,20 +11,25 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.cli._args import add_config_argument, examples
+from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 
 if TYPE_CHECKING:
     from dynamic_kafka.model.summary import RunSummary
 
 HELP = "merge the records whose timestamps fall in [--start, --end) into the sink (no duplicates, offsets untouched)"
+_EXAMPLES = """\
+examples:
+  dynamic-kafka backfill --pipeline orders --start 2026-01-01 --end 2026-01-02
+  dynamic-kafka backfill --start 2026-01-01T06:00+02:00 --end 2026-01-01T12:00+02:00 --json
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``backfill``."""
-    parser = subparsers.add_parser("backfill", help=HELP, description=HELP)
+    parser = subparsers.add_parser("backfill", help=HELP, description=HELP, **examples(_EXAMPLES))
     add_config_argument(parser)
-    parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(parser)
     parser.add_argument("--start", required=True, type=timestamp, help="window start, ISO-8601 (UTC when no offset)")
     parser.add_argument("--end", required=True, type=timestamp, help="window end (exclusive), ISO-8601")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -54,7 +59,7 @@ def timestamp(text: str) -> datetime:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    summary = Pipeline.from_config(args.config, args.pipeline).backfill(args.start, args.end)
+    summary = one_pipeline(args).backfill(args.start, args.end)
     data = {
         "window_start": args.start.isoformat(),
         "window_end": args.end.isoformat(),

@@ -1,14 +1,15 @@
 """The ``check`` command: validate a project's config and metadata files offline, every problem at once.
 
-Exit code 0 when there is none, 1 otherwise; see :mod:`dynamic_kafka.check` and :mod:`dynamic_kafka.check_online`
-for what is checked.
+Exit code 0 when there is none, 3 otherwise (1 when the check itself failed); see :mod:`dynamic_kafka.check` and
+:mod:`dynamic_kafka.check_online` for what is checked.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._args import add_config_argument
+from dynamic_kafka.cli._args import add_config_argument, examples
+from dynamic_kafka.cli.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     import argparse
@@ -19,11 +20,17 @@ HELP = (
     "validate the config and metadata files offline and list every problem (contacts nothing); with --online, "
     "also plan each pipeline against its brokers (missing topics, unreachable clusters, refused credentials)"
 )
+_EXAMPLES = f"""\
+examples:
+  dynamic-kafka check                                 dynamic_kafka.yaml here (or $DYNAMIC_KAFKA_CONFIG)
+  dynamic-kafka check --config prod.yaml --json       in CI: exit {ExitCode.CHECK_FAILED:d} when a problem is found
+  dynamic-kafka check --online                        also ask the brokers
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``check``."""
-    parser = subparsers.add_parser("check", help=HELP, description=HELP)
+    parser = subparsers.add_parser("check", help=HELP, description=HELP, **examples(_EXAMPLES))
     add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument(
@@ -42,7 +49,7 @@ def _check(args: argparse.Namespace) -> int:
 
         report = check_online(report)
     print(report.model_dump_json(indent=2) if args.json else format_report(report))
-    return 0 if report.ok else 1
+    return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
 
 
 def format_report(report: CheckReport) -> str:

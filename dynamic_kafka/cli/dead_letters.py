@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 
 if TYPE_CHECKING:
     import argparse
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = group.add_subparsers(dest="dead_letters_command", required=True, metavar="COMMAND")
     replay = commands.add_parser("replay", help=HELP, description=HELP)
     add_config_argument(replay)
-    replay.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(replay)
     replay.add_argument("--run-seq", type=int, help="only the dead letters of this run (default: all)")
     replay.add_argument("--yes", action="store_true", help="land them (without it, only count them)")
     replay.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _replay(args: argparse.Namespace) -> int:
-    report = Pipeline.from_config(args.config, args.pipeline).replay_dead_letters(run_seq=args.run_seq, apply=args.yes)
+    report = one_pipeline(args).replay_dead_letters(run_seq=args.run_seq, apply=args.yes)
     print(report.model_dump_json(indent=2) if args.json else format_replay(report))
     return 0
 

@@ -1,43 +1,53 @@
 """The ``health`` command: the checks between runs, against the brokers, with a non-zero exit when one fails.
 
 A thin call of :meth:`dynamic_kafka.pipeline.Pipeline.health`, what the Dagster health job evaluates. Exit codes:
-0 every verdict passed, 2 a verdict failed (the report says which), 1 the report could not be made.
+0 every verdict passed, 3 a verdict failed (the report says which), 1 the report could not be made.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._args import add_config_argument
+from dynamic_kafka.cli._args import add_config_argument, examples
+from dynamic_kafka.cli._pipelines import Outcome, add_pipeline_arguments, each_pipeline
+from dynamic_kafka.cli._table import table
+from dynamic_kafka.cli.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     import argparse
     from datetime import datetime
 
     from dynamic_kafka.health import HealthReport
+    from dynamic_kafka.pipeline import Pipeline
 
 HELP = (
     "evaluate the lag, data-loss and freshness verdicts, idle partitions, stuck open transactions and the "
-    "event-time lag against the brokers (exit 2 when one fails)"
+    f"event-time lag against the brokers (exit {ExitCode.CHECK_FAILED:d} when one fails)"
 )
-FAILED_EXIT = 2
+_EXAMPLES = f"""\
+examples:
+  dynamic-kafka health --pipeline orders
+  dynamic-kafka health --all --json        every pipeline; exit {ExitCode.CHECK_FAILED:d} when a verdict of one fails
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Registers ``health``."""
-    parser = subparsers.add_parser("health", help=HELP, description=HELP)
+    parser = subparsers.add_parser("health", help=HELP, description=HELP, **examples(_EXAMPLES))
     add_config_argument(parser)
-    parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(parser, every=True)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=_health)
 
 
 def _health(args: argparse.Namespace) -> int:
-    from dynamic_kafka.pipeline import Pipeline
+    return each_pipeline(args, _health_of)
 
-    report = Pipeline.from_config(args.config, args.pipeline).health()
-    print(report.model_dump_json(indent=2) if args.json else format_health(report))
-    return 0 if report.passed else FAILED_EXIT
+
+def _health_of(pipeline: Pipeline) -> Outcome:
+    report = pipeline.health()
+    code = ExitCode.OK if report.passed else ExitCode.CHECK_FAILED
+    return Outcome(report.model_dump(mode="json"), lambda: format_health(report), code)
 
 
 def format_health(report: HealthReport) -> str:
@@ -55,17 +65,23 @@ def format_health(report: HealthReport) -> str:
         lines.append(f"  unreachable clusters: {', '.join(report.unreachable_clusters)}")
     notable = [p for p in report.partitions if p.idle or p.pending_in_transaction]
     if notable:
-        lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'newest record':>21} {'idle s':>9}  transaction")
-        for p in notable:
-            newest = _at(p.newest_record_at) if p.newest_record_at else "none"
-            idle = f"{p.idle_seconds:.0f}" if p.idle_seconds is not None else "-"
-            held = (
-                f"{p.pending_in_transaction} offsets open since {_at(p.open_transaction_since)}"
-                f"{' (stuck)' if p.stuck_transaction else ''}"
-                if p.pending_in_transaction
-                else "-"
-            )
-            lines.append(f"  {p.cluster_id:<12} {p.topic:<24} {p.partition:>4} {newest:>21} {idle:>9}  {held}")
+        lines += table(
+            ["cluster", "topic", ">part", ">newest record", ">idle s", "transaction"],
+            (
+                (
+                    p.cluster_id,
+                    p.topic,
+                    p.partition,
+                    _at(p.newest_record_at) if p.newest_record_at else "none",
+                    f"{p.idle_seconds:.0f}" if p.idle_seconds is not None else "-",
+                    f"{p.pending_in_transaction} offsets open since {_at(p.open_transaction_since)}"
+                    f"{' (stuck)' if p.stuck_transaction else ''}"
+                    if p.pending_in_transaction
+                    else "-",
+                )
+                for p in notable
+            ),
+        )
     return "\n".join(lines)
 
 

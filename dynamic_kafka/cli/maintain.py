@@ -9,6 +9,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
+from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 
 if TYPE_CHECKING:
     from dynamic_kafka.maintain import MaintenanceSummary
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Registers ``maintain``."""
     parser = subparsers.add_parser("maintain", help=HELP, description=HELP)
     add_config_argument(parser)
-    parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(parser)
     parser.add_argument(
         "--vacuum-retention",
         type=hours,
@@ -60,9 +61,8 @@ def hours(text: str) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    from dynamic_kafka.pipeline import Pipeline
 
-    summary = Pipeline.from_config(args.config, args.pipeline).maintain(
+    summary = one_pipeline(args).maintain(
         vacuum_retention_hours=args.vacuum_retention, unsafe_vacuum_retention=args.unsafe_vacuum_retention
     )
     print(summary.model_dump_json(indent=2) if args.json else format_maintenance(summary))

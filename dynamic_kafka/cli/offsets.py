@@ -15,8 +15,9 @@ import json
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
+from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
+from dynamic_kafka.cli._table import table
 from dynamic_kafka.errors import ClusterUnreachableError
-from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import argparse
@@ -37,12 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = group.add_subparsers(dest="offsets_command", required=True, metavar="COMMAND")
     show = commands.add_parser("show", help=HELP, description=HELP)
     add_config_argument(show)
-    show.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(show)
     show.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     show.set_defaults(handler=_show)
     reset = commands.add_parser("reset", help=RESET_HELP, description=RESET_HELP)
     add_config_argument(reset)
-    reset.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(reset)
     reset.add_argument(
         "--to",
         required=True,
@@ -58,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _show(args: argparse.Namespace) -> int:
-    status = Pipeline.from_config(args.config, args.pipeline).offsets()
+    status = one_pipeline(args).offsets()
     rows = [p.model_dump(mode="json") for p in status.partitions]
     document = {"pipeline_id": status.pipeline_id, "never_ran": status.never_ran, "partitions": rows}
     print(json.dumps(document, indent=2) if args.json else format_offsets(status))
@@ -77,21 +78,27 @@ def format_offsets(status: PipelineStatus) -> str:
     """The offsets table for people."""
     if status.never_ran:
         return f"pipeline {status.pipeline_id} has never run: no offsets are committed yet"
-    lines = [
-        f"  {'cluster':<10} {'topic':<20} {'topic id':<24} {'part':>4} {'next':>10} {'earliest':>10} "
-        f"{'latest':>10} {'lag':>8}  {'state':<8} last run"
-    ]
-    for p in status.partitions:
-        shown = ["?" if v is None else str(v) for v in (p.earliest_offset, p.latest_offset, p.lag)]
-        lines.append(
-            f"  {p.cluster_id:<10} {p.topic:<20} {p.topic_id or '-':<24} {p.partition:>4} {p.next_offset:>10} "
-            f"{shown[0]:>10} {shown[1]:>10} {shown[2]:>8}  {'reset' if p.reset else p.status:<8} {p.updated_run_seq}"
-        )
+    lines = table(
+        ["cluster", "topic", "topic id", ">part", ">next", ">earliest", ">latest", ">lag", "state", "last run"],
+        (
+            (
+                p.cluster_id,
+                p.topic,
+                p.topic_id or "-",
+                p.partition,
+                p.next_offset,
+                *("?" if v is None else v for v in (p.earliest_offset, p.latest_offset, p.lag)),
+                "reset" if p.reset else p.status,
+                p.updated_run_seq,
+            )
+            for p in status.partitions
+        ),
+    )
     return f"pipeline {status.pipeline_id}:\n" + "\n".join(lines)
 
 
 def _reset(args: argparse.Namespace) -> int:
-    pipeline = Pipeline.from_config(args.config, args.pipeline)
+    pipeline = one_pipeline(args)
     result = pipeline.reset_offsets(
         args.to, args.reason, cluster=args.cluster, topic=args.topic, partition=args.partition, apply=args.yes
     )
@@ -120,15 +127,24 @@ def format_reset(result: OffsetReset) -> str:
         f"pipeline {result.pipeline_id}: {done} {len(result.changes)} partition(s) to {result.to}"
         + (f" (recorded as run {result.run_seq})" if result.applied else "")
         + f": {result.read_again} offsets read again, {result.skipped} skipped",
-        f"  {'cluster':<10} {'topic':<20} {'part':>4} {'from':>10} {'to':>10} {'earliest':>10} {'latest':>10}  effect",
     ]
-    for c in result.changes:
-        effect = f"read {c.read_again} again" if c.read_again else f"skip {c.skipped}"
-        removed = " (removed: its kept offset)" if c.status == "removed" else ""
-        lines.append(
-            f"  {c.cluster_id:<10} {c.topic:<20} {c.partition:>4} {c.from_offset:>10} {c.to_offset:>10} "
-            f"{c.earliest:>10} {c.latest:>10}  {effect}{removed}"
-        )
+    lines += table(
+        ["cluster", "topic", ">part", ">from", ">to", ">earliest", ">latest", "effect"],
+        (
+            (
+                c.cluster_id,
+                c.topic,
+                c.partition,
+                c.from_offset,
+                c.to_offset,
+                c.earliest,
+                c.latest,
+                (f"read {c.read_again} again" if c.read_again else f"skip {c.skipped}")
+                + (" (removed: its kept offset)" if c.status == "removed" else ""),
+            )
+            for c in result.changes
+        ),
+    )
     if result.unchanged:
         lines.append(f"  {result.unchanged} selected partition(s) already there")
     lines += clamped

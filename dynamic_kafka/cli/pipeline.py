@@ -1,4 +1,5 @@
-"""The ``plan``, ``run``, ``status`` and ``abandon`` commands: one pipeline of a project config.
+"""The ``plan``, ``run``, ``status`` and ``abandon`` commands: a pipeline of a project config (``plan``, ``run`` and
+``status`` also every pipeline, with ``--all``).
 
 Each prints a readable report, or with ``--json`` one JSON document on stdout for machines. Failures print one
 paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
@@ -7,11 +8,12 @@ paragraph to stderr and exit non-zero (handled by the CLI dispatcher).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dynamic_kafka.cli._args import add_config_argument
+from dynamic_kafka.cli._args import add_config_argument, examples
+from dynamic_kafka.cli._pipelines import Outcome, add_pipeline_arguments, each_pipeline, one_pipeline
+from dynamic_kafka.cli._table import table
 from dynamic_kafka.errors import ClusterUnreachableError
-from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import argparse
@@ -19,6 +21,32 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.model.plan import Finding, Plan
     from dynamic_kafka.model.summary import Completeness, RunSummary
+    from dynamic_kafka.pipeline import Pipeline
+    from dynamic_kafka.status import PipelineStatus
+
+_EXAMPLES = {
+    "plan": """\
+examples:
+  dynamic-kafka plan                          the config's only pipeline
+  dynamic-kafka plan --pipeline orders --json
+  dynamic-kafka plan --all --config prod.yaml
+""",
+    "run": """\
+examples:
+  dynamic-kafka run                           the config's only pipeline
+  dynamic-kafka run --pipeline orders
+  dynamic-kafka run --all --json              every pipeline; one JSON array of summaries
+""",
+    "status": """\
+examples:
+  dynamic-kafka status --pipeline orders
+  dynamic-kafka status --all
+""",
+    "abandon": """\
+example:
+  dynamic-kafka abandon --pipeline orders --run-seq 42 --reason "topic deleted before the run could finish"
+""",
+}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,9 +63,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     ]
     for name, help_text, handler in commands:
-        parser = subparsers.add_parser(name, help=help_text, description=help_text)
+        parser = subparsers.add_parser(name, help=help_text, description=help_text, **examples(_EXAMPLES[name]))
         add_config_argument(parser)
-        parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+        add_pipeline_arguments(parser, every=name != "abandon")
         parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         if name == "abandon":
             parser.add_argument("--run-seq", type=int, required=True, help="the planned run to abandon")
@@ -45,43 +73,49 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.set_defaults(handler=handler)
 
 
-def _pipeline(args: argparse.Namespace) -> Pipeline:
-    return Pipeline.from_config(args.config, args.pipeline)
-
-
-def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> int:
-    print(json.dumps(data, indent=2, default=str) if args.json else text())
-    return 0
-
-
 def _findings_text(findings: tuple[Finding, ...]) -> list[str]:
     return [f"  {'WARNING' if f.is_warning else 'note'}: {f.message}" for f in findings]
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan = _pipeline(args).plan()
-    return _emit(args, plan.model_dump(mode="json"), lambda: format_plan(plan))
+    def plan(pipeline: Pipeline) -> Outcome:
+        made = pipeline.plan()
+        return Outcome(made.model_dump(mode="json"), lambda: format_plan(made))
+
+    return each_pipeline(args, plan)
 
 
 def format_plan(plan: Plan) -> str:
     """A plan as a table of splits."""
     lines = [f"pipeline {plan.pipeline_id}: run {plan.run_seq} would read {plan.planned_records} offsets"]
-    lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'start':>12} {'stop':>12} {'records':>10}  stream")
-    for s in plan.splits:
-        flag = " (draining)" if s.draining else ""
-        lines.append(
-            f"  {s.cluster_id:<12} {s.topic:<24} {s.partition:>4} {s.start_offset:>12} {s.stop_offset:>12} "
-            f"{s.record_count:>10}  {s.stream_id}{flag}"
-        )
+    lines += table(
+        ["cluster", "topic", ">part", ">start", ">stop", ">records", "stream"],
+        (
+            (
+                s.cluster_id,
+                s.topic,
+                s.partition,
+                s.start_offset,
+                s.stop_offset,
+                s.record_count,
+                f"{s.stream_id}{' (draining)' if s.draining else ''}",
+            )
+            for s in plan.splits
+        ),
+    )
     lines += [f"  marks removed: {k}" for k in plan.removals]
     lines += _findings_text(plan.findings)
     return "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:
-    # One run per process: past its deadline, a run that does not stop ends the process (see max_run_seconds).
-    summary = Pipeline.from_config(args.config, args.pipeline, hard_deadline=True).run()
-    return _emit(args, summary.model_dump(mode="json"), lambda: format_summary(summary))
+    def run(pipeline: Pipeline) -> Outcome:
+        summary = pipeline.run()
+        return Outcome(summary.model_dump(mode="json"), lambda: format_summary(summary))
+
+    # Runs one after another in this process: past its deadline, a run that does not stop ends the process (see
+    # max_run_seconds), which a scheduler then retries.
+    return each_pipeline(args, run, hard_deadline=True)
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -121,55 +155,64 @@ def _completeness_text(counted: Completeness | None) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _pipeline(args).status()
+    return each_pipeline(args, _status_of)
 
-    def text() -> str:
-        if status.never_ran:
-            return (
-                f"pipeline {status.pipeline_id} has never run: no offsets are committed yet, so there is no lag to "
-                "show; its first run (`dynamic-kafka run`) starts at its starting_offsets"
-            )
-        lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
-        lines.append(f"  {'cluster':<12} {'topic':<24} {'part':>4} {'next':>12} {'latest':>12} {'lag':>10}  status")
-        for p in status.partitions:
-            latest = "?" if p.latest_offset is None else str(p.latest_offset)
-            lag = "?" if p.lag is None else str(p.lag)
-            lines.append(
-                f"  {p.cluster_id:<12} {p.topic:<24} {p.partition:>4} {p.next_offset:>12} {latest:>12} {lag:>10}  "
-                f"{p.status}"
-            )
-        if status.unreachable_clusters:
-            lines.append(f"  unreachable: {', '.join(status.unreachable_clusters)}")
-        for t in status.tables:
-            landed = "not created yet" if not t.exists else f"last run {t.last_run_seq}, version {t.version}"
-            lines.append(f"  table of stream {t.stream_id}: {t.table} ({landed}), lag {t.lag}")
-        if status.last_run:
-            lines.append(
-                f"  last run: {status.last_run.run_seq} {status.last_run_status}, {status.last_run.records} records"
-            )
-        lines += _findings_text(status.warnings)
-        return "\n".join(lines)
 
-    _emit(args, status.model_dump(mode="json"), text)
+def _status_of(pipeline: Pipeline) -> Outcome:
+    status = pipeline.status()
+    unreachable = None
     if status.unreachable_clusters:
-        # The report above shows what is known; an exit code of 0 would tell a script the lag is known.
+        # The report shows what is known; an exit code of 0 would tell a script the lag is known.
         names = ", ".join(status.unreachable_clusters)
-        raise ClusterUnreachableError(
+        unreachable = ClusterUnreachableError(
             "no answer from the brokers, so its lag is unknown (a status that cannot see the lag does not pass).",
             cluster_id=names,
             hint="Check that the brokers run and that the metadata's bootstrap_servers and properties for "
             f"{names} are right (`dynamic-kafka check` validates the files).",
         )
-    return 0
+    return Outcome(status.model_dump(mode="json"), lambda: format_status(status), error=unreachable)
+
+
+def format_status(status: PipelineStatus) -> str:
+    """A pipeline's status for people: a table of partitions, then its tables and its last run."""
+    if status.never_ran:
+        return (
+            f"pipeline {status.pipeline_id} has never run: no offsets are committed yet, so there is no lag to "
+            "show; its first run (`dynamic-kafka run`) starts at its starting_offsets"
+        )
+    lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
+    lines += table(
+        ["cluster", "topic", ">part", ">next", ">latest", ">lag", "status"],
+        (
+            (p.cluster_id, p.topic, p.partition, p.next_offset, _known(p.latest_offset), _known(p.lag), p.status)
+            for p in status.partitions
+        ),
+    )
+    if status.unreachable_clusters:
+        lines.append(f"  unreachable: {', '.join(status.unreachable_clusters)}")
+    for t in status.tables:
+        landed = "not created yet" if not t.exists else f"last run {t.last_run_seq}, version {t.version}"
+        lines.append(f"  table of stream {t.stream_id}: {t.table} ({landed}), lag {t.lag}")
+    if status.last_run:
+        lines.append(
+            f"  last run: {status.last_run.run_seq} {status.last_run_status}, {status.last_run.records} records"
+        )
+    lines += _findings_text(status.warnings)
+    return "\n".join(lines)
+
+
+def _known(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def _abandon(args: argparse.Namespace) -> int:
-    pipeline = _pipeline(args)
+    pipeline = one_pipeline(args)
     reason = args.reason.strip()
     version = pipeline.abandon(args.run_seq, reason)
     data = {"pipeline_id": pipeline.id, "run_seq": args.run_seq, "status": "abandoned", "reason": reason}
-    return _emit(
-        args,
-        {**data, "state_version": version},
-        lambda: f"run {args.run_seq} of pipeline {pipeline.id} abandoned (offsets not committed): {reason}",
+    print(
+        json.dumps({**data, "state_version": version}, indent=2)
+        if args.json
+        else f"run {args.run_seq} of pipeline {pipeline.id} abandoned (offsets not committed): {reason}"
     )
+    return 0

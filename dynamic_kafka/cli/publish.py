@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.cli._pipelines import choose
 
 if TYPE_CHECKING:
     import argparse
@@ -33,17 +33,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _common(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
-    parser.add_argument("--publication", help="publication id from the config (required)")
+    parser.add_argument(
+        "--publication", help="publication id from the config (may be left out when the config has one publication)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
 def _publication(args: argparse.Namespace) -> Publication:
-    if not args.publication:
-        raise ConfigError("--publication is required.", hint="Name one of the config's publications.")
+    from dynamic_kafka.config import load_project_config
+
     # Imported here: publishing reads tables with pyarrow's datasets, which no other command needs.
     from dynamic_kafka.publish.publisher import Publication
 
-    return Publication.from_config(args.config, args.publication)
+    project = load_project_config(args.config)
+    return Publication(
+        project, choose("publication", args.publication, [p.id for p in project.publications], args.config)
+    )
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -58,7 +63,7 @@ def _publish(args: argparse.Namespace) -> int:
     else:
         moved = " (the writes moved here)" if outcome.moved else ""
         print(
-            f"publication {args.publication}: {outcome.records} records in {outcome.transactions} transaction(s) "
+            f"publication {publication.config.id}: {outcome.records} records in {outcome.transactions} transaction(s) "
             f"to {outcome.cluster_id}/{outcome.topic}{moved}; next version {outcome.next_version}"
         )
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
-from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 
 if TYPE_CHECKING:
     import argparse
@@ -23,14 +23,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Registers ``realign``."""
     parser = subparsers.add_parser("realign", help=HELP, description=HELP)
     add_config_argument(parser)
-    parser.add_argument("--pipeline", required=True, help="pipeline id from the config")
+    add_pipeline_arguments(parser)
     parser.add_argument("--yes", action="store_true", help="make the change (without it, only show it)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(handler=_realign)
 
 
 def _realign(args: argparse.Namespace) -> int:
-    result = Pipeline.from_config(args.config, args.pipeline).realign(apply=args.yes)
+    result = one_pipeline(args).realign(apply=args.yes)
     print(result.model_dump_json(indent=2) if args.json else format_realignment(result))
     return 0
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from dynamic_kafka.cli.exit_codes import ExitCode
 from dynamic_kafka.errors import DynamicKafkaError, RunTimeoutError
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ class RunDeadline:
             if self.hard_exit and time.monotonic() >= give_up:
                 logger.error("pipeline %s: the run did not stop after its deadline; exiting", self.pipeline_id)
                 logging.shutdown()
-                os._exit(124)
+                os._exit(ExitCode.DEADLINE)
 
     def _cancel_jobs(self) -> None:
         if self._tags is None:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 def online_check(harness: PipelineHarness, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     code = main(["check", "--online", "--json", "--config", str(harness.config_path)])
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert code == (0 if report["ok"] else 1)
+    assert code == (0 if report["ok"] else 3)
     return report
 
 

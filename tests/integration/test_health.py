@@ -5,7 +5,7 @@
 - a transactional producer left open (begin, produce, no commit) holds the partition's last stable offset below
   its high watermark: reported with its cluster, topic and partition, and stuck once it has been open longer than
   ``health.stuck_transaction_seconds``;
-- the command on a pipeline that never ran says so and passes, fails (exit 2) once ``freshness_minutes`` is set,
+- the command on a pipeline that never ran says so and passes, fails (exit 3) once ``freshness_minutes`` is set,
   and fails naming a cluster it cannot reach.
 """
 
@@ -109,7 +109,7 @@ def test_an_open_transaction_is_reported_and_stuck_after_its_threshold(
         assert f"east/{topic}[0] open since" in stuck.description
         assert "last stable offset 2, high watermark 5" in stuck.description
 
-        assert main(["health", "--config", str(harness.config_path), "--pipeline", "p"]) == 2
+        assert main(["health", "--config", str(harness.config_path), "--pipeline", "p"]) == 3
         out = capsys.readouterr().out
         assert "FAIL stuck_transactions" in out
         assert "3 offsets open since" in out
@@ -132,7 +132,7 @@ def test_health_of_a_pipeline_that_never_ran(
     assert "ok   freshness           no run committed yet" in out
 
     harness.configure(freshness_minutes=30)
-    assert main([*command, "--json"]) == 2
+    assert main([*command, "--json"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["never_ran"] is True
     failed = {v["name"]: v["description"] for v in report["verdicts"] if not v["passed"]}
@@ -143,7 +143,7 @@ def test_health_of_a_pipeline_that_never_ran(
     harness.configure(freshness_minutes=None, health={"timeout_seconds": 2})
     harness.set_cluster("west", bootstrap_servers=f"127.0.0.1:{nobody}")
     harness.set_streams({"orders": {"east": [topic], "west": [topic]}})
-    assert main(command) == 2
+    assert main(command) == 3
     out = capsys.readouterr().out
     assert "FAIL lag                 lag unknown: no answer from cluster(s) west" in out
     assert "unreachable clusters: west" in out

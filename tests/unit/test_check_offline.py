@@ -45,7 +45,7 @@ def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, metad
     (tmp_path / "dynamic_kafka.yaml").write_text(config)
     code = main(["check", "--json", "--config", str(tmp_path / "dynamic_kafka.yaml")])
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert code == (0 if report["ok"] else 1)
+    assert code == (0 if report["ok"] else 3)
     return report
 
 

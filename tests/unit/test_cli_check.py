@@ -88,7 +88,7 @@ def test_check_lists_every_problem_of_both_files_in_plain_words(
 ) -> None:
     config = write_project(tmp_path, BAD_CONFIG, BAD_METADATA)
 
-    assert main(["check", "--config", str(config), "--json"]) == 1
+    assert main(["check", "--config", str(config), "--json"]) == 3
 
     report = json.loads(capsys.readouterr().out)
     found = {(p["file"].rsplit("/", 1)[-1], p["location"]): p["message"] for p in report["problems"]}
@@ -116,7 +116,7 @@ def test_check_validates_the_maintenance_schedule_and_retention(
     maintenance = '    maintenance: {schedule: "0 3 * * 8", vacuum_retention_hours: -1}\n'
     config = write_project(tmp_path, CONFIG + maintenance, METADATA)
 
-    assert main(["check", "--config", str(config), "--json"]) == 1
+    assert main(["check", "--config", str(config), "--json"]) == 3
 
     found = {p["location"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
     assert set(found) == {"pipelines[0].maintenance.schedule", "pipelines[0].maintenance.vacuum_retention_hours"}
@@ -127,7 +127,7 @@ def test_check_validates_the_health_schedule_and_thresholds(tmp_path: Path, caps
     health = '    health: {schedule: "*/15 * * *", stuck_transaction_seconds: 0}\n'
     config = write_project(tmp_path, CONFIG + health, METADATA)
 
-    assert main(["check", "--config", str(config), "--json"]) == 1
+    assert main(["check", "--config", str(config), "--json"]) == 3
 
     found = {p["location"]: p["message"] for p in json.loads(capsys.readouterr().out)["problems"]}
     assert set(found) == {"pipelines[0].health.schedule", "pipelines[0].health.stuck_transaction_seconds"}
@@ -138,7 +138,7 @@ def test_check_finds_a_misspelled_stream_once_both_files_are_valid(
 ) -> None:
     config = write_project(tmp_path, CONFIG.replace("[orders]", "[orders, paymnts]"), METADATA)
 
-    assert main(["check", "--config", str(config)]) == 1
+    assert main(["check", "--config", str(config)]) == 3
 
     out = capsys.readouterr().out
     assert "1 problem found:" in out

@@ -37,7 +37,7 @@ def config(tmp_path: Path) -> Path:
 
 
 def test_check_says_where_no_table_can_be_created(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "--json", "--config", str(config)]) == 1
+    assert main(["check", "--json", "--config", str(config)]) == 3
 
     problems = json.loads(capsys.readouterr().out)["problems"]
     found = {(p["location"], p["message"].split(";")[0]) for p in problems}
@@ -94,7 +94,7 @@ def test_any_unexpected_error_is_one_paragraph_naming_what_to_do(
 
 
 def test_an_unknown_pipeline_id_gets_a_did_you_mean(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--config", str(config), "--pipeline", "under-a-fil"]) == 1
+    assert main(["plan", "--config", str(config), "--pipeline", "under-a-fil"]) == 2
 
     err = capsys.readouterr().err
     assert (
