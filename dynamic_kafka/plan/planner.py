@@ -49,9 +49,11 @@ from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicParti
 from dynamic_kafka.offsets import (
     AnyInitializer,
     CommittedOffsets,
+    CustomOffsets,
     EarliestOffsets,
     LatestOffsets,
     SpecificOffsets,
+    StoppingOffsets,
     TimestampOffsets,
     to_epoch_ms,
 )
@@ -463,11 +465,24 @@ class _PlanBuilder:
                 if wanted is None:
                     return self._fallback(key, reset, offsets, f"consumer group {group_id!r}")
                 return self._clamp(key, wanted, offsets, f"consumer group {group_id!r}")
-            case SpecificOffsets(fallback=fallback):
+            case SpecificOffsets(fallback=fallback, group_id=group_id):
                 wanted = starting.offsets.get(key.topic, {}).get(key.partition)
+                if wanted is not None:
+                    return self._clamp(key, wanted, offsets, "specific offsets")
+                wanted = None if group_id is None else snapshot.start_lookups.get(key.partition)
                 if wanted is None:
                     return self._fallback(key, fallback, offsets, "specific offsets")
-                return self._clamp(key, wanted, offsets, "specific offsets")
+                return self._clamp(key, wanted, offsets, f"consumer group {group_id!r}")
+            case CustomOffsets(function=function):
+                # Checked within [earliest, latest] when it was called (custom_offsets.resolve_custom).
+                wanted = snapshot.start_lookups.get(key.partition)
+                if wanted is None:
+                    raise PlanningError(
+                        f"starting_offsets function {function!r} was not asked about {key}, a partition no run "
+                        "has read.",
+                        hint="Run again: the brokers' snapshot and the state disagreed about it.",
+                    )
+                return wanted
             case _:
                 assert_never(starting)
 
@@ -534,7 +549,7 @@ class _PlanBuilder:
     def _stop(
         self,
         key: TopicPartition,
-        stopping: AnyInitializer,
+        stopping: StoppingOffsets,
         snapshot: TopicSnapshot,
         offsets: PartitionOffsets,
         start: int,
@@ -549,7 +564,7 @@ class _PlanBuilder:
                 stop = snapshot.stop_lookups.get(key.partition)
                 if stop is None:
                     stop = max(start, self._fallback(key, reset, offsets, f"stopping consumer group {group_id!r}"))
-            case LatestOffsets() | EarliestOffsets():
+            case LatestOffsets():
                 stop = offsets.latest
             case _:
                 assert_never(stopping)
@@ -649,6 +664,8 @@ def _describe(initializer: AnyInitializer) -> str:
         case TimestampOffsets(timestamp_ms=timestamp_ms):
             at = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
             return f"timestamp {at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+        case CustomOffsets(function=function):
+            return f"custom {function}"
         case EarliestOffsets() | LatestOffsets() | CommittedOffsets() | SpecificOffsets():
             return initializer.kind
         case _:

@@ -104,6 +104,7 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
     "TimestampOffsets": {"kind": _KIND},
     "CommittedOffsets": {"kind": _KIND},
     "SpecificOffsets": {"kind": _KIND},
+    "CustomOffsets": {"kind": _KIND},
     "MetadataFile": {
         "clusters": "The clusters by id: how to reach each one.",
         "streams": "The streams by id: per cluster id, the topics that make up the stream there.",
