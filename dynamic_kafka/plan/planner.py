@@ -167,13 +167,15 @@ def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[s
         "on_decode_error": pipeline.on_decode_error,
         "json_strict": pipeline.json_strict,
     }
+    # A record subject name strategy is pinned only when set, so plans written before it existed keep their pins.
+    if pipeline.key_subject_name_strategy != "topic":
+        values["key_subject_name_strategy"] = [pipeline.key_subject_name_strategy, pipeline.key_record_name]
     for stream_id in sorted(streams):
         fmt = pipeline.value_format_of(stream_id)
-        values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = [
-            fmt.value_format,
-            fmt.value_schema,
-            fmt.value_schema_file is not None,
-        ]
+        pinned: list[object] = [fmt.value_format, fmt.value_schema, fmt.value_schema_file is not None]
+        if fmt.value_subject_name_strategy != "topic":
+            pinned += [fmt.value_subject_name_strategy, fmt.value_record_name]
+        values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = pinned
     return {
         name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
         for name, value in values.items()
