@@ -253,7 +253,10 @@ class SensorConfig(_Config):
 
     interval_seconds: int = Field(30, ge=1, description="How often the sensor polls the metadata service.")
     failure_threshold: int = Field(
-        1, ge=1, description="Consecutive metadata-service failures tolerated before the sensor fails."
+        1,
+        ge=0,
+        description="Consecutive metadata-service failures tolerated before the sensor fails, once a poll has "
+        "succeeded (a failure on the first poll always fails, as Flink's first discovery does); 0 tolerates none.",
     )
 
 
