@@ -410,10 +410,19 @@ class RetryConfig(_Config):
     )
 
 
-ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema"]
-# Formats whose values become a ``value`` column (bytes, text, or a JSON struct); the others land their decoded
-# fields as top-level columns.
-VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json"})
+ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema", "expression"]
+# Formats whose values become a ``value`` column (bytes, text, a JSON struct, or what a value_expression gives); the
+# others land their decoded fields as top-level columns.
+VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json", "expression"})
+ValueExpression = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        description="value_format expression: a Spark SQL expression over the record's columns (key, value, "
+        "headers, topic, partition, offset, timestamp) giving the value column; a non-null value it turns into "
+        "null is a dead letter. Use try_ functions (try_cast, try_to_number, ...) where it could fail.",
+    ),
+]
 KeyFormat = Literal["bytes", "string", "avro", "protobuf", "json_schema"]
 # Key formats decoded with the writer schemas of the ``<topic>-key`` subject into a ``key`` struct column.
 REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
@@ -474,6 +483,7 @@ class ValueFormatConfig(_Config):
     value_schema_file: Path | None = Field(
         None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
     )
+    value_expression: ValueExpression = None
     value_subject_name_strategy: SubjectNameStrategy = Field(
         "topic",
         description="Registry formats: the subject the writer schemas are under: topic (<topic>-value), record "
@@ -503,6 +513,8 @@ class ValueFormatConfig(_Config):
             raise ValueError(f"`value_schema` is for value_format json, not {self.value_format}")
         if self.value_schema_file is not None and self.value_format != "avro":
             raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
+        if (self.value_expression is None) == (self.value_format == "expression"):
+            raise ValueError("`value_expression` (a Spark SQL expression) goes with value_format expression, and only")
         return self
 
 
@@ -543,6 +555,7 @@ class PipelineConfig(_Config):
     value_schema_file: Path | None = Field(
         None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
     )
+    value_expression: ValueExpression = None
     formats: dict[str, ValueFormatConfig] = Field(
         default_factory=dict,
         description="Value formats of single streams, by stream id; other streams use the pipeline's value_format.",
@@ -778,6 +791,7 @@ class PipelineConfig(_Config):
             value_format=self.value_format,
             value_schema=self.value_schema,
             value_schema_file=self.value_schema_file,
+            value_expression=self.value_expression,
             value_subject_name_strategy=self.value_subject_name_strategy,
             value_record_name=self.value_record_name,
         )

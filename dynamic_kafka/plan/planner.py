@@ -167,7 +167,8 @@ def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[s
         "on_decode_error": pipeline.on_decode_error,
         "json_strict": pipeline.json_strict,
     }
-    # A record subject name strategy is pinned only when set, so plans written before it existed keep their pins.
+    # A record subject name strategy and a value expression are pinned only when set, so plans written before they
+    # existed keep their pins.
     if pipeline.key_subject_name_strategy != "topic":
         values["key_subject_name_strategy"] = [pipeline.key_subject_name_strategy, pipeline.key_record_name]
     for stream_id in sorted(streams):
@@ -175,6 +176,8 @@ def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[s
         pinned: list[object] = [fmt.value_format, fmt.value_schema, fmt.value_schema_file is not None]
         if fmt.value_subject_name_strategy != "topic":
             pinned += [fmt.value_subject_name_strategy, fmt.value_record_name]
+        if fmt.value_expression is not None:
+            pinned.append(fmt.value_expression)
         values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = pinned
     return {
         name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -158,3 +158,15 @@ def test_a_record_strategy_is_pinned_only_when_set() -> None:
     assert named["format:orders"] != plain["format:orders"]
     assert "key_subject_name_strategy" in keyed
     assert keyed["format:orders"] == plain["format:orders"]
+
+
+def test_a_value_expression_goes_with_the_expression_format_only_and_is_pinned() -> None:
+    from dynamic_kafka.plan.planner import config_pins
+
+    p = pipeline(value_format="expression", value_expression="upper(cast(value AS STRING))")
+    assert p.value_format_of("orders").value_expression == "upper(cast(value AS STRING))"
+    for settings in ({"value_format": "expression"}, {"value_format": "string", "value_expression": "value"}):
+        with pytest.raises(ValidationError, match=r"`value_expression` .* goes with value_format expression"):
+            pipeline(**settings)
+    other = pipeline(value_format="expression", value_expression="lower(cast(value AS STRING))")
+    assert config_pins(p, ["orders"])["format:orders"] != config_pins(other, ["orders"])["format:orders"]
