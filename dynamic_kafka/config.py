@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, StartingOffsets, StoppingOffsets
+from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, PipelineStartingOffsets, StoppingOffsets
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.references import expand
 from dynamic_kafka.registry.config import RegistryConfig
@@ -253,7 +253,10 @@ class SensorConfig(_Config):
 
     interval_seconds: int = Field(30, ge=1, description="How often the sensor polls the metadata service.")
     failure_threshold: int = Field(
-        1, ge=1, description="Consecutive metadata-service failures tolerated before the sensor fails."
+        1,
+        ge=0,
+        description="Consecutive metadata-service failures tolerated before the sensor fails, once a poll has "
+        "succeeded (a failure on the first poll always fails, as Flink's first discovery does); 0 tolerates none.",
     )
 
 
@@ -407,13 +410,61 @@ class RetryConfig(_Config):
     )
 
 
-ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema"]
-# Formats whose values become a ``value`` column (bytes, text, or a JSON struct); the others land their decoded
-# fields as top-level columns.
-VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json"})
+ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema", "expression"]
+# Formats whose values become a ``value`` column (bytes, text, a JSON struct, or what a value_expression gives); the
+# others land their decoded fields as top-level columns.
+VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json", "expression"})
+ValueExpression = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        description="value_format expression: a Spark SQL expression over the record's columns (key, value, "
+        "headers, topic, partition, offset, timestamp) giving the value column; a non-null value it turns into "
+        "null is a dead letter. Use try_ functions (try_cast, try_to_number, ...) where it could fail.",
+    ),
+]
 KeyFormat = Literal["bytes", "string", "avro", "protobuf", "json_schema"]
 # Key formats decoded with the writer schemas of the ``<topic>-key`` subject into a ``key`` struct column.
 REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
+SubjectNameStrategy = Literal["topic", "record", "topic_record"]
+"""Confluent's subject name strategies: ``topic`` (TopicNameStrategy, ``<topic>-value`` / ``<topic>-key``),
+``record`` (RecordNameStrategy, the record's fully-qualified name) and ``topic_record`` (TopicRecordNameStrategy,
+``<topic>-<record name>``)."""
+RecordName = Annotated[
+    str | None, Field(min_length=1, description="The fully-qualified record name, for the record strategies.")
+]
+
+
+def subject_name(strategy: SubjectNameStrategy, topic: str, role: Literal["value", "key"], record: str | None) -> str:
+    """The registry subject of ``topic``'s values or keys under ``strategy`` (``record``: the record's full name).
+
+    Example:
+        >>> subject_name("topic_record", "orders", "value", "com.acme.Order")
+        'orders-com.acme.Order'
+    """
+    if strategy == "topic":
+        return f"{topic}-{role}"
+    assert record is not None  # the config's validators require it for the record strategies
+    return record if strategy == "record" else f"{topic}-{record}"
+
+
+def subject_naming_problem(
+    setting: str, strategy: SubjectNameStrategy, record: str | None, registry_format: bool
+) -> str | None:
+    """Why a ``<setting>``/record name pair does not hold together (None when it does)."""
+    if strategy != "topic" and record is None:
+        return (
+            f"{setting}: {strategy} names the subject after the record, so give its fully-qualified name in "
+            f"{setting.replace('subject_name_strategy', 'record_name')} (a batch read picks the subject before it "
+            "reads a record)"
+        )
+    if strategy == "topic" and record is not None:
+        return (
+            f"{setting.replace('subject_name_strategy', 'record_name')} is for the record and topic_record strategies"
+        )
+    if strategy != "topic" and not registry_format:
+        return f"{setting} is for formats read with a Schema Registry (avro, protobuf, json_schema)"
+    return None
 
 
 class ValueFormatConfig(_Config):
@@ -432,6 +483,27 @@ class ValueFormatConfig(_Config):
     value_schema_file: Path | None = Field(
         None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
     )
+    value_expression: ValueExpression = None
+    value_subject_name_strategy: SubjectNameStrategy = Field(
+        "topic",
+        description="Registry formats: the subject the writer schemas are under: topic (<topic>-value), record "
+        "(value_record_name) or topic_record (<topic>-<value_record_name>), as Confluent's serializers name it.",
+    )
+    value_record_name: RecordName = None
+
+    @model_validator(mode="after")
+    def _subject_naming(self) -> ValueFormatConfig:
+        registry = self.value_format not in VALUE_COLUMN_FORMATS and self.value_schema_file is None
+        problem = subject_naming_problem(
+            "value_subject_name_strategy", self.value_subject_name_strategy, self.value_record_name, registry
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def value_subject(self, topic: str) -> str:
+        """The registry subject of ``topic``'s values."""
+        return subject_name(self.value_subject_name_strategy, topic, "value", self.value_record_name)
 
     @model_validator(mode="after")
     def _schema_fits_format(self) -> ValueFormatConfig:
@@ -441,6 +513,8 @@ class ValueFormatConfig(_Config):
             raise ValueError(f"`value_schema` is for value_format json, not {self.value_format}")
         if self.value_schema_file is not None and self.value_format != "avro":
             raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
+        if (self.value_expression is None) == (self.value_format == "expression"):
+            raise ValueError("`value_expression` (a Spark SQL expression) goes with value_format expression, and only")
         return self
 
 
@@ -463,7 +537,7 @@ class PipelineConfig(_Config):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", description="Unique pipeline id.")
     streams: tuple[str, ...] | None = Field(None, description="Stream ids to read (or use stream_pattern).")
     stream_pattern: str | None = Field(None, description="Regex over stream ids, full match (re.fullmatch).")
-    starting_offsets: StartingOffsets = Field(default_factory=EarliestOffsets)
+    starting_offsets: PipelineStartingOffsets = Field(default_factory=EarliestOffsets)
     stopping_offsets: StoppingOffsets = Field(default_factory=LatestOffsets)
     max_records_per_partition: int | None = Field(None, ge=1, description="Cap per partition per run.")
     max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
@@ -481,6 +555,7 @@ class PipelineConfig(_Config):
     value_schema_file: Path | None = Field(
         None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
     )
+    value_expression: ValueExpression = None
     formats: dict[str, ValueFormatConfig] = Field(
         default_factory=dict,
         description="Value formats of single streams, by stream id; other streams use the pipeline's value_format.",
@@ -489,7 +564,17 @@ class PipelineConfig(_Config):
         None,
         description="The Schema Registry of clusters whose metadata names none (registry formats only).",
     )
+    value_subject_name_strategy: SubjectNameStrategy = Field(
+        "topic", description="The values' subject name strategy (see the formats entries' field of that name)."
+    )
+    value_record_name: RecordName = None
     key_format: KeyFormat = "bytes"
+    key_subject_name_strategy: SubjectNameStrategy = Field(
+        "topic",
+        description="Registry key formats: the keys' subject: topic (<topic>-key), record (key_record_name) or "
+        "topic_record (<topic>-<key_record_name>).",
+    )
+    key_record_name: RecordName = None
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
     json_strict: bool = Field(
         False,
@@ -690,16 +775,34 @@ class PipelineConfig(_Config):
         if self.streams is not None and not self.streams:
             raise ValueError("`streams` is empty; list at least one stream id")
         # Validates the pipeline-level format fields exactly like a `formats` entry.
-        ValueFormatConfig(
-            value_format=self.value_format, value_schema=self.value_schema, value_schema_file=self.value_schema_file
+        self._own_format()
+        problem = subject_naming_problem(
+            "key_subject_name_strategy",
+            self.key_subject_name_strategy,
+            self.key_record_name,
+            self.key_format in REGISTRY_KEY_FORMATS,
         )
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+    def _own_format(self) -> ValueFormatConfig:
+        return ValueFormatConfig(
+            value_format=self.value_format,
+            value_schema=self.value_schema,
+            value_schema_file=self.value_schema_file,
+            value_expression=self.value_expression,
+            value_subject_name_strategy=self.value_subject_name_strategy,
+            value_record_name=self.value_record_name,
+        )
 
     def value_format_of(self, stream_id: str) -> ValueFormatConfig:
         """The value format of ``stream_id``: its ``formats`` entry, else the pipeline's."""
-        return self.formats.get(stream_id) or ValueFormatConfig(
-            value_format=self.value_format, value_schema=self.value_schema, value_schema_file=self.value_schema_file
-        )
+        return self.formats.get(stream_id) or self._own_format()
+
+    def key_subject(self, topic: str) -> str:
+        """The registry subject of ``topic``'s keys (registry key formats)."""
+        return subject_name(self.key_subject_name_strategy, topic, "key", self.key_record_name)
 
     @property
     def resolved_state_path(self) -> TableLocation:

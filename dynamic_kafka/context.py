@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import importlib
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from dynamic_kafka.config import (
     SingleClusterMetadataServiceConfig,
 )
 from dynamic_kafka.errors import ConfigError, TopicRecreatedError
+from dynamic_kafka.imports import load_callable
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, run_requests, take_broker_snapshot
 from dynamic_kafka.metadata.active import ActiveClustersOnly
 from dynamic_kafka.metadata.file import FileMetadataService
@@ -339,18 +339,7 @@ def build_metadata_service(config: MetadataServiceConfig) -> KafkaMetadataServic
             list_topic_names,
         )
     assert isinstance(config, PythonMetadataServiceConfig)
-    module_name, _, attribute = config.import_path.partition(":")
-    try:
-        target: object = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(
-            f"metadata_service.import_path {config.import_path!r} cannot be loaded: {e}.",
-            hint="Use 'package.module:factory' for an importable module on PYTHONPATH.",
-        ) from e
-    if not callable(target):
-        raise ConfigError(f"metadata_service.import_path {config.import_path!r} is not callable.")
+    target = load_callable(config.import_path, "metadata_service.import_path")
     service = target(**config.args)
     if not isinstance(service, KafkaMetadataService):
         raise ConfigError(

@@ -9,6 +9,8 @@ resolved offsets. In config files they are written in their short forms::
     starting_offsets: {timestamp: "2026-01-01T00:00:00Z"}     # or epoch milliseconds
     starting_offsets: {committed: {group_id: g, reset: earliest}}
     starting_offsets: {specific: {offsets: {orders: {0: 42}}, fallback: earliest}}
+    starting_offsets: {specific: {offsets: {orders: {0: 42}}, group_id: g, fallback: earliest}}
+    starting_offsets: {custom: {function: "my_package.offsets:start"}}
 
 Example:
     >>> from dynamic_kafka import offsets
@@ -19,11 +21,12 @@ Example:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BeforeValidator, Field, field_validator
 
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.model.plan import TopicPartition
 
 ResetStrategy = Literal["earliest", "latest", "none"]
 
@@ -78,13 +81,66 @@ class CommittedOffsets(_Initializer):
 
 
 class SpecificOffsets(_Initializer):
-    """Explicit offsets per topic and partition; ``fallback`` applies to partitions not listed."""
+    """Explicit offsets per topic and partition (Flink's ``OffsetsInitializer.offsets(Map, OffsetResetStrategy)``).
+
+    A partition not listed starts at ``group_id``'s committed offset when a group is named, and at ``fallback``
+    where there is none (or no group): Flink's order, which looks up the source's group first.
+    """
 
     kind: Literal["specific"] = "specific"
     offsets: dict[str, dict[int, Annotated[int, Field(ge=0)]]] = Field(
         description="{topic: {partition: offset}}; offsets are non-negative."
     )
-    fallback: ResetStrategy = Field("earliest", description="For partitions not listed.")
+    group_id: str | None = Field(
+        None,
+        min_length=1,
+        description="Consumer group whose committed offsets place the partitions not listed (before fallback).",
+    )
+    fallback: ResetStrategy = Field(
+        "earliest", description="For partitions not listed (and, with group_id, without a committed offset)."
+    )
+
+
+class CustomOffsets(_Initializer):
+    """A user's own starting initializer (Flink's ``OffsetsInitializer`` implemented by the user): a Python
+    function, ``package.module:function``, asked once per cluster and run for the partitions no run has read yet.
+
+    It is called as ``function(partitions, lookups, **args)``: ``partitions`` a list of
+    :class:`PartitionBounds` (cluster, topic, partition, earliest, latest), ``lookups`` an :class:`OffsetLookups`
+    (offsets for a timestamp, a consumer group's committed offsets), and it returns ``{(topic, partition): offset}``
+    for every partition given, each within its ``[earliest, latest]``. Anything else fails the plan naming the
+    function. It only places a partition's first start: a partition with committed state resumes from it, so a
+    function that answers differently on another day never moves a running pipeline. A starting point only, and
+    only in the pipeline's config (a metadata service's answer never names code to run).
+    """
+
+    kind: Literal["custom"] = "custom"
+    function: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'package.module:function' on PYTHONPATH, called as function(partitions, lookups, **args).",
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to the function.")
+
+
+class PartitionBounds(TopicPartition):
+    """One partition as a custom initializer is given it: where it is and what the broker holds."""
+
+    earliest: int = Field(ge=0, description="The earliest offset the broker still has.")
+    latest: int = Field(ge=0, description="The latest offset (the last stable offset under read_committed).")
+
+
+class OffsetLookups(Protocol):
+    """What a custom initializer may ask the cluster about the partitions it was given (Flink's
+    ``PartitionOffsetsRetriever``); each call is one batched request.
+    """
+
+    def offsets_for_times(self, timestamp_ms: int) -> dict[tuple[str, int], int | None]:
+        """Per (topic, partition), the first offset whose record timestamp is >= ``timestamp_ms``; None: none."""
+        ...
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int | None]:
+        """Per (topic, partition), ``group_id``'s committed offset; None where it has none."""
+        ...
 
 
 def _expand_short_form(value: Any) -> Any:
@@ -105,6 +161,12 @@ StartingOffsets = Annotated[
     Field(discriminator="kind"),
     BeforeValidator(_expand_short_form),
 ]
+PipelineStartingOffsets = Annotated[
+    EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets | CustomOffsets,
+    Field(discriminator="kind"),
+    BeforeValidator(_expand_short_form),
+]
+"""A pipeline's starting initializer: the metadata's per-cluster ones (:data:`StartingOffsets`) or a custom one."""
 StoppingOffsets = Annotated[
     LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets,
     Field(discriminator="kind"),
@@ -114,7 +176,7 @@ Isolation = Literal["read_committed", "read_uncommitted"]
 """Which records a read sees: ``read_committed`` stops at the last stable offset and skips aborted transactions.
 The one isolation-level type: the pipeline config, the broker offsets and the Spark read all use it."""
 
-AnyInitializer = EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets
+AnyInitializer = EarliestOffsets | LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets | CustomOffsets
 
 
 def earliest() -> EarliestOffsets:
@@ -137,9 +199,18 @@ def committed(group_id: str, reset: ResetStrategy = "none") -> CommittedOffsets:
     return CommittedOffsets(group_id=group_id, reset=reset)
 
 
-def specific(offsets: dict[str, dict[int, int]], fallback: ResetStrategy = "earliest") -> SpecificOffsets:
-    """Explicit ``{topic: {partition: offset}}``, ``fallback`` elsewhere."""
-    return SpecificOffsets(offsets=offsets, fallback=fallback)
+def specific(
+    offsets: dict[str, dict[int, int]], fallback: ResetStrategy = "earliest", *, group_id: str | None = None
+) -> SpecificOffsets:
+    """Explicit ``{topic: {partition: offset}}``; elsewhere ``group_id``'s committed offset if given, else
+    ``fallback``.
+    """
+    return SpecificOffsets(offsets=offsets, fallback=fallback, group_id=group_id)
+
+
+def custom(function: str, **args: Any) -> CustomOffsets:
+    """A user's own starting initializer, ``package.module:function`` (see :class:`CustomOffsets`)."""
+    return CustomOffsets(function=function, args=args)
 
 
 def to_epoch_ms(value: int | str | datetime) -> int:

@@ -4,9 +4,10 @@ Metadata sensor: each tick asks the library (``Pipeline.check_metadata``) whethe
 cursor is the library's ``WatchCursor`` as JSON, so the last fingerprint and the count of consecutive metadata
 service failures survive daemon restarts. A change requests one run keyed by the new fingerprint and the count of
 changes seen (Dagster never launches two runs with one key, so a repeated tick cannot duplicate it, while a layout
-that comes back, A -> B -> A, is a new key); up to ``sensor.failure_threshold``
-consecutive failures are skipped ticks that say why; the next one fails the tick until the service answers again.
-The first tick (no cursor) requests a run, which records the baseline fingerprint. It starts running or stopped as
+that comes back, A -> B -> A, is a new key); once a tick has succeeded, up to ``sensor.failure_threshold``
+consecutive failures are skipped ticks that say why, and the next one fails the tick until the service answers again;
+a failure before any tick succeeded fails the tick (Flink's first discovery). The first successful tick (no cursor)
+requests a run, which records the baseline fingerprint. It starts running or stopped as
 the pipeline's ``automation_default_status`` says (default stopped).
 
 Catch-up sensor: after a successful incremental run whose materialization says ``capped`` (a per-run or

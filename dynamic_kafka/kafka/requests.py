@@ -37,6 +37,9 @@ def run_requests(
     for cluster_id, topic in subscribed:
         topics_by_cluster.setdefault(cluster_id, set()).add(topic)
     clusters = metadata.clusters()
+    started: dict[str, set[str]] = {}
+    for key in state.partitions:
+        started.setdefault(key.cluster_id, set()).add(key.topic)
     floor_ms = to_epoch_ms(pipeline.bootstrap.until) if pipeline.bootstrap is not None else None
     requests = []
     for cluster_id, topics in sorted(topics_by_cluster.items()):
@@ -47,6 +50,7 @@ def run_requests(
                 topics=frozenset(topics),
                 starting=starting,
                 stopping=stopping,
+                started_topics=frozenset(started.get(cluster_id, set()) & topics),
                 required=True,
                 skip_unreachable=pipeline.skip_unreachable_clusters,
                 floor_ms=floor_ms,

@@ -2,8 +2,10 @@
 
 Per cluster: one describe call for its topics, then one ``list_offsets`` call per offset kind (earliest, latest,
 and the starting / stopping timestamps when the initializers need them), in flight together, and one committed
-offsets call for each initializer (starting, stopping) that reads a consumer group. Clusters are queried
-concurrently, one thread each, so a snapshot takes as long as the slowest cluster, not the sum.
+offsets call for each initializer (starting, stopping) that reads a consumer group. A custom starting initializer
+is called here, with the partitions no run has read yet, and may ask the same admin client for more. Clusters are
+queried concurrently, one thread each, so a snapshot takes as long as the slowest cluster, not the sum (a custom
+initializer's function may therefore run for several clusters at once).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from dynamic_kafka.custom_offsets import resolve_custom
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
@@ -22,10 +25,13 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 from dynamic_kafka.offsets import (
     CommittedOffsets,
+    CustomOffsets,
     EarliestOffsets,
     Isolation,
     LatestOffsets,
-    StartingOffsets,
+    PartitionBounds,
+    PipelineStartingOffsets,
+    SpecificOffsets,
     StoppingOffsets,
     TimestampOffsets,
 )
@@ -42,10 +48,15 @@ class ClusterRequest(FrozenModel):
 
     cluster: ClusterMetadata = Field(description="The cluster to query (its connection; topics come below).")
     topics: frozenset[str] = Field(description="Topics to describe and query.")
-    starting: StartingOffsets = Field(
+    starting: PipelineStartingOffsets = Field(
         default_factory=EarliestOffsets,
         description="The effective starting initializer for this cluster (per-cluster override already applied). "
-        "A timestamp or committed initializer adds start lookups.",
+        "A timestamp, committed, specific with a group, or custom initializer adds start lookups.",
+    )
+    started_topics: frozenset[str] = Field(
+        frozenset(),
+        description="Topics the state has partitions of on this cluster: they resume from it, so a custom starting "
+        "initializer is not asked about them.",
     )
     stopping: StoppingOffsets = Field(
         default_factory=LatestOffsets,
@@ -134,8 +145,23 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             queries["floor"] = request.floor_ms
         answers = admin.offset_answers(partitions, queries, isolation_level=isolation_level)
         offsets = offsets_of(answers)
-        if isinstance(request.starting, CommittedOffsets):
-            offsets["start"] = dict(admin.committed_offsets(request.starting.group_id, partitions))
+        starting = request.starting
+        if isinstance(starting, CommittedOffsets | SpecificOffsets) and starting.group_id is not None:
+            offsets["start"] = dict(admin.committed_offsets(starting.group_id, partitions))
+        if isinstance(starting, CustomOffsets):
+            fresh = [
+                PartitionBounds(
+                    cluster_id=cluster_id,
+                    topic=t,
+                    partition=p,
+                    earliest=_known(offsets["earliest"], (t, p), cluster_id),
+                    latest=_known(offsets["latest"], (t, p), cluster_id),
+                )
+                for t, p in partitions
+                if t not in request.started_topics
+            ]
+            lookups = AdminLookups(admin, [(b.topic, b.partition) for b in fresh], isolation_level)
+            offsets["start"] = {**resolve_custom(starting, fresh, lookups)}
         if isinstance(request.stopping, CommittedOffsets):
             offsets["stop"] = dict(admin.committed_offsets(request.stopping.group_id, partitions))
         diverged = admin.diverged_offsets(epoch_checks(request.positions, described, answers["latest"]))
@@ -159,11 +185,33 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
                 )
                 for _, p in keys
             },
-            start_lookups={p: offsets["start"][(name, p)] for _, p in keys} if "start" in offsets else {},
+            start_lookups={p: offsets["start"].get((name, p)) for _, p in keys} if "start" in offsets else {},
             stop_lookups={p: offsets["stop"][(name, p)] for _, p in keys} if "stop" in offsets else {},
             floor_lookups={p: offsets["floor"][(name, p)] for _, p in keys} if "floor" in offsets else {},
         )
     return ClusterSnapshot(cluster_id=cluster_id, topics=topics)
+
+
+class AdminLookups:
+    """A custom initializer's :class:`~dynamic_kafka.offsets.OffsetLookups` over the snapshot's admin client, for
+    the partitions it was given.
+    """
+
+    def __init__(self, admin: KafkaAdmin, partitions: Sequence[Partition], isolation_level: Isolation) -> None:
+        self._admin = admin
+        self._partitions = partitions
+        self._isolation_level = isolation_level
+
+    def offsets_for_times(self, timestamp_ms: int) -> dict[Partition, int | None]:
+        """Per partition, the first offset at or after ``timestamp_ms`` (None: no record is)."""
+        answers = self._admin.offset_answers(
+            self._partitions, {"at": timestamp_ms}, isolation_level=self._isolation_level
+        )
+        return offsets_of(answers)["at"]
+
+    def committed(self, group_id: str) -> dict[Partition, int | None]:
+        """Per partition, ``group_id``'s committed offset (None: none)."""
+        return self._admin.committed_offsets(group_id, self._partitions)
 
 
 def epoch_checks(

@@ -2,8 +2,10 @@
 
 The watch is a pure step over a serializable cursor, so an orchestrator (the Dagster sensor) can keep the cursor
 across daemon restarts: ``check_metadata(poll, cursor, threshold)`` polls once and says whether the resolved layout
-changed. Up to ``threshold`` consecutive failures are tolerated (the result says so); the next one raises; any
-success resets the count.
+changed. Flink's ``stream-metadata-discovery-failure-threshold`` semantics: a failure before any poll succeeded
+raises at once (there is no layout to keep watching, and a broken service should not look like a quiet one); after
+that, up to ``threshold`` consecutive failures are tolerated (the result says so; 0 tolerates none), the next one
+raises, and any success resets the count.
 """
 
 from __future__ import annotations
@@ -55,14 +57,21 @@ def check_metadata(poll: Callable[[], str], cursor: WatchCursor, *, failure_thre
     Args:
         poll: returns the current metadata fingerprint, raising DynamicKafkaError when the service fails.
         cursor: the previous cursor.
-        failure_threshold: consecutive failures tolerated before raising.
+        failure_threshold: consecutive failures tolerated before raising, once a poll has succeeded.
 
     Raises:
-        MetadataServiceError: the service failed more than ``failure_threshold`` times in a row.
+        MetadataServiceError: the service failed before any poll succeeded, or more than ``failure_threshold`` times
+            in a row.
     """
     try:
         fingerprint = poll()
     except DynamicKafkaError as e:
+        if cursor.fingerprint is None:
+            raise MetadataServiceError(
+                f"the metadata service failed on the first poll, before any metadata was seen: {e}",
+                hint="Check the metadata service; a failure is only tolerated once a poll has succeeded (Flink's "
+                "rule for the first discovery).",
+            ) from e
         failures = cursor.consecutive_failures + 1
         if failures > failure_threshold:
             raise MetadataServiceError(

@@ -49,9 +49,11 @@ from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicParti
 from dynamic_kafka.offsets import (
     AnyInitializer,
     CommittedOffsets,
+    CustomOffsets,
     EarliestOffsets,
     LatestOffsets,
     SpecificOffsets,
+    StoppingOffsets,
     TimestampOffsets,
     to_epoch_ms,
 )
@@ -165,13 +167,18 @@ def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[s
         "on_decode_error": pipeline.on_decode_error,
         "json_strict": pipeline.json_strict,
     }
+    # A record subject name strategy and a value expression are pinned only when set, so plans written before they
+    # existed keep their pins.
+    if pipeline.key_subject_name_strategy != "topic":
+        values["key_subject_name_strategy"] = [pipeline.key_subject_name_strategy, pipeline.key_record_name]
     for stream_id in sorted(streams):
         fmt = pipeline.value_format_of(stream_id)
-        values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = [
-            fmt.value_format,
-            fmt.value_schema,
-            fmt.value_schema_file is not None,
-        ]
+        pinned: list[object] = [fmt.value_format, fmt.value_schema, fmt.value_schema_file is not None]
+        if fmt.value_subject_name_strategy != "topic":
+            pinned += [fmt.value_subject_name_strategy, fmt.value_record_name]
+        if fmt.value_expression is not None:
+            pinned.append(fmt.value_expression)
+        values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = pinned
     return {
         name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
         for name, value in values.items()
@@ -463,11 +470,24 @@ class _PlanBuilder:
                 if wanted is None:
                     return self._fallback(key, reset, offsets, f"consumer group {group_id!r}")
                 return self._clamp(key, wanted, offsets, f"consumer group {group_id!r}")
-            case SpecificOffsets(fallback=fallback):
+            case SpecificOffsets(fallback=fallback, group_id=group_id):
                 wanted = starting.offsets.get(key.topic, {}).get(key.partition)
+                if wanted is not None:
+                    return self._clamp(key, wanted, offsets, "specific offsets")
+                wanted = None if group_id is None else snapshot.start_lookups.get(key.partition)
                 if wanted is None:
                     return self._fallback(key, fallback, offsets, "specific offsets")
-                return self._clamp(key, wanted, offsets, "specific offsets")
+                return self._clamp(key, wanted, offsets, f"consumer group {group_id!r}")
+            case CustomOffsets(function=function):
+                # Checked within [earliest, latest] when it was called (custom_offsets.resolve_custom).
+                wanted = snapshot.start_lookups.get(key.partition)
+                if wanted is None:
+                    raise PlanningError(
+                        f"starting_offsets function {function!r} was not asked about {key}, a partition no run "
+                        "has read.",
+                        hint="Run again: the brokers' snapshot and the state disagreed about it.",
+                    )
+                return wanted
             case _:
                 assert_never(starting)
 
@@ -534,7 +554,7 @@ class _PlanBuilder:
     def _stop(
         self,
         key: TopicPartition,
-        stopping: AnyInitializer,
+        stopping: StoppingOffsets,
         snapshot: TopicSnapshot,
         offsets: PartitionOffsets,
         start: int,
@@ -549,7 +569,7 @@ class _PlanBuilder:
                 stop = snapshot.stop_lookups.get(key.partition)
                 if stop is None:
                     stop = max(start, self._fallback(key, reset, offsets, f"stopping consumer group {group_id!r}"))
-            case LatestOffsets() | EarliestOffsets():
+            case LatestOffsets():
                 stop = offsets.latest
             case _:
                 assert_never(stopping)
@@ -649,6 +669,8 @@ def _describe(initializer: AnyInitializer) -> str:
         case TimestampOffsets(timestamp_ms=timestamp_ms):
             at = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
             return f"timestamp {at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+        case CustomOffsets(function=function):
+            return f"custom {function}"
         case EarliestOffsets() | LatestOffsets() | CommittedOffsets() | SpecificOffsets():
             return initializer.kind
         case _:

@@ -66,14 +66,15 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
     "PythonMetadataServiceConfig": {"type": "`python`: a KafkaMetadataService built by your own factory."},
     "PipelineConfig": {
         "starting_offsets": "Where a partition with no committed offset starts: earliest (default), latest, "
-        "{timestamp: ...}, {committed: {group_id, reset}} or {specific: {offsets, fallback}}.",
+        "{timestamp: ...}, {committed: {group_id, reset}}, {specific: {offsets, group_id, fallback}} or {custom: "
+        "{function, args}} (a Python function of yours).",
         "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...}, {committed: ...} or "
         "{specific: ...}.",
         "sink": "The Delta table rows land in, and its dead-letter table.",
         "value_format": "How values are decoded: bytes (default), string, json (with value_schema), avro, "
-        "protobuf or json_schema.",
+        "protobuf, json_schema, or expression (with value_expression).",
         "key_format": "How keys land: bytes (default), string (UTF-8), or avro, protobuf or json_schema (decoded "
-        "with the `<topic>-key` subject into a `key` struct).",
+        "with the key subject, by default `<topic>-key`, into a `key` struct).",
         "on_decode_error": "A value that cannot be decoded goes to the dead-letter table (default) or fails the run.",
         "on_data_loss": "Offsets lost to retention or truncation: fail the run (default) or skip them and record "
         "the gap.",
@@ -104,6 +105,7 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
     "TimestampOffsets": {"kind": _KIND},
     "CommittedOffsets": {"kind": _KIND},
     "SpecificOffsets": {"kind": _KIND},
+    "CustomOffsets": {"kind": _KIND},
     "MetadataFile": {
         "clusters": "The clusters by id: how to reach each one.",
         "streams": "The streams by id: per cluster id, the topics that make up the stream there.",

@@ -34,8 +34,11 @@ def written_schema(
     """The schema of the rows an incremental run of ``pipeline`` appends to its sink (no Spark job).
 
     Raises:
-        SchemaMismatchError: ``value_schema`` is not a valid Spark DDL list of fields.
+        SchemaMismatchError: ``value_schema`` is not a valid Spark DDL list of fields, or ``value_expression`` does
+            not parse or names what a record does not have.
     """
+    from pyspark.errors import PySparkException
+
     from dynamic_kafka.sink.tables import sink_rows
     from dynamic_kafka.spark.decoding import value_column_decoding
     from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
@@ -46,6 +49,18 @@ def written_schema(
     except ConfigError as e:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."
+        ) from e
+    except PySparkException as e:
+        formats = (pipeline.value_format_of(""), *pipeline.formats.values())
+        expressions = {f.value_expression for f in formats if f.value_expression is not None}
+        if not expressions:
+            raise
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SchemaMismatchError(
+            f"pipeline {pipeline.id!r}: value_expression {', '.join(map(repr, sorted(expressions)))} is not a "
+            f"Spark SQL expression over the record's columns: {said}",
+            hint="Fix value_expression (it sees key, value, headers, topic, partition, offset, timestamp); nothing "
+            "was planned or written.",
         ) from e
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructField, StructType
 
     from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
@@ -42,8 +42,12 @@ VALUE_NOT_UTF8 = "value is not valid UTF-8"
 VALUE_NOT_JSON = "value is not a JSON object (malformed JSON, an array, a scalar or empty)"
 VALUE_TRAILING_DATA = "value has data after the JSON object (json_strict)"
 VALUE_UNKNOWN_FIELDS = "value has fields not in value_schema (json_strict)"
+VALUE_EXPRESSION_NULL = "value_expression gave null for a non-null value"
 
 _CORRUPT_FIELD = "_dk_corrupt_record"
+EXPRESSION_VALUE = "_dk_expression_value"
+"""The column ``value_expression``'s result is computed into while the record's own ``key`` and ``value`` are still
+named so (the sink leaves ``_dk_`` columns out)."""
 
 
 def value_type_mismatch(field: str, data_type: str) -> str:
@@ -91,7 +95,8 @@ def json_schema(value_schema: str) -> StructType:
 def value_column(
     raw_value: Column, fmt: ValueFormatConfig, *, strict: bool = False
 ) -> tuple[Column, list[tuple[Column, str]]]:
-    """The ``value`` column of a bytes/string/json format and its ``(is-bad, reason)`` checks, in order.
+    """The ``value`` column of a bytes/string/json/expression format and its ``(is-bad, reason)`` checks, in order.
+    An expression's result must already be in :data:`EXPRESSION_VALUE` (:func:`with_expression_value`).
 
     Raises:
         ConfigError: ``value_schema`` is invalid (json).
@@ -100,6 +105,9 @@ def value_column(
 
     if fmt.value_format == "bytes":
         return raw_value, []
+    if fmt.value_format == "expression":
+        result = sf.col(EXPRESSION_VALUE)
+        return result, [(raw_value.isNotNull() & result.isNull(), VALUE_EXPRESSION_NULL)]
     text, utf8_bad = utf8_text(raw_value)
     if fmt.value_format == "string":
         return text, [(utf8_bad, VALUE_NOT_UTF8)]
@@ -136,6 +144,19 @@ def value_column(
         (unknown_bad, VALUE_UNKNOWN_FIELDS),
     ]
     return sf.when(~(json_bad | trailing_bad | unknown_bad), parsed.dropFields(field)), checks
+
+
+def with_expression_value(frame: DataFrame, fmt: ValueFormatConfig) -> DataFrame:
+    """``frame`` with ``value_expression``'s result as :data:`EXPRESSION_VALUE` (unchanged for other formats).
+
+    Evaluated in the same projection as every other column, so it is part of the run's one read: nothing is read
+    twice and a record it cannot turn into a value is routed like any undecodable one.
+    """
+    from pyspark.sql import functions as sf
+
+    if fmt.value_expression is None:
+        return frame
+    return frame.withColumn(EXPRESSION_VALUE, sf.expr(fmt.value_expression))
 
 
 def _corrupt_alone(text: Column, struct_field: StructField, corrupt: str) -> Column:

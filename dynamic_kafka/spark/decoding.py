@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS
 from dynamic_kafka.model.summary import DecodedSchema
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, can_fail, utf8_text, value_column
+from dynamic_kafka.spark.decode import KEY_NOT_UTF8, can_fail, utf8_text, value_column, with_expression_value
 from dynamic_kafka.spark.registry_decode import (
     SCHEMA_ID,
     SchemaVersion,
@@ -85,6 +85,8 @@ class PreparedDecoding:
         from pyspark.sql import functions as sf
 
         raw_key, raw_value = sf.col(RAW_KEY), sf.col(RAW_VALUE)
+        if self.legacy is not None:
+            frame = with_expression_value(frame, self.legacy)
         staged = frame.withColumnsRenamed({"key": RAW_KEY, "value": RAW_VALUE})
         key_reason = sf.lit(KEY_NOT_UTF8)
         if self.key_sources:

@@ -2,8 +2,9 @@
 column expressions in the run's one pass.
 
 Driver (:func:`prepare_sources`, before the plan is written and before Spark starts): for every planned
-``(cluster, topic)`` of a stream whose ``value_format`` uses a registry, every version of the subject
-``<topic>-value`` (Confluent's TopicNameStrategy) is fetched from that cluster's registry (the metadata's
+``(cluster, topic)`` of a stream whose ``value_format`` uses a registry, every version of its subject (by default
+``<topic>-value``, Confluent's TopicNameStrategy; ``value_subject_name_strategy`` picks the record strategies,
+:func:`~dynamic_kafka.config.subject_name`) is fetched from that cluster's registry (the metadata's
 ``schema_registry``, else the pipeline's): a handful of HTTP calls per run, none per record, and no scan of the
 data to find which ids occur. The latest version is the *reader* schema; every older version is checked against it
 with Avro's schema-resolution rules (``avro.compatibility``) or, for JSON Schema, field by field. The decoded
@@ -25,8 +26,8 @@ returns it null exactly when the bytes did not decode. A record is routed, never
 
 Decoded fields land as top-level columns (beside ``cluster``, ``stream``, ``topic``...) plus ``_schema_id``.
 
-Keys under a registry ``key_format`` are sources too (role ``key``, subject ``<topic>-key``): the same checks and
-error chain, decoded by :func:`registry_key` into one ``key`` struct column instead of top-level fields.
+Keys under a registry ``key_format`` are sources too (role ``key``, by default subject ``<topic>-key``): the same
+checks and error chain, decoded by :func:`registry_key` into one ``key`` struct column instead of top-level fields.
 
 Why one module of this size: the driver half and the executor half share one contract, the sources
 (:class:`SourceDecoding`: schema ids, the reader schema, the column names and types), and each half checks what the
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEMA_ID = "_schema_id"
-SUBJECT_SUFFIX = "-value"
-KEY_SUBJECT_SUFFIX = "-key"
 _REGISTRY_TYPE = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MARKER = "dynamic-kafka-incompatible"
 _MARKER_RE = re.compile(_MARKER + r"\[(?P<json>\{.*?\})\]" + _MARKER)
@@ -163,7 +162,7 @@ def prepare_sources(
                 pipeline, stream_id, f"value_format {fmt.value_format}", clusters.get(cluster_id), cluster_id
             )
             client = _client(clients, registry, cluster_id)
-            subject = topic + SUBJECT_SUFFIX
+            subject = fmt.value_subject(topic)
             registered = _registered(client, pinned.get((cluster_id, topic)), subject)
             sources.append(_registry_source(stream_id, cluster_id, topic, fmt.value_format, subject, registered))
     for source in sources:
@@ -190,8 +189,8 @@ def prepare_key_sources(
     pins: Sequence[DecodePin] = (),
 ) -> tuple[SourceDecoding, ...]:
     """The key sources of the planned ranges under a registry ``key_format``: per ``(cluster, topic)`` the writer
-    schemas of the subject ``<topic>-key``, pinned as :func:`prepare_sources` pins the values'. Empty for the
-    ``bytes`` and ``string`` key formats. JVM-free.
+    schemas of its key subject (:meth:`~dynamic_kafka.config.PipelineConfig.key_subject`), pinned as
+    :func:`prepare_sources` pins the values'. Empty for the ``bytes`` and ``string`` key formats. JVM-free.
 
     Raises:
         ConfigError: a cluster has no registry, or a pinned schema id is gone from the registry.
@@ -206,7 +205,7 @@ def prepare_key_sources(
         registry = _registry_of(
             pipeline, stream_id, f"key_format {pipeline.key_format}", clusters.get(cluster_id), cluster_id
         )
-        subject = topic + KEY_SUBJECT_SUFFIX
+        subject = pipeline.key_subject(topic)
         registered = _registered(_client(clients, registry, cluster_id), pinned.get((cluster_id, topic)), subject)
         source = _registry_source(stream_id, cluster_id, topic, pipeline.key_format, subject, registered)
         sources.append(dataclasses.replace(source, role="key"))

@@ -46,6 +46,14 @@ def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
         assert result.skip_reason is not None
         return result.skip_reason.skip_message or ""
 
+    # The first tick has no metadata to fall back on: its failure fails the tick (Flink's first discovery), with
+    # no cursor kept, whatever the threshold.
+    project.metadata_path.write_text("clusters: [not, closed\n", encoding="utf-8")
+    with pytest.raises(MetadataServiceError, match="failed on the first poll"):
+        tick()
+    assert cursor is None
+    project.write_metadata(EAST_ONLY)
+
     first_fp = fingerprint(project)
     baseline = tick()
     assert [r.run_key for r in baseline.run_requests or []] == [f"{first_fp}#1"]

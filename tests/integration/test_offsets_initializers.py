@@ -63,3 +63,39 @@ def test_committed_offsets_as_a_stopping_point_never_read_past_the_group(
     commit_group(east, group, {(topic, 0): 4, (topic, 1): 1})
     assert h.runner().run().records == 3
     assert h.sink_rows() == sorted(r for r in produced if r[3] < (4 if r[2] == 0 else 1))
+
+
+def test_specific_offsets_place_the_rest_at_the_groups_offsets_then_the_fallback(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    group = unique_name("placing")
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 3})
+    east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
+    produced = rows("east", topic, produce(east, topic, numbered(range(12), partitions=3)))
+    commit_group(east, group, {(topic, 1): 3})
+    h.configure(starting_offsets={"specific": {"offsets": {topic: {0: 2}}, "group_id": group, "fallback": "latest"}})
+
+    # Partition 0 from its listed offset 2, partition 1 from the group's 3, partition 2 (neither) from latest.
+    assert h.runner().run().records == 2 + 1
+    assert h.sink_rows() == sorted(r for r in produced if (r[2], r[3]) in {(0, 2), (0, 3), (1, 3)})
+
+
+def test_a_custom_initializer_asks_the_brokers_and_places_each_partitions_first_start(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    group = unique_name("custom")
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2})
+    east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
+    cut = int(time.time() * 1000)
+    stamped = [
+        dataclasses.replace(r, timestamp_ms=cut + (60_000 if r.partition == 1 and i >= 6 else -60_000))
+        for i, r in enumerate(numbered(range(10), partitions=2))
+    ]
+    produced = rows("east", topic, produce(east, topic, stamped))
+    commit_group(east, group, {(topic, 0): 4})
+    function = "tests.support.initializers:group_then_time"
+    h.configure(starting_offsets={"custom": {"function": function, "args": {"group_id": group, "since_ms": cut}}})
+
+    # Partition 0 from the group's offset 4; partition 1 (no group offset) from its first record at ``cut``, 3.
+    assert h.runner().run().records == 1 + 2
+    assert h.sink_rows() == sorted(r for r in produced if r[3] >= (4 if r[2] == 0 else 3))

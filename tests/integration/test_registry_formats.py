@@ -278,3 +278,46 @@ def test_topics_whose_keys_decode_to_different_types_are_refused_with_nothing_wr
     assert f"{other}-key" in str(refused.value)
     assert not list(tmp_path.glob("sink_dead_letter/_delta_log/*.json"))
     assert not list(tmp_path.glob("sink/_delta_log/*.json"))
+
+
+def test_record_name_strategies_fetch_the_subjects_confluents_serializers_register(
+    tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    """Values under TopicRecordNameStrategy (``<topic>-<record>``), keys under RecordNameStrategy (``<record>``):
+    the subjects named by config are fetched; the TopicNameStrategy subjects, holding other schemas, are not."""
+    east, topic = east_topic
+    registry = schema_registries["east"]
+    # A record subject is the registry's, shared by every topic: a name no other test registers.
+    key_name = f"acme.OrderKey{unique_name('k').split('-')[1]}"
+    key_schema = {**KEY_V1, "name": key_name}
+    k1 = register(registry, key_name, key_schema)
+    v1 = register(registry, f"{topic}-acme.Order", {**ORDER_V1, "name": "acme.Order"})
+    register(registry, f"{topic}-value", ITEM)  # what the default strategy would read: not these records
+    produce(
+        east,
+        topic,
+        [
+            Record(
+                encode_header(v1) + avro(ORDER_V1, {"id": 7, "amount": 2.5}),
+                key=encode_header(k1) + avro(key_schema, {"region": "eu"}),
+            )
+        ],
+    )
+    harness = in_process(
+        tmp_path,
+        east,
+        topic,
+        spark,
+        value_format="avro",
+        value_subject_name_strategy="topic_record",
+        value_record_name="acme.Order",
+        key_format="avro",
+        key_subject_name_strategy="record",
+        key_record_name=key_name,
+        schema_registry={"url": registry.url},
+    )
+    harness.runner().run()
+
+    assert [(r["key"], r["id"], r["amount"]) for r in rows(harness.sink_path)] == [({"region": "eu"}, 7, 2.5)]
+    dead_letters = tmp_path / "sink_dead_letter"
+    assert not dead_letters.exists() or rows(dead_letters) == []

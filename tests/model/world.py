@@ -69,6 +69,7 @@ from dynamic_kafka import realign as realign_module
 from dynamic_kafka import run_guard as run_guard_module
 from dynamic_kafka import runner as runner_module
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
+from dynamic_kafka.custom_offsets import resolve_custom
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     CommitOverwrittenError,
@@ -89,7 +90,7 @@ from dynamic_kafka.model.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
+from dynamic_kafka.offsets import CommittedOffsets, CustomOffsets, PartitionBounds, SpecificOffsets, TimestampOffsets
 from dynamic_kafka.pipeline import Pipeline
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import per_stream as per_stream_module
@@ -354,7 +355,6 @@ class World:
                     topics[name] = TopicSnapshot(topic=name, exists=False)
                     continue
                 parts = dict(enumerate(t.partitions))
-                start = request.starting
                 stop = request.stopping
                 diverged = self._diverged(request, name, t)
                 topics[name] = TopicSnapshot(
@@ -366,9 +366,7 @@ class World:
                         )
                         for i, p in parts.items()
                     },
-                    start_lookups={i: self._first_at(p, start.timestamp_ms) for i, p in parts.items()}
-                    if isinstance(start, TimestampOffsets)
-                    else {},
+                    start_lookups=self._start_lookups(request, cid, name, parts),
                     stop_lookups=self._stop_lookups(cid, name, parts, stop),
                     floor_lookups={i: self._first_at(p, request.floor_ms) for i, p in parts.items()}
                     if request.floor_ms is not None
@@ -376,6 +374,26 @@ class World:
                 )
             clusters[cid] = ClusterSnapshot(cluster_id=cid, topics=topics)
         return BrokerSnapshot(clusters=clusters, taken_at=now)
+
+    def _start_lookups(
+        self, request: ClusterRequest, cid: str, name: str, parts: dict[int, WPartition]
+    ) -> dict[int, int | None]:
+        """What the brokers answer for a starting initializer that needs a lookup: a timestamp's first offset, a
+        consumer group's committed offsets (None where it has none), or a custom initializer's function, called
+        through the product's own ``resolve_custom`` for the partitions of a topic the state has none of."""
+        start = request.starting
+        if isinstance(start, TimestampOffsets):
+            return {i: self._first_at(p, start.timestamp_ms) for i, p in parts.items()}
+        if isinstance(start, CommittedOffsets | SpecificOffsets) and start.group_id is not None:
+            return {i: self.group_offsets.get((cid, name, i)) for i in parts}
+        if isinstance(start, CustomOffsets) and name not in request.started_topics:
+            bounds = [
+                PartitionBounds(cluster_id=cid, topic=name, partition=i, earliest=p.earliest, latest=p.end)
+                for i, p in parts.items()
+            ]
+            lookups = _WorldLookups(self, cid, name, parts)
+            return {p: found for (_, p), found in resolve_custom(start, bounds, lookups).items()}
+        return {}
 
     def _stop_lookups(self, cid: str, name: str, parts: dict[int, WPartition], stop: object) -> dict[int, int | None]:
         """What the brokers answer for a stopping initializer that needs a lookup: a timestamp's first offset, or
@@ -1385,6 +1403,22 @@ class _OneTick:
 
     def set(self) -> None:
         self.event.set()
+
+
+@dataclass
+class _WorldLookups:
+    """A custom initializer's lookups, answered by the world for one topic's partitions."""
+
+    world: World
+    cluster_id: str
+    topic: str
+    parts: dict[int, WPartition]
+
+    def offsets_for_times(self, timestamp_ms: int) -> dict[tuple[str, int], int | None]:
+        return {(self.topic, i): self.world._first_at(p, timestamp_ms) for i, p in self.parts.items()}
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int | None]:
+        return {(self.topic, i): self.world.group_offsets.get((self.cluster_id, self.topic, i)) for i in self.parts}
 
 
 class Harness:

@@ -192,6 +192,39 @@ class TestStartingPositions:
         }
         assert "offset_clamped" in kinds(p)
 
+    def test_specific_offsets_place_unlisted_partitions_at_the_group_then_the_fallback(self) -> None:
+        # Flink's SpecifiedOffsetsInitializer: listed offset, else the group's committed offset, else the reset.
+        snap = brokers(east=[topic("orders", {0: (0, 9), 1: (0, 9), 2: (3, 9)}, start_lookups={0: 7, 1: 5, 2: None})])
+        spec = {"specific": {"offsets": {"orders": {0: 4}}, "group_id": "g", "fallback": "latest"}}
+        p = plan(metadata(stream(east=["orders"])), snap, starting_offsets=spec)
+        assert ranges(p) == {
+            ("east", "orders", 0): (4, 9),
+            ("east", "orders", 1): (5, 9),
+            ("east", "orders", 2): (9, 9),
+        }
+
+    def test_specific_offsets_without_the_group_or_a_fallback_fail_naming_the_partition(self) -> None:
+        snap = brokers(east=[topic("orders", {0: (0, 9)}, start_lookups={0: None})])
+        spec = {"specific": {"offsets": {}, "group_id": "g", "fallback": "none"}}
+        with pytest.raises(PlanningError, match=r"east/orders\[0\].*'none'"):
+            plan(metadata(stream(east=["orders"])), snap, starting_offsets=spec)
+
+    def test_a_custom_initializer_places_only_a_partitions_first_start(self) -> None:
+        # Its answers (checked when it was called) for both partitions; partition 0 has state and resumes from it.
+        snap = brokers(east=[topic("orders", {0: (0, 9), 1: (0, 9)}, start_lookups={0: 1, 1: 6})])
+        custom = {"custom": {"function": "pkg.mod:start"}}
+        fresh = plan(metadata(stream(east=["orders"])), snap, starting_offsets=custom)
+        assert ranges(fresh) == {("east", "orders", 0): (1, 9), ("east", "orders", 1): (6, 9)}
+        resumed = plan(
+            metadata(stream(east=["orders"])), snap, state(("east", "orders", 0, 3)), starting_offsets=custom
+        )
+        assert ranges(resumed) == {("east", "orders", 0): (3, 9), ("east", "orders", 1): (0, 9)}
+
+    def test_a_custom_initializer_not_asked_about_a_fresh_partition_fails_the_plan(self) -> None:
+        snap = brokers(east=[topic("orders", {0: (0, 9)}, start_lookups={0: None})])
+        with pytest.raises(PlanningError, match=r"'pkg.mod:start' was not asked about east/orders\[0\]"):
+            plan(metadata(stream(east=["orders"])), snap, starting_offsets={"custom": {"function": "pkg.mod:start"}})
+
     def test_per_cluster_override_beats_pipeline_default(self) -> None:
         east = ClusterMetadata(
             cluster_id="east", bootstrap_servers="e:1", topics=frozenset({"orders"}), starting_offsets=offsets.latest()

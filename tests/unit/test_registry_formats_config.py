@@ -104,3 +104,69 @@ def test_a_type_change_against_the_table_is_refused(tmp_path: Path) -> None:
     changed = StructType([StructField("id", StringType())])
     with pytest.raises(SchemaIncompatibleError, match="field id is bigint in one and string in the other"):
         check_table_schema(changed, sink_schema(TableRef.of(table)), table)
+
+
+def test_subject_name_strategies_name_the_subject_a_batch_read_fetches() -> None:
+    p = pipeline(
+        value_format="avro",
+        value_subject_name_strategy="topic_record",
+        value_record_name="com.acme.Order",
+        key_format="avro",
+        key_subject_name_strategy="record",
+        key_record_name="com.acme.OrderKey",
+        formats={"clicks": {"value_format": "protobuf"}},
+    )
+    assert p.value_format_of("orders").value_subject("orders") == "orders-com.acme.Order"
+    assert p.value_format_of("clicks").value_subject("clicks") == "clicks-value"  # its own entry: topic strategy
+    assert p.key_subject("orders") == "com.acme.OrderKey"
+    assert pipeline(key_format="avro").key_subject("orders") == "orders-key"
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        ({"value_format": "avro", "value_subject_name_strategy": "record"}, "fully-qualified name in value_rec"),
+        ({"value_format": "avro", "value_record_name": "a.B"}, "value_record_name is for the record and topic_record"),
+        ({"value_format": "json", "value_schema": "id INT", "value_subject_name_strategy": "record",
+          "value_record_name": "a.B"}, "value_subject_name_strategy is for formats read with a Schema Registry"),
+        ({"key_subject_name_strategy": "topic_record", "key_record_name": "a.B"}, "key_subject_name_strategy is for"),
+        ({"key_format": "avro", "key_subject_name_strategy": "record"}, "give its fully-qualified name in key_record"),
+        ({"formats": {"s": {"value_format": "avro", "value_schema_file": "x.avsc",
+                            "value_subject_name_strategy": "record", "value_record_name": "a.B"}}}, "Schema Registry"),
+    ],
+)  # fmt: skip
+def test_a_subject_name_strategy_that_cannot_name_a_subject_is_refused(
+    settings: dict[str, object], complaint: str
+) -> None:
+    with pytest.raises(ValidationError, match=complaint):
+        pipeline(**settings)
+
+
+def test_a_record_strategy_is_pinned_only_when_set() -> None:
+    from dynamic_kafka.plan.planner import config_pins
+
+    plain = config_pins(pipeline(value_format="avro", key_format="avro"), ["orders"])
+    named = config_pins(
+        pipeline(value_format="avro", value_subject_name_strategy="record", value_record_name="a.B", key_format="avro"),
+        ["orders"],
+    )
+    keyed = config_pins(
+        pipeline(value_format="avro", key_format="avro", key_subject_name_strategy="record", key_record_name="a.K"),
+        ["orders"],
+    )
+    assert "key_subject_name_strategy" not in plain
+    assert named["format:orders"] != plain["format:orders"]
+    assert "key_subject_name_strategy" in keyed
+    assert keyed["format:orders"] == plain["format:orders"]
+
+
+def test_a_value_expression_goes_with_the_expression_format_only_and_is_pinned() -> None:
+    from dynamic_kafka.plan.planner import config_pins
+
+    p = pipeline(value_format="expression", value_expression="upper(cast(value AS STRING))")
+    assert p.value_format_of("orders").value_expression == "upper(cast(value AS STRING))"
+    for settings in ({"value_format": "expression"}, {"value_format": "string", "value_expression": "value"}):
+        with pytest.raises(ValidationError, match=r"`value_expression` .* goes with value_format expression"):
+            pipeline(**settings)
+    other = pipeline(value_format="expression", value_expression="lower(cast(value AS STRING))")
+    assert config_pins(p, ["orders"])["format:orders"] != config_pins(other, ["orders"])["format:orders"]

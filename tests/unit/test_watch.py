@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.watch import WatchCursor, check_metadata
 
@@ -60,6 +61,25 @@ def test_threshold_five_tolerates_five_then_raises_and_success_resets() -> None:
 
 
 def test_default_threshold_one_raises_on_second_failure() -> None:
-    once = check_metadata(failing, WatchCursor(), failure_threshold=1)
+    once = check_metadata(failing, WatchCursor(fingerprint="a"), failure_threshold=1)
+    assert once.cursor.consecutive_failures == 1
     with pytest.raises(MetadataServiceError):
         check_metadata(failing, once.cursor, failure_threshold=1)
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 5])
+def test_a_failure_on_the_first_poll_fails_whatever_the_threshold(threshold: int) -> None:
+    # Flink's first discovery: no metadata to fall back on, so the failure is not swallowed.
+    with pytest.raises(MetadataServiceError, match="failed on the first poll"):
+        check_metadata(failing, WatchCursor(), failure_threshold=threshold)
+
+
+def test_threshold_zero_tolerates_no_failure() -> None:
+    with pytest.raises(MetadataServiceError, match=r"failed 1 times in a row \(threshold 0\)"):
+        check_metadata(failing, WatchCursor(fingerprint="a"), failure_threshold=0)
+    assert (
+        PipelineConfig.model_validate(
+            {"id": "p", "streams": ["s"], "sink": {"path": "/tmp/s"}, "sensor": {"failure_threshold": 0}}
+        ).sensor.failure_threshold
+        == 0
+    )
