@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # The installs the README and docs/getting-started.md show (`pip install dynamic-kafka`, `"dynamic-kafka[spark]"`,
-# `"dynamic-kafka[dagster]"`), as the extras the wheel tests install the built wheel with (tests/unit/test_readme.py
-# holds the pages to this list).
+# `"dynamic-kafka[dagster]"`), as the extras the wheel tests install the built wheel with
+# (tests/unit/test_install_lines.py holds the pages to this list).
 CORE, SPARK, DAGSTER, AIRFLOW = "", "[spark]", "[dagster]", "[airflow]"
 DOCUMENTED_INSTALLS = (CORE, SPARK, DAGSTER, AIRFLOW)
 
