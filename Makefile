@@ -57,13 +57,10 @@ ui: setup ## Start dagster dev on the demo workspace (and the local Spark Connec
 screenshot: setup ## Screenshot the demo's UI (lineage, metadata plots, backfill partitions) into docs/; runs the demo if it never ran
 	bash examples/demo/screenshot.sh docs
 
-py313: setup ## The built wheel ([spark,dagster]) on Python 3.13 (PY313=interpreter): check, plan, an in-process run, the Dagster definitions (not in `make test`)
-	$(VENV)/python scripts/py313_smoke.py
-
 clean: ## Stop local clusters and remove local data (keeps the jar caches)
 	-$(VENV)/python -m devtools local-kafka down
 	-$(VENV)/python -m devtools spark-connect down
 	rm -rf .local-kafka .local-spark-connect data .dagster-home .demo
 
-.PHONY: help setup demo test lint fmt docs schemas unit bench soak ui py313 clean
+.PHONY: help setup demo test lint fmt docs schemas unit bench soak ui clean
 .PHONY: screenshot

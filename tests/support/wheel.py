@@ -8,6 +8,7 @@ do but any earlier online ``uv pip install`` of them did; otherwise the same ins
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,9 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The Python versions the wheel tests install the package on: the lowest and the highest it declares.
+PYTHONS = ("3.11", "3.13")
+
 # The installs the README and docs/getting-started.md show (`pip install dynamic-kafka`, `"dynamic-kafka[spark]"`,
-# `"dynamic-kafka[dagster]"`), as the extras the wheel tests install the built wheel with (tests/unit/test_readme.py
-# holds the pages to this list).
+# `"dynamic-kafka[dagster]"`), as the extras the wheel tests install the built wheel with
+# (tests/unit/test_install_lines.py holds the pages to this list).
 CORE, SPARK, DAGSTER, AIRFLOW = "", "[spark]", "[dagster]", "[airflow]"
 DOCUMENTED_INSTALLS = (CORE, SPARK, DAGSTER, AIRFLOW)
 
@@ -29,6 +33,27 @@ def uv() -> str:
     path = str(found) if found.is_file() else shutil.which("uv")
     assert path, "uv is needed to build and install the wheel (`make setup` installs it into .cache/uv)"
     return path
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of Python ``version`` (``"3.13"``), or None: this one if it is that version, else
+    ``$PY313`` (the version without its dot), else the newest ``~/.pyenv/versions/3.13.*``, else a ``python3.13`` on
+    PATH that runs (pyenv's shim of a version not selected does not)."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    named = os.environ.get(f"PY{version.replace('.', '')}")
+    if named:
+        return named
+    releases = [
+        p for p in (Path.home() / ".pyenv" / "versions").glob(f"{version}.*") if p.name.split(".")[-1].isdigit()
+    ]
+    if releases:
+        newest = max(releases, key=lambda p: int(p.name.split(".")[-1]))
+        return str(newest / "bin" / f"python{version}")
+    on_path = shutil.which(f"python{version}")
+    if on_path and try_run([on_path, "--version"]).returncode == 0:
+        return on_path
+    return None
 
 
 def run(argv: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
