@@ -112,6 +112,20 @@ def terminate(pid: int, marker: str, *, timeout_s: float) -> bool:
     return False
 
 
+def wait_until_closed(port: int, *, timeout_s: float, host: str = "127.0.0.1") -> bool:
+    """Return True once ``host:port`` refuses connections, False if it still accepts them after ``timeout_s``.
+
+    A process leaves procfs' command line before the kernel closes its sockets, so "gone" by :func:`is_alive` is
+    not yet "its port is free".
+    """
+    deadline = time.monotonic() + timeout_s
+    while accepts_connections(port, host):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True
+
+
 def wait_for_exit(pid: int, marker: str, *, timeout_s: float) -> bool:
     """Return True once the process is gone, False if it still runs after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -358,6 +358,8 @@ def _new_token(folder: Path) -> str:
 def _stop(folder: Path, record: LocalServer) -> None:
     """Stops the server and its watchdog (unless the caller is that watchdog) and forgets them; under ``.lock``."""
     process.terminate(record.pid, str(folder / LOG4J_FILE), timeout_s=STOP_TIMEOUT_S)
+    if not process.wait_until_closed(record.port, timeout_s=STOP_TIMEOUT_S):
+        logger.warning("the local Spark server's port %d still accepts connections after its stop", record.port)
     if record.watchdog_pid is not None and record.watchdog_pid != os.getpid():
         process.terminate(record.watchdog_pid, _WATCHDOG_MARKER, timeout_s=STOP_TIMEOUT_S)
     for name in (_RECORD, _TOKEN):

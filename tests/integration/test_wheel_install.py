@@ -104,6 +104,9 @@ def test_the_core_install_checks_plans_and_runs_through_spark_connect_exactly_on
     assert stream.harness.sink_rows() == stream.expected_rows()
 
 
+# On the highest Python only: an in-process run is the bulk of this test's time, and the suite's own Python (3.11)
+# runs in-process Spark in every local-mode test and fetches jars without Maven in test_jar_fetch_without_maven.py.
+@pytest.mark.parametrize("installed", PYTHONS[-1:], indirect=True)
 def test_the_spark_extra_fetches_its_jars_without_maven_and_lands_in_process(
     built_wheel: BuiltWheel, installed: Path, kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
 ) -> None:
