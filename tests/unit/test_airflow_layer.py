@@ -13,10 +13,11 @@ import yaml
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
-from dynamic_kafka import ConfigError, DynamicKafkaError, WatchCursor
+from dynamic_kafka import ConfigError, DynamicKafkaError, WatchCursor, load_project_config
 from dynamic_kafka.airflow import SPARK_POOL, MetadataChangeTrigger, build_dags
 from dynamic_kafka.airflow.errors import airflow_errors
-from dynamic_kafka.airflow.secrets import resolve_reference
+from dynamic_kafka.airflow.secrets import airflow_references, resolve_reference
+from dynamic_kafka.storage import delta_rs_storage_options, spark_s3a_conf
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -140,3 +141,35 @@ def test_the_trigger_fires_at_once_without_a_cursor_then_on_a_metadata_change(tm
 
 async def events(trigger: MetadataChangeTrigger) -> list[dict[str, Any]]:
     return [event.payload async for event in trigger.run()]
+
+
+def test_storage_credentials_come_from_an_airflow_connection_and_variable_only_inside_a_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Airflow's own secrets backend: connections and variables from AIRFLOW_CONN_* / AIRFLOW_VAR_*.
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", '{"conn_type": "aws", "login": "AKIA-lake-id", "password": "lake-key-1"}')
+    monkeypatch.setenv("AIRFLOW_VAR_LAKE_TOKEN", "lake-session-token")
+    storage = {
+        "endpoint": "http://127.0.0.1:9000",
+        "access_key_id": "${airflow:conn/lake/login}",
+        "secret_access_key": "${airflow:conn/lake}",
+        "session_token": "${airflow:var/lake_token}",
+    }
+    path = write_project(tmp_path, storage=storage)
+    (pipeline,) = load_project_config(path).pipelines
+    assert pipeline.storage is not None
+    # Loading keeps the references: the model, its dump and its errors never hold the values.
+    assert pipeline.storage.secret_access_key is not None
+    assert pipeline.storage.secret_access_key.get_secret_value() == "${airflow:conn/lake}"
+
+    with airflow_references():
+        options = delta_rs_storage_options(pipeline.storage)
+        spark = spark_s3a_conf(pipeline.storage)
+    assert (options["AWS_ACCESS_KEY_ID"], options["AWS_SECRET_ACCESS_KEY"], options["AWS_SESSION_TOKEN"]) == (
+        "AKIA-lake-id",
+        "lake-key-1",
+        "lake-session-token",
+    )
+    assert {"AKIA-lake-id", "lake-key-1", "lake-session-token"} <= set(spark.values())
+    # Outside a task of the integration nothing resolves them.
+    assert delta_rs_storage_options(pipeline.storage)["AWS_SECRET_ACCESS_KEY"] == "${airflow:conn/lake}"
