@@ -158,13 +158,12 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Executes one incremental run (finishing a crashed one first) and returns its summary.
 
-        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``): next to a local
-        state table, or, for a state table on object storage (or whenever ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` is set),
-        in the machine's run-lock folder (default ``<cache>/run-locks``). So a run started meanwhile on the same
-        machine stops at once instead of taking the first one's planned run for a crashed one and executing it
-        again. Runs on other hosts are stopped by the planned run's owner and lease, and lose at the state's
-        exact-version commit (on S3, delta-rs's conditional put of the next log entry). The whole run is bounded
-        by ``max_run_seconds``.
+        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``), in the machine's
+        run-lock folder (``$DYNAMIC_KAFKA_RUN_LOCK_DIR``, else ``<cache>/run-locks``). So a run started meanwhile
+        on the same machine stops at once instead of taking the first one's planned run for a crashed one and
+        executing it again. Runs on other hosts are stopped by the planned run's owner and lease, and lose at the
+        state's exact-version commit (on S3, delta-rs's conditional put of the next log entry). The whole run is
+        bounded by ``max_run_seconds``.
 
         Raises:
             RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
