@@ -60,6 +60,9 @@ def exception_texts(error: BaseException) -> str:
     return "\n".join(texts)
 
 
+# The logger of the progress lines a run writes on stderr when it is no terminal (dynamic_kafka.cli.progress).
+PROGRESS = " INFO dynamic_kafka.progress: "
+
 CLI_COMMANDS = [
     ("-v", "plan"),
     ("-v", "plan", "--json"),
@@ -308,7 +311,9 @@ def test_bad_input_fails_fast_with_a_clear_message_and_writes_nothing(
 
     assert result.returncode != 0
     path = harness.config_path if culprit == "config" else harness.metadata_path
-    assert result.stderr.startswith(f"dynamic-kafka: error: {path}: "), result.stderr
+    # A problem found once the run started follows its progress lines (stderr is no terminal here).
+    error = "".join(line for line in result.stderr.splitlines(keepends=True) if PROGRESS not in line)
+    assert error.startswith(f"dynamic-kafka: error: {path}: "), result.stderr
     for fragment in expected:
         assert fragment in result.stderr
     assert "Traceback" not in result.stderr

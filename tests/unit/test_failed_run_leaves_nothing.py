@@ -51,7 +51,10 @@ def test_a_run_that_fails_before_its_write_leaves_no_new_folder_or_file(tmp_path
         assert json.loads(done.stderr)["error"]["type"] == "ClusterUnreachableError"
         assert done.stdout == ""
     else:
-        assert done.stderr.startswith("dynamic-kafka: error: ")
+        # The run's progress (a log line per stage: stderr is no terminal here), then the error.
+        *progress, error = done.stderr.splitlines()
+        assert error.startswith("dynamic-kafka: error: ")
+        assert [line.split(": ", 2)[-1].split(",")[0] for line in progress] == ["planning", "failed"]
     assert sorted(project.rglob("*")) == before, "a failed run left folders or files in the project"
     (lock,) = (tmp_path / "cache" / "run-locks").iterdir()
     assert lock.name.startswith("orders-")
