@@ -33,13 +33,11 @@ def open_lineage(
     return browser.open(url, wait_for=[*names, *statuses])
 
 
-def open_metadata_plots(
-    browser: HeadlessChromium, base: str, asset: Sequence[str], labels: Sequence[str], charts: int
-) -> str:
-    """The asset's metadata over its materializations as plots (the toggle is page state, not a URL), once the
-    ``labels`` titles show and at least ``charts`` charts drew; returns the page's text.
+def show_metadata_plots(browser: HeadlessChromium, labels: Sequence[str], charts: int) -> str:
+    """On an asset's page that shows its metadata table, switch to its metadata over its materializations as plots
+    (the toggle is page state, not a URL), once the ``labels`` titles show and at least ``charts`` charts drew;
+    returns the page's text.
     """
-    browser.open(asset_url(base, asset), wait_for=["Metadata", "Plots", labels[0]])
     browser.click_button("Plots")
     shown = browser.wait_for_text(labels)
     browser.wait_for_drawn_canvases(charts)

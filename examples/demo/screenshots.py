@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from devtools.testing.browser import HeadlessChromium
-from devtools.testing.dagster_ui import open_lineage, open_metadata_plots, open_partitions
+from devtools.testing.dagster_ui import asset_url, open_lineage, open_partitions, show_metadata_plots
 from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
 PIPELINE = "orders"
@@ -45,7 +45,8 @@ def take(port: int, out: Path) -> list[Path]:
         written.append(_shot(browser, out / "asset-graph.png"))
 
         # 2. The sink's metadata over the demo's runs, as plots: their titles, and the charts drawn.
-        open_metadata_plots(browser, base, sink.path, PLOTTED, charts=len(PLOTTED))
+        browser.open(asset_url(base, sink.path), wait_for=["Metadata", "Plots", "records/east"])
+        show_metadata_plots(browser, PLOTTED, charts=len(PLOTTED))
         browser.scroll_to_text("Metadata")
         written.append(_shot(browser, out / "asset-plots.png"))
 

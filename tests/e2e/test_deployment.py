@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from devtools.testing.browser import HeadlessChromium
-from devtools.testing.dagster_ui import asset_url, open_lineage, open_metadata_plots, open_partitions
+from devtools.testing.dagster_ui import asset_url, open_lineage, open_partitions, show_metadata_plots
 from dynamic_kafka.dagster.names import incremental_job_name, metadata_sensor_name
 from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 from dynamic_kafka.state import StateStore
@@ -278,9 +278,8 @@ def test_the_ui_renders_the_sinks_metadata_its_plots_and_the_backfilled_partitio
 
         # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too (the
         # charts draw on canvases, so the check counts canvases with painted pixels).
-        shown = open_metadata_plots(
-            browser, base, sink, ["records/east", "records/west", "dagster/row_count", "lag/west"], charts=4
-        )
+        plotted = ["records/east", "records/west", "dagster/row_count", "lag/west"]
+        shown = show_metadata_plots(browser, plotted, charts=4)
         assert "consumer_group/west" not in shown  # a text label has no plot
 
         # The backfill asset's partitions: the three backfilled hours materialized, the others missing.
