@@ -34,7 +34,7 @@ fmt: setup ## Format and auto-fix
 docs: setup ## Build the documentation site into site/ with strict link checking (SERVE=1: serve it on 127.0.0.1:8000)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/$(if $(SERVE),mkdocs serve,mkdocs build --strict)
 
-schemas: setup ## Regenerate the JSON Schemas shipped in dynamic_kafka/schemas/ from the config models
+schemas: setup ## Regenerate the JSON Schemas shipped in dynamic_kafka/schemas/ and docs/reference/configuration.md from the config models
 	$(VENV)/python scripts/generate_schemas.py
 
 unit: setup ## Fast tests only (no JVM, no brokers)

@@ -59,6 +59,9 @@ if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading b
     from dynamic_kafka.model.summary import TopicStats as TopicStats
     from dynamic_kafka.offset_reset import OffsetReset as OffsetReset
     from dynamic_kafka.pipeline import Pipeline as Pipeline
+    from dynamic_kafka.progress import Progress as Progress
+    from dynamic_kafka.progress import every as every
+    from dynamic_kafka.progress import reporting_progress as reporting_progress
     from dynamic_kafka.publish.config import PublicationConfig as PublicationConfig
     from dynamic_kafka.publish.protocol import PublicationOutcome as PublicationOutcome
     from dynamic_kafka.publish.publisher import Publication as Publication

@@ -49,6 +49,7 @@ from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.tables import pinned_to_tables
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
+from dynamic_kafka.progress import Tracker, tracking
 from dynamic_kafka.realign import check_not_behind, check_tables_not_behind
 from dynamic_kafka.run_guard import LEASE_ATTEMPTS, WriterGuard
 from dynamic_kafka.sink.per_stream import run_streams
@@ -232,23 +233,28 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
         DynamicKafkaError: any other failure; running the backfill again is harmless.
     """
     guard = WriterGuard(context.store, context.pipeline, "backfill", owner=RunOwner.current("backfill"))
-    with guard.entered():
-        return _run_backfill(context, start, end, guard)
+    with guard.entered(), tracking("backfill", context.pipeline.id) as progress:
+        return _run_backfill(context, start, end, guard, progress)
 
 
-def _run_backfill(context: PipelineContext, start: datetime, end: datetime, guard: WriterGuard) -> RunSummary:
+def _run_backfill(
+    context: PipelineContext, start: datetime, end: datetime, guard: WriterGuard, progress: Tracker
+) -> RunSummary:
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink import merge_backfill
     from dynamic_kafka.sink.per_stream import combined, for_each_stream, stream_pairs, stream_tables
+    from dynamic_kafka.spark.progress import watching_spark
     from dynamic_kafka.spark.reader import read_splits
 
     began = time.monotonic()
+    progress.stage("planning")
     start = after_bootstrap(context.pipeline, start, end)  # the rows are filtered on the window too
     plan, metadata = plan_backfill(context, start, end)
     planned = time.monotonic()
     if plan.is_empty:
         return RunSummary.of_plan(plan, "empty", plan_seconds=planned - began)
+    progress.stage("checking Spark and the sink", planned_offsets=plan.planned_records)
     prepared = prepare_write(context, plan, guard.deadline, metadata=metadata)
     recorded = record_backfill_frontier(context, plan, attempts=LEASE_ATTEMPTS, guard=guard)
     assert recorded.version is not None  # taking the lease always commits
@@ -287,16 +293,18 @@ def _run_backfill(context: PipelineContext, start: datetime, end: datetime, guar
         )
 
     tables: tuple[StreamTable, ...] = ()
-    if context.pipeline.sink.per_stream:
-        # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
-        per_table = for_each_stream(
-            in_window,
-            plan.read_splits,
-            lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
-        )
-        result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
-    else:
-        result = merge(in_window, context.pipeline, plan.read_splits)
+    progress.stage("reading and merging", planned_offsets=plan.planned_records)
+    with watching_spark(spark, progress):
+        if context.pipeline.sink.per_stream:
+            # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
+            per_table = for_each_stream(
+                in_window,
+                plan.read_splits,
+                lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
+            )
+            result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
+        else:
+            result = merge(in_window, context.pipeline, plan.read_splits)
     done = time.monotonic()
     summary = RunSummary.committed(
         plan,

@@ -395,6 +395,13 @@ class HealthConfig(_Config):
     timeout_seconds: float = Field(
         10, gt=0, description="Deadline of each broker call of a health check (per cluster)."
     )
+    first_run_grace_minutes: int | None = Field(
+        None,
+        ge=1,
+        description="How long a pipeline may go without its first committed run, counted from its first planned "
+        "run (or, before any, its config file's last change), before the `freshness` check fails (WARN); null: "
+        "`freshness_minutes`, else 1440 (a day).",
+    )
 
 
 class RetryConfig(_Config):

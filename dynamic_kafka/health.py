@@ -47,6 +47,7 @@ from dynamic_kafka.status import (
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from dynamic_kafka.config import HealthConfig, PipelineConfig
     from dynamic_kafka.context import PipelineContext
@@ -160,7 +161,7 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     verdicts = (
         reachable_lag_verdict(lag_limit_verdict(status, pipeline.max_lag_records), unreachable),
         _from_lag(data_loss_verdict(status), "data_loss"),
-        freshness_verdict(pipeline, status, landed_at, checked_at),
+        freshness_verdict(pipeline, status, landed_at, checked_at, since=pipeline_since(runs, context.project.source)),
         idle_verdict(pipeline.health, partitions),
         stuck_transaction_verdict(pipeline.health, partitions),
         event_time_lag_verdict(pipeline.health, event_lag),
@@ -288,18 +289,83 @@ def reachable_lag_verdict(lag: LagVerdict, unreachable: Sequence[str]) -> Health
     )
 
 
+class Since(FrozenModel):
+    """When a pipeline that never committed a run was set up, as far as anything records it (docs/decisions/0089)."""
+
+    at: datetime
+    what: str = Field(description="What the moment is, for the verdict's description: 'its first run was planned'.")
+
+
+DEFAULT_FIRST_RUN_GRACE_MINUTES = 1440
+
+
+def pipeline_since(runs: Sequence[RunRecord], config_file: Path | None) -> Since | None:
+    """When the pipeline was set up: its oldest planned run the state holds, else its config file's last change
+    (a pipeline whose runs all fail before planning leaves no state), else unknown (a config built in code).
+    """
+    if runs:
+        return Since(at=min(r.planned_at for r in runs), what="its first run was planned")
+    try:
+        changed = config_file.stat().st_mtime if config_file is not None else None
+    except OSError:
+        changed = None
+    if changed is None:
+        return None
+    return Since(at=datetime.fromtimestamp(changed, UTC), what="its config file was last changed")
+
+
 def freshness_verdict(
-    pipeline: PipelineConfig, status: PipelineStatus, landed_at: datetime | None, now: datetime
+    pipeline: PipelineConfig,
+    status: PipelineStatus,
+    landed_at: datetime | None,
+    now: datetime,
+    *,
+    since: Since | None = None,
 ) -> HealthVerdict:
-    """Fails (warning) when ``freshness_minutes`` is set and no run committed for longer (or none ever did)."""
+    """Fails (warning) when ``freshness_minutes`` is set and no run committed for longer, or when no run ever
+    committed and the first-run grace period since ``since`` has passed.
+    """
     limit = pipeline.freshness_minutes
     if landed_at is None:
-        what = "no run committed yet" if status.never_ran else "no committed run in the recent history"
-        return _warning("freshness", limit is None, what if limit is None else f"{what}; freshness_minutes is {limit}")
+        return _first_run_verdict(pipeline, status, now, since)
     minutes = (now - landed_at).total_seconds() / 60
     passed = limit is None or minutes <= limit
     described = f"the last run committed {minutes:.1f} minutes ago"
     return _warning("freshness", passed, described if passed else f"{described}, over freshness_minutes {limit}")
+
+
+def _first_run_verdict(
+    pipeline: PipelineConfig, status: PipelineStatus, now: datetime, since: Since | None
+) -> HealthVerdict:
+    what = "no run committed yet" if status.never_ran else "no committed run in the recent history"
+    if since is None:
+        return _warning(
+            "freshness",
+            True,
+            f"{what}; when the pipeline was set up is unknown (no state table, no config file), so its first run "
+            "is not late",
+        )
+    grace, key = (
+        (pipeline.health.first_run_grace_minutes, "health.first_run_grace_minutes")
+        if pipeline.health.first_run_grace_minutes is not None
+        else (pipeline.freshness_minutes, "freshness_minutes")
+        if pipeline.freshness_minutes is not None
+        else (DEFAULT_FIRST_RUN_GRACE_MINUTES, "health.first_run_grace_minutes")
+    )
+    minutes = (now - since.at).total_seconds() / 60
+    moment = f"{since.what} ({_iso(since.at)})"
+    if minutes <= grace:
+        return _warning(
+            "freshness",
+            True,
+            f"{what}, {minutes:.0f} minutes since {moment}; the first run is due within {grace} minutes ({key})",
+        )
+    return _warning(
+        "freshness",
+        False,
+        f"no run committed in the {minutes:.0f} minutes since {moment}; the first run was due within {grace} minutes "
+        f"({key})",
+    )
 
 
 def idle_verdict(health: HealthConfig, partitions: Sequence[PartitionHealth]) -> HealthVerdict:

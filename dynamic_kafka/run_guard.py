@@ -41,22 +41,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RUN_LOCK_DIR_ENV = "DYNAMIC_KAFKA_RUN_LOCK_DIR"
-"""Where run locks live instead of beside a local state table (e.g. a state folder that is read-only, or shared
-over a network file system whose flock is not to be trusted). Processes using different folders do not see each
-other's locks: they are told apart by the state's lease and exact-version commits only, like runs on two hosts."""
+"""The machine's run-lock folder instead of ``<cache>/run-locks`` (e.g. one that several users' processes share).
+Processes using different folders do not see each other's locks: they are told apart by the state's lease and
+exact-version commits only, like runs on two hosts."""
 
 
 def run_lock_path(state: TableLocation, pipeline_id: str) -> Path:
-    """The run lock of a pipeline's state table: in ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` when set; else a hidden file
-    beside a local state table; else, for one on object storage, a file named after its URI in this machine's
-    run-lock folder (a lock guards runs on one machine only; the lease and the state's conditional commit guard
-    the rest).
+    """The run lock of a pipeline's state table: a file named after the pipeline and its state's location in this
+    machine's run-lock folder (``$DYNAMIC_KAFKA_RUN_LOCK_DIR``, else ``<cache>/run-locks``), never beside the
+    tables, so a run that fails before its write leaves nothing in the project. A lock guards runs on one machine
+    only; the lease and the state's conditional commit guard the rest.
     """
-    folder_env = os.environ.get(RUN_LOCK_DIR_ENV)
-    if not folder_env and state.is_local:
-        path = state.local_path
-        return path.with_name(f".{path.name}.run.lock")
-    folder = Path(folder_env or cache_dir() / "run-locks").expanduser()
+    folder = Path(os.environ.get(RUN_LOCK_DIR_ENV) or cache_dir() / "run-locks").expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(state.delta_rs_uri.encode()).hexdigest()[:24]
     return folder / f"{pipeline_id}-{digest}.run.lock"

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,7 @@ from dynamic_kafka.plan.planner import (
     plan_run,
 )
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
+from dynamic_kafka.progress import Tracker, tracking
 from dynamic_kafka.realign import check_not_behind, check_tables_not_behind, run_frontier
 from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink import committed_txn_version
@@ -128,6 +130,7 @@ class PipelineRunner:
         self._guard = WriterGuard(
             self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
         )
+        self._progress = Tracker("run", pipeline_id)  # each run() reports through its own
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -158,13 +161,12 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         """Executes one incremental run (finishing a crashed one first) and returns its summary.
 
-        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``): next to a local
-        state table, or, for a state table on object storage (or whenever ``$DYNAMIC_KAFKA_RUN_LOCK_DIR`` is set),
-        in the machine's run-lock folder (default ``<cache>/run-locks``). So a run started meanwhile on the same
-        machine stops at once instead of taking the first one's planned run for a crashed one and executing it
-        again. Runs on other hosts are stopped by the planned run's owner and lease, and lose at the state's
-        exact-version commit (on S3, delta-rs's conditional put of the next log entry). The whole run is bounded
-        by ``max_run_seconds``.
+        A run holds a lock file for its whole duration (the OS releases it even on ``kill -9``), in the machine's
+        run-lock folder (``$DYNAMIC_KAFKA_RUN_LOCK_DIR``, else ``<cache>/run-locks``). So a run started meanwhile
+        on the same machine stops at once instead of taking the first one's planned run for a crashed one and
+        executing it again. Runs on other hosts are stopped by the planned run's owner and lease, and lose at the
+        state's exact-version commit (on S3, delta-rs's conditional put of the next log entry). The whole run is
+        bounded by ``max_run_seconds``.
 
         Raises:
             RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
@@ -174,11 +176,16 @@ class PipelineRunner:
             RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
-        with self._guard.entered(), self.context.shared_spark_session():
+        with (
+            self._guard.entered(),
+            self.context.shared_spark_session(),
+            tracking("run", self.pipeline.id) as self._progress,
+        ):
             return self._run()
 
     def _run(self) -> RunSummary:
         started = time.monotonic()
+        self._progress.stage("planning")
         state = self.store.load()
         # Before anything is planned: a sink holding a run the state does not know means a restored or moved
         # state; running on would reuse run_seqs whose writes Delta silently skips.
@@ -204,6 +211,7 @@ class PipelineRunner:
             return summary.timed(total_seconds=time.monotonic() - started)
         # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
         # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
+        self._progress.stage("checking Spark and the sink", planned_offsets=plan.planned_records)
         prepared = prepare_write(self.context, plan, self._guard.deadline, metadata=metadata)
         plan = prepared.plan
         version = self.store.begin_run(
@@ -257,11 +265,13 @@ class PipelineRunner:
         """
         from dynamic_kafka.sink.incremental import write_incremental
         from dynamic_kafka.sink.per_stream import write_per_stream
+        from dynamic_kafka.spark.progress import watching_spark
         from dynamic_kafka.spark.reader import read_splits
 
         plan, clusters = prepared.plan, prepared.connections
         stream_tables: tuple[StreamTable, ...] = ()
         spark_started = time.monotonic()
+        watching = ExitStack()
         try:
             spark = self.context.spark()
             self._guard.deadline.attach(spark)
@@ -286,6 +296,8 @@ class PipelineRunner:
             ranges = counted(plan.read_splits)
             # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
             records = None if plan.bootstrap is not None else sum(s.record_count for s in plan.read_splits)
+            self._progress.stage("reading and writing", planned_offsets=plan.planned_records)
+            watching.enter_context(watching_spark(spark, self._progress))
             if self.pipeline.sink.per_stream:
                 result, stream_tables = write_per_stream(
                     frame,
@@ -330,9 +342,12 @@ class PipelineRunner:
         except BaseException:
             self._guard.stop_lease(quietly=True)
             raise
+        finally:
+            watching.close()
         version = self._guard.stop_lease()
         crash_point(CrashPoint.RECOVERY_AFTER_SINK if recovered == plan.run_seq else CrashPoint.AFTER_SINK)
         committing = time.monotonic()
+        self._progress.stage("committing")
         summary = RunSummary.committed(
             plan,
             result,
@@ -431,6 +446,7 @@ class PipelineRunner:
             return None
         prepared = prepare_write(self.context, plan, self._guard.deadline, written=True)
         self._guard.keep_lease(version, plan)
+        self._progress.stage(f"recovering run {plan.run_seq}", planned_offsets=plan.planned_records)
         self._execute(
             prepared,
             lag=0,

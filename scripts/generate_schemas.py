@@ -1,6 +1,7 @@
-"""Write the JSON Schemas shipped in dynamic_kafka/schemas/ from the config models (`make schemas`).
+"""Write the JSON Schemas shipped in dynamic_kafka/schemas/ and the configuration reference committed in
+docs/reference/ from the config models (`make schemas`).
 
-`--check` writes nothing and exits 1 when a shipped file differs from what the models generate.
+`--check` writes nothing and exits 1 when a file differs from what the models generate.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ import sys
 from pathlib import Path
 
 from dynamic_kafka.schemas import generated, render
+from dynamic_kafka.schemas.reference import render_reference
 
-TARGET = Path(__file__).resolve().parent.parent / "dynamic_kafka" / "schemas"
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "dynamic_kafka" / "schemas"
+REFERENCE = ROOT / "docs" / "reference" / "configuration.md"
 
 
 def main() -> int:
@@ -19,9 +23,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="only report files that differ from the models")
     args = parser.parse_args()
     stale = []
-    for name, schema in generated().items():
-        path = TARGET / name
-        text = render(schema)
+    files = {TARGET / name: render(schema) for name, schema in generated().items()}
+    for path, text in {**files, REFERENCE: render_reference()}.items():
         if path.exists() and path.read_text(encoding="utf-8") == text:
             continue
         stale.append(path)

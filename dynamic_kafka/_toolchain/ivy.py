@@ -14,9 +14,11 @@ Ivy settings file that replaces the default resolvers, for an internal repositor
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import subprocess
 import time
@@ -28,14 +30,18 @@ from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import exclusive_lock
 from dynamic_kafka._toolchain.java import find_java
 from dynamic_kafka.errors import ToolchainError
+from dynamic_kafka.progress import tracking
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from dynamic_kafka.progress import Tracker
 
 logger = logging.getLogger(__name__)
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 IVY_TIMEOUT_S = 1800.0
+PROGRESS_SECONDS = 0.5
 _MARKER = "jars.complete"
 _COORDINATE_RE = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[0-9][A-Za-z0-9_.-]*")
 _EXCLUSION_RE = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.*-]+")
@@ -170,7 +176,9 @@ def resolve_jars(
             "first use: downloading the jars of %s from %s into %s (once; later runs are offline)", name, source, libs
         )
         began = time.monotonic()
-        _run_ivy(java, home, settings, name)
+        with tracking("download", name) as progress:
+            # Ivy's own cache grows as it downloads (a custom ivy_settings may keep its cache elsewhere).
+            _run_ivy(java, home, settings, name, progress, cache_dir() / "ivy" if ivy_settings is None else None)
         jars = sorted(libs.glob("*.jar"))
         marker.write_text(json.dumps({"coordinates": list(coordinates), "jars": [j.name for j in jars]}, indent=2))
         size_mb = sum(j.stat().st_size for j in jars) / 1e6
@@ -199,20 +207,32 @@ def ivy_jar() -> Path:
     return found[-1]
 
 
-def _run_ivy(java: Path, home: Path, settings: Path, name: str) -> None:
+def _run_ivy(java: Path, home: Path, settings: Path, name: str, progress: Tracker, ivy_cache: Path | None) -> None:
+    """Runs Ivy, reporting the bytes its cache (``ivy_cache``, when known) grew by so far to ``progress``."""
     argv = [str(java), "-cp", str(ivy_jar()), "org.apache.ivy.Main", "-settings", str(settings)]
     argv += ["-ivy", str(home / "ivy.xml"), "-confs", "default"]
     argv += ["-retrieve", str(home / "libs" / "[artifact]-[revision](-[classifier]).[ext]")]
-    try:
-        result = subprocess.run(argv, cwd=home, capture_output=True, text=True, timeout=IVY_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise ToolchainError(
-            f"Ivy did not finish downloading {name}'s jars within {IVY_TIMEOUT_S:.0f}s.",
-            hint="Check the connection to the repositories (Maven Central by default) and try again.",
-        ) from e
-    output = (result.stdout + result.stderr).splitlines()
+    cached = _size(ivy_cache) if ivy_cache is not None and progress.watched else 0
+    progress.stage("downloading")
+    deadline = time.monotonic() + IVY_TIMEOUT_S
+    with subprocess.Popen(argv, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as ivy:
+        while True:
+            try:
+                stdout, stderr = ivy.communicate(timeout=PROGRESS_SECONDS)
+                break
+            except subprocess.TimeoutExpired as e:
+                if time.monotonic() > deadline:
+                    ivy.kill()
+                    ivy.communicate()
+                    raise ToolchainError(
+                        f"Ivy did not finish downloading {name}'s jars within {IVY_TIMEOUT_S:.0f}s.",
+                        hint="Check the connection to the repositories (Maven Central by default) and try again.",
+                    ) from e
+                if ivy_cache is not None and progress.watched:
+                    progress.update(bytes_done=_size(ivy_cache) - cached)
+    output = (stdout + stderr).splitlines()
     failed = [line.strip() for line in output if "UNRESOLVED" in line or ("::" in line and "not found" in line)]
-    if result.returncode == 0 and not failed:
+    if ivy.returncode == 0 and not failed:
         return
     said = "\n".join((failed or [line for line in output if "ERROR" in line or "WARN" in line] or output)[-10:])
     if any(sign in "\n".join(output) for sign in _NETWORK_SIGNS):
@@ -223,7 +243,17 @@ def _run_ivy(java: Path, home: Path, settings: Path, name: str) -> None:
             "repository (docs/spark-clusters.md, air-gapped machines), and try again.",
         )
     raise ToolchainError(
-        f"Ivy could not resolve {name}'s jars (exit {result.returncode}). Ivy said:\n{said}",
+        f"Ivy could not resolve {name}'s jars (exit {ivy.returncode}). Ivy said:\n{said}",
         hint="Check that every artifact exists in the repositories; if a checksum failed, delete "
         f"{cache_dir() / 'ivy'} and try again.",
     )
+
+
+def _size(folder: Path) -> int:
+    """The bytes of the files under ``folder`` now (files Ivy moves meanwhile are skipped)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for file_name in names:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, file_name)).st_size
+    return total

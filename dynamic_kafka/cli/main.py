@@ -31,6 +31,7 @@ from dynamic_kafka.cli import init as cli_init
 from dynamic_kafka.cli import maintain as cli_maintain
 from dynamic_kafka.cli import offsets as cli_offsets
 from dynamic_kafka.cli import pipeline as cli_pipeline
+from dynamic_kafka.cli import progress as cli_progress
 from dynamic_kafka.cli import publish as cli_publish
 from dynamic_kafka.cli import realign as cli_realign
 from dynamic_kafka.cli import spark_server as cli_spark_server
@@ -187,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with cli_progress.shown(json_output=json_errors):
+            return handler(args)
     except Exception as e:  # the CLI's last line: an error, never a traceback
         return report_error(library_error(e), json_errors=json_errors)
     except KeyboardInterrupt:

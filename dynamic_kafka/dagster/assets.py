@@ -60,7 +60,9 @@ from dynamic_kafka import (
     completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
+    every,
     lag_limit_verdict,
+    reporting_progress,
 )
 from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.jobs import AssetJob
@@ -210,7 +212,7 @@ def build_sink_asset(pipeline: PipelineConfig, target: Target) -> AssetsDefiniti
         context: AssetExecutionContext, dynamic_kafka: DynamicKafkaResource
     ) -> Iterator[MaterializeResult[Any]]:
         face = dynamic_kafka.pipeline(target.config_path, pipeline_id)
-        with dagster_errors(pipeline_id, target.retry_policy):
+        with dagster_errors(pipeline_id, target.retry_policy), reporting_progress(every(context.log.info, 10)):
             summary = face.run()
         for finding in summary.warnings:
             context.log.warning(f"{finding.kind}: {finding.message}")

@@ -27,7 +27,7 @@ from dagster import (
     asset,
 )
 
-from dynamic_kafka import PipelineConfig, RunSummary, TopicStats
+from dynamic_kafka import PipelineConfig, RunSummary, TopicStats, every, reporting_progress
 from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.metadata import summary_metadata, table_metadata, table_uri
 from dynamic_kafka.dagster.partitions import backfill_partitions
@@ -130,7 +130,7 @@ def _backfill_asset(
         face = dynamic_kafka.pipeline(target.config_path, pipeline_id)
         summaries = []
         for start, end in blocks:
-            with dagster_errors(pipeline_id, target.retry_policy):
+            with dagster_errors(pipeline_id, target.retry_policy), reporting_progress(every(context.log.info, 10)):
                 summary = face.backfill(start, end)
             for finding in summary.warnings:
                 context.log.warning(f"{finding.kind}: {finding.message}")

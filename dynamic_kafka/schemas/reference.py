@@ -1,7 +1,8 @@
 """The configuration reference of the documentation site, rendered from the JSON Schemas (so from the models).
 
-The site's hook (``docs/hooks.py``) writes :func:`render_reference` as ``reference/configuration.md`` at every
-build, so the page cannot drift from the models; a unit test checks that every field of every model is in it.
+``make schemas`` writes :func:`render_reference` as ``docs/reference/configuration.md``, committed so that it
+reads on the repository too; a unit test fails while the committed page differs from the models, and another
+checks that every field of every model is in it.
 
 Example:
     >>> "| `pipelines` |" in render_reference()
@@ -165,10 +166,10 @@ def render_reference() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Every key of the two files you write, generated from the models that validate them at each build of this",
-        "site, so it always matches the installed version. The same descriptions show in your editor once the first",
-        "line of a file names its JSON Schema, shipped with the package (`python -m dynamic_kafka.schemas` prints",
-        "the paths; [editor validation](../configuration.md#editor-validation)):",
+        "Every key of the two files you write, generated from the models that validate them (a test fails while",
+        "this page differs from them), so it matches this version. The same descriptions show in your editor once",
+        "the first line of a file names its JSON Schema, shipped with the package (`python -m dynamic_kafka.schemas`",
+        "prints the paths; [editor validation](../configuration.md#editor-validation)):",
         "",
         "```yaml",
         f"# yaml-language-server: $schema=/path/to/dynamic_kafka/schemas/{PROJECT_CONFIG}",

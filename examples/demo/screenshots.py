@@ -14,22 +14,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from devtools.testing.browser import HeadlessChromium
+from devtools.testing.dagster_ui import asset_url, open_lineage, open_partitions, show_metadata_plots
 from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 
-if TYPE_CHECKING:
-    from dagster import AssetKey
-
 PIPELINE = "orders"
+STREAM = "orders"  # the stream the pipeline reads (the lineage picture starts there)
+# Metadata labels of the demo's runs the plots picture shows (the demo lands on both clusters).
+PLOTTED = ["records/east", "records/west", "dagster/row_count"]
 # The charts draw after their data arrives; this lets their animation end before the picture.
 SETTLE_S = 2.0
-
-
-def asset_path(key: AssetKey) -> str:
-    """The UI's path of an asset's page."""
-    return "/assets/" + "/".join(key.path)
 
 
 def take(port: int, out: Path) -> list[Path]:
@@ -39,29 +34,24 @@ def take(port: int, out: Path) -> list[Path]:
     sink, backfill, stream = (
         keys.asset_key(PIPELINE),
         keys.backfill_asset_key(PIPELINE),
-        keys.stream_asset_key(PIPELINE),
+        keys.stream_asset_key(STREAM),
     )
     dead_letter = keys.dead_letter_asset_key(PIPELINE)
     written = []
     with tempfile.TemporaryDirectory() as profile, HeadlessChromium(Path(profile), height=1000) as browser:
         # 1. The stream and the three assets it feeds (its downstream lineage).
-        browser.open(
-            f"{base}{asset_path(stream)}?view=lineage&lineageScope=downstream",
-            # The nodes' status rows ("Materialized", "42% filled") replace their "Loading..." once loaded.
-            wait_for=["kafka_streams", *(k.path[-1] for k in (sink, backfill, dead_letter)), "Materialized", "filled"],
-        )
+        fed = [k.path[-1] for k in (sink, backfill, dead_letter)]
+        open_lineage(browser, base, stream.path, ["kafka_streams", *fed], statuses=["Materialized", "filled"])
         written.append(_shot(browser, out / "asset-graph.png"))
 
-        # 2. The sink's metadata over the demo's runs, as plots (the toggle is page state, not a URL).
-        browser.open(f"{base}{asset_path(sink)}", wait_for=["Metadata", "Plots", "records/east"])
-        browser.click_button("Plots")
-        # The plots' titles (row_count is a plot, not a table row) and the charts' x-axis title: they are drawn.
-        browser.wait_for_text(["dagster/row_count", "records/west", "Timestamp"])
+        # 2. The sink's metadata over the demo's runs, as plots: their titles, and the charts drawn.
+        browser.open(asset_url(base, sink.path), wait_for=["Metadata", "Plots", "records/east"])
+        show_metadata_plots(browser, PLOTTED, charts=len(PLOTTED))
         browser.scroll_to_text("Metadata")
         written.append(_shot(browser, out / "asset-plots.png"))
 
         # 3. The backfill asset's partitions, the backfilled days filled.
-        browser.open(f"{base}{asset_path(backfill)}?view=partitions", wait_for=["Materialized (3)", "Missing (4)"])
+        open_partitions(browser, base, backfill.path, ["Materialized (3)", "Missing (4)"])
         written.append(_shot(browser, out / "backfill-partitions.png"))
     return written
 

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from devtools.testing.browser import HeadlessChromium
+from devtools.testing.dagster_ui import asset_url, open_lineage, open_partitions, show_metadata_plots
 from dynamic_kafka.dagster.names import incremental_job_name, metadata_sensor_name
 from dynamic_kafka.dagster.translator import DynamicKafkaTranslator
 from dynamic_kafka.state import StateStore
@@ -260,25 +261,33 @@ def test_the_ui_renders_the_sinks_metadata_its_plots_and_the_backfilled_partitio
 ) -> None:
     """The webserver's pages as a browser renders them, on the runs the migration and backfill tests above made
     (run this test with them: it reads their runs)."""
-    base = f"http://127.0.0.1:{deployment.port}/assets"
+    base = f"http://127.0.0.1:{deployment.port}"
     keys = [(HOUR + i * H).strftime("%Y-%m-%d-%H:%M") for i in range(3)]
+    translator = DynamicKafkaTranslator()
+    sink = translator.asset_key(MIGRATION).path
     started = time.monotonic()
+    # The pages and waits of the docs' screenshots (devtools.testing.dagster_ui): a UI change that breaks them
+    # fails here.
     with HeadlessChromium(tmp_path / "chromium") as browser:
         # The sink's page: its name, its stream upstream, and the last run's metadata table.
         shown = browser.open(
-            f"{base}/dynamic_kafka/{MIGRATION}",
+            asset_url(base, sink),
             wait_for=[MIGRATION, "kafka / migrating", "Metadata", "records/west", "consumer_group/west"],
         )
         assert "records/north" not in shown  # the page shows the labels it has, not any label asked for
 
-        # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too. The
-        # charts draw on canvases (no text), so the check counts canvases with painted pixels.
-        browser.click_button("Plots")
-        shown = browser.wait_for_text(["records/east", "records/west", "dagster/row_count", "lag/west"])
+        # Its metadata over the three runs, plotted: one chart per numeric label, the earlier runs' labels too (the
+        # charts draw on canvases, so the check counts canvases with painted pixels).
+        plotted = ["records/east", "records/west", "dagster/row_count", "lag/west"]
+        shown = show_metadata_plots(browser, plotted, charts=4)
         assert "consumer_group/west" not in shown  # a text label has no plot
-        browser.wait_for_drawn_canvases(4)  # raises when fewer charts drew
 
         # The backfill asset's partitions: the three backfilled hours materialized, the others missing.
-        browser.open(f"{base}/dynamic_kafka/{BACKFILL}_backfill?view=partitions", wait_for=["Materialized (3)"])
-        browser.wait_for_text(keys)
+        open_partitions(browser, base, translator.backfill_asset_key(BACKFILL).path, ["Materialized (3)", *keys])
+
+        # A stream and the assets it feeds, each node with its status (the docs' lineage picture): a materialized
+        # sink, and a partitioned backfill asset.
+        open_lineage(browser, base, translator.stream_asset_key("migrating").path, [MIGRATION], ["Materialized"])
+        backfill = translator.backfill_asset_key(BACKFILL).path
+        open_lineage(browser, base, translator.stream_asset_key("history").path, [backfill[-1]], ["filled"])
     deployment.timings["ui_s"] = time.monotonic() - started

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.cli.main import main
+from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,13 +69,17 @@ def test_plan_refuses_a_sink_where_no_folder_can_be_made(
 def test_an_os_error_in_a_run_is_a_json_error_document_not_a_traceback(config: Path) -> None:
     command = [sys.executable, "-m", "dynamic_kafka.cli.main", "run", "--json", "--config", str(config)]
 
-    done = subprocess.run([*command, "--pipeline", "under-a-file"], capture_output=True, text=True, timeout=120)
+    # The run-lock folder asked for is under a regular file: the OS refuses to make it.
+    locks = {**os.environ, RUN_LOCK_DIR_ENV: str(config.parent / "a-file" / "locks")}
+    done = subprocess.run(
+        [*command, "--pipeline", "under-a-file"], capture_output=True, text=True, timeout=120, env=locks, check=False
+    )
 
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     error = json.loads(done.stderr)["error"]
     assert error["type"] == "HostError"
-    assert "File exists" in error["message"]
+    assert "Not a directory" in error["message"]
     assert error["retriable"] is False
 
 

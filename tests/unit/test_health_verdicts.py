@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from dynamic_kafka.config import HealthConfig, PipelineConfig
 from dynamic_kafka.health import (
     PartitionHealth,
+    Since,
     event_time_lag_verdict,
     freshness_verdict,
     idle_verdict,
@@ -45,13 +46,46 @@ def partition(number: int, **fields: object) -> PartitionHealth:
 
 
 def test_freshness_passes_without_a_limit_and_fails_past_it() -> None:
-    assert freshness_verdict(pipeline(), status(never_ran=True), None, NOW).passed
-    never = freshness_verdict(pipeline(freshness_minutes=30), status(never_ran=True), None, NOW)
-    assert (never.passed, never.description) == (False, "no run committed yet; freshness_minutes is 30")
+    assert freshness_verdict(pipeline(), status(), NOW - timedelta(days=3), NOW).passed
     late = freshness_verdict(pipeline(freshness_minutes=30), status(), NOW - timedelta(minutes=45), NOW)
     assert (late.passed, late.severity) == (False, "warning")
     assert late.description == "the last run committed 45.0 minutes ago, over freshness_minutes 30"
     assert freshness_verdict(pipeline(freshness_minutes=30), status(), NOW - timedelta(minutes=5), NOW).passed
+
+
+CHANGED = "its config file was last changed"
+
+
+def test_a_pipeline_that_never_ran_fails_freshness_once_its_grace_period_has_passed() -> None:
+    day_ago = Since(at=NOW - timedelta(hours=25), what=CHANGED)
+    never = freshness_verdict(pipeline(), status(never_ran=True), None, NOW, since=day_ago)
+    assert (never.passed, never.severity) == (False, "warning")
+    assert never.description == (
+        "no run committed in the 1500 minutes since its config file was last changed (2026-11-27T11:00:00Z); the "
+        "first run was due within 1440 minutes (health.first_run_grace_minutes)"
+    )
+    recent = Since(at=NOW - timedelta(minutes=10), what=CHANGED)
+    due = freshness_verdict(pipeline(freshness_minutes=30), status(never_ran=True), None, NOW, since=recent)
+    assert (due.passed, due.description) == (
+        True,
+        "no run committed yet, 10 minutes since its config file was last changed (2026-11-28T11:50:00Z); the first "
+        "run is due within 30 minutes (freshness_minutes)",
+    )
+    planned = Since(at=NOW - timedelta(minutes=45), what="its first run was planned")
+    late = freshness_verdict(pipeline(freshness_minutes=30), status(), None, NOW, since=planned)
+    assert not late.passed
+    assert late.description.startswith("no run committed in the 45 minutes since its first run was planned")
+    own = pipeline(freshness_minutes=30, health={"first_run_grace_minutes": 120})
+    assert freshness_verdict(own, status(never_ran=True), None, NOW, since=planned).passed
+
+
+def test_a_pipeline_without_a_known_start_is_not_failed_for_never_running() -> None:
+    unknown = freshness_verdict(pipeline(freshness_minutes=30), status(never_ran=True), None, NOW, since=None)
+    assert (unknown.passed, unknown.description) == (
+        True,
+        "no run committed yet; when the pipeline was set up is unknown (no state table, no config file), so its "
+        "first run is not late",
+    )
 
 
 def test_idle_partitions_are_listed_and_fail_only_when_asked() -> None:

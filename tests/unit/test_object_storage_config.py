@@ -163,13 +163,11 @@ def test_spark_gets_per_bucket_s3a_settings_and_the_connector_only_for_s3(
 
 
 def test_object_store_run_locks_live_in_the_lock_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
-    assert _run_lock_path(parse_location(tmp_path / "st"), "p") == tmp_path / ".st.run.lock"
     monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path / "locks"))
     s3 = _run_lock_path(parse_location("s3://lake/orders_state"), "p")
     assert s3.parent == tmp_path / "locks"
     assert s3 == _run_lock_path(parse_location("s3a://lake/orders_state"), "p")  # one table, one lock
-    # The folder setting moves local state's lock too: it is how one machine plays two hosts.
+    # Local state's lock is there too: it is how one machine plays two hosts.
     assert _run_lock_path(parse_location(tmp_path / "st"), "p").parent == tmp_path / "locks"
 
 

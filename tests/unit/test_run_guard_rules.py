@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,6 +34,7 @@ from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Collection
+    from pathlib import Path
 
 PID = "p"
 
@@ -422,16 +422,20 @@ def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path
 
 
 def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dynamic_kafka._toolchain.cache import CACHE_ENV
     from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
     from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
     from dynamic_kafka.storage import parse_location
 
     monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
-    assert _run_lock_path(parse_location("/data/p_state"), PID) == Path("/data/.p_state.run.lock")
-    monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    local = _run_lock_path(parse_location("/data/p_state"), PID)
+    assert local.parent == tmp_path / "cache" / "run-locks", "never beside the tables"
+    monkeypatch.setenv(RUN_LOCK_DIR_ENV, str(tmp_path / "locks"))
     found = _run_lock_path(parse_location("s3://lake/p_state"), PID)
-    assert found.parent == tmp_path
+    assert found.parent == tmp_path / "locks"
     assert found.name.startswith("p-")
+    assert found.name != local.name
 
 
 def test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing(tmp_path: Path) -> None:

@@ -186,6 +186,11 @@ def reachable_models(root: type[BaseModel]) -> set[type[BaseModel]]:
     return found
 
 
+def test_committed_configuration_reference_is_what_the_models_render() -> None:
+    committed = (Path(__file__).parents[2] / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
+    assert committed == render_reference(), "docs/reference/configuration.md is stale: run `make schemas`"
+
+
 def test_configuration_reference_lists_every_field_of_every_model() -> None:
     page = render_reference()
     rows = {
