@@ -195,23 +195,22 @@ GUARDS = (
     Guard(
         "backfill-overlap-dedupe",
         "dynamic_kafka/sink/incremental.py",
-        "    return _without_present(decoded, [target.sink_path, target.dead_letter_path], target.overlaps)",
+        "    return tables.without_present(decoded, [target.sink_path, target.dead_letter_path], target.overlaps)",
         "    return decoded",
         "tests/integration/test_backfill_overlap.py::test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets",
     ),
     Guard(
         "dead-letter-dedupe-in-own-append",
         "dynamic_kafka/sink/incremental.py",
-        "            bad = _without_present(bad, [target.dead_letter_path], target.overlaps)",
+        "            bad = tables.without_present(bad, [target.dead_letter_path], target.overlaps)",
         "            pass",
-        "tests/integration/test_backfill_overlap.py::"
-        "test_a_dead_letter_an_orphaned_backfill_merge_lands_during_the_runs_write_lands_once",
+        "tests/model/test_holes.py::test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters",
     ),
     Guard(
         "commit-re-read",
         "dynamic_kafka/sink/incremental.py",
         "    if commit is None:\n        raise _overwritten(table, target)",
-        '    if commit is None:\n        return _Found(Commit(version=0, info={"dynamic_kafka.commit_id": commit_id}, '
+        '    if commit is None:\n        return Found(Commit(version=0, info={"dynamic_kafka.commit_id": commit_id}, '
         "txns=(), added_records=0), ours=True)",
         "tests/integration/test_sink_commits.py::"
         "test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_the_next_run_lands_it_once",

@@ -34,7 +34,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dynamic_kafka.config import PipelineConfig
 from dynamic_kafka.errors import (
@@ -83,7 +83,7 @@ _DECODE_MARKER_RE = re.compile(_DECODE_MARKER + r"\[(?P<json>\{.*?\})\]" + _DECO
 
 
 @dataclass(frozen=True)
-class _Target:
+class RunTarget:
     """Where and as what one run is written."""
 
     sink_path: TableRef
@@ -94,6 +94,25 @@ class _Target:
     before_commit: Callable[[], None] | None = None
     partition_by: Sequence[str] = ()
 
+    @classmethod
+    def of(
+        cls,
+        pipeline: PipelineConfig,
+        run_seq: int,
+        overlaps: Sequence[Split],
+        before_commit: Callable[[], None] | None,
+    ) -> RunTarget:
+        """Run ``run_seq`` of ``pipeline`` (a stream's view with a table per stream)."""
+        return cls(
+            sink_path=pipeline.sink_table,
+            dead_letter_path=pipeline.dead_letter_table,
+            app_id=pipeline.id,
+            run_seq=run_seq,
+            overlaps=overlaps,
+            before_commit=before_commit,
+            partition_by=pipeline.sink.partition_by,
+        )
+
     @property
     def blind(self) -> bool:
         """Whether the run's appends read nothing of the tables (no backfill overlap to dedupe against)."""
@@ -101,7 +120,7 @@ class _Target:
 
 
 @dataclass(frozen=True)
-class _Observing:
+class Observing:
     """The rows a writer writes, with fresh observations (an observation is filled by one job only): ``written``
     of the rows written, ``read`` of the rows read before records a backfill landed were left out (the same
     observation as ``written`` when nothing is left out).
@@ -113,18 +132,18 @@ class _Observing:
 
 
 @dataclass(frozen=True)
-class _Landed:
+class Landed:
     """What a writer landed: the observations of the pass that wrote, and the commits holding the run's txn in the
     sink and (None: not written) the dead-letter table, each ours or another writer's of the same run.
     """
 
-    observed: _Observing
-    sink: _Found
-    dead_letters: _Found | None = None
+    observed: Observing
+    sink: Found
+    dead_letters: Found | None = None
 
 
 @dataclass(frozen=True)
-class _Found:
+class Found:
     """The commit holding a run's txn in one table, and whether this write made it (its commit id)."""
 
     commit: Commit
@@ -132,9 +151,9 @@ class _Found:
 
 
 # The decoded rows with fresh observations of the write's metrics.
-_Observed = Callable[[], _Observing]
+Observed = Callable[[], Observing]
 
-_Writer = Callable[[_Observed, _Target], _Landed]
+_Writer = Callable[["RunTables", Observed, RunTarget], Landed]
 
 
 def write_incremental(
@@ -194,30 +213,13 @@ def write_incremental(
     from pyspark.sql import Observation
     from pyspark.sql import functions as sf
 
-    target = _Target(
-        sink_path=pipeline.sink_table,
-        dead_letter_path=pipeline.dead_letter_table,
-        app_id=pipeline.id,
-        run_seq=run_seq,
-        overlaps=overlaps,
-        before_commit=before_commit,
-        partition_by=pipeline.sink.partition_by,
-    )
+    target = RunTarget.of(pipeline, run_seq, overlaps, before_commit)
     decoding = prepared or value_column_decoding(pipeline)
     writer = _writer(pipeline, decoding)
     with spark_failures(f"writing run {run_seq} of pipeline {target.app_id!r} to {target.sink_path}", target.sink_path):
         prior, files = committed_txn_and_files(target.sink_path, target.app_id)
-        if prior == run_seq:
-            return _already_committed(target, prior)
-        if prior is not None and prior > run_seq:
-            # Delta would skip this append as "already done" although this run's records are not in the sink.
-            raise StateBehindSinkError(
-                target.app_id,
-                table=str(target.sink_path),
-                sink_txn=prior,
-                state_run_seq=run_seq - 1,
-                state_path="(the state this run was planned from)",
-            )
+        if holds_run(prior, target):
+            return _already_committed(target, run_seq)
         settings = {**log_replay_settings(files), **codegen_settings(planned_records)}
         with session_settings(df.sparkSession, settings):
             decoded_frame = decoding.decode(df)
@@ -227,20 +229,20 @@ def write_incremental(
             counts = [column.alias(name) for name, column in decoding.count_columns()]
             reading = [sf.count(sf.lit(1)).alias("read"), *read_count_columns(counted_ranges)]
 
-            def observed_rows() -> _Observing:
+            def observed_rows() -> Observing:
                 name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
                 metrics = [*metric_columns(planned_pairs, event_time=event_time), *counts]
                 if target.blind:
                     # Nothing is left out, so the rows read are the rows written: one observation holds both
                     # (each observed node costs every row a pass through its accumulator).
                     both = Observation(name)
-                    return _Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
+                    return Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
                 read, written = Observation(f"{name}_read"), Observation(name)
-                kept = _skip_backfilled(decoded_frame.observe(read, *reading), target)
-                return _Observing(kept.observe(written, *metrics), written, read)
+                kept = skip_backfilled(_SPARK_TABLES, decoded_frame.observe(read, *reading), target)
+                return Observing(kept.observe(written, *metrics), written, read)
 
             try:
-                landed = writer(observed_rows, target)
+                landed = writer(_SPARK_TABLES, observed_rows, target)
             except CommitLostError:
                 # Another writer committed a txn of this pipeline between our check and our commit.
                 latest = committed_txn_version(target.sink_path, target.app_id)
@@ -269,38 +271,98 @@ def write_incremental(
     return result
 
 
+def holds_run(prior: int | None, target: RunTarget) -> bool:
+    """Whether the sink, whose transaction of the pipeline is ``prior``, already holds the run: then nothing is
+    written (the run is reported from the log, :func:`_already_committed`).
+
+    Raises:
+        StateBehindSinkError: the sink holds a later run than this one; nothing was written.
+    """
+    if prior == target.run_seq:
+        return True
+    if prior is not None and prior > target.run_seq:
+        # Delta would skip this append as "already done" although this run's records are not in the sink.
+        raise StateBehindSinkError(
+            target.app_id,
+            table=str(target.sink_path),
+            sink_txn=prior,
+            state_run_seq=target.run_seq - 1,
+            state_path="(the state this run was planned from)",
+        )
+    return False
+
+
 # --- one writer per decode policy -------------------------------------------------------------------------------
 
 
+class RunTables(Protocol):
+    """What a run's writers do to rows and tables: Spark's (:class:`_SparkTables`: DataFrames, Delta appends), or
+    the protocol model's (``tests/model``). The writers below decide which rows go where, in which order, with
+    which checks; this only carries each step out. Rows are lazy, as DataFrames: a filter is read when the job
+    that uses the rows runs (an append's own filter inside its transaction), or once at :meth:`persist`.
+    """
+
+    def decoded(self, rows: Any, undecodable: bool) -> Any:
+        """The rows that do not decode (``undecodable``), or those that do."""
+        ...
+
+    def failing_on_undecodable(self, rows: Any) -> Any:
+        """``rows``, whose job fails on the first one that does not decode, committing nothing (the append raises
+        an error :func:`_decode_error_from` reads, or :class:`UndecodableRecordError` itself).
+        """
+        ...
+
+    def without_present(self, rows: Any, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> Any:
+        """``rows`` minus those whose coordinates a table at ``paths`` holds inside ``overlaps``."""
+        ...
+
+    def persist(self, rows: Any) -> Any:
+        """``rows`` computed once for the jobs that follow (until :meth:`unpersist`)."""
+        ...
+
+    def unpersist(self, rows: Any) -> None:
+        """Frees what :meth:`persist` kept."""
+        ...
+
+    def append(self, rows: Any, table: TableRef, target: RunTarget, *, dead_letters: bool) -> Found:
+        """Appends ``rows`` (as sink rows, or as dead letters) with the run's transaction, and finds the commit
+        holding the run in the table's log.
+        """
+        ...
+
+
 def _writer(pipeline: PipelineConfig, decoding: PreparedDecoding) -> _Writer:
-    if not decoding.can_fail:
+    return writer_for(pipeline, can_fail=decoding.can_fail)
+
+
+def writer_for(pipeline: PipelineConfig, *, can_fail: bool) -> _Writer:
+    """The writer of the pipeline's decode policy (``can_fail``: some value may not decode)."""
+    if not can_fail:
         return _write_all
     return _write_or_fail if pipeline.on_decode_error == "fail" else _write_with_dead_letters
 
 
-def _write_all(observed_rows: _Observed, target: _Target) -> _Landed:
+def _write_all(tables: RunTables, observed_rows: Observed, target: RunTarget) -> Landed:
     """Bytes keys and values: every record decodes, so one append to the sink."""
     observing = observed_rows()
-    return _Landed(observing, _append(sink_rows(observing.rows, target.run_seq), target.sink_path, target))
+    return Landed(observing, tables.append(observing.rows, target.sink_path, target, dead_letters=False))
 
 
-def _write_or_fail(observed_rows: _Observed, target: _Target) -> _Landed:
+def _write_or_fail(tables: RunTables, observed_rows: Observed, target: RunTarget) -> Landed:
     """``on_decode_error: fail``: the append's own tasks fail on an undecodable record, so nothing is committed."""
-    from pyspark.sql import functions as sf
-
     observing = observed_rows()
-    checked = observing.rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
+    checked = tables.failing_on_undecodable(observing.rows)
     try:
-        found = _append(sink_rows(checked, target.run_seq), target.sink_path, target)
+        found = tables.append(checked, target.sink_path, target, dead_letters=False)
     except Exception as e:
         decode_error = _decode_error_from(e)
         if decode_error is not None:
             raise decode_error from e
         raise
-    return _Landed(observing, found)
+    return Landed(observing, found)
 
 
-def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> _Landed:
+def _write_with_dead_letters(tables: RunTables, observed_rows: Observed, target: RunTarget) -> Landed:
     """``on_decode_error: dead_letter``: first the one-pass append of ``fail``; if a record does not decode
     (that job committed nothing), the persisted two-table write.
 
@@ -310,44 +372,74 @@ def _write_with_dead_letters(observed_rows: _Observed, target: _Target) -> _Land
     ``fail`` and bytes pipelines always leave, so nothing reads that txn as a sign of a run.
     """
     try:
-        return _write_or_fail(observed_rows, target)
+        return _write_or_fail(tables, observed_rows, target)
     except UndecodableRecordError as e:
         logger.info(
             "run %d of pipeline %r: %s does not decode: writing dead letters", target.run_seq, target.app_id, e.where
         )
-    return _write_both(observed_rows, target)
+    return _write_both(tables, observed_rows, target)
 
 
-def _write_both(observed_rows: _Observed, target: _Target) -> _Landed:
+def _write_both(tables: RunTables, observed_rows: Observed, target: RunTarget) -> Landed:
     """One read, persisted; dead letters first, then the sink (same txn)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as sf
-
     observing = observed_rows()
-    cached = observing.rows.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = tables.persist(observing.rows)
     try:
-        bad = cached.where(sf.col(DECODE_ERROR).isNotNull())
+        bad = tables.decoded(cached, undecodable=True)
         if target.overlaps:
             # As the sink's rows below: deduped again inside the dead-letter append's own transaction, so a
             # backfill MERGE (an orphaned one outlives its lease) landing after the first anti-join is either
             # seen or fails the append on Delta's conflict check, never appended over.
-            bad = _without_present(bad, [target.dead_letter_path], target.overlaps)
+            bad = tables.without_present(bad, [target.dead_letter_path], target.overlaps)
         # Confirmed before the sink is written: the sink holding the run means the whole run is in.
-        dead_letters = _append(dead_letter_rows(bad, target.run_seq), target.dead_letter_path, target)
+        dead_letters = tables.append(bad, target.dead_letter_path, target, dead_letters=True)
         crash_point(CrashPoint.AFTER_DEAD_LETTER)
-        good = cached.where(sf.col(DECODE_ERROR).isNull())
+        good = tables.decoded(cached, undecodable=False)
         if target.overlaps:
             # The cached rows were deduped before the sink's transaction began: dedupe again inside it, so
             # Delta checks that read against a concurrent backfill MERGE (a MERGE committed in between
             # is skipped here, though then the counts still include its rows).
-            good = _without_present(good, [target.sink_path], target.overlaps)
-        found = _append(sink_rows(good, target.run_seq), target.sink_path, target)
+            good = tables.without_present(good, [target.sink_path], target.overlaps)
+        found = tables.append(good, target.sink_path, target, dead_letters=False)
     finally:
-        cached.unpersist()
-    return _Landed(observing, found, dead_letters)
+        tables.unpersist(cached)
+    return Landed(observing, found, dead_letters)
 
 
-def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
+class _SparkTables:
+    """:class:`RunTables` by Spark: DataFrames, and Delta appends that find their commit (:func:`_append`)."""
+
+    def decoded(self, rows: DataFrame, undecodable: bool) -> DataFrame:
+        from pyspark.sql import functions as sf
+
+        error = sf.col(DECODE_ERROR)
+        return rows.where(error.isNotNull() if undecodable else error.isNull())
+
+    def failing_on_undecodable(self, rows: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as sf
+
+        return rows.where(sf.coalesce(_raise_if_undecodable(), sf.lit(True)))
+
+    def without_present(self, rows: DataFrame, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> DataFrame:
+        return _without_present(rows, paths, overlaps)
+
+    def persist(self, rows: DataFrame) -> DataFrame:
+        from pyspark import StorageLevel
+
+        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def unpersist(self, rows: DataFrame) -> None:
+        rows.unpersist()
+
+    def append(self, rows: DataFrame, table: TableRef, target: RunTarget, *, dead_letters: bool) -> Found:
+        shaped = dead_letter_rows(rows, target.run_seq) if dead_letters else sink_rows(rows, target.run_seq)
+        return _append(shaped, table, target)
+
+
+_SPARK_TABLES = _SparkTables()
+
+
+def _append(rows: DataFrame, table: TableRef, target: RunTarget) -> Found:
     """Appends ``rows`` with the run's txn and a fresh commit id, then finds the commit holding the run in the
     table's log: a run commits its offsets only on what the log says.
 
@@ -388,14 +480,14 @@ def _append(rows: DataFrame, table: TableRef, target: _Target) -> _Found:
             commit.version,
             safe_text(e),
         )
-        return _Found(commit, ours=True)
+        return Found(commit, ours=True)
     commit = run_commit(table, target.app_id, target.run_seq)
     if commit is None:
         raise _overwritten(table, target)
-    return _Found(commit, ours=commit.commit_id == commit_id)
+    return Found(commit, ours=commit.commit_id == commit_id)
 
 
-def _overwritten(table: TableRef, target: _Target) -> CommitOverwrittenError:
+def _overwritten(table: TableRef, target: RunTarget) -> CommitOverwrittenError:
     """The error for a write whose commit no version holds, naming the commits that may have replaced it."""
     latest = latest_version(table)
     foreign = recent_foreign_commits(table, latest) if latest is not None else []
@@ -416,9 +508,9 @@ def _overwritten(table: TableRef, target: _Target) -> CommitOverwrittenError:
 
 
 def _outcome(
-    target: _Target,
+    target: RunTarget,
     planned_pairs: Sequence[tuple[str, str]],
-    landed: _Landed,
+    landed: Landed,
     counted_ranges: Sequence[Split],
 ) -> WriteResult:
     """The result from the write's observed metrics; from the log when the write committed but its metrics were
@@ -452,7 +544,7 @@ def _outcome(
     )
 
 
-def _counted_from_log(target: _Target, landed: _Landed) -> WriteResult:
+def _counted_from_log(target: RunTarget, landed: Landed) -> WriteResult:
     """What a confirmed write landed, from the record counts of its commits' files (bytes and per-topic counts
     are not in the log).
     """
@@ -475,7 +567,7 @@ def _counted_from_log(target: _Target, landed: _Landed) -> WriteResult:
     )
 
 
-def _already_committed(target: _Target, committed: int) -> WriteResult:
+def _already_committed(target: RunTarget, committed: int) -> WriteResult:
     if is_fence(target.sink_path, target.app_id, target.run_seq):
         raise StateError(
             f"run {target.run_seq} of pipeline {target.app_id!r} was abandoned: its transaction in "
@@ -521,7 +613,7 @@ def landed_from_log(sink: TableRef, dead_letters: TableRef, app_id: str, run_seq
 # --- ranges a backfill already landed ---------------------------------------------------------------------------
 
 
-def _skip_backfilled(decoded: DataFrame, target: _Target) -> DataFrame:
+def skip_backfilled(tables: RunTables, decoded: Any, target: RunTarget) -> Any:
     """``decoded`` minus what the sink or the dead-letter table already holds in the overlaps; unchanged without
     overlaps.
 
@@ -531,7 +623,7 @@ def _skip_backfilled(decoded: DataFrame, target: _Target) -> DataFrame:
     """
     if not target.overlaps:
         return decoded
-    return _without_present(decoded, [target.sink_path, target.dead_letter_path], target.overlaps)
+    return tables.without_present(decoded, [target.sink_path, target.dead_letter_path], target.overlaps)
 
 
 def _without_present(rows: DataFrame, paths: Sequence[TableRef], overlaps: Sequence[Split]) -> DataFrame:

@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
@@ -114,7 +114,6 @@ def merge_backfill(
     pairs = list(planned_pairs)
     window = f" for [{start.isoformat() if start else '...'}, {end.isoformat() if end else '...'})"
     with spark_failures(f"merging a backfill of pipeline {pipeline.id!r}{window} into {sink_path}", sink_path):
-        spark = df.sparkSession
         decoding = prepared or value_column_decoding(pipeline)
         decoded_frame = decoding.decode(df)
         if event_time is not None and start is not None and end is not None:
@@ -126,22 +125,16 @@ def merge_backfill(
             # One row of aggregates (not data) over the persisted read, which this action materializes.
             metrics = decoded.agg(*metric_columns(pairs, offsets=True, event_time=event_time)).collect()[0].asDict()
             bad_count = int(metrics["dead_letters"] or 0)
-            if bad_count and pipeline.on_decode_error == "fail":
-                raise _first_undecodable(decoded)
-            scope = _merge_scope(metrics, pairs)
-            marker = None if backfill_sequence is None else (backfill_app_id(pipeline.id), backfill_sequence)
-            dead_letter_version, dead_letters, inserted = None, 0, 0
-            if bad_count:
-                bad = dead_letter_rows(decoded.where(sf.col(DECODE_ERROR).isNotNull()), run_seq)
-                if before_write is not None:
-                    before_write()
-                dead_letters = _merge(spark, bad, dead_letter_path, scope, marker)
-                dead_letter_version = latest_version(dead_letter_path)
-            if int(metrics["records"] or 0) > bad_count:
-                good = sink_rows(decoded.where(sf.col(DECODE_ERROR).isNull()), run_seq)
-                if before_write is not None:
-                    before_write()
-                inserted = _merge(spark, good, sink_path, scope, marker, pipeline.sink.partition_by)
+            merges = _SparkMerges(decoded, pipeline, _merge_scope(metrics, pairs), run_seq)
+            dead_letters, inserted = merge_tables(
+                merges,
+                pipeline,
+                records=int(metrics["records"] or 0),
+                undecodable=bad_count,
+                backfill_sequence=backfill_sequence,
+                before_write=before_write,
+            )
+            dead_letter_version = latest_version(dead_letter_path) if bad_count else None
         finally:
             decoded.unpersist()
         result = write_result(
@@ -161,6 +154,77 @@ def merge_backfill(
         dead_letters,
     )
     return result
+
+
+class MergeTables(Protocol):
+    """The MERGEs of one backfill's decoded rows into a pipeline's sink or dead-letter table: Spark's
+    (:class:`_SparkMerges`), or the protocol model's tables (``tests/model``). :func:`merge_tables` decides which
+    are made, in which order, and the checks before each.
+    """
+
+    def first_undecodable(self) -> UndecodableRecordError:
+        """The error naming the first undecodable row (there is one)."""
+        ...
+
+    def merge(self, *, dead_letters: bool, marker: tuple[str, int] | None) -> int:
+        """MERGEs the undecodable rows into the dead-letter table (``dead_letters``) or the others into the sink,
+        inserting those whose coordinates the table lacks, with ``marker`` as the commit's Delta transaction;
+        returns how many were inserted.
+        """
+        ...
+
+
+def merge_tables(
+    tables: MergeTables,
+    pipeline: PipelineConfig,
+    *,
+    records: int,
+    undecodable: int,
+    backfill_sequence: int | None,
+    before_write: Callable[[], None] | None,
+) -> tuple[int, int]:
+    """A backfill's MERGEs of ``records`` rows read, ``undecodable`` of them undecodable: the dead letters first,
+    then the sink, each right after ``before_write``; under ``on_decode_error: fail`` an undecodable row fails the
+    backfill before anything is merged. Each MERGE records the backfill's sequence (None: none). Returns (dead
+    letters inserted, sink rows inserted).
+
+    Raises:
+        UndecodableRecordError: ``on_decode_error: fail`` and a row did not decode; nothing was merged.
+        DynamicKafkaError: what ``before_write`` raised; the table merged before stays merged.
+    """
+    if undecodable and pipeline.on_decode_error == "fail":
+        raise tables.first_undecodable()
+    marker = None if backfill_sequence is None else (backfill_app_id(pipeline.id), backfill_sequence)
+    dead_letters = inserted = 0
+    if undecodable:
+        if before_write is not None:
+            before_write()
+        dead_letters = tables.merge(dead_letters=True, marker=marker)
+    if records > undecodable:
+        if before_write is not None:
+            before_write()
+        inserted = tables.merge(dead_letters=False, marker=marker)
+    return dead_letters, inserted
+
+
+class _SparkMerges:
+    """:class:`MergeTables` by Spark: Delta's MERGE of the persisted decoded read, bounded by ``scope``."""
+
+    def __init__(self, decoded: DataFrame, pipeline: PipelineConfig, scope: str, run_seq: int | None) -> None:
+        self.decoded, self.pipeline, self.scope, self.run_seq = decoded, pipeline, scope, run_seq
+
+    def first_undecodable(self) -> UndecodableRecordError:
+        return _first_undecodable(self.decoded)
+
+    def merge(self, *, dead_letters: bool, marker: tuple[str, int] | None) -> int:
+        from pyspark.sql import functions as sf
+
+        spark = self.decoded.sparkSession
+        if dead_letters:
+            bad = dead_letter_rows(self.decoded.where(sf.col(DECODE_ERROR).isNotNull()), self.run_seq)
+            return _merge(spark, bad, self.pipeline.dead_letter_table, self.scope, marker)
+        good = sink_rows(self.decoded.where(sf.col(DECODE_ERROR).isNull()), self.run_seq)
+        return _merge(spark, good, self.pipeline.sink_table, self.scope, marker, self.pipeline.sink.partition_by)
 
 
 def _first_undecodable(decoded: DataFrame) -> UndecodableRecordError:

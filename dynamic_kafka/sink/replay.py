@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.faults import CrashPoint, crash_point
@@ -143,25 +143,110 @@ def replay(
         in_ranges = _in_ranges(ranges)
         counted = _outcomes(decoded, spark, sink, in_ranges).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = _count(counted)
-            if not write:
-                return counts
-            sink_version = None
-            if counts.replayed:
-                if before_write is not None:
-                    before_write()
-                # Anti-joined again inside the append's own job: the sink as this commit reads it.
-                fresh = _not_in_sink(rows, spark, sink, in_ranges)
-                append_idempotent(fresh, sink, replay_app_id(pipeline.id), replay_seq, commit_id=new_commit_id())
-                sink_version = latest_version(sink)
-            crash_point(CrashPoint.REPLAY_AFTER_SINK)
-            if before_write is not None:
-                before_write()
-            outcome = _outcomes(decoded, spark, sink, in_ranges)
-            _update_dead_letters(spark, outcome, dead_letters, replay_app_id(pipeline.id), replay_seq, ranges)
+            tables = _SparkReplay(spark, pipeline, decoded, counted, rows, in_ranges, ranges)
+            counts = replay_steps(tables, pipeline.id, replay_seq, write=write, before_write=before_write)
         finally:
             counted.unpersist()
-    return counts.model_copy(update={"sink_version": sink_version, "dead_letter_version": latest_version(dead_letters)})
+    if not write:
+        return counts
+    return counts.model_copy(update={"dead_letter_version": latest_version(dead_letters)})
+
+
+class ReplayTables(Protocol):
+    """A replay's view of a pipeline's two tables, its dead letters decoded under the current config: Spark's
+    (:class:`_SparkReplay`), or the protocol model's (``tests/model``). :func:`replay_steps` decides what is written
+    when.
+    """
+
+    def count(self) -> ReplayCounts:
+        """Each dead letter's outcome (:func:`replay_outcome`) as the sink holds them now, counted."""
+        ...
+
+    def append_fresh(self, app_id: str, replay_seq: int) -> int | None:
+        """One sink append, transaction ``(app_id, replay_seq)``, of the dead letters that decode and whose record
+        the sink does not hold, left out inside the append's own job; returns the sink's version after it.
+        """
+        ...
+
+    def update_dead_letters(self, app_id: str, replay_seq: int) -> None:
+        """One MERGE into the dead-letter table, transaction ``(app_id, replay_seq)``: deletes every dead letter the
+        sink holds now (outcome ``landed``), gives the others their new error.
+        """
+        ...
+
+
+def replay_steps(
+    tables: ReplayTables,
+    pipeline_id: str,
+    replay_seq: int,
+    *,
+    write: bool,
+    before_write: Callable[[], None] | None,
+) -> ReplayCounts:
+    """A replay's steps over ``tables`` (see the module's docstring): the outcomes counted; with ``write``, the sink
+    append when some dead letter is to be replayed, then the dead-letter MERGE, each right after ``before_write``.
+    A dead letter leaves its table only in the MERGE, once the sink holds it.
+    """
+    counts = tables.count()
+    if not write:
+        return counts
+    app_id = replay_app_id(pipeline_id)
+    sink_version = None
+    if counts.replayed:
+        if before_write is not None:
+            before_write()
+        sink_version = tables.append_fresh(app_id, replay_seq)
+    crash_point(CrashPoint.REPLAY_AFTER_SINK)
+    if before_write is not None:
+        before_write()
+    tables.update_dead_letters(app_id, replay_seq)
+    return counts.model_copy(update={"sink_version": sink_version})
+
+
+# A dead letter's outcome: the first whose fact holds (see replay_outcome), else "replay".
+_OUTCOME_RULE = (("landed", "same"), ("undecodable", "undecodable"), ("conflict", "in_sink"))
+
+
+def replay_outcome(*, same: bool, undecodable: bool, in_sink: bool) -> str:
+    """One dead letter's outcome: ``landed`` when the sink holds its record (``same``: its coordinates and
+    timestamp, or for an archive row all that identifies it), ``undecodable`` when it does not decode now,
+    ``conflict`` when it decodes but the sink holds another record at its coordinates (``in_sink``), else
+    ``replay``. :func:`_outcomes` computes the same rule as a Spark column.
+    """
+    facts = {"same": same, "undecodable": undecodable, "in_sink": in_sink}
+    return next((outcome for outcome, fact in _OUTCOME_RULE if facts[fact]), "replay")
+
+
+class _SparkReplay:
+    """:class:`ReplayTables` by Spark: ``decoded`` the dead letters, ``counted`` their outcomes (persisted), ``rows``
+    the decodable ones as sink rows, ``in_ranges`` the sink rows that can share their coordinates.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: PipelineConfig,
+        decoded: DataFrame,
+        counted: DataFrame,
+        rows: DataFrame,
+        in_ranges: Column,
+        ranges: list[Split],
+    ) -> None:
+        self.spark, self.pipeline, self.decoded, self.counted = spark, pipeline, decoded, counted
+        self.rows, self.in_ranges, self.ranges = rows, in_ranges, ranges
+
+    def count(self) -> ReplayCounts:
+        return _count(self.counted)
+
+    def append_fresh(self, app_id: str, replay_seq: int) -> int | None:
+        sink = self.pipeline.sink_table
+        fresh = _not_in_sink(self.rows, self.spark, sink, self.in_ranges)
+        append_idempotent(fresh, sink, app_id, replay_seq, commit_id=new_commit_id())
+        return latest_version(sink)
+
+    def update_dead_letters(self, app_id: str, replay_seq: int) -> None:
+        outcome = _outcomes(self.decoded, self.spark, self.pipeline.sink_table, self.in_ranges)
+        _update_dead_letters(self.spark, outcome, self.pipeline.dead_letter_table, app_id, replay_seq, self.ranges)
 
 
 @contextmanager
@@ -271,13 +356,16 @@ def _outcomes(decoded: DataFrame, spark: SparkSession, sink: TableRef, in_ranges
             *archive.columns, sf.coalesce(landed["_dk_same"], sf.lit(False)).alias("_dk_same")
         )
         held = held.withColumn("_dk_in_sink", sf.col("_dk_same"))
-    in_sink = sf.coalesce(sf.col("_dk_in_sink"), sf.lit(False))
-    outcome = (
-        sf.when(sf.col("_dk_same"), sf.lit("landed"))
-        .when(sf.col(DECODE_ERROR).isNotNull(), sf.lit("undecodable"))
-        .when(in_sink, sf.lit("conflict"))
-        .otherwise(sf.lit("replay"))
-    )
+    facts = {
+        "same": sf.col("_dk_same"),
+        "undecodable": sf.col(DECODE_ERROR).isNotNull(),
+        "in_sink": sf.coalesce(sf.col("_dk_in_sink"), sf.lit(False)),
+    }
+    # replay_outcome's rule, as a column.
+    chain = sf.when(facts[_OUTCOME_RULE[0][1]], sf.lit(_OUTCOME_RULE[0][0]))
+    for name, fact in _OUTCOME_RULE[1:]:
+        chain = chain.when(facts[fact], sf.lit(name))
+    outcome = chain.otherwise(sf.lit("replay"))
     new_error = sf.when(outcome == "conflict", sf.lit(CONFLICT)).otherwise(sf.col(DECODE_ERROR))
     chosen: list[Column | str] = [*identity, outcome.alias(_OUTCOME), new_error.alias(_NEW_ERROR)]
     return joined.select(*chosen).unionByName(held.select(*chosen))

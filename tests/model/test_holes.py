@@ -211,7 +211,7 @@ def test_item2_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_aga
     with machine_without("item2_abandon_duplicates_dead_letters") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
         r.run(crash_at=3)  # killed between the dead-letter append (txn 1) and the sink append
-        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
+        assert r.m.harness.crasher.crashed_at == "after_dead_letter"
         r.abandon()  # the sink lacks run 1: allowed
         r.run_clean()  # run 2 plans [0, 2) again: @0 lands in the dead letters a second time
 
@@ -221,7 +221,7 @@ def test_item2_a_recovery_abandoned_by_retention_does_not_land_dead_letters_agai
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # @0 good
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @1 not JSON
         r.run(crash_at=3)  # killed between the dead-letter append (txn 1) and the sink append
-        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
+        assert r.m.harness.crasher.crashed_at == "after_dead_letter"
         r.retention(cid="c1", topic="a", partition=0, count=1)  # @0 deleted: run 1's range is gone in part
         r.run_clean()  # on_data_loss skip: recovery abandons run 1, run 2 reads [1, 2): @1 dead-lettered twice
 
@@ -241,7 +241,7 @@ def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> No
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @0 not JSON
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False, lax=True)  # @1 {"id":1,"extra":1}
         r.run(crash_at=3)  # killed between the dead-letter append (@0, txn 1) and the sink append
-        assert r.m.harness.crasher.crashed_at == "between_dead_letters_and_sink"
+        assert r.m.harness.crasher.crashed_at == "after_dead_letter"
         r.edit_config(setting="json_strict")  # true: @1 is undecodable now
         r.run_clean()  # the recovery skips the dead letters (txn 1 exists), filters @1 out of the sink: neither
 

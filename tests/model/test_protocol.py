@@ -24,8 +24,9 @@ Issue 35 adds the operations, each through the product's own function: offsets r
 maintenance (with crashes inside the last two), a bootstrap archive landed over several parts whose files may be
 rewritten, and state backups taken under a planned run. A table per stream (a ``{stream}`` sink: each record once,
 in its topic's first stream's table) and the pipeline's shared Spark Connect session expiring between or during
-runs are driven too. What the model runs of the product and what it still copies: docs/design.md, "How the protocol
-model drives the product", and docs/decisions/0070-protocol-model.md.
+runs are driven too. How the model runs the product's steps that call Spark (through ports of their own, the
+model's tables storing rows only): docs/design.md, "How the protocol model drives the product", and
+docs/decisions/0070-protocol-model.md and 0085-model-ports.md.
 """
 
 from __future__ import annotations

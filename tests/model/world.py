@@ -20,26 +20,29 @@ What is simulated, and how closely:
   ``earliest``, beyond the end, or of a vanished partition fails the job.
 * The sink (``SinkModel``): two tables (sink, dead letters) of rows carrying the record uid, each with Delta's
   idempotent-write txn: ``append(app, version)`` is skipped when ``version <= txn[app]`` (Delta's rule).
-  ``write_incremental`` mirrors ``dynamic_kafka.sink.incremental.write_incremental`` step for step:
-  ``prior >= run_seq`` means "already committed"; overlaps with the backfill frontier are anti-joined on
-  (cluster, topic, partition, offset); dead letters (when there are any) are appended first, then the sink, with a
-  crash point between.
-  ``merge`` mirrors the backfill MERGE (insert rows whose coordinates are absent). The decode verdict is the
+  The steps that call Spark in the product run here through the product's own functions over a port the model's
+  tables implement, storing rows by Delta's rules and deciding nothing (docs/decisions/0085-model-ports.md): a run's
+  write (``incremental.writer_for``, ``skip_backfilled``, ``holds_run`` over ``_ModelTables``; rows are lazy
+  ``Frame``s whose anti-joins are read inside the job that uses them), a backfill's MERGEs (``merge.merge_tables``
+  over ``_ModelMerges``; ``merge_table`` inserts rows whose coordinates are absent), a replay (``replay.replay_steps``
+  over ``_ModelReplay``) and maintenance (``compaction.maintain_table`` with the lake's ``compact``/``vacuum``).
+  The decode verdict is the
   config's at write time (value_format json: a record that is not JSON, and under ``json_strict`` one with an extra
   field). Other writers: a foreign commit (OPTIMIZE, DELETE, VACUUM, a MERGE) may take the version of the next run
   append, which then vanishes (delta-spark's check-then-write log stores); an append whose client was killed while
   it ran is an ``Orphan`` the server may still commit at any later step (as may a stalled backfill MERGE).
 * ``Harness`` builds a real ``PipelineRunner`` over a real ``StateStore`` (delta-rs on a temp dir) and an
   ``InMemoryMetadataService``, and swaps in the world for the few module functions that reach Kafka, Spark or the
-  sink's Delta log, only while a run or backfill executes. A crash (``Crash``, a BaseException the runner cannot
-  catch) can be injected at any numbered crash point of a call: after the plan is written, while the dead-letter
-  or the sink append runs, between them, after the sink append, after the state commit, and the same points of a
-  recovery. Another actor can act at any of those points instead (``Crasher.arm``'s actions). The run's
-  ``LeaseKeeper`` renews only when the model makes a renewal fail (``Harness.lease_faults``), in step with the
-  crash points; ``Harness.on_other_machine`` is the same pipeline run by a process of another machine.
+  sink's Delta log, only while a run or backfill executes; a backfill is the real ``run_backfill``. A crash
+  (``Crash``, a BaseException the runner cannot catch) can be injected at any numbered crash point of a call: after
+  the plan is written, while the dead-letter or the sink append runs, between them, after the sink append, after
+  the state commit, and the same points of a recovery. Another actor can act at any of those points instead
+  (``Crasher.arm``'s actions). The run's ``LeaseKeeper`` renews only when the model makes a renewal fail
+  (``Harness.lease_faults``), in step with the crash points; ``Harness.on_other_machine`` is the same pipeline run
+  by a process of another machine.
 * A table per stream (``Lake``): with a ``{stream}`` sink, one ``SinkModel`` pair per stream, each path the product
   names routed to its pair; the reader's ``stream`` column is each record's own split's stream, and the product's
-  ``per_stream.for_each_stream`` filters the model's frames by it (``Frame.where``, ``StreamColumn``).
+  ``per_stream.for_each_stream`` filters the model's frames by it (``Frame.where``, ``ModelColumn``).
 * Spark Connect (``ConnectServer``): the project's ``spark.remote`` is the model's server, which stands in for
   pyspark's session builder, so runs attach to the pipeline's shared session through the product's own
   ``spark/remote.py`` (generations, the check of a cached session). The server may close every session (idle past
@@ -68,13 +71,13 @@ from dynamic_kafka import offset_reset as offset_reset_module
 from dynamic_kafka import realign as realign_module
 from dynamic_kafka import run_guard as run_guard_module
 from dynamic_kafka import runner as runner_module
+from dynamic_kafka import sink as sink_package
 from dynamic_kafka.config import PipelineConfig, ProjectConfig
 from dynamic_kafka.custom_offsets import resolve_custom
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     CommitOverwrittenError,
     SparkJobError,
-    StateBehindSinkError,
     StateError,
     UndecodableRecordError,
 )
@@ -92,13 +95,16 @@ from dynamic_kafka.model.snapshots import (
 )
 from dynamic_kafka.offsets import CommittedOffsets, CustomOffsets, PartitionBounds, SpecificOffsets, TimestampOffsets
 from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.sink import compaction as compaction_module
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import per_stream as per_stream_module
+from dynamic_kafka.sink import replay as replay_module
 from dynamic_kafka.sink import schema_check as schema_check_module
-from dynamic_kafka.sink.compaction import FileCounts, TableFiles, TableMaintenance
+from dynamic_kafka.sink.commits import Commit
+from dynamic_kafka.sink.compaction import FileCounts, TableFiles
+from dynamic_kafka.sink.merge import merge_tables
 from dynamic_kafka.sink.metrics import WriteResult
-from dynamic_kafka.sink.replay import ReplayCounts, replay_app_id
-from dynamic_kafka.sink.tables import backfill_app_id
+from dynamic_kafka.sink.replay import ReplayCounts, replay_outcome, replay_steps
 from dynamic_kafka.spark import archive as archive_module
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.spark import remote as remote_module
@@ -116,6 +122,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import ArchiveRead, Plan, Split
+    from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget
     from dynamic_kafka.realign import Realignment
     from dynamic_kafka.state import StateStore
@@ -448,6 +455,10 @@ class World:
         return rows
 
 
+# An anti-join still to apply to a frame: the table pair, whether its dead-letter table, and the ranges looked in.
+Unless = tuple["SinkModel", bool, tuple["Split", ...]]
+
+
 class Frame(list[Record]):
     """What Spark's reads give the model's write path: the records, each with its ``stream`` column (the reader
     fills it from the record's own split: ``stream_of``, by ``id()``), the session whose jobs read them, and the
@@ -460,14 +471,28 @@ class Frame(list[Record]):
         *,
         session: ModelSession | None = None,
         stream_of: dict[int, str] | None = None,
+        unless: tuple[Unless, ...] = (),
+        failing: bool = False,
     ) -> None:
         super().__init__(rows)
         self.session = session
         self.stream_of = stream_of if stream_of is not None else {}
+        # Lazy, as a DataFrame: the anti-joins still to apply (read when a job uses the rows), and whether that job
+        # fails on an undecodable row (``_ModelTables``).
+        self.unless = unless
+        self.failing = failing
 
-    def but(self, rows: Iterable[Record]) -> Frame:
-        """``rows`` (some of this frame's) as a frame read as this one."""
-        return Frame(rows, session=self.session, stream_of=self.stream_of)
+    def but(self, rows: Iterable[Record], *, unless: tuple[Unless, ...] | None = None, failing: bool = False) -> Frame:
+        """``rows`` (some of this frame's) as a frame read as this one, with its anti-joins still to apply."""
+        pending = self.unless if unless is None else unless
+        return Frame(rows, session=self.session, stream_of=self.stream_of, unless=pending, failing=failing)
+
+    def computed(self) -> Frame:
+        """The rows as a job computes them now: without those whose coordinates a table holds in its ranges."""
+        present = {
+            coordinates(r) for model, dead, ranges in self.unless for r in model.table(dead) if _in_ranges(r, ranges)
+        }
+        return self.but((r for r in self if coordinates(r) not in present), unless=())
 
     def unionByName(self, other: Sequence[Record]) -> Frame:  # noqa: N802 (Spark's name)
         return self.but([*self, *other])
@@ -476,9 +501,9 @@ class Frame(list[Record]):
         del level
         return self
 
-    def where(self, condition: Callable[[str], bool]) -> Frame:
-        """``df.where(col("stream") == lit(s))``, with the model's ``col`` (``StreamColumn``)."""
-        return self.but(r for r in self if condition(self.stream_of.get(id(r), "")))
+    def where(self, condition: RowTest) -> Frame:
+        """``df.where(...)`` on the stream or timestamp column, with the model's ``col`` (``ModelColumn``)."""
+        return self.but(r for r in self if condition(r, self.stream_of.get(id(r), "")))
 
     def by_stream(self) -> dict[str, list[Record]]:
         found: dict[str, list[Record]] = {}
@@ -602,18 +627,41 @@ class _ArchiveFrame:
         return sorted(self.archive.files)
 
 
-class StreamColumn:
-    """``pyspark.sql.functions.col`` for the model's frames: ``col("stream") == lit(s)`` is a test of a row's
-    stream (``lit`` is the value itself)."""
+class ModelColumn:
+    """``pyspark.sql.functions.col`` for the model's frames: a row's ``stream`` (its split's) or ``timestamp``.
+    Compared with a literal (``lit`` is the value itself) it is a test of a row (``RowTest``)."""
 
     def __init__(self, name: str) -> None:
-        if name != "stream":
-            raise AssertionError(f"the model's frames filter on their stream column only, not {name!r}")
+        if name not in ("stream", "timestamp"):
+            raise AssertionError(f"the model's frames have a stream and a timestamp column, not {name!r}")
+        self.name = name
 
-    def __eq__(self, value: object) -> Callable[[str], bool]:  # type: ignore[override]
-        return lambda stream: stream == value
+    def value(self, r: Record, stream: str) -> object:
+        return stream if self.name == "stream" else datetime.fromtimestamp(r.ts_ms / 1000, UTC)
+
+    def __eq__(self, value: object) -> RowTest:  # type: ignore[override]
+        return RowTest(lambda r, stream: self.value(r, stream) == value)
+
+    def __ge__(self, value: Any) -> RowTest:
+        return RowTest(lambda r, stream: self.value(r, stream) >= value)  # type: ignore[operator]
+
+    def __lt__(self, value: Any) -> RowTest:
+        return RowTest(lambda r, stream: self.value(r, stream) < value)  # type: ignore[operator]
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class RowTest:
+    """A condition on a model row (the record and its stream column); conditions combine with ``&``."""
+
+    test: Callable[[Record, str], bool]
+
+    def __call__(self, r: Record, stream: str) -> bool:
+        return self.test(r, stream)
+
+    def __and__(self, other: RowTest) -> RowTest:
+        return RowTest(lambda r, stream: self(r, stream) and other(r, stream))
 
 
 class ConnectServer:
@@ -804,11 +852,22 @@ class Orphan:
     owner: SinkModel | None = None  # the stream table pair it writes (None: every table it reaches)
 
 
-def undecodable(r: Record, pipeline: PipelineConfig) -> bool:
+def is_undecodable(r: Record, pipeline: PipelineConfig) -> bool:
     """The decode verdict of the CURRENT config, as ``dynamic_kafka.spark.decode`` gives it: under value_format json
     a value that is not JSON, and with json_strict also one with a field ``value_schema`` lacks; nothing under
     string."""
     return pipeline.value_format == "json" and (r.bad or (r.lax and pipeline.json_strict))
+
+
+def decode_error(r: Record) -> UndecodableRecordError:
+    """The error naming an undecodable record (the model's values are not JSON, see ``is_undecodable``)."""
+    return UndecodableRecordError(
+        cluster_id=r.cluster_id,
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        reason="simulated: value is not valid JSON",
+    )
 
 
 def _in_ranges(r: Record, ranges: Sequence[Split]) -> bool:
@@ -870,6 +929,10 @@ class SinkModel:
                     frontier[key] = max(frontier.get(key, 0), r.offset + 1)
         return frontier
 
+    def table(self, dead: bool) -> list[Record]:
+        """The rows of the sink or (``dead``) the dead-letter table."""
+        return self.dead if dead else self.rows
+
     def _append(self, dead: bool, rows: list[Record], app_id: str, version: int, what: str) -> bool:
         """One append with the run's txn; whether this write committed (False: Delta skipped it, the txn held)."""
         table, seqs, txns = (self.dead, self.dead_seqs, self.dead_txn) if dead else (self.rows, self.row_seqs, self.txn)
@@ -893,38 +956,40 @@ class SinkModel:
         self,
         point: str,
         dead: bool,
-        rows: list[Record],
+        rows: Frame,
         app_id: str,
         version: int,
         what: str,
         before_commit: Callable[[], None] | None = None,
-        unless_present: Sequence[Split] = (),
-        session: ModelSession | None = None,
-    ) -> bool:
+    ) -> tuple[bool, list[Record]]:
         """One Spark job appending to a table, as ``incremental._append``: the run's check before the commit, the
         append, then the run finds its commit in the log (a replaced one raises ``CommitOverwrittenError``); whether
-        the commit found is this write's. A kill of the client while it runs (the crash point before it) leaves it
-        running on the server: an orphan that may still commit. ``unless_present``: rows whose coordinates the
-        table holds in these ranges are left out, read in the append's own transaction (``_without_present``: a
-        commit landing between that read and the append fails Delta's conflict check, so read and append are one
-        step here). ``session``: the job's Spark Connect session; closed by the server before the job, the job fails;
-        closed while it runs (at its crash point), it fails too and may still commit later (an orphan)."""
+        the commit found is this write's, and the rows it appended. A kill of the client while it runs (the
+        crash point before it) leaves it running on the server: an orphan that may still commit. The rows' own
+        anti-joins (``Frame.unless``) are read in the append's own transaction (a commit landing between that read
+        and the append fails Delta's conflict check, so read and append are one step here). The job's Spark
+        Connect session (the rows'): closed by the server before the job, the job fails; closed while it runs (at
+        its crash point), it fails too and may still commit later (an orphan)."""
+        written: list[list[Record]] = []
 
         def append() -> bool:
-            table = self.dead if dead else self.rows
-            present = {coordinates(r) for r in table if _in_ranges(r, unless_present)}
-            kept = [r for r in rows if coordinates(r) not in present]
+            kept = rows.computed()
+            written.append(kept)
             return self._append(dead, kept, app_id, version, what)
 
+        def land() -> None:
+            append()
+
+        session = rows.session
         served = session is None or session.serves()
         try:
             self.crasher.point(point)
         except Crash:
-            self.orphans.append(Orphan(version, what, append, (dead,), self))
+            self.orphans.append(Orphan(version, what, land, (dead,), self))
             raise
         if session is not None and not session.serves():
             if served:
-                self.orphans.append(Orphan(version, what, append, (dead,), self))
+                self.orphans.append(Orphan(version, what, land, (dead,), self))
             session.fail_job(f"the {what} of run {version}")
         if before_commit is not None:
             before_commit()
@@ -935,7 +1000,7 @@ class SinkModel:
                 f"simulated: the {what} of run {version} reported success, but no version holds it",
                 table="dead letters" if dead else "sink",
             )
-        return ours
+        return ours, written[0]
 
     def is_fence(self, dead: bool, app_id: str, run_seq: int) -> bool:
         """``fence.is_fence`` of the sink or (``dead``) the dead-letter table."""
@@ -975,15 +1040,9 @@ class SinkModel:
             records=sink_records + dead, bytes=0, sink_records=sink_records, dead_letters=dead, already_committed=True
         )
 
-    def _already_committed(self, app_id: str, run_seq: int) -> WriteResult:
-        """``incremental._already_committed``: a fence is refused."""
-        if (self.txn.get(app_id) == run_seq) and (False, app_id, run_seq) in self.fences:
-            raise StateError(f"simulated: run {run_seq} of pipeline {app_id!r} was abandoned: its txn is a fence")
-        return WriteResult(records=0, bytes=0, sink_records=0, dead_letters=0, already_committed=True)
-
     def write_incremental(
         self,
-        frame: list[Record],
+        frame: Frame,
         pipeline: PipelineConfig,
         run_seq: int,
         planned_pairs: Sequence[tuple[str, str]],
@@ -995,79 +1054,55 @@ class SinkModel:
         event_time: str | None = None,
         planned_records: int | None = None,
     ) -> WriteResult:
-        # The model's records carry their values (the verdict comes from the config); it counts no ranges for the
-        # completeness report, has no event times and no code generation to size.
+        """``incremental.write_incremental`` over the model's tables: the product's own steps (``holds_run``, the
+        writer of the decode policy, ``skip_backfilled``, ``_already_committed``) with ``_ModelTables`` for Spark.
+        The model's records carry their values (the verdict comes from the config); it counts no ranges for the
+        completeness report, has no event times and no code generation to size."""
         del prepared, counted_ranges, event_time, planned_records
         self.check_readable()
-        app_id = pipeline.id
-        prior = self.txn.get(app_id)
-        if prior == run_seq:
-            return self._already_committed(app_id, run_seq)
-        if prior is not None and prior > run_seq:
-            raise StateBehindSinkError(
-                app_id, table="sink", sink_txn=prior, state_run_seq=run_seq - 1, state_path="(the model's state)"
-            )
-        rows = list(frame)
-        session = frame.session if isinstance(frame, Frame) else None
-        read_at = self.sink_commits
-        if overlaps:
-            present = {coordinates(r) for r in [*self.rows, *self.dead]}
-            rows = [r for r in rows if not (_in_ranges(r, overlaps) and coordinates(r) in present)]
-        bad = [r for r in rows if undecodable(r, pipeline)]
-        good = [r for r in rows if not undecodable(r, pipeline)]
-        if bad and pipeline.on_decode_error == "fail":
-            first = bad[0]
-            raise UndecodableRecordError(
-                cluster_id=first.cluster_id,
-                topic=first.topic,
-                partition=first.partition,
-                offset=first.offset,
-                reason="simulated: value is not valid JSON",
-            )
-        if bad:  # a run without dead letters is one sink append (its failed first attempt commits nothing)
-            # Deduplicated again inside their own append (``incremental._write_both``): a backfill's MERGE may
-            # have landed them since the anti-join above.
-            self._job(
-                "writing_dead_letters", True, bad, app_id, run_seq, "dead letters", before_commit, overlaps, session
-            )
-            self.crasher.point("between_dead_letters_and_sink")
-        if overlaps and self.sink_commits != read_at:
-            # The anti-join read the sink inside the append's transaction: Delta's conflict check fails it.
-            raise SparkJobError(f"simulated ConcurrentAppendException: the sink changed under run {run_seq}'s read")
-        if not self._job("writing_sink", False, good, app_id, run_seq, "sink append", before_commit, session=session):
-            return self._already_committed(app_id, run_seq)  # another writer of this run landed it
-        per_topic = {pair: (sum(1 for r in rows if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
+        target = incremental_module.RunTarget.of(pipeline, run_seq, overlaps, before_commit)
+        if incremental_module.holds_run(self.txn.get(pipeline.id), target):
+            return incremental_module._already_committed(target, run_seq)
+        tables = _ModelTables(self, pipeline)
+
+        def observed_rows() -> incremental_module.Observing:
+            rows = incremental_module.skip_backfilled(tables, frame, target)
+            return incremental_module.Observing(rows, None, None)  # type: ignore[arg-type]  # no observations
+
+        writer = incremental_module.writer_for(pipeline, can_fail=pipeline.value_format == "json")
+        landed = writer(tables, observed_rows, target)
+        if not landed.sink.ours:
+            return incremental_module._already_committed(target, run_seq)  # another writer of this run landed it
+        written = [*tables.written.get(False, []), *tables.written.get(True, [])]
+        dead_letters = len(tables.written.get(True, []))
+        per_topic = {pair: (sum(1 for r in written if (r.cluster_id, r.topic) == pair), 0) for pair in planned_pairs}
         return WriteResult(
-            records=len(rows),
+            records=len(written),
             bytes=0,
             per_topic=per_topic,
-            sink_records=len(good),
-            dead_letters=len(bad),
-            deduplicated=len(frame) - len(rows),
+            sink_records=len(written) - dead_letters,
+            dead_letters=dead_letters,
+            deduplicated=len(frame) - len(written),
         )
 
-    def merge(self, rows: list[Record], marker: tuple[str, int] | None, pipeline: PipelineConfig) -> int:
-        """The backfill MERGEs: insert rows whose (cluster, topic, partition, offset) the table lacks; a table
-        MERGEd into records ``marker`` (app id, version) unless its log holds a higher version for the app."""
+    def merge_table(self, rows: Sequence[Record], dead: bool, marker: tuple[str, int] | None) -> int:
+        """Delta's MERGE of a backfill into the sink or (``dead``) the dead-letter table: inserts the rows whose
+        (cluster, topic, partition, offset) the table lacks; records ``marker`` (app id, version) unless the
+        table's log holds a higher version for the app. How many rows it inserted."""
         self.check_readable()
+        table, seqs, txns = (self.dead, self.dead_seqs, self.dead_txn) if dead else (self.rows, self.row_seqs, self.txn)
+        if marker is not None and rows and txns.get(marker[0], 0) < marker[1]:
+            txns[marker[0]] = marker[1]
+        if not dead and rows:
+            self.sink_commits += 1
+        present = {coordinates(r) for r in table}
         inserted = 0
-        for table, seqs, txns, part in (
-            (self.dead, self.dead_seqs, self.dead_txn, [r for r in rows if undecodable(r, pipeline)]),
-            (self.rows, self.row_seqs, self.txn, [r for r in rows if not undecodable(r, pipeline)]),
-        ):
-            if marker is not None and part and txns.get(marker[0], 0) < marker[1]:
-                txns[marker[0]] = marker[1]
-            if table is self.rows and part:
-                self.sink_commits += 1
-            present = {coordinates(r) for r in table}
-            for r in part:
-                if coordinates(r) not in present:
-                    table.append(r)
-                    seqs.append(None)
-                    present.add(coordinates(r))
-                    inserted += 1
-            if table is self.dead:
-                self.crasher.point("between_backfill_merges")
+        for r in rows:
+            if coordinates(r) not in present:
+                table.append(r)
+                seqs.append(None)
+                present.add(coordinates(r))
+                inserted += 1
         return inserted
 
     def foreign_commit(self, kind: str, pick: int, *, replace_next: bool) -> None:
@@ -1109,11 +1144,8 @@ class SinkModel:
         write: bool,
         before_write: Callable[[], None] | None = None,
     ) -> ReplayCounts:
-        """``sink.replay.replay`` over the model's tables: the dead letters (of ``run_seq``, or all) decoded under
-        the current config; with ``write``, one sink append of those that decode and whose coordinates the sink
-        lacks (anti-joined in the append's own job), transaction ``(<pipeline>/replay, replay_seq)``, then one
-        dead-letter MERGE deleting every one the sink holds (coordinates and timestamp). A kill while a job runs
-        leaves it running on the server (an orphan)."""
+        """``sink.replay.replay`` over the model's tables: the dead letters (of ``run_seq``, or all), decoded under
+        the current config, go through the real ``replay.replay_steps`` (``_ModelReplay`` its tables)."""
         del spark, clusters
         self.check_readable()
         letters = [
@@ -1121,61 +1153,8 @@ class SinkModel:
         ]
         if not letters:
             return ReplayCounts()
-        outcomes = self._replay_outcomes([r for r, _ in letters], pipeline)
-        counts = ReplayCounts(
-            dead_letters=len(letters),
-            replayed=outcomes.count("replay"),
-            already_landed=outcomes.count("landed"),
-            still_undecodable=outcomes.count("undecodable"),
-            conflicting=outcomes.count("conflict"),
-        )
-        if not write:
-            return counts
-        app_id = replay_app_id(pipeline.id)
-        good = [(r, seq) for (r, seq), o in zip(letters, outcomes, strict=True) if o == "replay"]
-
-        def append() -> None:
-            held = {coordinates(x) for x in self.rows}
-            fresh = [(r, seq) for r, seq in good if coordinates(r) not in held]
-            prior = self.txn.get(app_id)
-            if prior is not None and replay_seq <= prior:
-                return
-            self.sink_commits += 1
-            if self.replace_next is not None:
-                self.replaced.append(f"replay {replay_seq}'s sink append (replaced by a {self.replace_next})")
-                self.replace_next = None
-                return
-            self.rows.extend(r for r, _ in fresh)
-            self.row_seqs.extend(seq for _, seq in fresh)  # a replayed row keeps its run's _run_seq
-            self.replayed.update(id(r) for r, _ in fresh)
-            self.txn[app_id] = replay_seq
-
-        chosen = {id(r) for r, _ in letters}
-
-        def merge() -> None:
-            held = {(coordinates(x), x.ts_ms) for x in self.rows}
-            kept = [
-                (r, seq)
-                for r, seq in zip(self.dead, self.dead_seqs, strict=True)
-                if id(r) not in chosen or (coordinates(r), r.ts_ms) not in held
-            ]
-            self.dead, self.dead_seqs = [r for r, _ in kept], [seq for _, seq in kept]
-            self.dead_txn[app_id] = max(self.dead_txn.get(app_id, 0), replay_seq)
-
-        if good:
-            if before_write is not None:
-                before_write()
-            self._server_job(
-                "replay_writing_sink", Orphan(None, f"replay {replay_seq} sink append", append, owner=self)
-            )
-        self.crasher.point("replay_after_sink")
-        if before_write is not None:
-            before_write()
-        self._server_job(
-            "replay_writing_dead_letters",
-            Orphan(None, f"replay {replay_seq} dead-letter MERGE", merge, (True,), self),
-        )
-        return counts
+        tables = _ModelReplay(self, letters, pipeline)
+        return replay_steps(tables, pipeline.id, replay_seq, write=write, before_write=before_write)
 
     def _server_job(self, point: str, job: Orphan) -> None:
         """A Spark job of an operation: a kill of the client at ``point`` leaves it running on the server."""
@@ -1185,25 +1164,6 @@ class SinkModel:
             self.orphans.append(job)
             raise
         job.land()
-
-    def _replay_outcomes(self, letters: Sequence[Record], pipeline: PipelineConfig) -> list[str]:
-        """``sink.replay._outcomes``: landed (the sink holds the record: coordinates and timestamp), undecodable,
-        conflict (it decodes, the sink holds another record at its coordinates) or replay."""
-        held: dict[Coordinates, set[int]] = {}
-        for r in self.rows:
-            held.setdefault(coordinates(r), set()).add(r.ts_ms)
-        found = []
-        for r in letters:
-            stamps = held.get(coordinates(r))
-            if stamps is not None and r.ts_ms in stamps:
-                found.append("landed")
-            elif undecodable(r, pipeline):
-                found.append("undecodable")
-            elif stamps is not None:
-                found.append("conflict")
-            else:
-                found.append("replay")
-        return found
 
     def exists(self, dead: bool) -> bool:
         return bool(self.dead or self.dead_txn) if dead else bool(self.rows or self.txn or self.sink_commits)
@@ -1215,30 +1175,23 @@ class SinkModel:
         rows = len(self.dead if dead else self.rows)
         return TableFiles(version=0, rows=rows, current=FileCounts(files=rows), stored=FileCounts(files=rows))
 
-    def maintain_table(self, table: object, dead: bool, role: str, **kw: Any) -> TableMaintenance:
-        """``compaction.maintain_table``'s steps (its keywords), each after ``before_write``: the finished runs'
-        leftovers, an OPTIMIZE commit (rows unchanged), a VACUUM and the other leftovers. A VACUUM with no
-        retention deletes the uncommitted files of every write still running on a server (``Orphan``) in this
-        table: that write may still commit, and its commit then names files that are gone (its rows are unreadable:
-        lost). A copy of the product's steps
-        (the real one reaches Delta's OPTIMIZE and VACUUM, below what the model simulates)."""
-        retention_hours: int | None = kw["retention_hours"]
-        before_write: Callable[[], None] = kw["before_write"]
-        before = self.table_files(dead)
-        if before is None:
-            return TableMaintenance(role=role, table=str(table), before=None)
-        if kw.get("finished_run") is not None:
-            before_write()
-        before_write()
+    # ---- Delta's maintenance steps (``compaction.maintain_table`` calls them, in its own order and checks)
+
+    def compact(self, dead: bool) -> int:
+        """``compaction.compact``: one OPTIMIZE commit, rows unchanged; how many files it replaced (none here)."""
         if not dead:
-            self.sink_commits += 1  # OPTIMIZE
-        before_write()
+            self.sink_commits += 1
+        return 0
+
+    def vacuum(self, dead: bool, retention_hours: int | None) -> int:
+        """``compaction.vacuum`` in full mode: with no retention it deletes the uncommitted files of every write
+        still running on a server (``Orphan``) in this table; that write may still commit, and its commit then
+        names files that are gone (its rows are unreadable: lost). How many files it deleted (none counted)."""
         if retention_hours == 0:
             for orphan in self.orphans:
                 if orphan.owner in (None, self) and dead in orphan.tables:
                     orphan.land = self._unreadable(orphan.land, dead)
-        before_write()
-        return TableMaintenance(role=role, table=str(table), before=before, after=before)
+        return 0
 
     def _unreadable(self, land: Callable[[], None], dead: bool) -> Callable[[], None]:
         """A late write whose files in one table a VACUUM deleted: when it commits, its commit names files that are
@@ -1260,6 +1213,150 @@ class SinkModel:
             raise SparkJobError(f"simulated: the {self.unreadable} names a data file a VACUUM deleted")
 
 
+class _ModelReplay:
+    """``replay.ReplayTables`` over one table pair of the model: ``letters`` the dead letters replayed (with their
+    run), each write one server job (a kill while it runs leaves it running: an orphan)."""
+
+    def __init__(self, model: SinkModel, letters: list[tuple[Record, int | None]], pipeline: PipelineConfig) -> None:
+        self.model, self.letters, self.pipeline = model, letters, pipeline
+
+    def count(self) -> ReplayCounts:
+        held: dict[Coordinates, set[int]] = {}
+        for r in self.model.rows:
+            held.setdefault(coordinates(r), set()).add(r.ts_ms)
+        outcomes = Counter(
+            replay_outcome(
+                same=r.ts_ms in held.get(coordinates(r), ()),
+                undecodable=is_undecodable(r, self.pipeline),
+                in_sink=coordinates(r) in held,
+            )
+            for r, _ in self.letters
+        )
+        return ReplayCounts(
+            dead_letters=len(self.letters),
+            replayed=outcomes["replay"],
+            already_landed=outcomes["landed"],
+            still_undecodable=outcomes["undecodable"],
+            conflicting=outcomes["conflict"],
+        )
+
+    def append_fresh(self, app_id: str, replay_seq: int) -> int | None:
+        model = self.model
+        decodable = [(r, seq) for r, seq in self.letters if not is_undecodable(r, self.pipeline)]
+
+        def append() -> None:
+            held = {coordinates(x) for x in model.rows}
+            fresh = [(r, seq) for r, seq in decodable if coordinates(r) not in held]
+            prior = model.txn.get(app_id)
+            if prior is not None and replay_seq <= prior:
+                return
+            model.sink_commits += 1
+            if model.replace_next is not None:
+                model.replaced.append(f"replay {replay_seq}'s sink append (replaced by a {model.replace_next})")
+                model.replace_next = None
+                return
+            model.rows.extend(r for r, _ in fresh)
+            model.row_seqs.extend(seq for _, seq in fresh)  # a replayed row keeps its run's _run_seq
+            model.replayed.update(id(r) for r, _ in fresh)
+            model.txn[app_id] = replay_seq
+
+        model._server_job("replay_writing_sink", Orphan(None, f"replay {replay_seq} sink append", append, owner=model))
+        return None
+
+    def update_dead_letters(self, app_id: str, replay_seq: int) -> None:
+        model = self.model
+        chosen = {id(r) for r, _ in self.letters}
+
+        def merge() -> None:
+            held = {(coordinates(x), x.ts_ms) for x in model.rows}
+            kept = [
+                (r, seq)
+                for r, seq in zip(model.dead, model.dead_seqs, strict=True)
+                if id(r) not in chosen or (coordinates(r), r.ts_ms) not in held
+            ]
+            model.dead, model.dead_seqs = [r for r, _ in kept], [seq for _, seq in kept]
+            model.dead_txn[app_id] = max(model.dead_txn.get(app_id, 0), replay_seq)
+
+        model._server_job(
+            "replay_writing_dead_letters",
+            Orphan(None, f"replay {replay_seq} dead-letter MERGE", merge, (True,), model),
+        )
+
+
+class _ModelTables:
+    """``incremental.RunTables`` over one table pair of the model (``Frame``s for DataFrames); ``written``: the rows
+    each table's append wrote (True: the dead-letter table's)."""
+
+    def __init__(self, model: SinkModel, pipeline: PipelineConfig) -> None:
+        self.model, self.pipeline = model, pipeline
+        self.written: dict[bool, list[Record]] = {}
+
+    def decoded(self, rows: Frame, undecodable: bool) -> Frame:
+        return rows.but(r for r in rows if is_undecodable(r, self.pipeline) == undecodable)
+
+    def failing_on_undecodable(self, rows: Frame) -> Frame:
+        return rows.but(rows, failing=True)
+
+    def without_present(self, rows: Frame, paths: Sequence[object], overlaps: Sequence[Split]) -> Frame:
+        return rows.but(rows, unless=(*rows.unless, *((self.model, self._dead(p), tuple(overlaps)) for p in paths)))
+
+    def persist(self, rows: Frame) -> Frame:
+        return rows.computed()
+
+    def unpersist(self, rows: Frame) -> None:
+        del rows
+
+    def append(
+        self, rows: Frame, table: object, target: incremental_module.RunTarget, *, dead_letters: bool
+    ) -> incremental_module.Found:
+        dead = self._dead(table)
+        if dead != dead_letters:
+            raise AssertionError(f"the run appends its {'dead letters' if dead_letters else 'rows'} to {table}")
+        if rows.failing:
+            first = next((r for r in rows.computed() if is_undecodable(r, self.pipeline)), None)
+            if first is not None:  # the job fails on the record, committing nothing
+                raise decode_error(first)
+        point, what = ("writing_dead_letters", "dead letters") if dead else ("writing_sink", "sink append")
+        ours, kept = self.model._job(point, dead, rows, target.app_id, target.run_seq, what, target.before_commit)
+        self.written[dead] = kept
+        commit = Commit(version=0, info={}, txns=((target.app_id, target.run_seq),), added_records=len(kept))
+        return incremental_module.Found(commit, ours)
+
+    def _dead(self, table: object) -> bool:
+        """Whether ``table`` is the dead-letter table of the pipeline's view (else its sink)."""
+        return str(table) == str(self.pipeline.dead_letter_table)
+
+
+class Stalled(BaseException):
+    """A backfill's client gave up while its MERGE runs on the server (``Harness.backfill``'s ``stall``)."""
+
+
+class _ModelMerges:
+    """``merge.MergeTables`` over one table pair of the model: each MERGE a server job of ``SinkModel.merge_table``."""
+
+    def __init__(self, model: SinkModel, rows: Sequence[Record], pipeline: PipelineConfig, *, stall: bool) -> None:
+        self.model, self.rows, self.pipeline, self.stall = model, rows, pipeline, stall
+
+    def first_undecodable(self) -> UndecodableRecordError:
+        return decode_error(min((r for r in self.rows if is_undecodable(r, self.pipeline)), key=coordinates))
+
+    def merge(self, *, dead_letters: bool, marker: tuple[str, int] | None) -> int:
+        part = [r for r in self.rows if is_undecodable(r, self.pipeline) == dead_letters]
+        inserted: list[int] = []
+        job = Orphan(
+            None,
+            "backfill MERGE",
+            lambda: inserted.append(self.model.merge_table(part, dead_letters, marker)),
+            (dead_letters,),
+            self.model,
+        )
+        if self.stall:
+            self.model.orphans.append(job)
+            raise Stalled
+        self.model._server_job("backfill_merging", job)
+        return inserted[0]
+
+
 class Lake:
     """The pipeline's tables, each path the product names routed to its ``SinkModel``: the one sink and its
     dead-letter table (key ``""``), or with a ``{stream}`` sink one pair per stream, made by the first call that
@@ -1268,6 +1365,7 @@ class Lake:
     def __init__(self, sink: SinkModel, pipeline: PipelineConfig) -> None:
         self.holder = sink
         self.per_stream = pipeline.sink.per_stream
+        self.stall = False  # a backfill's client gives up while its first MERGE runs (``Harness.backfill``)
         self.tables: dict[str, SinkModel] = {} if self.per_stream else {"": sink}
         self.paths: dict[str, tuple[str, bool]] = {}
         # The pipeline's stream_pattern is s[0-9]: every table it can name.
@@ -1326,13 +1424,42 @@ class Lake:
     def replay(self, spark: object, pipeline: PipelineConfig, *args: Any, **kw: Any) -> ReplayCounts:
         return self.of(pipeline).replay(spark, pipeline, *args, **kw)
 
+    def merge_backfill(
+        self,
+        rows: Frame,
+        pipeline: PipelineConfig,
+        planned_pairs: object,
+        *,
+        backfill_sequence: int | None,
+        before_write: Callable[[], None] | None,
+        **_: Any,
+    ) -> WriteResult:
+        """``merge.merge_backfill`` over the model's rows (already in the window: ``run_backfill`` filtered them on
+        their timestamp): the real ``merge.merge_tables`` decides the MERGEs, the table's ``merge_table`` makes
+        each (one server job: a kill while it runs leaves it running; ``stall``: the client gives up then)."""
+        model = self.of(pipeline)
+        bad = sum(1 for r in rows if is_undecodable(r, pipeline))
+        dead_letters, inserted = merge_tables(
+            _ModelMerges(model, rows, pipeline, stall=self.stall),
+            pipeline,
+            records=len(rows),
+            undecodable=bad,
+            backfill_sequence=backfill_sequence,
+            before_write=before_write,
+        )
+        return WriteResult(records=len(rows), bytes=0, sink_records=inserted, dead_letters=dead_letters)
+
     def table_files(self, table: object) -> TableFiles | None:
         model, dead = self.route(table)
         return model.table_files(dead)
 
-    def maintain_table(self, table: object, role: str, **kw: Any) -> TableMaintenance:
+    def compact(self, table: object) -> int:
         model, dead = self.route(table)
-        return model.maintain_table(table, dead, role, **kw)
+        return model.compact(dead)
+
+    def vacuum(self, table: object, retention_hours: int | None) -> int:
+        model, dead = self.route(table)
+        return model.vacuum(dead, retention_hours)
 
     # ---- what the machine reads over every table
 
@@ -1634,19 +1761,34 @@ class Harness:
             (context_module, "KafkaAdmin", self.world.admin),
             (reader_module, "read_splits", self.world.read_splits),
             (incremental_module, "write_incremental", lake.write_incremental),
+            (incremental_module, "is_fence", lake.is_fence),
+            (incremental_module, "crash_point", self.crasher.point),
             (per_stream_module, "crash_point", self.crasher.point),
-            (pyspark_functions, "col", StreamColumn),
             (pyspark_functions, "lit", lambda value: value),
             (archive_module, "archive_rows", self.archive.rows if self.archive else archive_module.archive_rows),
             (archive_module, "_file_pins", self.archive.pins if self.archive else archive_module._file_pins),
             (archive_module, "kafka_side", self.archive.kafka_side if self.archive else archive_module.kafka_side),
             (offset_reset_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (dead_letters_module, "replay", lake.replay),
+            (replay_module, "crash_point", self.crasher.point),
             (dead_letters_module, "committed_txn_versions", lake.committed_txn_versions),
             (dead_letters_module, "table_exists", lake.table_exists),
             (dead_letters_module, "RunOwner", _KilledAtCrash),
-            (maintain_module, "maintain_table", lake.maintain_table),
+            (backfill_module, "RunOwner", _KilledAtCrash),
+            # One attempt: a backfill's retries only wait for a planned run, which in the model never finishes by
+            # itself (RunInProgressError is what the retries end with).
+            (backfill_module, "LEASE_ATTEMPTS", 1),
+            (backfill_module, "crash_point", self.crasher.point),
+            (sink_package, "merge_backfill", lake.merge_backfill),
+            (pyspark_functions, "col", ModelColumn),
             (maintain_module, "table_files", lake.table_files),
+            # The real ``compaction.maintain_table`` over the model's tables: Delta's steps are the lake's.
+            (compaction_module, "table_files", lake.table_files),
+            (compaction_module, "compact", lake.compact),
+            (compaction_module, "vacuum", lake.vacuum),
+            (compaction_module, "remove_finished_runs", lambda table, app_id, run_seq: 0),
+            (compaction_module, "remove_leftovers", lambda table, older_than: 0),
+            (compaction_module, "_table_retention_hours", lambda table: 168.0),
             (maintain_module, "RunOwner", _KilledAtCrash),
             (maintain_module, "crash_point", self.crasher.point),
             # A new process: no session cached yet; pyspark's sessions are the model server's.
@@ -1712,53 +1854,24 @@ class Harness:
         with self.patched():
             return maintain_module.maintain_pipeline(self.runner.context, retention_hours=retention_hours)
 
-    def backfill(self, start_ms: int, end_ms: int, crash_at: int | None, *, stall: bool = False) -> Plan | None:
-        """``backfill.run_backfill``'s steps with the world for Spark: plan, record the frontier, read, MERGE.
-        ``stall``: the MERGE is still running when this returns (an orphan that lands later, or never)."""
+    def backfill(self, start_ms: int, end_ms: int, crash_at: int | None, *, stall: bool = False) -> RunSummary | None:
+        """``dynamic-kafka backfill``: the real ``backfill.run_backfill`` (plan, checks, the frontier with the
+        backfill lease, one read, the window filter, one MERGE per table through ``merge.merge_tables``) with the
+        lake's MERGEs. ``stall``: the client gives up while its first MERGE runs on the server (an orphan that
+        lands later, or never); None is returned then."""
         self.crasher.arm(crash_at)
         start = datetime.fromtimestamp(start_ms / 1000, UTC)
         end = datetime.fromtimestamp(end_ms / 1000, UTC)
-        with self.patched():
-            plan, metadata = backfill_module.plan_backfill(self.runner.context, start, end)
-            if plan.is_empty:
-                return None
-            # One attempt: run_backfill's retries only wait for a planned run, which in the model never finishes
-            # by itself (RunInProgressError is what the retries end with).
-            # The frontier alone, without the backfill lease (tests/model/HOLES.md).
-            sequence = backfill_module.record_backfill_frontier(
-                self.runner.context, plan, attempts=1, guard=None
-            ).sequence
-            self.crasher.point("after_backfill_frontier")
-            frame = self.world.read_splits(None, plan.read_splits, metadata.clusters())
-            in_window = frame.but(r for r in frame if start_ms <= r.ts_ms < end_ms)
-            marker = None if sequence is None else (backfill_app_id(self.pipeline.id), sequence)
-            pipeline = self.pipeline
-            if stall:
-                self.sink.orphans.append(
-                    Orphan(
-                        None,
-                        f"backfill {sequence} MERGE",
-                        lambda: self._merge(in_window, marker, pipeline),
-                        (True, False),
-                    )
-                )
-                return plan
-            self._merge(in_window, marker, pipeline)
-            self.crasher.point("after_backfill_merge")
-            return plan
-
-    def _merge(self, rows: Frame, marker: tuple[str, int] | None, pipeline: PipelineConfig) -> None:
-        """The backfill's MERGEs: one per stream table, in stream order, the rows of each routed by their stream
-        column (``per_stream.for_each_stream``'s order, copied; ``between_tables`` after each table but the last);
-        the one sink's for a plain sink path."""
-        if not pipeline.sink.per_stream:
-            self.sink.merge(rows, marker, pipeline)
-            return
-        parts = sorted(rows.by_stream().items())
-        for index, (stream, part) in enumerate(parts):
-            self.lake.of(pipeline.for_stream(stream)).merge(part, marker, pipeline)
-            if index < len(parts) - 1:
-                self.crasher.point("between_tables")
+        self.lake.stall = stall
+        try:
+            with self.patched():
+                summary = backfill_module.run_backfill(self.runner.context, start, end)
+                self.crasher.point("after_backfill_merge")
+        except Stalled:
+            return None
+        finally:
+            self.lake.stall = False
+        return summary
 
     def find_planned(self, plan: Plan) -> tuple[BrokerSnapshot, MetadataSnapshot, StateSnapshot]:
         # The runner adds the archive's part to the plan ``plan()`` returned, and pins the archive stream's decode
