@@ -14,6 +14,10 @@ import subprocess
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _POLL_S = 0.1
 # Brokers started by this process stay our children until they exit; holding their Popen objects lets us reap
@@ -118,18 +122,18 @@ def wait_until_closed(port: int, *, timeout_s: float, host: str = "127.0.0.1") -
     A process leaves procfs' command line before the kernel closes its sockets, so "gone" by :func:`is_alive` is
     not yet "its port is free".
     """
-    deadline = time.monotonic() + timeout_s
-    while accepts_connections(port, host):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_POLL_S)
-    return True
+    return _wait_while(lambda: accepts_connections(port, host), timeout_s)
 
 
 def wait_for_exit(pid: int, marker: str, *, timeout_s: float) -> bool:
     """Return True once the process is gone, False if it still runs after ``timeout_s``."""
+    return _wait_while(lambda: is_alive(pid, marker), timeout_s)
+
+
+def _wait_while(holds: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``holds`` until it is False (True) or ``timeout_s`` has passed with it still True (False)."""
     deadline = time.monotonic() + timeout_s
-    while is_alive(pid, marker):
+    while holds():
         if time.monotonic() >= deadline:
             return False
         time.sleep(_POLL_S)
