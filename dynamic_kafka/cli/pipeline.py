@@ -177,8 +177,8 @@ def format_status(status: PipelineStatus) -> str:
     """A pipeline's status for people: a table of partitions, then its tables and its last run."""
     if status.never_ran:
         return (
-            f"pipeline {status.pipeline_id} has never run: no offsets are committed yet, so there is no lag to "
-            "show; its first run (`dynamic-kafka run`) starts at its starting_offsets"
+            f"pipeline {status.pipeline_id} has never run: no offsets are committed yet; its first run "
+            "(`dynamic-kafka run`) starts at its starting_offsets"
         )
     lines = [f"pipeline {status.pipeline_id}: total lag {status.total_lag}"]
     lines += table(

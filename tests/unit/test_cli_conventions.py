@@ -143,6 +143,9 @@ def test_the_only_pipeline_needs_no_pipeline_option(tmp_path: Path, json_output:
         assert error_of(done)["type"] == "ClusterUnreachableError"
     else:
         assert done.stdout.startswith("pipeline orders has never run")
+        # stderr says the lag is unknown: stdout must not say there is none.
+        assert "lag is unknown" in done.stderr
+        assert "no lag" not in done.stdout
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["plain", "json"])
