@@ -115,6 +115,9 @@ def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None)
     """
     if settings.remote is None:
         raise ValueError("build_remote_session needs settings with remote set")
+    # pyspark warns once its retries are spent, then raises; the product turns that error into its own (what
+    # happened, what to do), so the warning would only print the same fact again, with pyspark's source line.
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     shared = shared_as if settings.session_per_pipeline else None
     key: _SessionKey = (
         settings.remote,
