@@ -89,6 +89,7 @@ def take_broker_snapshot(
     isolation_level: Isolation,
     now: datetime,
     timeout_s: float = 10.0,
+    warn_skipped: bool = True,
 ) -> BrokerSnapshot:
     """Queries every cluster concurrently and returns their answers as one snapshot.
 
@@ -97,6 +98,8 @@ def take_broker_snapshot(
         isolation_level: ``read_committed`` makes ``latest`` the last stable offset.
         now: recorded as the snapshot's ``taken_at``.
         timeout_s: the deadline of each admin call.
+        warn_skipped: log a warning for each skipped unreachable cluster (False: a caller that asks the same
+            clusters again at once, and reports them itself, says it once).
 
     Raises:
         KafkaClientError: a required cluster failed (the first one in request order, once all have finished);
@@ -117,7 +120,8 @@ def take_broker_snapshot(
             clusters[outcome.cluster_id] = outcome
         elif _tolerated(request, outcome):
             cluster_id = request.cluster.cluster_id
-            logger.warning("cluster %r skipped: %s", cluster_id, outcome)
+            if warn_skipped:
+                logger.warning("cluster %r skipped: %s", cluster_id, outcome)
             clusters[cluster_id] = ClusterSnapshot(cluster_id=cluster_id, reachable=False, error=str(outcome))
         else:
             raise outcome

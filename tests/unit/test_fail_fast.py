@@ -98,3 +98,24 @@ def test_dagster_turns_an_os_error_into_a_failure_it_does_not_retry() -> None:
     assert raised.value.metadata["error"].value == "HostError"
     assert raised.value.metadata["path"].value == "/proc/dynamic-kafka"
     assert raised.value.allow_retries is False
+
+
+def test_health_warns_once_about_a_cluster_that_refuses_connections(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Three questions reach the same dead cluster; the operator needs to read that once (the report names it too).
+    (tmp_path / "metadata.yaml").write_text(
+        '{clusters: {east: {bootstrap_servers: "127.0.0.1:1"}}, streams: {orders: {east: [orders]}}}'
+    )
+    config = tmp_path / "dynamic_kafka.yaml"
+    config.write_text(
+        "metadata_service: {type: file, path: metadata.yaml}\n"
+        "pipelines: [{id: p, streams: [orders], sink: {path: data/p}}]\n"
+    )
+
+    with caplog.at_level(logging.WARNING):
+        report = Pipeline.from_config(config, "p").health()
+
+    assert not report.verdict("lag").passed
+    skipped = [r for r in caplog.records if "cluster 'east' skipped" in r.getMessage()]
+    assert len(skipped) == 1, [r.getMessage() for r in skipped]
