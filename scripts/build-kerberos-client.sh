@@ -47,7 +47,7 @@ if [[ ! -f "$OUT/lib/librdkafka.so" ]]; then
     exit 3
   }
   # Not configure.log in the source folder: mklove loads every ./configure.NAME there as a module.
-  (cd "$src" && ./configure --prefix="$OUT" --disable-curl --enable-gssapi >"$work/configure.log" && make libs && make install-subdirs)
+  (cd "$src" && ./configure --prefix="$OUT" --disable-curl --enable-gssapi >"$work/configure.log" && make -j"$(nproc)" libs && make install-subdirs)
 fi
 grep -aq "SASL_CYRUS" "$OUT/lib/librdkafka.so" || {
   echo "build-kerberos-client: librdkafka was built without Cyrus SASL (GSSAPI); see $work/configure.log" >&2
