@@ -150,7 +150,8 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
             assert error["type"] == "KafkaAuthenticationError", result.stderr
             message = error["message"]
         else:
-            message = result.stderr.removeprefix("dynamic-kafka: error: ")
+            # A run's progress lines come first on a stderr that is no terminal; the error is the last paragraph.
+            message = result.stderr.rpartition("dynamic-kafka: error: ")[2]
         assert message.startswith("cluster 'secured':"), result.stderr
         assert "authentication" in message.lower(), result.stderr
     assert json.loads(outputs["-v status --json stdout"])["unreachable_clusters"] == ["secured"]
