@@ -103,9 +103,10 @@ def test_an_airflow_deployment_backfills_schedules_watches_and_recovers_a_killed
         {"AIRFLOW_VAR_KAFKA_PASSWORD": sasl_password},
     )
     try:
-        airflow.cli("pools", "set", "dynamic_kafka_spark", "1", "Spark Connect server")
         for component in COMPONENTS:
             airflow.start(component)
+        # Set while the DAG processor parses (nothing is unpaused yet, so no task waits for the pool).
+        airflow.cli("pools", "set", "dynamic_kafka_spark", "1", "Spark Connect server")
         dag_ids = {PID, f"{PID}_backfill", f"{PID}_health", f"{PID}_offsets", f"{PID}_watch"}
         airflow.wait_for(
             "the DAG processor to parse the documented DAG file",
@@ -126,7 +127,7 @@ def test_an_airflow_deployment_backfills_schedules_watches_and_recovers_a_killed
 
         # (b) `airflow backfill create` over two hourly intervals: each window merged once.
         backfill = f"{PID}_backfill"
-        airflow.cli("dags", "unpause", backfill)
+        airflow.set_paused(backfill, paused=False)
         airflow.cli(
             "backfill",
             "create",
@@ -139,14 +140,14 @@ def test_an_airflow_deployment_backfills_schedules_watches_and_recovers_a_killed
         )
         windows = finished(backfill, "backfill", count=2)
         # Its own schedule is off from here: the next hour's tick would only merge an empty window.
-        airflow.cli("dags", "pause", backfill)
+        airflow.set_paused(backfill, paused=True)
         assert sorted(sink_rows(project.sink_path(PID))) == sorted(window)
         # --from-date/--to-date bound the intervals' starts (their logical dates; a run's id names its end).
         assert airflow.intervals(backfill, windows) == [(hour, hour + H), (hour + H, hour + 2 * H)]
         assert [airflow.xcom(backfill, run, "backfill")["records"] for run in windows] == [2, 2]
 
         # (a) The scheduled run lands the rest; the windows' records are not landed again.
-        airflow.cli("dags", "unpause", PID)
+        airflow.set_paused(PID, paused=False)
         (scheduled,) = finished(PID, "scheduled")
         summary = airflow.xcom(PID, scheduled, "run")
         assert (summary["run_seq"], summary["status"]) == (1, "committed")
@@ -166,7 +167,7 @@ def test_an_airflow_deployment_backfills_schedules_watches_and_recovers_a_killed
         create_topic(west, new_topic, partitions=1)
         returns = produce("west", west, new_topic, [Record(0, f"return-{i}") for i in range(3)])
         watch = f"{PID}_watch"
-        airflow.cli("dags", "unpause", watch)
+        airflow.set_paused(watch, paused=False)
         finished(PID, "operator_triggered")  # the baseline run, started by the watch's first wait
         airflow.wait_for(
             "the watch's second wait to defer to the triggerer",

@@ -7,6 +7,7 @@ later Spark processes.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 SETTINGS = SparkConfig(master="local[1]")
+REFUSAL = re.compile(r"mismatch|disabl|fail|unable|error|not match|cannot|invalid", re.IGNORECASE)
 # Run in a fresh interpreter: one JVM per process.
 ROUND_TRIP = """
 import json, sys
@@ -50,9 +52,10 @@ def test_a_recorded_archive_is_mapped_by_the_next_driver_jvm(spark: Any, tmp_pat
     assert not list(archive.path.parent.glob(f"{archive.key}.*.partial"))
 
     classes = tmp_path / "class-load.log"
-    settings = SETTINGS.model_copy(
-        update={"conf": {"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={classes}"}}
-    )
+    # The JVM drops an archive it cannot map without a word; its cds log says why (classpath, heap, base archive).
+    cds = tmp_path / "cds.log"
+    java_options = f"-Xlog:class+load=info:file={classes} -Xlog:cds=info,class+path=info:file={cds}"
+    settings = SETTINGS.model_copy(update={"conf": {"spark.driver.extraJavaOptions": java_options}})
     run = subprocess.run(
         [sys.executable, "-c", ROUND_TRIP, settings.model_dump_json(), str(tmp_path / "table")],
         capture_output=True,
@@ -66,4 +69,7 @@ def test_a_recorded_archive_is_mapped_by_the_next_driver_jvm(spark: Any, tmp_pat
     assert f"-XX:SharedArchiveFile={archive.path}" in result["jvm_args"]
     # Classes mapped from a dynamic archive are logged with "shared objects file (top)".
     from_archive = [line for line in classes.read_text().splitlines() if "shared objects file (top)" in line]
-    assert any("org.apache.spark." in line for line in from_archive), f"{len(from_archive)} classes from the archive"
+    refusals = [line for line in cds.read_text().splitlines() if REFUSAL.search(line)]
+    assert any("org.apache.spark." in line for line in from_archive), (
+        f"{len(from_archive)} classes from the archive; the JVM's cds log says: {refusals[-20:]}"
+    )

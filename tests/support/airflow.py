@@ -239,6 +239,16 @@ class AirflowDeployment:
             db.rollback()
             return rows
 
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pauses or unpauses a DAG in the metadata database, the field ``airflow dags pause``/``unpause`` sets and
+        the scheduler reads (without paying an ``airflow`` process's start-up for each, ~9 s on CI)."""
+        import psycopg2
+
+        with closing(psycopg2.connect(self.database_url.replace("+psycopg2", ""))) as db, db.cursor() as cursor:
+            cursor.execute("UPDATE dag SET is_paused = %s WHERE dag_id = %s", (paused, dag_id))
+            assert cursor.rowcount == 1, f"no DAG {dag_id} in the metadata database"
+            db.commit()
+
     def wait_for(self, what: str, probe: Callable[[], Any], timeout_s: float) -> Any:
         """Polls ``probe`` until it returns something truthy; on timeout fails with the components' state."""
         deadline = time.monotonic() + timeout_s
