@@ -91,19 +91,20 @@ def _produce(bootstrap: str, registry_url: str, topic: str, records: int) -> Non
     producer.flush(120)
 
 
-def _ranges(bootstrap: str, topic: str) -> dict[str, list[int]]:
+def partition_ranges(bootstrap: str, topic: str, partitions: int = 8) -> dict[str, list[int]]:
+    """``[low, high]`` of each partition of ``topic``, keyed by the partition's number as text."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-avro"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ranges"})
     ranges = {}
-    for p in range(8):
+    for p in range(partitions):
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
         ranges[str(p)] = [low, high]
     consumer.close()
     return ranges
 
 
-def _measure(command: list[str]) -> tuple[float, float, str]:
+def measure_command(command: list[str]) -> tuple[float, float, str]:
     """Wall seconds, CPU seconds of the process and its JVM (sampled from /proc: the JVM is not a child that this
     process reaps, so ``os.times`` would miss it), stdout.
     """
@@ -131,7 +132,7 @@ def _run_ours(work: Path, bootstrap: str, url: str, topic: str, policy: str) -> 
     (work / "dynamic_kafka.yaml").write_text(json.dumps(config))
     command = [sys.executable, "-m", "dynamic_kafka.cli.main", "run", "--json"]
     command += ["--config", str(work / "dynamic_kafka.yaml"), "--pipeline", "p"]
-    wall, cpu, out = _measure(command)
+    wall, cpu, out = measure_command(command)
     return wall, cpu, json.loads(out)
 
 
@@ -201,7 +202,7 @@ def main() -> None:
         setup = time.perf_counter()
         _produce(bootstrap, url, topic, args.records)
         print(f"setup (produce if needed): {time.perf_counter() - setup:.1f}s", flush=True)
-        ranges = _ranges(bootstrap, topic)
+        ranges = partition_ranges(bootstrap, topic)
         total = sum(h - low for low, h in ranges.values())
         runs: dict[str, list[tuple[float, float]]] = {who: [] for who in VARIANTS}
         stages: dict[str, list[dict[str, float]]] = {who: [] for who, policy in VARIANTS.items() if policy}
@@ -215,7 +216,8 @@ def main() -> None:
                     spec = {"spark": SPARK, "topic": topic, "ranges": ranges, "bootstrap_servers": bootstrap,
                             "sink": str(work / "sink")}  # fmt: skip
                     (work / "spec.json").write_text(json.dumps(spec))
-                    wall, cpu, _ = _measure([sys.executable, "-m", "bench.avro", "baseline", str(work / "spec.json")])
+                    command = [sys.executable, "-m", "bench.avro", "baseline", str(work / "spec.json")]
+                    wall, cpu, _ = measure_command(command)
                 else:
                     wall, cpu, summary = _run_ours(work, bootstrap, url, topic, policy)
                     if (summary["records"], summary["dead_letters"]) != (total, 0):
