@@ -321,7 +321,9 @@ def _flink_option_problems(
 
 
 def _publication_problems(project: ProjectConfig, metadata: MetadataFile, source: str) -> list[Problem]:
-    """A publication's stream must be in the metadata file, as one topic on one cluster (where it writes)."""
+    """A publication's stream must be in the metadata file, as one topic on one cluster (where it writes), whose
+    Schema Registry its registry formats need.
+    """
     found = []
     for index, publication in enumerate(project.publications):
         placements = metadata.streams.get(publication.stream)
@@ -331,6 +333,18 @@ def _publication_problems(project: ProjectConfig, metadata: MetadataFile, source
         else:
             clusters = [metadata.cluster(cid, topics) for cid, topics in placements.items()]
             if len(clusters) == 1 and len(clusters[0].topics) == 1 and clusters[0].topic_pattern is None:
+                registry = clusters[0].schema_registry or publication.schema_registry
+                found += [
+                    Problem(
+                        file=source,
+                        location=f"publications[{index}].{role}",
+                        message=f"format {encoding.format} needs a Schema Registry, and neither cluster "
+                        f"{clusters[0].cluster_id!r} nor the publication names one: add `schema_registry: "
+                        "{url: ...}` to the cluster in the metadata file, or to the publication",
+                    )
+                    for role, encoding in publication.registry_encodings.items()
+                    if registry is None
+                ]
                 continue
             shown = "; ".join(
                 f"{c.cluster_id}: {', '.join(sorted(c.topics)) or '-'}"

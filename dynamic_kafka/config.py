@@ -24,7 +24,13 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, PipelineStartingOffsets, StoppingOffsets
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.references import expand
-from dynamic_kafka.registry.config import RegistryConfig
+from dynamic_kafka.registry.config import (
+    RecordName,
+    RegistryConfig,
+    SubjectNameStrategy,
+    require_subject_naming,
+    subject_name,
+)
 from dynamic_kafka.secrets import SecretReferencePolicy, is_sensitive_key, mask_secrets, masked_repr_args
 
 if TYPE_CHECKING:
@@ -433,45 +439,6 @@ ValueExpression = Annotated[
 KeyFormat = Literal["bytes", "string", "avro", "protobuf", "json_schema"]
 # Key formats decoded with the writer schemas of the ``<topic>-key`` subject into a ``key`` struct column.
 REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
-SubjectNameStrategy = Literal["topic", "record", "topic_record"]
-"""Confluent's subject name strategies: ``topic`` (TopicNameStrategy, ``<topic>-value`` / ``<topic>-key``),
-``record`` (RecordNameStrategy, the record's fully-qualified name) and ``topic_record`` (TopicRecordNameStrategy,
-``<topic>-<record name>``)."""
-RecordName = Annotated[
-    str | None, Field(min_length=1, description="The fully-qualified record name, for the record strategies.")
-]
-
-
-def subject_name(strategy: SubjectNameStrategy, topic: str, role: Literal["value", "key"], record: str | None) -> str:
-    """The registry subject of ``topic``'s values or keys under ``strategy`` (``record``: the record's full name).
-
-    Example:
-        >>> subject_name("topic_record", "orders", "value", "com.acme.Order")
-        'orders-com.acme.Order'
-    """
-    if strategy == "topic":
-        return f"{topic}-{role}"
-    assert record is not None  # the config's validators require it for the record strategies
-    return record if strategy == "record" else f"{topic}-{record}"
-
-
-def subject_naming_problem(
-    setting: str, strategy: SubjectNameStrategy, record: str | None, registry_format: bool
-) -> str | None:
-    """Why a ``<setting>``/record name pair does not hold together (None when it does)."""
-    if strategy != "topic" and record is None:
-        return (
-            f"{setting}: {strategy} names the subject after the record, so give its fully-qualified name in "
-            f"{setting.replace('subject_name_strategy', 'record_name')} (a batch read picks the subject before it "
-            "reads a record)"
-        )
-    if strategy == "topic" and record is not None:
-        return (
-            f"{setting.replace('subject_name_strategy', 'record_name')} is for the record and topic_record strategies"
-        )
-    if strategy != "topic" and not registry_format:
-        return f"{setting} is for formats read with a Schema Registry (avro, protobuf, json_schema)"
-    return None
 
 
 class ValueFormatConfig(_Config):
@@ -501,11 +468,9 @@ class ValueFormatConfig(_Config):
     @model_validator(mode="after")
     def _subject_naming(self) -> ValueFormatConfig:
         registry = self.value_format not in VALUE_COLUMN_FORMATS and self.value_schema_file is None
-        problem = subject_naming_problem(
+        require_subject_naming(
             "value_subject_name_strategy", self.value_subject_name_strategy, self.value_record_name, registry
         )
-        if problem is not None:
-            raise ValueError(problem)
         return self
 
     def value_subject(self, topic: str) -> str:
@@ -783,14 +748,12 @@ class PipelineConfig(_Config):
             raise ValueError("`streams` is empty; list at least one stream id")
         # Validates the pipeline-level format fields exactly like a `formats` entry.
         self._own_format()
-        problem = subject_naming_problem(
+        require_subject_naming(
             "key_subject_name_strategy",
             self.key_subject_name_strategy,
             self.key_record_name,
             self.key_format in REGISTRY_KEY_FORMATS,
         )
-        if problem is not None:
-            raise ValueError(problem)
         return self
 
     def _own_format(self) -> ValueFormatConfig:

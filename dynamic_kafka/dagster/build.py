@@ -22,6 +22,10 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
   check of the sink, evaluated between runs, :mod:`dynamic_kafka.dagster.health`) and schedule
   ``<name>_health_schedule`` on ``health.schedule``.
 
+Per publication ``<id>``: asset ``dynamic_kafka/<id>_publication`` downstream of the published table (a pipeline's
+sink asset, else the external asset ``dynamic_kafka/<id>_table``) and job ``<name>_publish`` that materializes it
+(:mod:`dynamic_kafka.dagster.publications`).
+
 Asset keys (``dynamic_kafka/...``, ``kafka/...``), groups, owners, tags and kinds are the translator's
 (:class:`~dynamic_kafka.dagster.translator.DynamicKafkaTranslator`); the one resource is shared by every config's
 definitions, so several configs' definitions merge.
@@ -52,6 +56,7 @@ from dynamic_kafka.dagster.health import build_health_checks, build_health_job, 
 from dynamic_kafka.dagster.jobs import AssetJob, build_backfill_job, build_incremental_job, build_operation_jobs
 from dynamic_kafka.dagster.maintenance import build_maintenance_job, build_maintenance_schedule
 from dynamic_kafka.dagster.names import RESOURCE_KEY, dagster_name
+from dynamic_kafka.dagster.publications import publication_parts
 from dynamic_kafka.dagster.resources import SHARED
 from dynamic_kafka.dagster.schedules import build_schedule
 from dynamic_kafka.dagster.sensors import build_catch_up_sensor, build_metadata_sensor
@@ -110,6 +115,10 @@ def build_definitions(
     parts = _Parts(assets=[*stream_specs(project.pipelines, target.translator)])
     for pipeline in project.pipelines:
         parts.add(pipeline, target)
+    for publication in project.publications:
+        assets, job = publication_parts(publication, project.pipelines, target)
+        parts.assets.extend(assets)
+        parts.jobs.append(job)
     return Definitions(
         assets=parts.assets,
         asset_checks=parts.checks,

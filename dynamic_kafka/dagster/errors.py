@@ -34,15 +34,13 @@ MAX_RETRIES = 3
 RETRY_WAIT_SECONDS = 15.0
 
 
-def failure_metadata(error: DynamicKafkaError, pipeline_id: str) -> dict[str, MetadataValue]:
+def failure_metadata(error: DynamicKafkaError, pipeline_id: str | None) -> dict[str, MetadataValue]:
     """What a person needs to act on the error, as Dagster metadata: its type, whether retrying helps, its hint,
     and every attribute it carries (:meth:`~dynamic_kafka.errors.DynamicKafkaError.attributes`), by name.
     """
-    metadata: dict[str, MetadataValue] = {
-        "pipeline_id": MetadataValue.text(pipeline_id),
-        "error": MetadataValue.text(type(error).__name__),
-        "retriable": MetadataValue.bool(error.retriable),
-    }
+    metadata: dict[str, MetadataValue] = {} if pipeline_id is None else {"pipeline_id": MetadataValue.text(pipeline_id)}
+    metadata["error"] = MetadataValue.text(type(error).__name__)
+    metadata["retriable"] = MetadataValue.bool(error.retriable)
     if error.hint:
         metadata["hint"] = MetadataValue.text(error.hint)
     for name, value in error.attributes().items():
@@ -64,20 +62,22 @@ def _metadata_value(value: object) -> MetadataValue:
 
 
 def to_dagster(
-    error: DynamicKafkaError, pipeline_id: str, retry_policy: RetryPolicy | None = None
+    error: DynamicKafkaError, pipeline_id: str | None, retry_policy: RetryPolicy | None = None
 ) -> RetryRequested | Failure:
-    """The Dagster exception to raise for a library error, in a step with the given retry policy (if any)."""
+    """The Dagster exception to raise for a library error, in a step with the given retry policy (if any);
+    ``pipeline_id`` None for a step that runs no pipeline (a publication, whose errors name it).
+    """
     if error.retriable and retry_policy is None:
         return RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=RETRY_WAIT_SECONDS)
     return Failure(
-        description=f"pipeline {pipeline_id!r}: {error}",
+        description=str(error) if pipeline_id is None else f"pipeline {pipeline_id!r}: {error}",
         metadata=failure_metadata(error, pipeline_id),
         allow_retries=error.retriable,
     )
 
 
 @contextmanager
-def dagster_errors(pipeline_id: str, retry_policy: RetryPolicy | None = None) -> Iterator[None]:
+def dagster_errors(pipeline_id: str | None, retry_policy: RetryPolicy | None = None) -> Iterator[None]:
     """Runs a block, raising library errors as their Dagster outcome (the original stays the ``__cause__``); a
     step with a user's retry policy passes it, so retriable errors are left to the policy.
 

@@ -30,6 +30,8 @@ PIPELINE_TAG = "dynamic_kafka/pipeline"
 KIND_TAG = "dynamic_kafka/kind"
 TRIGGER_TAG = "dynamic_kafka/trigger"
 AFTER_RUN_TAG = "dynamic_kafka/after_run"
+# Every run of a publication's job carries PUBLICATION_TAG (a run queue may limit it to one per value).
+PUBLICATION_TAG = "dynamic_kafka/publication"
 
 
 def dagster_name(pipeline_id: str) -> str:
@@ -107,3 +109,8 @@ def table_checks_job_name(pipeline_id: str) -> str:
     partitioned by stream).
     """
     return f"{dagster_name(pipeline_id)}_table_checks"
+
+
+def publish_job_name(publication_id: str) -> str:
+    """The job that materializes a publication's asset (one run of ``publish``)."""
+    return f"{dagster_name(publication_id)}_publish"

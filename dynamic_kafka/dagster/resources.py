@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dagster import ConfigurableResource
 
-from dynamic_kafka import Pipeline, load_project_config
+from dynamic_kafka import Pipeline, Publication, load_project_config
 
 
 class DynamicKafkaResource(ConfigurableResource):  # type: ignore[type-arg]
@@ -28,6 +28,10 @@ class DynamicKafkaResource(ConfigurableResource):  # type: ignore[type-arg]
         one object shares its metadata service and Spark session between calls.
         """
         return Pipeline(load_project_config(config_path), pipeline_id)
+
+    def publication(self, config_path: str, publication_id: str) -> Publication:
+        """One publication of the project config, read and validated now; it contacts nothing until it is used."""
+        return Publication(load_project_config(config_path), publication_id)
 
 
 # The instance every build_definitions result binds to RESOURCE_KEY: the same object, so the results merge.

@@ -72,6 +72,14 @@ class DynamicKafkaTranslator:
         """The partitioned asset of the sink's time windows merged by backfills."""
         return AssetKey([*self.key_prefix, f"{pipeline_id}_backfill"])
 
+    def publication_asset_key(self, publication_id: str) -> AssetKey:
+        """A publication's asset: the table's rows published to its stream."""
+        return AssetKey([*self.key_prefix, f"{publication_id}_publication"])
+
+    def publication_table_asset_key(self, publication_id: str) -> AssetKey:
+        """The external asset of a published table that no pipeline of the config writes."""
+        return AssetKey([*self.key_prefix, f"{publication_id}_table"])
+
     def stream_asset_key(self, stream_id: str) -> AssetKey:
         """A Kafka stream's (external) asset key."""
         return AssetKey([*self.stream_key_prefix, stream_id])

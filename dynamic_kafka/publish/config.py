@@ -10,8 +10,18 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from dynamic_kafka.errors import PublicationError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.registry.config import (
+    RecordName,
+    RegistryConfig,
+    SubjectNameStrategy,
+    require_subject_naming,
+    subject_name,
+)
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parsed_location
+
+ChangeType = Literal["insert", "update_preimage", "update_postimage", "delete"]
 
 # Kafka's default ``transaction.max.timeout.ms``: a broker refuses a producer asking for more.
 BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -31,7 +41,34 @@ class ColumnEncoding(FrozenModel):
     column: str = Field(min_length=1, description="The column.")
 
 
-Encoding = Annotated[JsonEncoding | ColumnEncoding, Field(discriminator="format")]
+_STRATEGY = (
+    "The subject the schema is under: topic (<topic>-value / <topic>-key), record (record_name) or topic_record "
+    "(<topic>-<record_name>), as the readers' subject_name_strategy."
+)
+
+
+class RegistryEncoding(FrozenModel):
+    """Confluent's wire format with the latest schema version of the subject on the write cluster's Schema
+    Registry: the schema's fields are filled from the columns of the same name.
+    """
+
+    format: Literal["avro", "protobuf", "json_schema"] = Field(
+        description="avro, protobuf (descriptor form, first message or record_name) or json_schema."
+    )
+    subject_name_strategy: SubjectNameStrategy = Field("topic", description=_STRATEGY)
+    record_name: RecordName = None
+
+    @model_validator(mode="after")
+    def _subject_naming(self) -> RegistryEncoding:
+        require_subject_naming("subject_name_strategy", self.subject_name_strategy, self.record_name, True)
+        return self
+
+    def subject(self, topic: str, role: Literal["value", "key"]) -> str:
+        """The registry subject of ``topic``'s values or keys."""
+        return subject_name(self.subject_name_strategy, topic, role, self.record_name)
+
+
+Encoding = Annotated[JsonEncoding | ColumnEncoding | RegistryEncoding, Field(discriminator="format")]
 
 
 class PublicationConfig(FrozenModel):
@@ -48,8 +85,17 @@ class PublicationConfig(FrozenModel):
     stream: str = Field(min_length=1, description="The stream id written to: one cluster, one topic.")
     key: Encoding | None = Field(None, description="The record key; none by default.")
     value: Encoding = Field(default_factory=JsonEncoding, description="The record value; all columns as JSON.")
+    schema_registry: RegistryConfig | None = Field(
+        None, description="The Schema Registry of a write cluster whose metadata names none (registry formats only)."
+    )
     timestamp_column: str | None = Field(
         None, description="A timestamp (or integer epoch milliseconds) column: the records' timestamps."
+    )
+    change_types: tuple[ChangeType, ...] = Field(
+        ("insert", "update_postimage", "delete"),
+        min_length=1,
+        description="Tables with Change Data Feed: the change types published (insert, update_preimage, "
+        "update_postimage, delete), each record with its type in the header dynamic-kafka.change.",
     )
     starting_version: int | None = Field(
         None, ge=0, description="The first table version published; default 0 (or starting_timestamp)."
@@ -85,6 +131,26 @@ class PublicationConfig(FrozenModel):
         if self.starting_version is not None and self.starting_timestamp is not None:
             raise ValueError("set starting_version or starting_timestamp, not both")
         return self
+
+    @property
+    def registry_encodings(self) -> dict[Literal["key", "value"], RegistryEncoding]:
+        """The key and value encodings that use the write cluster's Schema Registry, by role."""
+        roles: dict[Literal["key", "value"], Encoding | None] = {"key": self.key, "value": self.value}
+        return {role: e for role, e in roles.items() if isinstance(e, RegistryEncoding)}
+
+    def error(
+        self, message: str, *, hint: str, cluster_id: str | None = None, version: int | None = None
+    ) -> PublicationError:
+        """A :class:`~dynamic_kafka.errors.PublicationError` of this publication, naming its table and stream."""
+        return PublicationError(
+            message,
+            publication_id=self.id,
+            table=self.table.uri,
+            stream_id=self.stream,
+            cluster_id=cluster_id,
+            version=version,
+            hint=hint,
+        )
 
     @property
     def progress_group_id(self) -> str:

@@ -19,6 +19,7 @@ from dynamic_kafka.errors import KafkaClientError, PublicationError, Publication
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.transactions import TransactionalProducer, is_fenced, is_invalid_timeout
 from dynamic_kafka.metadata.resolve import BoundedMetadataService
+from dynamic_kafka.publish.encoders import publication_encoders
 from dynamic_kafka.publish.ledger import DeltaMoveLedger
 from dynamic_kafka.publish.protocol import (
     Move,
@@ -30,7 +31,7 @@ from dynamic_kafka.publish.protocol import (
     plan_start,
     run_publication,
 )
-from dynamic_kafka.publish.source import DeltaVersionSource
+from dynamic_kafka.publish.source import DeltaVersionSource, table_columns
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -216,12 +217,10 @@ class Publication:
     def _parts(self) -> tuple[Place, _KafkaLog, DeltaVersionSource, DeltaMoveLedger]:
         cluster, topic = self.write_cluster()
         log = _KafkaLog(self.config, self.service, cluster)
-        return (
-            Place(cluster.cluster_id, topic),
-            log,
-            DeltaVersionSource(self.config),
-            DeltaMoveLedger(self.config.state_table),
-        )
+        # Registry formats are checked against the table before anything is fenced or sent.
+        encoders = publication_encoders(self.config, cluster, topic, table_columns(self.config))
+        source = DeltaVersionSource(self.config, encoders)
+        return Place(cluster.cluster_id, topic), log, source, DeltaMoveLedger(self.config.state_table)
 
     def publish(self) -> PublicationOutcome:
         """Publish every table version after the last published one, up to the table's version now.
@@ -314,14 +313,7 @@ class Publication:
 def _publication_error(
     config: PublicationConfig, message: str, *, cluster_id: str | None = None, hint: str
 ) -> PublicationError:
-    return PublicationError(
-        message,
-        publication_id=config.id,
-        table=config.table.uri,
-        stream_id=config.stream,
-        cluster_id=cluster_id,
-        hint=hint,
-    )
+    return config.error(message, cluster_id=cluster_id, hint=hint)
 
 
 def _as_text(record: OutgoingRecord) -> dict[str, str | None]:

@@ -4,24 +4,60 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import PublicationError
-from dynamic_kafka.publish.config import ColumnEncoding, JsonEncoding
+from dynamic_kafka.publish.config import ColumnEncoding, JsonEncoding, RegistryEncoding
 from dynamic_kafka.publish.protocol import OutgoingRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from dynamic_kafka.publish.config import Encoding, PublicationConfig
 
 TABLE_HEADER = "dynamic-kafka.table"
 VERSION_HEADER = "dynamic-kafka.version"
+CHANGE_HEADER = "dynamic-kafka.change"
+
+RowEncoder = Callable[[Mapping[str, Any]], bytes | None]
+"""A row's key or value bytes (None: a null key or value)."""
 
 
-def _json_value(value: object) -> object:
+@dataclass(frozen=True)
+class Encoders:
+    """How a row becomes the record's key (None: no key) and value bytes."""
+
+    key: RowEncoder | None
+    value: RowEncoder
+
+
+def plain_encoders(config: PublicationConfig) -> Encoders:
+    """The encoders of a publication without registry formats (JSON, or a column as it is).
+
+    Raises:
+        TypeError: the publication uses a registry format (its encoders come from
+            :func:`~dynamic_kafka.publish.encoders.publication_encoders`).
+    """
+    return Encoders(key=None if config.key is None else plain_encoder(config.key), value=plain_encoder(config.value))
+
+
+def plain_encoder(encoding: Encoding) -> RowEncoder:
+    """``encoding``'s encoder of a row (JSON, or a column as it is).
+
+    Raises:
+        TypeError: a registry format (its encoder needs the write cluster's registry).
+    """
+    if isinstance(encoding, RegistryEncoding):
+        raise TypeError(f"format {encoding.format} needs the write cluster's registry: use publication_encoders")
+    return lambda row: encode(encoding, row)
+
+
+def json_value(value: object) -> object:
+    """``json.dumps``'s ``default``: timestamps and dates as ISO-8601 text, decimals as text, bytes as base64."""
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, date):
@@ -33,12 +69,12 @@ def _json_value(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def encode(encoding: Encoding, row: Mapping[str, Any]) -> bytes | None:
+def encode(encoding: JsonEncoding | ColumnEncoding, row: Mapping[str, Any]) -> bytes | None:
     """The bytes of ``row`` under ``encoding`` (None for a null column)."""
     if isinstance(encoding, JsonEncoding):
         names = encoding.columns if encoding.columns is not None else tuple(row)
         document = {name: row[name] for name in names}
-        return json.dumps(document, default=_json_value, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(document, default=json_value, separators=(",", ":"), ensure_ascii=False).encode()
     value = row[encoding.column]
     if value is None:
         return None
@@ -74,8 +110,16 @@ def referenced_columns(config: PublicationConfig) -> set[str]:
     return names
 
 
-def to_records(config: PublicationConfig, rows: Sequence[Mapping[str, Any]], version: int) -> list[OutgoingRecord]:
-    """The records of ``rows``, added by table ``version``.
+def to_records(
+    config: PublicationConfig,
+    rows: Sequence[Mapping[str, Any]],
+    version: int,
+    encoders: Encoders,
+    *,
+    changes: Sequence[str] | None = None,
+) -> list[OutgoingRecord]:
+    """The records of ``rows``, added by table ``version``, their key and value made by ``encoders``; with
+    ``changes`` (a Change Data Feed's change type per row), each in the header ``dynamic-kafka.change``.
 
     Raises:
         PublicationError: a column the config names is missing, or holds values its encoding cannot take.
@@ -86,14 +130,15 @@ def to_records(config: PublicationConfig, rows: Sequence[Mapping[str, Any]], ver
         if missing:
             raise _error(config, version, f"column(s) {', '.join(missing)} are not in the table ({', '.join(rows[0])})")
     records = []
-    for row in rows:
+    for index, row in enumerate(rows):
         try:
-            key = encode(config.key, row) if config.key is not None else None
-            value = encode(config.value, row)
+            key = encoders.key(row) if encoders.key is not None else None
+            value = encoders.value(row)
             stamp = timestamp_ms(row[config.timestamp_column]) if config.timestamp_column else None
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise _error(config, version, str(e)) from e
-        records.append(OutgoingRecord(key, value, stamp, origin))
+        headers = origin if changes is None else (*origin, (CHANGE_HEADER, changes[index].encode()))
+        records.append(OutgoingRecord(key, value, stamp, headers))
     return records
 
 

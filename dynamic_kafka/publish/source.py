@@ -1,8 +1,10 @@
-"""The published table, read with delta-rs (no JVM): per version, the rows of the files it added.
+"""The published table, read with delta-rs (no JVM): per version, the rows of the files it added, or its changes.
 
 A version's rows are those of ``files(v) - files(v-1)``. A version that removed files changed or deleted rows,
-which an append-only publication cannot express: it is refused, except a compaction (``OPTIMIZE``), which
-rewrites rows without changing them and so publishes nothing.
+which an append-only table cannot express: it is refused, except a compaction (``OPTIMIZE``), which rewrites rows
+without changing them and so publishes nothing. A version of a table with Change Data Feed
+(``delta.enableChangeDataFeed=true`` in that version's metadata) is read through the feed instead: its inserts,
+update images and deletes, filtered by ``change_types``, each record with its change type in a header.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pyarrow.dataset as pds
 
 from dynamic_kafka.errors import PublicationError
 from dynamic_kafka.publish.protocol import VersionChange
-from dynamic_kafka.publish.records import to_records
+from dynamic_kafka.publish.records import plain_encoders, to_records
 from dynamic_kafka.sink.tables import open_delta_rs, safe_text
 
 if TYPE_CHECKING:
@@ -22,17 +24,24 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.publish.config import PublicationConfig
     from dynamic_kafka.publish.protocol import OutgoingRecord
+    from dynamic_kafka.publish.records import Encoders
 
 # Operations that rewrite files without changing the rows they hold.
 _NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+_CHANGE_TYPE = "_change_type"
+# The columns the change feed adds to the table's own.
+_FEED_COLUMNS = (_CHANGE_TYPE, "_commit_version", "_commit_timestamp")
 
 
 class DeltaVersionSource:
     """The table of ``config``, as versions and the records of the rows each added."""
 
-    def __init__(self, config: PublicationConfig) -> None:
+    def __init__(self, config: PublicationConfig, encoders: Encoders | None = None) -> None:
+        """``encoders``: how rows become keys and values (default: the plain formats, JSON or a column)."""
         self.config = config
+        self.encoders = encoders or plain_encoders(config)
         self._added: dict[int, list[str]] = {}
+        self._feed: set[int] = set()  # versions read through the change feed
 
     def _open(self, version: int | None = None) -> DeltaTable | None:
         return open_delta_rs(
@@ -58,10 +67,11 @@ class DeltaVersionSource:
         return min(later) if later else table.version() + 1
 
     def changes(self, start: int, stop: int) -> list[VersionChange]:
-        """Every version in ``[start, stop]`` with the rows it added.
+        """Every version in ``[start, stop]`` with the rows it added (or its changes, with Change Data Feed).
 
         Raises:
-            PublicationError: a version removed rows (not an append), or the log of a version is gone.
+            PublicationError: a version without Change Data Feed removed rows (not an append), or the log or change
+                feed of a version is gone.
         """
         if start > stop:
             return []
@@ -81,23 +91,38 @@ class DeltaVersionSource:
             added = sorted(files.keys() - before.keys())
             removed = before.keys() - files.keys()
             operation = operations.get(version, "")
+            rows = 0
             if operation in _NO_DATA_CHANGE:
                 added = []
+            elif _has_feed(latest):
+                self._feed.add(version)
+                rows = len(self._feed_rows(latest, version, columns=[_CHANGE_TYPE]))
             elif removed:
                 raise self._error(
                     version,
                     f"its {operation or 'commit'} removed {len(removed)} file(s): rows were changed or deleted, "
-                    "which an append-only publication cannot publish",
-                    "Publish an append-only table, or restart the publication after this version "
-                    "(a new publication id with starting_version).",
+                    "which a table without Change Data Feed cannot tell",
+                    "Enable Change Data Feed on the table (delta.enableChangeDataFeed=true) to publish its changes, "
+                    "publish an append-only table, or restart the publication after this version (a new "
+                    "publication id with starting_version).",
                 )
+            else:
+                rows = sum(files[p] for p in added)
             self._added[version] = added
-            found.append(VersionChange(version=version, rows=sum(files[p] for p in added)))
+            found.append(VersionChange(version=version, rows=rows))
             before = files
         return found
 
     def records(self, version: int) -> list[OutgoingRecord]:
-        """The records of the rows ``version`` added (:meth:`changes` must have listed it)."""
+        """The records of the rows ``version`` added, or of its changes (:meth:`changes` must have listed it)."""
+        if version in self._feed:
+            table = self._open(version)
+            if table is None:
+                raise self._error(version, "the table is gone", _LOG_GONE_HINT)
+            changed = self._feed_rows(table, version)
+            rows = [{k: v for k, v in row.items() if k not in _FEED_COLUMNS} for row in changed]
+            kinds = [row[_CHANGE_TYPE] for row in changed]
+            return to_records(self.config, rows, version, self.encoders, changes=kinds)
         added = set(self._added[version])
         if not added:
             return []
@@ -109,7 +134,18 @@ class DeltaVersionSource:
         if len(fragments) != len(added):
             raise self._error(version, "some of its files are missing (vacuumed?)", _LOG_GONE_HINT)
         rows = pds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem).to_table()
-        return to_records(self.config, rows.to_pylist(), version)
+        return to_records(self.config, rows.to_pylist(), version, self.encoders)
+
+    def _feed_rows(self, table: DeltaTable, version: int, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        """The change feed of ``version``, only the change types the publication sends."""
+        try:
+            feed = pa.table(
+                table.load_cdf(starting_version=version, ending_version=version, columns=columns).read_all()
+            )
+        except Exception as e:  # delta-rs raises several kinds for a feed it cannot read
+            raise self._error(version, f"its change feed cannot be read ({safe_text(e)})", _LOG_GONE_HINT) from e
+        # Filtered as Python rows: delta-rs gives string_view columns, which Arrow's filter kernels do not take.
+        return [row for row in feed.to_pylist() if row[_CHANGE_TYPE] in self.config.change_types]
 
     def _error(self, version: int, detail: str, hint: str) -> PublicationError:
         return PublicationError(
@@ -126,6 +162,17 @@ _LOG_GONE_HINT = (
     "Its log or files were cleaned up before it was published: publish more often than the table's "
     "delta.logRetentionDuration and vacuum retention, or restart from a later starting_version."
 )
+
+
+def table_columns(config: PublicationConfig) -> pa.Schema | None:
+    """The published table's columns now; None while there is no table."""
+    table = open_delta_rs(config.table_ref, doing=f"reading the published table {config.table}")
+    return None if table is None else pa.schema(table.schema().to_arrow())
+
+
+def _has_feed(table: DeltaTable) -> bool:
+    """Whether Change Data Feed is on in the table's metadata as loaded."""
+    return str(table.metadata().configuration.get("delta.enableChangeDataFeed", "")).lower() == "true"
 
 
 def _files(table: DeltaTable) -> dict[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devtools.local_kafka import ClusterEndpoint, LocalCluster
+    from devtools.local_registry import LocalRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -147,6 +149,56 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
             break
         time.sleep(0.5)
     assert reader.sink_values() == sorted(expected)
+
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    ],
+}
+
+
+def test_avro_values_through_the_registry_are_read_back_exactly_by_a_pipeline_after_a_killed_run(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], schema_registries: dict[str, LocalRegistry], spark: Any
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from deltalake import DeltaTable
+
+    registry = schema_registries["east"].url
+    east = kafka_clusters["east"].bootstrap_servers
+    world = PublicationWorld(tmp_path, {"east": east}, registries={"east": registry}, value={"format": "avro"})
+    ids = world.append(4)
+    with pytest.raises(PublicationError, match="has no version on the registry") as raised:
+        world.publication().plan()
+    assert raised.value.hint is not None
+    assert "Register the schema" in raised.value.hint
+    SchemaRegistryClient({"url": registry}).register_schema(f"{world.topics['east']}-value", Schema(json.dumps(ORDER)))
+    assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
+    ids += world.append(3)
+    assert world.cli("publish").returncode == 0
+
+    reader = PipelineHarness(
+        tmp_path / "reader",
+        clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": registry}}},
+        spark=lambda: spark,
+        value_format="avro",
+    )
+    reader.set_streams({"orders": {"east": [world.topics["east"]]}})
+    deadline = None  # until the reader is past the last transaction's markers (see above)
+    while True:
+        assert reader.runner().run().status in ("committed", "empty")
+        rows = DeltaTable(str(reader.sink_path)).to_pyarrow_table(columns=["id", "name", "ts"]).to_pylist()
+        deadline = deadline or time.monotonic() + 30  # counted after the first run, whose Spark start is slow
+        if len(rows) >= len(ids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    assert sorted(rows, key=lambda r: r["id"]) == [{"id": i, "name": f"n{i % 5}", "ts": stamp} for i in ids]
 
 
 def test_a_publication_to_a_sasl_cluster_shows_its_password_nowhere(

@@ -120,6 +120,7 @@ class Project:
     root: Path
     clusters: Mapping[str, str]  # cluster id -> bootstrap servers
     pipelines: list[dict[str, Any]] = field(default_factory=list)
+    publications: list[dict[str, Any]] = field(default_factory=list)
     properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # cluster id -> client properties
     spark: Mapping[str, Any] = field(default_factory=lambda: {"master": "local[2]"})  # the config's spark section
 
@@ -160,6 +161,7 @@ class Project:
             "metadata_service": {"type": "file", "path": "metadata.yaml"},
             "spark": dict(self.spark),
             "pipelines": self.pipelines,
+            **({"publications": self.publications} if self.publications else {}),
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 

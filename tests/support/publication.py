@@ -39,10 +39,13 @@ class PublicationWorld:
         *,
         properties: Mapping[str, Mapping[str, str]] | None = None,
         clients: Mapping[str, Mapping[str, Any]] | None = None,
+        registries: Mapping[str, str] | None = None,
         **publication: Any,
     ) -> None:
         """``properties``: a cluster's properties in the metadata file; ``clients``: the test's own client
-        settings for a cluster (default: its bootstrap servers alone)."""
+        settings for a cluster (default: its bootstrap servers alone); ``registries``: a cluster's Schema Registry
+        URL."""
+        self.registries = dict(registries or {})
         self.folder = folder
         self.bootstrap = dict(bootstrap)
         self.properties = {name: dict(p) for name, p in (properties or {}).items()}
@@ -74,7 +77,11 @@ class PublicationWorld:
         """The stream ``out`` is the topic of ``cluster`` (a metadata change of the write cluster)."""
         document = {
             "clusters": {
-                name: {"bootstrap_servers": servers, "properties": self.properties.get(name, {})}
+                name: {
+                    "bootstrap_servers": servers,
+                    "properties": self.properties.get(name, {}),
+                    **({"schema_registry": {"url": self.registries[name]}} if name in self.registries else {}),
+                }
                 for name, servers in self.bootstrap.items()
             },
             "streams": {"out": {cluster: [self.topics[cluster]]}},

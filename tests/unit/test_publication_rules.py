@@ -13,7 +13,7 @@ from dynamic_kafka.check import check_project
 from dynamic_kafka.errors import PublicationError
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.publish.protocol import Move, Place, VersionChange, batches, plan_start
-from dynamic_kafka.publish.records import to_records
+from dynamic_kafka.publish.records import plain_encoders, to_records
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,7 +30,7 @@ def test_a_row_becomes_a_keyed_json_record_with_its_origin_and_timestamp() -> No
         }
     )
     row = {"k": 7, "amount": b"\x01", "ts": datetime(2026, 1, 1, tzinfo=UTC)}
-    (record,) = to_records(config, [row], 3)
+    (record,) = to_records(config, [row], 3, plain_encoders(config))
     assert record.key == b"7"
     assert record.value == b'{"k":7,"amount":"AQ==","ts":"2026-01-01T00:00:00+00:00"}'
     assert record.timestamp_ms == 1767225600000
@@ -42,7 +42,7 @@ def test_a_column_the_config_names_but_the_table_lacks_is_refused_naming_both() 
         {"id": "out", "table": "/lake/t", "stream": "s", "value": {"format": "bytes", "column": "payload"}}
     )
     with pytest.raises(PublicationError) as raised:
-        to_records(config, [{"body": b"x"}], 4)
+        to_records(config, [{"body": b"x"}], 4, plain_encoders(config))
     assert "payload" in str(raised.value)
     assert "body" in str(raised.value)
     assert (raised.value.publication_id, raised.value.version) == ("out", 4)
@@ -95,6 +95,34 @@ def test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothi
         source.changes(3, 3)
     assert raised.value.version == 3
     assert "DELETE" in str(raised.value)
+
+
+def test_a_change_data_feed_table_is_published_by_its_changes_with_the_change_type_in_a_header(
+    tmp_path: Path,
+) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from dynamic_kafka.publish.source import DeltaVersionSource
+
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
+    write_deltalake(str(tmp_path), rows, configuration={"delta.enableChangeDataFeed": "true"})
+    DeltaTable(str(tmp_path)).update(predicate="id = 2", updates={"v": "'B'"})
+    DeltaTable(str(tmp_path)).delete("id = 3")
+    config = PublicationConfig(id="out", table=str(tmp_path), stream="s", key={"format": "string", "column": "id"})
+    source = DeltaVersionSource(config)
+    assert [(c.version, c.rows) for c in source.changes(0, 2)] == [(0, 3), (1, 1), (2, 1)]
+
+    def published(version: int) -> list[tuple[bytes | None, bytes | None, bytes]]:
+        return sorted((r.key, r.value, dict(r.headers)["dynamic-kafka.change"]) for r in source.records(version))
+
+    assert published(0) == [(b"1", b'{"id":1,"v":"a"}', b"insert"), (b"2", b'{"id":2,"v":"b"}', b"insert"),
+                            (b"3", b'{"id":3,"v":"c"}', b"insert")]  # fmt: skip
+    assert published(1) == [(b"2", b'{"id":2,"v":"B"}', b"update_postimage")]
+    assert published(2) == [(b"3", b'{"id":3,"v":"c"}', b"delete")]
+    with_preimages = DeltaVersionSource(config.model_copy(update={"change_types": ("update_preimage",)}))
+    assert [(c.version, c.rows) for c in with_preimages.changes(1, 2)] == [(1, 1), (2, 0)]
+    assert [dict(r.headers)["dynamic-kafka.version"] for r in with_preimages.records(1)] == [b"1"]
 
 
 def test_the_dry_run_text_names_where_which_versions_and_the_first_records() -> None:
