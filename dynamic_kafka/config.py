@@ -22,7 +22,13 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, PipelineStartingOffsets, StoppingOffsets
+from dynamic_kafka.offsets import (
+    EarliestOffsets,
+    Isolation,
+    LatestOffsets,
+    PipelineStartingOffsets,
+    PipelineStoppingOffsets,
+)
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.references import expand
 from dynamic_kafka.registry.config import RegistryConfig
@@ -546,7 +552,7 @@ class PipelineConfig(_Config):
     streams: tuple[str, ...] | None = Field(None, description="Stream ids to read (or use stream_pattern).")
     stream_pattern: str | None = Field(None, description="Regex over stream ids, full match (re.fullmatch).")
     starting_offsets: PipelineStartingOffsets = Field(default_factory=EarliestOffsets)
-    stopping_offsets: StoppingOffsets = Field(default_factory=LatestOffsets)
+    stopping_offsets: PipelineStoppingOffsets = Field(default_factory=LatestOffsets)
     max_records_per_partition: int | None = Field(None, ge=1, description="Cap per partition per run.")
     max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
     sink: SinkConfig
