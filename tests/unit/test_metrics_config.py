@@ -1,9 +1,10 @@
 """The ``metrics`` section: off by default, its labels checked, and a push to a receiver that is down (or behind a
-reference that does not resolve) is a warning naming the endpoint, never an error."""
+reference that does not resolve) is a warning naming the endpoint, never an error; what a run's samples show."""
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,10 +12,14 @@ from pydantic import ValidationError
 
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.config import MetricsConfig, ProjectConfig
-from dynamic_kafka.monitoring import Sample, push_metrics
+from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
+from dynamic_kafka.model.summary import GroupCommit, RunSummary
+from dynamic_kafka.monitoring import Sample, push_metrics, run_samples
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from dynamic_kafka.model.snapshots import PartitionStatus
 
 _SAMPLES = [Sample("run_records", "Records.", 5)]
 
@@ -63,3 +68,28 @@ def test_a_password_reference_that_does_not_resolve_is_a_warning_naming_the_refe
     [warning] = [r.getMessage() for r in caplog.records]
     assert "DK_TEST_UNSET_PUSH_PASSWORD" in warning
     assert config.shown_endpoint in warning
+
+
+def test_a_runs_samples_show_its_active_partitions_and_each_clusters_group_commit() -> None:
+    def row(partition: int, status: PartitionStatus) -> PartitionState:
+        return PartitionState(cluster_id="east", topic="orders", partition=partition, next_offset=7, status=status)
+
+    state = StateSnapshot(pipeline_id="p", partitions={r.key: r for r in (row(0, "active"), row(1, "removed"))})
+    commits = (
+        GroupCommit(cluster_id="east", group="g", committed=True),
+        GroupCommit(cluster_id="west", group="g", committed=False, error="coordinator not available"),
+    )
+    summary = RunSummary(pipeline_id="p", run_seq=3, status="committed", group_commits=commits)
+
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for s in run_samples(summary, state, finished_at=datetime.now(UTC))
+    }
+
+    assert [k for k in samples if k[0] == "partition_committed_offset"] == [
+        ("partition_committed_offset", (("cluster_id", "east"), ("partition", "0"), ("topic", "orders")))
+    ]
+    assert samples[("commits_succeeded", (("cluster_id", "west"),))] == 0
+    assert samples[("commits_failed", (("cluster_id", "west"),))] == 1
+    assert samples[("commits_failed", (("cluster_id", "east"),))] == 0
+    assert "event_time_lag_seconds" not in {name for name, _ in samples}  # nothing read: no event time
