@@ -15,13 +15,20 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.offsets import EarliestOffsets, Isolation, LatestOffsets, PipelineStartingOffsets, StoppingOffsets
+from dynamic_kafka.offsets import (
+    EarliestOffsets,
+    Isolation,
+    LatestOffsets,
+    PipelineStartingOffsets,
+    PipelineStoppingOffsets,
+)
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.references import expand
 from dynamic_kafka.registry.config import (
@@ -510,7 +517,7 @@ class PipelineConfig(_Config):
     streams: tuple[str, ...] | None = Field(None, description="Stream ids to read (or use stream_pattern).")
     stream_pattern: str | None = Field(None, description="Regex over stream ids, full match (re.fullmatch).")
     starting_offsets: PipelineStartingOffsets = Field(default_factory=EarliestOffsets)
-    stopping_offsets: StoppingOffsets = Field(default_factory=LatestOffsets)
+    stopping_offsets: PipelineStoppingOffsets = Field(default_factory=LatestOffsets)
     max_records_per_partition: int | None = Field(None, ge=1, description="Cap per partition per run.")
     max_records_per_run: int | None = Field(None, ge=1, description="Cap for the whole run.")
     sink: SinkConfig
@@ -851,6 +858,53 @@ class PipelineConfig(_Config):
         }
 
 
+# The labels the pushed metrics carry themselves: a grouping label of the same name would be ambiguous.
+RESERVED_METRIC_LABELS = frozenset({"job", "pipeline", "operation", "cluster_id", "topic", "partition", "check"})
+
+
+class MetricsConfig(_Config):
+    """Where every run and every ``health`` push the pipeline's metrics (docs/metrics.md): a Prometheus
+    Pushgateway. A receiver that does not answer is a warning naming it, never a failed run.
+    """
+
+    pushgateway: str = Field(
+        pattern=r"^https?://[^\s/]+",
+        description="The Pushgateway's base URL, e.g. http://pushgateway:9091 (credentials go in username/password).",
+    )
+    job: str = Field(
+        "dynamic_kafka",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$",
+        description="The `job` label of every pushed group; each pipeline pushes the groups "
+        "{job, pipeline, operation: run | health}.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="More grouping labels, on every pushed metric (e.g. {env: prod}).",
+    )
+    username: str | None = Field(None, description="Basic-auth user (literal or ${env:...} reference).")
+    password: str | None = Field(
+        None, repr=False, description="Basic-auth password: a ${env:...} or ${file:...} reference."
+    )
+    timeout_seconds: float = Field(5, gt=0, description="Deadline of one push; past it the push is given up.")
+
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name.startswith("__"):
+                raise ValueError(f"{name!r} is not a Prometheus label name (letters, digits and _, not leading __)")
+            if name in RESERVED_METRIC_LABELS:
+                raise ValueError(f"{name!r} is a label the metrics carry already; choose another name")
+        return value
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The Pushgateway as log lines name it: scheme, host, port and path, never credentials in the URL."""
+        parts = urlsplit(self.pushgateway)
+        host = parts.hostname or ""
+        return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
 class ProjectConfig(_Config):
     """The whole project: one metadata service, one Spark setup, any number of pipelines."""
 
@@ -868,6 +922,9 @@ class ProjectConfig(_Config):
         False,
         description="Let `dynamic-kafka check` accept secrets written as literals in the config and metadata files "
         "(a local demo's password); by default each one is a problem: write ${env:NAME} or ${file:PATH} instead.",
+    )
+    metrics: MetricsConfig | None = Field(
+        None, description="Push each run's and each health check's metrics to a Prometheus Pushgateway (off: null)."
     )
     source: Path | None = Field(None, description="The file this config was loaded from.")
 

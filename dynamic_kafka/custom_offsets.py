@@ -1,5 +1,5 @@
-"""A user's own starting initializer (:class:`~dynamic_kafka.offsets.CustomOffsets`): calling it and checking its
-answer before the planner uses it.
+"""A user's own starting or stopping initializer (:class:`~dynamic_kafka.offsets.CustomOffsets`): calling it and
+checking its answer before the planner uses it.
 
 The function is user code, so nothing it returns is trusted: every partition it was given must get an integer
 offset inside the broker's ``[earliest, latest]``. A start outside that range would plan a read Spark cannot do
@@ -10,7 +10,7 @@ being clamped as a built-in initializer's timestamp is: the author's arithmetic 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from dynamic_kafka.errors import ConfigError, DynamicKafkaError
 from dynamic_kafka.imports import load_callable
@@ -24,9 +24,14 @@ _HINT = "Return {(topic, partition): offset} for every partition given, each wit
 
 
 def resolve_custom(
-    initializer: CustomOffsets, partitions: Sequence[PartitionBounds], lookups: OffsetLookups
+    initializer: CustomOffsets,
+    partitions: Sequence[PartitionBounds],
+    lookups: OffsetLookups,
+    *,
+    role: Literal["starting_offsets", "stopping_offsets"] = "starting_offsets",
 ) -> dict[tuple[str, int], int]:
-    """The start offset of each of ``partitions`` (one cluster's), as ``initializer``'s function answers.
+    """The start (or, as ``stopping_offsets``, the stop) offset of each of ``partitions`` (one cluster's), as
+    ``initializer``'s function answers.
 
     Raises:
         ConfigError: the function cannot be loaded, raised, or answered badly (not a mapping, a partition
@@ -37,7 +42,7 @@ def resolve_custom(
     if not partitions:
         return {}
     name = initializer.function
-    function = load_callable(name, "starting_offsets.custom.function")
+    function = load_callable(name, f"{role}.custom.function")
     cluster = partitions[0].cluster_id
     try:
         answer = function(list(partitions), lookups, **initializer.args)
@@ -45,13 +50,13 @@ def resolve_custom(
         raise
     except Exception as e:
         raise ConfigError(
-            f"starting_offsets function {name!r} raised {type(e).__name__} for cluster {cluster!r}: {e}",
-            hint="Nothing was read. Fix the function; partitions already read are not asked about again.",
+            f"{role} function {name!r} raised {type(e).__name__} for cluster {cluster!r}: {e}",
+            hint="Nothing was read. Fix the function"
+            + ("; partitions already read are not asked about again." if role == "starting_offsets" else "."),
         ) from e
     if not isinstance(answer, Mapping):
         raise ConfigError(
-            f"starting_offsets function {name!r} returned {type(answer).__name__} for cluster {cluster!r}, "
-            "not a mapping.",
+            f"{role} function {name!r} returned {type(answer).__name__} for cluster {cluster!r}, not a mapping.",
             hint=_HINT,
         )
     bounds = {(p.topic, p.partition): p for p in partitions}
@@ -70,7 +75,7 @@ def resolve_custom(
             starts[key] = offset
     if problems:
         raise ConfigError(
-            f"starting_offsets function {name!r} answered badly for cluster {cluster!r}: {'; '.join(problems)}.",
+            f"{role} function {name!r} answered badly for cluster {cluster!r}: {'; '.join(problems)}.",
             hint=_HINT,
         )
     return starts

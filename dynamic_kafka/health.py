@@ -38,6 +38,7 @@ from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.status import (
     LagVerdict,
+    PartitionLag,
     PipelineStatus,
     data_loss_verdict,
     lag_limit_verdict,
@@ -46,7 +47,7 @@ from dynamic_kafka.status import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from dynamic_kafka.config import HealthConfig, PipelineConfig
@@ -86,6 +87,10 @@ class PartitionHealth(FrozenModel):
     stuck_transaction: bool = Field(
         False, description="A transaction open for longer than ``health.stuck_transaction_seconds``."
     )
+    committed_offset: int | None = Field(
+        None, description="The state's committed next offset (where the next run starts); None: never read."
+    )
+    lag: int | None = Field(None, description="Records pending past the committed offset; None: not known.")
 
     @property
     def pending_in_transaction(self) -> int:
@@ -161,7 +166,8 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
             for level in ("read_uncommitted", "read_committed")
         )
         status, ends, stable = asked_status.result(), asked_ends.result(), asked_stable.result()
-    partitions = _partitions(requests, ends, stable, pipeline.health, checked_at)
+    positions = {(p.cluster_id, p.topic, p.partition): p for p in status.partitions}
+    partitions = _partitions(requests, ends, stable, pipeline.health, checked_at, positions)
     landed_at = _last_landed_at(runs)
     newest_event = _newest_event_time(runs)
     event_lag = (checked_at - newest_event).total_seconds() if newest_event is not None else None
@@ -194,6 +200,7 @@ def _partitions(
     stable: BrokerSnapshot,
     health: HealthConfig,
     now: datetime,
+    positions: Mapping[tuple[str, str, int], PartitionLag],
 ) -> tuple[PartitionHealth, ...]:
     rows: list[PartitionHealth] = []
     for request in requests:
@@ -216,6 +223,7 @@ def _partitions(
             first_open = opened.get((name, partition))
             open_since = _moment(first_open) if first_open is not None else None
             stuck = open_since is not None and (now - open_since).total_seconds() > health.stuck_transaction_seconds
+            position = positions.get((cluster_id, name, partition))
             rows.append(
                 PartitionHealth(
                     cluster_id=cluster_id,
@@ -229,6 +237,8 @@ def _partitions(
                     idle=idle_s is None or idle_s > health.idle_after_seconds,
                     open_transaction_since=open_since,
                     stuck_transaction=stuck,
+                    committed_offset=position.next_offset if position is not None else None,
+                    lag=position.lag if position is not None else None,
                 )
             )
     return tuple(rows)

@@ -11,6 +11,7 @@ resolved offsets. In config files they are written in their short forms::
     starting_offsets: {specific: {offsets: {orders: {0: 42}}, fallback: earliest}}
     starting_offsets: {specific: {offsets: {orders: {0: 42}}, group_id: g, fallback: earliest}}
     starting_offsets: {custom: {function: "my_package.offsets:start"}}
+    stopping_offsets: {custom: {function: "my_package.offsets:stop"}}
 
 Example:
     >>> from dynamic_kafka import offsets
@@ -102,16 +103,20 @@ class SpecificOffsets(_Initializer):
 
 
 class CustomOffsets(_Initializer):
-    """A user's own starting initializer (Flink's ``OffsetsInitializer`` implemented by the user): a Python
-    function, ``package.module:function``, asked once per cluster and run for the partitions no run has read yet.
+    """A user's own initializer (Flink's ``OffsetsInitializer`` implemented by the user): a Python function,
+    ``package.module:function``, asked once per cluster and run.
 
     It is called as ``function(partitions, lookups, **args)``: ``partitions`` a list of
     :class:`PartitionBounds` (cluster, topic, partition, earliest, latest), ``lookups`` an :class:`OffsetLookups`
     (offsets for a timestamp, a consumer group's committed offsets), and it returns ``{(topic, partition): offset}``
     for every partition given, each within its ``[earliest, latest]``. Anything else fails the plan naming the
-    function. It only places a partition's first start: a partition with committed state resumes from it, so a
-    function that answers differently on another day never moves a running pipeline. A starting point only, and
-    only in the pipeline's config (a metadata service's answer never names code to run).
+    function. Only in the pipeline's config (a metadata service's answer never names code to run).
+
+    As a starting point it is given the partitions no run has read yet, and only places their first start: a
+    partition with committed state resumes from it, so a function that answers differently on another day never
+    moves a running pipeline. As a stopping point it is given every partition at every run and says where that run
+    stops (never before where the run starts, never beyond latest); the answer is written into the plan, so a
+    crashed run is finished where it was planned to stop, without asking the function again.
     """
 
     kind: Literal["custom"] = "custom"
@@ -172,6 +177,12 @@ StoppingOffsets = Annotated[
     Field(discriminator="kind"),
     BeforeValidator(_expand_short_form),
 ]
+PipelineStoppingOffsets = Annotated[
+    LatestOffsets | TimestampOffsets | CommittedOffsets | SpecificOffsets | CustomOffsets,
+    Field(discriminator="kind"),
+    BeforeValidator(_expand_short_form),
+]
+"""A pipeline's stopping initializer: the metadata's per-cluster ones (:data:`StoppingOffsets`) or a custom one."""
 Isolation = Literal["read_committed", "read_uncommitted"]
 """Which records a read sees: ``read_committed`` stops at the last stable offset and skips aborted transactions.
 The one isolation-level type: the pipeline config, the broker offsets and the Spark read all use it."""
@@ -209,7 +220,7 @@ def specific(
 
 
 def custom(function: str, **args: Any) -> CustomOffsets:
-    """A user's own starting initializer, ``package.module:function`` (see :class:`CustomOffsets`)."""
+    """A user's own starting or stopping initializer, ``package.module:function`` (see :class:`CustomOffsets`)."""
     return CustomOffsets(function=function, args=args)
 
 

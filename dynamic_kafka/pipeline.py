@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config import load_project_config
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.offset_reset import OffsetReset
     from dynamic_kafka.status import PipelineStatus
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Pipeline"]
 
@@ -118,7 +121,26 @@ class Pipeline:
         """One incremental run: finish a crashed run first, then plan, read, write and commit. See
         :meth:`dynamic_kafka.runner.PipelineRunner.run` for the protocol and the errors.
         """
-        return self._runner.run()
+        summary = self._runner.run()
+        self._push_run(summary)
+        return summary
+
+    def _push_run(self, summary: RunSummary) -> None:
+        """The run's metrics to the project's Pushgateway, when one is configured (never raises)."""
+        if self.project.metrics is None:
+            return
+        from datetime import UTC, datetime
+
+        from dynamic_kafka.errors import DynamicKafkaError
+        from dynamic_kafka.monitoring import push_metrics, run_samples
+
+        finished_at = datetime.now(UTC)
+        try:
+            state = self.context.store.load()
+        except DynamicKafkaError as e:
+            logger.warning("metrics of run %d show no offsets: the state was not read (%s)", summary.run_seq, e)
+            state = None
+        push_metrics(self.project.metrics, self.id, "run", run_samples(summary, state, finished_at=finished_at))
 
     def backfill(self, start: datetime, end: datetime) -> RunSummary:
         """Merge the records whose timestamps fall in ``[start, end)`` into the sink, without duplicates and
@@ -145,7 +167,12 @@ class Pipeline:
         """
         from dynamic_kafka.health import pipeline_health
 
-        return pipeline_health(self.context)
+        report = pipeline_health(self.context)
+        if self.project.metrics is not None:
+            from dynamic_kafka.monitoring import health_samples, push_metrics
+
+            push_metrics(self.project.metrics, self.id, "health", health_samples(report))
+        return report
 
     def offsets(self) -> PipelineStatus:
         """The committed offsets against the brokers' earliest and latest (``partitions`` of the status); a

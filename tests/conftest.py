@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from devtools.local_registry import LocalRegistry
     from devtools.local_s3 import LocalS3Server
     from devtools.local_spark_connect import ServerInfo
+    from devtools.testing.pushgateway import LocalPushgateway
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +142,15 @@ def postgres() -> Iterator[LocalPostgres]:
     finally:
         stop_postgres(base_dir=base, purge=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPushgateway]:
+    """A Prometheus Pushgateway (built from its Go module once, cached) on a free loopback port."""
+    from devtools.testing.pushgateway import running_pushgateway
+
+    with running_pushgateway(tmp_path_factory.mktemp("pushgateway")) as gateway:
+        yield gateway
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,8 @@ from dynamic_kafka.offsets import (
     LatestOffsets,
     PartitionBounds,
     PipelineStartingOffsets,
+    PipelineStoppingOffsets,
     SpecificOffsets,
-    StoppingOffsets,
     TimestampOffsets,
 )
 
@@ -58,9 +58,10 @@ class ClusterRequest(FrozenModel):
         description="Topics the state has partitions of on this cluster: they resume from it, so a custom starting "
         "initializer is not asked about them.",
     )
-    stopping: StoppingOffsets = Field(
+    stopping: PipelineStoppingOffsets = Field(
         default_factory=LatestOffsets,
-        description="The effective stopping initializer for this cluster. A timestamp adds stop lookups.",
+        description="The effective stopping initializer for this cluster. A timestamp, committed or custom "
+        "initializer adds stop lookups.",
     )
     required: bool = Field(
         True,
@@ -153,21 +154,15 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
         if isinstance(starting, CommittedOffsets | SpecificOffsets) and starting.group_id is not None:
             offsets["start"] = dict(admin.committed_offsets(starting.group_id, partitions))
         if isinstance(starting, CustomOffsets):
-            fresh = [
-                PartitionBounds(
-                    cluster_id=cluster_id,
-                    topic=t,
-                    partition=p,
-                    earliest=_known(offsets["earliest"], (t, p), cluster_id),
-                    latest=_known(offsets["latest"], (t, p), cluster_id),
-                )
-                for t, p in partitions
-                if t not in request.started_topics
-            ]
+            fresh = [_bounds(cluster_id, t, p, offsets) for t, p in partitions if t not in request.started_topics]
             lookups = AdminLookups(admin, [(b.topic, b.partition) for b in fresh], isolation_level)
             offsets["start"] = {**resolve_custom(starting, fresh, lookups)}
         if isinstance(request.stopping, CommittedOffsets):
             offsets["stop"] = dict(admin.committed_offsets(request.stopping.group_id, partitions))
+        if isinstance(request.stopping, CustomOffsets):
+            every = [_bounds(cluster_id, t, p, offsets) for t, p in partitions]
+            lookups = AdminLookups(admin, partitions, isolation_level)
+            offsets["stop"] = {**resolve_custom(request.stopping, every, lookups, role="stopping_offsets")}
         diverged = admin.diverged_offsets(epoch_checks(request.positions, described, answers["latest"]))
 
     topics: dict[str, TopicSnapshot] = {}
@@ -194,6 +189,19 @@ def _snapshot_cluster(request: ClusterRequest, isolation_level: Isolation, timeo
             floor_lookups={p: offsets["floor"][(name, p)] for _, p in keys} if "floor" in offsets else {},
         )
     return ClusterSnapshot(cluster_id=cluster_id, topics=topics)
+
+
+def _bounds(
+    cluster_id: str, topic: str, partition: int, offsets: Mapping[str, Mapping[Partition, int | None]]
+) -> PartitionBounds:
+    """One partition as a custom initializer is given it."""
+    return PartitionBounds(
+        cluster_id=cluster_id,
+        topic=topic,
+        partition=partition,
+        earliest=_known(offsets["earliest"], (topic, partition), cluster_id),
+        latest=_known(offsets["latest"], (topic, partition), cluster_id),
+    )
 
 
 class AdminLookups:
@@ -244,7 +252,7 @@ def epoch_checks(
     return checks
 
 
-def _known(found: dict[Partition, int | None], partition: Partition, cluster_id: str) -> int:
+def _known(found: Mapping[Partition, int | None], partition: Partition, cluster_id: str) -> int:
     offset = found.get(partition)
     if offset is None:
         raise KafkaClientError(

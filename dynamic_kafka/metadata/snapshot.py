@@ -15,7 +15,7 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 if TYPE_CHECKING:
-    from dynamic_kafka.offsets import PipelineStartingOffsets, StartingOffsets, StoppingOffsets
+    from dynamic_kafka.offsets import PipelineStartingOffsets, PipelineStoppingOffsets, StartingOffsets
 
 
 class MetadataSnapshot(FrozenModel):
@@ -81,8 +81,8 @@ class MetadataSnapshot(FrozenModel):
         return override.starting_offsets if override else None
 
     def initializers(
-        self, cluster_id: str, starting: PipelineStartingOffsets, stopping: StoppingOffsets
-    ) -> tuple[PipelineStartingOffsets, StoppingOffsets]:
+        self, cluster_id: str, starting: PipelineStartingOffsets, stopping: PipelineStoppingOffsets
+    ) -> tuple[PipelineStartingOffsets, PipelineStoppingOffsets]:
         """The effective (starting, stopping) initializers of ``cluster_id``: the cluster's override if a stream
         sets one, else the given pipeline defaults.
         """

@@ -52,8 +52,8 @@ from dynamic_kafka.offsets import (
     CustomOffsets,
     EarliestOffsets,
     LatestOffsets,
+    PipelineStoppingOffsets,
     SpecificOffsets,
-    StoppingOffsets,
     TimestampOffsets,
     to_epoch_ms,
 )
@@ -554,14 +554,15 @@ class _PlanBuilder:
     def _stop(
         self,
         key: TopicPartition,
-        stopping: StoppingOffsets,
+        stopping: PipelineStoppingOffsets,
         snapshot: TopicSnapshot,
         offsets: PartitionOffsets,
         start: int,
     ) -> int:
         stop: int | None
         match stopping:
-            case TimestampOffsets():
+            case TimestampOffsets() | CustomOffsets():
+                # A custom answer was checked within [earliest, latest] when it was called (resolve_custom).
                 stop = snapshot.stop_lookups.get(key.partition)
             case SpecificOffsets():
                 stop = stopping.offsets.get(key.topic, {}).get(key.partition)

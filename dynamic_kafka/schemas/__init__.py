@@ -68,8 +68,8 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "starting_offsets": "Where a partition with no committed offset starts: earliest (default), latest, "
         "{timestamp: ...}, {committed: {group_id, reset}}, {specific: {offsets, group_id, fallback}} or {custom: "
         "{function, args}} (a Python function of yours).",
-        "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...}, {committed: ...} or "
-        "{specific: ...}.",
+        "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...}, {committed: ...}, "
+        "{specific: ...} or {custom: {function, args}} (a Python function of yours, asked at every run).",
         "sink": "The Delta table rows land in, and its dead-letter table.",
         "value_format": "How values are decoded: bytes (default), string, json (with value_schema), avro, "
         "protobuf, json_schema, or expression (with value_expression).",

@@ -99,3 +99,22 @@ def test_a_custom_initializer_asks_the_brokers_and_places_each_partitions_first_
     # Partition 0 from the group's offset 4; partition 1 (no group offset) from its first record at ``cut``, 3.
     assert h.runner().run().records == 1 + 2
     assert h.sink_rows() == sorted(r for r in produced if r[3] >= (4 if r[2] == 0 else 3))
+
+
+def test_a_custom_stopping_initializer_stops_every_run_where_the_function_says(
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+) -> None:
+    stopping = {"custom": {"function": "tests.support.initializers:hold_back", "args": {"back": 2}}}
+    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2}, stopping_offsets=stopping)
+    east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
+    produced = rows("east", topic, produce(east, topic, numbered(range(10), partitions=2)))
+
+    # Offsets 0..4 on each partition: each run stops two before the end, the second where the first left off.
+    first = h.runner().run()
+    assert (first.records, first.lag_after) == (6, 4)
+    assert h.sink_rows() == sorted(r for r in produced if r[3] < 3)
+    assert h.runner().run().records == 0
+
+    more = rows("east", topic, produce(east, topic, numbered(range(10, 12), partitions=2)))
+    assert h.runner().run().records == 2
+    assert h.sink_rows() == sorted(r for r in produced + more if r[3] < 4)

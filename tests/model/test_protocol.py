@@ -97,6 +97,13 @@ STARTING: dict[str, dict[str, Any]] = {
     "custom": {"custom": {"function": "tests.support.initializers:two_before_latest"}},
 }
 
+# The stopping initializer the model draws besides latest: a user's own function that holds each partition's newest
+# record back at every run. Its answer moves the committed offsets; a crashed run must stop where it was planned to.
+HELD_BACK = 1
+STOPPING: dict[str, dict[str, Any]] = {
+    "custom": {"custom": {"function": "tests.support.initializers:hold_back", "args": {"back": HELD_BACK}}},
+}
+
 Key = tuple[str, str, int]  # cluster, topic id, partition
 
 
@@ -235,10 +242,13 @@ class Oracle:
 
     def _stop_bound(self, cluster_id: str, snap: TopicSnapshot, partition: int, metadata: MetadataSnapshot) -> int:
         """How far runs may read a partition, from the policies and the brokers' answers the plan was made from:
-        its latest offset, or where a consumer group got to when the cluster stops at committed offsets."""
+        its latest offset, where a consumer group got to when the cluster stops at committed offsets, or
+        ``HELD_BACK`` before latest under the custom stopping function."""
         latest = snap.partitions[partition].latest
         pipeline = self.harness.pipeline
         _, stopping = metadata.initializers(cluster_id, pipeline.starting_offsets, pipeline.stopping_offsets)
+        if isinstance(stopping, CustomOffsets):
+            return max(snap.partitions[partition].earliest, latest - HELD_BACK)
         if not isinstance(stopping, CommittedOffsets):
             return latest
         found = snap.stop_lookups.get(partition)
@@ -386,6 +396,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @initialize(
         starting=st.sampled_from(["earliest", "latest", "specific", "custom"]),
+        stopping=st.sampled_from(["latest", "latest", "latest", "custom"]),
         on_data_loss=st.sampled_from(["skip", "skip", "fail"]),
         drain_removed=st.booleans(),
         skip_unreachable=st.booleans(),
@@ -397,6 +408,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def setup(
         self,
         starting: str,
+        stopping: str,
         on_data_loss: str,
         drain_removed: bool,
         skip_unreachable: bool,
@@ -411,6 +423,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         subscribed topic is deleted."""
         pipeline: dict[str, Any] = {
             "starting_offsets": STARTING.get(starting, starting),
+            "stopping_offsets": STOPPING.get(stopping, stopping),
             "on_data_loss": on_data_loss,
             "on_topic_recreated": "reset",
             "on_topic_missing": on_topic_missing,
@@ -433,6 +446,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                 "stream": "s1",
                 "max_files_per_run": archive,
             }
+        if stopping == "custom":
+            STATS["custom stops"] += 1
         STATS["sequences"] += 1
         self.harness = Harness(self.root, self.world, pipeline, archive=history)
         self.oracle = Oracle(self.world, self.harness, self.holes)
@@ -1199,6 +1214,7 @@ def test_protocol_exactly_once(capsys: pytest.CaptureFixture[str]) -> None:
                     "refused live",
                     "failovers",
                     "tables per stream",
+                    "custom stops",
                     "stream renames",
                     "session expiries",
                     "sessions lost mid-run",

@@ -403,12 +403,21 @@ class World:
         return {}
 
     def _stop_lookups(self, cid: str, name: str, parts: dict[int, WPartition], stop: object) -> dict[int, int | None]:
-        """What the brokers answer for a stopping initializer that needs a lookup: a timestamp's first offset, or
-        the consumer group's committed offset (None where it has none)."""
+        """What the brokers answer for a stopping initializer that needs a lookup: a timestamp's first offset, the
+        consumer group's committed offset (None where it has none), or a custom initializer's function, called
+        through the product's own ``resolve_custom`` for every partition, at every run."""
         if isinstance(stop, TimestampOffsets):
             return {i: self._first_at(p, stop.timestamp_ms) for i, p in parts.items()}
         if isinstance(stop, CommittedOffsets):
             return {i: self.group_offsets.get((cid, name, i)) for i in parts}
+        if isinstance(stop, CustomOffsets):
+            bounds = [
+                PartitionBounds(cluster_id=cid, topic=name, partition=i, earliest=p.earliest, latest=p.end)
+                for i, p in parts.items()
+            ]
+            lookups = _WorldLookups(self, cid, name, parts)
+            answer = resolve_custom(stop, bounds, lookups, role="stopping_offsets")
+            return {p: found for (_, p), found in answer.items()}
         return {}
 
     @staticmethod

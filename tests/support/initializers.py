@@ -1,4 +1,5 @@
-"""Custom starting initializers (``starting_offsets: {custom: {function: ...}}``) the tests name in config."""
+"""Custom initializers (``starting_offsets`` / ``stopping_offsets: {custom: {function: ...}}``) the tests name in
+config."""
 
 from __future__ import annotations
 
@@ -30,3 +31,9 @@ def group_then_time(
             found = at[key]
         starts[key] = p.latest if found is None else found
     return starts
+
+
+def hold_back(partitions: Sequence[PartitionBounds], lookups: OffsetLookups, back: int) -> dict[tuple[str, int], int]:
+    """A stopping point ``back`` records before each partition's latest (never below its earliest): every run leaves
+    the newest records for a later one."""
+    return {(p.topic, p.partition): max(p.earliest, p.latest - back) for p in partitions}

@@ -1,4 +1,4 @@
-"""A user's own starting initializer: how it is called, and every bad answer it can give."""
+"""A user's own starting or stopping initializer: how it is called, and every bad answer it can give."""
 
 from __future__ import annotations
 
@@ -111,8 +111,18 @@ def test_no_partitions_no_call() -> None:
 def test_only_the_pipeline_config_names_a_custom_function_never_the_metadata() -> None:
     custom = {"custom": {"function": "pkg.mod:start", "args": {"back": 2}}}
     assert pipeline(starting_offsets=custom).starting_offsets == offsets.custom("pkg.mod:start", back=2)
-    with pytest.raises(ValueError, match="custom"):
-        ClusterMetadata(cluster_id="east", bootstrap_servers="e:1", starting_offsets=custom)
+    assert pipeline(stopping_offsets=custom).stopping_offsets == offsets.custom("pkg.mod:start", back=2)
+    for role in ("starting_offsets", "stopping_offsets"):
+        with pytest.raises(ValueError, match="custom"):
+            ClusterMetadata(cluster_id="east", bootstrap_servers="e:1", **{role: custom})
+
+
+def test_a_stopping_functions_bad_answer_names_it_as_a_stopping_point(
+    user_module: Callable[..., CustomOffsets],
+) -> None:
+    initializer = user_module(lambda partitions, lookups: {("orders", 0): 11, ("orders", 1): 4})
+    with pytest.raises(ConfigError, match=r"stopping_offsets function 'user_offsets:start'.*orders\[0\] is 11"):
+        resolve_custom(initializer, BOUNDS, Lookups(), role="stopping_offsets")
 
 
 def test_the_function_is_asked_only_about_topics_no_run_has_read_on_that_cluster() -> None:

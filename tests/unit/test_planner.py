@@ -225,6 +225,15 @@ class TestStartingPositions:
         with pytest.raises(PlanningError, match=r"'pkg.mod:start' was not asked about east/orders\[0\]"):
             plan(metadata(stream(east=["orders"])), snap, starting_offsets={"custom": {"function": "pkg.mod:start"}})
 
+    def test_a_custom_stopping_initializer_stops_each_run_where_it_answered_never_before_the_start(self) -> None:
+        # Its answers (checked within [earliest, latest] when it was called) stop every run, not only the first.
+        snap = brokers(east=[topic("orders", {0: (0, 9), 1: (0, 9)}, stop_lookups={0: 4, 1: 2})])
+        custom = {"custom": {"function": "pkg.mod:stop"}}
+        first = plan(metadata(stream(east=["orders"])), snap, stopping_offsets=custom)
+        assert ranges(first) == {("east", "orders", 0): (0, 4), ("east", "orders", 1): (0, 2)}
+        later = plan(metadata(stream(east=["orders"])), snap, state(("east", "orders", 1, 5)), stopping_offsets=custom)
+        assert ranges(later) == {("east", "orders", 0): (0, 4), ("east", "orders", 1): (5, 5)}
+
     def test_per_cluster_override_beats_pipeline_default(self) -> None:
         east = ClusterMetadata(
             cluster_id="east", bootstrap_servers="e:1", topics=frozenset({"orders"}), starting_offsets=offsets.latest()
