@@ -15,6 +15,8 @@ from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parsed
 
 # Kafka's default ``transaction.max.timeout.ms``: a broker refuses a producer asking for more.
 BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+# Below it, a run from this process (~100k rows/s) beats starting Spark (docs/decisions/0097).
+DEFAULT_EXECUTOR_ROWS = 2_000_000
 
 
 class JsonEncoding(FrozenModel):
@@ -77,6 +79,12 @@ class PublicationConfig(FrozenModel):
         description="Whole versions go in one transaction up to this many rows (a version is never split).",
     )
     kafka_timeout_seconds: float = Field(30.0, gt=0, description="Deadline of each Kafka call.")
+    executor_rows: int | None = Field(
+        DEFAULT_EXECUTOR_ROWS,
+        ge=0,
+        description="A run of more rows is published from Spark's executors, a transaction per slice of "
+        "max_rows_per_transaction rows; null: always from this process.",
+    )
 
     _parse = field_validator("table", "state_path", mode="before")(classmethod(lambda cls, v: parsed_location(v)))
 
