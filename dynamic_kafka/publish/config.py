@@ -15,7 +15,7 @@ from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, parsed
 
 # Kafka's default ``transaction.max.timeout.ms``: a broker refuses a producer asking for more.
 BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
-# Below it, a run from this process (~100k rows/s) beats starting Spark (docs/decisions/0097).
+# Runs of up to this many rows go faster from one process than through Spark's start (docs/decisions/0097).
 DEFAULT_EXECUTOR_ROWS = 2_000_000
 
 
