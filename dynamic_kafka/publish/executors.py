@@ -12,9 +12,11 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from dynamic_kafka.errors import PublicationError
 from dynamic_kafka.kafka.transactions import TransactionalProducer
 from dynamic_kafka.publish.slices import SlicePlan, plan_of, publish_run, run_slice
 from dynamic_kafka.publish.source import DeltaVersionSource
+from dynamic_kafka.sink.tables import safe_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -133,9 +135,29 @@ class _SparkSliceRunner:
         count = len(slices)
         logger.info("publishing %d slice(s) to %s from Spark tasks", count, place)
         publish = _task(self.config, self.clusters, place, list(slices))
-        rows = self.spark.range(0, count, 1, count).mapInArrow(publish, "slice long, records long").collect()
+        try:
+            rows = self.spark.range(0, count, 1, count).mapInArrow(publish, "slice long, records long").collect()
+        except Exception as e:  # Py4J and Spark Connect raise several kinds for a failed job
+            raise PublicationError(
+                f"a slice task failed for good, so the run stopped with its plan pending ({_job_failure(e)}); "
+                "what the committed slices sent is visible once, the rest is not",
+                publication_id=self.config.id,
+                table=self.config.table.uri,
+                stream_id=self.config.stream,
+                cluster_id=place.cluster_id,
+                hint="Fix the cause and run the publication again: it finishes the plan first, skipping the slices "
+                "that committed. Let Spark retry tasks within a run with spark.task.maxFailures (local: "
+                "master local[*,4]).",
+            ) from e
         sent = {int(r["slice"]): int(r["records"]) for r in rows}
         return [sent[i] for i in range(count)]
+
+
+def _job_failure(error: Exception) -> str:
+    """The line of a failed Spark job's error that says why (Spark puts it after a line about the Py4J call)."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    line = next((x for x in lines if "Job aborted" in x or "exited unexpectedly" in x), lines[0])
+    return safe_text(RuntimeError(line))
 
 
 def publish(

@@ -196,7 +196,7 @@ def test_a_large_run_from_spark_tasks_killed_in_its_tasks_then_after_its_slices_
     environment = spark.sparkContext.environment
     environment[ENV] = "publish_slice_in_transaction"
     try:
-        with pytest.raises(Exception, match="Python worker exited unexpectedly"):
+        with pytest.raises(PublicationError, match="Python worker exited unexpectedly"):
             world.publication().publish()
     finally:
         del environment[ENV]
