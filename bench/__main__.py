@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m", "local")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m", "local", "publish")
 FLINK_ONLY = "flink"
 
 

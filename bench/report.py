@@ -107,6 +107,17 @@ def render(results: dict[str, Any]) -> str:
         targets.append(["7 S3 / local disk, wall (median)", f"{o['wall_ratio']:.2f}", "(report)", "-"])
     if "connect" in b:
         _connect(b["connect"], rows, targets)
+    if "publish" in b:
+        p = b["publish"]
+        for variant, label in (
+            ("ours", "ours (exactly once)"),
+            ("ours-executors", "ours from Spark's executors"),
+            ("spark", "Spark's Kafka writer"),
+            ("loop", "producer loop"),
+        ):
+            rows.append(_row(f"9 publish {p['rows']:,}: {label}", p["runs"][variant]))
+        for pair, ratio in p["ratios"].items():
+            targets.append([f"9 publish {pair}, wall (median)", f"{ratio:.2f}", "(report)", "-"])
     header = ["benchmark", "runs", "wall s", "records/s", "MB/s", "driver MB", "JVM MB", "CPU s"]
     if rows:
         out.append(table("Medians (wall: whole fresh process; MB: peak RSS; CPU: driver + JVM user+sys)", header, rows))

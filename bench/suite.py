@@ -440,6 +440,13 @@ def bench_local(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     return run(env, settings)
 
 
+def bench_publish(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """9. Publishing a Delta table: ours beside Spark's Kafka writer and a producer loop (see :mod:`bench.publish`)."""
+    from bench.publish import bench_publish as run
+
+    return run(env, settings)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -451,6 +458,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "connect": bench_connect,
     "connect10m": bench_connect_sizes,
     "local": bench_local,
+    "publish": bench_publish,
 }
 
 

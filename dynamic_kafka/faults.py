@@ -27,7 +27,10 @@ would otherwise never fire, and the test relying on it would pass without testin
 - ``fence_committed``: a fence's commit returned, before it is read back from the table's log;
 - ``publish_before_transaction``, ``publish_in_transaction``, ``publish_after_commit``: a publication's run
   before a transaction begins, with its records produced but not committed, and after its commit
-  (:mod:`~dynamic_kafka.publish.protocol`).
+  (:mod:`~dynamic_kafka.publish.protocol`);
+- ``publish_slice_in_transaction``: a slice task of a large publication run produced its records, not committed
+  them (on an executor: the task's Python worker dies); ``publish_slices_committed``: every slice of a large run
+  committed, the run's progress did not move yet (:mod:`~dynamic_kafka.publish.slices`).
 
 In-process, :func:`acting_at` runs an action at a point instead (another actor's move at exactly that step: a
 test deleting and recreating a topic between a run's plan and its read).
@@ -70,6 +73,8 @@ class CrashPoint(StrEnum):
     PUBLISH_BEFORE_TRANSACTION = "publish_before_transaction"
     PUBLISH_IN_TRANSACTION = "publish_in_transaction"
     PUBLISH_AFTER_COMMIT = "publish_after_commit"
+    PUBLISH_SLICE_IN_TRANSACTION = "publish_slice_in_transaction"
+    PUBLISH_SLICES_COMMITTED = "publish_slices_committed"
 
     @classmethod
     def named(cls, name: str, *, source: str) -> CrashPoint:

@@ -299,6 +299,38 @@ GUARDS = (
         "test_a_version_that_removed_rows_is_refused_and_a_compaction_publishes_nothing",
     ),
     Guard(
+        "publication-pending-plan-refused",
+        "dynamic_kafka/publish/slices.py",
+        "        if self.session.pending() is not None:\n            raise PlanPendingError\n",
+        "",
+        "tests/model/test_publication_slices.py::"
+        "test_large_runs_in_slices_publish_every_row_once_across_killed_tasks_retries_zombies_and_moves",
+    ),
+    Guard(
+        "publication-pending-plan-first",
+        "dynamic_kafka/publish/slices.py",
+        "        pending = session.pending()\n",
+        "        pending = None\n",
+        "tests/model/test_publication_slices.py::"
+        "test_large_runs_in_slices_publish_every_row_once_across_killed_tasks_retries_zombies_and_moves",
+    ),
+    Guard(
+        "publication-slice-skips-done",
+        "dynamic_kafka/publish/slices.py",
+        "        first = piece.first if done is None else max(done, piece.first)",
+        "        first = piece.first",
+        "tests/model/test_publication_slices.py::"
+        "test_large_runs_in_slices_publish_every_row_once_across_killed_tasks_retries_zombies_and_moves",
+    ),
+    Guard(
+        "publication-settle-before-move",
+        "dynamic_kafka/publish/slices.py",
+        "    if not moves or moves[-1].place == place:\n        return\n    previous = moves[-1].place\n",
+        "    return\n    previous = moves[-1].place\n",
+        "tests/model/test_publication_slices.py::"
+        "test_large_runs_in_slices_publish_every_row_once_across_killed_tasks_retries_zombies_and_moves",
+    ),
+    Guard(
         "bootstrap-first-read-floor",
         "dynamic_kafka/plan/planner.py",
         "                start = self._not_below_until(key, start, snapshot)",

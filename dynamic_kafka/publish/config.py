@@ -25,6 +25,8 @@ ChangeType = Literal["insert", "update_preimage", "update_postimage", "delete"]
 
 # Kafka's default ``transaction.max.timeout.ms``: a broker refuses a producer asking for more.
 BROKER_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+# Runs of up to this many rows go faster from one process than through Spark's start (docs/decisions/0097).
+DEFAULT_EXECUTOR_ROWS = 2_000_000
 
 
 class JsonEncoding(FrozenModel):
@@ -123,6 +125,12 @@ class PublicationConfig(FrozenModel):
         description="Whole versions go in one transaction up to this many rows (a version is never split).",
     )
     kafka_timeout_seconds: float = Field(30.0, gt=0, description="Deadline of each Kafka call.")
+    executor_rows: int | None = Field(
+        DEFAULT_EXECUTOR_ROWS,
+        ge=0,
+        description="A run of more rows is published from Spark's executors, a transaction per slice of "
+        "max_rows_per_transaction rows; null: always from this process.",
+    )
 
     _parse = field_validator("table", "state_path", mode="before")(classmethod(lambda cls, v: parsed_location(v)))
 

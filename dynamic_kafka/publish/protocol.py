@@ -203,6 +203,30 @@ def previous_progress(log: TransactionalLog, place: Place, moves: Sequence[Move]
         session.close()
 
 
+def start_run(
+    place: Place,
+    session: Session,
+    source: VersionSource,
+    log: TransactionalLog,
+    ledger: MoveLedger,
+    *,
+    starting_version: int,
+    max_rows: int,
+) -> tuple[Start, list[list[VersionChange]]]:
+    """A run's start, its producer opened (fencing the older ones): read the progress, record a move first if the
+    write cluster changed, and group the versions up to the table's version now into transactions.
+    """
+    moves = ledger.moves()
+    previous = previous_progress(log, place, moves)
+    start = plan_start(place, moves, session.progress(), previous, starting_version)
+    if start.move is not None:
+        ledger.append(start.move)
+        logger.info("publication writes moved to %s from version %d", place, start.next_version)
+    latest = source.latest_version()
+    changes = source.changes(start.next_version, latest) if latest is not None else []
+    return start, batches(changes, max_rows)
+
+
 def run_publication(
     place: Place,
     source: VersionSource,
@@ -220,16 +244,10 @@ def run_publication(
     """
     session = log.open(place)
     try:
-        moves = ledger.moves()
-        previous = previous_progress(log, place, moves)
-        start = plan_start(place, moves, session.progress(), previous, starting_version)
-        if start.move is not None:
-            ledger.append(start.move)
-            logger.info("publication writes moved to %s from version %d", place, start.next_version)
-        latest = source.latest_version()
-        changes = source.changes(start.next_version, latest) if latest is not None else []
+        start, groups = start_run(
+            place, session, source, log, ledger, starting_version=starting_version, max_rows=max_rows_per_transaction
+        )
         sent = 0
-        groups = batches(changes, max_rows_per_transaction)
         for group in groups:
             crash_point(CrashPoint.PUBLISH_BEFORE_TRANSACTION)
             session.begin()

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -29,12 +28,10 @@ from dynamic_kafka.publish.protocol import (
     VersionChange,
     batches,
     plan_start,
-    run_publication,
 )
 from dynamic_kafka.publish.source import DeltaVersionSource, table_columns
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from pathlib import Path
 
     from dynamic_kafka.config import ProjectConfig
@@ -85,31 +82,6 @@ class PublicationStatus(FrozenModel):
     moves: tuple[Move, ...]
 
 
-class _KafkaSession:
-    """One cluster's :class:`TransactionalProducer`, speaking the protocol's :class:`Session`."""
-
-    def __init__(self, producer: TransactionalProducer, config: PublicationConfig) -> None:
-        self.producer = producer
-        self.config = config
-
-    def progress(self) -> int | None:
-        committed = self.producer.committed_progress()
-        return None if committed is None else committed[0]
-
-    def begin(self) -> None:
-        self.producer.begin()
-
-    def send(self, records: Iterable[OutgoingRecord]) -> int:
-        return self.producer.send((r.key, r.value, r.timestamp_ms, list(r.headers)) for r in records)
-
-    def commit(self, next_version: int) -> None:
-        metadata = json.dumps({"table": self.config.table.uri, "version": next_version - 1})
-        self.producer.commit(next_version, metadata)
-
-    def close(self) -> None:
-        self.producer.close()
-
-
 class _KafkaLog:
     """The clusters of a publication: the write place's cluster as the metadata names it now, earlier ones as
     the metadata service still describes them.
@@ -120,7 +92,7 @@ class _KafkaLog:
         self.service = service
         self.current = current
 
-    def _cluster(self, cluster_id: str) -> ClusterMetadata:
+    def cluster(self, cluster_id: str) -> ClusterMetadata:
         if cluster_id == self.current.cluster_id:
             return self.current
         found = self.service.describe_cluster(cluster_id)
@@ -137,18 +109,13 @@ class _KafkaLog:
 
     def _producer(self, place: Place) -> TransactionalProducer:
         return TransactionalProducer(
-            self._cluster(place.cluster_id),
+            self.cluster(place.cluster_id),
             transactional_id=self.config.transactional_id(place.cluster_id),
             transaction_timeout_ms=self.config.transaction_timeout_ms,
             group_id=self.config.progress_group_id,
             topic=place.topic,
             timeout_s=self.config.kafka_timeout_seconds,
         )
-
-    def open(self, place: Place) -> _KafkaSession:
-        producer = self._producer(place)
-        producer.start()
-        return _KafkaSession(producer, self.config)
 
     def peek(self, place: Place) -> int | None:
         with self._producer(place) as producer:
@@ -176,6 +143,7 @@ class Publication:
         self, project: ProjectConfig, publication_id: str, *, metadata_service: KafkaMetadataService | None = None
     ) -> None:
         self.config = project.publication(publication_id)
+        self.spark_settings = project.spark
         source = str(project.source) if project.source else "the project config"
         service = metadata_service or guard_references(
             build_metadata_service(project.metadata_service), project, source
@@ -234,14 +202,7 @@ class Publication:
         """
         place, log, source, ledger = self._parts()
         try:
-            outcome = run_publication(
-                place,
-                source,
-                log,
-                ledger,
-                starting_version=source.starting_version(),
-                max_rows_per_transaction=self.config.max_rows_per_transaction,
-            )
+            outcome = self._publish(place, log, source, ledger)
         except KafkaClientError as e:
             raise self._kafka_failure(e) from e
         logger.info(
@@ -253,6 +214,18 @@ class Publication:
             outcome.next_version,
         )
         return outcome
+
+    def _publish(
+        self, place: Place, log: _KafkaLog, source: DeltaVersionSource, ledger: DeltaMoveLedger
+    ) -> PublicationOutcome:
+        # The executor path (and the guard against a large run's pending plan) lives in its own modules.
+        from dynamic_kafka.publish.executors import publish
+
+        threshold = self.config.executor_rows
+        large = threshold is not None and self.plan(sample=0).rows > threshold
+        places = {place.cluster_id, *(m.cluster_id for m in ledger.moves()[-1:])}
+        clusters = {cluster_id: log.cluster(cluster_id) for cluster_id in places}
+        return publish(self.config, self.spark_settings, clusters, place, source, ledger, large=large)
 
     def plan(self, *, sample: int = 3) -> PublicationPlan:
         """What :meth:`publish` would send now, fencing nothing and sending nothing."""

@@ -225,3 +225,42 @@ def test_a_publication_to_a_sasl_cluster_shows_its_password_nowhere(
     for result in results:
         assert sasl_password not in result.stdout + result.stderr
     assert "3 records" in results[1].stdout
+
+
+def test_a_large_run_from_spark_tasks_killed_in_its_tasks_then_after_its_slices_lands_every_row_once(
+    tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], spark: Any
+) -> None:
+    from dynamic_kafka.faults import ENV, acting_at
+
+    class DriverKilled(BaseException):
+        pass
+
+    def kill() -> None:
+        raise DriverKilled
+
+    # Every run from Spark's executors; a slice per version here (3 + 2 + 4 rows at most 3 per transaction).
+    world = PublicationWorld(
+        tmp_path, {"east": kafka_clusters["east"].bootstrap_servers}, executor_rows=0, max_rows_per_transaction=3
+    )
+    ids = world.append(3) + world.append(2) + world.append(4)
+    # Every task's Python worker dies inside its transaction (kill -9; the tasks' environment comes from the
+    # session's): Spark gives up, the run fails, nothing is visible.
+    environment = spark.sparkContext.environment
+    environment[ENV] = "publish_slice_in_transaction"
+    try:
+        with pytest.raises(PublicationError, match="Python worker exited unexpectedly"):
+            world.publication().publish()
+    finally:
+        del environment[ENV]
+    assert world.ids("east") == []
+
+    ids += world.append(1)
+    # The next run finishes the pending plan first; it dies once the slices committed, before its progress moved.
+    with acting_at("publish_slices_committed", kill), pytest.raises(DriverKilled):
+        world.publication().publish()
+    assert world.ids("east") == ids[:9]
+
+    outcome = world.publication().publish()
+    assert (outcome.records, outcome.next_version) == (1, 4)
+    assert world.ids("east") == ids
+    assert world.publication().status().rows_behind == 0

@@ -56,27 +56,27 @@ class SimSession:
         self.place = place
         log.epochs[place.cluster_id] = log.epochs.get(place.cluster_id, 0) + 1
         self.epoch = log.epochs[place.cluster_id]
-        self.pending: list[bytes] | None = None
+        self.open_records: list[bytes] | None = None
 
     def progress(self) -> int | None:
         return self.log.progress.get(self.place)
 
     def begin(self) -> None:
-        self.pending = []
+        self.open_records = []
 
     def send(self, records: Iterable[OutgoingRecord]) -> int:
-        assert self.pending is not None
+        assert self.open_records is not None
         values = [r.value or b"" for r in records]
-        self.pending += values
+        self.open_records += values
         return len(values)
 
     def commit(self, next_version: int) -> None:
         if self.log.epochs[self.place.cluster_id] != self.epoch:
             raise FencedError(self.place)
-        assert self.pending is not None
-        self.log.visible.setdefault(self.place, []).extend(self.pending)
+        assert self.open_records is not None
+        self.log.visible.setdefault(self.place, []).extend(self.open_records)
         self.log.progress[self.place] = next_version
-        self.pending = None
+        self.open_records = None
 
     def close(self) -> None:
         """Nothing: an open transaction stays open until a newer producer fences it."""
@@ -124,6 +124,37 @@ class SimLedger:
         self.recorded.append(move)
 
 
+def zombie_commits(zombie: SimSession) -> None:
+    """A crashed producer's open transaction tries to commit the progress after the last version it sent."""
+    sent = [int(v.split(b":")[0]) for v in zombie.open_records or []]
+    next_version = (max(sent) + 1) if sent else (zombie.progress() or 0)
+    with contextlib.suppress(FencedError):
+        zombie.commit(next_version)
+
+
+def every_row_once(visible: Iterable[list[bytes]], source: SimSource) -> set[int]:
+    """Assert no row is visible twice and every visible version whole; return the visible versions."""
+    everything = [v for values in visible for v in values]
+    twice = [v for v, n in Counter(everything).items() if n > 1]
+    assert not twice, f"published twice: {twice}"
+    versions = {int(v.split(b":")[0]) for v in everything}
+    for version in versions:
+        rows = {v for v in everything if v.startswith(f"{version}:".encode())}
+        assert len(rows) == source.rows[version], f"version {version} published in part"
+    return versions
+
+
+def every_row_published(visible: Iterable[list[bytes]], source: SimSource) -> None:
+    """Assert every row of the table is visible."""
+    everything = {v for values in visible for v in values}
+    assert everything == {f"{v}:{i}".encode() for v, n in enumerate(source.rows) for i in range(n)}
+
+
+MODEL_SETTINGS = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
 class PublicationMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -157,7 +188,7 @@ class PublicationMachine(RuleBasedStateMachine):
                         place, self.source, self.log, self.ledger, starting_version=0, max_rows_per_transaction=max_rows
                     )
         except Crash:
-            self.zombies += [s for s in opened if s.pending is not None]
+            self.zombies += [s for s in opened if s.open_records is not None]
         finally:
             del self.log.open
 
@@ -177,22 +208,11 @@ class PublicationMachine(RuleBasedStateMachine):
     def zombie_commits(self, data: st.DataObject) -> None:
         if not self.zombies:
             return
-        zombie = self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1)))
-        # What it sent ends at the version its run was publishing: it commits the progress after those.
-        sent = [int(v.split(b":")[0]) for v in zombie.pending or []]
-        next_version = (max(sent) + 1) if sent else (zombie.progress() or 0)
-        with contextlib.suppress(FencedError):
-            zombie.commit(next_version)
+        zombie_commits(self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1))))
 
     @invariant()
     def every_row_once_and_no_version_skipped(self) -> None:
-        everything = [v for values in self.log.visible.values() for v in values]
-        twice = [v for v, n in Counter(everything).items() if n > 1]
-        assert not twice, f"published twice: {twice}"
-        versions = {int(v.split(b":")[0]) for v in everything}
-        for version in versions:
-            rows = {v for v in everything if v.startswith(f"{version}:".encode())}
-            assert len(rows) == self.source.rows[version], f"version {version} published in part"
+        versions = every_row_once(self.log.visible.values(), self.source)
         with_rows = [v for v in range(len(self.source.rows)) if self.source.rows[v]]
         published = sorted(v for v in with_rows if v in versions)
         assert published == with_rows[: len(published)], f"a version was skipped: {published} of {with_rows}"
@@ -201,13 +221,9 @@ class PublicationMachine(RuleBasedStateMachine):
         # A clean run at the end publishes everything, wherever the writes are now.
         self._run(None, 4)
         self.every_row_once_and_no_version_skipped()
-        everything = {v for values in self.log.visible.values() for v in values}
-        expected = {f"{v}:{i}".encode() for v, n in enumerate(self.source.rows) for i in range(n)}
-        assert everything == expected
+        every_row_published(self.log.visible.values(), self.source)
 
 
 def test_the_publication_protocol_publishes_every_row_once_across_crashes_zombies_and_moves() -> None:
-    PublicationMachine.TestCase.settings = settings(
-        max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-    )
+    PublicationMachine.TestCase.settings = MODEL_SETTINGS
     PublicationMachine.TestCase().runTest()

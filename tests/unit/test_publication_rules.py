@@ -3,6 +3,7 @@ config's checks (offline, as ``check`` runs them)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -174,3 +175,14 @@ def test_check_refuses_a_publication_stream_that_is_unknown_or_not_one_topic_on_
         ),
         ("publications[2].stream", "unknown stream 'three'; the metadata file defines: one, two"),
     ]
+
+
+def test_a_pending_plan_is_read_back_from_the_progress_metadata_and_only_from_a_plan_entry() -> None:
+    from dynamic_kafka.publish.slices import Slice, SlicePlan, plan_of
+
+    plan = SlicePlan(slices=(Slice(5, 7), Slice(8, 8), Slice(9, 12)))
+    assert plan_of(json.dumps({"table": "t", "version": 4, "plan": plan.encode()})) == plan
+    assert (plan.start, plan.next_version) == (5, 13)
+    # A commit of the one-transaction path, an older or foreign metadata, none at all: no plan pending.
+    for metadata in ('{"table": "t", "version": 4}', "zombie", "", '["plan"]'):
+        assert plan_of(metadata) is None
