@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from dynamic_kafka.errors import PublicationError
 from dynamic_kafka.kafka.transactions import TransactionalProducer
+from dynamic_kafka.publish.encoders import publication_encoders
 from dynamic_kafka.publish.slices import SlicePlan, plan_of, publish_run, run_slice
-from dynamic_kafka.publish.source import DeltaVersionSource
+from dynamic_kafka.publish.source import DeltaVersionSource, table_columns
 from dynamic_kafka.sink.tables import safe_text
 
 if TYPE_CHECKING:
@@ -113,9 +114,12 @@ def _task(
         import pyarrow as pa
 
         log = _KafkaSlicedLog(config, clusters)
+        # A task encodes as the driver does: registry formats with the subject's latest version, looked up here
+        # (a registry client does not travel in a task's closure).
+        encoders = publication_encoders(config, clusters[place.cluster_id], place.topic, table_columns(config))
         for batch in batches:
             for number in batch.column(0).to_pylist():
-                sent = run_slice(place, slices[number], DeltaVersionSource(config), log)
+                sent = run_slice(place, slices[number], DeltaVersionSource(config, encoders), log)
                 yield pa.RecordBatch.from_pydict({"slice": [number], "records": [sent]})
 
     return publish

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import PublicationError
@@ -129,6 +130,12 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
     assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
     ids += world.append(3)
     assert world.cli("publish").returncode == 0
+    # A large run's rows are encoded by Spark's tasks, with the same registry schema as the driver's.
+    config = yaml.safe_load(world.config_path.read_text())
+    config["publications"][0]["executor_rows"] = 0
+    world.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    ids += world.append(2)
+    assert world.publication().publish().records == 2
 
     reader = PipelineHarness(
         world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
@@ -163,7 +170,7 @@ ORDER = {
 }
 
 
-def test_avro_values_through_the_registry_are_read_back_exactly_by_a_pipeline_after_a_killed_run(
+def test_avro_values_from_the_driver_and_from_spark_tasks_are_read_back_exactly_by_a_pipeline_after_a_killed_run(
     tmp_path: Path, kafka_clusters: dict[str, ClusterEndpoint], schema_registries: dict[str, LocalRegistry], spark: Any
 ) -> None:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -181,6 +188,12 @@ def test_avro_values_through_the_registry_are_read_back_exactly_by_a_pipeline_af
     assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
     ids += world.append(3)
     assert world.cli("publish").returncode == 0
+    # A large run's rows are encoded by Spark's tasks, with the same registry schema as the driver's.
+    config = yaml.safe_load(world.config_path.read_text())
+    config["publications"][0]["executor_rows"] = 0
+    world.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    ids += world.append(2)
+    assert world.publication().publish().records == 2
 
     reader = PipelineHarness(
         tmp_path / "reader",
