@@ -33,7 +33,7 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
 from dynamic_kafka.run_guard import WriterGuard
-from dynamic_kafka.sink.per_stream import table_views
+from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
 from dynamic_kafka.state.owner import RunOwner
@@ -85,13 +85,13 @@ def _replay(
     state = store.load()
     if state.last_run is not None and state.last_run.status == "planned":
         raise store.planned_error(state.last_run)
-    views = table_views(pipeline, state)
+    tables = known_tables(pipeline, state)
     app_id = replay_app_id(pipeline.id)
-    found = [committed_txn_versions(t, [app_id])[app_id] for v in views for t in (v.sink_table, v.dead_letter_table)]
+    found = [committed_txn_versions(ref, [app_id])[app_id] for t in tables for ref in (t.sink, t.dead_letters)]
     # One number for the whole replay, above every table's: each table's writes are new transactions there.
     replay_seq = max((v for v in found if v is not None), default=0) + 1
     who = requester(guard.owner if guard is not None else RunOwner.current())
-    lettered = [v for v in views if table_exists(v.dead_letter_table)]
+    lettered = [t.pipeline for t in tables if table_exists(t.dead_letters)]
     if not lettered:
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
     spark = context.spark()

@@ -16,7 +16,7 @@ from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snaps
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.sink.per_stream import known_streams
+from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
@@ -196,10 +196,10 @@ def report_requests(context: PipelineContext, state: StateSnapshot) -> list[Clus
 def _stream_tables(
     context: PipelineContext, state: StateSnapshot, rows: list[PartitionLag]
 ) -> tuple[StreamTableStatus, ...]:
-    """Each stream table the state knows, with its last run (from its log, JVM-free) and its streams' lag."""
+    """Each stream's table the state knows (none for one sink: the report's own fields are its), with its last
+    run (from its log, JVM-free) and its streams' lag.
+    """
     pipeline = context.pipeline
-    if not pipeline.sink.per_stream:
-        return ()
     lag: dict[str, int] = {}
     for row in rows:
         key = TopicPartition(cluster_id=row.cluster_id, topic=row.topic, partition=row.partition)
@@ -211,18 +211,19 @@ def _stream_tables(
         if state.partitions[key].stream_ids:
             partitions.setdefault(state.partitions[key].stream_ids[0], []).append(key)
     tables = []
-    for stream in known_streams(state):
-        table = pipeline.for_stream(stream).sink_table
-        opened = open_delta_rs(table, doing=f"reading the Delta log of {table}")
+    for table in known_tables(pipeline, state):
+        if table.stream is None:
+            continue
+        opened = open_delta_rs(table.sink, doing=f"reading the Delta log of {table.sink}")
         tables.append(
             StreamTableStatus(
-                stream_id=stream,
-                table=str(table),
+                stream_id=table.stream,
+                table=str(table.sink),
                 exists=opened is not None,
                 last_run_seq=opened.transaction_version(pipeline.id) if opened is not None else None,
                 version=opened.version() if opened is not None else None,
-                lag=lag.get(stream, 0),
-                partitions=tuple(partitions.get(stream, ())),
+                lag=lag.get(table.stream, 0),
+                partitions=tuple(partitions.get(table.stream, ())),
             )
         )
     return tuple(tables)
