@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -37,8 +37,9 @@ from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.status import (
-    LagVerdict,
+    HealthVerdict,
     PipelineStatus,
+    VerdictName,
     data_loss_verdict,
     lag_limit_verdict,
     pipeline_status,
@@ -60,8 +61,6 @@ logger = logging.getLogger(__name__)
 # The newest record is looked for among the last offsets below the high watermark: markers of transactions that
 # committed or aborted since the last record take one offset each.
 NEWEST_RECORD_WINDOW = 16
-
-VerdictName = Literal["lag", "data_loss", "freshness", "idle_partitions", "stuck_transactions", "event_time_lag"]
 
 
 class PartitionHealth(FrozenModel):
@@ -91,15 +90,6 @@ class PartitionHealth(FrozenModel):
     def pending_in_transaction(self) -> int:
         """Offsets written but not yet readable under read_committed (an open transaction's, and everything after)."""
         return self.high_watermark - self.last_stable_offset
-
-
-class HealthVerdict(FrozenModel):
-    """One check's verdict; ``severity`` is what a failure means ('error': data is missing, 'warning': late)."""
-
-    name: VerdictName
-    passed: bool
-    severity: Literal["error", "warning"]
-    description: str
 
 
 class HealthReport(FrozenModel):
@@ -168,7 +158,7 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     unreachable = sorted({*status.unreachable_clusters, *(c for c, s in ends.clusters.items() if not s.reachable)})
     verdicts = (
         reachable_lag_verdict(lag_limit_verdict(status, pipeline.max_lag_records), unreachable),
-        _from_lag(data_loss_verdict(status), "data_loss"),
+        data_loss_verdict(status),
         freshness_verdict(pipeline, status, landed_at, checked_at, since=pipeline_since(runs, context.project.source)),
         idle_verdict(pipeline.health, partitions),
         stuck_transaction_verdict(pipeline.health, partitions),
@@ -279,16 +269,12 @@ def _warning(name: VerdictName, passed: bool, description: str) -> HealthVerdict
     return HealthVerdict(name=name, passed=passed, severity="warning", description=description)
 
 
-def _from_lag(verdict: LagVerdict, name: VerdictName) -> HealthVerdict:
-    return HealthVerdict(name=name, passed=verdict.passed, severity=verdict.severity, description=verdict.description)
-
-
-def reachable_lag_verdict(lag: LagVerdict, unreachable: Sequence[str]) -> HealthVerdict:
+def reachable_lag_verdict(lag: HealthVerdict, unreachable: Sequence[str]) -> HealthVerdict:
     """The ``lag`` verdict of a health report: the status's, failed also when a cluster did not answer, limit or
     not (a health check that cannot see the brokers does not pass).
     """
     if not unreachable or not lag.passed:
-        return _from_lag(lag, "lag")
+        return lag
     return _warning(
         "lag",
         False,

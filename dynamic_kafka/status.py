@@ -235,19 +235,34 @@ def _is_reset(summary_json: str) -> bool:
     return isinstance(document, dict) and document.get("status") == "reset"
 
 
-class LagVerdict(FrozenModel):
-    """Whether a pipeline is healthy: no data loss in its last run and, with a limit, its lag within it."""
+VerdictName = Literal[
+    "lag",
+    "data_loss",
+    "dead_letters",
+    "completeness",
+    "freshness",
+    "idle_partitions",
+    "stuck_transactions",
+    "event_time_lag",
+]
 
+
+class HealthVerdict(FrozenModel):
+    """One check's verdict on a pipeline: the checks after a run (``lag``, ``data_loss``, ``dead_letters``,
+    ``completeness``: what an orchestrator's checks show) and the checks between runs (``dynamic-kafka health``).
+    """
+
+    name: VerdictName
     passed: bool
     severity: Literal["error", "warning"] = Field(
-        description="'error' when the last run skipped lost records (data is missing), else 'warning' (lag)."
+        description="What a failure means: 'error', data is missing; 'warning', it is late or kept aside."
     )
-    problems: tuple[str, ...] = Field(description="What is wrong, one sentence each; empty when passed.")
-    lost_ranges: tuple[LostRange, ...] = Field(description="The ranges the last run skipped as lost.")
-    description: str = Field(description="The problems joined, or a one-line all-clear.")
+    description: str = Field(description="What is wrong, or a one-line all-clear.")
+    problems: tuple[str, ...] = Field((), description="What is wrong, one sentence each; empty when passed.")
+    lost_ranges: tuple[LostRange, ...] = Field((), description="The ranges the last run skipped as lost.")
 
 
-def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
+def data_loss_verdict(status: PipelineStatus) -> HealthVerdict:
     """Fails (severity ``error``: records are missing from the sink) when the last run skipped lost ranges."""
     last = status.last_run
     lost = tuple(r for f in (last.findings if last else ()) if (r := f.lost_range) is not None)
@@ -256,7 +271,8 @@ def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
         if lost and last is not None
         else ()
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="data_loss",
         passed=not problems,
         severity="error",
         problems=problems,
@@ -265,7 +281,7 @@ def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
     )
 
 
-def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
+def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> HealthVerdict:
     """The ``lag`` check's verdict: is the pipeline within ``max_lag_records`` of the brokers.
 
     It fails (severity ``warning``: the data is late, not lost) when the lag exceeds ``max_lag_records``, or cannot
@@ -279,7 +295,8 @@ def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> La
             f"lag unknown on cluster(s) {', '.join(status.lag_unknown_clusters)}, unreachable or skipped by the last "
             f"run (known lag {status.total_lag} records)"
         )
-    return LagVerdict(
+    return HealthVerdict(
+        name="lag",
         passed=not problems,
         severity="warning",
         problems=tuple(problems),
@@ -288,7 +305,7 @@ def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> La
     )
 
 
-def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVerdict:
+def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> HealthVerdict:
     """The ``dead_letters`` check's verdict: did the last run dead-letter at most ``max_dead_letters`` records.
 
     It fails with severity ``warning``, since the records are kept (in the dead-letter table), not lost.
@@ -303,7 +320,8 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
         if last is not None and count > max_dead_letters
         else ()
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="dead_letters",
         passed=not problems,
         severity="warning",
         problems=problems,
@@ -312,7 +330,7 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
     )
 
 
-def completeness_verdict(status: PipelineStatus) -> LagVerdict:
+def completeness_verdict(status: PipelineStatus) -> HealthVerdict:
     """The ``completeness`` check's verdict: did the last run account for every record it read.
 
     It fails with severity ``error`` when a planned range's records read differ from its rows landed (sink and
@@ -324,14 +342,17 @@ def completeness_verdict(status: PipelineStatus) -> LagVerdict:
     counted = last.completeness if last is not None else None
     if last is None or counted is None:
         why = "no run yet" if last is None else f"the last run (run_seq {last.run_seq}, {last.status}) was not counted"
-        return LagVerdict(passed=True, severity="error", problems=(), lost_ranges=(), description=why)
+        return HealthVerdict(
+            name="completeness", passed=True, severity="error", problems=(), lost_ranges=(), description=why
+        )
     problems = tuple(f"run_seq {last.run_seq} does not account for its records: {p}" for p in counted.mismatches)
     totals = (
         f"run_seq {last.run_seq}: planned {counted.planned} offsets in {len(counted.partitions)} range(s), read "
         f"{counted.read}, landed {counted.landed}, deduplicated {counted.deduplicated}, skipped by Kafka "
         f"{counted.skipped} (transaction markers, aborted or compacted records)"
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="completeness",
         passed=not problems,
         severity="error",
         problems=problems,

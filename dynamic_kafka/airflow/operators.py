@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-    from dynamic_kafka import LagVerdict
+    from dynamic_kafka import HealthVerdict
 
 
 RETRIES = 3
@@ -125,7 +125,7 @@ class ChecksOperator(PipelineOperator):
         """Evaluates the checks; returns the verdicts by name."""
         status = pipeline.status()
         config = pipeline.config
-        verdicts: dict[str, LagVerdict] = {
+        verdicts: dict[str, HealthVerdict] = {
             "lag": lag_limit_verdict(status, config.max_lag_records),
             "data_loss": data_loss_verdict(status),
             "dead_letters": dead_letter_verdict(status, config.max_dead_letters),
