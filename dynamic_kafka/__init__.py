@@ -21,10 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading below are read from here
-    from dynamic_kafka.cli.dead_letters import format_replay as format_replay
-    from dynamic_kafka.cli.health import format_health as format_health
-    from dynamic_kafka.cli.offsets import format_offsets as format_offsets
-    from dynamic_kafka.cli.offsets import format_reset as format_reset
     from dynamic_kafka.config import BackfillConfig as BackfillConfig
     from dynamic_kafka.config import PipelineConfig as PipelineConfig
     from dynamic_kafka.config import ProjectConfig as ProjectConfig

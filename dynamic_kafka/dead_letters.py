@@ -59,6 +59,36 @@ class ReplayReport(FrozenModel):
     history_run_seq: int | None = Field(None, description="The run of the history that records the replay.")
     state_version: int | None = None
 
+    def text(self) -> str:
+        """What the replay found and did, for people."""
+        which = f"of run {self.replay.run_seq}" if self.replay.run_seq is not None else "in all"
+        if not self.dead_letters:
+            return f"pipeline {self.pipeline_id}: no dead letters {which}; nothing to replay."
+        r = self.replay
+        verb = "replayed" if self.applied else "a replay would land"
+        lines = [
+            f"pipeline {self.pipeline_id}: {self.dead_letters} dead letter(s) {which} decoded again under the "
+            f"current config:",
+            f"  {verb} {r.replayed} into the sink"
+            + (f" (replay {r.replay_seq}" if self.applied else "")
+            + (f", sink version {r.sink_version})" if self.applied and r.sink_version is not None else "")
+            + (")" if self.applied and r.sink_version is None else ""),
+        ]
+        if r.already_landed:
+            lines.append(
+                f"  {r.already_landed} were in the sink already (an interrupted replay): removed, not landed twice"
+            )
+        if r.still_undecodable:
+            lines.append(f"  {r.still_undecodable} still do not decode: kept, with their new error")
+        if r.conflicting:
+            lines.append(f"  {r.conflicting} decode but the sink holds another record at their coordinates: kept")
+        if self.applied:
+            recorded = f"recorded as run {self.history_run_seq}" if self.history_run_seq else "nothing recorded"
+            lines.append(f"  {recorded} (by {self.requested_by})")
+        else:
+            lines.append("  nothing changed; run again with --yes to replay.")
+        return "\n".join(lines)
+
 
 def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: bool) -> ReplayReport:
     """Replays the pipeline's dead letters (of run ``run_seq``, or all); with ``yes`` False, only counts what a

@@ -36,6 +36,7 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.model.text import table
 from dynamic_kafka.status import (
     HealthVerdict,
     PipelineStatus,
@@ -123,6 +124,40 @@ class HealthReport(FrozenModel):
     def verdict(self, name: VerdictName) -> HealthVerdict:
         """The verdict called ``name``."""
         return next(v for v in self.verdicts if v.name == name)
+
+    def text(self) -> str:
+        """The report for people: one line per verdict, then the partitions that are idle or hold a transaction."""
+        lag = "unknown" if self.unreachable_clusters else self.total_lag
+        state = "never ran" if self.never_ran else f"total lag {lag}"
+        verdict = "healthy" if self.passed else f"{len(self.failed)} check(s) failed"
+        lines = [f"pipeline {self.pipeline_id}: {verdict} at {_iso(self.checked_at)} ({state})"]
+        for v in self.verdicts:
+            # A failed check reads FAIL whatever its severity: the exit code counts it as failed.
+            mark = "ok  " if v.passed else "FAIL"
+            severity = " (warning: late, not lost)" if not v.passed and v.severity == "warning" else ""
+            lines.append(f"  {mark} {v.name:<19} {v.description}{severity}")
+        if self.unreachable_clusters:
+            lines.append(f"  unreachable clusters: {', '.join(self.unreachable_clusters)}")
+        notable = [p for p in self.partitions if p.idle or p.pending_in_transaction]
+        if notable:
+            lines += table(
+                ["cluster", "topic", ">part", ">newest record", ">idle s", "transaction"],
+                (
+                    (
+                        p.cluster_id,
+                        p.topic,
+                        p.partition,
+                        _iso(p.newest_record_at) if p.newest_record_at else "none",
+                        f"{p.idle_seconds:.0f}" if p.idle_seconds is not None else "-",
+                        f"{p.pending_in_transaction} offsets open since {_iso(p.open_transaction_since)}"
+                        f"{' (stuck)' if p.stuck_transaction else ''}"
+                        if p.pending_in_transaction
+                        else "-",
+                    )
+                    for p in notable
+                ),
+            )
+        return "\n".join(lines)
 
 
 def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetime | None = None) -> HealthReport:

@@ -16,6 +16,7 @@ from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snaps
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.model.text import table as text_table
 from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.tables import open_delta_rs
 
@@ -120,6 +121,28 @@ class PipelineStatus(BaseModel):
                 "tables": (table,) if table is not None else (),
             }
         )
+
+    def offsets_text(self) -> str:
+        """The offsets table, for people."""
+        if self.never_ran:
+            return f"pipeline {self.pipeline_id} has never run: no offsets are committed yet"
+        lines = text_table(
+            ["cluster", "topic", "topic id", ">part", ">next", ">earliest", ">latest", ">lag", "state", "last run"],
+            (
+                (
+                    p.cluster_id,
+                    p.topic,
+                    p.topic_id or "-",
+                    p.partition,
+                    p.next_offset,
+                    *("?" if v is None else v for v in (p.earliest_offset, p.latest_offset, p.lag)),
+                    "reset" if p.reset else p.status,
+                    p.updated_run_seq,
+                )
+                for p in self.partitions
+            ),
+        )
+        return f"pipeline {self.pipeline_id}:\n" + "\n".join(lines)
 
 
 def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float | None = None) -> PipelineStatus:
