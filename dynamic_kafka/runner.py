@@ -132,15 +132,6 @@ class PipelineRunner:
         )
         self._progress = Tracker("run", pipeline_id)  # each run() reports through its own
 
-    @property
-    def service(self) -> KafkaMetadataService:
-        """Return the pipeline's metadata service."""
-        return self.context.service
-
-    def resolve(self) -> MetadataSnapshot:
-        """The pipeline's subscribed streams as the metadata service describes them now."""
-        return self.context.resolve()
-
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
         self.pipeline.refuse_uncreatable_tables()
