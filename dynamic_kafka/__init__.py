@@ -21,10 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading below are read from here
-    from dynamic_kafka.cli.dead_letters import format_replay as format_replay
-    from dynamic_kafka.cli.health import format_health as format_health
-    from dynamic_kafka.cli.offsets import format_offsets as format_offsets
-    from dynamic_kafka.cli.offsets import format_reset as format_reset
     from dynamic_kafka.config import BackfillConfig as BackfillConfig
     from dynamic_kafka.config import PipelineConfig as PipelineConfig
     from dynamic_kafka.config import ProjectConfig as ProjectConfig
@@ -36,7 +32,6 @@ if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading b
     from dynamic_kafka.errors import HostError as HostError
     from dynamic_kafka.errors import as_library_error as as_library_error
     from dynamic_kafka.health import HealthReport as HealthReport
-    from dynamic_kafka.health import HealthVerdict as HealthVerdict
     from dynamic_kafka.health import PartitionHealth as PartitionHealth
     from dynamic_kafka.maintain import MaintenanceSummary as MaintenanceSummary
     from dynamic_kafka.metadata.file import parse_metadata_file as parse_metadata_file
@@ -71,7 +66,7 @@ if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading b
     from dynamic_kafka.references import reference_kind as reference_kind
     from dynamic_kafka.sink.compaction import TableMaintenance as TableMaintenance
     from dynamic_kafka.sink.tables import TableInfo as TableInfo
-    from dynamic_kafka.status import LagVerdict as LagVerdict
+    from dynamic_kafka.status import HealthVerdict as HealthVerdict
     from dynamic_kafka.status import PartitionLag as PartitionLag
     from dynamic_kafka.status import PipelineStatus as PipelineStatus
     from dynamic_kafka.status import completeness_verdict as completeness_verdict

@@ -26,7 +26,7 @@ the sink's schema, the object store). Before each MERGE it checks its lease, and
 the incarnation it planned, as a run does before its commit.
 
 With a table per stream (``sink.path: data/{stream}``) the window is still read once, and each stream's rows are
-merged into that stream's table, one MERGE per table (:func:`~dynamic_kafka.sink.per_stream.for_each_stream`), each
+merged into that stream's table, one MERGE per table (:func:`~dynamic_kafka.sink.per_stream.for_each_table`), each
 recording the backfill's sequence there. A partition lands in one stream's table, so the frontier recorded before
 the first MERGE is per table too: a backfill stopped between two tables is finished by running it again (each MERGE
 inserts only what its table lacks) or, for the offsets the incremental runs have still to read, by those runs.
@@ -47,7 +47,7 @@ from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
-from dynamic_kafka.plan.tables import pinned_to_tables
+from dynamic_kafka.plan.tables import as_tables_take, tables_of_partitions
 from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.progress import Tracker, tracking
 from dynamic_kafka.realign import check_not_behind, check_tables_not_behind
@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
-    from dynamic_kafka.model.summary import StreamTable
     from dynamic_kafka.sink.metrics import WriteResult
+    from dynamic_kafka.sink.per_stream import SinkTable
     from dynamic_kafka.state.store import RecordedBackfill
 
 logger = logging.getLogger(__name__)
@@ -158,9 +158,8 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
     plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
     state = context.store.load()
-    if context.pipeline.sink.per_stream:
-        # Each partition's window merges into the table its incremental runs land it in.
-        plan = plan.model_copy(update={"splits": tuple(pinned_to_tables(plan.splits, state))})
+    # Each partition's window merges into the table its incremental runs land it in.
+    plan = plan.model_copy(update={"splits": tuple(as_tables_take(context.pipeline, plan.splits, state))})
     return _above_floors(plan, state), metadata
 
 
@@ -207,7 +206,7 @@ def record_backfill_frontier(
         {s.key: s.stop_offset for s in plan.read_splits},
         topic_ids={s.key: s.topic_id for s in plan.read_splits},
         # Each partition's table, for its first run to land in when no run has landed it yet.
-        streams={s.key: s.stream_id for s in plan.read_splits} if context.pipeline.sink.per_stream else None,
+        streams=tables_of_partitions(context.pipeline, plan.read_splits),
         attempts=attempts,
         owner=guard.owner.text() if guard is not None else None,
         lease_expires_at=guard.lease_end() if guard is not None else None,
@@ -243,7 +242,7 @@ def _run_backfill(
     from pyspark.sql import functions as sf
 
     from dynamic_kafka.sink import merge_backfill
-    from dynamic_kafka.sink.per_stream import combined, for_each_stream, stream_pairs, stream_tables
+    from dynamic_kafka.sink.per_stream import for_each_table, stream_pairs
     from dynamic_kafka.spark.progress import watching_spark
     from dynamic_kafka.spark.reader import read_splits
 
@@ -279,10 +278,11 @@ def _run_backfill(
         else frame.where((sf.col("timestamp") >= sf.lit(start)) & (sf.col("timestamp") < sf.lit(end)))
     )
 
-    def merge(rows: DataFrame, pipeline: PipelineConfig, splits: Sequence[Split]) -> WriteResult:
+    def merge(rows: DataFrame, table: SinkTable, splits: Sequence[Split]) -> WriteResult:
+        # Each MERGE is idempotent on its own (see the module docstring).
         return merge_backfill(
             rows,
-            pipeline,
+            table.pipeline,
             stream_pairs(splits),
             start=start,
             end=end,
@@ -292,19 +292,9 @@ def _run_backfill(
             event_time=event_time,
         )
 
-    tables: tuple[StreamTable, ...] = ()
     progress.stage("reading and merging", planned_offsets=plan.planned_records)
     with watching_spark(spark, progress):
-        if context.pipeline.sink.per_stream:
-            # One read, one MERGE per stream's table; each MERGE is idempotent on its own (see the module docstring).
-            per_table = for_each_stream(
-                in_window,
-                plan.read_splits,
-                lambda rows, stream, own: merge(rows, context.pipeline.for_stream(stream), own),
-            )
-            result, tables = combined(per_table), stream_tables(context.pipeline, per_table)
-        else:
-            result = merge(in_window, context.pipeline, plan.read_splits)
+        result, tables = for_each_table(in_window, context.pipeline, plan.read_splits, merge)
     done = time.monotonic()
     summary = RunSummary.committed(
         plan,

@@ -33,7 +33,7 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.offset_reset import requester
 from dynamic_kafka.run_guard import WriterGuard
-from dynamic_kafka.sink.per_stream import table_views
+from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
 from dynamic_kafka.state.owner import RunOwner
@@ -58,6 +58,36 @@ class ReplayReport(FrozenModel):
     requested_by: str
     history_run_seq: int | None = Field(None, description="The run of the history that records the replay.")
     state_version: int | None = None
+
+    def text(self) -> str:
+        """What the replay found and did, for people."""
+        which = f"of run {self.replay.run_seq}" if self.replay.run_seq is not None else "in all"
+        if not self.dead_letters:
+            return f"pipeline {self.pipeline_id}: no dead letters {which}; nothing to replay."
+        r = self.replay
+        verb = "replayed" if self.applied else "a replay would land"
+        lines = [
+            f"pipeline {self.pipeline_id}: {self.dead_letters} dead letter(s) {which} decoded again under the "
+            f"current config:",
+            f"  {verb} {r.replayed} into the sink"
+            + (f" (replay {r.replay_seq}" if self.applied else "")
+            + (f", sink version {r.sink_version})" if self.applied and r.sink_version is not None else "")
+            + (")" if self.applied and r.sink_version is None else ""),
+        ]
+        if r.already_landed:
+            lines.append(
+                f"  {r.already_landed} were in the sink already (an interrupted replay): removed, not landed twice"
+            )
+        if r.still_undecodable:
+            lines.append(f"  {r.still_undecodable} still do not decode: kept, with their new error")
+        if r.conflicting:
+            lines.append(f"  {r.conflicting} decode but the sink holds another record at their coordinates: kept")
+        if self.applied:
+            recorded = f"recorded as run {self.history_run_seq}" if self.history_run_seq else "nothing recorded"
+            lines.append(f"  {recorded} (by {self.requested_by})")
+        else:
+            lines.append("  nothing changed; run again with --yes to replay.")
+        return "\n".join(lines)
 
 
 def replay_dead_letters(context: PipelineContext, *, run_seq: int | None, yes: bool) -> ReplayReport:
@@ -85,13 +115,13 @@ def _replay(
     state = store.load()
     if state.last_run is not None and state.last_run.status == "planned":
         raise store.planned_error(state.last_run)
-    views = table_views(pipeline, state)
+    tables = known_tables(pipeline, state)
     app_id = replay_app_id(pipeline.id)
-    found = [committed_txn_versions(t, [app_id])[app_id] for v in views for t in (v.sink_table, v.dead_letter_table)]
+    found = [committed_txn_versions(ref, [app_id])[app_id] for t in tables for ref in (t.sink, t.dead_letters)]
     # One number for the whole replay, above every table's: each table's writes are new transactions there.
     replay_seq = max((v for v in found if v is not None), default=0) + 1
     who = requester(guard.owner if guard is not None else RunOwner.current())
-    lettered = [v for v in views if table_exists(v.dead_letter_table)]
+    lettered = [t.pipeline for t in tables if table_exists(t.dead_letters)]
     if not lettered:
         return _report(context, ReplayCounts(), run_seq, replay_seq, who)
     spark = context.spark()

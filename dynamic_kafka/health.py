@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -36,10 +36,12 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.model.text import table
 from dynamic_kafka.status import (
-    LagVerdict,
+    HealthVerdict,
     PartitionLag,
     PipelineStatus,
+    VerdictName,
     data_loss_verdict,
     lag_limit_verdict,
     pipeline_status,
@@ -61,8 +63,6 @@ logger = logging.getLogger(__name__)
 # The newest record is looked for among the last offsets below the high watermark: markers of transactions that
 # committed or aborted since the last record take one offset each.
 NEWEST_RECORD_WINDOW = 16
-
-VerdictName = Literal["lag", "data_loss", "freshness", "idle_partitions", "stuck_transactions", "event_time_lag"]
 
 
 class PartitionHealth(FrozenModel):
@@ -98,15 +98,6 @@ class PartitionHealth(FrozenModel):
         return self.high_watermark - self.last_stable_offset
 
 
-class HealthVerdict(FrozenModel):
-    """One check's verdict; ``severity`` is what a failure means ('error': data is missing, 'warning': late)."""
-
-    name: VerdictName
-    passed: bool
-    severity: Literal["error", "warning"]
-    description: str
-
-
 class HealthReport(FrozenModel):
     """What ``dynamic-kafka health`` shows: the verdicts, then the partitions they were made from."""
 
@@ -138,6 +129,40 @@ class HealthReport(FrozenModel):
     def verdict(self, name: VerdictName) -> HealthVerdict:
         """The verdict called ``name``."""
         return next(v for v in self.verdicts if v.name == name)
+
+    def text(self) -> str:
+        """The report for people: one line per verdict, then the partitions that are idle or hold a transaction."""
+        lag = "unknown" if self.unreachable_clusters else self.total_lag
+        state = "never ran" if self.never_ran else f"total lag {lag}"
+        verdict = "healthy" if self.passed else f"{len(self.failed)} check(s) failed"
+        lines = [f"pipeline {self.pipeline_id}: {verdict} at {_iso(self.checked_at)} ({state})"]
+        for v in self.verdicts:
+            # A failed check reads FAIL whatever its severity: the exit code counts it as failed.
+            mark = "ok  " if v.passed else "FAIL"
+            severity = " (warning: late, not lost)" if not v.passed and v.severity == "warning" else ""
+            lines.append(f"  {mark} {v.name:<19} {v.description}{severity}")
+        if self.unreachable_clusters:
+            lines.append(f"  unreachable clusters: {', '.join(self.unreachable_clusters)}")
+        notable = [p for p in self.partitions if p.idle or p.pending_in_transaction]
+        if notable:
+            lines += table(
+                ["cluster", "topic", ">part", ">newest record", ">idle s", "transaction"],
+                (
+                    (
+                        p.cluster_id,
+                        p.topic,
+                        p.partition,
+                        _iso(p.newest_record_at) if p.newest_record_at else "none",
+                        f"{p.idle_seconds:.0f}" if p.idle_seconds is not None else "-",
+                        f"{p.pending_in_transaction} offsets open since {_iso(p.open_transaction_since)}"
+                        f"{' (stuck)' if p.stuck_transaction else ''}"
+                        if p.pending_in_transaction
+                        else "-",
+                    )
+                    for p in notable
+                ),
+            )
+        return "\n".join(lines)
 
 
 def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetime | None = None) -> HealthReport:
@@ -174,7 +199,7 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     unreachable = sorted({*status.unreachable_clusters, *(c for c, s in ends.clusters.items() if not s.reachable)})
     verdicts = (
         reachable_lag_verdict(lag_limit_verdict(status, pipeline.max_lag_records), unreachable),
-        _from_lag(data_loss_verdict(status), "data_loss"),
+        data_loss_verdict(status),
         freshness_verdict(pipeline, status, landed_at, checked_at, since=pipeline_since(runs, context.project.source)),
         idle_verdict(pipeline.health, partitions),
         stuck_transaction_verdict(pipeline.health, partitions),
@@ -289,16 +314,12 @@ def _warning(name: VerdictName, passed: bool, description: str) -> HealthVerdict
     return HealthVerdict(name=name, passed=passed, severity="warning", description=description)
 
 
-def _from_lag(verdict: LagVerdict, name: VerdictName) -> HealthVerdict:
-    return HealthVerdict(name=name, passed=verdict.passed, severity=verdict.severity, description=verdict.description)
-
-
-def reachable_lag_verdict(lag: LagVerdict, unreachable: Sequence[str]) -> HealthVerdict:
+def reachable_lag_verdict(lag: HealthVerdict, unreachable: Sequence[str]) -> HealthVerdict:
     """The ``lag`` verdict of a health report: the status's, failed also when a cluster did not answer, limit or
     not (a health check that cannot see the brokers does not pass).
     """
     if not unreachable or not lag.passed:
-        return _from_lag(lag, "lag")
+        return lag
     return _warning(
         "lag",
         False,

@@ -33,7 +33,7 @@ from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
-from dynamic_kafka.sink.per_stream import known_streams
+from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
@@ -158,17 +158,11 @@ def _finished_run_seq(context: PipelineContext) -> int:
 
 
 def _tables(context: PipelineContext) -> list[tuple[str, TableRef]]:
-    """The tables to maintain by role: the sink and the dead-letter table, of every stream the state knows when
-    each stream has its own (a stream's tables appear with the run that first lands it).
+    """The tables to maintain by role: the sink and the dead-letter table of every table the state knows (a
+    stream's tables appear with the run that first lands it).
     """
-    pipeline = context.pipeline
-    views = (
-        [pipeline.for_stream(stream) for stream in known_streams(context.store.load())]
-        if pipeline.sink.per_stream
-        else [pipeline]
-    )
     return [
-        (role, table)
-        for view in views
-        for role, table in (("sink", view.sink_table), ("dead_letter", view.dead_letter_table))
+        (role, ref)
+        for table in known_tables(context.pipeline, context.store.load())
+        for role, ref in (("sink", table.sink), ("dead_letter", table.dead_letters))
     ]

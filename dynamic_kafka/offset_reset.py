@@ -51,6 +51,7 @@ from dynamic_kafka.metadata.identity import with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import OffsetChange, RunSummary
+from dynamic_kafka.model.text import table
 from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
 from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.state.owner import RunOwner
@@ -177,6 +178,60 @@ class OffsetReset(FrozenModel):
     def skipped(self) -> int:
         """Offsets no run will read."""
         return sum(c.skipped for c in self.changes)
+
+    def text(self) -> str:
+        """What the reset changes (or changed), for people."""
+        clamped = [
+            f"  {c} stops at {c.to_offset}, not at {c.wanted}: {c.reason}; "
+            "read again, they would land twice (the sink's dedupe compares Kafka coordinates)"
+            for c in self.clamps
+        ]
+        if not self.changes:
+            return "\n".join(
+                [
+                    f"pipeline {self.pipeline_id}: every selected partition is already at {self.to}"
+                    + (" or as far back as it may go" if clamped else "")
+                    + "; nothing to change.",
+                    *clamped,
+                ]
+            )
+        done = "reset" if self.applied else "a reset would move"
+        lines = [
+            f"pipeline {self.pipeline_id}: {done} {len(self.changes)} partition(s) to {self.to}"
+            + (f" (recorded as run {self.run_seq})" if self.applied else "")
+            + f": {self.read_again} offsets read again, {self.skipped} skipped",
+        ]
+        lines += table(
+            ["cluster", "topic", ">part", ">from", ">to", ">earliest", ">latest", "effect"],
+            (
+                (
+                    c.cluster_id,
+                    c.topic,
+                    c.partition,
+                    c.from_offset,
+                    c.to_offset,
+                    c.earliest,
+                    c.latest,
+                    (f"read {c.read_again} again" if c.read_again else f"skip {c.skipped}")
+                    + (" (removed: its kept offset)" if c.status == "removed" else ""),
+                )
+                for c in self.changes
+            ),
+        )
+        if self.unchanged:
+            lines.append(f"  {self.unchanged} selected partition(s) already there")
+        lines += clamped
+        if self.read_again:
+            lines.append(
+                "  records read again that the sink or dead-letter table already holds are not landed twice "
+                "(delete them from the sink first to land them again)"
+            )
+        lines.append(
+            f"  reason: {self.reason} (by {self.requested_by})"
+            if self.applied
+            else "  nothing changed; run again with --yes to reset."
+        )
+        return "\n".join(lines)
 
 
 def reset_offsets(

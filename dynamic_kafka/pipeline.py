@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.realign import Realignment, realign
 from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.sink.per_stream import one_sink
 from dynamic_kafka.sink.tables import TableInfo, table_info
 
 # The other operations' modules are imported by their methods: a process that runs (the CLI's `run`, a Dagster run)
@@ -221,9 +222,8 @@ class Pipeline:
         """Realign a state that is behind its sink (restored from a backup or moved). Without ``apply`` it only
         reports what it would change. See :func:`dynamic_kafka.realign.realign`.
         """
-        # A table per stream: the subscription's streams now, whose tables a restored state may not know.
-        subscribed = sorted(self.context.resolve().streams) if self.config.sink.per_stream else []
-        return realign(self.config, self.context.store, yes=apply, subscribed=subscribed)
+        # The subscription's streams now, whose tables (a table per stream) a restored state may not know.
+        return realign(self.config, self.context.store, yes=apply, subscribed=lambda: self.context.resolve().streams)
 
     def maintain(
         self, *, vacuum_retention_hours: int | None = None, unsafe_vacuum_retention: bool = False
@@ -258,10 +258,12 @@ class Pipeline:
         """The sink table's version, row count and columns from its Delta log (no Spark); None before it exists,
         and for a table per stream (each stream's table is in the run's ``stream_tables`` and the status).
         """
-        return None if self.config.sink.per_stream else table_info(self.config.sink_table)
+        sink = one_sink(self.config)
+        return None if sink is None else table_info(sink.sink)
 
     def dead_letter_info(self) -> TableInfo | None:
         """The dead-letter table's version, row count and columns (no Spark); None before it exists, and for a
         table per stream.
         """
-        return None if self.config.sink.per_stream else table_info(self.config.dead_letter_table)
+        sink = one_sink(self.config)
+        return None if sink is None else table_info(sink.dead_letters)

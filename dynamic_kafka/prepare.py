@@ -95,7 +95,7 @@ def prepare_write(
         ObjectStoreError: the sink's or dead-letter table's object store cannot be used.
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """
-    from dynamic_kafka.sink.per_stream import run_streams
+    from dynamic_kafka.sink.per_stream import run_tables
     from dynamic_kafka.sink.schema_check import check_sink_schema
     from dynamic_kafka.spark.decoding import prepare_decoding
     from dynamic_kafka.spark.event_time import check_event_time
@@ -112,7 +112,8 @@ def prepare_write(
     if not written:
         check_event_time(spark, context.pipeline, decoding)
         plan = plan.model_copy(update={"decoding": decoding.pins(), "event_time": context.pipeline.event_time})
-    check_sink_schema(spark, context.pipeline, decoding, run_streams(plan.read_splits))
+    tables = run_tables(context.pipeline, plan.read_splits)
+    check_sink_schema(spark, context.pipeline, decoding, [table.pipeline for table in tables])
     context.check_object_store()
     deadline.check()
     return PreparedWrite(plan=plan, connections=connections, decoding=decoding)

@@ -42,14 +42,15 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
-from dynamic_kafka.sink.per_stream import known_streams, stream_views, table_views
+from dynamic_kafka.sink.per_stream import known_tables, unknown_tables
 from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, open_delta_rs
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
+    from dynamic_kafka.sink.per_stream import SinkTable
     from dynamic_kafka.state import StateStore
     from dynamic_kafka.storage import TableRef
 
@@ -85,11 +86,11 @@ def sink_position(pipeline: PipelineConfig) -> SinkPosition:
     )
 
 
-def highest_position(pipeline: PipelineConfig, views: Sequence[PipelineConfig]) -> SinkPosition:
-    """The pipeline's highest run and backfill transaction versions over the tables of ``views``
-    (:func:`sink_position` of each), each with the table holding it.
+def highest_position(pipeline: PipelineConfig, tables: Sequence[SinkTable]) -> SinkPosition:
+    """The pipeline's highest run and backfill transaction versions over ``tables`` (:func:`sink_position` of
+    each), each with the table holding it.
     """
-    positions = [sink_position(view) for view in views]
+    positions = [sink_position(table.pipeline) for table in tables]
     runs = max((p for p in positions if p.txn is not None), key=lambda p: p.txn or 0, default=None)
     backfills = max((p for p in positions if p.backfill is not None), key=lambda p: p.backfill or 0, default=None)
     return SinkPosition(
@@ -112,25 +113,23 @@ def check_not_behind(pipeline: PipelineConfig, state: StateSnapshot, store_path:
         StateBehindSinkError: the sink holds a run_seq beyond the state's last (planned or committed) run, or a
             backfill beyond the state's backfill sequence.
     """
-    for view in table_views(pipeline, state):
-        _check_position(view, state, store_path)
+    for table in known_tables(pipeline, state):
+        _check_position(table.pipeline, state, store_path)
 
 
 def check_tables_not_behind(
     pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str], store_path: str
 ) -> None:
-    """With a table per stream, refuses a state behind the table of any of ``streams`` (the tables a writer is
-    about to write) that it does not know: a stream first landed after the backup the state was restored from
-    has a table the state never heard of, whose transactions the run_seqs to come would reuse. Nothing to check
-    for a single sink or a stream the state knows (:func:`check_not_behind` checked those).
+    """Refuses a state behind the table of any of ``streams`` (the tables a writer is about to write) that it does
+    not know: a stream first landed after the backup the state was restored from has a table the state never heard
+    of, whose transactions the run_seqs to come would reuse. Nothing to check for a table the state knows (the one
+    sink always; :func:`check_not_behind` checked those).
 
     Raises:
         StateBehindSinkError: as :func:`check_not_behind`, naming the stream's table.
     """
-    if not pipeline.sink.per_stream:
-        return
-    for stream in sorted(set(streams) - set(known_streams(state))):
-        _check_position(pipeline.for_stream(stream), state, store_path)
+    for table in unknown_tables(pipeline, state, streams):
+        _check_position(table.pipeline, state, store_path)
 
 
 def _check_position(pipeline: PipelineConfig, state: StateSnapshot, store_path: str) -> None:
@@ -210,18 +209,23 @@ class Realignment(FrozenModel):
     """Per partition (``cluster/topic/partition``), the offset below which the next run checks the sink."""
 
 
-def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribed: Iterable[str] = ()) -> Realignment:
+def realign(
+    pipeline: PipelineConfig,
+    store: StateStore,
+    *,
+    yes: bool,
+    subscribed: Callable[[], Iterable[str]] | None = None,
+) -> Realignment:
     """Realigns a state that is behind its sink (see the module docstring); with ``yes`` False, only reports.
-    ``subscribed``: with a table per stream, the streams the subscription finds now; their tables are read too,
-    known to the state or not (a stream first landed after the state's backup).
+    ``subscribed``: the streams the subscription finds now (asked only with a table per stream); their tables are
+    read too, known to the state or not (a stream first landed after the state's backup).
 
     Raises:
         RunInProgressError: the state changed while realigning (a run started); nothing was written.
     """
     state = store.load()
-    views_by_stream = stream_views(pipeline, state, subscribed)
-    views = list(views_by_stream.values())
-    position = highest_position(pipeline, views)
+    tables = known_tables(pipeline, state, also=subscribed)
+    position = highest_position(pipeline, tables)
     last = last_run_seq(state)
     runs_behind = position.txn is not None and position.txn > last
     backfills_behind = position.backfill is not None and position.backfill > state.backfill_sequence
@@ -229,15 +233,15 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
     # A planned head's offsets were never committed: its rows count as landed beyond the state too.
     committed = last - 1 if state.last_run is not None and state.last_run.status == "planned" else last
     frontier: dict[TopicPartition, int] = {}
-    tables: dict[TopicPartition, str] = {}
-    for stream, view in views_by_stream.items() if needed else ():
+    pins: dict[TopicPartition, str] = {}
+    for table in tables if needed else ():
         # A partition lands in one stream's table; max() all the same, as over a sink and its dead-letter table.
         for key, offset in landed_frontier(
-            view, committed if runs_behind else None, backfills=backfills_behind
+            table.pipeline, committed if runs_behind else None, backfills=backfills_behind
         ).items():
             frontier[key] = max(frontier.get(key, 0), offset)
-            if stream is not None:
-                tables.setdefault(key, stream)  # pins a partition no run committed to the table it is in
+            if table.stream is not None:
+                pins.setdefault(key, table.stream)  # pins a partition no run committed to the table it is in
     shown = {f"{k.cluster_id}/{k.topic}/{k.partition}": v for k, v in sorted(frontier.items(), key=str)}
     applied = False
     next_run_seq = (position.txn if runs_behind and position.txn is not None else last) + 1
@@ -258,7 +262,7 @@ def realign(pipeline: PipelineConfig, store: StateStore, *, yes: bool, subscribe
             summary=summary,
             expected_version=state.table_version,
             backfill_sequence=position.backfill or 0,
-            streams=tables,
+            streams=pins,
         )
         applied = True
         logger.warning(

@@ -69,8 +69,7 @@ from dynamic_kafka.run_guard import WriterGuard
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.completeness import counted, measure
 from dynamic_kafka.sink.fence import fence_run, is_fence
-from dynamic_kafka.sink.incremental import landed_from_log
-from dynamic_kafka.sink.per_stream import landed_per_stream, run_streams
+from dynamic_kafka.sink.per_stream import landed, run_streams, run_tables
 from dynamic_kafka.sink.staged_append import remove_run_folder
 from dynamic_kafka.sink.tables import table_exists
 from dynamic_kafka.state.owner import RunOwner
@@ -79,15 +78,16 @@ from dynamic_kafka.state.table import FOREIGN_ERRORS
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from dynamic_kafka.config import PipelineConfig, ProjectConfig
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split, TopicPartition
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord, StateSnapshot
-    from dynamic_kafka.model.summary import Completeness, StreamTable
+    from dynamic_kafka.model.summary import Completeness
     from dynamic_kafka.sink.metrics import WriteResult
+    from dynamic_kafka.sink.per_stream import SinkTable
 
 logger = logging.getLogger(__name__)
 
@@ -131,15 +131,6 @@ class PipelineRunner:
             self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
         )
         self._progress = Tracker("run", pipeline_id)  # each run() reports through its own
-
-    @property
-    def service(self) -> KafkaMetadataService:
-        """Return the pipeline's metadata service."""
-        return self.context.service
-
-    def resolve(self) -> MetadataSnapshot:
-        """The pipeline's subscribed streams as the metadata service describes them now."""
-        return self.context.resolve()
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
@@ -258,18 +249,17 @@ class PipelineRunner:
         lag: int,
         recovered: int | None,
         overlaps: Sequence[Split],
-        streams: Sequence[str] | None = None,
+        pending: Sequence[Split] | None = None,
     ) -> RunSummary:
-        """Reads and writes ``prepared``'s plan, then commits it. ``streams``: with a table per stream, read only
-        the ranges of these streams (a recovery: the tables lacking the run); the others are found in their logs.
+        """Reads and writes ``prepared``'s plan, then commits it. ``pending``: read only these ranges (a recovery:
+        those of the tables lacking the run); the other tables are found holding it in their logs.
         """
         from dynamic_kafka.sink.incremental import write_incremental
-        from dynamic_kafka.sink.per_stream import write_per_stream
+        from dynamic_kafka.sink.per_stream import for_each_table, stream_pairs
         from dynamic_kafka.spark.progress import watching_spark
         from dynamic_kafka.spark.reader import read_splits
 
         plan, clusters = prepared.plan, prepared.connections
-        stream_tables: tuple[StreamTable, ...] = ()
         spark_started = time.monotonic()
         watching = ExitStack()
         try:
@@ -278,7 +268,7 @@ class PipelineRunner:
             arm_timer(CrashPoint.DURING_WRITE)
             frame = read_splits(
                 spark,
-                [s for s in plan.read_splits if streams is None or s.stream_id in streams],
+                plan.read_splits if pending is None else pending,
                 clusters,
                 isolation_level=self.pipeline.isolation_level,
                 min_partitions=self.pipeline.min_partitions,
@@ -291,39 +281,30 @@ class PipelineRunner:
                     archive_rows(spark, plan.bootstrap, self.pipeline.dead_letter_table)
                 )
             crash_point(CrashPoint.BEFORE_READ)
-            pairs = sorted({(s.cluster_id, s.topic) for s in plan.read_splits})
             self._guard.before_write()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
-            # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
-            records = None if plan.bootstrap is not None else sum(s.record_count for s in plan.read_splits)
+
+            def write(rows: DataFrame, table: SinkTable, own: Sequence[Split]) -> WriteResult:
+                # A table already holding the run (a recovery, or another writer of it) is not written again: its
+                # part is reported from its log.
+                keys = {s.key for s in own}
+                return write_incremental(
+                    rows,
+                    table.pipeline,
+                    plan.run_seq,
+                    stream_pairs(own),
+                    [o for o in overlaps if o.key in keys],
+                    prepared.decoding,
+                    before_commit=lambda: prepared.check_topics_unchanged(self.context),
+                    counted_ranges=[s for s in ranges if s.key in keys],
+                    event_time=plan.event_time,
+                    # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
+                    planned_records=None if plan.bootstrap is not None else sum(s.record_count for s in own),
+                )
+
             self._progress.stage("reading and writing", planned_offsets=plan.planned_records)
             watching.enter_context(watching_spark(spark, self._progress))
-            if self.pipeline.sink.per_stream:
-                result, stream_tables = write_per_stream(
-                    frame,
-                    self.pipeline,
-                    plan.run_seq,
-                    plan.read_splits,
-                    overlaps,
-                    prepared.decoding,
-                    before_commit=lambda: prepared.check_topics_unchanged(self.context),
-                    counted_ranges=ranges,
-                    event_time=plan.event_time,
-                    planned_records=records,
-                )
-            else:
-                result = write_incremental(
-                    frame,
-                    self.pipeline,
-                    plan.run_seq,
-                    pairs,
-                    overlaps,
-                    prepared.decoding,
-                    before_commit=lambda: prepared.check_topics_unchanged(self.context),
-                    counted_ranges=ranges,
-                    event_time=plan.event_time,
-                    planned_records=records,
-                )
+            result, stream_tables = for_each_table(frame, self.pipeline, plan.read_splits, write)
         except (TopicRecreatedError, SparkJobError) as e:
             # A topic recreated under the run: what it read may be the new topic's records at the old one's
             # offsets, and nothing of it was committed. Under reset the run is given up now, as its recovery would.
@@ -395,12 +376,12 @@ class PipelineRunner:
         owner = _refuse_live_owner(self.pipeline.id, head)
         # The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
         # holding the run means the whole run is in. A fence there means an abandon was interrupted after it.
-        # With a table per stream, each table of the run: the run is in once every table holds it, and a fence in
-        # any of them is an interrupted abandon.
+        # Each table of the run: the run is in once every table holds it, and a fence in any of them is an
+        # interrupted abandon.
         txns = self._txns(plan)
-        lacking = [stream for stream, txn in txns.items() if txn != plan.run_seq]
+        lacking = [table for table, txn in txns if txn != plan.run_seq]
         in_sink = not lacking
-        fenced = self._fenced(plan, [stream for stream in txns if stream not in lacking])
+        fenced = self._fenced(plan, [table for table, txn in txns if txn == plan.run_seq])
         logger.warning(
             "pipeline %s: run %d was planned but not committed (owner %s); %s",
             self.pipeline.id,
@@ -410,8 +391,7 @@ class PipelineRunner:
             if fenced
             else "its data is in the sink, committing its offsets"
             if in_sink
-            else "executing it again"
-            + (f" for the tables of streams {', '.join(lacking)}" if self.pipeline.sink.per_stream else ""),
+            else "executing it again" + _for_streams(lacking),
         )
         if not in_sink and not fenced:
             self._check_config(plan)
@@ -426,12 +406,12 @@ class PipelineRunner:
             self._give_up(plan, _INTERRUPTED_ABANDON, version)
             return None
         if in_sink:
-            landed, stream_tables = self._landed(plan)
+            found, stream_tables = landed(self.pipeline, plan.read_splits, plan.run_seq)
             summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq).model_copy(
                 update={
-                    "records": landed.records,
-                    "dead_letters": landed.dead_letters,
-                    "sink_version": landed.sink_version,
+                    "records": found.records,
+                    "dead_letters": found.dead_letters,
+                    "sink_version": found.sink_version,
                     "stream_tables": stream_tables,
                 }
             )
@@ -439,7 +419,7 @@ class PipelineRunner:
             commit_consumer_group(self.pipeline.consumer_group, plan, self.context.connections(plan))
             return plan.run_seq
         # Only the ranges still to be written must be on the brokers: a landed table's ranges may be gone by now.
-        pending = [s for s in plan.read_splits if s.stream_id in lacking] if self.pipeline.sink.per_stream else None
+        pending = [s for table in lacking for s in table.own(plan.read_splits)]
         void = self._stale_plan_reason(plan, pending)
         if void is not None:
             self._give_up(plan, void, version)
@@ -452,7 +432,7 @@ class PipelineRunner:
             lag=0,
             recovered=plan.run_seq,
             overlaps=state.backfill_overlaps(plan.read_splits),
-            streams=lacking if self.pipeline.sink.per_stream else None,
+            pending=pending,
         )
         return plan.run_seq
 
@@ -464,7 +444,7 @@ class PipelineRunner:
         """
         if result.read_per_range is None:
             return None
-        tables = [t for view in self._views(ranges) for t in (view.sink_table, view.dead_letter_table)]
+        tables = [t for table in run_tables(self.pipeline, ranges) for t in (table.sink, table.dead_letters)]
         try:
             completeness = measure(tables, plan.run_seq, ranges, result.read_per_range, overlaps, result.landed_files)
         # A report on a landed run must not keep it from its commit: not a delta-rs or pyarrow error (a table
@@ -478,35 +458,22 @@ class PipelineRunner:
             )
         return completeness
 
-    def _txns(self, plan: Plan) -> dict[str, int | None]:
-        """Per table of ``plan``'s run (by stream; ``""`` for the one sink), the pipeline's last transaction there.
+    def _txns(self, plan: Plan) -> list[tuple[SinkTable, int | None]]:
+        """Per table of ``plan``'s run, the pipeline's last transaction there.
 
         The sink's own txn, not the dead-letter table's: the dead letters are written first, so only the sink
-        holding the run means the whole run (with a table per stream: the stream's part) is in.
+        holding the run means the whole run (its part of the run: a stream's table) is in.
         """
-        streams = run_streams(plan.read_splits) if self.pipeline.sink.per_stream else [""]
-        return {s: committed_txn_version(self.pipeline.for_stream(s).sink_table, self.pipeline.id) for s in streams}
+        return [
+            (table, committed_txn_version(table.sink, self.pipeline.id))
+            for table in run_tables(self.pipeline, plan.read_splits)
+        ]
 
-    def _fenced(self, plan: Plan, holding: Sequence[str]) -> bool:
+    def _fenced(self, plan: Plan, holding: Sequence[SinkTable]) -> bool:
         """Whether a table of the run holds its fence (an abandon of it was interrupted after fencing), looking only
-        at the tables ``holding`` its transaction (by stream, as :meth:`_txns`): a fence is one.
+        at the tables ``holding`` its transaction: a fence is one.
         """
-        return any(
-            is_fence(self.pipeline.for_stream(stream).sink_table, self.pipeline.id, plan.run_seq) for stream in holding
-        )
-
-    def _views(self, splits: Sequence[Split]) -> list[PipelineConfig]:
-        """The pipeline as each table of a run with these splits sees it: one per stream, or the pipeline itself."""
-        if not self.pipeline.sink.per_stream:
-            return [self.pipeline]
-        return [self.pipeline.for_stream(stream) for stream in run_streams(splits)]
-
-    def _landed(self, plan: Plan) -> tuple[WriteResult, tuple[StreamTable, ...]]:
-        """What the tables' logs say ``plan``'s run landed (a run found complete in the sink)."""
-        if self.pipeline.sink.per_stream:
-            return landed_per_stream(self.pipeline, plan.read_splits, plan.run_seq)
-        sink, dead_letters = self.pipeline.sink_table, self.pipeline.dead_letter_table
-        return landed_from_log(sink, dead_letters, self.pipeline.id, plan.run_seq), ()
+        return any(is_fence(table.sink, self.pipeline.id, plan.run_seq) for table in holding)
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``: its offsets are not committed, the history records why.
@@ -536,11 +503,11 @@ class PipelineRunner:
         if head is None or head.status != "planned" or head.run_seq != run_seq:
             # Not the planned head: the store refuses it, naming what the state holds.
             return self.store.abandon_run(run_seq, reason=reason, expected_version=state.table_version)
-        # A fence of this run there is an abandon that was interrupted: it may be finished. With a table per stream
-        # the run is complete once every table holds it; a part of it landed is kept by the abandon (_give_up).
+        # A fence of this run there is an abandon that was interrupted: it may be finished. The run is complete once
+        # every table holds it; a part of it landed (a stream's table) is kept by the abandon (_give_up).
         txns = self._txns(head.plan)
-        fenced = self._fenced(head.plan, [stream for stream, txn in txns.items() if txn == run_seq])
-        if txns and all(txn is not None and txn >= run_seq for txn in txns.values()) and not fenced:
+        fenced = self._fenced(head.plan, [table for table, txn in txns if txn == run_seq])
+        if txns and all(txn is not None and txn >= run_seq for _, txn in txns) and not fenced:
             raise self._complete_error(run_seq)
         _refuse_live_owner(self.pipeline.id, head)
         assert state.table_version is not None  # a state with a planned head has a table
@@ -569,7 +536,7 @@ class PipelineRunner:
         """
         from dynamic_kafka.spark.decode import can_fail
 
-        views = self._views(plan.read_splits)
+        tables = run_tables(self.pipeline, plan.read_splits)
         # A dead-letter table that is not there yet is created by its fence only if the run could have written
         # one: under the config's settings, or under the other settings it was planned with.
         may_have = (self.pipeline.on_decode_error == "dead_letter" and can_fail(self.pipeline)) or (
@@ -577,8 +544,8 @@ class PipelineRunner:
         )
         landed: dict[TopicPartition, int] = {}
         complete = 0
-        for view in views:
-            sink, dead_letters = view.sink_table, view.dead_letter_table
+        for table in tables:
+            sink, dead_letters = table.sink, table.dead_letters
             if fence_run(sink, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":
                 # A stream's table holding the run (a table per stream): its part stays, and its rows and dead
                 # letters raise the frontier like a backfill's, so the next run re-reading them lands none again.
@@ -594,7 +561,7 @@ class PipelineRunner:
                     _raise_to(landed, run_frontier(dead_letters, plan.run_seq))
                 else:
                     remove_run_folder(dead_letters, self.pipeline.id, plan.run_seq)
-        if views and complete == len(views):
+        if tables and complete == len(tables):
             raise self._complete_error(plan.run_seq)
         return self.store.abandon_run(plan.run_seq, reason=reason, expected_version=version, landed=landed)
 
@@ -678,6 +645,12 @@ class PipelineRunner:
             self.store.maintain()
         except DynamicKafkaError as e:
             logger.warning("pipeline %s: state maintenance skipped: %s", self.pipeline.id, e)
+
+
+def _for_streams(tables: Sequence[SinkTable]) -> str:
+    """`` for the tables of streams a, b`` naming stream tables, else nothing (the one sink)."""
+    streams = [table.stream for table in tables if table.stream is not None]
+    return f" for the tables of streams {', '.join(streams)}" if streams else ""
 
 
 def _raise_to(frontier: dict[TopicPartition, int], more: dict[TopicPartition, int]) -> None:

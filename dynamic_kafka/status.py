@@ -16,7 +16,8 @@ from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snaps
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.sink.per_stream import known_streams
+from dynamic_kafka.model.text import table as text_table
+from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
@@ -121,6 +122,28 @@ class PipelineStatus(BaseModel):
             }
         )
 
+    def offsets_text(self) -> str:
+        """The offsets table, for people."""
+        if self.never_ran:
+            return f"pipeline {self.pipeline_id} has never run: no offsets are committed yet"
+        lines = text_table(
+            ["cluster", "topic", "topic id", ">part", ">next", ">earliest", ">latest", ">lag", "state", "last run"],
+            (
+                (
+                    p.cluster_id,
+                    p.topic,
+                    p.topic_id or "-",
+                    p.partition,
+                    p.next_offset,
+                    *("?" if v is None else v for v in (p.earliest_offset, p.latest_offset, p.lag)),
+                    "reset" if p.reset else p.status,
+                    p.updated_run_seq,
+                )
+                for p in self.partitions
+            ),
+        )
+        return f"pipeline {self.pipeline_id}:\n" + "\n".join(lines)
+
 
 def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: float | None = None) -> PipelineStatus:
     """Reads the state and asks every cluster in it for its latest offsets (best effort: an unreachable cluster
@@ -196,10 +219,10 @@ def report_requests(context: PipelineContext, state: StateSnapshot) -> list[Clus
 def _stream_tables(
     context: PipelineContext, state: StateSnapshot, rows: list[PartitionLag]
 ) -> tuple[StreamTableStatus, ...]:
-    """Each stream table the state knows, with its last run (from its log, JVM-free) and its streams' lag."""
+    """Each stream's table the state knows (none for one sink: the report's own fields are its), with its last
+    run (from its log, JVM-free) and its streams' lag.
+    """
     pipeline = context.pipeline
-    if not pipeline.sink.per_stream:
-        return ()
     lag: dict[str, int] = {}
     for row in rows:
         key = TopicPartition(cluster_id=row.cluster_id, topic=row.topic, partition=row.partition)
@@ -211,18 +234,19 @@ def _stream_tables(
         if state.partitions[key].stream_ids:
             partitions.setdefault(state.partitions[key].stream_ids[0], []).append(key)
     tables = []
-    for stream in known_streams(state):
-        table = pipeline.for_stream(stream).sink_table
-        opened = open_delta_rs(table, doing=f"reading the Delta log of {table}")
+    for table in known_tables(pipeline, state):
+        if table.stream is None:
+            continue
+        opened = open_delta_rs(table.sink, doing=f"reading the Delta log of {table.sink}")
         tables.append(
             StreamTableStatus(
-                stream_id=stream,
-                table=str(table),
+                stream_id=table.stream,
+                table=str(table.sink),
                 exists=opened is not None,
                 last_run_seq=opened.transaction_version(pipeline.id) if opened is not None else None,
                 version=opened.version() if opened is not None else None,
-                lag=lag.get(stream, 0),
-                partitions=tuple(partitions.get(stream, ())),
+                lag=lag.get(table.stream, 0),
+                partitions=tuple(partitions.get(table.stream, ())),
             )
         )
     return tuple(tables)
@@ -234,19 +258,34 @@ def _is_reset(summary_json: str) -> bool:
     return isinstance(document, dict) and document.get("status") == "reset"
 
 
-class LagVerdict(FrozenModel):
-    """Whether a pipeline is healthy: no data loss in its last run and, with a limit, its lag within it."""
+VerdictName = Literal[
+    "lag",
+    "data_loss",
+    "dead_letters",
+    "completeness",
+    "freshness",
+    "idle_partitions",
+    "stuck_transactions",
+    "event_time_lag",
+]
 
+
+class HealthVerdict(FrozenModel):
+    """One check's verdict on a pipeline: the checks after a run (``lag``, ``data_loss``, ``dead_letters``,
+    ``completeness``: what an orchestrator's checks show) and the checks between runs (``dynamic-kafka health``).
+    """
+
+    name: VerdictName
     passed: bool
     severity: Literal["error", "warning"] = Field(
-        description="'error' when the last run skipped lost records (data is missing), else 'warning' (lag)."
+        description="What a failure means: 'error', data is missing; 'warning', it is late or kept aside."
     )
-    problems: tuple[str, ...] = Field(description="What is wrong, one sentence each; empty when passed.")
-    lost_ranges: tuple[LostRange, ...] = Field(description="The ranges the last run skipped as lost.")
-    description: str = Field(description="The problems joined, or a one-line all-clear.")
+    description: str = Field(description="What is wrong, or a one-line all-clear.")
+    problems: tuple[str, ...] = Field((), description="What is wrong, one sentence each; empty when passed.")
+    lost_ranges: tuple[LostRange, ...] = Field((), description="The ranges the last run skipped as lost.")
 
 
-def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
+def data_loss_verdict(status: PipelineStatus) -> HealthVerdict:
     """Fails (severity ``error``: records are missing from the sink) when the last run skipped lost ranges."""
     last = status.last_run
     lost = tuple(r for f in (last.findings if last else ()) if (r := f.lost_range) is not None)
@@ -255,7 +294,8 @@ def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
         if lost and last is not None
         else ()
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="data_loss",
         passed=not problems,
         severity="error",
         problems=problems,
@@ -264,7 +304,7 @@ def data_loss_verdict(status: PipelineStatus) -> LagVerdict:
     )
 
 
-def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> LagVerdict:
+def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> HealthVerdict:
     """The ``lag`` check's verdict: is the pipeline within ``max_lag_records`` of the brokers.
 
     It fails (severity ``warning``: the data is late, not lost) when the lag exceeds ``max_lag_records``, or cannot
@@ -278,7 +318,8 @@ def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> La
             f"lag unknown on cluster(s) {', '.join(status.lag_unknown_clusters)}, unreachable or skipped by the last "
             f"run (known lag {status.total_lag} records)"
         )
-    return LagVerdict(
+    return HealthVerdict(
+        name="lag",
         passed=not problems,
         severity="warning",
         problems=tuple(problems),
@@ -287,7 +328,7 @@ def lag_limit_verdict(status: PipelineStatus, max_lag_records: int | None) -> La
     )
 
 
-def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVerdict:
+def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> HealthVerdict:
     """The ``dead_letters`` check's verdict: did the last run dead-letter at most ``max_dead_letters`` records.
 
     It fails with severity ``warning``, since the records are kept (in the dead-letter table), not lost.
@@ -302,7 +343,8 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
         if last is not None and count > max_dead_letters
         else ()
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="dead_letters",
         passed=not problems,
         severity="warning",
         problems=problems,
@@ -311,7 +353,7 @@ def dead_letter_verdict(status: PipelineStatus, max_dead_letters: int) -> LagVer
     )
 
 
-def completeness_verdict(status: PipelineStatus) -> LagVerdict:
+def completeness_verdict(status: PipelineStatus) -> HealthVerdict:
     """The ``completeness`` check's verdict: did the last run account for every record it read.
 
     It fails with severity ``error`` when a planned range's records read differ from its rows landed (sink and
@@ -323,14 +365,17 @@ def completeness_verdict(status: PipelineStatus) -> LagVerdict:
     counted = last.completeness if last is not None else None
     if last is None or counted is None:
         why = "no run yet" if last is None else f"the last run (run_seq {last.run_seq}, {last.status}) was not counted"
-        return LagVerdict(passed=True, severity="error", problems=(), lost_ranges=(), description=why)
+        return HealthVerdict(
+            name="completeness", passed=True, severity="error", problems=(), lost_ranges=(), description=why
+        )
     problems = tuple(f"run_seq {last.run_seq} does not account for its records: {p}" for p in counted.mismatches)
     totals = (
         f"run_seq {last.run_seq}: planned {counted.planned} offsets in {len(counted.partitions)} range(s), read "
         f"{counted.read}, landed {counted.landed}, deduplicated {counted.deduplicated}, skipped by Kafka "
         f"{counted.skipped} (transaction markers, aborted or compacted records)"
     )
-    return LagVerdict(
+    return HealthVerdict(
+        name="completeness",
         passed=not problems,
         severity="error",
         problems=problems,

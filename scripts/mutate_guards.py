@@ -233,7 +233,7 @@ GUARDS = (
     Guard(
         "fence-read-by-recovery",
         "dynamic_kafka/runner.py",
-        "        fenced = self._fenced(plan, [stream for stream in txns if stream not in lacking])",
+        "        fenced = self._fenced(plan, [table for table, txn in txns if txn == plan.run_seq])",
         "        fenced = False",
         "tests/integration/test_abandon_fence.py::test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run",
     ),
@@ -355,7 +355,7 @@ GUARDS = (
     Guard(
         "backfill-records-its-table",
         "dynamic_kafka/backfill.py",
-        "        streams={s.key: s.stream_id for s in plan.read_splits} if context.pipeline.sink.per_stream else None,",
+        "        streams=tables_of_partitions(context.pipeline, plan.read_splits),",
         "        streams=None,",
         "tests/model/test_holes.py::"
         "test_35_16_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into",

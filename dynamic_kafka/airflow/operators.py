@@ -25,8 +25,6 @@ from dynamic_kafka import (
     completeness_verdict,
     data_loss_verdict,
     dead_letter_verdict,
-    format_health,
-    format_offsets,
     lag_limit_verdict,
     load_project_config,
 )
@@ -38,7 +36,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-    from dynamic_kafka import LagVerdict
+    from dynamic_kafka import HealthVerdict
 
 
 RETRIES = 3
@@ -125,7 +123,7 @@ class ChecksOperator(PipelineOperator):
         """Evaluates the checks; returns the verdicts by name."""
         status = pipeline.status()
         config = pipeline.config
-        verdicts: dict[str, LagVerdict] = {
+        verdicts: dict[str, HealthVerdict] = {
             "lag": lag_limit_verdict(status, config.max_lag_records),
             "data_loss": data_loss_verdict(status),
             "dead_letters": dead_letter_verdict(status, config.max_dead_letters),
@@ -147,7 +145,7 @@ class HealthOperator(PipelineOperator):
     def operate(self, pipeline: Pipeline, context: Context) -> dict[str, Any]:
         """Evaluates the health checks; returns the report."""
         report = pipeline.health()
-        self.log.info("%s", format_health(report))
+        self.log.info("%s", report.text())
         document = report.model_dump(mode="json")
         _fail_on(context, document, [v.name for v in report.failed], self)
         return document
@@ -161,7 +159,7 @@ class OffsetsOperator(PipelineOperator):
     def operate(self, pipeline: Pipeline, context: Context) -> dict[str, Any]:
         """Reads the offsets; returns the status."""
         status = pipeline.offsets()
-        self.log.info("%s", format_offsets(status))
+        self.log.info("%s", status.offsets_text())
         return status.model_dump(mode="json")
 
 

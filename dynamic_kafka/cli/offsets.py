@@ -16,14 +16,11 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
-from dynamic_kafka.cli._table import table
 from dynamic_kafka.errors import ClusterUnreachableError
 
 if TYPE_CHECKING:
     import argparse
 
-    from dynamic_kafka.offset_reset import OffsetReset
-    from dynamic_kafka.status import PipelineStatus
 
 HELP = "show per partition the committed next offset, the broker's earliest and latest, the lag and the last run"
 RESET_HELP = (
@@ -62,7 +59,7 @@ def _show(args: argparse.Namespace) -> int:
     status = one_pipeline(args).offsets()
     rows = [p.model_dump(mode="json") for p in status.partitions]
     document = {"pipeline_id": status.pipeline_id, "never_ran": status.never_ran, "partitions": rows}
-    print(json.dumps(document, indent=2) if args.json else format_offsets(status))
+    print(json.dumps(document, indent=2) if args.json else status.offsets_text())
     if status.unreachable_clusters:
         names = ", ".join(status.unreachable_clusters)
         raise ClusterUnreachableError(
@@ -74,88 +71,10 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_offsets(status: PipelineStatus) -> str:
-    """The offsets table for people."""
-    if status.never_ran:
-        return f"pipeline {status.pipeline_id} has never run: no offsets are committed yet"
-    lines = table(
-        ["cluster", "topic", "topic id", ">part", ">next", ">earliest", ">latest", ">lag", "state", "last run"],
-        (
-            (
-                p.cluster_id,
-                p.topic,
-                p.topic_id or "-",
-                p.partition,
-                p.next_offset,
-                *("?" if v is None else v for v in (p.earliest_offset, p.latest_offset, p.lag)),
-                "reset" if p.reset else p.status,
-                p.updated_run_seq,
-            )
-            for p in status.partitions
-        ),
-    )
-    return f"pipeline {status.pipeline_id}:\n" + "\n".join(lines)
-
-
 def _reset(args: argparse.Namespace) -> int:
     pipeline = one_pipeline(args)
     result = pipeline.reset_offsets(
         args.to, args.reason, cluster=args.cluster, topic=args.topic, partition=args.partition, apply=args.yes
     )
-    print(result.model_dump_json(indent=2) if args.json else format_reset(result))
+    print(result.model_dump_json(indent=2) if args.json else result.text())
     return 0
-
-
-def format_reset(result: OffsetReset) -> str:
-    """What a reset changes (or changed), for people."""
-    clamped = [
-        f"  {c} stops at {c.to_offset}, not at {c.wanted}: {c.reason}; "
-        "read again, they would land twice (the sink's dedupe compares Kafka coordinates)"
-        for c in result.clamps
-    ]
-    if not result.changes:
-        return "\n".join(
-            [
-                f"pipeline {result.pipeline_id}: every selected partition is already at {result.to}"
-                + (" or as far back as it may go" if clamped else "")
-                + "; nothing to change.",
-                *clamped,
-            ]
-        )
-    done = "reset" if result.applied else "a reset would move"
-    lines = [
-        f"pipeline {result.pipeline_id}: {done} {len(result.changes)} partition(s) to {result.to}"
-        + (f" (recorded as run {result.run_seq})" if result.applied else "")
-        + f": {result.read_again} offsets read again, {result.skipped} skipped",
-    ]
-    lines += table(
-        ["cluster", "topic", ">part", ">from", ">to", ">earliest", ">latest", "effect"],
-        (
-            (
-                c.cluster_id,
-                c.topic,
-                c.partition,
-                c.from_offset,
-                c.to_offset,
-                c.earliest,
-                c.latest,
-                (f"read {c.read_again} again" if c.read_again else f"skip {c.skipped}")
-                + (" (removed: its kept offset)" if c.status == "removed" else ""),
-            )
-            for c in result.changes
-        ),
-    )
-    if result.unchanged:
-        lines.append(f"  {result.unchanged} selected partition(s) already there")
-    lines += clamped
-    if result.read_again:
-        lines.append(
-            "  records read again that the sink or dead-letter table already holds are not landed twice "
-            "(delete them from the sink first to land them again)"
-        )
-    lines.append(
-        f"  reason: {result.reason} (by {result.requested_by})"
-        if result.applied
-        else "  nothing changed; run again with --yes to reset."
-    )
-    return "\n".join(lines)

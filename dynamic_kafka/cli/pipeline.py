@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.cli._args import add_config_argument, examples
 from dynamic_kafka.cli._pipelines import Outcome, add_pipeline_arguments, each_pipeline, one_pipeline
-from dynamic_kafka.cli._table import table
 from dynamic_kafka.errors import ClusterUnreachableError
+from dynamic_kafka.model.text import table
 
 if TYPE_CHECKING:
     import argparse

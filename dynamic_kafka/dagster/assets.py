@@ -53,7 +53,7 @@ from dagster import (
 
 from dynamic_kafka import (
     DynamicKafkaError,
-    LagVerdict,
+    HealthVerdict,
     PipelineConfig,
     PipelineStatus,
     RunSummary,
@@ -393,7 +393,7 @@ def _lag_metadata(status: PipelineStatus) -> dict[str, MetadataValue]:
     return metadata
 
 
-def _result(name: str, key: Any, verdict: LagVerdict, metadata: dict[str, MetadataValue]) -> AssetCheckResult:
+def _result(name: str, key: Any, verdict: HealthVerdict, metadata: dict[str, MetadataValue]) -> AssetCheckResult:
     return AssetCheckResult(
         check_name=name,
         asset_key=key,

@@ -34,7 +34,7 @@ from dagster import (
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dynamic_kafka import PipelineConfig, format_offsets, format_replay, format_reset
+from dynamic_kafka import PipelineConfig
 from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.names import (
     HEALTH_CHECK_NAMES,
@@ -128,7 +128,7 @@ def build_operation_jobs(pipeline: PipelineConfig, target: Target) -> list[JobDe
     def show(context: OpExecutionContext, dynamic_kafka: DynamicKafkaResource) -> Output[dict[str, Any]]:
         with dagster_errors(pipeline_id):
             status = dynamic_kafka.pipeline(target.config_path, pipeline_id).offsets()
-        return _report(context, status.model_dump(mode="json"), format_offsets(status))
+        return _report(context, status.model_dump(mode="json"), status.offsets_text())
 
     @op(
         name=f"{name}_reset_offsets",
@@ -146,7 +146,7 @@ def build_operation_jobs(pipeline: PipelineConfig, target: Target) -> list[JobDe
                 partition=config.partition,
                 apply=config.apply,
             )
-        return _report(context, done.model_dump(mode="json"), format_reset(done))
+        return _report(context, done.model_dump(mode="json"), done.text())
 
     @op(
         name=f"{name}_replay_dead_letters",
@@ -159,7 +159,7 @@ def build_operation_jobs(pipeline: PipelineConfig, target: Target) -> list[JobDe
             done = dynamic_kafka.pipeline(target.config_path, pipeline_id).replay_dead_letters(
                 run_seq=config.run_seq, apply=config.apply
             )
-        return _report(context, done.model_dump(mode="json"), format_replay(done))
+        return _report(context, done.model_dump(mode="json"), done.text())
 
     jobs = []
     for operation, job_name, what in (

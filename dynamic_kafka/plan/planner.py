@@ -57,7 +57,7 @@ from dynamic_kafka.offsets import (
     TimestampOffsets,
     to_epoch_ms,
 )
-from dynamic_kafka.plan.tables import pinned_to_tables
+from dynamic_kafka.plan.tables import as_tables_take
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -104,9 +104,9 @@ def plan_run(
     missing = [(f.cluster_id or "", f.topic or "") for f in builder.findings if f.kind == "topic_missing"]
     if missing and pipeline.on_topic_missing == "fail":
         raise TopicMissingError(missing)
-    splits = _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings)
-    if pipeline.sink.per_stream:
-        splits = pinned_to_tables(splits, state)
+    splits = as_tables_take(
+        pipeline, _apply_run_cap(builder.splits, pipeline.max_records_per_run, builder.findings), state
+    )
     removals = [key for key, target in builder.removals if _fully_read(key, target, splits)]
     return Plan(
         pipeline_id=pipeline.id,

@@ -9,6 +9,9 @@ stream it was committed under in front of its split's ``stream_ids`` (the state 
 planned, so the pin carries over from run to run); a partition no run committed yet that a backfill merged keeps the
 table the backfill merged it into (recorded with its frontier); a new partition of a topic the state knows joins its
 topic's table. Only a topic new to the state takes its first stream from the metadata.
+
+A pipeline with one sink pins nothing (:func:`as_tables_take`): every partition lands in it, and a row's ``stream``
+follows the metadata.
 """
 
 from __future__ import annotations
@@ -18,8 +21,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.plan import Split, TopicPartition
     from dynamic_kafka.model.snapshots import StateSnapshot
+
+
+def as_tables_take(pipeline: PipelineConfig, splits: Iterable[Split], state: StateSnapshot) -> list[Split]:
+    """``splits`` as the pipeline's tables take them: each led by the stream whose table its partition landed in
+    (:func:`pinned_to_tables`), or as they are for one sink.
+    """
+    return pinned_to_tables(splits, state) if pipeline.sink.per_stream else list(splits)
+
+
+def tables_of_partitions(pipeline: PipelineConfig, splits: Iterable[Split]) -> dict[TopicPartition, str] | None:
+    """Per partition of ``splits``, the stream whose table it lands in (for the state to pin a partition no run
+    committed yet to it, :func:`landed_tables`); None for one sink, which every partition lands in.
+    """
+    return {s.key: s.stream_id for s in splits} if pipeline.sink.per_stream else None
 
 
 def pinned_to_tables(splits: Iterable[Split], state: StateSnapshot) -> list[Split]:

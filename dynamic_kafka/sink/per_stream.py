@@ -1,25 +1,28 @@
-"""A table per stream (``sink.path: data/{stream}``): one run, one Kafka read, one Delta transaction per table.
+"""The tables a pipeline writes: its one sink, or a table per stream (``sink.path: data/{stream}``), each with its
+dead-letter table beside it. Every verb loops over them (:class:`SinkTable`); one sink is the case of one table.
 
-Each stream's rows go to its own table (and undecodable ones to its own dead-letter table), each appended as an
-incremental run appends a sink (:func:`~dynamic_kafka.sink.incremental.write_incremental`), with the same
-transaction ``(pipeline id, run_seq)``: each table's log says on its own whether it holds the run. So the
-recovery rule of one sink becomes, per table: a run is committed to the state only once every table of the run
-holds its transaction, and a recovery writes only the tables that lack it (the runner asks each table's log).
+With a table per stream, one run makes one Kafka read and one Delta transaction per table: each stream's rows go to
+its own table (and undecodable ones to its own dead-letter table), each appended as an incremental run appends a
+sink (:func:`~dynamic_kafka.sink.incremental.write_incremental`), with the same transaction ``(pipeline id,
+run_seq)``: each table's log says on its own whether it holds the run. So the recovery rule of one sink becomes, per
+table: a run is committed to the state only once every table of the run holds its transaction, and a recovery
+writes only the tables that lack it (the runner asks each table's log).
 
 Which table a row lands in is its ``stream`` column, which the reader fills from the row's own split: the split's
 first stream, the one a topic shared by two subscribed streams is attributed to when it first lands (the project's
 shared-topic rule), kept for the partition afterwards (:mod:`dynamic_kafka.plan.tables`). The tables of a run are those
-of the streams it reads (:func:`run_streams`); a stream that appears later gets its table from the run that first
+of the streams it reads (:func:`run_tables`); a stream that appears later gets its table from the run that first
 lands it, created by that run's first append.
 
-The Kafka ranges are read once: the reader's rows are persisted (memory, spilling to disk) and every table's append
-filters them, so the first append's job reads Kafka and the others read the persisted rows. A backfill goes through
-the stream tables the same way (:func:`for_each_stream`), one MERGE per table.
+The Kafka ranges are read once: with more than one table the reader's rows are persisted (memory, spilling to disk)
+and every table's write filters them, so the first write's job reads Kafka and the others read the persisted rows
+(:func:`for_each_table`: a run's appends, a backfill's MERGEs).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.faults import CrashPoint, crash_point
@@ -27,16 +30,87 @@ from dynamic_kafka.model.summary import StreamTable
 from dynamic_kafka.sink.metrics import WriteResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from pyspark.sql import DataFrame
 
     from dynamic_kafka.config import PipelineConfig
     from dynamic_kafka.model.plan import Split
     from dynamic_kafka.model.snapshots import StateSnapshot
-    from dynamic_kafka.spark.decoding import PreparedDecoding
+    from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class SinkTable:
+    """One table a pipeline lands records in, with its dead-letter table: the pipeline's one sink (every stream's
+    records), or one stream's table.
+    """
+
+    stream: str | None
+    """The stream whose records the table holds; None: the pipeline's one sink, which holds every stream's."""
+    pipeline: PipelineConfig
+    """The pipeline as this table sees it: for a stream's table, its paths filled in."""
+
+    @property
+    def sink(self) -> TableRef:
+        """The table of records."""
+        return self.pipeline.sink_table
+
+    @property
+    def dead_letters(self) -> TableRef:
+        """The dead-letter table beside it."""
+        return self.pipeline.dead_letter_table
+
+    def own(self, splits: Iterable[Split]) -> list[Split]:
+        """The splits of ``splits`` whose records land in this table."""
+        return [s for s in splits if self.stream in (None, s.stream_id)]
+
+    def rows(self, df: DataFrame) -> DataFrame:
+        """The rows of ``df`` that land in this table, by their ``stream`` column."""
+        if self.stream is None:
+            return df
+        from pyspark.sql import functions as sf
+
+        return df.where(sf.col("stream") == sf.lit(self.stream))
+
+
+def sink_tables(pipeline: PipelineConfig, streams: Iterable[str]) -> list[SinkTable]:
+    """The tables holding the records of ``streams``: each stream's own, in stream order, or the one sink."""
+    if not pipeline.sink.per_stream:
+        return [SinkTable(None, pipeline)]
+    return [SinkTable(stream, pipeline.for_stream(stream)) for stream in sorted(set(streams))]
+
+
+def run_tables(pipeline: PipelineConfig, splits: Iterable[Split]) -> list[SinkTable]:
+    """The tables a run (or backfill) reading ``splits`` writes."""
+    return sink_tables(pipeline, run_streams(splits))
+
+
+def known_tables(
+    pipeline: PipelineConfig, state: StateSnapshot, also: Callable[[], Iterable[str]] | None = None
+) -> list[SinkTable]:
+    """Every table the state knows (:func:`known_streams`), and those of the streams ``also`` returns (asked only
+    when each stream has its own table: the one sink holds every stream's records).
+    """
+    if not pipeline.sink.per_stream or also is None:
+        return sink_tables(pipeline, known_streams(state))
+    return sink_tables(pipeline, [*known_streams(state), *also()])
+
+
+def unknown_tables(pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str]) -> list[SinkTable]:
+    """The tables of ``streams`` the state does not know: a stream's table first landed after the backup the state
+    was restored from (the one sink is always known).
+    """
+    known = {table.stream for table in known_tables(pipeline, state)}
+    return [table for table in sink_tables(pipeline, streams) if table.stream not in known]
+
+
+def one_sink(pipeline: PipelineConfig) -> SinkTable | None:
+    """The pipeline's one sink; None when each stream has its own table."""
+    tables = sink_tables(pipeline, ())
+    return tables[0] if tables else None
 
 
 def run_streams(splits: Iterable[Split]) -> list[str]:
@@ -55,97 +129,48 @@ def known_streams(state: StateSnapshot) -> list[str]:
     return sorted(streams)
 
 
-def table_views(pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str] = ()) -> list[PipelineConfig]:
-    """The pipeline as each of its tables sees it: one view per stream the state knows and per stream of
-    ``streams`` (a table per stream), else the pipeline itself.
-    """
-    return list(stream_views(pipeline, state, streams).values())
-
-
-def stream_views(
-    pipeline: PipelineConfig, state: StateSnapshot, streams: Iterable[str] = ()
-) -> dict[str | None, PipelineConfig]:
-    """:func:`table_views` by the stream of each table (None: the pipeline's one sink)."""
-    if not pipeline.sink.per_stream:
-        return {None: pipeline}
-    return {stream: pipeline.for_stream(stream) for stream in sorted({*known_streams(state), *streams})}
-
-
-def write_per_stream(
+def for_each_table(
     df: DataFrame,
     pipeline: PipelineConfig,
-    run_seq: int,
     splits: Sequence[Split],
-    overlaps: Sequence[Split],
-    prepared: PreparedDecoding | None,
-    *,
-    before_commit: Callable[[], None] | None = None,
-    counted_ranges: Sequence[Split] = (),
-    event_time: str | None = None,
-    planned_records: int | None = None,
+    write: Callable[[DataFrame, SinkTable, Sequence[Split]], WriteResult],
 ) -> tuple[WriteResult, tuple[StreamTable, ...]]:
-    """Lands a run's records, each stream's into its own table, in stream order; returns the whole run's result
-    and what each table got. ``counted_ranges``: as for one sink, each stream's counted by its table's write.
-    ``event_time``: the expression every table's event-time range measures (the plan's); None: the Kafka
-    timestamp. ``planned_records``: the run's planned records (None: unknown); each table's write is sized by its own.
-
-    A table already holding the run (a recovery, or another writer of it) is not written again: its part is
-    reported from its log. The crash point ``between_tables`` follows every table but the last.
+    """Calls ``write`` once per table of a run reading ``splits``, in stream order, with the rows of ``df`` that
+    land there and the table's own splits; returns the run's result (:func:`combined`) and what each stream's
+    table got. ``df`` is read once: with more than one table it is persisted (memory, spilling to disk) for the
+    writes. The crash point ``between_tables`` follows every table but the last.
 
     Raises:
-        As :func:`~dynamic_kafka.sink.incremental.write_incremental`, for the first table whose write fails; the
-        tables before it hold the run, the others do not (the next run's recovery writes those).
-    """
-    from dynamic_kafka.sink.incremental import write_incremental
-
-    def write(rows: DataFrame, stream: str, own: Sequence[Split]) -> WriteResult:
-        keys = {(s.cluster_id, s.topic, s.partition) for s in own}
-        return write_incremental(
-            rows,
-            pipeline.for_stream(stream),
-            run_seq,
-            stream_pairs(own),
-            [o for o in overlaps if (o.cluster_id, o.topic, o.partition) in keys],
-            prepared,
-            before_commit=before_commit,
-            counted_ranges=[s for s in counted_ranges if s.stream_id == stream],
-            event_time=event_time,
-            planned_records=None if planned_records is None else sum(s.record_count for s in own),
-        )
-
-    results = for_each_stream(df, splits, write)
-    return combined(results), stream_tables(pipeline, results)
-
-
-def for_each_stream(
-    df: DataFrame, splits: Sequence[Split], write: Callable[[DataFrame, str, Sequence[Split]], WriteResult]
-) -> dict[str, WriteResult]:
-    """Calls ``write`` once per stream of ``splits``, in stream order, with the rows of ``df`` whose ``stream``
-    column is that stream and the stream's own splits; returns each stream's result. ``df`` is read once: with
-    more than one stream it is persisted (memory, spilling to disk) for the writes. The crash point
-    ``between_tables`` follows every stream but the last.
-
-    Raises:
-        What ``write`` raises, for the first stream whose write fails; the streams before it were written.
+        What ``write`` raises, for the first table whose write fails; the tables before it were written.
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as sf
 
-    by_stream: dict[str, list[Split]] = {}
-    for split in splits:
-        by_stream.setdefault(split.stream_id, []).append(split)
-    streams = sorted(by_stream)
-    rows = df.persist(StorageLevel.MEMORY_AND_DISK) if len(streams) > 1 else df
-    results: dict[str, WriteResult] = {}
+    tables = run_tables(pipeline, splits)
+    rows = df.persist(StorageLevel.MEMORY_AND_DISK) if len(tables) > 1 else df
+    results: list[tuple[SinkTable, WriteResult]] = []
     try:
-        for index, stream in enumerate(streams):
-            results[stream] = write(rows.where(sf.col("stream") == sf.lit(stream)), stream, by_stream[stream])
-            if index < len(streams) - 1:
+        for index, table in enumerate(tables):
+            results.append((table, write(table.rows(rows), table, table.own(splits))))
+            if index < len(tables) - 1:
                 crash_point(CrashPoint.BETWEEN_TABLES)
     finally:
         if rows is not df:
             rows.unpersist()
-    return results
+    return _of_run(results)
+
+
+def landed(
+    pipeline: PipelineConfig, splits: Sequence[Split], run_seq: int
+) -> tuple[WriteResult, tuple[StreamTable, ...]]:
+    """What run ``run_seq`` landed in its tables, as their logs say (a run found complete: its recovery)."""
+    from dynamic_kafka.sink.incremental import landed_from_log
+
+    return _of_run(
+        [
+            (table, landed_from_log(table.sink, table.dead_letters, pipeline.id, run_seq))
+            for table in run_tables(pipeline, splits)
+        ]
+    )
 
 
 def stream_pairs(splits: Iterable[Split]) -> list[tuple[str, str]]:
@@ -153,44 +178,32 @@ def stream_pairs(splits: Iterable[Split]) -> list[tuple[str, str]]:
     return sorted({(s.cluster_id, s.topic) for s in splits})
 
 
-def landed_per_stream(
-    pipeline: PipelineConfig, splits: Sequence[Split], run_seq: int
-) -> tuple[WriteResult, tuple[StreamTable, ...]]:
-    """What run ``run_seq`` landed in its tables, as their logs say (a run found complete: its recovery)."""
-    from dynamic_kafka.sink.incremental import landed_from_log
-
-    results = {}
-    for stream in run_streams(splits):
-        view = pipeline.for_stream(stream)
-        results[stream] = landed_from_log(view.sink_table, view.dead_letter_table, pipeline.id, run_seq)
-    return combined(results), stream_tables(pipeline, results)
-
-
-def stream_tables(pipeline: PipelineConfig, results: Mapping[str, WriteResult]) -> tuple[StreamTable, ...]:
-    """What each stream's table got, for the run's summary."""
-    return tuple(
+def _of_run(results: Sequence[tuple[SinkTable, WriteResult]]) -> tuple[WriteResult, tuple[StreamTable, ...]]:
+    """The run's result from its tables' results, and what each stream's table got (for the run's summary)."""
+    tables = tuple(
         StreamTable(
-            stream_id=stream,
-            path=str(pipeline.for_stream(stream).sink_table),
+            stream_id=table.stream,
+            path=str(table.sink),
             records=result.records,
             dead_letters=result.dead_letters,
             sink_version=result.sink_version,
         )
-        for stream, result in sorted(results.items())
+        for table, result in results
+        if table.stream is not None
     )
+    return combined([result for _, result in results]), tables
 
 
-def combined(results: Mapping[str, WriteResult]) -> WriteResult:
+def combined(parts: Sequence[WriteResult]) -> WriteResult:
     """One run's result from its tables' results: counts summed, event-time range widened; the sink version is
     the last table's (each table's own is in the run's ``stream_tables``). ``already_committed`` only when every
     table already held the run. The ranges are counted (``read_per_range``) only when every table's write counted
     its own: a table found holding the run read nothing.
     """
-    parts = list(results.values())
     per_topic: dict[tuple[str, str], tuple[int, int]] = {}
     schema_counts: dict[str, int] = {}
     for part in parts:
-        per_topic.update(part.per_topic)  # a (cluster, topic) belongs to one stream's table
+        per_topic.update(part.per_topic)  # a (cluster, topic) belongs to one table
         for key, count in part.schema_counts.items():
             schema_counts[key] = schema_counts.get(key, 0) + count
     starts = [p.min_event_time for p in parts if p.min_event_time is not None]
@@ -219,5 +232,5 @@ def _read_per_range(parts: Sequence[WriteResult]) -> dict[tuple[str, str, int], 
     for part in parts:
         if part.read_per_range is None:
             return None
-        merged.update(part.read_per_range)  # a range belongs to one stream's table
+        merged.update(part.read_per_range)  # a range belongs to one table
     return merged if parts else None

@@ -108,19 +108,19 @@ def _compare(written: DataType, existing: DataType, path: str, problems: list[st
 def check_sink_schema(
     spark: SparkSession,
     pipeline: PipelineConfig,
-    prepared: PreparedDecoding | None = None,
-    streams: Sequence[str] = (),
+    prepared: PreparedDecoding | None,
+    tables: Sequence[PipelineConfig],
 ) -> None:
-    """Refuses, before anything is planned, a ``value_schema`` that does not parse or a sink whose schema does not
-    take the pipeline's rows; with a table per stream, the tables of ``streams`` (those a run writes).
+    """Refuses, before anything is planned, a ``value_schema`` that does not parse or a table of ``tables`` (the
+    pipeline as each table a run writes sees it, :class:`~dynamic_kafka.sink.per_stream.SinkTable`) whose schema
+    does not take the pipeline's rows.
 
     Raises:
         SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
     """
     written = written_schema(spark, pipeline, prepared)
-    views = [pipeline.for_stream(stream) for stream in streams] if pipeline.sink.per_stream else [pipeline]
-    for view in views:
-        _check_table(view, written)
+    for table in tables:
+        _check_table(table, written)
 
 
 def _check_table(pipeline: PipelineConfig, written: StructType) -> None:

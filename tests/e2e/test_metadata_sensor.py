@@ -10,7 +10,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context
 from dynamic_kafka.config import load_project_config
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.watch import WatchCursor
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from tests.support.e2e import Project
@@ -22,7 +22,7 @@ EAST_AND_WEST = {"orders": {"east": ["orders"], "west": ["orders-v2"]}}
 
 
 def fingerprint(project: Project) -> str:
-    return PipelineRunner(load_project_config(project.config_path), "orders").resolve().fingerprint
+    return Pipeline(load_project_config(project.config_path), "orders").resolve().fingerprint
 
 
 def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(

@@ -42,7 +42,7 @@ What is simulated, and how closely:
   by a process of another machine.
 * A table per stream (``Lake``): with a ``{stream}`` sink, one ``SinkModel`` pair per stream, each path the product
   names routed to its pair; the reader's ``stream`` column is each record's own split's stream, and the product's
-  ``per_stream.for_each_stream`` filters the model's frames by it (``Frame.where``, ``ModelColumn``).
+  ``per_stream.for_each_table`` filters the model's frames by it (``Frame.where``, ``ModelColumn``).
 * Spark Connect (``ConnectServer``): the project's ``spark.remote`` is the model's server, which stands in for
   pyspark's session builder, so runs attach to the pipeline's shared session through the product's own
   ``spark/remote.py`` (generations, the check of a cached session). The server may close every session (idle past
@@ -1759,11 +1759,10 @@ class Harness:
             (runner_module, "fence_run", lake.fence_run),
             (runner_module, "is_fence", lake.is_fence),
             (runner_module, "run_frontier", lake.run_frontier),
-            (runner_module, "landed_from_log", lake.landed_from_log),
             (incremental_module, "landed_from_log", lake.landed_from_log),
             (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
             (runner_module, "table_exists", lake.table_exists),
-            (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared=None, streams=(): None),
+            (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared, tables: None),
             (runner_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),

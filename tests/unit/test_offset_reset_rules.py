@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.cli.offsets import format_reset
 from dynamic_kafka.errors import ConfigError, RunInProgressError, StateError, TopicRecreatedError
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.model.snapshots import (
@@ -113,10 +112,10 @@ def test_a_rewind_stops_at_a_clusters_handover_and_says_why() -> None:
         applied=False,
         run_seq=2,
     )
-    shown = format_reset(result)
+    shown = result.text()
     assert "east/orders[1] stops at 8, not at 0: the first offset at or after 2026-11-27T12:00:00.000Z" in shown
     assert "a mirror's copies of records the old cluster delivered" in shown
-    nothing = format_reset(result.model_copy(update={"changes": (), "clamps": decided.clamps[1:]}))
+    nothing = (result.model_copy(update={"changes": (), "clamps": decided.clamps[1:]})).text()
     assert nothing.startswith("pipeline p: every selected partition is already at earliest or as far back as it may")
     assert "east/orders[1] stops at 8, not at 0" in nothing
     # Without the handover the same floors are the bootstrap archive's until.

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dynamic_kafka.cli.health import format_health
 from dynamic_kafka.cli.pipeline import format_summary
 from dynamic_kafka.health import HealthReport, reachable_lag_verdict
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.status import LagVerdict
+from dynamic_kafka.status import HealthVerdict
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 
@@ -30,7 +29,7 @@ def test_a_run_that_landed_everything_says_landed() -> None:
 
 
 def test_health_marks_a_failed_warning_as_failing_and_an_unknown_lag_as_unknown() -> None:
-    lag = LagVerdict(passed=True, severity="warning", problems=(), lost_ranges=(), description="lag 0 records")
+    lag = HealthVerdict(name="lag", passed=True, severity="warning", description="lag 0 records")
     report = HealthReport(
         pipeline_id="p",
         checked_at=NOW,
@@ -41,7 +40,7 @@ def test_health_marks_a_failed_warning_as_failing_and_an_unknown_lag_as_unknown(
         unreachable_clusters=("west",),
     )
 
-    lines = format_health(report).splitlines()
+    lines = report.text().splitlines()
 
     assert lines[0] == "pipeline p: 1 check(s) failed at 2026-12-06T12:00:00Z (total lag unknown)"
     assert lines[1].startswith("  FAIL lag ")

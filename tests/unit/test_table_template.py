@@ -215,11 +215,11 @@ class TestRunTables:
     def test_tables_results_combine_into_the_runs_result(self) -> None:
         one = WriteResult(records=3, bytes=30, per_topic={("east", "t1"): (3, 30)}, sink_records=2, dead_letters=1)
         two = WriteResult(records=1, bytes=5, per_topic={("east", "t2"): (1, 5)}, sink_records=1, dead_letters=0)
-        both = combined({"a": one, "b": two})
+        both = combined([one, two])
         assert (both.records, both.bytes, both.sink_records, both.dead_letters) == (4, 35, 3, 1)
         assert both.per_topic == {("east", "t1"): (3, 30), ("east", "t2"): (1, 5)}
         assert not both.already_committed
-        again = combined({"a": one.model_copy(update={"already_committed": True})})
+        again = combined([one.model_copy(update={"already_committed": True})])
         assert again.already_committed
 
     def test_a_backfill_of_stream_tables_reports_each_table_and_its_version(self) -> None:
@@ -261,8 +261,8 @@ class TestRunTables:
             read_per_range={("east", "t2", 0): 1},
             landed_files=(files_b,),
         )
-        both = combined({"a": one, "b": two})
+        both = combined([one, two])
         assert both.read_per_range == {("east", "t1", 0): 2, ("east", "t2", 0): 1}
         assert both.landed_files == (files_a, files_b)
         found = WriteResult(records=1, bytes=0, sink_records=1, dead_letters=0, already_committed=True)
-        assert combined({"a": one, "b": found}).read_per_range is None
+        assert combined([one, found]).read_per_range is None

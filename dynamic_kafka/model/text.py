@@ -1,4 +1,4 @@
-"""Tables for people: each column as wide as its widest cell."""
+"""Text for people: tables whose columns are as wide as their widest cell (what the values' ``text`` show)."""
 
 from __future__ import annotations
 
