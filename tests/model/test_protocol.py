@@ -408,11 +408,11 @@ class ProtocolMachine(RuleBasedStateMachine):
     def setup(
         self,
         starting: str,
-        stopping: str,
         on_data_loss: str,
         drain_removed: bool,
         skip_unreachable: bool,
         cap: int | None,
+        stopping: str = "latest",
         archive: int | None = None,
         per_stream: bool = False,
         on_topic_missing: str = "warn",
