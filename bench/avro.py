@@ -158,7 +158,7 @@ def baseline(spec_path: str) -> None:
     from pyspark.sql import functions as sf
     from pyspark.sql.avro.functions import from_avro
 
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.session import build_spark_session
 
     spark = build_spark_session(SparkConfig.model_validate(spec["spark"]))

@@ -27,7 +27,7 @@ def main(spec_path: str) -> None:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.session import build_spark_session
 
     imported = time.perf_counter()

@@ -345,7 +345,7 @@ def warm_spark_start(*, s3a: bool = False) -> float:
     next would compete with the background recorder. With ``s3a``, also for sessions with the S3A connector
     (benchmark 7). Returns the seconds spent (0 when both were ready).
     """
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.class_archive import JAR_SETTINGS_ENV
     from dynamic_kafka.spark.session import S3A_RECORDER_FLAG, session_class_archive
 

@@ -106,7 +106,7 @@ def _summary(commit: Callable[..., int], plan: Any, status: Literal["committed",
 def measure(partitions: int, clusters: int) -> dict[str, Any]:
     """One measurement in this process (the child): the first run, then an incremental run, step by step."""
     began = time.perf_counter()
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.plan.planner import plan_run
     from dynamic_kafka.state.store import StateStore
 

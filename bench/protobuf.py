@@ -22,8 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     from pyspark.sql.types import BooleanType, StringType, StructType
 
     from devtools.testing.protobuf import descriptor_form, framed, message_class, order_file
+    from dynamic_kafka.decoding.protobuf import descriptor_type, message_descriptor, union_struct, writer_file
     from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD, ProtobufDecoder
-    from dynamic_kafka.spark.protobuf_decode import descriptor_type, message_descriptor, union_struct, writer_file
 
     parser = argparse.ArgumentParser(prog="python -m bench.protobuf", description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)

@@ -160,7 +160,7 @@ def _write_project(folder: Path, bootstrap: str, table: Path, topic: str, *, exe
 def spark_job(spec: dict[str, Any]) -> dict[str, float]:
     """Spark's own Kafka writer over the table: at least once, no progress kept."""
     began = time.perf_counter()
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.session import build_spark_session
 
     spark = build_spark_session(SparkConfig.model_validate(spec["spark"]))

@@ -386,7 +386,7 @@ def _number(value: bytes) -> int:
 
 def maintain(sink: Path) -> int:
     """The second Spark process: OPTIMIZE, then VACUUM (default retention), on the sink until killed."""
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.session import build_spark_session
 
     spark = build_spark_session(SparkConfig(master="local[1]", ui_enabled=False))
@@ -404,9 +404,9 @@ def maintain(sink: Path) -> int:
 
 def backfill(config: Path, start: str, end: str) -> int:
     """A backfill of ``[start, end)`` as a process of its own (the library's ``run_backfill``)."""
-    from dynamic_kafka.backfill import run_backfill
-    from dynamic_kafka.config import load_project_config
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.operations.backfill import run_backfill
+    from dynamic_kafka.protocol.context import PipelineContext
 
     summary = run_backfill(
         PipelineContext(load_project_config(config), "p"), datetime.fromisoformat(start), datetime.fromisoformat(end)

@@ -47,8 +47,8 @@ def main(spec_path: str) -> None:
     """Run the state-growth benchmark described by the spec file and print its figures."""
     from confluent_kafka import Producer
 
-    from dynamic_kafka.config import load_project_config
-    from dynamic_kafka.runner import PipelineRunner
+    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.protocol.run import PipelineRunner
     from dynamic_kafka.spark.session import build_spark_session
 
     spec = json.loads(Path(spec_path).read_text())

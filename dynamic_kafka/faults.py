@@ -19,9 +19,9 @@ would otherwise never fire, and the test relying on it would pass without testin
 - ``recovery_after_sink``: a recovery re-executed the crashed plan into the sink, the state is not committed;
 - ``after_frontier``: a backfill recorded its frontier in the state, before its MERGE;
 - ``before_maintenance_step``: a maintenance holds its lease and is about to compact, vacuum or clear a table
-  (:mod:`~dynamic_kafka.maintain`);
+  (:mod:`~dynamic_kafka.operations.maintain`);
 - ``replay_after_sink``: a dead-letter replay landed a table's decoded records in the sink, before it removes them
-  from the dead-letter table (:mod:`~dynamic_kafka.sink.replay`);
+  from the dead-letter table (:mod:`~dynamic_kafka.sink.redecode`);
 - ``after_fence``: an abandon fenced the run in the sink, before the dead-letter table's fence and the state's
   abandon commit (:mod:`~dynamic_kafka.sink.fence`);
 - ``fence_committed``: a fence's commit returned, before it is read back from the table's log;

@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.realign import Realignment, realign
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.protocol.realign import Realignment, realign
+from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.per_stream import one_sink
 from dynamic_kafka.sink.tables import TableInfo, table_info
 
@@ -33,18 +33,18 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-    from dynamic_kafka.config import PipelineConfig, ProjectConfig
-    from dynamic_kafka.context import PipelineContext
-    from dynamic_kafka.dead_letters import ReplayReport
-    from dynamic_kafka.health import HealthReport
-    from dynamic_kafka.maintain import MaintenanceSummary
+    from dynamic_kafka.config.models import PipelineConfig, ProjectConfig
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.metadata.watch import WatchCursor, WatchResult
     from dynamic_kafka.model.plan import Plan
     from dynamic_kafka.model.summary import RunSummary
-    from dynamic_kafka.offset_reset import OffsetReset
-    from dynamic_kafka.status import PipelineStatus
+    from dynamic_kafka.operations.health import HealthReport
+    from dynamic_kafka.operations.maintain import MaintenanceSummary
+    from dynamic_kafka.operations.offsets_reset import OffsetReset
+    from dynamic_kafka.operations.replay import ReplayReport
+    from dynamic_kafka.operations.status import PipelineStatus
+    from dynamic_kafka.protocol.context import PipelineContext
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Pipeline:
     status).
 
     Args:
-        project: the project config, loaded (:func:`~dynamic_kafka.config.load_project_config`).
+        project: the project config, loaded (:func:`~dynamic_kafka.config.models.load_project_config`).
         pipeline_id: which pipeline of the project.
         metadata_service: a service to use instead of the one the config names (programs and tests).
         spark: returns the Spark session; called only when something has to be read. By default the session the
@@ -113,14 +113,14 @@ class Pipeline:
 
     def plan(self) -> Plan:
         """The splits the next run would read. Reads the metadata, the state and the brokers' offsets; writes
-        nothing. See :meth:`dynamic_kafka.runner.PipelineRunner.plan`.
+        nothing. See :meth:`dynamic_kafka.protocol.run.PipelineRunner.plan`.
         """
         plan, _, _ = self._runner.plan()
         return plan
 
     def run(self) -> RunSummary:
         """One incremental run: finish a crashed run first, then plan, read, write and commit. See
-        :meth:`dynamic_kafka.runner.PipelineRunner.run` for the protocol and the errors.
+        :meth:`dynamic_kafka.protocol.run.PipelineRunner.run` for the protocol and the errors.
         """
         summary = self._runner.run()
         self._push_run(summary)
@@ -133,7 +133,7 @@ class Pipeline:
         from datetime import UTC, datetime
 
         from dynamic_kafka.errors import DynamicKafkaError
-        from dynamic_kafka.monitoring import push_metrics, run_samples
+        from dynamic_kafka.operations.monitoring import push_metrics, run_samples
 
         finished_at = datetime.now(UTC)
         try:
@@ -145,18 +145,18 @@ class Pipeline:
 
     def backfill(self, start: datetime, end: datetime) -> RunSummary:
         """Merge the records whose timestamps fall in ``[start, end)`` into the sink, without duplicates and
-        without moving the incremental offsets. See :func:`dynamic_kafka.backfill.run_backfill`.
+        without moving the incremental offsets. See :func:`dynamic_kafka.operations.backfill.run_backfill`.
         """
-        from dynamic_kafka.backfill import run_backfill
+        from dynamic_kafka.operations.backfill import run_backfill
 
         return run_backfill(self.context, start, end)
 
     def status(self, *, history: int = 20) -> PipelineStatus:
         """Per partition the committed offset against the brokers' offsets, the lag, the last run and the warnings
         of the last ``history`` runs. An unreachable cluster shows no lag (listed in ``unreachable_clusters``)
-        rather than failing. See :func:`dynamic_kafka.status.pipeline_status`.
+        rather than failing. See :func:`dynamic_kafka.operations.status.pipeline_status`.
         """
-        from dynamic_kafka.status import pipeline_status
+        from dynamic_kafka.operations.status import pipeline_status
 
         return pipeline_status(self.context, history=history)
 
@@ -164,13 +164,13 @@ class Pipeline:
         """The checks between runs, against the brokers: the lag, data-loss and freshness verdicts, idle
         partitions, stuck open transactions and the event-time lag, with the thresholds of the ``health`` config.
         Reads the state and asks the brokers; starts no Spark, writes nothing. See
-        :func:`dynamic_kafka.health.pipeline_health`.
+        :func:`dynamic_kafka.operations.health.pipeline_health`.
         """
-        from dynamic_kafka.health import pipeline_health
+        from dynamic_kafka.operations.health import pipeline_health
 
         report = pipeline_health(self.context)
         if self.project.metrics is not None:
-            from dynamic_kafka.monitoring import health_samples, push_metrics
+            from dynamic_kafka.operations.monitoring import health_samples, push_metrics
 
             push_metrics(self.project.metrics, self.id, "health", health_samples(report))
         return report
@@ -179,7 +179,7 @@ class Pipeline:
         """The committed offsets against the brokers' earliest and latest (``partitions`` of the status); a
         partition whose offset a reset moved and no run has read since is marked ``reset``.
         """
-        from dynamic_kafka.status import pipeline_status
+        from dynamic_kafka.operations.status import pipeline_status
 
         return pipeline_status(self.context)
 
@@ -196,9 +196,9 @@ class Pipeline:
         """Move the committed next offsets of the selected partitions to ``to`` (``earliest``, ``latest``,
         ``timestamp:<ISO-8601 or epoch ms>`` or ``offset:<N>``) between runs, recorded in the run history with
         ``reason``. Without ``apply`` it only reports what would change. See
-        :func:`dynamic_kafka.offset_reset.reset_offsets`.
+        :func:`dynamic_kafka.operations.offsets_reset.reset_offsets`.
         """
-        from dynamic_kafka.offset_reset import ResetSelection, ResetTarget, reset_offsets
+        from dynamic_kafka.operations.offsets_reset import ResetSelection, ResetTarget, reset_offsets
 
         selection = ResetSelection(cluster_id=cluster, topic=topic, partition=partition)
         return reset_offsets(self.context, ResetTarget.parse(to), selection, reason, yes=apply)
@@ -206,21 +206,21 @@ class Pipeline:
     def replay_dead_letters(self, *, run_seq: int | None = None, apply: bool = False) -> ReplayReport:
         """Decode the dead letters (of run ``run_seq``, or all) again under today's config and land the ones that
         decode now in the sink, exactly once. Without ``apply`` it only counts what a replay would do. See
-        :func:`dynamic_kafka.dead_letters.replay_dead_letters`.
+        :func:`dynamic_kafka.operations.replay.replay_dead_letters`.
         """
-        from dynamic_kafka.dead_letters import replay_dead_letters
+        from dynamic_kafka.operations.replay import replay_dead_letters
 
         return replay_dead_letters(self.context, run_seq=run_seq, yes=apply)
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``, recording ``reason``; returns the new state version. See
-        :meth:`dynamic_kafka.runner.PipelineRunner.abandon`.
+        :meth:`dynamic_kafka.protocol.run.PipelineRunner.abandon`.
         """
         return self._runner.abandon(run_seq, reason)
 
     def realign(self, *, apply: bool = False) -> Realignment:
         """Realign a state that is behind its sink (restored from a backup or moved). Without ``apply`` it only
-        reports what it would change. See :func:`dynamic_kafka.realign.realign`.
+        reports what it would change. See :func:`dynamic_kafka.protocol.realign.realign`.
         """
         # The subscription's streams now, whose tables (a table per stream) a restored state may not know.
         return realign(self.config, self.context.store, yes=apply, subscribed=lambda: self.context.resolve().streams)
@@ -231,9 +231,9 @@ class Pipeline:
         """Compact and vacuum the sink and dead-letter table under the pipeline's run lock and writer lease, never
         beside a run or backfill. The retention is ``vacuum_retention_hours``, else the config's
         ``maintenance.vacuum_retention_hours``, else each table's own; one below the pipeline's floor is refused
-        unless ``unsafe_vacuum_retention``. See :func:`dynamic_kafka.maintain.maintain_pipeline`.
+        unless ``unsafe_vacuum_retention``. See :func:`dynamic_kafka.operations.maintain.maintain_pipeline`.
         """
-        from dynamic_kafka.maintain import maintain_pipeline
+        from dynamic_kafka.operations.maintain import maintain_pipeline
 
         retention = vacuum_retention_hours
         if retention is None:

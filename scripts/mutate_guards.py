@@ -44,7 +44,7 @@ class Guard:
 GUARDS = (
     Guard(
         "run-lock",
-        "dynamic_kafka/run_guard.py",
+        "dynamic_kafka/protocol/guard.py",
         "            if lock and not held.enter_context(try_exclusive_lock(path)):\n"
         "                raise in_progress_error(self.store)",
         "            if False:\n                pass",
@@ -52,14 +52,14 @@ GUARDS = (
     ),
     Guard(
         "state-behind-sink",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         "        check_not_behind(self.pipeline, state, self.store.path)\n",
         "",
         "tests/unit/test_run_guard_rules.py::test_a_state_behind_its_sink_is_refused_before_anything_is_planned",
     ),
     Guard(
         "backfill-behind-sink",
-        "dynamic_kafka/realign.py",
+        "dynamic_kafka/protocol/realign.py",
         "    if position.backfill is not None and position.backfill > state.backfill_sequence:",
         "    if False:",
         "tests/unit/test_run_guard_rules.py::"
@@ -67,7 +67,7 @@ GUARDS = (
     ),
     Guard(
         "live-owner-refused",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         "    if head.lease_is_fresh(_now()) and not (owner is not None and owner.is_gone()):",
         "    if False:",
         "tests/unit/test_run_guard_rules.py::test_a_planned_run_with_a_fresh_lease_on_another_host_is_not_recovered",
@@ -103,7 +103,7 @@ GUARDS = (
     ),
     Guard(
         "runner-lease-check",
-        "dynamic_kafka/run_guard.py",
+        "dynamic_kafka/protocol/guard.py",
         "        if self._keeper is not None:\n            self._keeper.check()",
         "        pass",
         "tests/integration/test_backfill_guards.py::"
@@ -111,7 +111,7 @@ GUARDS = (
     ),
     Guard(
         "config-pins",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         "        if not in_sink and not fenced:\n            self._check_config(plan)",
         "        pass",
         "tests/integration/test_decode_pins.py::"
@@ -119,7 +119,7 @@ GUARDS = (
     ),
     Guard(
         "key-pins",
-        "dynamic_kafka/spark/registry_decode.py",
+        "dynamic_kafka/decoding/registry_formats.py",
         '    pinned = {(pin.cluster_id, pin.topic): pin for pin in pins if pin.role == "key"}',
         "    pinned: dict[tuple[str, str], DecodePin] = {}",
         "tests/integration/test_decode_pins.py::test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids",
@@ -155,7 +155,7 @@ GUARDS = (
     ),
     Guard(
         "backfill-mirror-clamp",
-        "dynamic_kafka/backfill.py",
+        "dynamic_kafka/operations/backfill.py",
         "        handover = starting if isinstance(starting, TimestampOffsets) "
         "and starting.timestamp_ms > start_ms else None",
         "        handover = None",
@@ -163,14 +163,14 @@ GUARDS = (
     ),
     Guard(
         "backfill-floor-clamp",
-        "dynamic_kafka/backfill.py",
+        "dynamic_kafka/operations/backfill.py",
         "        if floor > split.start_offset:",
         "        if False:",
         "tests/model/test_holes.py::test_new_backfill_merge_keeps_a_recreated_topics_records",
     ),
     Guard(
         "topics-unchanged-before-commit",
-        "dynamic_kafka/prepare.py",
+        "dynamic_kafka/protocol/prepare.py",
         "        context.check_topics_unchanged(self.plan, self.connections, backfill=backfill)",
         "        if backfill:\n"
         "            context.check_topics_unchanged(self.plan, self.connections, backfill=backfill)",
@@ -178,7 +178,7 @@ GUARDS = (
     ),
     Guard(
         "backfill-topics-unchanged",
-        "dynamic_kafka/prepare.py",
+        "dynamic_kafka/protocol/prepare.py",
         "        context.check_topics_unchanged(self.plan, self.connections, backfill=backfill)",
         "        if not backfill:\n"
         "            context.check_topics_unchanged(self.plan, self.connections, backfill=backfill)",
@@ -187,7 +187,7 @@ GUARDS = (
     ),
     Guard(
         "backfill-lease-check",
-        "dynamic_kafka/run_guard.py",
+        "dynamic_kafka/protocol/guard.py",
         "        if self._keeper is not None:\n            self._keeper.check()",
         "        pass",
         "tests/integration/test_backfill_guards.py::test_a_backfill_whose_lease_was_taken_before_its_merge_merges_nothing",
@@ -225,14 +225,14 @@ GUARDS = (
     ),
     Guard(
         "fence-on-abandon",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         '            if fence_run(sink, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":',
         "            if False:",
         "tests/integration/test_abandon_fence.py::test_no_late_writer_of_an_abandoned_run_lands_anything",
     ),
     Guard(
         "fence-read-by-recovery",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         "        fenced = self._fenced(plan, [table for table, txn in txns if txn == plan.run_seq])",
         "        fenced = False",
         "tests/integration/test_abandon_fence.py::test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run",
@@ -246,7 +246,7 @@ GUARDS = (
     ),
     Guard(
         "abandon-raises-frontier",
-        "dynamic_kafka/runner.py",
+        "dynamic_kafka/protocol/run.py",
         "                    _raise_to(landed, run_frontier(dead_letters, plan.run_seq))\n                else:",
         "                    pass\n                else:",
         "tests/integration/test_abandon_fence.py::test_the_dead_letters_of_an_abandoned_run_are_not_landed_again",
@@ -260,14 +260,14 @@ GUARDS = (
     ),
     Guard(
         "maintenance-lease-check",
-        "dynamic_kafka/run_guard.py",
+        "dynamic_kafka/protocol/guard.py",
         "        if self._keeper is not None:\n            self._keeper.check()",
         "        pass",
         "tests/integration/test_sink_maintenance.py::test_a_maintenance_whose_lease_was_taken_stops_before_its_next_step",
     ),
     Guard(
         "vacuum-retention-floor",
-        "dynamic_kafka/maintain.py",
+        "dynamic_kafka/operations/maintain.py",
         "    _check_floor(pipeline, retention_hours, unsafe=unsafe_vacuum_retention)\n",
         "",
         "tests/integration/test_sink_maintenance.py::"
@@ -347,14 +347,14 @@ GUARDS = (
     ),
     Guard(
         "reset-mirror-clamp",
-        "dynamic_kafka/offset_reset.py",
+        "dynamic_kafka/operations/offsets_reset.py",
         "    floors = {cid: handovers.get(cid, until_ms) for cid in {k.cluster_id for k in selected}}",
         "    floors = {cid: until_ms for cid in {k.cluster_id for k in selected}}",
         "tests/model/test_holes.py::test_35_17_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies",
     ),
     Guard(
         "backfill-records-its-table",
-        "dynamic_kafka/backfill.py",
+        "dynamic_kafka/operations/backfill.py",
         "        streams=tables_of_partitions(context.pipeline, plan.read_splits),",
         "        streams=None,",
         "tests/model/test_holes.py::"

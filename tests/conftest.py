@@ -21,7 +21,7 @@ import pytest
 from devtools.local_spark_connect import start_server, stop_server
 from devtools.testing.clusters import THROWAWAY_STOP_S, clusters_from_env, local_test_clusters
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.connect_token import TOKEN_ENV
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 from tests.support.registries import local_test_registries

@@ -231,7 +231,7 @@ def server_command(
     Raises:
         ToolchainError: the session's jars are not cached and cannot be downloaded.
     """
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.session import SessionLaunch
 
     launch = SessionLaunch.prepare(SparkConfig(master=master, ui_enabled=ui, class_data_sharing=False, conf=conf))

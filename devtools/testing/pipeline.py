@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.protocol.run import PipelineRunner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -1,7 +1,7 @@
 """The ``check`` command: validate a project's config and metadata files offline, every problem at once.
 
-Exit code 0 when there is none, 3 otherwise (1 when the check itself failed); see :mod:`dynamic_kafka.check` and
-:mod:`dynamic_kafka.check_online` for what is checked.
+Exit code 0 when there is none, 3 otherwise (1 when the check itself failed); see :mod:`dynamic_kafka.operations.check`
+and :mod:`dynamic_kafka.operations.check_online` for what is checked.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dynamic_kafka.cli.exit_codes import ExitCode
 if TYPE_CHECKING:
     import argparse
 
-    from dynamic_kafka.check import CheckReport
+    from dynamic_kafka.operations.check import CheckReport
 
 HELP = (
     "validate the config and metadata files offline and list every problem (contacts nothing); with --online, "
@@ -41,11 +41,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _check(args: argparse.Namespace) -> int:
     # Imported here: every other command's start would load the checks' code.
-    from dynamic_kafka import check
+    from dynamic_kafka.operations import check
 
     report = check.check_project(args.config)
     if args.online:
-        from dynamic_kafka.check_online import check_online
+        from dynamic_kafka.operations.check_online import check_online
 
         report = check_online(report)
     print(report.model_dump_json(indent=2) if args.json else format_report(report))

@@ -1,5 +1,5 @@
 """The ``dead-letters`` command group: ``dead-letters replay`` decodes a pipeline's dead letters again under the
-current config and lands the ones that decode now in the sink, exactly once (:mod:`dynamic_kafka.dead_letters`).
+current config and lands the ones that decode now in the sink, exactly once (:mod:`dynamic_kafka.operations.replay`).
 
 Without ``--yes`` it counts what a replay would do (it decodes, and writes nothing); with it, it writes.
 """

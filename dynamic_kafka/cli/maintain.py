@@ -1,6 +1,7 @@
 """The ``maintain`` command: compact and vacuum a pipeline's sink and dead-letter table, never beside a write.
 
-A thin call of :func:`dynamic_kafka.maintain.maintain_pipeline`, the function the Dagster maintenance job calls.
+A thin call of :func:`dynamic_kafka.operations.maintain.maintain_pipeline`, the function the Dagster maintenance job
+calls.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dynamic_kafka.cli._args import add_config_argument
 from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 
 if TYPE_CHECKING:
-    from dynamic_kafka.maintain import MaintenanceSummary
+    from dynamic_kafka.operations.maintain import MaintenanceSummary
     from dynamic_kafka.sink.compaction import TableFiles
 
 HELP = (

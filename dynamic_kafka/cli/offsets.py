@@ -1,5 +1,5 @@
 """The ``offsets`` command group: ``offsets show`` lists a pipeline's committed offsets against the brokers;
-``offsets reset`` moves them between runs (:mod:`dynamic_kafka.offset_reset`).
+``offsets reset`` moves them between runs (:mod:`dynamic_kafka.operations.offsets_reset`).
 
 ``show``: per cluster, topic (with its topic id) and partition: the next offset the pipeline reads, the broker's
 earliest and latest offsets, the lag, the partition's state (``reset`` while a reset's offset waits for its next

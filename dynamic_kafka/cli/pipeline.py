@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
     from dynamic_kafka.model.plan import Finding, Plan
     from dynamic_kafka.model.summary import Completeness, RunSummary
+    from dynamic_kafka.operations.status import PipelineStatus
     from dynamic_kafka.pipeline import Pipeline
-    from dynamic_kafka.status import PipelineStatus
 
 _EXAMPLES = {
     "plan": """\

@@ -1,7 +1,7 @@
 """The ``realign`` command: repair a pipeline state that is behind its sink (restored from a backup or moved).
 
 Without ``--yes`` it only reports what it would change; with ``--yes`` it makes the change in one state commit.
-See :mod:`dynamic_kafka.realign` for what it does and its consequences.
+See :mod:`dynamic_kafka.protocol.realign` for what it does and its consequences.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dynamic_kafka.cli._pipelines import add_pipeline_arguments, one_pipeline
 if TYPE_CHECKING:
     import argparse
 
-    from dynamic_kafka.realign import Realignment
+    from dynamic_kafka.protocol.realign import Realignment
 
 HELP = "realign a pipeline's state with its sink after the state was restored from a backup or moved"
 

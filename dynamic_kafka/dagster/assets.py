@@ -8,7 +8,7 @@ write, commit. Both tables depend on the pipeline's Kafka streams (external asse
 sink's metadata.
 
 The checks read the committed state and the brokers' latest offsets (``Pipeline.status``, once for all three) and
-take their verdicts from the library (:mod:`dynamic_kafka.status`): ``lag`` (WARN: the data is late),
+take their verdicts from the library (:mod:`dynamic_kafka.operations.status`): ``lag`` (WARN: the data is late),
 ``data_loss`` (ERROR: records are missing), ``dead_letters`` (WARN over ``max_dead_letters``), ``completeness``
 (ERROR: the last run's records read per range are not what it landed). Freshness is Dagster's own freshness
 policy on the sink (``freshness_minutes``).

@@ -1,6 +1,6 @@
 """Per pipeline: the maintenance job ``<name>_maintenance`` (compaction and vacuum of the sink and dead-letter
-table, :func:`dynamic_kafka.maintain.maintain_pipeline`), and its schedule ``<name>_maintenance_schedule`` when
-``maintenance.schedule`` is set.
+table, :func:`dynamic_kafka.operations.maintain.maintain_pipeline`), and its schedule ``<name>_maintenance_schedule``
+when ``maintenance.schedule`` is set.
 
 The job's run config takes ``vacuum_retention_hours`` (default: the pipeline's ``maintenance.vacuum_retention_hours``,
 else the tables' own). It carries the pipeline's run tag and pool like the incremental and backfill jobs, so the

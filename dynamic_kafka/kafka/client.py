@@ -39,8 +39,8 @@ from dynamic_kafka.kafka.epochs import CommittedPosition, consumer_settings, out
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping
 
+    from dynamic_kafka.initializers import Isolation
     from dynamic_kafka.metadata.models import ClusterMetadata
-    from dynamic_kafka.offsets import Isolation
 
 logger = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import MetadataServiceError
+from dynamic_kafka.initializers import EarliestOffsets, LatestOffsets, to_epoch_ms
 from dynamic_kafka.kafka.epochs import CommittedPosition
 from dynamic_kafka.kafka.snapshot import ClusterRequest
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, to_epoch_ms
 
 if TYPE_CHECKING:
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.snapshots import StateSnapshot

@@ -16,14 +16,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka.custom_offsets import resolve_custom
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
-from dynamic_kafka.kafka.epochs import CommittedPosition
-from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.model.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
-from dynamic_kafka.offsets import (
+from dynamic_kafka.initializers import (
     CommittedOffsets,
     CustomOffsets,
     EarliestOffsets,
@@ -35,6 +30,11 @@ from dynamic_kafka.offsets import (
     SpecificOffsets,
     TimestampOffsets,
 )
+from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
+from dynamic_kafka.kafka.custom_offsets import resolve_custom
+from dynamic_kafka.kafka.epochs import CommittedPosition
+from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.model.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -205,7 +205,7 @@ def _bounds(
 
 
 class AdminLookups:
-    """A custom initializer's :class:`~dynamic_kafka.offsets.OffsetLookups` over the snapshot's admin client, for
+    """A custom initializer's :class:`~dynamic_kafka.initializers.OffsetLookups` over the snapshot's admin client, for
     the partitions it was given.
     """
 

@@ -40,7 +40,7 @@ from pydantic import (
     field_validator,
 )
 
-from dynamic_kafka.config import (
+from dynamic_kafka.config.models import (
     StringProperties,
     checked_regex,
     describe_validation_error,
@@ -49,9 +49,9 @@ from dynamic_kafka.config import (
 )
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.initializers import StartingOffsets, StoppingOffsets
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.service import KafkaMetadataService
-from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import masked_repr_args
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.flink_options import translate_flink_options
+from dynamic_kafka.config.flink_options import translate_flink_options
 from dynamic_kafka.metadata.service import KafkaMetadataService
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def with_pipeline_properties(
     cluster: ClusterMetadata, pipeline_id: str, properties: Mapping[str, str]
 ) -> ClusterMetadata:
     """``cluster`` with the default ``client.id`` and the pipeline's ``properties`` under its own properties, Flink's
-    source options translated or refused (:mod:`dynamic_kafka.flink_options`).
+    source options translated or refused (:mod:`dynamic_kafka.config.flink_options`).
 
     Raises:
         FlinkOptionError: a Flink source option that has no meaning here.

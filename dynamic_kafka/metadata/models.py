@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from dynamic_kafka.config import StringProperties, checked_regex
+from dynamic_kafka.config.models import StringProperties, checked_regex
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.offsets import StartingOffsets, StoppingOffsets
+from dynamic_kafka.initializers import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
 

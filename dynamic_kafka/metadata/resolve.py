@@ -17,7 +17,7 @@ from dynamic_kafka.metadata.subscriber import subscriber_for
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from dynamic_kafka.config import PipelineConfig, RetryConfig
+    from dynamic_kafka.config.models import PipelineConfig, RetryConfig
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

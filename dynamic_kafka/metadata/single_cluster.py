@@ -4,8 +4,9 @@ For teams with one cluster today who want the same pipelines, state and orchestr
 setup gets later. Internal topics (names starting with ``__``) are not streams.
 
 The service is given the function that lists a cluster's topics (``dynamic_kafka.kafka.list_topic_names`` in
-production, wired by :mod:`dynamic_kafka.context`) rather than importing the Kafka client: the ``kafka`` package
-depends on ``metadata`` (a client is built from a :class:`ClusterMetadata`), so ``metadata`` must not depend on it.
+production, wired by :mod:`dynamic_kafka.protocol.context`) rather than importing the Kafka client: the ``kafka``
+package depends on ``metadata`` (a client is built from a :class:`ClusterMetadata`), so ``metadata`` must not depend on
+it.
 """
 
 from __future__ import annotations

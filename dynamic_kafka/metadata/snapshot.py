@@ -15,7 +15,7 @@ from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 if TYPE_CHECKING:
-    from dynamic_kafka.offsets import PipelineStartingOffsets, PipelineStoppingOffsets, StartingOffsets
+    from dynamic_kafka.initializers import PipelineStartingOffsets, PipelineStoppingOffsets, StartingOffsets
 
 
 class MetadataSnapshot(FrozenModel):

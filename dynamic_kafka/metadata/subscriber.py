@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.errors import UnknownStreamError
 
 if TYPE_CHECKING:
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.models import KafkaStream
     from dynamic_kafka.metadata.service import KafkaMetadataService
 

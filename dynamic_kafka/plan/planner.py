@@ -45,8 +45,7 @@ from dynamic_kafka.errors import (
     TopicRecreatedError,
 )
 from dynamic_kafka.frozen import building_many
-from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
-from dynamic_kafka.offsets import (
+from dynamic_kafka.initializers import (
     AnyInitializer,
     CommittedOffsets,
     CustomOffsets,
@@ -57,12 +56,13 @@ from dynamic_kafka.offsets import (
     TimestampOffsets,
     to_epoch_ms,
 )
+from dynamic_kafka.model.plan import Finding, LostRange, Plan, Split, TopicPartition
 from dynamic_kafka.plan.tables import as_tables_take
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.snapshots import (
         BrokerSnapshot,

@@ -334,7 +334,7 @@ def _proto_accepts(fd: Any, column: pa.DataType) -> bool:
 def _protobuf(writer: WriterSchema, encoding: RegistryEncoding) -> tuple[list[Field], RowEncoder]:
     from google.protobuf import json_format, message_factory
 
-    from dynamic_kafka.spark.protobuf_decode import message_descriptor, writer_file
+    from dynamic_kafka.decoding.protobuf import message_descriptor, writer_file
 
     file = writer_file(writer.schema_str, "the schema")
     top = message_descriptor(file).file.message_types_by_name

@@ -22,7 +22,7 @@ from dynamic_kafka.sink.tables import safe_text
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.publish.config import PublicationConfig
     from dynamic_kafka.publish.protocol import MoveLedger, OutgoingRecord, Place, PublicationOutcome

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka.config import load_project_config
-from dynamic_kafka.context import build_metadata_service, guard_references
+from dynamic_kafka.config.models import load_project_config
 from dynamic_kafka.errors import KafkaClientError, PublicationError, PublicationFencedError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.transactions import TransactionalProducer, is_fenced, is_invalid_timeout
 from dynamic_kafka.metadata.resolve import BoundedMetadataService
+from dynamic_kafka.protocol.context import build_metadata_service, guard_references
 from dynamic_kafka.publish.encoders import publication_encoders
 from dynamic_kafka.publish.ledger import DeltaMoveLedger
 from dynamic_kafka.publish.protocol import (
@@ -34,7 +34,7 @@ from dynamic_kafka.publish.source import DeltaVersionSource, table_columns
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dynamic_kafka.config import ProjectConfig
+    from dynamic_kafka.config.models import ProjectConfig
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.publish.config import PublicationConfig

@@ -1,6 +1,6 @@
 """JSON Schemas of the two files a user writes, generated from the models that validate them.
 
-``dynamic_kafka.schema.json`` describes the project config (:class:`~dynamic_kafka.config.ProjectConfig`) and
+``dynamic_kafka.schema.json`` describes the project config (:class:`~dynamic_kafka.config.models.ProjectConfig`) and
 ``metadata.schema.json`` the file metadata service's file (:class:`~dynamic_kafka.metadata.file.MetadataFile`).
 Both ship in this package, so an editor validates and completes the files once their first line names one::
 
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic.json_schema import GenerateJsonSchema
 
-from dynamic_kafka.config import ProjectConfig
+from dynamic_kafka.config.models import ProjectConfig
+from dynamic_kafka.initializers import AnyInitializer, TimestampOffsets, _expand_short_form
 from dynamic_kafka.metadata.file import MetadataFile
-from dynamic_kafka.offsets import AnyInitializer, TimestampOffsets, _expand_short_form
 from dynamic_kafka.storage import TableLocation
 
 if TYPE_CHECKING:

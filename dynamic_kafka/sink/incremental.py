@@ -36,7 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.prepared import PreparedDecoding, value_column_decoding
 from dynamic_kafka.errors import (
     CommitLostError,
     CommitOverwrittenError,
@@ -65,14 +66,13 @@ from dynamic_kafka.sink.tables import (
     spark_failures,
     table_exists,
 )
-from dynamic_kafka.spark.decoding import PreparedDecoding, value_column_decoding
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import codegen_settings, log_replay_settings, session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.plan import Split
     from dynamic_kafka.storage import TableRef
 
@@ -179,7 +179,7 @@ def write_incremental(
         overlaps: the ranges (parts of the read splits) a backfill may already have landed
             (:meth:`~dynamic_kafka.model.snapshots.StateSnapshot.backfill_overlaps`); records the sink or the
             dead-letter table already holds there are skipped. Empty (the common case): a blind append.
-        prepared: the run's decoding (:func:`~dynamic_kafka.spark.decoding.prepare_decoding`); None: the
+        prepared: the run's decoding (:func:`~dynamic_kafka.decoding.prepared.prepare_decoding`); None: the
             pipeline's streams all land in the ``value`` column.
         before_commit: called before each table's commit of the run's rows (the dead-letter table's, the sink's);
             raising stops the write with that commit not made. For a staged append it runs once the rows were read

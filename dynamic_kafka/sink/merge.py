@@ -9,7 +9,7 @@ Invariants:
   ``on_decode_error``) before anything is written.
 - Each MERGE of a backfill that raised a frontier records the backfill's sequence number as a Delta transaction
   (app id ``<pipeline>/backfill``): the sink then tells which backfills landed, so a state restored from before
-  one is refused until realigned (``dynamic_kafka.realign``).
+  one is refused until realigned (``dynamic_kafka.protocol.realign``).
 - Kafka is read once: the read is persisted (memory, spilling to disk) and one aggregate over it gives both the
   statistics and the bounds that keep the MERGE from scanning unrelated sink files.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dynamic_kafka.decoding.prepared import PreparedDecoding, value_column_decoding
 from dynamic_kafka.errors import UndecodableRecordError
 from dynamic_kafka.sink.metrics import WriteResult, metric_columns, write_result
 from dynamic_kafka.sink.schema_check import sink_schema
@@ -32,7 +33,6 @@ from dynamic_kafka.sink.tables import (
     spark_failures,
     sql_string,
 )
-from dynamic_kafka.spark.decoding import PreparedDecoding, value_column_decoding
 from dynamic_kafka.spark.event_time import window_column
 from dynamic_kafka.spark.schema import DECODE_ERROR, MERGE_KEYS
 from dynamic_kafka.spark.session import session_settings
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)
@@ -83,11 +83,11 @@ def merge_backfill(
         start: the event-time window's start (for the log line; the planner turned it into offsets).
         end: the window's end (exclusive), likewise.
         run_seq: stored in ``_run_seq`` (null when None); backfills do not take part in the txn protocol.
-        prepared: the backfill's decoding (:func:`~dynamic_kafka.spark.decoding.prepare_decoding`); None: the
+        prepared: the backfill's decoding (:func:`~dynamic_kafka.decoding.prepared.prepare_decoding`); None: the
             pipeline's streams all land in the ``value`` column.
         backfill_sequence: the backfill's number from ``StateStore.record_backfill``; each MERGE records it as the
             Delta transaction ``backfill_app_id(pipeline.id)``, so a state restored from before this backfill is
-            recognised (``dynamic_kafka.realign``). None: the backfill raised no frontier; nothing is recorded.
+            recognised (``dynamic_kafka.protocol.realign``). None: the backfill raised no frontier; nothing is recorded.
         before_write: called right before each MERGE; raises to stop the backfill there (its lease was lost).
         event_time: the pipeline's ``event_time`` expression. Set, the decoded rows are kept when their event time
             (else, when it is null, their Kafka timestamp) is in ``[start, end)``, and the event-time range measures

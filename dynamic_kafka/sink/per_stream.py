@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.plan import Split
     from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.storage import TableRef

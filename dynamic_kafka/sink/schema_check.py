@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.spark.decoding import PreparedDecoding
+    from dynamic_kafka.config.models import PipelineConfig
+    from dynamic_kafka.decoding.prepared import PreparedDecoding
     from dynamic_kafka.storage import TableRef
 
 
@@ -39,8 +39,8 @@ def written_schema(
     """
     from pyspark.errors import PySparkException
 
+    from dynamic_kafka.decoding.prepared import value_column_decoding
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.decoding import value_column_decoding
     from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
 
     try:

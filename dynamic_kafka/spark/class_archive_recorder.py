@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.class_archive import JAR_SETTINGS_ENV, RECORD_ENV, prune_archives
 from dynamic_kafka.spark.session import S3A_RECORDER_FLAG, build_spark_session, session_class_archive
 

@@ -3,9 +3,10 @@ cancelled, so it fails retriably instead of holding the pipeline's lock forever.
 
 Spark's own cancellation is by tag: the run tags the calling thread's Spark operations (:meth:`RunDeadline.attach`)
 and a timer thread cancels that tag, again each second until the run ends (a busy driver may submit the run's next
-job a moment after the first cancellation). Shared by :mod:`dynamic_kafka.runner`, :mod:`dynamic_kafka.backfill`,
-:mod:`dynamic_kafka.dead_letters` (replays) and :mod:`dynamic_kafka.maintain` (whose delta-rs steps cannot be
-interrupted: it checks the deadline before each step).
+job a moment after the first cancellation). Shared by :mod:`dynamic_kafka.protocol.run`,
+:mod:`dynamic_kafka.operations.backfill`, :mod:`dynamic_kafka.operations.replay` (replays) and
+:mod:`dynamic_kafka.operations.maintain` (whose delta-rs steps cannot be interrupted: it checks the deadline before each
+step).
 """
 
 from __future__ import annotations

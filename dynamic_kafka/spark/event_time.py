@@ -2,7 +2,7 @@
 
 The expression is Spark SQL (``value.placed_at``, ``timestamp_millis(value.ts_ms)``, ``to_timestamp(placed_on)``)
 and must give a TIMESTAMP, TIMESTAMP_NTZ or DATE, read as a TIMESTAMP. It is checked before a write
-(:func:`check_event_time`, from :func:`dynamic_kafka.prepare.prepare_write`) by Spark's analysis of it over the
+(:func:`check_event_time`, from :func:`dynamic_kafka.protocol.prepare.prepare_write`) by Spark's analysis of it over the
 rows the run writes, so no job runs and nothing is written when it does not parse, names a missing column, or has
 another type. A record whose expression is null (undecodable, or the field is null) has no event time: the run's
 min/max skip it, and a backfill window falls back to its Kafka timestamp.
@@ -17,8 +17,8 @@ from dynamic_kafka.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
-    from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.spark.decoding import PreparedDecoding
+    from dynamic_kafka.config.models import PipelineConfig
+    from dynamic_kafka.decoding.prepared import PreparedDecoding
 
 _TIME_TYPES = ("timestamp", "timestamp_ntz", "date")
 
@@ -53,8 +53,8 @@ def check_event_time(spark: SparkSession, pipeline: PipelineConfig, prepared: Pr
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as sf
 
+    from dynamic_kafka.decoding.prepared import value_column_decoding
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.decoding import value_column_decoding
     from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
 
     decoding = prepared or value_column_decoding(pipeline)

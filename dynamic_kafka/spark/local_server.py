@@ -50,7 +50,7 @@ from dynamic_kafka.spark.connect_server import LOG4J_FILE, server_argv, server_e
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
 
 logger = logging.getLogger(__name__)
 

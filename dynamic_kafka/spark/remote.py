@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def build_remote_session(settings: SparkConfig, *, shared_as: str | None = None)
     Args:
         settings: the project's ``spark`` section; ``remote`` must be set.
         shared_as: the name of a session shared across processes (a pipeline's runs: see
-            :meth:`dynamic_kafka.context.PipelineContext.shared_spark_session`); None: this process's own.
+            :meth:`dynamic_kafka.protocol.context.PipelineContext.shared_spark_session`); None: this process's own.
 
     Returns:
         A Spark Connect session whose server answered a round trip.
@@ -184,7 +184,7 @@ def shared_session_id(
     the config is not enough to attach to a pipeline's session (the token is; see the module's notes).
 
     Example:
-        >>> from dynamic_kafka.config import SparkConfig
+        >>> from dynamic_kafka.config.models import SparkConfig
         >>> a = shared_session_id(SparkConfig(remote="sc://h:15002"), "orders", token="t")
         >>> a == shared_session_id(SparkConfig(remote="sc://h:15002"), "orders", token="t") != shared_session_id(
         ...     SparkConfig(remote="sc://h:15002"), "orders", token="t", generation=1

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dynamic_kafka._toolchain.cache import cache_dir
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.secrets import SPARK_OPTIONS_REDACTION_REGEX as OPTIONS_REDACTION_REGEX
 from dynamic_kafka.secrets import SPARK_REDACTION_REGEX as REDACTION_REGEX
@@ -269,7 +269,7 @@ def build_spark_session(
     Args:
         settings: how to build the session; defaults to ``SparkConfig()``.
         object_storage: the S3 buckets the session must reach, each with its storage block (see
-            :meth:`~dynamic_kafka.config.ProjectConfig.object_store_buckets`); unused with ``settings.remote``,
+            :meth:`~dynamic_kafka.config.models.ProjectConfig.object_store_buckets`); unused with ``settings.remote``,
             where the server holds the S3A settings.
         s3a: add Hadoop's S3A connector; default: when ``object_storage`` names a bucket.
         shared_as: with ``settings.remote``: the name of a server session that outlives this process, shared by

@@ -19,7 +19,7 @@ One Delta table per pipeline, partitioned by ``kind``:
   Incremental runs dedupe the part of their ranges below it against the sink. One ``backfill`` row with status
   ``sequence`` and no partition counts the backfills that raised a frontier: each such backfill takes the next
   number and its MERGEs carry it as a Delta transaction of their own, so a sink holding a higher number than the
-  state shows a state restored from before a backfill (see ``dynamic_kafka.realign``). The same row names the
+  state shows a state restored from before a backfill (see ``dynamic_kafka.protocol.realign``). The same row names the
   backfill in progress (``owner``, ``lease_expires_at``): its lease, taken with its frontier and renewed while it
   merges, keeps incremental runs of any host from planning beside it. Rewritten whole by each
   backfill; runs never touch these rows (nor backfills the others).

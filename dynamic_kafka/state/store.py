@@ -22,7 +22,7 @@ once they are an hour old); killed after it, the whole commit is visible. There 
 
 The store decides WHAT each write holds and checks it is the right next step; HOW a write commits at an exact
 version is :mod:`dynamic_kafka.state.table` (the commit protocol), and housekeeping is
-:mod:`dynamic_kafka.state.maintenance`.
+:mod:`dynamic_kafka.state.housekeeping`.
 
 Why one module of this size: every state transition (plan, lease, commit, abandon, realign, backfill) is one
 commit against one read version, and they sit next to the invariants above that each of them keeps.
@@ -44,7 +44,7 @@ from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, RunRecord, StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.state import rows as _rows
-from dynamic_kafka.state.maintenance import maintain
+from dynamic_kafka.state.housekeeping import maintain
 from dynamic_kafka.state.owner import RunOwner
 from dynamic_kafka.state.table import EMPTY_ROWS, FOREIGN_ERRORS, LostRaceError, StateTable
 
@@ -643,7 +643,7 @@ class StateStore:
 
         A commit that raises a frontier also takes the next backfill sequence number, which the backfill's MERGEs
         then record as their Delta transaction (``dynamic_kafka.sink.merge``): a sink holding a higher number than
-        the state tells a state restored from before the backfill (``dynamic_kafka.realign``).
+        the state tells a state restored from before the backfill (``dynamic_kafka.protocol.realign``).
 
         With an ``owner``, the same commit takes the backfill lease (made even when no frontier rises): until it
         expires or is released (:meth:`release_backfill_lease`), no run is planned or taken over, on any host, and
@@ -819,7 +819,7 @@ class StateStore:
 
     def maintain(self, *, force: bool = False) -> None:
         """Keep reads bounded; call after each commit (cheap when there is nothing to do). See
-        :func:`dynamic_kafka.state.maintenance.maintain`.
+        :func:`dynamic_kafka.state.housekeeping.maintain`.
 
         Raises:
             StateError: the table is unreadable or a maintenance step failed for another reason than a race

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from dagster._utils.schedules import is_valid_cron_string
 
-from dynamic_kafka.cron import cron_problem
+from dynamic_kafka.config.cron import cron_problem
 
 
 @pytest.mark.parametrize(

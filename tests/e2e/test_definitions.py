@@ -270,7 +270,7 @@ def test_library_warnings_land_in_the_run_event_log_with_the_demo_instance(tmp_p
 
     @op
     def warns() -> None:
-        logging.getLogger("dynamic_kafka.runner").warning("consumer group 'g': offsets not committed on 'east'")
+        logging.getLogger("dynamic_kafka.protocol.run").warning("consumer group 'g': offsets not committed on 'east'")
 
     @job
     def library_warning() -> None:

@@ -23,12 +23,12 @@ from deltalake import DeltaTable
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
+from dynamic_kafka.decoding.prepared import value_column_decoding
 from dynamic_kafka.errors import CommitLostError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.sink.staged_append import staged_append
 from dynamic_kafka.sink.tables import append_idempotent, sink_rows
-from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
 from tests.support.exactly_once import DeadLetterStream, assert_nothing_left, expire_lease, table_coordinates
 
@@ -113,7 +113,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
         assert harness.runner().run().run_seq == 1
     abandoned = 1 if first_run else 2
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(8)]))
-    _crash_at(harness, monkeypatch, "dynamic_kafka.runner", "after_plan")
+    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
     plan = _planned(harness)
     stale = None if first_run else DeltaTable(str(harness.sink_path))  # a staged writer's read of the sink
 
@@ -151,9 +151,9 @@ def test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run(
     rows = _rows(topic, produce(servers, topic, [Record(value=f"a{i}".encode()) for i in range(4)]))
     assert harness.runner().run().run_seq == 1
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
-    _crash_at(harness, monkeypatch, "dynamic_kafka.runner", "after_plan")
+    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
 
-    _crash_at(harness, monkeypatch, "dynamic_kafka.runner", "after_fence", abandon=2)
+    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_fence", abandon=2)
 
     assert committed_txn_version(harness.sink_path, "p") == 2
     summary = harness.runner().run()

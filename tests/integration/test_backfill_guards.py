@@ -17,10 +17,7 @@ from deltalake import DeltaTable
 
 from devtools.testing.kafka import Record, create_topic, delete_topics, produce, recreate_topic, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka import backfill as backfill_module
-from dynamic_kafka import runner as runner_module
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import (
     LeaseLostError,
     RunInProgressError,
@@ -28,7 +25,10 @@ from dynamic_kafka.errors import (
     SchemaMismatchError,
     TopicRecreatedError,
 )
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV, run_lock_path
+from dynamic_kafka.operations import backfill as backfill_module
+from dynamic_kafka.operations.backfill import run_backfill
+from dynamic_kafka.protocol import run as runner_module
+from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV, run_lock_path
 from dynamic_kafka.spark.deadline import RunDeadline
 from dynamic_kafka.state.lease import RunOwner
 

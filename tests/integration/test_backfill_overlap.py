@@ -18,9 +18,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.model.plan import Split, TopicPartition
+from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.storage import TableRef

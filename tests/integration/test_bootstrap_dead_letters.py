@@ -20,10 +20,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka import runner as runner_module
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
+from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.sink import incremental as incremental_module
 from tests.support.metadata_changes import harness
 

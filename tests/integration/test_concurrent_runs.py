@@ -23,7 +23,7 @@ import pytest
 
 from devtools.local_kafka import ClusterEndpoint
 from dynamic_kafka.faults import acting_at
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 from tests.support.exactly_once import (
     TwoClusterStream,
     assert_nothing_left,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.remote import build_remote_session
 
 if TYPE_CHECKING:

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.testing.kafka import wait_for
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     DeadLetterStream,
@@ -322,9 +322,9 @@ def _backfill_cli(
     program = (
         "import sys\n"
         "from datetime import datetime\n"
-        "from dynamic_kafka.backfill import run_backfill\n"
-        "from dynamic_kafka.config import load_project_config\n"
-        "from dynamic_kafka.context import PipelineContext\n"
+        "from dynamic_kafka.operations.backfill import run_backfill\n"
+        "from dynamic_kafka.config.models import load_project_config\n"
+        "from dynamic_kafka.protocol.context import PipelineContext\n"
         "context = PipelineContext(load_project_config(sys.argv[1]), 'p')\n"
         "run_backfill(context, datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3]))\n"
     )

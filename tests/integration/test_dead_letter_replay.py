@@ -18,13 +18,13 @@ from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.dead_letters import replay_dead_letters
+from dynamic_kafka.decoding.formats import VALUE_NOT_JSON
 from dynamic_kafka.errors import RunTimeoutError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.run_guard import run_lock_path
+from dynamic_kafka.operations.replay import replay_dead_letters
+from dynamic_kafka.protocol.guard import run_lock_path
 from dynamic_kafka.spark.deadline import RunDeadline
-from dynamic_kafka.spark.decode import VALUE_NOT_JSON
 
 if TYPE_CHECKING:
     from pathlib import Path

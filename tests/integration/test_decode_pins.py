@@ -30,8 +30,8 @@ from test_registry_formats import KEY_V1, KEY_V2, ORDER_V1, ORDER_V2, register
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka import runner as runner_module
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink import incremental as incremental_module

@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka import Pipeline, load_project_config
-from dynamic_kafka import runner as runner_module
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.protocol import run as runner_module
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.testing.kafka import produce
-from dynamic_kafka.flink_options import FlinkOptionError
+from dynamic_kafka.config.flink_options import FlinkOptionError
 from tests.support.metadata_changes import numbered, orders_stream, rows
 
 if TYPE_CHECKING:

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from dynamic_kafka.config import PipelineConfig
-from dynamic_kafka.spark.decode import (
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.formats import (
     VALUE_NOT_JSON,
     VALUE_TRAILING_DATA,
     VALUE_UNKNOWN_FIELDS,
     value_type_mismatch,
 )
-from dynamic_kafka.spark.decoding import value_column_decoding
+from dynamic_kafka.decoding.prepared import value_column_decoding
 from dynamic_kafka.spark.schema import DECODE_ERROR
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from devtools.testing.kafka import (
     unique_name,
     wait_for,
 )
-from dynamic_kafka import offsets
+from dynamic_kafka import initializers as offsets
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaAuthenticationError
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, take_broker_snapshot
 from dynamic_kafka.kafka.client import CHUNK

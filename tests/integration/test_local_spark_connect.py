@@ -17,7 +17,7 @@ from devtools.cli.main import main
 from devtools.errors import LocalSparkConnectError
 from devtools.local_spark_connect import ServerInfo, server_status, start_server
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.errors import ConfigError, SparkConnectAuthenticationError
 
 pytestmark = pytest.mark.integration

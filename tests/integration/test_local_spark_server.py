@@ -161,7 +161,7 @@ def test_the_second_run_reuses_the_first_runs_local_server_and_starts_no_jvm(
 # Attaches to the local server (starting it if none runs), runs a query, prints the server's pid and lets go.
 _ATTACH = """
 import logging
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.local_server import local_server_status
 from dynamic_kafka.spark.session import build_spark_session, stop_spark_session
 logging.basicConfig(level=logging.INFO)
@@ -199,7 +199,7 @@ def test_two_processes_starting_at_once_share_one_server_which_stops_when_idle(s
 def test_a_server_that_does_not_come_up_is_a_retriable_error_naming_its_log(
     server_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.errors import LocalSparkServerError
     from dynamic_kafka.spark.local_server import local_server_status
     from dynamic_kafka.spark.session import build_spark_session

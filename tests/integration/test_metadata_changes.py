@@ -24,7 +24,7 @@ from devtools.testing.kafka import (
     unique_name,
     wait_for,
 )
-from dynamic_kafka.status import pipeline_status
+from dynamic_kafka.operations.status import pipeline_status
 from tests.support.metadata_changes import (
     finding_ranges,
     harness,

@@ -15,11 +15,11 @@ from confluent_kafka.admin import AdminClient
 from devtools.local_kafka import ClusterEndpoint
 from devtools.testing.kafka import create_topic, produce, wait_for
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config import load_project_config
+from dynamic_kafka.config.models import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError, TopicRecreatedError
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.protocol.run import PipelineRunner
 from tests.support.metadata_changes import finding_ranges, harness, numbered, orders_stream, positions, rows, state_rows
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.cli.main import main
+from dynamic_kafka.operations.backfill import run_backfill
 from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:

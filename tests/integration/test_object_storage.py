@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.testing.clusters import distinct_free_ports
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import ObjectStoreError
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+from dynamic_kafka.operations.backfill import run_backfill
+from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, summary_of, tail
 

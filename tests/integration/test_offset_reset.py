@@ -23,7 +23,7 @@ from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.main import main
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.run_guard import run_lock_path
+from dynamic_kafka.protocol.guard import run_lock_path
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -20,10 +20,10 @@ from deltalake import DeltaTable
 
 from devtools.testing.kafka import Record, commit_group, create_topic, produce, unique_name, wait_for
 from devtools.testing.pipeline import PipelineHarness, Row
+from dynamic_kafka.decoding.formats import VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
-from dynamic_kafka.spark.decode import VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
-from dynamic_kafka.status import completeness_verdict, pipeline_status
+from dynamic_kafka.operations.status import completeness_verdict, pipeline_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -18,7 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.testing.kafka import Client, Record, create_topic, produce, unique_name
-from dynamic_kafka.config import PipelineConfig, SinkConfig
+from dynamic_kafka.config.models import PipelineConfig, SinkConfig
+from dynamic_kafka.decoding.formats import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
+from dynamic_kafka.decoding.prepared import value_column_decoding
 from dynamic_kafka.errors import DecodeError, UndecodableRecordError
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import Split
@@ -26,8 +28,6 @@ from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfil
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
 from dynamic_kafka.sink.commits import new_commit_id
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
-from dynamic_kafka.spark.decoding import value_column_decoding
 from dynamic_kafka.spark.reader import read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 

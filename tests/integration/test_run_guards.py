@@ -20,11 +20,11 @@ import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import SchemaMismatchError
+from dynamic_kafka.operations.backfill import run_backfill
+from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
-from dynamic_kafka.status import pipeline_status
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ def test_a_spark_job_still_running_at_the_run_deadline_is_interrupted(spark_mode
     Over Spark Connect (4.1) the interrupted operation fails at once but its Spark job runs on in the server until it
     ends (seen in the server's job list), so that case uses a job of seconds rather than minutes: the shared test
     server would otherwise stay busy for minutes."""
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.deadline import RunDeadline
     from dynamic_kafka.spark.session import build_spark_session
 

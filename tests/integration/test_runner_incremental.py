@@ -105,7 +105,7 @@ def test_a_pipelines_runs_in_fresh_processes_share_one_connect_session(
     # What a run finds in its pipeline's server session is what the last run left, so the classes Spark compiled
     # for that run serve it. Seen from outside: a client attached to the session the pipeline's runs are named
     # to share changes a setting every run makes on attaching, and a run, a fresh process, makes it again there.
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.remote import SESSION_REDACTION, build_remote_session
 
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")

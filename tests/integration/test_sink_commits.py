@@ -254,7 +254,7 @@ def test_a_recovery_that_finds_its_run_in_the_sink_reports_the_records_the_run_l
             raise _KilledError(name)
 
     with monkeypatch.context() as patched:
-        patched.setattr("dynamic_kafka.runner.crash_point", killed)
+        patched.setattr("dynamic_kafka.protocol.run.crash_point", killed)
         with pytest.raises(_KilledError):
             harness.runner().run()  # run 2 is in the sink, its offsets are not committed
     _lease_expires()

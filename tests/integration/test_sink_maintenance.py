@@ -25,8 +25,8 @@ from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.cli.maintain import format_maintenance
 from dynamic_kafka.errors import ConfigError, LeaseLostError, RunInProgressError, RunTimeoutError
 from dynamic_kafka.faults import acting_at
-from dynamic_kafka.maintain import maintain_pipeline
-from dynamic_kafka.run_guard import run_lock_path
+from dynamic_kafka.operations.maintain import maintain_pipeline
+from dynamic_kafka.protocol.guard import run_lock_path
 from dynamic_kafka.sink.compaction import table_files
 from tests.support.exactly_once import TwoClusterStream, committed_offsets
 

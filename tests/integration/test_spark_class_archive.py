@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.session import session_class_archive
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ REFUSAL = re.compile(r"mismatch|disabl|fail|unable|error|not match|cannot|invali
 # Run in a fresh interpreter: one JVM per process.
 ROUND_TRIP = """
 import json, sys
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.session import build_spark_session
 settings = SparkConfig.model_validate_json(sys.argv[1])
 spark = build_spark_session(settings)

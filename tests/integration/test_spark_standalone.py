@@ -31,8 +31,8 @@ from devtools.local_spark_cluster import ClusterInfo, start_cluster, stop_cluste
 from devtools.local_spark_cluster.cluster import master_state
 from devtools.testing.kafka import wait_for
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.faults import ENV as FAULT_ENV
+from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     TwoClusterStream,

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
-from dynamic_kafka.backfill import run_backfill
-from dynamic_kafka.dead_letters import replay_dead_letters
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
-from dynamic_kafka.maintain import maintain_pipeline
+from dynamic_kafka.operations.backfill import run_backfill
+from dynamic_kafka.operations.maintain import maintain_pipeline
+from dynamic_kafka.operations.replay import replay_dead_letters
+from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
-from dynamic_kafka.status import pipeline_status
 from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:

@@ -15,14 +15,14 @@ import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka import Pipeline, load_project_config
-from dynamic_kafka.backfill import run_backfill
 from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.faults import acting_at
-from dynamic_kafka.maintain import maintain_pipeline
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import Split
+from dynamic_kafka.operations.backfill import run_backfill
+from dynamic_kafka.operations.maintain import maintain_pipeline
+from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.spark.reader import read_splits
-from dynamic_kafka.status import pipeline_status
 from tests.integration.test_table_per_stream import (
     LEASE_SECONDS,
     SimulatedCrashError,

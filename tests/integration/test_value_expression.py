@@ -9,10 +9,10 @@ import pytest
 from deltalake import DeltaTable
 
 from devtools.testing.kafka import Record, produce
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.formats import VALUE_EXPRESSION_NULL
 from dynamic_kafka.errors import SchemaMismatchError
 from dynamic_kafka.sink.schema_check import written_schema
-from dynamic_kafka.spark.decode import VALUE_EXPRESSION_NULL
 from tests.support.metadata_changes import orders_stream
 
 if TYPE_CHECKING:

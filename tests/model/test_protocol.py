@@ -66,9 +66,9 @@ from dynamic_kafka.errors import (
     TopicRecreatedError,
     UndecodableRecordError,
 )
+from dynamic_kafka.initializers import CommittedOffsets, CustomOffsets, SpecificOffsets, TimestampOffsets
 from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
-from dynamic_kafka.offset_reset import ResetSelection, ResetTarget
-from dynamic_kafka.offsets import CommittedOffsets, CustomOffsets, SpecificOffsets, TimestampOffsets
+from dynamic_kafka.operations.offsets_reset import ResetSelection, ResetTarget
 from dynamic_kafka.sink.tables import backfill_app_id
 from tests.model.world import KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, TopicPartition
     from dynamic_kafka.model.snapshots import PartitionOffsets, TopicSnapshot
-    from dynamic_kafka.offset_reset import OffsetReset
+    from dynamic_kafka.operations.offsets_reset import OffsetReset
 
 pytestmark = pytest.mark.model
 

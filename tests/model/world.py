@@ -63,17 +63,8 @@ import pyspark.sql as pyspark_sql
 import pyspark.sql.functions as pyspark_functions
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-from dynamic_kafka import backfill as backfill_module
-from dynamic_kafka import context as context_module
-from dynamic_kafka import dead_letters as dead_letters_module
-from dynamic_kafka import maintain as maintain_module
-from dynamic_kafka import offset_reset as offset_reset_module
-from dynamic_kafka import realign as realign_module
-from dynamic_kafka import run_guard as run_guard_module
-from dynamic_kafka import runner as runner_module
 from dynamic_kafka import sink as sink_package
-from dynamic_kafka.config import PipelineConfig, ProjectConfig
-from dynamic_kafka.custom_offsets import resolve_custom
+from dynamic_kafka.config.models import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     CommitOverwrittenError,
@@ -81,7 +72,15 @@ from dynamic_kafka.errors import (
     StateError,
     UndecodableRecordError,
 )
+from dynamic_kafka.initializers import (
+    CommittedOffsets,
+    CustomOffsets,
+    PartitionBounds,
+    SpecificOffsets,
+    TimestampOffsets,
+)
 from dynamic_kafka.kafka.client import OffsetAnswer, TopicDescription
+from dynamic_kafka.kafka.custom_offsets import resolve_custom
 from dynamic_kafka.kafka.snapshot import epoch_checks
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
@@ -93,19 +92,26 @@ from dynamic_kafka.model.snapshots import (
     StateSnapshot,
     TopicSnapshot,
 )
-from dynamic_kafka.offsets import CommittedOffsets, CustomOffsets, PartitionBounds, SpecificOffsets, TimestampOffsets
+from dynamic_kafka.operations import backfill as backfill_module
+from dynamic_kafka.operations import maintain as maintain_module
+from dynamic_kafka.operations import offsets_reset as offset_reset_module
+from dynamic_kafka.operations import replay as dead_letters_module
 from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.protocol import context as context_module
+from dynamic_kafka.protocol import guard as run_guard_module
+from dynamic_kafka.protocol import realign as realign_module
+from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.sink import compaction as compaction_module
 from dynamic_kafka.sink import incremental as incremental_module
 from dynamic_kafka.sink import per_stream as per_stream_module
-from dynamic_kafka.sink import replay as replay_module
+from dynamic_kafka.sink import redecode as replay_module
 from dynamic_kafka.sink import schema_check as schema_check_module
 from dynamic_kafka.sink.commits import Commit
 from dynamic_kafka.sink.compaction import FileCounts, TableFiles
 from dynamic_kafka.sink.merge import merge_tables
 from dynamic_kafka.sink.metrics import WriteResult
-from dynamic_kafka.sink.replay import ReplayCounts, replay_outcome, replay_steps
-from dynamic_kafka.spark import archive as archive_module
+from dynamic_kafka.sink.redecode import ReplayCounts, replay_outcome, replay_steps
+from dynamic_kafka.spark import bootstrap_archive as archive_module
 from dynamic_kafka.spark import reader as reader_module
 from dynamic_kafka.spark import remote as remote_module
 from dynamic_kafka.spark.connect_token import TOKEN_ENV
@@ -117,14 +123,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
-    from dynamic_kafka.dead_letters import ReplayReport
     from dynamic_kafka.kafka.snapshot import ClusterRequest
-    from dynamic_kafka.maintain import MaintenanceSummary
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import ArchiveRead, Plan, Split
     from dynamic_kafka.model.summary import RunSummary
-    from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget
-    from dynamic_kafka.realign import Realignment
+    from dynamic_kafka.operations.maintain import MaintenanceSummary
+    from dynamic_kafka.operations.offsets_reset import OffsetReset, ResetSelection, ResetTarget
+    from dynamic_kafka.operations.replay import ReplayReport
+    from dynamic_kafka.protocol.realign import Realignment
     from dynamic_kafka.state import StateStore
     from dynamic_kafka.state.owner import OwnerOperation
 
@@ -862,7 +868,7 @@ class Orphan:
 
 
 def is_undecodable(r: Record, pipeline: PipelineConfig) -> bool:
-    """The decode verdict of the CURRENT config, as ``dynamic_kafka.spark.decode`` gives it: under value_format json
+    """The decode verdict of the CURRENT config, as ``dynamic_kafka.decoding.formats`` gives it: under value_format json
     a value that is not JSON, and with json_strict also one with a field ``value_schema`` lacks; nothing under
     string."""
     return pipeline.value_format == "json" and (r.bad or (r.lax and pipeline.json_strict))
@@ -1130,7 +1136,7 @@ class SinkModel:
     def landed(self) -> Counter[int]:
         """How often each record (by identity: a mirrored copy is its original) is in the two tables. A dead letter
         the sink holds at the same coordinates and timestamp is not counted: a replay interrupted between its sink
-        append and its dead-letter MERGE leaves it, and the next replay deletes it (``sink/replay.py``); it is
+        append and its dead-letter MERGE leaves it, and the next replay deletes it (``sink/redecode.py``); it is
         counted in ``awaiting_replay``."""
         waiting = {id(r) for r in self.awaiting_replay()}
         return Counter(r.identity for r in [*self.rows, *self.dead] if id(r) not in waiting)

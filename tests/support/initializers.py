@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dynamic_kafka.offsets import OffsetLookups, PartitionBounds
+    from dynamic_kafka.initializers import OffsetLookups, PartitionBounds
 
 
 def two_before_latest(partitions: Sequence[PartitionBounds], lookups: OffsetLookups) -> dict[tuple[str, int], int]:

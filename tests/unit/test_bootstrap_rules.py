@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
-from dynamic_kafka.backfill import after_bootstrap, offsets_window
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.prepared import PreparedDecoding
 from dynamic_kafka.errors import ArchiveChangedError, ConfigError, DataLossError, StateError
+from dynamic_kafka.initializers import EarliestOffsets, TimestampOffsets
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.plan import ArchiveRead, TopicPartition
@@ -25,11 +26,15 @@ from dynamic_kafka.model.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.model.summary import RealignedPositions, RunSummary
-from dynamic_kafka.offset_reset import ResetTarget, decide_reset
-from dynamic_kafka.offsets import EarliestOffsets, TimestampOffsets
+from dynamic_kafka.operations.backfill import after_bootstrap, offsets_window
+from dynamic_kafka.operations.offsets_reset import ResetTarget, decide_reset
 from dynamic_kafka.plan.planner import bootstrap_due, first_run_pipeline, plan_run
-from dynamic_kafka.spark.archive import abandoned_archive_runs, map_columns, next_archive_part, with_archive_decoding
-from dynamic_kafka.spark.decoding import PreparedDecoding
+from dynamic_kafka.spark.bootstrap_archive import (
+    abandoned_archive_runs,
+    map_columns,
+    next_archive_part,
+    with_archive_decoding,
+)
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.rows import apply_plan
 
@@ -431,7 +436,7 @@ class TestArchivePinnedByItsFirstPlan:
     def test_a_later_part_whose_file_changed_since_the_first_plan_is_refused(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from dynamic_kafka.spark import archive
+        from dynamic_kafka.spark import bootstrap_archive as archive
 
         storage = {"f1": (10, 1), "f2": (10, 1), "f3": (10, 1)}
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
+from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,7 +89,7 @@ def test_any_unexpected_error_is_one_paragraph_naming_what_to_do(
     def broken(path: object) -> object:
         raise RuntimeError("a library failed")
 
-    monkeypatch.setattr("dynamic_kafka.check.check_project", broken)
+    monkeypatch.setattr("dynamic_kafka.operations.check.check_project", broken)
 
     assert main(["check", "--config", str(config)]) == 1
 

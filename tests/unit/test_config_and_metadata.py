@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config import load_project_config
+from dynamic_kafka.config.models import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, ConfigError, MetadataServiceError, UnknownStreamError
+from dynamic_kafka.initializers import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.patterns import expand_patterns
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.metadata.subscriber import StreamIdSubscriber, StreamPatternSubscriber
-from dynamic_kafka.offsets import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.secrets import resolve_properties
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from dynamic_kafka._toolchain.process import free_port
 _PROBE = textwrap.dedent(
     """
     import sys
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.errors import SparkConnectUnavailableError
     from dynamic_kafka.spark.session import build_spark_session
 

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka import offsets
-from dynamic_kafka.custom_offsets import resolve_custom
+from dynamic_kafka import initializers as offsets
 from dynamic_kafka.errors import ConfigError, KafkaClientError
+from dynamic_kafka.initializers import CustomOffsets, PartitionBounds
+from dynamic_kafka.kafka.custom_offsets import resolve_custom
 from dynamic_kafka.kafka.requests import run_requests
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
-from dynamic_kafka.offsets import CustomOffsets, PartitionBounds
 from tests.unit.test_planner import pipeline
 
 if TYPE_CHECKING:

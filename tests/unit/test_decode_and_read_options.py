@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.formats import can_fail
 from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
 from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
@@ -15,7 +16,6 @@ from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.incremental import _decode_error_from
 from dynamic_kafka.sink.merge import _merge_scope
 from dynamic_kafka.sink.tables import safe_text
-from dynamic_kafka.spark.decode import can_fail
 from dynamic_kafka.spark.reader import kafka_read_options
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"

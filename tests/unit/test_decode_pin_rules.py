@@ -13,15 +13,15 @@ from typing import Any, cast
 
 import pytest
 
-from dynamic_kafka.config import ProjectConfig
+from dynamic_kafka.config.models import ProjectConfig
+from dynamic_kafka.decoding.prepared import PreparedDecoding, prepare_decoding
 from dynamic_kafka.errors import ConfigError, UnknownSchemaError
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import DecodePin, PinnedVersion, Plan, Split
 from dynamic_kafka.plan.planner import config_pins
+from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 from dynamic_kafka.registry.config import RegistryConfig
-from dynamic_kafka.runner import PipelineRunner
-from dynamic_kafka.spark.decoding import PreparedDecoding, prepare_decoding
 
 V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}

@@ -73,8 +73,8 @@ def test_health_asks_the_brokers_its_three_questions_at_once(tmp_path: Path, mon
         asked.wait()
         return real([], **options)
 
-    monkeypatch.setattr("dynamic_kafka.status.take_broker_snapshot", together)
-    monkeypatch.setattr("dynamic_kafka.health.take_broker_snapshot", together)
+    monkeypatch.setattr("dynamic_kafka.operations.status.take_broker_snapshot", together)
+    monkeypatch.setattr("dynamic_kafka.operations.health.take_broker_snapshot", together)
     (tmp_path / "metadata.yaml").write_text('{clusters: {east: {bootstrap_servers: "127.0.0.1:1"}}, streams: {}}')
     config = tmp_path / "dynamic_kafka.yaml"
     config.write_text(

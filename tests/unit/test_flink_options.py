@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from dynamic_kafka.check import check_project
-from dynamic_kafka.flink_options import FlinkOptionError
+from dynamic_kafka.config.flink_options import FlinkOptionError
 from dynamic_kafka.metadata.identity import with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
+from dynamic_kafka.operations.check import check_project
 
 if TYPE_CHECKING:
     from typing import Any

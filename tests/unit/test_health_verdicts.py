@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dynamic_kafka.config import HealthConfig, PipelineConfig
-from dynamic_kafka.health import (
+from dynamic_kafka.config.models import HealthConfig, PipelineConfig
+from dynamic_kafka.operations.health import (
     PartitionHealth,
     Since,
     event_time_lag_verdict,
@@ -16,7 +16,7 @@ from dynamic_kafka.health import (
     reachable_lag_verdict,
     stuck_transaction_verdict,
 )
-from dynamic_kafka.status import PipelineStatus, lag_limit_verdict
+from dynamic_kafka.operations.status import PipelineStatus, lag_limit_verdict
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from dynamic_kafka import offsets
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka import initializers as offsets
+from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     ConfigError,

@@ -19,7 +19,7 @@ import pytest
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.run_guard import in_progress_error
+from dynamic_kafka.protocol.guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.local_server import LocalServer, ServerLaunch, reuse_decision
 from dynamic_kafka.spark.session import spark_conf
 

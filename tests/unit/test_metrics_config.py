@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config import MetricsConfig, ProjectConfig
+from dynamic_kafka.config.models import MetricsConfig, ProjectConfig
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
 from dynamic_kafka.model.summary import GroupCommit, RunSummary
-from dynamic_kafka.monitoring import Sample, push_metrics, run_samples
+from dynamic_kafka.operations.monitoring import Sample, push_metrics, run_samples
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,7 +48,7 @@ def test_a_receiver_that_is_down_is_a_warning_naming_it_without_credentials(capl
     port = free_port()  # nothing listens there
     config = MetricsConfig(pushgateway=f"http://ops:hunter2@127.0.0.1:{port}/gateway", timeout_seconds=2)
 
-    with caplog.at_level(logging.WARNING, logger="dynamic_kafka.monitoring"):
+    with caplog.at_level(logging.WARNING, logger="dynamic_kafka.operations.monitoring"):
         assert push_metrics(config, "orders", "run", _SAMPLES) is False
 
     [warning] = [r.getMessage() for r in caplog.records]
@@ -62,7 +62,7 @@ def test_a_password_reference_that_does_not_resolve_is_a_warning_naming_the_refe
     monkeypatch.delenv("DK_TEST_UNSET_PUSH_PASSWORD", raising=False)
     config = _config(username="ops", password="${env:DK_TEST_UNSET_PUSH_PASSWORD}")
 
-    with caplog.at_level(logging.WARNING, logger="dynamic_kafka.monitoring"):
+    with caplog.at_level(logging.WARNING, logger="dynamic_kafka.operations.monitoring"):
         assert push_metrics(config, "orders", "health", _SAMPLES) is False
 
     [warning] = [r.getMessage() for r in caplog.records]

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from dynamic_kafka.config import ProjectConfig, SparkConfig, load_project_config
+from dynamic_kafka.config.models import ProjectConfig, SparkConfig, load_project_config
 from dynamic_kafka.errors import ConfigError, ObjectStoreError
-from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
-from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
+from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
+from dynamic_kafka.protocol.guard import run_lock_path as _run_lock_path
 from dynamic_kafka.spark.session import S3A_EXCLUDES, S3A_PACKAGES, object_storage_conf, requested_packages
 from dynamic_kafka.storage import (
     StorageConfig,

@@ -20,7 +20,7 @@ from dynamic_kafka.model.snapshots import (
     TopicSnapshot,
 )
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.offset_reset import OffsetReset, ResetSelection, ResetTarget, decide_reset
+from dynamic_kafka.operations.offsets_reset import OffsetReset, ResetSelection, ResetTarget, decide_reset
 from dynamic_kafka.state import StateStore
 
 if TYPE_CHECKING:

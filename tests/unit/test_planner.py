@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dynamic_kafka import offsets
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka import initializers as offsets
+from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     DataLossError,

@@ -14,12 +14,12 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import BooleanType, StringType, StructType
 
 from devtools.testing.protobuf import descriptor_form, framed, message_class, order_file
+from dynamic_kafka.decoding.protobuf import descriptor_type, message_descriptor, union_struct, writer_file
+from dynamic_kafka.decoding.registry_formats import _registry_source
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.registry import encode_header, protobuf_codec
 from dynamic_kafka.registry.client import WriterSchema
 from dynamic_kafka.registry.protobuf_codec import ProtobufDecoder, WriterFile
-from dynamic_kafka.spark.protobuf_decode import descriptor_type, message_descriptor, union_struct, writer_file
-from dynamic_kafka.spark.registry_decode import _registry_source
 
 ORDER_V1 = (
     "struct<id:bigint,customer:struct<name:string,points:decimal(20,0)>,tags:array<string>,status:string,"

@@ -26,14 +26,14 @@ def test_every_public_name_loads_from_the_top_level() -> None:
 def test_an_unknown_name_is_an_attribute_error_and_submodules_still_import() -> None:
     with pytest.raises(AttributeError, match="module 'dynamic_kafka' has no attribute 'PipelineRunner'"):
         _ = dynamic_kafka.PipelineRunner  # type: ignore[attr-defined]
-    from dynamic_kafka import offsets
+    from dynamic_kafka import initializers as offsets
 
     assert offsets.timestamp(5).timestamp_ms == 5
 
 
 def test_importing_one_module_does_not_load_the_clients_of_the_operations() -> None:
     probe = (
-        "import sys, dynamic_kafka.errors, dynamic_kafka.config; "
+        "import sys, dynamic_kafka.errors, dynamic_kafka.config.models; "
         "print(sorted(m for m in ('confluent_kafka', 'deltalake', 'pyarrow') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
@@ -115,11 +115,12 @@ def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(
         "from dynamic_kafka import Pipeline\nimport dynamic_kafka\n"
-        "if TYPE_CHECKING:\n    from dynamic_kafka.status import PipelineStatus\nimport dynamic_kafka.runner as r\n"
+        "if TYPE_CHECKING:\n    from dynamic_kafka.operations.status import PipelineStatus\n"
+        "import dynamic_kafka.protocol.run as r\n"
     )
     assert imports_past_the_face(module, tmp_path) == [
-        "m.py:4: from dynamic_kafka.status import ...",
-        "m.py:5: import dynamic_kafka.runner",
+        "m.py:4: from dynamic_kafka.operations.status import ...",
+        "m.py:5: import dynamic_kafka.protocol.run",
     ]
 
 

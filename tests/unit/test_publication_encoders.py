@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from devtools.testing.protobuf import descriptor_form, message_class, order_file
-from dynamic_kafka.check import check_project
 from dynamic_kafka.errors import PublicationError
+from dynamic_kafka.operations.check import check_project
 from dynamic_kafka.publish.config import PublicationConfig, RegistryEncoding
 from dynamic_kafka.publish.encoders import checked_encoder
 from dynamic_kafka.registry import parse_header

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from dynamic_kafka.check import check_project
 from dynamic_kafka.errors import PublicationError
+from dynamic_kafka.operations.check import check_project
 from dynamic_kafka.publish.config import PublicationConfig
 from dynamic_kafka.publish.protocol import Move, Place, VersionChange, batches, plan_start
 from dynamic_kafka.publish.records import plain_encoders, to_records

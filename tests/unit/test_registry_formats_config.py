@@ -11,13 +11,13 @@ from deltalake import write_deltalake
 from pydantic import ValidationError
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
+from dynamic_kafka.decoding.prepared import prepare_decoding
+from dynamic_kafka.decoding.registry_formats import _registry_source, check_table_schema, json_schema_to_spark
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.registry.client import WriterSchema
 from dynamic_kafka.sink.schema_check import sink_schema
-from dynamic_kafka.spark.decoding import prepare_decoding
-from dynamic_kafka.spark.registry_decode import _registry_source, check_table_schema, json_schema_to_spark
 from dynamic_kafka.storage import TableRef
 
 if TYPE_CHECKING:

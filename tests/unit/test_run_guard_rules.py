@@ -19,15 +19,15 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
-from dynamic_kafka.config import ProjectConfig, RetryConfig
+from dynamic_kafka.config.models import ProjectConfig, RetryConfig
 from dynamic_kafka.errors import MetadataServiceError, RunInProgressError, RunTimeoutError, StateBehindSinkError
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
 from dynamic_kafka.model.plan import Plan, Split, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.realign import landed_frontier, realign
-from dynamic_kafka.runner import PipelineRunner
+from dynamic_kafka.protocol.realign import landed_frontier, realign
+from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
@@ -423,8 +423,8 @@ def test_the_run_lock_dies_with_its_process_even_while_a_child_lives_on(tmp_path
 
 def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dynamic_kafka._toolchain.cache import CACHE_ENV
-    from dynamic_kafka.run_guard import RUN_LOCK_DIR_ENV
-    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
+    from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
+    from dynamic_kafka.protocol.guard import run_lock_path as _run_lock_path
     from dynamic_kafka.storage import parse_location
 
     monkeypatch.delenv(RUN_LOCK_DIR_ENV, raising=False)
@@ -440,7 +440,7 @@ def test_the_run_lock_folder_can_be_set(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_run_finding_the_run_lock_taken_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     # The lock's guard at its call site: the empty plan would otherwise be committed beside the holder.
-    from dynamic_kafka.run_guard import run_lock_path as _run_lock_path
+    from dynamic_kafka.protocol.guard import run_lock_path as _run_lock_path
 
     r = runner(tmp_path)
     commit(r.store, 1)

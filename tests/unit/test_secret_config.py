@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config import ProjectConfig, SparkConfig, load_project_config
-from dynamic_kafka.context import PipelineContext
+from dynamic_kafka.config.models import ProjectConfig, SparkConfig, load_project_config
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.initializers import CommittedOffsets
 from dynamic_kafka.metadata.file import ClusterEntry, parse_metadata_file
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
-from dynamic_kafka.offsets import CommittedOffsets
+from dynamic_kafka.protocol.context import PipelineContext
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -74,7 +74,7 @@ def test_spark_masks_secret_reader_options_in_plans_in_process_and_over_connect(
     """Spark masks a data source's options in the plans it shows (explain, the SQL tab) by the runtime setting
     ``spark.sql.redaction.options.regex`` (default ``(?i)url``): the in-process session starts with it, and a Spark
     Connect session sets it itself, so a server started without the product's settings masks them too."""
-    from dynamic_kafka.config import SparkConfig
+    from dynamic_kafka.config.models import SparkConfig
     from dynamic_kafka.spark.remote import SESSION_REDACTION
     from dynamic_kafka.spark.session import spark_conf
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config import SparkConfig
+from dynamic_kafka.config.models import SparkConfig
 from dynamic_kafka.spark.packages import KAFKA_TOKENPROVIDER, SPARK_AVRO_PACKAGE, delta_package
 from dynamic_kafka.spark.session import (
     INTERPRETED_MAX_RECORDS,
@@ -136,7 +136,7 @@ def test_a_loopback_client_takes_its_token_only_from_config_url_or_environment(
 
 
 def test_a_wrong_remote_in_the_project_file_is_a_config_error_without_its_token(tmp_path: Path) -> None:
-    from dynamic_kafka.config import load_project_config
+    from dynamic_kafka.config.models import load_project_config
     from dynamic_kafka.errors import ConfigError
 
     config = tmp_path / "dynamic_kafka.yaml"

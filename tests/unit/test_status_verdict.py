@@ -8,7 +8,7 @@ import pytest
 
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.summary import Completeness, RunSummary, StreamTable, SummaryStatus
-from dynamic_kafka.status import (
+from dynamic_kafka.operations.status import (
     PipelineStatus,
     StreamTableStatus,
     completeness_verdict,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dynamic_kafka.cli.pipeline import format_summary
-from dynamic_kafka.health import HealthReport, reachable_lag_verdict
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.status import HealthVerdict
+from dynamic_kafka.operations.health import HealthReport, reachable_lag_verdict
+from dynamic_kafka.operations.status import HealthVerdict
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.cli.backfill import format_backfill
-from dynamic_kafka.config import PipelineConfig, load_project_config
+from dynamic_kafka.config.models import PipelineConfig, load_project_config
+from dynamic_kafka.config.table_template import check_stream_id, fill, placeholders, template_root
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionState, StateSnapshot
@@ -20,7 +21,6 @@ from dynamic_kafka.sink.commits import AddedFile, RunFiles
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
 from dynamic_kafka.storage import parse_location
-from dynamic_kafka.table_template import check_stream_id, fill, placeholders, template_root
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynamic_kafka.config import PipelineConfig
+from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.watch import WatchCursor, check_metadata
 

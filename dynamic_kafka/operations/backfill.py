@@ -21,8 +21,8 @@ A backfill is guarded like a run (:func:`run_backfill`): it holds the pipeline's
 (no run or backfill of the pipeline on this machine beside it), takes the state's backfill lease in the commit that
 records its frontier (no run is planned or taken over beside it on any host, and it waits for none: a planned run
 refuses it), renews the lease while it merges, is bounded by ``max_run_seconds``, and makes a run's checks before
-anything is recorded (:func:`~dynamic_kafka.prepare.prepare_write`: Spark, the writer schemas, ``value_schema`` and
-the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
+anything is recorded (:func:`~dynamic_kafka.protocol.prepare.prepare_write`: Spark, the writer schemas, ``value_schema``
+and the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
 the incarnation it planned, as a run does before its commit.
 
 With a table per stream (``sink.path: data/{stream}``) the window is still read once, and each stream's rows are
@@ -39,19 +39,19 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import CrashPoint, crash_point
+from dynamic_kafka.initializers import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 from dynamic_kafka.model.snapshots import StateSnapshot
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.offsets import TimestampOffsets, to_epoch_ms
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.plan.tables import as_tables_take, tables_of_partitions
-from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.progress import Tracker, tracking
-from dynamic_kafka.realign import check_not_behind, check_tables_not_behind
-from dynamic_kafka.run_guard import LEASE_ATTEMPTS, WriterGuard
+from dynamic_kafka.protocol.context import PipelineContext
+from dynamic_kafka.protocol.guard import LEASE_ATTEMPTS, WriterGuard
+from dynamic_kafka.protocol.prepare import PreparedWrite, prepare_write
+from dynamic_kafka.protocol.realign import check_not_behind, check_tables_not_behind
 from dynamic_kafka.sink.per_stream import run_streams
 from dynamic_kafka.state.owner import RunOwner
 
@@ -60,11 +60,11 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-    from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.sink.metrics import WriteResult
     from dynamic_kafka.sink.per_stream import SinkTable
     from dynamic_kafka.state.store import RecordedBackfill

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.storage import TableRef
 
@@ -119,8 +119,8 @@ def replay(
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    from dynamic_kafka.spark.archive import with_archive_decoding
-    from dynamic_kafka.spark.decoding import prepare_decoding
+    from dynamic_kafka.decoding.prepared import prepare_decoding
+    from dynamic_kafka.spark.bootstrap_archive import with_archive_decoding
 
     sink, dead_letters = pipeline.sink_table, pipeline.dead_letter_table
     with _replay_failures(), spark_failures(f"replaying the dead letters of {pipeline.id!r} from {dead_letters}", sink):

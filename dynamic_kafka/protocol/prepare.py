@@ -6,7 +6,7 @@ written already, makes them before it writes again:
 
 1. Spark is reachable (with ``spark.remote`` one round trip, so a Spark Connect server that is down fails here,
    retriable);
-2. every cluster of the plan has a connection (:meth:`~dynamic_kafka.context.PipelineContext.connections`);
+2. every cluster of the plan has a connection (:meth:`~dynamic_kafka.protocol.context.PipelineContext.connections`);
 3. the writer schemas of the plan's registry and schema-file streams are fetched and checked (a registry that is
    down fails here, retriable); a plan already written is decoded with exactly the schema inputs it pinned;
 4. ``value_schema`` and the sink's schema take the rows, and the ``event_time`` expression is a timestamp over
@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.decoding.prepared import PreparedDecoding
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.spark.deadline import RunDeadline
-    from dynamic_kafka.spark.decoding import PreparedDecoding
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class PreparedWrite:
 
     def check_topics_unchanged(self, context: PipelineContext, *, backfill: bool = False) -> None:
         """Checks, after the read and before its rows are committed, that every topic read is still the
-        incarnation planned (:meth:`~dynamic_kafka.context.PipelineContext.check_topics_unchanged`).
+        incarnation planned (:meth:`~dynamic_kafka.protocol.context.PipelineContext.check_topics_unchanged`).
 
         Raises:
             TopicRecreatedError: a topic of the plan was deleted or recreated since it was planned.
@@ -95,16 +95,16 @@ def prepare_write(
         ObjectStoreError: the sink's or dead-letter table's object store cannot be used.
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """
+    from dynamic_kafka.decoding.prepared import prepare_decoding
     from dynamic_kafka.sink.per_stream import run_tables
     from dynamic_kafka.sink.schema_check import check_sink_schema
-    from dynamic_kafka.spark.decoding import prepare_decoding
     from dynamic_kafka.spark.event_time import check_event_time
 
     context.check_spark()
     connections = context.connections(plan, metadata)
     decoding = prepare_decoding(context.pipeline, plan.read_splits, connections, pins=plan.decoding)
     if plan.bootstrap is not None:
-        from dynamic_kafka.spark.archive import with_archive_decoding
+        from dynamic_kafka.spark.bootstrap_archive import with_archive_decoding
 
         decoding = with_archive_decoding(decoding, context.pipeline, plan.bootstrap.stream)
     # Asked for once: through Spark Connect each ask states the session's settings again (a round trip).

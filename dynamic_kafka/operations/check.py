@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dynamic_kafka.config import (
+from dynamic_kafka.config.cron import cron_problem
+from dynamic_kafka.config.flink_options import flink_option_findings
+from dynamic_kafka.config.models import (
     ProjectConfig,
     SingleClusterMetadataServiceConfig,
     load_yaml,
     validate_project_data,
     validation_problems,
 )
-from dynamic_kafka.cron import cron_problem
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.flink_options import flink_option_findings
 from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.references import expand, is_reference
 from dynamic_kafka.references import location as key_path

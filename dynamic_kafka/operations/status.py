@@ -21,9 +21,9 @@ from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.sink.tables import open_delta_rs
 
 if TYPE_CHECKING:
-    from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.model.snapshots import StateSnapshot
+    from dynamic_kafka.protocol.context import PipelineContext
 
 
 class PartitionLag(BaseModel):

@@ -6,7 +6,7 @@ plan's clusters). This module is the composition root: it is where the Kafka cli
 single-cluster metadata service, so the ``metadata`` package never imports ``kafka``.
 
 Example:
-    >>> from dynamic_kafka.config import load_project_config
+    >>> from dynamic_kafka.config.models import load_project_config
     >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> context.resolve().fingerprint  # doctest: +SKIP
     '3f1c...'
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import (
+from dynamic_kafka.config.models import (
     FileMetadataServiceConfig,
     MetadataServiceConfig,
     PipelineConfig,
@@ -27,6 +27,7 @@ from dynamic_kafka.config import (
     PythonMetadataServiceConfig,
     SingleClusterMetadataServiceConfig,
 )
+from dynamic_kafka.config.table_template import is_template, template_root
 from dynamic_kafka.errors import ConfigError, TopicRecreatedError
 from dynamic_kafka.imports import load_callable
 from dynamic_kafka.kafka import ClusterRequest, KafkaAdmin, list_topic_names, run_requests, take_broker_snapshot
@@ -35,13 +36,12 @@ from dynamic_kafka.metadata.file import FileMetadataService
 from dynamic_kafka.metadata.identity import PipelineClientProperties, with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.metadata.patterns import expand_patterns
-from dynamic_kafka.metadata.references import ReferenceGuard
+from dynamic_kafka.metadata.reference_guard import ReferenceGuard
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, resolve_metadata
 from dynamic_kafka.metadata.service import KafkaMetadataService
 from dynamic_kafka.metadata.single_cluster import SingleClusterMetadataService
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.storage import TableRef, check_environment
-from dynamic_kafka.table_template import is_template, template_root
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -61,7 +61,7 @@ class PipelineContext:
         pipeline_id: which pipeline of the project.
         metadata_service: a service to use instead of the one the config names (programs and tests). Like a
             ``python`` service, it may use only the secret references the project's ``secret_references`` lists
-            (see :mod:`dynamic_kafka.metadata.references`).
+            (see :mod:`dynamic_kafka.metadata.reference_guard`).
         spark: returns the Spark session; called only when something has to be read.
     """
 
@@ -316,7 +316,7 @@ def _recreated_during_backfill(pipeline: PipelineConfig, cluster_id: str, topic:
 
 def guard_references(service: KafkaMetadataService, project: ProjectConfig, source: str) -> KafkaMetadataService:
     """``service`` restricted to the secret references the project config allows (the user's own file-based
-    services are trusted as they are; see :mod:`dynamic_kafka.metadata.references`).
+    services are trusted as they are; see :mod:`dynamic_kafka.metadata.reference_guard`).
     """
     if isinstance(service, FileMetadataService | ReferenceGuard):
         return service

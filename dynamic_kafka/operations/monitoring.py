@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
 
-    from dynamic_kafka.config import MetricsConfig
-    from dynamic_kafka.health import HealthReport
+    from dynamic_kafka.config.models import MetricsConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.model.summary import RunSummary
+    from dynamic_kafka.operations.health import HealthReport
 
 logger = logging.getLogger(__name__)
 

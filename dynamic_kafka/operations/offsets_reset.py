@@ -46,22 +46,22 @@ from pydantic import Field, computed_field
 
 from dynamic_kafka.errors import ConfigError, MetadataServiceError, StateError, TopicRecreatedError
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.initializers import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
 from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
 from dynamic_kafka.metadata.identity import with_pipeline_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import TopicPartition
 from dynamic_kafka.model.summary import OffsetChange, RunSummary
 from dynamic_kafka.model.text import table
-from dynamic_kafka.offsets import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
-from dynamic_kafka.run_guard import WriterGuard
+from dynamic_kafka.protocol.guard import WriterGuard
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.snapshots import BrokerSnapshot, PartitionState, StateSnapshot
+    from dynamic_kafka.protocol.context import PipelineContext
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ changing a row, VACUUM deletes only files no version within the retention period
 started: both steps are delta-rs's (docs/decisions/0055-sink-maintenance.md).
 
 Example:
-    >>> from dynamic_kafka.config import load_project_config
+    >>> from dynamic_kafka.config.models import load_project_config
     >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> maintain_pipeline(context, retention_hours=24).tables[0].after.current.files  # doctest: +SKIP
     1
@@ -31,7 +31,7 @@ from pydantic import Field
 from dynamic_kafka.errors import ConfigError, StateError
 from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.run_guard import WriterGuard
+from dynamic_kafka.protocol.guard import WriterGuard
 from dynamic_kafka.sink.compaction import TableMaintenance, maintain_table, table_files
 from dynamic_kafka.sink.per_stream import known_tables
 from dynamic_kafka.state.owner import RunOwner
@@ -39,8 +39,8 @@ from dynamic_kafka.state.owner import RunOwner
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dynamic_kafka.config import PipelineConfig
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.config.models import PipelineConfig
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.storage import TableRef
 
 logger = logging.getLogger(__name__)

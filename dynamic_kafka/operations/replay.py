@@ -1,5 +1,5 @@
 """``dead-letters replay``: decode a pipeline's dead letters again under the current config and land the ones that
-decode now in the sink, exactly once (see :mod:`dynamic_kafka.sink.replay` for how the two tables are written).
+decode now in the sink, exactly once (see :mod:`dynamic_kafka.sink.redecode` for how the two tables are written).
 With a table per stream (``sink.path: data/{stream}``), each stream's dead letters go back into that stream's
 table, one stream after the other, each pair of tables written as one pipeline's are: a replay interrupted between
 two streams leaves the ones after it untouched, and the next replay finishes them.
@@ -31,18 +31,18 @@ from pydantic import Field
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
-from dynamic_kafka.offset_reset import requester
-from dynamic_kafka.run_guard import WriterGuard
+from dynamic_kafka.operations.offsets_reset import requester
+from dynamic_kafka.protocol.guard import WriterGuard
 from dynamic_kafka.sink.per_stream import known_tables
-from dynamic_kafka.sink.replay import ReplayCounts, replay, replay_app_id
+from dynamic_kafka.sink.redecode import ReplayCounts, replay, replay_app_id
 from dynamic_kafka.sink.tables import committed_txn_versions, table_exists
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dynamic_kafka.context import PipelineContext
     from dynamic_kafka.metadata.models import ClusterMetadata
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.spark.deadline import RunDeadline
 
 logger = logging.getLogger(__name__)

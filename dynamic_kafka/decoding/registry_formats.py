@@ -4,7 +4,7 @@ column expressions in the run's one pass.
 Driver (:func:`prepare_sources`, before the plan is written and before Spark starts): for every planned
 ``(cluster, topic)`` of a stream whose ``value_format`` uses a registry, every version of its subject (by default
 ``<topic>-value``, Confluent's TopicNameStrategy; ``value_subject_name_strategy`` picks the record strategies,
-:func:`~dynamic_kafka.config.subject_name`) is fetched from that cluster's registry (the metadata's
+:func:`~dynamic_kafka.config.models.subject_name`) is fetched from that cluster's registry (the metadata's
 ``schema_registry``, else the pipeline's): a handful of HTTP calls per run, none per record, and no scan of the
 data to find which ids occur. The latest version is the *reader* schema; every older version is checked against it
 with Avro's schema-resolution rules (``avro.compatibility``) or, for JSON Schema, field by field. The decoded
@@ -31,7 +31,7 @@ checks and error chain, decoded by :func:`registry_key` into one ``key`` struct 
 
 Why one module of this size: the driver half and the executor half share one contract, the sources
 (:class:`SourceDecoding`: schema ids, the reader schema, the column names and types), and each half checks what the
-other relies on. Callers reach it through :class:`dynamic_kafka.spark.decoding.PreparedDecoding`.
+other relies on. Callers reach it through :class:`dynamic_kafka.decoding.prepared.PreparedDecoding`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from dynamic_kafka.config import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
+from dynamic_kafka.config.models import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
 from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RAW_KEY, RAW_VALUE, RUN_SEQ
@@ -119,7 +119,7 @@ def prepare_sources(
     """Fetches and checks the writer schemas of the planned ranges' registry streams. JVM-free.
 
     Returns the registry / fixed-schema sources and the value format of the other streams (bytes, string or json;
-    None when no planned stream uses one); :func:`dynamic_kafka.spark.decoding.prepare_decoding` wraps them.
+    None when no planned stream uses one); :func:`dynamic_kafka.decoding.prepared.prepare_decoding` wraps them.
 
     Args:
         pipeline: the formats (per stream) and the default registry.
@@ -189,7 +189,7 @@ def prepare_key_sources(
     pins: Sequence[DecodePin] = (),
 ) -> tuple[SourceDecoding, ...]:
     """The key sources of the planned ranges under a registry ``key_format``: per ``(cluster, topic)`` the writer
-    schemas of its key subject (:meth:`~dynamic_kafka.config.PipelineConfig.key_subject`), pinned as
+    schemas of its key subject (:meth:`~dynamic_kafka.config.models.PipelineConfig.key_subject`), pinned as
     :func:`prepare_sources` pins the values'. Empty for the ``bytes`` and ``string`` key formats. JVM-free.
 
     Raises:
@@ -413,7 +413,7 @@ def _protobuf_checked(
     Raises:
         ConfigError: a version is not in descriptor form, imports another schema, or is recursive.
     """
-    from dynamic_kafka.spark.protobuf_decode import descriptor_type, message_descriptor, union_struct
+    from dynamic_kafka.decoding.protobuf import descriptor_type, message_descriptor, union_struct
 
     types = {
         v.schema_id: descriptor_type(message_descriptor(_writer_file(stream_id, subject, v)), subject)
@@ -432,7 +432,7 @@ def _protobuf_checked(
 
 
 def _writer_file(stream_id: str, subject: str, version: SchemaVersion) -> WriterFile:
-    from dynamic_kafka.spark.protobuf_decode import writer_file
+    from dynamic_kafka.decoding.protobuf import writer_file
 
     return writer_file(version.schema_str, f"stream {stream_id!r}: subject {subject!r} version {version.version}")
 
@@ -647,7 +647,7 @@ def _source_struct(
         branches = [(header_id == sf.lit(v.schema_id), from_avro(payload, v.schema_str, options)) for v in usable]
         return _case([(in_source & c, value) for c, value in branches], None)
     if source.value_format == "protobuf":
-        from dynamic_kafka.spark.protobuf_decode import protobuf_column
+        from dynamic_kafka.decoding.protobuf import protobuf_column
 
         writers = {v.schema_id: _writer_file(source.stream_id, source.subject or "", v) for v in usable}
         decoded = protobuf_column(writers, StructType.fromJson(json.loads(source.reader)), sf.when(in_source, raw))

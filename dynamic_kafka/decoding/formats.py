@@ -21,8 +21,8 @@ Invariants:
   Objects inside arrays and maps are not checked for unknown fields.
 - A null key or value (a tombstone) is decodable and stays null.
 
-:meth:`dynamic_kafka.spark.decoding.PreparedDecoding.decode` composes these columns with the registry formats'
-(:mod:`dynamic_kafka.spark.registry_decode`) into one frame.
+:meth:`dynamic_kafka.decoding.prepared.PreparedDecoding.decode` composes these columns with the registry formats'
+(:mod:`dynamic_kafka.decoding.registry_formats`) into one frame.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructField, StructType
 
-    from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
+    from dynamic_kafka.config.models import PipelineConfig, ValueFormatConfig
 
 KEY_NOT_UTF8 = "key is not valid UTF-8"
 VALUE_NOT_UTF8 = "value is not valid UTF-8"

@@ -2,8 +2,8 @@
 :class:`PreparedDecoding` it returns wherever records are decoded (the sink's writers, the schema check, the replay
 of dead letters).
 
-Behind the door, :mod:`dynamic_kafka.spark.decode` makes the key and the ``value`` column of the bytes, string and
-json formats, and :mod:`dynamic_kafka.spark.registry_decode` fetches the registry and schema-file streams' writer
+Behind the door, :mod:`dynamic_kafka.decoding.formats` makes the key and the ``value`` column of the bytes, string and
+json formats, and :mod:`dynamic_kafka.decoding.registry_formats` fetches the registry and schema-file streams' writer
 schemas and decodes them into fields; :meth:`PreparedDecoding.decode` composes both into one frame, so a caller
 never needs to know which format a stream uses.
 
@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS
-from dynamic_kafka.model.summary import DecodedSchema
-from dynamic_kafka.spark.decode import KEY_NOT_UTF8, can_fail, utf8_text, value_column, with_expression_value
-from dynamic_kafka.spark.registry_decode import (
+from dynamic_kafka.config.models import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS
+from dynamic_kafka.decoding.formats import KEY_NOT_UTF8, can_fail, utf8_text, value_column, with_expression_value
+from dynamic_kafka.decoding.registry_formats import (
     SCHEMA_ID,
     SchemaVersion,
     SourceDecoding,
@@ -33,6 +32,7 @@ from dynamic_kafka.spark.registry_decode import (
     registry_key,
     schema_digest,
 )
+from dynamic_kafka.model.summary import DecodedSchema
 from dynamic_kafka.spark.schema import DECODE_ERROR, RAW_KEY, RAW_VALUE
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-    from dynamic_kafka.config import PipelineConfig, ValueFormatConfig
+    from dynamic_kafka.config.models import PipelineConfig, ValueFormatConfig
     from dynamic_kafka.errors import SchemaIncompatibleError
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.model.plan import DecodePin, Split
@@ -123,7 +123,7 @@ class PreparedDecoding:
 
     def check_table(self, rows_schema: StructType, table_schema: StructType | None, table: str) -> None:
         """Refuses rows whose columns give an existing table column another type
-        (:func:`~dynamic_kafka.spark.registry_decode.check_table_schema`).
+        (:func:`~dynamic_kafka.decoding.registry_formats.check_table_schema`).
 
         Raises:
             SchemaIncompatibleError: a column changes its type; names the stream and subject that brought it.
@@ -204,9 +204,9 @@ def prepare_decoding(
     pins: Sequence[DecodePin] = (),
 ) -> PreparedDecoding:
     """Fetches and checks the writer schemas of the planned ranges' registry streams
-    (:func:`~dynamic_kafka.spark.registry_decode.prepare_sources`, where the arguments are described) and, under a
+    (:func:`~dynamic_kafka.decoding.registry_formats.prepare_sources`, where the arguments are described) and, under a
     registry ``key_format``, of their key subjects
-    (:func:`~dynamic_kafka.spark.registry_decode.prepare_key_sources`). JVM-free.
+    (:func:`~dynamic_kafka.decoding.registry_formats.prepare_key_sources`). JVM-free.
 
     Raises:
         ConfigError: a registry stream's cluster has no registry, a schema file cannot be read (or differs from

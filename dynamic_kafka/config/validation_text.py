@@ -78,7 +78,7 @@ def suggest_key(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | Non
     """The accepted key closest to the unknown key at ``loc`` (the last element), or None if none is close.
 
     Example:
-        >>> from dynamic_kafka.config import ProjectConfig
+        >>> from dynamic_kafka.config.models import ProjectConfig
         >>> suggest_key(ProjectConfig, ("pipelines", 0, "sink", "dead_leter_path"))
         'dead_letter_path'
     """

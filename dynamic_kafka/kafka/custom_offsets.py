@@ -1,4 +1,4 @@
-"""A user's own starting or stopping initializer (:class:`~dynamic_kafka.offsets.CustomOffsets`): calling it and
+"""A user's own starting or stopping initializer (:class:`~dynamic_kafka.initializers.CustomOffsets`): calling it and
 checking its answer before the planner uses it.
 
 The function is user code, so nothing it returns is trusted: every partition it was given must get an integer
@@ -18,7 +18,7 @@ from dynamic_kafka.imports import load_callable
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dynamic_kafka.offsets import CustomOffsets, OffsetLookups, PartitionBounds
+    from dynamic_kafka.initializers import CustomOffsets, OffsetLookups, PartitionBounds
 
 _HINT = "Return {(topic, partition): offset} for every partition given, each within its [earliest, latest]."
 

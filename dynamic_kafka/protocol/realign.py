@@ -48,7 +48,7 @@ from dynamic_kafka.sink.tables import backfill_app_id, committed_txn_versions, o
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.sink.per_stream import SinkTable
     from dynamic_kafka.state import StateStore

@@ -8,14 +8,15 @@ plan's warnings (a missing topic under ``on_topic_missing: warn``, a skipped clu
 
 from __future__ import annotations
 
-from dynamic_kafka.check import CheckReport, Problem
-from dynamic_kafka.config import load_project_config
+from dynamic_kafka.config.models import load_project_config
 from dynamic_kafka.errors import DynamicKafkaError
+from dynamic_kafka.operations.check import CheckReport, Problem
 from dynamic_kafka.pipeline import Pipeline
 
 
 def check_online(report: CheckReport) -> CheckReport:
-    """``report`` (of :func:`dynamic_kafka.check.check_project`) with each pipeline's plan problems and warnings;
+    """``report`` (of :func:`dynamic_kafka.operations.check.check_project`) with each pipeline's plan problems and
+       warnings;
     unchanged when the files have problems (their pipelines cannot be planned).
     """
     if not report.ok:

@@ -10,8 +10,8 @@ The protocol (DESIGN.md section 5):
    planned run whose owner still holds a fresh lease (another host) is refused, not recovered;
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
-4. for a plan with something to read, the checks every writer makes are made (:mod:`dynamic_kafka.prepare`: Spark,
-   the writer schemas, ``value_schema`` and the sink's schema, the object store); the plan
+4. for a plan with something to read, the checks every writer makes are made (:mod:`dynamic_kafka.protocol.prepare`:
+   Spark, the writer schemas, ``value_schema`` and the sink's schema, the object store); the plan
    is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
    state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
@@ -20,15 +20,15 @@ The protocol (DESIGN.md section 5):
    follow is monitoring only.
 
 Example:
-    >>> from dynamic_kafka.config import load_project_config
+    >>> from dynamic_kafka.config.models import load_project_config
     >>> runner = PipelineRunner(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> runner.run().records  # doctest: +SKIP
     1200
 
 Why one module of this size: the steps above are one protocol whose order is the invariant, so they are read in
-one class. What is not the protocol's order lives beside it: the checks before a write (:mod:`dynamic_kafka.prepare`,
-shared with backfills), the deadline that cancels Spark jobs (:mod:`dynamic_kafka.spark.deadline`) and the
-consumer-group fan-out (:mod:`dynamic_kafka.kafka.group_commit`).
+one class. What is not the protocol's order lives beside it: the checks before a write
+(:mod:`dynamic_kafka.protocol.prepare`, shared with backfills), the deadline that cancels Spark jobs
+(:mod:`dynamic_kafka.spark.deadline`) and the consumer-group fan-out (:mod:`dynamic_kafka.kafka.group_commit`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.context import PipelineContext
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     ConfigError,
@@ -62,10 +61,11 @@ from dynamic_kafka.plan.planner import (
     first_run_pipeline,
     plan_run,
 )
-from dynamic_kafka.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.progress import Tracker, tracking
-from dynamic_kafka.realign import check_not_behind, check_tables_not_behind, run_frontier
-from dynamic_kafka.run_guard import WriterGuard
+from dynamic_kafka.protocol.context import PipelineContext
+from dynamic_kafka.protocol.guard import WriterGuard
+from dynamic_kafka.protocol.prepare import PreparedWrite, prepare_write
+from dynamic_kafka.protocol.realign import check_not_behind, check_tables_not_behind, run_frontier
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.completeness import counted, measure
 from dynamic_kafka.sink.fence import fence_run, is_fence
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-    from dynamic_kafka.config import PipelineConfig, ProjectConfig
+    from dynamic_kafka.config.models import PipelineConfig, ProjectConfig
     from dynamic_kafka.metadata.service import KafkaMetadataService
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split, TopicPartition
@@ -225,7 +225,12 @@ class PipelineRunner:
         """``plan`` with the part of the bootstrap archive it lands, checked and pinned (before the plan is
         written): the first run's part, or the next part of an archive landed over several runs; else ``plan``.
         """
-        from dynamic_kafka.spark.archive import abandoned_archive_runs, counted, next_archive_part, plan_archive
+        from dynamic_kafka.spark.bootstrap_archive import (
+            abandoned_archive_runs,
+            counted,
+            next_archive_part,
+            plan_archive,
+        )
 
         abandoned = abandoned_archive_runs(state)
         if bootstrap_due(self.pipeline, state):
@@ -274,7 +279,7 @@ class PipelineRunner:
                 min_partitions=self.pipeline.min_partitions,
             )
             if plan.bootstrap is not None:
-                from dynamic_kafka.spark.archive import archive_rows, check_unchanged, kafka_side
+                from dynamic_kafka.spark.bootstrap_archive import archive_rows, check_unchanged, kafka_side
 
                 check_unchanged(spark, plan.bootstrap)  # a file rewritten since the plan: not the counted rows
                 frame = kafka_side(frame, plan.bootstrap).unionByName(
@@ -534,7 +539,7 @@ class PipelineRunner:
         Raises:
             StateError: the sink holds the run's data (a late writer of it landed first): the run is complete.
         """
-        from dynamic_kafka.spark.decode import can_fail
+        from dynamic_kafka.decoding.formats import can_fail
 
         tables = run_tables(self.pipeline, plan.read_splits)
         # A dead-letter table that is not there yet is created by its fence only if the run could have written
@@ -674,7 +679,7 @@ def _pin_label(key: str) -> str:
 
 def _edited_schema_files(pipeline: PipelineConfig, plan: Plan) -> list[str]:
     """The pinned ``value_schema_file`` contents that differ now (or cannot be read), named by stream and path."""
-    from dynamic_kafka.spark.registry_decode import schema_digest
+    from dynamic_kafka.decoding.registry_formats import schema_digest
 
     edited: list[str] = []
     files = {(p.stream_id, p.schema_file_sha256) for p in plan.decoding if p.schema_file_sha256 is not None}

@@ -14,7 +14,7 @@ resolved offsets. In config files they are written in their short forms::
     stopping_offsets: {custom: {function: "my_package.offsets:stop"}}
 
 Example:
-    >>> from dynamic_kafka import offsets
+    >>> from dynamic_kafka import initializers as offsets
     >>> offsets.timestamp(1_700_000_000_000).timestamp_ms
     1700000000000
 """

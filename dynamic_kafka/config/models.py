@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel
-from dynamic_kafka.offsets import (
+from dynamic_kafka.initializers import (
     EarliestOffsets,
     Isolation,
     LatestOffsets,
@@ -44,11 +44,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 
+from dynamic_kafka.config.table_template import check_stream_id, default_state, fill, is_template, placeholders
+from dynamic_kafka.config.validation_text import plain_message, suggest_key
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, uncreatable
 from dynamic_kafka.storage import parsed_location as _location
-from dynamic_kafka.table_template import check_stream_id, default_state, fill, is_template, placeholders
-from dynamic_kafka.validation_text import plain_message, suggest_key
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
@@ -729,7 +729,8 @@ class PipelineConfig(_Config):
         the pipeline's own. A pipeline without a table per stream is returned as it is.
 
         Raises:
-            ConfigError: the stream id cannot name a table (:func:`~dynamic_kafka.table_template.check_stream_id`).
+            ConfigError: the stream id cannot name a table
+                (:func:`~dynamic_kafka.config.table_template.check_stream_id`).
         """
         if not self.sink.per_stream:
             return self

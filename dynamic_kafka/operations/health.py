@@ -37,7 +37,7 @@ from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.model.text import table
-from dynamic_kafka.status import (
+from dynamic_kafka.operations.status import (
     HealthVerdict,
     PartitionLag,
     PipelineStatus,
@@ -52,11 +52,11 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from dynamic_kafka.config import HealthConfig, PipelineConfig
-    from dynamic_kafka.context import PipelineContext
+    from dynamic_kafka.config.models import HealthConfig, PipelineConfig
     from dynamic_kafka.kafka.client import Partition, RecordAt
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord
+    from dynamic_kafka.protocol.context import PipelineContext
 
 logger = logging.getLogger(__name__)
 

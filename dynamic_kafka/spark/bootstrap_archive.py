@@ -17,7 +17,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config import VALUE_COLUMN_FORMATS
+from dynamic_kafka.config.models import VALUE_COLUMN_FORMATS
 from dynamic_kafka.errors import ArchiveChangedError, ConfigError, StateError
 from dynamic_kafka.model.plan import ArchiveRead
 from dynamic_kafka.spark.schema import CLUSTER, OUTPUT_COLUMNS, OUTPUT_FIELDS, RUN_SEQ, STREAM
@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
+    from dynamic_kafka.decoding.prepared import PreparedDecoding
     from dynamic_kafka.model.snapshots import StateSnapshot
-    from dynamic_kafka.spark.decoding import PreparedDecoding
     from dynamic_kafka.storage import TableRef
 
 _INTS = {"tinyint", "smallint", "int"}

@@ -33,7 +33,7 @@ from dynamic_kafka.state.owner import RunOwner
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from dynamic_kafka.config import PipelineConfig
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.plan import Plan
     from dynamic_kafka.state.store import StateStore
     from dynamic_kafka.storage import TableLocation
