@@ -130,12 +130,6 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
     assert world.cli("publish", env={"DYNAMIC_KAFKA_FAULT": "publish_in_transaction"}).returncode == -9
     ids += world.append(3)
     assert world.cli("publish").returncode == 0
-    # A large run's rows are encoded by Spark's tasks, with the same registry schema as the driver's.
-    config = yaml.safe_load(world.config_path.read_text())
-    config["publications"][0]["executor_rows"] = 0
-    world.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    ids += world.append(2)
-    assert world.publication().publish().records == 2
 
     reader = PipelineHarness(
         world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
