@@ -204,7 +204,7 @@ GUARDS = (
         "dynamic_kafka/sink/incremental.py",
         "            bad = tables.without_present(bad, [target.dead_letter_path], target.overlaps)",
         "            pass",
-        "tests/model/test_holes.py::test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters",
+        "tests/model/test_holes.py::test_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters",
     ),
     Guard(
         "commit-re-read",
@@ -350,7 +350,7 @@ GUARDS = (
         "dynamic_kafka/operations/offsets_reset.py",
         "    floors = {cid: handovers.get(cid, until_ms) for cid in {k.cluster_id for k in selected}}",
         "    floors = {cid: until_ms for cid in {k.cluster_id for k in selected}}",
-        "tests/model/test_holes.py::test_35_17_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies",
+        "tests/model/test_holes.py::test_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies",
     ),
     Guard(
         "backfill-records-its-table",
@@ -358,7 +358,7 @@ GUARDS = (
         "        streams=tables_of_partitions(context.pipeline, plan.read_splits),",
         "        streams=None,",
         "tests/model/test_holes.py::"
-        "test_35_16_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into",
+        "test_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into",
     ),
 )
 

@@ -59,7 +59,7 @@ def machine_without(hole: str, **setup: Any) -> Iterator[Replay]:
         m.teardown()
 
 
-def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
+def test_recreated_with_fewer_partitions_is_reset_once() -> None:
     with machine_without("hole1_recreated_fewer_partitions") as r:
         r.produce(cid="c1", topic="a", partition=1, count=1, txn=False, bad=False)
         r.run_clean()
@@ -69,7 +69,7 @@ def test_hole1_recreated_with_fewer_partitions_is_reset_once() -> None:
         r.run_clean()  # the old partition 1 row still "no longer exists": reset again, the record lands twice
 
 
-def test_hole2_sink_txn_ahead_of_state_skips_writes() -> None:
+def test_sink_txn_ahead_of_state_skips_writes() -> None:
     # Fixed on main by the run guards: the run refuses with StateBehindSinkError (realign repairs the state).
     with machine_without("hole2_sink_txn_ahead_of_state") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
@@ -82,7 +82,7 @@ def test_hole2_sink_txn_ahead_of_state_skips_writes() -> None:
         r.run_clean()  # run 2 again: "already committed" (sink txn 2 >= 2), the new record is never written
 
 
-def test_hole3_old_backfill_frontier_does_not_drop_a_recreated_topics_records() -> None:
+def test_old_backfill_frontier_does_not_drop_a_recreated_topics_records() -> None:
     with machine_without("hole3_backfill_frontier_not_keyed_by_topic_id") as r:
         r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
         r.m.harness.backfill(r.m.world.clock_ms - 10, r.m.world.clock_ms + 1, None)
@@ -93,7 +93,7 @@ def test_hole3_old_backfill_frontier_does_not_drop_a_recreated_topics_records() 
         r.run_clean()  # reset to earliest; offsets 0, 1 are below the old frontier 3: anti-joined away
 
 
-def test_hole4_recovery_abandons_a_plan_whose_range_retention_deleted() -> None:
+def test_recovery_abandons_a_plan_whose_range_retention_deleted() -> None:
     with machine_without("hole4_recovery_replays_stale_plan") as r:
         r.produce(cid="c1", topic="a", partition=0, count=3, txn=False, bad=False)
         r.run(crash_at=0)  # killed right after the plan was written
@@ -101,7 +101,7 @@ def test_hole4_recovery_abandons_a_plan_whose_range_retention_deleted() -> None:
         r.run_clean()  # recovery reads the deleted range: failOnDataLoss, on every later run too
 
 
-def test_hole4_recovery_abandons_a_plan_of_a_recreated_topic() -> None:
+def test_recovery_abandons_a_plan_of_a_recreated_topic() -> None:
     with machine_without("hole4_recovery_replays_stale_plan") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.run(crash_at=0)
@@ -111,7 +111,7 @@ def test_hole4_recovery_abandons_a_plan_of_a_recreated_topic() -> None:
         r.run_clean()  # the id differs: reset, read from earliest again: the new records land twice
 
 
-def test_hole9_new_topic_on_a_known_stream_starts_at_earliest() -> None:
+def test_new_topic_on_a_known_stream_starts_at_earliest() -> None:
     with machine_without("hole9_new_topic_starts_at_latest", starting="latest") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()  # first run: latest (right, by the starting initializer)
@@ -148,7 +148,7 @@ def test_new_a_state_restored_from_before_a_backfill_is_refused_until_realigned(
         assert len(r.m.harness.sink.rows) == 3
 
 
-def test_hole4_recovery_refuses_a_plan_made_under_other_settings() -> None:
+def test_recovery_refuses_a_plan_made_under_other_settings() -> None:
     """A crashed run is not executed again under another key format (a semantic setting pinned in its plan): a
     clear ConfigError, nothing written; once the operator abandons it, the next run plans afresh."""
     with machine_without("none") as r:
@@ -198,7 +198,7 @@ def test_new_a_refilled_truncation_fails_naming_the_range_and_a_clean_leader_cha
 # Each replay is one item of issue 24, fixed: a plain regression test.
 
 
-def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_record_twice() -> None:
+def test_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_record_twice() -> None:
     with machine_without("item1_mirror_failover_reads_from_earliest") as r:
         r.produce_mirrored(partition=0, count=2, bad=False)  # c1/m[0]@0, @1, copied to c2/m[0]@0, @1
         r.run_clean()  # lands both from c1
@@ -207,7 +207,7 @@ def test_item1_failover_to_a_mirror_with_a_timestamp_handover_lands_no_mirrored_
         r.run_clean()  # c2 is new on a tracked stream: read from earliest, the override ignored: 2 copies land again
 
 
-def test_item2_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_again() -> None:
+def test_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_again() -> None:
     with machine_without("item2_abandon_duplicates_dead_letters") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
         r.run(crash_at=3)  # killed between the dead-letter append (txn 1) and the sink append
@@ -216,7 +216,7 @@ def test_item2_abandoning_a_run_whose_dead_letters_landed_does_not_land_them_aga
         r.run_clean()  # run 2 plans [0, 2) again: @0 lands in the dead letters a second time
 
 
-def test_item2_a_recovery_abandoned_by_retention_does_not_land_dead_letters_again() -> None:
+def test_a_recovery_abandoned_by_retention_does_not_land_dead_letters_again() -> None:
     with machine_without("item2_abandon_duplicates_dead_letters") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)  # @0 good
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @1 not JSON
@@ -226,7 +226,7 @@ def test_item2_a_recovery_abandoned_by_retention_does_not_land_dead_letters_agai
         r.run_clean()  # on_data_loss skip: recovery abandons run 1, run 2 reads [1, 2): @1 dead-lettered twice
 
 
-def test_item3_a_late_write_of_an_abandoned_run_does_not_land() -> None:
+def test_a_late_write_of_an_abandoned_run_does_not_land() -> None:
     with machine_without("item3_abandoned_run_not_fenced") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.run(crash_at=2)  # the client is killed while its sink append runs on the Connect server
@@ -236,7 +236,7 @@ def test_item3_a_late_write_of_an_abandoned_run_does_not_land() -> None:
         r.run_clean()  # run 2 plans [0, 2) again and appends under txn 2: both records twice
 
 
-def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> None:
+def test_a_decode_setting_edited_before_a_recovery_loses_no_record() -> None:
     with machine_without("item4_decode_inputs_not_pinned") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=True)  # @0 not JSON
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False, lax=True)  # @1 {"id":1,"extra":1}
@@ -246,14 +246,14 @@ def test_item4_a_decode_setting_edited_before_a_recovery_loses_no_record() -> No
         r.run_clean()  # the recovery skips the dead letters (txn 1 exists), filters @1 out of the sink: neither
 
 
-def test_item5_a_run_commits_its_offsets_only_after_finding_its_sink_commit() -> None:
+def test_a_run_commits_its_offsets_only_after_finding_its_sink_commit() -> None:
     with machine_without("item5_sink_commit_not_verified") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.foreign_commit(kind="OPTIMIZE", pick=0, concurrent=True)  # takes the version of the next run append
         r.run_clean()  # the append's commit is replaced; sink_version None is accepted; offsets committed
 
 
-def test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -> None:
+def test_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -> None:
     with machine_without("item6_dead_letters_deduplicated_outside_their_append") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=True)  # @0 not JSON, @1 good
         m = r.m
@@ -264,19 +264,19 @@ def test_item6_a_backfill_merge_racing_a_run_does_not_duplicate_dead_letters() -
         r.run_with_a_late_write(pick=0, at=2, crash_at=None)
 
 
-def test_item7_a_live_run_on_another_machine_with_the_same_hostname_is_not_taken_over() -> None:
+def test_a_live_run_on_another_machine_with_the_same_hostname_is_not_taken_over() -> None:
     with machine_without("item7_same_hostname_taken_for_crashed") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_beside_another_machine(same_hostname=True)  # its pid is absent here: "provably gone"
 
 
-def test_item8_a_run_whose_lease_renewal_failed_once_does_not_write_unleased() -> None:
+def test_a_run_whose_lease_renewal_failed_once_does_not_write_unleased() -> None:
     with machine_without("item8_lease_renewal_not_retried") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_with_a_failed_lease_renewal(at=0)  # one renewal fails: the keeper stops for good, the run writes on
 
 
-def test_item10_a_topic_recreated_between_the_plan_and_the_read_is_not_committed_as_the_old_one() -> None:
+def test_a_topic_recreated_between_the_plan_and_the_read_is_not_committed_as_the_old_one() -> None:
     with machine_without("item10_topic_recreated_between_plan_and_read") as r:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         # After run 1's plan (tid-1, a[0] [0, 2)) and before its read, a is recreated and refilled with 2 records.
@@ -319,7 +319,7 @@ def test_new_a_read_failing_on_a_topic_recreated_empty_under_it_is_that_recreati
 # archive): their replays, fixed (an open hole's would be marked xfail(strict=True, raises=ProtocolViolationError)).
 
 
-def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> None:
+def test_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> None:
     with machine_without("35.9") as r:
         r.produce(cid="c1", topic="a", partition=0, count=1, txn=False, bad=False)
         r.run_clean()  # @0 lands
@@ -332,7 +332,7 @@ def test_35_9_a_vacuum_without_retention_leaves_a_late_writer_unreadable() -> No
         r.run_clean()  # reading the sink fails: every later run fails (then loss at a repair)
 
 
-def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chain() -> None:
+def test_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chain() -> None:
     # The archive (topic a's history: a[0]@0..1, a[1]@0..1, a[0]@0 gone to retention) in three files, one a run.
     with machine_without("35.2", archive=1) as r:
         r.run_clean()  # part 1 (part-0.json) and Kafka from until; two files remain
@@ -340,7 +340,7 @@ def test_35_2_an_offsets_reset_between_two_bootstrap_parts_does_not_end_the_chai
         r.run_clean()  # plans from the reset's entry, which names no archive part: part-1 and part-2 never land
 
 
-def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its_rows_again() -> None:
+def test_an_archive_file_rewritten_after_its_part_landed_does_not_land_its_rows_again() -> None:
     # Archive files in time order, round robin: part-0 {a[0]@0, a[1]@1}, part-1 {a[0]@1}, part-2 {a[1]@0}.
     with machine_without("35.10", archive=1) as r:
         r.run_clean()  # part-0 lands; the first plan pinned all three files
@@ -352,7 +352,7 @@ def test_35_10_an_archive_file_rewritten_after_its_part_landed_does_not_land_its
         r.run_clean()  # part-2: every record of the archive landed once
 
 
-def test_35_4_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twice() -> None:
+def test_a_backfill_before_the_bootstrap_run_does_not_land_archive_rows_twice() -> None:
     # Found by the random model (500 examples): the backfill comes BEFORE the bootstrap's first run.
     with machine_without("35.4", archive=1) as r:
         m = r.m
@@ -458,7 +458,7 @@ def test_a_stream_table_first_landed_after_a_state_backup_is_refused_after_the_r
         assert r.m.harness.lake.tables["s2"].txn["p"] == 3
 
 
-def test_35_16_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into() -> None:
+def test_a_backfill_before_a_topics_first_run_keeps_the_topic_in_the_table_it_merged_into() -> None:
     with machine_without("35.16", per_stream=True) as r:
         r.place_topic_in_use(cid="c1", count=1, sid="s1", topic="a")
         r.m.harness.backfill(r.m.world.clock_ms - 10, r.m.world.clock_ms + 1, None)  # a[0]@0 into s1's table
@@ -478,7 +478,7 @@ def test_an_abandoned_run_after_a_bootstrap_run_that_read_no_kafka_does_not_land
         r.run_clean()  # part-1 again, not the bootstrap's first part
 
 
-def test_35_17_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies() -> None:
+def test_an_offsets_rewind_after_a_mirror_failover_does_not_land_the_mirrored_copies() -> None:
     with machine_without("35.17") as r:
         r.produce_mirrored(partition=0, count=1, bad=False)  # m[0]@0 on c1, copied to c2
         r.run_clean()  # c1/m[0]@0 lands
