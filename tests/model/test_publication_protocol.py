@@ -155,7 +155,24 @@ MODEL_SETTINGS = settings(
 )
 
 
-class PublicationMachine(RuleBasedStateMachine):
+class WriteClusterRules(RuleBasedStateMachine):
+    """The rules both publication models share: the writes move to another cluster, and a zombie commits late."""
+
+    cluster: str
+    zombies: list[SimSession]
+
+    @rule(cluster=st.sampled_from(sorted(TOPICS)))
+    def move(self, cluster: str) -> None:
+        self.cluster = cluster
+
+    @rule(data=st.data())
+    def zombie_commits(self, data: st.DataObject) -> None:
+        if not self.zombies:
+            return
+        zombie_commits(self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1))))
+
+
+class PublicationMachine(WriteClusterRules):
     def __init__(self) -> None:
         super().__init__()
         self.log = SimLog()
@@ -199,16 +216,6 @@ class PublicationMachine(RuleBasedStateMachine):
     @rule(crash_at=st.sampled_from((None, *POINTS)), max_rows=st.integers(1, 4))
     def run(self, crash_at: str | None, max_rows: int) -> None:
         self._run(crash_at, max_rows)
-
-    @rule(cluster=st.sampled_from(sorted(TOPICS)))
-    def move(self, cluster: str) -> None:
-        self.cluster = cluster
-
-    @rule(data=st.data())
-    def zombie_commits(self, data: st.DataObject) -> None:
-        if not self.zombies:
-            return
-        zombie_commits(self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1))))
 
     @invariant()
     def every_row_once_and_no_version_skipped(self) -> None:

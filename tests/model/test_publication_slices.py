@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.publish.protocol import Place
@@ -31,9 +31,9 @@ from tests.model.test_publication_protocol import (
     FencedError,
     SimLedger,
     SimSource,
+    WriteClusterRules,
     every_row_once,
     every_row_published,
-    zombie_commits,
 )
 from tests.model.test_publication_protocol import SimSession as ProtocolSession
 
@@ -147,7 +147,7 @@ class SimRunner:
         return [sent[p] for p in slices]
 
 
-class SliceMachine(RuleBasedStateMachine):
+class SliceMachine(WriteClusterRules):
     def __init__(self) -> None:
         super().__init__()
         self.log = SimLog()
@@ -199,16 +199,6 @@ class SliceMachine(RuleBasedStateMachine):
     ) -> None:
         runner = SimRunner(self, crash_task=crash_task, retry=retry, reverse=reverse)
         self._run(large=large, crash_at=crash_at, runner=runner, max_rows=max_rows)
-
-    @rule(cluster=st.sampled_from(sorted(TOPICS)))
-    def move(self, cluster: str) -> None:
-        self.cluster = cluster
-
-    @rule(data=st.data())
-    def zombie_commits(self, data: st.DataObject) -> None:
-        if not self.zombies:
-            return
-        zombie_commits(self.zombies.pop(data.draw(st.integers(0, len(self.zombies) - 1))))
 
     @rule(data=st.data())
     def late_task(self, data: st.DataObject) -> None:

@@ -229,11 +229,15 @@ class AirflowDeployment:
         for component in list(self.processes):
             self.stop(component)
 
-    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        """Rows of the metadata database."""
+    def _connect(self) -> Any:
+        """A connection to the metadata database (psycopg2 takes the URL without SQLAlchemy's driver name)."""
         import psycopg2
 
-        with closing(psycopg2.connect(self.database_url.replace("+psycopg2", ""))) as db, db.cursor() as cursor:
+        return closing(psycopg2.connect(self.database_url.replace("+psycopg2", "")))
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Rows of the metadata database."""
+        with self._connect() as db, db.cursor() as cursor:
             cursor.execute(sql, args)
             rows = cursor.fetchall()
             db.rollback()
@@ -242,9 +246,7 @@ class AirflowDeployment:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         """Pauses or unpauses a DAG in the metadata database, the field ``airflow dags pause``/``unpause`` sets and
         the scheduler reads (without paying an ``airflow`` process's start-up for each, ~9 s on CI)."""
-        import psycopg2
-
-        with closing(psycopg2.connect(self.database_url.replace("+psycopg2", ""))) as db, db.cursor() as cursor:
+        with self._connect() as db, db.cursor() as cursor:
             cursor.execute("UPDATE dag SET is_paused = %s WHERE dag_id = %s", (paused, dag_id))
             assert cursor.rowcount == 1, f"no DAG {dag_id} in the metadata database"
             db.commit()
