@@ -7,7 +7,6 @@ them as plain frozen values makes the planner a pure function that unit tests dr
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -15,6 +14,7 @@ from pydantic import Field
 
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
+from dynamic_kafka.model.summary import RunSummary
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -144,17 +144,19 @@ class RunRecord(FrozenModel):
         return self.status == "planned" and self.lease_expires_at is not None and self.lease_expires_at > now
 
     @property
+    def summary(self) -> RunSummary | None:
+        """Its summary, once committed (or abandoned); None while planned. Every reader of the history reads it here,
+        so an entry of an earlier version's shape is read one way everywhere.
+        """
+        return RunSummary.stored(self.summary_json, pipeline_id=self.pipeline_id) if self.summary_json else None
+
+    @property
     def summary_status(self) -> str | None:
         """The status its summary records (``reset``, ``replayed``, ``realigned`` for an operation); None while
         planned.
         """
-        if not self.summary_json:
-            return None
-        document = json.loads(self.summary_json)
-        if not isinstance(document, dict):
-            return None
-        # A realign of an earlier version stored a document of its own shape, without a status.
-        return "realigned" if document.get("realigned") is True else document.get("status")
+        summary = self.summary
+        return summary.status if summary is not None else None
 
     @property
     def is_operation(self) -> bool:

@@ -35,7 +35,6 @@ from dynamic_kafka.errors import KafkaClientError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
-from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.model.text import table
 from dynamic_kafka.operations.status import (
     HealthVerdict,
@@ -56,6 +55,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.kafka.client import Partition, RecordAt
     from dynamic_kafka.kafka.snapshot import ClusterRequest
     from dynamic_kafka.model.snapshots import BrokerSnapshot, RunRecord
+    from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.protocol.context import PipelineContext
 
 logger = logging.getLogger(__name__)
@@ -290,15 +290,7 @@ def _moment(record: RecordAt) -> datetime:
 
 
 def _summaries(runs: Sequence[RunRecord]) -> list[tuple[RunRecord, RunSummary]]:
-    found = []
-    for run in runs:
-        if run.status != "committed" or not run.summary_json:
-            continue
-        try:
-            found.append((run, RunSummary.model_validate_json(run.summary_json)))
-        except ValueError:
-            continue  # an operation's entry of another shape (a realign)
-    return found
+    return [(run, summary) for run in runs if run.status == "committed" and (summary := run.summary) is not None]
 
 
 def _last_landed_at(runs: Sequence[RunRecord]) -> datetime | None:

@@ -5,7 +5,6 @@ and the verdicts an orchestrator's health checks show (:func:`data_loss_verdict`
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -153,7 +152,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: f
     """
     state = context.store.load()
     runs = context.store.run_history(limit=history)
-    resets = {run.run_seq for run in runs if run.summary_json and _is_reset(run.summary_json)}
+    resets = {run.run_seq for run in runs if run.summary_status == "reset"}
     never_ran = state.last_run is None and not state.partitions
     requests = report_requests(context, state)
     brokers = take_broker_snapshot(
@@ -187,9 +186,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: f
         )
     warnings = tuple(f for run in runs for f in run.plan.findings if f.is_warning)
     last = state.last_run
-    last_run = (
-        RunSummary.stored(last.summary_json, pipeline_id=context.pipeline.id) if last and last.summary_json else None
-    )
+    last_run = last.summary if last else None
     unreachable = tuple(c for c, s in sorted(brokers.clusters.items()) if not s.reachable)
     skipped = last_run.skipped_clusters if last_run else ()
     return PipelineStatus(
@@ -250,12 +247,6 @@ def _stream_tables(
             )
         )
     return tuple(tables)
-
-
-def _is_reset(summary_json: str) -> bool:
-    # Read as plain JSON: a realign of an earlier version left a history entry of its own shape.
-    document = json.loads(summary_json)
-    return isinstance(document, dict) and document.get("status") == "reset"
 
 
 VerdictName = Literal[

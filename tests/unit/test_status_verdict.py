@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
+from dynamic_kafka.model.plan import Finding, LostRange, Plan, TopicPartition
+from dynamic_kafka.model.snapshots import RunRecord
 from dynamic_kafka.model.summary import Completeness, RunSummary, StreamTable, SummaryStatus
 from dynamic_kafka.operations.status import (
     PipelineStatus,
@@ -171,6 +173,21 @@ def test_a_realign_history_entry_of_an_earlier_version_is_read_as_a_realigned_su
     assert summary.realign is not None
     assert (summary.realign.state_run_seq, summary.realign.sink_backfill) == (1, 2)
     assert RunSummary.stored(summary.model_dump_json(), pipeline_id="p") == summary
+
+
+def test_a_history_entry_reads_its_summary_one_way_whatever_version_wrote_it() -> None:
+    legacy = '{"realigned": true, "state_run_seq": 1, "sink_txn": 3, "state_backfill": 0, "sink_backfill": 2}'
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    plan = Plan(pipeline_id="p", run_seq=3, splits=(), planned_at=at)
+    old = RunRecord(pipeline_id="p", run_seq=3, status="committed", plan=plan, planned_at=at, summary_json=legacy)
+    reset = RunSummary(pipeline_id="p", run_seq=4, status="reset")
+    new = old.model_copy(update={"run_seq": 4, "summary_json": reset.model_dump_json()})
+    planned = old.model_copy(update={"status": "planned", "summary_json": None})
+    assert old.summary is not None
+    assert old.summary.status == "realigned"
+    assert (old.summary_status, old.is_operation) == ("realigned", True)
+    assert (new.summary, new.summary_status, new.is_operation) == (reset, "reset", True)
+    assert (planned.summary, planned.summary_status, planned.is_operation) == (None, None, False)
 
 
 def test_a_stream_tables_checks_see_its_partitions_lag_dead_letters_and_losses_only() -> None:
