@@ -17,6 +17,8 @@ class DevtoolsError(Exception):
     retriable: bool = False
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        """What happened, without the hint (``str()`` of the error is both)."""
         self.hint = hint
         super().__init__(f"{message} {hint}" if hint else message)
 

@@ -23,13 +23,15 @@ class DynamicKafkaError(Exception):
     retriable: bool = False
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        """What happened, without the hint (``str()`` of the error is both)."""
         self.hint = hint
         super().__init__(f"{message} {hint}" if hint else message)
 
     def attributes(self) -> dict[str, object]:
         """What the error names (cluster, topic, partition, offsets, file, ...), by attribute name: every public
-        attribute it set, except ``hint`` and ``retriable`` (every error has those) and those left None or empty.
-        An orchestrator shows them all (the Dagster layer: as the failure's metadata).
+        attribute it set, except ``message``, ``hint`` and ``retriable`` (every error has those) and those left None
+        or empty. An orchestrator shows them all (the Dagster layer: as the failure's metadata).
 
         Example:
             >>> TopicRecreatedError("east", "orders", "new id").attributes()
@@ -38,7 +40,7 @@ class DynamicKafkaError(Exception):
         return {
             name: value
             for name, value in vars(self).items()
-            if not name.startswith("_") and name not in ("hint", "retriable") and value not in (None, (), [])
+            if not name.startswith("_") and name not in ("message", "hint", "retriable") and value not in (None, (), [])
         }
 
 

@@ -25,14 +25,14 @@ class UsageError(DynamicKafkaError):
 class ExplainedError(Protocol):
     """An error that carries its fix and whether to retry (the library's errors; the dev tools' follow suit)."""
 
+    message: str
     hint: str | None
     retriable: bool
 
 
 def error_body(error: ExplainedError) -> dict[str, object]:
     """An error as the ``{"type", "message", "hint", "retriable"}`` mapping of the JSON error document."""
-    message = str(error).removesuffix(f" {error.hint}") if error.hint else str(error)
-    return {"type": type(error).__name__, "message": message, "hint": error.hint, "retriable": error.retriable}
+    return {"type": type(error).__name__, "message": error.message, "hint": error.hint, "retriable": error.retriable}
 
 
 def error_document(error: ExplainedError) -> str:

@@ -257,9 +257,8 @@ def _replay_failures() -> Iterator[None]:
     except SparkJobError as e:
         if type(e) is not SparkJobError:  # a more precise error (Spark Connect down) keeps its own hint
             raise
-        message = str(e).removesuffix(f" {e.hint}") if e.hint else str(e)
         raise SparkJobError(
-            message,
+            e.message,
             hint="No dead letter was lost: one leaves the dead-letter table only once the sink holds it. Replay "
             "again; what landed already does not land twice.",
         ) from e
