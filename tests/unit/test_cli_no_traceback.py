@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dynamic_kafka.cli.failures import error_body
 from dynamic_kafka.cli.main import main
+from dynamic_kafka.errors import TopicRecreatedError
 from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 
 if TYPE_CHECKING:
@@ -107,3 +109,13 @@ def test_an_unknown_pipeline_id_gets_a_did_you_mean(config: Path, capsys: pytest
         "no pipeline 'under-a-fil'; did you mean 'under-a-file'? Configured pipelines: under-a-file, under-proc."
         in (err)
     )
+
+
+def test_the_json_error_document_holds_the_message_and_the_hint_apart_and_attributes_name_neither() -> None:
+    error = TopicRecreatedError("east", "orders", "it has a new topic id", hint="Run `dynamic-kafka realign`.")
+    body = error_body(error)
+    assert body["hint"] == "Run `dynamic-kafka realign`."
+    assert isinstance(body["message"], str)
+    assert "realign" not in body["message"]
+    assert str(error) == f"{body['message']} {body['hint']}"
+    assert error.attributes() == {"cluster_id": "east", "topic": "orders"}
