@@ -38,7 +38,7 @@ class ActiveClustersOnly(KafkaMetadataService):
 
     @staticmethod
     def _without_inactive(stream: KafkaStream, active: dict[str, bool]) -> KafkaStream:
-        return stream.model_copy(update={"clusters": {cid: c for cid, c in stream.clusters.items() if active[cid]}})
+        return stream.with_clusters({cid: c for cid, c in stream.clusters.items() if active[cid]})
 
     def get_all_streams(self) -> set[KafkaStream]:
         """Return the inner service's streams without their inactive clusters."""

@@ -64,7 +64,7 @@ class PipelineClientProperties(KafkaMetadataService):
         return with_pipeline_properties(cluster, self.pipeline_id, self.properties)
 
     def _stream(self, stream: KafkaStream) -> KafkaStream:
-        return stream.model_copy(update={"clusters": {cid: self.cluster(c) for cid, c in stream.clusters.items()}})
+        return stream.map_clusters(self.cluster)
 
     def get_all_streams(self) -> set[KafkaStream]:
         """Return the inner service's streams, their clusters carrying the pipeline's properties."""

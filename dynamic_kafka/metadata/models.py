@@ -21,7 +21,7 @@ from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
 
 class ClusterMetadata(FrozenModel):
@@ -64,6 +64,10 @@ class ClusterMetadata(FrozenModel):
         """The properties with secret references resolved. Only for building a client; never log the result."""
         return resolve_properties(self.properties, cluster_id=self.cluster_id)
 
+    def with_topics(self, topics: frozenset[str]) -> ClusterMetadata:
+        """This cluster reading ``topics``."""
+        return self.model_copy(update={"topics": topics})
+
     def connection(self) -> ClusterMetadata:
         """This cluster without stream-specific parts (topics), for grouping clients by cluster."""
         return self.model_copy(update={"topics": frozenset(), "topic_pattern": None, "partitions": {}})
@@ -85,6 +89,14 @@ class KafkaStream(FrozenModel):
             if key != cluster.cluster_id:
                 raise ValueError(f"cluster key {key!r} differs from its cluster_id {cluster.cluster_id!r}")
         return value
+
+    def with_clusters(self, clusters: Mapping[str, ClusterMetadata]) -> KafkaStream:
+        """This stream on ``clusters`` (by cluster_id)."""
+        return self.model_copy(update={"clusters": dict(clusters)})
+
+    def map_clusters(self, change: Callable[[ClusterMetadata], ClusterMetadata]) -> KafkaStream:
+        """This stream with ``change`` applied to each of its clusters."""
+        return self.with_clusters({cid: change(cluster) for cid, cluster in self.clusters.items()})
 
     def __hash__(self) -> int:
         return hash(self.stream_id)

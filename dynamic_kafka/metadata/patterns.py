@@ -73,7 +73,7 @@ def expand_patterns(
             if cluster.topic_pattern is not None and cid in names:
                 pattern = re.compile(cluster.topic_pattern)
                 matched = {name for name in names[cid] if pattern.fullmatch(name)}
-                cluster = cluster.model_copy(update={"topics": cluster.topics | matched})
+                cluster = cluster.with_topics(cluster.topics | matched)
             clusters[cid] = cluster
-        streams[stream_id] = stream.model_copy(update={"clusters": clusters})
+        streams[stream_id] = stream.with_clusters(clusters)
     return MetadataSnapshot(streams=streams, fingerprint=metadata_fingerprint(streams.values()), unresolved=unresolved)

@@ -40,7 +40,7 @@ class SingleClusterMetadataService(KafkaMetadataService):
         return {
             name: KafkaStream(
                 stream_id=name,
-                clusters={self.cluster.cluster_id: self.cluster.model_copy(update={"topics": frozenset({name})})},
+                clusters={self.cluster.cluster_id: self.cluster.with_topics(frozenset({name}))},
             )
             for name in sorted(names)
             if not name.startswith("__")

@@ -88,10 +88,7 @@ def _window_metadata(metadata: MetadataSnapshot, start_ms: int) -> MetadataSnaps
         handover = starting if isinstance(starting, TimestampOffsets) and starting.timestamp_ms > start_ms else None
         return override.model_copy(update={"starting_offsets": handover, "stopping_offsets": None})
 
-    streams = {
-        sid: s.model_copy(update={"clusters": {cid: bounded(c) for cid, c in s.clusters.items()}})
-        for sid, s in metadata.streams.items()
-    }
+    streams = {sid: s.map_clusters(bounded) for sid, s in metadata.streams.items()}
     return metadata.model_copy(update={"streams": streams})
 
 
