@@ -68,6 +68,18 @@ class Split(FrozenModel):
         """The value of the output's ``stream`` column: the first subscribed stream containing the topic."""
         return self.stream_ids[0]
 
+    def narrowed(self, start_offset: int, stop_offset: int) -> Split:
+        """This range cut to ``[start_offset, stop_offset)``, which must lie within it.
+
+        Raises:
+            ValueError: the new range is not within this one (a planning bug: nothing may read outside its plan).
+        """
+        if not self.start_offset <= start_offset <= stop_offset <= self.stop_offset:
+            raise ValueError(
+                f"[{start_offset}, {stop_offset}) is not within [{self.start_offset}, {self.stop_offset}) of {self.key}"
+            )
+        return self.model_copy(update={"start_offset": start_offset, "stop_offset": stop_offset})
+
 
 class LostRange(FrozenModel):
     """Offsets ``[from_offset, to_offset)`` of one partition that were deleted before they were read."""

@@ -255,7 +255,5 @@ class StateSnapshot(FrozenModel):
             # Below the floor the sink's rows at these coordinates may be an earlier incarnation's: never match.
             start = max(split.start_offset, self.backfill_floors.get(split.key, 0))
             if frontier > start and split.stop_offset > start:
-                overlaps.append(
-                    split.model_copy(update={"start_offset": start, "stop_offset": min(split.stop_offset, frontier)})
-                )
+                overlaps.append(split.narrowed(start, min(split.stop_offset, frontier)))
         return tuple(overlaps)

@@ -715,4 +715,4 @@ def _apply_run_cap(splits: list[Split], cap: int | None, findings: list[Finding]
             to_offset=sum(sizes),
         )
     )
-    return [s.model_copy(update={"stop_offset": s.start_offset + g}) for s, g in zip(splits, granted, strict=True)]
+    return [s.narrowed(s.start_offset, s.start_offset + g) for s, g in zip(splits, granted, strict=True)]
