@@ -29,7 +29,7 @@ from dynamic_kafka.kafka.failures import (
     secret_values,
     to_client_error,
 )
-from dynamic_kafka.kafka.statistics import ClientWatch, watch_client
+from dynamic_kafka.kafka.statistics import INTERVAL_PROPERTY, ClientWatch, watch_client
 from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -151,8 +151,13 @@ class AdminConnection:
         collects them (:mod:`dynamic_kafka.kafka.statistics`).
         """
         watch = watch_client(self.cluster.cluster_id, conf)
+        if watch is not None:
+            conf = {**conf, "stats_cb": watch}
+        else:
+            # Nothing would read them: librdkafka would build a document per interval for nothing.
+            conf = {k: v for k, v in conf.items() if k != INTERVAL_PROPERTY}
         try:
-            client = factory({**conf, "stats_cb": watch} if watch is not None else conf)
+            client = factory(conf)
         except KafkaException as e:
             raise self._wrap_exception(e, f"creating {what}") from None
         if watch is not None:

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from confluent_kafka import KafkaException
+
 from dynamic_kafka.model.client_statistics import BrokerClientStatistics, ClusterClientStatistics
 
 if TYPE_CHECKING:
@@ -141,7 +143,11 @@ class ClientWatch:
         seen = self.documents
         deadline = time.monotonic() + min(self.interval_ms / 1000, FINAL_WAIT_LIMIT_S) + _POLL_S
         while self.documents == seen and time.monotonic() < deadline:
-            client.poll(_POLL_S)
+            try:
+                client.poll(_POLL_S)
+            except KafkaException as e:  # a consumer's fatal error: its figures so far are all there is
+                logger.debug("last librdkafka statistics not served: %s", e)
+                return
 
 
 def _merged(was: tuple[int, int, int] | None, window: tuple[int, int, int]) -> tuple[int, int, int]:
