@@ -129,12 +129,8 @@ class ClientWatch:
             for name, figures in brokers.items():
                 self.counters[name] = figures.counters
                 if figures.rtt_count:
-                    count, total, p99 = self.rtt.get(name, (0, 0, 0))
-                    self.rtt[name] = (
-                        count + figures.rtt_count,
-                        total + figures.rtt_sum_us,
-                        max(p99, figures.rtt_p99_us),
-                    )
+                    window = (figures.rtt_count, figures.rtt_sum_us, figures.rtt_p99_us)
+                    self.rtt[name] = _merged(self.rtt.get(name), window)
 
     def drain(self, client: Any) -> None:
         """Serves ``client``'s callbacks until one more document arrived (its counters now final), at most one
