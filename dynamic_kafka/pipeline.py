@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.kafka.statistics import collecting
 from dynamic_kafka.protocol.realign import Realignment, realign
 from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.per_stream import one_sink
@@ -122,7 +123,9 @@ class Pipeline:
         """One incremental run: finish a crashed run first, then plan, read, write and commit. See
         :meth:`dynamic_kafka.protocol.run.PipelineRunner.run` for the protocol and the errors.
         """
-        summary = self._runner.run()
+        with collecting() as statistics:
+            summary = self._runner.run()
+        summary = summary.model_copy(update={"client_statistics": statistics.result()})
         self._push_run(summary)
         return summary
 
@@ -168,7 +171,9 @@ class Pipeline:
         """
         from dynamic_kafka.operations.health import pipeline_health
 
-        report = pipeline_health(self.context)
+        with collecting() as statistics:
+            report = pipeline_health(self.context)
+        report = report.model_copy(update={"client_statistics": statistics.result()})
         if self.project.metrics is not None:
             from dynamic_kafka.operations.monitoring import health_samples, push_metrics
 

@@ -24,25 +24,34 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+STATISTICS_INTERVAL_MS = "100"
+"""What ``register.consumer.metrics: true`` sets ``statistics.interval.ms`` to. The product's clients live for a
+fraction of a second to a few seconds and each waits at close for one more statistics document, so a short interval
+costs least (librdkafka 2.x emits at 100 ms; an explicit ``statistics.interval.ms`` wins). Decision 0108."""
+
 TRANSLATED: dict[str, str] = {
-    "client.id.prefix": "client.id",
+    "client.id.prefix": "'client.id' ('<value>-<cluster_id>')",
+    "register.consumer.metrics": f"'statistics.interval.ms' ({STATISTICS_INTERVAL_MS} when true, unset when false): "
+    "the statistics of this product's own Kafka clients, per cluster and broker, in the run summary, the health "
+    "report and the pushed metrics (docs/metrics.md)",
 }
-"""Flink's option -> the client property it becomes (``client.id.prefix: P`` -> ``client.id: P-<cluster_id>``: one
-id per cluster, as Flink makes one per subtask). An explicit ``client.id`` wins over it."""
+"""Flink's option -> what it becomes here. ``client.id.prefix: P`` -> ``client.id: P-<cluster_id>`` (one id per
+cluster, as Flink makes one per subtask; an explicit ``client.id`` wins); ``register.consumer.metrics: true`` ->
+``statistics.interval.ms`` (Flink's default is true, this product's is off: the statistics cost a wait at each
+client's close)."""
 
 REFUSED: dict[str, str] = {
     "partition.discovery.interval.ms": "every run discovers topics and partitions when it plans, and between runs "
     "the pipeline's `sensor.interval_seconds` sets how often the Dagster sensor looks for metadata changes",
     "commit.offsets.on.checkpoint": "offsets are committed to the pipeline's `consumer_group` after each run's sink "
     "commit (monitoring only); set `consumer_group: null` to commit to no group",
-    "register.consumer.metrics": "a run's figures are its summary (`dynamic-kafka run --json`) and, between runs, "
-    "`dynamic-kafka health`; the project's `metrics` section pushes both to a Prometheus Pushgateway "
-    "(docs/metrics.md); the Kafka consumer's own statistics are not exported",
     "stream-metadata-discovery-interval-ms": "the pipeline's `sensor.interval_seconds` (the Dagster sensor's poll)",
     "stream-metadata-discovery-failure-threshold": "the pipeline's `sensor.failure_threshold`",
 }
 """Flink's options with no client meaning here -> the product's key (or command) that does their job."""
 
+_METRICS = "register.consumer.metrics"
+_FLAGS = {"true": True, "false": False}
 _noticed: set[tuple[str, str]] = set()
 
 
@@ -68,7 +77,7 @@ def flink_option_findings(properties: Mapping[str, str]) -> tuple[dict[str, str]
     (what it becomes, or what to use instead).
     """
     translated = {
-        key: f"Flink's {key!r} is translated to this product's {product!r} ('<value>-<cluster_id>')"
+        key: f"Flink's {key!r} is translated to this product's {product}"
         for key, product in TRANSLATED.items()
         if key in properties
     }
@@ -77,6 +86,10 @@ def flink_option_findings(properties: Mapping[str, str]) -> tuple[dict[str, str]
         for key in REFUSED
         if key in properties
     }
+    flag = properties.get(_METRICS)
+    if flag is not None and flag.strip().lower() not in _FLAGS:
+        del translated[_METRICS]
+        refused[_METRICS] = f"{_METRICS!r} is true or false, not {flag!r}"
     return translated, refused
 
 
@@ -94,7 +107,22 @@ def translate_flink_options(properties: Mapping[str, str], *, cluster_id: str) -
     prefix = result.pop("client.id.prefix", None)
     if prefix is not None:
         result.setdefault("client.id", f"{prefix}-{cluster_id}")
-        if ("client.id.prefix", cluster_id) not in _noticed:
-            _noticed.add(("client.id.prefix", cluster_id))
-            logger.info("cluster %r: Flink's 'client.id.prefix' is translated to 'client.id'", cluster_id)
+        _notice("client.id.prefix", "client.id", cluster_id)
+    flag = result.pop(_METRICS, None)
+    if flag is not None:
+        wanted = _FLAGS.get(flag.strip().lower())
+        if wanted is None:
+            raise ConfigError(
+                f"cluster {cluster_id!r}: property {_METRICS!r} is {flag!r}.",
+                hint="Write true (this product's clients report librdkafka's statistics) or false.",
+            )
+        if wanted:
+            result.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        _notice(_METRICS, "statistics.interval.ms", cluster_id)
     return result
+
+
+def _notice(key: str, product: str, cluster_id: str) -> None:
+    if (key, cluster_id) not in _noticed:
+        _noticed.add((key, cluster_id))
+        logger.info("cluster %r: Flink's %r is translated to %r", cluster_id, key, product)

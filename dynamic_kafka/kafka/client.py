@@ -223,13 +223,11 @@ class KafkaAdmin(AdminConnection):
             return {}
         operation = f"checking the leader epochs of {len(wanted)} partition(s)"
         conf = {**self._conf(), **consumer_settings(f"dynamic-kafka-epoch-check-{self.cluster.cluster_id}")}
-        try:
-            consumer = Consumer(conf)
-        except KafkaException as e:
-            raise self._wrap_exception(e, "creating the epoch-checking consumer") from None
+        consumer = self._open(Consumer, conf, "the epoch-checking consumer")
         try:
             return self._check_positions(consumer, wanted, operation)
         finally:
+            self._finish(consumer)
             consumer.close()
 
     def _check_positions(
@@ -289,14 +287,12 @@ class KafkaAdmin(AdminConnection):
             "enable.partition.eof": True,
             "isolation.level": "read_uncommitted",
         }
-        try:
-            consumer = Consumer(conf)
-        except KafkaException as e:
-            raise self._wrap_exception(e, "creating the record-reading consumer") from None
+        consumer = self._open(Consumer, conf, "the record-reading consumer")
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(wanted.items())])
             return self._read_timestamps(consumer, set(wanted), newest=newest, operation=operation)
         finally:
+            self._finish(consumer)
             consumer.close()
 
     def _read_timestamps(

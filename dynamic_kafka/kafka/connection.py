@@ -29,6 +29,7 @@ from dynamic_kafka.kafka.failures import (
     secret_values,
     to_client_error,
 )
+from dynamic_kafka.kafka.statistics import INTERVAL_PROPERTY, ClientWatch, watch_client
 from dynamic_kafka.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class AdminConnection:
         self.timeout_s = timeout_s
         self._admin: Any = None
         self._consumers: dict[str, Any] = {}
+        self._watches: dict[int, ClientWatch] = {}  # id(client) -> its statistics watch, for the last ones at close
         self._errors = _ErrorSink()
         self._secrets: list[str] = []
 
@@ -117,9 +119,13 @@ class AdminConnection:
         """Destroys the librdkafka clients, if any were created. Safe to call twice."""
         consumers, self._consumers = self._consumers, {}
         for consumer in consumers.values():
+            self._finish(consumer)
             consumer.close()
+        if self._admin is not None:
+            self._finish(self._admin)
         # AdminClient has no close(); the last reference going away destroys the librdkafka handle.
         self._admin = None
+        self._watches = {}
 
     def _conf(self) -> dict[str, Any]:
         """Librdkafka settings shared by this cluster's clients; resolves the secret references and translates
@@ -140,12 +146,33 @@ class AdminConnection:
             "logger": ScrubbingLogger(_librdkafka_logger, self._secrets),
         }
 
+    def _open(self, factory: Callable[[dict[str, Any]], T], conf: dict[str, Any], what: str) -> T:
+        """A new librdkafka client (``factory(conf)``), reporting its statistics when a run or health check
+        collects them (:mod:`dynamic_kafka.kafka.statistics`).
+        """
+        watch = watch_client(self.cluster.cluster_id, conf)
+        if watch is not None:
+            conf = {**conf, "stats_cb": watch}
+        else:
+            # Nothing would read them: librdkafka would build a document per interval for nothing.
+            conf = {k: v for k, v in conf.items() if k != INTERVAL_PROPERTY}
+        try:
+            client = factory(conf)
+        except KafkaException as e:
+            raise self._wrap_exception(e, f"creating {what}") from None
+        if watch is not None:
+            self._watches[id(client)] = watch
+        return client
+
+    def _finish(self, client: Any) -> None:
+        """Before ``client`` is closed: its last statistics, when it reports them."""
+        watch = self._watches.pop(id(client), None)
+        if watch is not None:
+            watch.drain(client)
+
     def _client(self) -> Any:
         if self._admin is None:
-            try:
-                self._admin = AdminClient(self._conf())
-            except KafkaException as e:
-                raise self._wrap_exception(e, "creating the admin client") from None
+            self._admin = self._open(AdminClient, self._conf(), "the admin client")
         return self._admin
 
     def _consumer(self, group_id: str) -> Any:
@@ -157,10 +184,7 @@ class AdminConnection:
         """
         if group_id not in self._consumers:
             conf = {**self._conf(), "group.id": group_id, "enable.auto.commit": False}
-            try:
-                self._consumers[group_id] = Consumer(conf)
-            except KafkaException as e:
-                raise self._wrap_exception(e, "creating a consumer") from None
+            self._consumers[group_id] = self._open(Consumer, conf, "a consumer")
         return self._consumers[group_id]
 
     def _blocking(self, operation: str, client: Any, call: Callable[[float], T]) -> T:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.kafka.client import KafkaAdmin
+from dynamic_kafka.kafka.statistics import submit_in_context
 from dynamic_kafka.model.summary import GroupCommit
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ def commit_consumer_group(
     if not targets:
         return ()
     with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="dynamic-kafka-group-commit") as pool:
-        return tuple(pool.map(lambda target: _commit_group(group, *target), targets))
+        futures = [submit_in_context(pool, _commit_group, group, *target) for target in targets]
+        return tuple(f.result() for f in futures)
 
 
 def _commit_group(group: str, cluster: ClusterMetadata, offsets: Mapping[tuple[str, int], int]) -> GroupCommit:

@@ -33,6 +33,7 @@ from dynamic_kafka.initializers import (
 from dynamic_kafka.kafka.client import KafkaAdmin, OffsetAnswer, OffsetQuery, Partition, TopicDescription, offsets_of
 from dynamic_kafka.kafka.custom_offsets import resolve_custom
 from dynamic_kafka.kafka.epochs import CommittedPosition
+from dynamic_kafka.kafka.statistics import submit_in_context
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.snapshots import BrokerSnapshot, ClusterSnapshot, PartitionOffsets, TopicSnapshot
 
@@ -113,7 +114,7 @@ def take_broker_snapshot(
     if not requests:
         return BrokerSnapshot(taken_at=now)
     with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="kafka-snapshot") as pool:
-        futures = [pool.submit(_snapshot_cluster, r, isolation_level, timeout_s) for r in requests]
+        futures = [submit_in_context(pool, _snapshot_cluster, r, isolation_level, timeout_s) for r in requests]
         outcomes = [f.exception() or f.result() for f in futures]
     clusters: dict[str, ClusterSnapshot] = {}
     for request, outcome in zip(requests, outcomes, strict=True):

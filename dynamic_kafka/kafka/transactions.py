@@ -71,8 +71,8 @@ class TransactionalProducer(AdminConnection):
             # librdkafka's default partitioner (CRC32) is not the Java client's; murmur2 is Kafka's default by key.
             "partitioner": "murmur2_random",
         }
+        self._producer = self._open(Producer, conf, "the transactional producer")
         try:
-            self._producer = Producer(conf)
             self._producer.init_transactions(self.timeout_s)
         except KafkaException as e:
             raise self._wrap_exception(e, "initialising the transactional producer") from None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 from pydantic import Field
 
 from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.model.client_statistics import ClusterClientStatistics
 from dynamic_kafka.model.plan import Finding, Plan, TopicPartition
 
 if TYPE_CHECKING:
@@ -342,6 +343,11 @@ class RunSummary(FrozenModel):
         None,
         description="The run's records accounted for per planned range (None: not measured: nothing read, an "
         "operation, a run found landed by an earlier attempt, or more ranges than are counted).",
+    )
+    client_statistics: tuple[ClusterClientStatistics, ...] = Field(
+        (),
+        description="Per cluster, librdkafka's statistics of the clients this process used during the run (offset "
+        "lookups, metadata, the group commit; not Spark's consumers), when ``register.consumer.metrics`` is on.",
     )
     plan_seconds: float = 0.0
     spark_seconds: float = 0.0

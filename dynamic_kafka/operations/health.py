@@ -35,6 +35,8 @@ from dynamic_kafka.errors import KafkaClientError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
+from dynamic_kafka.kafka.statistics import submit_in_context
+from dynamic_kafka.model.client_statistics import ClusterClientStatistics
 from dynamic_kafka.model.text import table
 from dynamic_kafka.operations.status import (
     HealthVerdict,
@@ -115,6 +117,11 @@ class HealthReport(FrozenModel):
         None, description="The newest event time the recent runs landed (their summaries' max_event_time)."
     )
     event_time_lag_seconds: float | None = Field(None, description="``checked_at`` minus ``newest_event_time``.")
+    client_statistics: tuple[ClusterClientStatistics, ...] = Field(
+        (),
+        description="Per cluster, librdkafka's statistics of the clients the check used, when "
+        "``register.consumer.metrics`` is on.",
+    )
 
     @property
     def passed(self) -> bool:
@@ -177,10 +184,11 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     requests = report_requests(context, state)
     # The three questions at once: a cluster that does not answer costs one timeout, not three in a row.
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="health") as pool:
-        asked_status = pool.submit(pipeline_status, context, history=history, timeout_s=timeout_s)
+        asked_status = submit_in_context(pool, pipeline_status, context, history=history, timeout_s=timeout_s)
         asked_ends, asked_stable = (
             # The status asks the same clusters and warns about one that does not answer; the report names it too.
-            pool.submit(
+            submit_in_context(
+                pool,
                 take_broker_snapshot,
                 requests,
                 isolation_level=level,

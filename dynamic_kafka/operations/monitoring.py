@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from dynamic_kafka.config.models import MetricsConfig
+    from dynamic_kafka.model.client_statistics import ClusterClientStatistics
     from dynamic_kafka.model.snapshots import StateSnapshot
     from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.operations.health import HealthReport
@@ -77,6 +78,34 @@ _COMMITS = "1 when the run's consumer-group commit to the cluster {0} (Flink: co
 _COMMITTED = "The state's committed next offset per partition (Flink: committedOffset, currentOffset)."
 
 
+_CLIENT = (
+    " of the product's own Kafka clients to one broker (librdkafka's statistics; Flink: register.consumer.metrics)."
+)
+_CLIENT_FIGURES = {
+    "requests_sent": "Requests sent",
+    "bytes_sent": "Bytes sent",
+    "responses_received": "Responses received",
+    "bytes_received": "Bytes received",
+    "errors": "Transmission and receive errors",
+    "request_timeouts": "Requests timed out",
+    "rtt_avg_seconds": "Mean round-trip time",
+    "rtt_p99_seconds": "Highest 99th percentile round-trip time of the statistics windows",
+}
+
+
+def _client_samples(statistics: Sequence[ClusterClientStatistics]) -> list[Sample]:
+    """Per cluster and broker, the clients' own statistics (none unless ``register.consumer.metrics`` is on)."""
+    samples = []
+    for cluster in statistics:
+        for broker in cluster.brokers:
+            where = {"cluster_id": cluster.cluster_id, "broker": broker.broker}
+            for figure, text in _CLIENT_FIGURES.items():
+                value = getattr(broker, figure)
+                if value is not None:
+                    samples.append(Sample(f"client_{figure}", text + _CLIENT, value, where))
+    return samples
+
+
 def run_samples(summary: RunSummary, state: StateSnapshot | None, *, finished_at: datetime) -> list[Sample]:
     """The metrics of one finished run: its summary's figures, and per partition the committed offset of the
     state it left (``state``; None: none is shown).
@@ -116,7 +145,7 @@ def run_samples(summary: RunSummary, state: StateSnapshot | None, *, finished_at
             for p in state.partitions.values()
             if p.status == "active"
         ]
-    return samples + _event_time_lag(finished_at, summary.max_event_time)
+    return samples + _event_time_lag(finished_at, summary.max_event_time) + _client_samples(summary.client_statistics)
 
 
 def health_samples(report: HealthReport) -> list[Sample]:
@@ -153,6 +182,7 @@ def health_samples(report: HealthReport) -> list[Sample]:
                     where,
                 )
             )
+    samples += _client_samples(report.client_statistics)
     return samples + _event_time_lag(report.checked_at, report.newest_event_time)
 
 

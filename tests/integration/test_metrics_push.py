@@ -1,5 +1,6 @@
 """Metrics pushed to a real Prometheus Pushgateway by a run on the real "east" cluster and by ``health`` after it,
-read back from the gateway's own HTTP API."""
+read back from the gateway's own HTTP API; with ``register.consumer.metrics`` the Kafka clients' own statistics, and
+without it none."""
 
 from __future__ import annotations
 
@@ -25,16 +26,22 @@ pytestmark = pytest.mark.integration
 def test_a_run_then_health_push_their_records_offsets_and_lag_to_the_pushgateway(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, pushgateway: LocalPushgateway, tmp_path: Path
 ) -> None:
-    h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2}, consumer_group=unique_name("metrics"))
+    h, topics = orders_stream(
+        tmp_path,
+        kafka_clusters,
+        spark,
+        {"east": 2},
+        consumer_group=unique_name("metrics"),
+        properties={"register.consumer.metrics": "true"},
+    )
     east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
     job = unique_name("job")
-    config = yaml.safe_load(h.config_path.read_text())
-    config["metrics"] = {"pushgateway": pushgateway.url, "job": job, "labels": {"env": "test"}}
-    h.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    pipeline = Pipeline(load_project_config(h.config_path), "p", spark=lambda: spark)
+    pipeline = _pushing(h.config_path, pushgateway, job, spark)
     produce(east, topic, numbered(range(5), partitions=2))  # offsets 0..2 on partition 0, 0..1 on partition 1
 
-    assert pipeline.run().records == 5
+    summary = pipeline.run()
+
+    assert summary.records == 5
 
     def at(partition: int) -> tuple[tuple[str, str], ...]:
         return (("cluster_id", "east"), ("partition", str(partition)), ("topic", topic))
@@ -51,9 +58,14 @@ def test_a_run_then_health_push_their_records_offsets_and_lag_to_the_pushgateway
     assert run[("dynamic_kafka_commits_succeeded", (("cluster_id", "east"),))] == 1
     assert run[("dynamic_kafka_commits_failed", (("cluster_id", "east"),))] == 0
     assert run[("dynamic_kafka_event_time_lag_seconds", ())] >= 0
+    # The clients that looked the offsets up and committed the group: librdkafka's figures, per broker.
+    (statistics,) = summary.client_statistics
+    assert statistics.cluster_id == "east"
+    assert statistics.clients >= 2  # the snapshot's admin client and the group commit's at least
+    _assert_client_figures(run, statistics.brokers)
 
     produce(east, topic, numbered(range(5, 8), partitions=2))  # one more on partition 0, two on partition 1
-    pipeline.health()
+    report = pipeline.health()
 
     health = pushgateway.values(job=job, pipeline="p", operation="health", env="test")
     assert health[("dynamic_kafka_pending_records", ())] == 3
@@ -67,3 +79,46 @@ def test_a_run_then_health_push_their_records_offsets_and_lag_to_the_pushgateway
     assert health[("dynamic_kafka_health_check_passed", (("check", "data_loss"),))] == 1
     # The run's group is still there beside the health check's: each operation replaces only its own.
     assert pushgateway.values(job=job, pipeline="p", operation="run")[("dynamic_kafka_run_records", ())] == 5
+    _assert_client_figures(health, report.client_statistics[0].brokers)
+
+
+def test_without_register_consumer_metrics_no_client_statistics_are_collected_or_pushed(
+    kafka_clusters: dict[str, ClusterEndpoint], pushgateway: LocalPushgateway, tmp_path: Path
+) -> None:
+    h, _ = orders_stream(tmp_path, kafka_clusters, None, {"east": 1})
+    job = unique_name("job")
+    pipeline = _pushing(h.config_path, pushgateway, job, None)
+
+    summary = pipeline.run()  # nothing to read: no Spark, but the brokers' offsets were asked
+    report = pipeline.health()
+
+    assert (summary.status, summary.client_statistics, report.client_statistics) == ("empty", (), ())
+    for operation in ("run", "health"):
+        pushed = pushgateway.values(job=job, pipeline="p", operation=operation)
+        assert ("dynamic_kafka_clusters", ()) in pushed
+        assert not [name for name, _ in pushed if name.startswith("dynamic_kafka_client_")]
+
+
+def _pushing(config_path: Path, pushgateway: LocalPushgateway, job: str, spark: Any) -> Pipeline:
+    config = yaml.safe_load(config_path.read_text())
+    config["metrics"] = {"pushgateway": pushgateway.url, "job": job, "labels": {"env": "test"}}
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return Pipeline(load_project_config(config_path), "p", spark=lambda: spark)
+
+
+def _assert_client_figures(pushed: dict[tuple[str, tuple[tuple[str, str], ...]], float], brokers: Any) -> None:
+    """Plausible figures for the broker that answered (node 1 of the local cluster), pushed as the report has them."""
+    (answered,) = [b for b in brokers if b.broker.endswith("/1")]
+    assert answered.requests_sent > 0
+    assert answered.responses_received > 0
+    assert answered.bytes_sent > 0
+    assert answered.bytes_received > answered.bytes_sent  # metadata and offsets answers outweigh the requests
+    assert (answered.errors, answered.request_timeouts) == (0, 0)
+    assert answered.rtt_avg_seconds is not None
+    assert answered.rtt_p99_seconds is not None
+    assert 0 < answered.rtt_avg_seconds < 5
+    assert 0 < answered.rtt_p99_seconds < 5
+    where = (("broker", answered.broker), ("cluster_id", "east"))
+    assert pushed[("dynamic_kafka_client_requests_sent", where)] == answered.requests_sent
+    assert pushed[("dynamic_kafka_client_bytes_sent", where)] == answered.bytes_sent
+    assert pushed[("dynamic_kafka_client_rtt_avg_seconds", where)] == pytest.approx(answered.rtt_avg_seconds)

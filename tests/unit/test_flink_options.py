@@ -35,7 +35,7 @@ def test_check_refuses_flink_options_with_no_meaning_here_naming_the_products_ke
         "client.id.prefix": "job",
         "partition.discovery.interval.ms": "10000",
         "commit.offsets.on.checkpoint": "true",
-        "register.consumer.metrics": "true",
+        "register.consumer.metrics": "yes",
     }
     config = {
         "metadata_service": {"type": "file", "path": "metadata.yaml"},
@@ -65,9 +65,28 @@ def test_check_refuses_flink_options_with_no_meaning_here_naming_the_products_ke
     )
     assert "`consumer_group`" in found[("dynamic_kafka.yaml", "pipelines[0].properties.commit.offsets.on.checkpoint")]
     assert (
-        "`dynamic-kafka health`" in found[("dynamic_kafka.yaml", "pipelines[0].properties.register.consumer.metrics")]
+        "true or false, not 'yes'" in found[("dynamic_kafka.yaml", "pipelines[0].properties.register.consumer.metrics")]
     )
     assert report.notes == (f"pipelines[0].properties: {TRANSLATED_NOTE}",)
+
+
+def test_check_notes_register_consumer_metrics_as_translated_to_the_clients_statistics(tmp_path: Path) -> None:
+    config = {
+        "metadata_service": {"type": "file", "path": "metadata.yaml"},
+        "pipelines": [
+            {"id": "p", "streams": ["s"], "sink": {"path": "sink"}, "properties": {"register.consumer.metrics": "true"}}
+        ],
+    }
+    metadata = {"clusters": {"east": {"bootstrap_servers": "e:9092"}}, "streams": {"s": {"east": ["t"]}}}
+
+    report = check_project(_write(tmp_path, config, metadata))
+
+    assert report.problems == ()
+    (note,) = report.notes
+    assert note.startswith(
+        "pipelines[0].properties: Flink's 'register.consumer.metrics' is translated to this product's "
+        "'statistics.interval.ms' (100 when true"
+    )
 
 
 def test_check_reads_a_single_cluster_services_properties_too(tmp_path: Path) -> None:
@@ -102,14 +121,14 @@ def test_a_clusters_properties_get_client_id_from_flinks_prefix_unless_client_id
 
 def test_a_refused_flink_option_from_a_metadata_service_fails_before_any_client_is_built() -> None:
     cluster = ClusterMetadata(
-        cluster_id="west", bootstrap_servers="w:9092", properties={"register.consumer.metrics": "true"}
+        cluster_id="west", bootstrap_servers="w:9092", properties={"commit.offsets.on.checkpoint": "true"}
     )
 
     with pytest.raises(FlinkOptionError) as caught:
         with_pipeline_properties(cluster, "p", {})
 
-    assert (caught.value.key, caught.value.cluster_id) == ("register.consumer.metrics", "west")
-    assert "dynamic-kafka health" in str(caught.value)
+    assert (caught.value.key, caught.value.cluster_id) == ("commit.offsets.on.checkpoint", "west")
+    assert "`consumer_group`" in str(caught.value)
 
 
 def _page_files() -> dict[str, str]:
