@@ -36,8 +36,8 @@ REFUSED: dict[str, str] = {
     "commit.offsets.on.checkpoint": "offsets are committed to the pipeline's `consumer_group` after each run's sink "
     "commit (monitoring only); set `consumer_group: null` to commit to no group",
     "register.consumer.metrics": "a run's figures are its summary (`dynamic-kafka run --json`) and, between runs, "
-    "`dynamic-kafka health`; the project's `metrics` section pushes both to a Prometheus Pushgateway "
-    "(docs/metrics.md); the Kafka consumer's own statistics are not exported",
+    "`dynamic-kafka health`; the project's `metrics` section sends both to a Prometheus Pushgateway or an "
+    "OTLP receiver (docs/metrics.md); the Kafka consumer's own statistics are not exported",
     "stream-metadata-discovery-interval-ms": "the pipeline's `sensor.interval_seconds` (the Dagster sensor's poll)",
     "stream-metadata-discovery-failure-threshold": "the pipeline's `sensor.failure_threshold`",
 }
