@@ -15,12 +15,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from pydantic import ValidationError
 
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config.models import MetricsConfig
+from dynamic_kafka.config.models import MetricsConfig, load_project_config
 from dynamic_kafka.operations.monitoring import Sample
 from dynamic_kafka.operations.otlp import export_otlp
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 _SAMPLES = [
     Sample("run_records", "Records.", 5),
@@ -81,7 +82,9 @@ def test_one_export_sends_every_sample_as_a_gauge_with_its_labels_and_the_resolv
     config = _metrics(endpoint=url, headers={"authorization": "Bearer ${env:DK_TEST_OTLP_TOKEN}"})
 
     assert "DK_TEST_OTLP_TOKEN" not in repr(config)  # headers are never shown
+    threads = set(threading.enumerate())
     assert export_otlp(config, "orders", "run", _SAMPLES) is True
+    assert set(threading.enumerate()) <= threads  # nothing left running that could hold the process at exit
 
     [(path, headers, body)] = handler.got
     assert path == "/v1/metrics"
@@ -155,3 +158,18 @@ def test_a_header_reference_that_does_not_resolve_is_a_warning_naming_the_refere
     [warning] = [r.getMessage() for r in caplog.records]
     assert "DK_TEST_UNSET_OTLP_TOKEN" in warning
     assert "not exported to" in warning
+
+
+def test_loading_the_config_keeps_header_references_unresolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DK_TEST_OTLP_TOKEN", "s3cr3t")
+    (tmp_path / "dynamic_kafka.yaml").write_text(
+        "metadata_service: {type: file, path: m.yaml}\n"
+        "metrics:\n  otlp:\n    endpoint: http://collector:4318\n"
+        '    headers: {authorization: "Bearer ${env:DK_TEST_OTLP_TOKEN}"}\n'
+    )
+
+    project = load_project_config(tmp_path / "dynamic_kafka.yaml")
+
+    assert project.metrics is not None
+    assert project.metrics.otlp is not None
+    assert project.metrics.otlp.headers == {"authorization": "Bearer ${env:DK_TEST_OTLP_TOKEN}"}
