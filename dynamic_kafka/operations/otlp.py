@@ -66,20 +66,21 @@ def export_otlp(config: MetricsConfig, pipeline_id: str, operation: Operation, s
             what,
         )
         return False
+    secrets: list[str] = []
     try:
         headers, secrets = _resolved_headers(otlp)
-    except DynamicKafkaError as e:
-        logger.warning("%s: %s", what, e)
+        data = _metrics_data(config, pipeline_id, operation, samples)
+        if data is None:  # no samples: nothing to send
+            return True
+        exporter = OTLPMetricExporter(endpoint=otlp.url, headers=headers, timeout=otlp.timeout_seconds)
+        try:
+            with _exporter_lines() as said:
+                result = exporter.export(data)
+        finally:
+            exporter.shutdown()
+    except (OSError, ValueError, DynamicKafkaError) as e:
+        logger.warning("%s: %s", what, mask_secrets(str(e), secrets))
         return False
-    data = _metrics_data(config, pipeline_id, operation, samples)
-    if data is None:  # no samples: nothing to send
-        return True
-    exporter = OTLPMetricExporter(endpoint=otlp.url, headers=headers, timeout=otlp.timeout_seconds)
-    try:
-        with _exporter_lines() as said:
-            result = exporter.export(data)
-    finally:
-        exporter.shutdown()
     if result is not MetricExportResult.SUCCESS:
         reason = "; ".join(said) or "the receiver did not take them"
         logger.warning("%s: %s", what, mask_secrets(reason, secrets))
