@@ -28,7 +28,7 @@ from dynamic_kafka.sink.tables import TableInfo, table_info
 # The other operations' modules are imported by their methods: a process that runs (the CLI's `run`, a Dagster run)
 # does not load the code (and the libraries) of backfills, replays, maintenance, status, health or resets.
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from datetime import datetime
     from pathlib import Path
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from dynamic_kafka.model.summary import RunSummary
     from dynamic_kafka.operations.health import HealthReport
     from dynamic_kafka.operations.maintain import MaintenanceSummary
+    from dynamic_kafka.operations.monitoring import Operation, Sample
     from dynamic_kafka.operations.offsets_reset import OffsetReset
     from dynamic_kafka.operations.replay import ReplayReport
     from dynamic_kafka.operations.status import PipelineStatus
@@ -130,13 +131,13 @@ class Pipeline:
         return summary
 
     def _push_run(self, summary: RunSummary) -> None:
-        """The run's metrics to the project's Pushgateway, when one is configured (never raises)."""
+        """The run's metrics to the project's metrics receivers, when any is configured (never raises)."""
         if self.project.metrics is None:
             return
         from datetime import UTC, datetime
 
         from dynamic_kafka.errors import DynamicKafkaError
-        from dynamic_kafka.operations.monitoring import push_metrics, run_samples
+        from dynamic_kafka.operations.monitoring import run_samples
 
         finished_at = datetime.now(UTC)
         try:
@@ -144,7 +145,18 @@ class Pipeline:
         except DynamicKafkaError as e:
             logger.warning("metrics of run %d show no offsets: the state was not read (%s)", summary.run_seq, e)
             state = None
-        push_metrics(self.project.metrics, self.id, "run", run_samples(summary, state, finished_at=finished_at))
+        self._send_metrics("run", run_samples(summary, state, finished_at=finished_at))
+
+    def _send_metrics(self, operation: Operation, samples: Sequence[Sample]) -> None:
+        """``samples`` to the Pushgateway and the OTLP receiver of the project's ``metrics``, each that is set."""
+        metrics = self.project.metrics
+        if metrics is None:
+            return
+        from dynamic_kafka.operations.monitoring import push_metrics
+        from dynamic_kafka.operations.otlp import export_otlp
+
+        push_metrics(metrics, self.id, operation, samples)
+        export_otlp(metrics, self.id, operation, samples)
 
     def backfill(self, start: datetime, end: datetime) -> RunSummary:
         """Merge the records whose timestamps fall in ``[start, end)`` into the sink, without duplicates and
@@ -175,9 +187,9 @@ class Pipeline:
             report = pipeline_health(self.context)
         report = report.model_copy(update={"client_statistics": statistics.result()})
         if self.project.metrics is not None:
-            from dynamic_kafka.operations.monitoring import health_samples, push_metrics
+            from dynamic_kafka.operations.monitoring import health_samples
 
-            push_metrics(self.project.metrics, self.id, "health", health_samples(report))
+            self._send_metrics("health", health_samples(report))
         return report
 
     def offsets(self) -> PipelineStatus:

@@ -3,9 +3,10 @@
 Any string value of the project config or a ``file`` metadata file may hold references. When they are resolved
 depends on whether the value may be a secret (:func:`is_deferred`):
 
-- a value that may be a secret (under a sensitive key at any place, a Kafka client property, a registry's
-  username, an object store's key id) keeps its references in every model, log line, error, state row and Dagster
-  metadata value; it is resolved only where a client is built, so loading a config reads no secret;
+- a value that may be a secret (under a sensitive key at any place, a Kafka client property, an OTLP export's
+  header, a registry's username, an object store's key id) keeps its references in every model, log line, error,
+  state row and Dagster metadata value; it is resolved only where a client is built, so loading a config reads no
+  secret;
 - every other value (a sink path, ``bootstrap_servers``, a schedule...) is resolved when the file is loaded, so one
   config serves several environments (``path: "s3://lake-${env:DEPLOY_ENV}/orders"``).
 
@@ -34,7 +35,7 @@ _RESOLVERS: dict[str, ReferenceResolver] = {}
 _ANY_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):([^}]*)\}")
 # Keys that are not sensitive by name, but whose values are resolved where the client is built (see the docstring).
 _DEFERRED_KEYS = frozenset({"username", "access_key_id"})
-_DEFERRED_SECTIONS = frozenset({"properties"})
+_DEFERRED_SECTIONS = frozenset({"properties", "headers"})
 
 
 class UnresolvableReferenceError(ValueError):

@@ -39,13 +39,16 @@ fi
 # The project is installed editable, so its own modules are not in site-packages, which uv compiles
 # (pyproject: compile-bytecode). Compile them too: a fresh run process reads bytecode instead of compiling.
 .venv/bin/python -m compileall -q dynamic_kafka pipelines devtools >/dev/null
-# The Prometheus Pushgateway the metrics tests push to: built from its Go module into the shared cache (once, a few
-# minutes), so the tests' session starts it offline. Without Go the metrics test builds it itself, or fails saying so.
+# The receivers the metrics tests send to, a Prometheus Pushgateway and an OpenTelemetry Collector: built from their
+# Go modules into the shared cache (once: a few minutes, the Collector up to a quarter of an hour), so the tests'
+# session starts them offline. Without Go the metrics tests build them themselves, or fail saying so.
 GO="$(command -v go || true)"; [ -n "$GO" ] || { [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go; }
 if [ -n "$GO" ]; then
   PATH="$(dirname "$GO"):$PATH" .venv/bin/python -c \
     'from devtools.testing.pushgateway import pushgateway_binary; print("setup: pushgateway", pushgateway_binary())'
+  PATH="$(dirname "$GO"):$PATH" .venv/bin/python -c \
+    'from devtools.testing.collector import collector_binary; print("setup: otelcol", collector_binary())'
 else
-  echo "setup: no Go toolchain: the Pushgateway of the metrics tests is not built (install Go, run setup again)"
+  echo "setup: no Go toolchain: the receivers of the metrics tests are not built (install Go, run setup again)"
 fi
 echo "setup: ready (.venv/bin/dynamic-kafka)"

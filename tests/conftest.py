@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from devtools.local_registry import LocalRegistry
     from devtools.local_s3 import LocalS3Server
     from devtools.local_spark_connect import ServerInfo
+    from devtools.testing.collector import LocalCollector
     from devtools.testing.pushgateway import LocalPushgateway
 
 
@@ -151,6 +152,15 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPushg
 
     with running_pushgateway(tmp_path_factory.mktemp("pushgateway")) as gateway:
         yield gateway
+
+
+@pytest.fixture(scope="session")
+def otel_collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCollector]:
+    """An OpenTelemetry Collector (built from its Go modules once, cached): OTLP/HTTP in, a JSON file out."""
+    from devtools.testing.collector import running_collector
+
+    with running_collector(tmp_path_factory.mktemp("otelcol")) as collector:
+        yield collector
 
 
 @pytest.fixture(scope="session")

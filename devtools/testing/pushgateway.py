@@ -16,88 +16,38 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import subprocess
-import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynamic_kafka._toolchain.cache import cache_dir
-from dynamic_kafka._toolchain.filelock import exclusive_lock
-from dynamic_kafka._toolchain.process import free_port, tail
-from dynamic_kafka.errors import ToolchainError
+from devtools.testing.gobuild import cached_go_binary, stop, wait_ready
+from dynamic_kafka._toolchain.process import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 PUSHGATEWAY_MODULE = "github.com/prometheus/pushgateway"
 PUSHGATEWAY_VERSION = "v1.11.5"
-BUILD_TIMEOUT_S = 1800.0
-START_TIMEOUT_S = 30.0
-# Where the Go toolchain is installed when it is not on PATH (the official tarball's place).
-_GO_HOME = Path("/usr/local/go/bin/go")
-
-
-def find_go() -> Path | None:
-    """The ``go`` command: on PATH, else /usr/local/go/bin/go; None when neither exists."""
-    found = shutil.which("go")
-    if found:
-        return Path(found)
-    return _GO_HOME if _GO_HOME.is_file() else None
 
 
 def pushgateway_binary(version: str = PUSHGATEWAY_VERSION) -> Path:
     """The Pushgateway binary of ``version``, built with ``go install`` on first use (a few minutes on two cores).
 
-    Safe to call from several processes at once: one builds, the others wait and reuse it.
-
     Raises:
         ToolchainError: Go is not installed, or the build failed (its output's tail is in the message).
     """
-    home = cache_dir() / f"pushgateway-{version}"
-    binary = home / "pushgateway"
-    if binary.is_file():
-        return binary
-    with exclusive_lock(cache_dir() / f"pushgateway-{version}.lock"):
-        if binary.is_file():
-            return binary
-        go = find_go()
-        if go is None:
-            raise ToolchainError(
-                f"the Prometheus Pushgateway {version} is not cached in {home} and Go is not installed to build it.",
-                hint="Install Go (https://go.dev/dl/) and run `bash scripts/setup.sh`.",
-            )
-        staging = home.with_name(home.name + ".building")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        env = {**os.environ, "GOBIN": str(staging), "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-        logger.info("building the Prometheus Pushgateway %s with %s (first use only)", version, go)
-        began = time.monotonic()
-        done = subprocess.run(
-            ["nice", "-n", "10", str(go), "install", f"{PUSHGATEWAY_MODULE}@{version}"],
-            env=env,
-            cwd=staging,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0 or not (staging / "pushgateway").is_file():
-            raise ToolchainError(
-                f"building the Prometheus Pushgateway {version} failed (exit {done.returncode}): "
-                f"{done.stderr.strip()[-2000:]}",
-                hint="Check the network to the Go module proxy ($GOPROXY) and try again.",
-            )
-        shutil.rmtree(home, ignore_errors=True)
-        staging.rename(home)
-        logger.info("Prometheus Pushgateway %s built in %.0fs", version, time.monotonic() - began)
-    return binary
+    return cached_go_binary(
+        f"pushgateway-{version}",
+        "pushgateway",
+        f"Prometheus Pushgateway {version}",
+        ["install", f"{PUSHGATEWAY_MODULE}@{version}"],
+        env={"GOFLAGS": "-mod=mod"},
+    )
 
 
 @dataclass(frozen=True)
@@ -148,25 +98,7 @@ def running_pushgateway(folder: Path, version: str = PUSHGATEWAY_VERSION) -> Ite
         )
     gateway = LocalPushgateway(url=f"http://127.0.0.1:{port}")
     try:
-        _wait_ready(gateway, process, log)
+        wait_ready(f"{gateway.url}/-/ready", process, log, "Pushgateway")
         yield gateway
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_ready(gateway: LocalPushgateway, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(f"{gateway.url}/-/ready", timeout=2):  # noqa: S310 (loopback)
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise ToolchainError(f"the Pushgateway at {gateway.url} did not become ready:\n{tail(log)}")
+        stop(process)

@@ -863,28 +863,66 @@ class PipelineConfig(_Config):
 RESERVED_METRIC_LABELS = frozenset({"job", "pipeline", "operation", "cluster_id", "topic", "partition", "check"})
 
 
-class MetricsConfig(_Config):
-    """Where every run and every ``health`` push the pipeline's metrics (docs/metrics.md): a Prometheus
-    Pushgateway. A receiver that does not answer is a warning naming it, never a failed run.
+_OTLP_METRICS_PATH = "/v1/metrics"
+
+
+class OtlpMetricsConfig(_Config):
+    """An OTLP receiver (an OpenTelemetry Collector, a vendor's endpoint) every run and ``health`` export their
+    metrics to, over OTLP/HTTP with protobuf bodies (docs/metrics.md).
     """
 
-    pushgateway: str = Field(
+    endpoint: str = Field(
+        pattern=r"^https?://[^\s/@]+(/\S*)?$",
+        description="The receiver's URL, e.g. http://otel-collector:4318 (a URL without a path gets /v1/metrics, as "
+        "OTEL_EXPORTER_OTLP_ENDPOINT does); no credentials in it: put them in headers.",
+    )
+    protocol: Literal["http/protobuf"] = Field(
+        "http/protobuf", description="The OTLP transport; OTLP/HTTP with protobuf bodies is the one supported."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="HTTP headers of the export, e.g. {authorization: 'Bearer ${env:OTLP_TOKEN}'}: a secret is a "
+        "${env:...} or ${file:...} reference, resolved only when the metrics are sent.",
+    )
+    timeout_seconds: float = Field(
+        5, gt=0, description="Deadline of one export, its retries included; past it the export is given up."
+    )
+
+    @property
+    def url(self) -> str:
+        """Where the metrics are posted: the endpoint, with /v1/metrics when it has no path."""
+        parts = urlsplit(self.endpoint)
+        return self.endpoint if parts.path.strip("/") else self.endpoint.rstrip("/") + _OTLP_METRICS_PATH
+
+
+class MetricsConfig(_Config):
+    """Where every run and every ``health`` send the pipeline's metrics (docs/metrics.md): a Prometheus
+    Pushgateway, an OTLP receiver, or both. A receiver that does not answer is a warning naming it, never a failed
+    run.
+    """
+
+    pushgateway: str | None = Field(
+        None,
         pattern=r"^https?://[^\s/]+",
         description="The Pushgateway's base URL, e.g. http://pushgateway:9091 (credentials go in username/password).",
+    )
+    otlp: OtlpMetricsConfig | None = Field(
+        None, description="Also (or instead) export the metrics over OTLP/HTTP to this receiver."
     )
     job: str = Field(
         "dynamic_kafka",
         pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$",
-        description="The `job` label of every pushed group; each pipeline pushes the groups "
-        "{job, pipeline, operation: run | health}.",
+        description="The `job` label of every pushed group (each pipeline pushes the groups "
+        "{job, pipeline, operation: run | health}) and the OTLP resource's service.name.",
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="More grouping labels, on every pushed metric (e.g. {env: prod}).",
+        description="More labels on every metric (e.g. {env: prod}): Pushgateway grouping labels, OTLP attributes.",
     )
-    username: str | None = Field(None, description="Basic-auth user (literal or ${env:...} reference).")
+    username: str | None = Field(None, description="Pushgateway basic-auth user (literal or ${env:...} reference).")
     password: str | None = Field(
-        None, repr=False, description="Basic-auth password: a ${env:...} or ${file:...} reference."
+        None, repr=False, description="Pushgateway basic-auth password: a ${env:...} or ${file:...} reference."
     )
     timeout_seconds: float = Field(5, gt=0, description="Deadline of one push; past it the push is given up.")
 
@@ -898,10 +936,16 @@ class MetricsConfig(_Config):
                 raise ValueError(f"{name!r} is a label the metrics carry already; choose another name")
         return value
 
+    @model_validator(mode="after")
+    def _a_receiver(self) -> MetricsConfig:
+        if self.pushgateway is None and self.otlp is None:
+            raise ValueError("metrics names no receiver: set pushgateway, otlp or both (or remove the section)")
+        return self
+
     @property
     def shown_endpoint(self) -> str:
         """The Pushgateway as log lines name it: scheme, host, port and path, never credentials in the URL."""
-        parts = urlsplit(self.pushgateway)
+        parts = urlsplit(self.pushgateway or "")
         host = parts.hostname or ""
         return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
@@ -925,7 +969,9 @@ class ProjectConfig(_Config):
         "(a local demo's password); by default each one is a problem: write ${env:NAME} or ${file:PATH} instead.",
     )
     metrics: MetricsConfig | None = Field(
-        None, description="Push each run's and each health check's metrics to a Prometheus Pushgateway (off: null)."
+        None,
+        description="Send each run's and each health check's metrics to a Prometheus Pushgateway and/or an OTLP "
+        "receiver (off: null).",
     )
     source: Path | None = Field(None, description="The file this config was loaded from.")
 

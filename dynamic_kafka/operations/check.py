@@ -29,7 +29,7 @@ from dynamic_kafka.config.models import (
 )
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.file import MetadataFile
-from dynamic_kafka.references import expand, is_reference
+from dynamic_kafka.references import expand, is_reference, references_in
 from dynamic_kafka.references import location as key_path
 from dynamic_kafka.secrets import is_sensitive_key
 
@@ -157,6 +157,8 @@ def _without_source(error: ConfigError, path: Path) -> str:
     return str(error).removeprefix(f"{path}: ")
 
 
+# Header names that carry credentials without saying "token" or "secret".
+_SECRET_HEADER = re.compile(r"authorization|api[-_]?key", re.IGNORECASE)
 # Keys that look sensitive but name where a secret is, or how it is used, not the secret itself.
 _NOT_A_SECRET_SUFFIXES = (".location", "_location", "file", "path", "keytab", "url", "endpoint", "provider", "type")
 
@@ -168,13 +170,13 @@ def _literal_secret_problems(document: Any, source: str, path: tuple[str | int, 
     if isinstance(document, list):
         return [p for i, v in enumerate(document) for p in _literal_secret_problems(v, source, (*path, i))]
     key = next((k for k in reversed(path) if isinstance(k, str)), "")
-    if (
-        not isinstance(document, str)
-        or not document.strip()
-        or is_reference(document)
-        or not is_sensitive_key(key)
-        or key.lower().endswith(_NOT_A_SECRET_SUFFIXES)
-    ):
+    if not isinstance(document, str) or not document.strip():
+        return []
+    if len(path) > 1 and path[-2] == "headers":
+        # An HTTP header holds its credential beside a scheme ("Bearer ${env:TOKEN}"): literal means no reference.
+        if references_in(document) or not (is_sensitive_key(key) or _SECRET_HEADER.search(key)):
+            return []
+    elif is_reference(document) or not is_sensitive_key(key) or key.lower().endswith(_NOT_A_SECRET_SUFFIXES):
         return []
     message = (
         "a secret written as a literal; write it as a reference (${env:NAME} or ${file:PATH}) so it stays out of "

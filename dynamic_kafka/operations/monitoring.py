@@ -1,5 +1,5 @@
 """Metrics a run and a health check push to the monitoring a team runs: a Prometheus Pushgateway
-(docs/metrics.md; decision 0100).
+(docs/metrics.md; decision 0100) and, through :mod:`dynamic_kafka.operations.otlp`, an OTLP receiver.
 
 A batch run lives for seconds to minutes, so nothing scrapes it: it pushes once, when it has finished, and
 ``health`` pushes what it measured between runs. Each push replaces one group of the gateway,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PREFIX", "Operation", "Sample", "health_samples", "push_metrics", "run_samples"]
+__all__ = ["PREFIX", "Operation", "Sample", "health_samples", "push_metrics", "run_samples", "samples_by_name"]
 
 PREFIX = "dynamic_kafka_"
 Operation = Literal["run", "health"]
@@ -189,8 +189,11 @@ def health_samples(report: HealthReport) -> list[Sample]:
 def push_metrics(config: MetricsConfig, pipeline_id: str, operation: Operation, samples: Sequence[Sample]) -> bool:
     """Push ``samples`` to the Pushgateway, replacing the group ``{job, pipeline, operation, labels...}``.
 
-    Returns whether the gateway took them; any failure is logged as a warning naming the endpoint, never raised.
+    Returns whether the gateway took them (False when no Pushgateway is configured); any failure is logged as a
+    warning naming the endpoint, never raised.
     """
+    if config.pushgateway is None:
+        return False
     endpoint = config.shown_endpoint
     secrets: list[str] = []
     try:
@@ -198,7 +201,7 @@ def push_metrics(config: MetricsConfig, pipeline_id: str, operation: Operation, 
         from prometheus_client.exposition import basic_auth_handler, default_handler
 
         registry = CollectorRegistry()
-        for name, (help_text, group) in _by_name(samples).items():
+        for name, (help_text, group) in samples_by_name(samples).items():
             names = sorted({k for s in group for k in s.labels})
             gauge = Gauge(PREFIX + name, help_text, labelnames=names, registry=registry)
             for s in group:
@@ -238,7 +241,8 @@ def push_metrics(config: MetricsConfig, pipeline_id: str, operation: Operation, 
     return True
 
 
-def _by_name(samples: Iterable[Sample]) -> dict[str, tuple[str, list[Sample]]]:
+def samples_by_name(samples: Iterable[Sample]) -> dict[str, tuple[str, list[Sample]]]:
+    """The samples grouped by metric name, each name with its help text, in the order they first appear."""
     grouped: dict[str, tuple[str, list[Sample]]] = {}
     for s in samples:
         grouped.setdefault(s.name, (s.help, []))[1].append(s)

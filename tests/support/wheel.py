@@ -23,8 +23,8 @@ PYTHONS = ("3.11", "3.13")
 # The installs the README and docs/getting-started.md show (`pip install dynamic-kafka`, `"dynamic-kafka[spark]"`,
 # `"dynamic-kafka[dagster]"`, ...), as the extras the wheel tests install the built wheel with
 # (tests/unit/test_install_lines.py holds the pages to this list).
-CORE, SPARK, DAGSTER, AIRFLOW, PROMETHEUS = "", "[spark]", "[dagster]", "[airflow]", "[prometheus]"
-DOCUMENTED_INSTALLS = (CORE, SPARK, DAGSTER, AIRFLOW, PROMETHEUS)
+CORE, SPARK, DAGSTER, AIRFLOW, PROMETHEUS, OTLP = "", "[spark]", "[dagster]", "[airflow]", "[prometheus]", "[otlp]"
+DOCUMENTED_INSTALLS = (CORE, SPARK, DAGSTER, AIRFLOW, PROMETHEUS, OTLP)
 
 
 def uv() -> str:

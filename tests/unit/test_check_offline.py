@@ -146,3 +146,23 @@ def test_a_duplicate_key_does_not_hide_the_files_other_problems(
             "unknown key; did you mean `max_records_per_partition`?",
         ),
     ]
+
+
+def test_an_otlp_credential_header_without_a_reference_is_a_literal_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metrics = (
+        "metrics:\n  otlp:\n    endpoint: http://collector:4318\n    headers:\n"
+        "      Authorization: Bearer abc123\n"
+        '      X-Api-Key: "${env:DK_CHECK_UNSET}"\n'
+        '      Proxy-Authorization: "Basic ${env:DK_CHECK_PASSWORD}"\n'
+        "      X-Scope-OrgID: tenant-1\n"
+    )
+
+    found = problems(check(tmp_path, capsys, CONFIG + metrics))
+
+    said = {location: message for _, location, message in found}
+    assert set(said) == {"metrics.otlp.headers.Authorization", "metrics.otlp.headers.X-Api-Key"}
+    assert "written as a literal" in said["metrics.otlp.headers.Authorization"]
+    assert "environment variable 'DK_CHECK_UNSET' is not set" in said["metrics.otlp.headers.X-Api-Key"]
+    assert "abc123" not in json.dumps(found)
