@@ -6,13 +6,18 @@
   CPU, the server's CPU during the run (``/proc/<server>/stat``), and whether the run process started a JVM. After
   each pair, the same run of a third pipeline, probed (:mod:`bench.probe`): the requests it sends the server, by
   kind, and its import time before the first of them.
-- **1M**: the e2e data set end to end through the warm server (a fresh CLI process), beside the hand-written
-  PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run) and the *landing ceiling*
-  (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet with pyarrow), and
-  the *Flink peer* (``bench/flink.py``: Flink's Dynamic Kafka Source reading the same ranges in a MiniCluster at
-  parallelism 2, records counted and discarded), ours, Flink and the ceiling in a rotating order each repeat.
-  Targets (issue 29): ours <= :data:`LANDING_TARGET` x the landing ceiling and <= :data:`FLINK_TARGET` x Flink.
-  ``--only flink`` runs this part alone (without the baseline unless benchmark 1 ran too).
+- **1M**: the e2e data set end to end through the warm server (a fresh CLI process) as a pipeline's *repeated
+  run* (the same pipeline each time, its state and sink emptied: its server session, kept, has compiled the
+  write's code) and as a pipeline's *first run* (a pipeline id never used before: a new server session), beside
+  the hand-written PySpark job as a fresh process (benchmark 1's runs, or its own when 1 did not run), the
+  *landing ceiling* (``bench/ceiling.py --land``: confluent-kafka consuming the same ranges and writing Parquet
+  with pyarrow), the *Flink peer* (``bench/flink.py``: Flink's Dynamic Kafka Source reading the same ranges in a
+  MiniCluster at parallelism 2, records counted and discarded) and the *AvailableNow peer*
+  (``bench/available_now.py``: Structured Streaming with ``Trigger.AvailableNow`` through the same server into
+  Delta, checkpointed in a fresh folder), all five in a rotating order each repeat. Targets (issue 42): the
+  repeated run <= :data:`LANDING_TARGET` x the landing ceiling, the first run <= :data:`FIRST_LANDING_TARGET` x,
+  both <= :data:`FLINK_TARGET` x Flink. ``--only flink`` runs this part alone (without the baseline unless
+  benchmark 1 ran too).
 - **sizes** (``--only connect10m``, its own benchmark): the e2e data set's size and ten times it (``--connect-sizes``;
   default 1,000,000 and 10,000,000, quick 200,000 and 400,000) end to end through the warm server, one fresh CLI
   process each: wall and time per record (whole run, and the run summary's Spark time), the server's CPU, and its
