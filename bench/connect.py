@@ -326,10 +326,11 @@ def _e2e(
 
     def available_now() -> None:
         folder = fresh_dir("connect-available-now")  # the checkpoint too: each run reads the whole data set
+        before = _cpu_s(server_pid)
         measured = run_available_now(env, data.topic, folder, remote["remote"])
         if measured.extra["records"] != data.records:
             raise RuntimeError(f"the AvailableNow query read {measured.extra['records']} records, not {data.records}")
-        streaming.append({**figures(measured, records=data.records), "server_cpu_s": None})
+        streaming.append({**figures(measured, records=data.records), "server_cpu_s": _cpu_s(server_pid) - before})
         _progress(f"AvailableNow #{len(streaming)}: {streaming[-1]['wall_s']:.1f}s")
 
     def flink_peer() -> None:
