@@ -21,7 +21,7 @@ from bench.report import render
 from bench.suite import BENCHMARKS, Settings, settings_dict
 
 # Those that start Spark (the scale benchmark's runs have nothing to read and start none).
-SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m", "local", "publish")
+SPARK_BENCHMARKS = ("e2e", "growth", "state", "s3", "connect", "connect10m", "local", "publish", "dagster")
 FLINK_ONLY = "flink"
 
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_clusters:
             BenchEnv.stop()
-            if any(settings.wants(n) for n in ("connect", "connect10m", "local")):
+            if any(settings.wants(n) for n in ("connect", "connect10m", "local", "dagster")):
                 from bench.connect import stop_server
 
                 stop_server()

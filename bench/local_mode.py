@@ -159,8 +159,13 @@ def rows(k: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
         ]
     ]
     for size, label in (("small", f"{k['small_records']:,}"), ("e2e", f"{k['records']:,}")):
-        own_jvm, managed = (median_of(k["runs"][m][size], "wall_s") for m in ("in-process", "managed"))
+        own_jvm, managed, explicit = (
+            median_of(k["runs"][m][size], "wall_s") for m in ("in-process", "managed", "explicit")
+        )
         if own_jvm and managed:
             ratio_text = f"{own_jvm / managed:.1f}x ({own_jvm:.1f}s / {managed:.1f}s)"
             targets.append([f"8c {label}: in-process / managed local server, wall", ratio_text, "(report)", "-"])
+        if size == "e2e" and managed and explicit:
+            ratio_text = f"{managed / explicit:.2f}x ({managed:.1f}s / {explicit:.1f}s)"
+            targets.append([f"8c {label}: managed local server / explicit server, wall", ratio_text, "(report)", "-"])
     return table, targets

@@ -124,6 +124,23 @@ def run_baseline(env: BenchEnv, topic: str, folder: Path) -> Measured:
     return measured
 
 
+def run_available_now(env: BenchEnv, topic: str, folder: Path, remote: str) -> Measured:
+    """Structured Streaming with ``Trigger.AvailableNow`` through the Connect server at ``remote``, over the same
+    ranges, into ``folder/sink`` with its checkpoint in ``folder/checkpoint`` (:mod:`bench.available_now`).
+    """
+    spec = {
+        "sources": source_spec(env, topic),
+        "sink": str(folder / "sink"),
+        "checkpoint": str(folder / "checkpoint"),
+        "spark": {"remote": remote},
+    }
+    spec_path = folder / "available_now.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    measured = run_measured([PYTHON, "-m", "bench.available_now", str(spec_path)], env=bench_environ()).check()
+    measured.extra.update(json.loads(measured.stdout.strip().splitlines()[-1]))
+    return measured
+
+
 def run_ceiling(env: BenchEnv, topic: str, folder: Path, *, land: bool = False) -> Measured:
     """confluent-kafka consuming the same ranges in one process (``land``: and writing them to Parquet with
     pyarrow under ``folder/landed``).

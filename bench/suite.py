@@ -447,6 +447,13 @@ def bench_publish(env: BenchEnv, settings: Settings) -> dict[str, Any]:
     return run(env, settings)
 
 
+def bench_dagster(env: BenchEnv, settings: Settings) -> dict[str, Any]:
+    """10. A small run launched by Dagster's schedule beside the same run from the CLI (:mod:`bench.dagster_run`)."""
+    from bench.dagster_run import bench_dagster as run
+
+    return run(env, settings)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "e2e": bench_e2e,
     "ceiling": bench_ceiling,
@@ -459,6 +466,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "connect10m": bench_connect_sizes,
     "local": bench_local,
     "publish": bench_publish,
+    "dagster": bench_dagster,
 }
 
 

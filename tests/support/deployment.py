@@ -208,7 +208,7 @@ class Deployment:
             raise GraphQLError(f"stopSensor {sensor_name}: {result}")
 
     def run(self, run_id: str) -> dict[str, Any]:
-        """The run's id, status, tags and start/end times."""
+        """The run's id, status, tags and creation and start/end times (epoch seconds)."""
         result: dict[str, Any] = self.graphql(_RUN, {"runId": run_id})["runOrError"]
         if result["__typename"] != "Run":
             raise GraphQLError(f"run {run_id}: {result}")
@@ -223,7 +223,7 @@ class Deployment:
         return runs
 
     def run_messages(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's event log (type, message, level), oldest first."""
+        """The run's event log (type, message, level, timestamp in epoch milliseconds, event type), oldest first."""
         events: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
@@ -522,7 +522,7 @@ query Partitions($key: AssetKeyInput!) {
 }
 """
 
-_RUN_FIELDS = "runId status jobName startTime endTime tags { key value }"
+_RUN_FIELDS = "runId status jobName creationTime startTime endTime tags { key value }"
 
 _RUN = f"""
 query Run($runId: ID!) {{
@@ -566,7 +566,7 @@ query Logs($runId: ID!, $cursor: String) {{
       hasMore
       events {{
         __typename
-        ... on MessageEvent {{ message level }}
+        ... on MessageEvent {{ message level timestamp eventType }}
         ... on MaterializationEvent {{ assetKey {{ path }} partition metadataEntries {{ {_METADATA_FIELDS} }} }}
       }}
     }}
