@@ -1,5 +1,6 @@
 """A user's own ``KafkaMetadataService`` (the ``python`` factory) on the real "east"/"west" clusters, Spark and Delta:
-a class in a module of the user's project that reads its streams from an HTTP endpoint, driven through the CLI.
+a class in a module of the user's project that reads its streams from an HTTP endpoint, driven through the CLI and
+through the Dagster definitions built from the same config.
 
 The endpoint is a small HTTP server this test starts: what a team's discovery service or config API would be.
 """
@@ -9,16 +10,21 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context
 
 from devtools.testing.kafka import create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.cli.main import main
-from tests.support.metadata_changes import numbered, positions, rows
+from dynamic_kafka.dagster.build import build_definitions
+from dynamic_kafka.dagster.names import RESOURCE_KEY
+from dynamic_kafka.dagster.resources import DynamicKafkaResource
+from tests.support.metadata_changes import numbered, positions, rows, sink_streams
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = pytest.mark.integration
+
+SINK_ASSET = AssetKey(["dynamic_kafka", "p"])
 
 # The user's module, as a team would write it: every call asks the endpoint, a failure is a MetadataServiceError
 # (retried by the runner like the file service's), and only clusters listed under "active" are active.
@@ -124,14 +132,27 @@ def run(harness: PipelineHarness, capsys: pytest.CaptureFixture[str]) -> dict[st
     return summary
 
 
-def test_a_users_own_service_drives_runs_over_two_clusters_and_its_inactive_cluster_is_not_read(
+@dataclass
+class OwnService:
+    """Pipeline "p" of stream "orders" resolved by the user's module: the endpoint lists "orders" on one topic of
+    east (2 partitions), both clusters active; ``topic_w`` (1 partition) on west is there for the test to add."""
+
+    harness: PipelineHarness
+    endpoint: Discovery
+    east: str
+    west: str
+    topic_e: str
+    topic_w: str
+
+
+@pytest.fixture
+def own_service(
     kafka_clusters: dict[str, ClusterEndpoint],
     spark: Any,
     tmp_path: Path,
     discovery: tuple[Discovery, str],
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> OwnService:
     endpoint, url = discovery
     east, west = kafka_clusters["east"].bootstrap_servers, kafka_clusters["west"].bootstrap_servers
     topic_e, topic_w = unique_name("orders-e"), unique_name("orders-w")
@@ -159,6 +180,14 @@ def test_a_users_own_service_drives_runs_over_two_clusters_and_its_inactive_clus
     harness.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     endpoint.document = {"clusters": {"east": east, "west": west}, "streams": {"orders": {"east": [topic_e]}}}
     endpoint.document["active"] = ["east", "west"]
+    return OwnService(harness, endpoint, east, west, topic_e, topic_w)
+
+
+def test_a_users_own_service_drives_runs_over_two_clusters_and_its_inactive_cluster_is_not_read(
+    own_service: OwnService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness, endpoint = own_service.harness, own_service.endpoint
+    east, west, topic_e, topic_w = own_service.east, own_service.west, own_service.topic_e, own_service.topic_w
 
     expected = rows("east", topic_e, produce(east, topic_e, numbered(range(10), partitions=2)))
     assert run(harness, capsys)["records"] == 10
@@ -184,3 +213,58 @@ def test_a_users_own_service_drives_runs_over_two_clusters_and_its_inactive_clus
     assert run(harness, capsys)["records"] == 5
     assert harness.sink_rows() == sorted(expected + held)
     assert positions(harness, "east") == {("east", topic_e, 0): ("active", 11), ("east", topic_e, 1): ("active", 9)}
+
+
+def test_a_users_own_service_drives_the_dagster_job_and_metadata_sensor(own_service: OwnService) -> None:
+    harness, endpoint = own_service.harness, own_service.endpoint
+    east, west, topic_e, topic_w = own_service.east, own_service.west, own_service.topic_e, own_service.topic_w
+    # The definitions a user's code location builds from the same config.
+    defs = build_definitions(harness.config_path)
+    job, sensor = defs.resolve_job_def("p_incremental"), defs.resolve_sensor_def("p_metadata_sensor")
+    cursor: str | None = None
+
+    with DagsterInstance.ephemeral() as instance:
+
+        def tick() -> int:
+            """The sensor's run requests of one tick against the endpoint's answer now."""
+            nonlocal cursor
+            context = build_sensor_context(
+                instance=instance, cursor=cursor, resources={RESOURCE_KEY: DynamicKafkaResource()}
+            )
+            result = sensor(context)
+            assert isinstance(result, SensorResult)
+            cursor = result.cursor
+            return len(result.run_requests or [])
+
+        def materialize() -> dict[str, Any]:
+            """The sink asset's materialization metadata of one incremental job run."""
+            result = job.execute_in_process(instance=instance)
+            assert result.success
+            (event,) = [
+                e for e in result.get_asset_materialization_events() if e.materialization.asset_key == SINK_ASSET
+            ]
+            return {k: v.value for k, v in event.materialization.metadata.items()}
+
+        assert tick() == 1  # the first poll: a baseline run
+        expected = rows("east", topic_e, produce(east, topic_e, numbered(range(10), partitions=2)))
+        assert materialize()["records"] == 10
+        assert tick() == 0
+
+        # One change: the stream spreads to west and east, still listed, turns inactive. East is not read.
+        endpoint.document["streams"] = {"orders": {"east": [topic_e], "west": [topic_w]}}
+        endpoint.document["active"] = ["west"]
+        assert tick() == 1
+        produce(east, topic_e, numbered(range(10, 15), partitions=2))  # held on east (the CLI test shows the resume)
+        expected += rows("west", topic_w, produce(west, topic_w, numbered(range(15, 20))))
+        ran = materialize()
+        assert (ran["records"], ran["clusters"]) == (5, "west")
+        assert sink_streams(harness) == sorted(("orders", c, t, v) for c, t, _, _, v in expected)
+        assert harness.sink_rows() == sorted(expected)
+        assert positions(harness, "east") == {
+            ("east", topic_e, 0): ("removed", 5),
+            ("east", topic_e, 1): ("removed", 5),
+        }
+
+        # Active again: a change the sensor requests a run for.
+        endpoint.document["active"] = ["east", "west"]
+        assert tick() == 1
