@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
-from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.protocol.guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from tests.support.builders import nth_run as a_plan
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,20 +31,6 @@ if TYPE_CHECKING:
 
 PID = "p"
 KEY = TopicPartition(cluster_id="east", topic="orders", partition=0)
-
-
-def a_plan(run_seq: int) -> Plan:
-    split = Split(
-        cluster_id="east",
-        topic="orders",
-        partition=0,
-        start_offset=(run_seq - 1) * 10,
-        stop_offset=run_seq * 10,
-        stream_ids=("orders",),
-        topic_id="tid",
-        bootstrap_servers="east:9092",
-    )
-    return Plan(pipeline_id=PID, run_seq=run_seq, splits=(split,), planned_at=datetime.now(UTC))
 
 
 def now() -> datetime:
