@@ -23,6 +23,7 @@ from dynamic_kafka.protocol.guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
 from tests.support.builders import nth_run as a_plan
+from tests.support.clock import FakeClock
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -142,10 +143,11 @@ def test_a_lease_not_renewed_before_it_ran_out_is_lost_and_the_holder_is_stopped
     store = StateStore(tmp_path / "state", PID)
     owner = RunOwner.current()
     plan, version = planned(store, owner, timedelta(seconds=1))
-    keeper = LeaseKeeper(store, plan, owner, timedelta(seconds=1), version, now, retry=timedelta(seconds=0.1))
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, plan, owner, timedelta(seconds=1), version, clock, retry=timedelta(seconds=0.1))
     shutil.move(tmp_path / "state", tmp_path / "away")  # gone for longer than the lease
     keeper.start()
-    time.sleep(1.6)
+    clock.advance(1.6)
 
     with pytest.raises(LeaseLostError) as caught:
         keeper.check()
