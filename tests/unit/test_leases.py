@@ -97,7 +97,7 @@ def test_a_renewal_whose_version_another_commit_moved_renews_at_the_new_version(
         plan, owner=owner.text(), lease_expires_at=now() + timedelta(seconds=30), expected_version=version
     )
     keeper.start()
-    time.sleep(1.2)
+    time.sleep(1.2)  # real time: the keeper's thread renews every `every`
 
     latest = keeper.stop()
 
@@ -124,7 +124,7 @@ def test_a_renewal_that_fails_while_the_state_is_briefly_gone_is_retried_within_
     )
     (tmp_path / "state").rename(tmp_path / "away")  # the state's folder unreachable for a moment
     keeper.start()
-    time.sleep(1.0)
+    time.sleep(1.0)  # real time: the keeper's thread renews every `every`
     (tmp_path / "away").rename(tmp_path / "state")
     time.sleep(1.0)
 
@@ -227,7 +227,7 @@ def test_a_backfill_lease_is_renewed_by_its_keeper_and_taken_even_when_no_fronti
     keeper = LeaseKeeper(
         store, None, owner, timedelta(seconds=3), recorded.version, now, every=timedelta(seconds=0.3)
     ).start()
-    time.sleep(1.0)
+    time.sleep(1.0)  # real time: the keeper's thread renews every `every`
     keeper.check()
     latest = keeper.stop()
     state = store.load()

@@ -293,7 +293,7 @@ def test_the_lease_keeper_renews_and_hands_over_the_latest_version(tmp_path: Pat
     keeper = LeaseKeeper(
         store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.3)
     ).start()
-    time.sleep(1.5)
+    time.sleep(1.5)  # real time: the keeper's thread renews every `every`
     latest = keeper.stop()
 
     assert latest > version
@@ -317,7 +317,7 @@ def test_a_lease_renewal_that_loses_the_state_stops_the_run_from_committing(tmp_
     keeper = LeaseKeeper(
         store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.1)
     ).start()
-    time.sleep(0.6)
+    time.sleep(0.6)  # real time: the keeper's thread renews every `every`
     with pytest.raises(RunInProgressError):
         keeper.stop()
 
