@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import KafkaClientError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka import take_broker_snapshot
@@ -178,7 +179,7 @@ def pipeline_health(context: PipelineContext, *, history: int = 20, now: datetim
     """
     pipeline = context.pipeline
     timeout_s = pipeline.health.timeout_seconds
-    checked_at = now or datetime.now(UTC)
+    checked_at = now or wall_clock.utc_now()
     state = context.store.load()
     runs = context.store.run_history(limit=history)
     requests = report_requests(context, state)

@@ -19,10 +19,11 @@ import hashlib
 import logging
 import os
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import try_exclusive_lock
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError
@@ -32,6 +33,7 @@ from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from datetime import datetime
 
     from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.plan import Plan
@@ -64,7 +66,7 @@ def in_progress_error(store: StateStore) -> RunInProgressError:
     """
     state = store.load()
     expires = state.backfill_lease_expires_at
-    if state.backfill_owner is not None and expires is not None and expires > datetime.now(UTC):
+    if state.backfill_owner is not None and expires is not None and expires > wall_clock.utc_now():
         holder = RunOwner.parse(state.backfill_owner)
         return RunInProgressError(
             store.pipeline_id,
@@ -121,7 +123,7 @@ class WriterGuard:
         self.owner = owner
         self.hard_exit = hard_exit
         self.deadline = RunDeadline.unarmed(pipeline.id)
-        self._clock = clock or _now
+        self._clock = clock or (lambda: wall_clock.utc_now())  # looked up at each call: tests move it
         self._keeper: LeaseKeeper | None = None
         self._writer_lease = False
 
@@ -209,7 +211,3 @@ class WriterGuard:
                     self.operation,
                     e,
                 )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 from pydantic import Field, ValidationError
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import DynamicKafkaError, RunInProgressError, StateError
 from dynamic_kafka.frozen import FrozenModel, building_many
 from dynamic_kafka.model.plan import Plan, TopicPartition
@@ -122,7 +123,7 @@ class StateStore:
             deleted_file_retention=deleted_file_retention,
         )
         self._maintain_every = maintain_every
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or (lambda: wall_clock.utc_now())
 
     def __repr__(self) -> str:
         return f"StateStore(path={self.path!r}, pipeline_id={self.pipeline_id!r})"

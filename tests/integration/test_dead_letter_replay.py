@@ -147,7 +147,8 @@ def test_a_replay_past_max_run_seconds_is_cancelled_records_nothing_and_the_next
     harness.configure(value_schema="id INT, note STRING", max_run_seconds=1)
     monkeypatch.setattr(RunDeadline, "_RECANCEL_SECONDS", 3600.0)  # one cancellation: wherever it lands
 
-    # Slow between its two writes (or already past its deadline in a Spark job): it stops there, retriably.
+    # Slow between its two writes (or already past its deadline in a Spark job): it stops there, retriably. Real
+    # time: max_run_seconds is a timer thread that cancels the Spark job in flight, not a clock a test could move.
     with acting_at("replay_after_sink", lambda: time.sleep(1.2)), pytest.raises(RunTimeoutError) as caught:
         replay_dead_letters(harness.runner().context, run_seq=None, yes=True)
 

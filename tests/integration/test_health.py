@@ -22,8 +22,9 @@ from confluent_kafka import Producer
 from devtools.testing.clusters import distinct_free_ports
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka import Pipeline, load_project_config
+from dynamic_kafka import Pipeline, clock, load_project_config
 from dynamic_kafka.cli.main import main
+from tests.support.clock import FakeClock
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,7 +50,7 @@ def health_of(harness: PipelineHarness) -> Pipeline:
 
 
 def test_a_partition_is_idle_once_its_newest_record_is_older_than_the_threshold(
-    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness, topic = harness_of(kafka_clusters, tmp_path, partitions=2)
     bootstrap = kafka_clusters["east"].bootstrap_servers
@@ -72,7 +73,9 @@ def test_a_partition_is_idle_once_its_newest_record_is_older_than_the_threshold(
 
     # The fresh partition turns idle once its threshold has passed.
     harness.configure(health={"idle_after_seconds": 2, "fail_on_idle": True})
-    time.sleep(2.5)
+    later = FakeClock()
+    later.advance(2.5)
+    monkeypatch.setattr(clock, "utc_now", later)
     report = health_of(harness).health()
     assert all(p.idle for p in report.partitions)
     assert not report.verdict("idle_partitions").passed
@@ -80,7 +83,10 @@ def test_a_partition_is_idle_once_its_newest_record_is_older_than_the_threshold(
 
 
 def test_an_open_transaction_is_reported_and_stuck_after_its_threshold(
-    kafka_clusters: dict[str, ClusterEndpoint], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kafka_clusters: dict[str, ClusterEndpoint],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     harness, topic = harness_of(kafka_clusters, tmp_path)
     bootstrap = kafka_clusters["east"].bootstrap_servers
@@ -102,7 +108,9 @@ def test_an_open_transaction_is_reported_and_stuck_after_its_threshold(
         assert not row.stuck_transaction, "open for less than its threshold"
 
         harness.configure(health={"stuck_transaction_seconds": 1})
-        time.sleep(1.5)
+        later = FakeClock()
+        later.advance(1.5)
+        monkeypatch.setattr(clock, "utc_now", later)
         report = health_of(harness).health()
         assert report.partitions[0].stuck_transaction
         stuck = report.verdict("stuck_transactions")

@@ -194,6 +194,8 @@ def test_a_maintenance_past_max_run_seconds_stops_before_its_next_step_and_gives
 
     def slow_step() -> None:
         steps.append(time.monotonic())
+        # Real time: max_run_seconds is a timer thread (it interrupts Spark jobs from outside the work), not a
+        # reading of the clock a test could move; 1 s is its smallest setting.
         time.sleep(1.2)
 
     with acting_at("before_maintenance_step", slow_step), pytest.raises(RunTimeoutError) as caught:

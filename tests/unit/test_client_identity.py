@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 from dynamic_kafka.config.models import load_project_config
 from dynamic_kafka.kafka.connection import AdminConnection
-from dynamic_kafka.model.plan import Split
 from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.spark.reader import kafka_read_options
+from tests.support.builders import a_split
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from dynamic_kafka.model.plan import Split
 
 METADATA = """
 clusters:
@@ -39,15 +41,7 @@ def context(tmp_path: Path, pipeline_extra: str = "") -> PipelineContext:
 
 
 def split(cluster_id: str, topic: str) -> Split:
-    return Split(
-        stream_ids=("orders",),
-        cluster_id=cluster_id,
-        bootstrap_servers="127.0.0.1:19092",
-        topic=topic,
-        partition=0,
-        start_offset=0,
-        stop_offset=1,
-    )
+    return a_split(topic=topic, cluster=cluster_id, bootstrap="127.0.0.1:19092")
 
 
 def test_every_client_of_a_pipeline_carries_its_client_id(tmp_path: Path) -> None:

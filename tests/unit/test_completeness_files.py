@@ -12,6 +12,7 @@ from dynamic_kafka.model.plan import Split, TopicPartition
 from dynamic_kafka.sink.commits import read_commit
 from dynamic_kafka.sink.completeness import landed_counts, measure
 from dynamic_kafka.storage import TableRef
+from tests.support.builders import a_split
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,15 +47,7 @@ def _land(path: Path, rows: pa.Table, run_seq: int, partition_by: Sequence[str] 
 
 
 def _split(cluster: str, partition: int, start: int, stop: int) -> Split:
-    return Split(
-        cluster_id=cluster,
-        topic="orders",
-        partition=partition,
-        start_offset=start,
-        stop_offset=stop,
-        stream_ids=("orders",),
-        bootstrap_servers="127.0.0.1:9092",
-    )
+    return a_split(partition, start, stop, cluster=cluster, bootstrap="127.0.0.1:9092")
 
 
 def _key(cluster: str, partition: int) -> TopicPartition:

@@ -4,37 +4,33 @@ read options built from splits, decode policy helpers, and the sink's error and 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.decoding.formats import can_fail
 from dynamic_kafka.errors import ConfigError, DecodeError, UndecodableRecordError
 from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.metadata.models import ClusterMetadata
-from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.incremental import _decode_error_from
 from dynamic_kafka.sink.merge import _merge_scope
 from dynamic_kafka.sink.tables import safe_text
 from dynamic_kafka.spark.reader import kafka_read_options
+from tests.support.builders import a_pipeline, a_split
+
+if TYPE_CHECKING:
+    from dynamic_kafka.config.models import PipelineConfig
+    from dynamic_kafka.model.plan import Split
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
 def _split(topic: str, partition: int, start: int, stop: int, cluster_id: str = "east") -> Split:
-    return Split(
-        cluster_id=cluster_id,
-        topic=topic,
-        partition=partition,
-        start_offset=start,
-        stop_offset=stop,
-        stream_ids=("orders",),
-        bootstrap_servers="127.0.0.1:1",
-    )
+    return a_split(partition, start, stop, topic=topic, cluster=cluster_id, bootstrap="127.0.0.1:1")
 
 
 def _pipeline(**settings: object) -> PipelineConfig:
-    return PipelineConfig.model_validate({"id": "p", "streams": ["s"], "sink": {"path": "/tmp/x"}, **settings})
+    return a_pipeline(**{"streams": ["s"], **settings})
 
 
 # --- property translation ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from dynamic_kafka.plan.planner import config_pins
 from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 from dynamic_kafka.registry.config import RegistryConfig
+from tests.support.builders import a_split
 
 V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
@@ -41,15 +42,7 @@ def project(tmp_path: Path, **pipeline: Any) -> ProjectConfig:
 
 
 def split(stream: str = "orders", topic: str = "t", stop: int = 5) -> Split:
-    return Split(
-        cluster_id="east",
-        topic=topic,
-        partition=0,
-        start_offset=0,
-        stop_offset=stop,
-        stream_ids=(stream,),
-        bootstrap_servers="east:9092",
-    )
+    return a_split(0, 0, stop, topic=topic, streams=(stream,))
 
 
 def planned(config: ProjectConfig, *splits: Split, decoding: tuple[DecodePin, ...] = ()) -> Plan:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dynamic_kafka.config.models import HealthConfig, PipelineConfig
+from dynamic_kafka.config.models import HealthConfig
 from dynamic_kafka.operations.health import (
     PartitionHealth,
     Since,
@@ -17,6 +17,7 @@ from dynamic_kafka.operations.health import (
     stuck_transaction_verdict,
 )
 from dynamic_kafka.operations.status import PipelineStatus, lag_limit_verdict
+from tests.support.builders import a_pipeline as pipeline
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -32,10 +33,6 @@ def status(*, never_ran: bool = False, total_lag: int = 0) -> PipelineStatus:
         last_run_status=None,
         warnings=(),
     )
-
-
-def pipeline(**settings: object) -> PipelineConfig:
-    return PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}, **settings})
 
 
 def partition(number: int, **fields: object) -> PartitionHealth:

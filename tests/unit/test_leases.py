@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.errors import LeaseLostError, RunInProgressError
-from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.protocol.guard import in_progress_error
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from tests.support.builders import nth_run as a_plan
+from tests.support.clock import FakeClock
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,20 +32,6 @@ if TYPE_CHECKING:
 
 PID = "p"
 KEY = TopicPartition(cluster_id="east", topic="orders", partition=0)
-
-
-def a_plan(run_seq: int) -> Plan:
-    split = Split(
-        cluster_id="east",
-        topic="orders",
-        partition=0,
-        start_offset=(run_seq - 1) * 10,
-        stop_offset=run_seq * 10,
-        stream_ids=("orders",),
-        topic_id="tid",
-        bootstrap_servers="east:9092",
-    )
-    return Plan(pipeline_id=PID, run_seq=run_seq, splits=(split,), planned_at=datetime.now(UTC))
 
 
 def now() -> datetime:
@@ -109,7 +97,7 @@ def test_a_renewal_whose_version_another_commit_moved_renews_at_the_new_version(
         plan, owner=owner.text(), lease_expires_at=now() + timedelta(seconds=30), expected_version=version
     )
     keeper.start()
-    time.sleep(1.2)
+    time.sleep(1.2)  # real time: the keeper's thread renews every `every`
 
     latest = keeper.stop()
 
@@ -136,7 +124,7 @@ def test_a_renewal_that_fails_while_the_state_is_briefly_gone_is_retried_within_
     )
     (tmp_path / "state").rename(tmp_path / "away")  # the state's folder unreachable for a moment
     keeper.start()
-    time.sleep(1.0)
+    time.sleep(1.0)  # real time: the keeper's thread renews every `every`
     (tmp_path / "away").rename(tmp_path / "state")
     time.sleep(1.0)
 
@@ -155,10 +143,11 @@ def test_a_lease_not_renewed_before_it_ran_out_is_lost_and_the_holder_is_stopped
     store = StateStore(tmp_path / "state", PID)
     owner = RunOwner.current()
     plan, version = planned(store, owner, timedelta(seconds=1))
-    keeper = LeaseKeeper(store, plan, owner, timedelta(seconds=1), version, now, retry=timedelta(seconds=0.1))
+    clock = FakeClock()
+    keeper = LeaseKeeper(store, plan, owner, timedelta(seconds=1), version, clock, retry=timedelta(seconds=0.1))
     shutil.move(tmp_path / "state", tmp_path / "away")  # gone for longer than the lease
     keeper.start()
-    time.sleep(1.6)
+    clock.advance(1.6)
 
     with pytest.raises(LeaseLostError) as caught:
         keeper.check()
@@ -238,7 +227,7 @@ def test_a_backfill_lease_is_renewed_by_its_keeper_and_taken_even_when_no_fronti
     keeper = LeaseKeeper(
         store, None, owner, timedelta(seconds=3), recorded.version, now, every=timedelta(seconds=0.3)
     ).start()
-    time.sleep(1.0)
+    time.sleep(1.0)  # real time: the keeper's thread renews every `every`
     keeper.check()
     latest = keeper.stop()
     state = store.load()

@@ -39,7 +39,7 @@ def _pipeline(pipeline_id: str, sink: str, **more: Any) -> dict[str, Any]:
     return {"id": pipeline_id, "streams": ["orders"], "sink": {"path": sink}, **more}
 
 
-def test_the_issue_shape_loads_and_state_defaults_to_a_sibling_uri(tmp_path: Path) -> None:
+def test_a_storage_section_loads_and_the_state_defaults_to_a_sibling_uri(tmp_path: Path) -> None:
     config = load_project_config(_project(tmp_path, _pipeline("orders", "s3://lake/orders", storage=STORAGE)))
     p = config.pipeline("orders")
     assert p.sink.path.uri == "s3://lake/orders"

@@ -22,6 +22,7 @@ from dynamic_kafka.model.snapshots import (
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.operations.offsets_reset import OffsetReset, ResetSelection, ResetTarget, decide_reset
 from dynamic_kafka.state import StateStore
+from tests.support.builders import a_row
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,15 +33,7 @@ EAST1 = TopicPartition(cluster_id="east", topic="orders", partition=1)
 
 
 def row(key: TopicPartition, next_offset: int, status: str = "active") -> PartitionState:
-    return PartitionState(
-        cluster_id=key.cluster_id,
-        topic=key.topic,
-        partition=key.partition,
-        next_offset=next_offset,
-        topic_id="tid",
-        status=status,  # type: ignore[arg-type]
-        updated_run_seq=1,
-    )
+    return a_row(key, next_offset, topic_id="tid", status=status, updated_run_seq=1)
 
 
 def brokers(lookups: dict[int, int | None] | None = None, topic_id: str = "tid") -> BrokerSnapshot:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dynamic_kafka import initializers as offsets
-from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     DataLossError,
@@ -16,77 +14,35 @@ from dynamic_kafka.errors import (
     TopicMissingError,
     TopicRecreatedError,
 )
-from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream, metadata_fingerprint
-from dynamic_kafka.metadata.snapshot import MetadataSnapshot
+from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.model.plan import LostRange, Plan, TopicPartition
 from dynamic_kafka.model.snapshots import (
     BrokerSnapshot,
     ClusterSnapshot,
     PartitionOffsets,
-    PartitionState,
     StateSnapshot,
     TopicSnapshot,
 )
 from dynamic_kafka.plan.planner import plan_run
 from dynamic_kafka.state.rows import apply_plan
+from tests.support.builders import NOW, a_row, state_of
+from tests.support.builders import a_pipeline as pipeline
+from tests.support.builders import a_stream as stream
+from tests.support.builders import a_topic as topic
+from tests.support.builders import brokers_of as brokers
+from tests.support.builders import metadata_of as metadata
 
-NOW = datetime(2026, 11, 21, tzinfo=UTC)
-
-
-def pipeline(**overrides: Any) -> PipelineConfig:
-    return PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}, **overrides})
-
-
-def stream(stream_id: str = "orders", **placements: list[str]) -> KafkaStream:
-    return KafkaStream(
-        stream_id=stream_id,
-        clusters={
-            cid: ClusterMetadata(cluster_id=cid, bootstrap_servers=f"{cid}:9092", topics=frozenset(topics))
-            for cid, topics in placements.items()
-        },
-    )
-
-
-def metadata(*streams: KafkaStream) -> MetadataSnapshot:
-    return MetadataSnapshot(streams={s.stream_id: s for s in streams}, fingerprint=metadata_fingerprint(streams))
-
-
-def topic(name: str, ranges: dict[int, tuple[int, int]], topic_id: str = "id-1", **lookups: Any) -> TopicSnapshot:
-    return TopicSnapshot(
-        topic=name,
-        topic_id=topic_id,
-        partitions={p: PartitionOffsets(earliest=lo, latest=hi) for p, (lo, hi) in ranges.items()},
-        **lookups,
-    )
-
-
-def brokers(**clusters: list[TopicSnapshot] | None) -> BrokerSnapshot:
-    return BrokerSnapshot(
-        clusters={
-            cid: ClusterSnapshot(cluster_id=cid, reachable=False, error="connection refused")
-            if topics is None
-            else ClusterSnapshot(cluster_id=cid, topics={t.topic: t for t in topics})
-            for cid, topics in clusters.items()
-        },
-        taken_at=NOW,
-    )
+if TYPE_CHECKING:
+    from dynamic_kafka.metadata.snapshot import MetadataSnapshot
 
 
 def state(*rows: tuple[str, str, int, int], status: str = "active", topic_id: str | None = "id-1") -> StateSnapshot:
-    parts = {}
-    for cid, t, p, next_offset in rows:
-        row = PartitionState(
-            cluster_id=cid,
-            topic=t,
-            partition=p,
-            next_offset=next_offset,
-            topic_id=topic_id,
-            bootstrap_servers=f"{cid}:9092",
-            stream_ids=("orders",),
-            status=status,  # type: ignore[arg-type]
+    return state_of(
+        *(
+            a_row(TopicPartition(cluster_id=c, topic=t, partition=p), n, topic_id=topic_id, status=status)
+            for c, t, p, n in rows
         )
-        parts[row.key] = row
-    return StateSnapshot(pipeline_id="p", table_version=3, partitions=parts)
+    )
 
 
 def ranges(plan: Plan) -> dict[tuple[str, str, int], tuple[int, int]]:

@@ -11,7 +11,6 @@ from deltalake import write_deltalake
 from pydantic import ValidationError
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.decoding.prepared import prepare_decoding
 from dynamic_kafka.decoding.registry_formats import _registry_source, check_table_schema, json_schema_to_spark
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
@@ -19,6 +18,7 @@ from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.registry.client import WriterSchema
 from dynamic_kafka.sink.schema_check import sink_schema
 from dynamic_kafka.storage import TableRef
+from tests.support.builders import a_pipeline as pipeline
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 V1 = {"type": "record", "name": "O", "fields": [{"name": "id", "type": "long"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
 V3 = {**V1, "fields": [{"name": "id", "type": "string"}]}
-
-
-def pipeline(**extra: object) -> PipelineConfig:
-    return PipelineConfig.model_validate({"id": "p", "streams": ["orders"], "sink": {"path": "/tmp/s"}, **extra})
 
 
 def test_formats_per_stream_and_a_registry_per_cluster() -> None:

@@ -24,13 +24,14 @@ from dynamic_kafka.errors import MetadataServiceError, RunInProgressError, RunTi
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
-from dynamic_kafka.model.plan import Plan, Split, TopicPartition
+from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.protocol.realign import landed_frontier, realign
 from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.tables import backfill_app_id
 from dynamic_kafka.state import StateStore
 from dynamic_kafka.state.lease import LeaseKeeper, RunOwner
+from tests.support.builders import nth_run as a_plan
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -67,20 +68,6 @@ def empty_service() -> InMemoryMetadataService:
 
 def runner(tmp_path: Path, service: Any = None, **pipeline: Any) -> PipelineRunner:
     return PipelineRunner(project(tmp_path, **pipeline), PID, metadata_service=service or empty_service())
-
-
-def a_plan(run_seq: int, stop: int = 10) -> Plan:
-    split = Split(
-        cluster_id="east",
-        topic="orders",
-        partition=0,
-        start_offset=(run_seq - 1) * stop,
-        stop_offset=run_seq * stop,
-        stream_ids=("orders",),
-        topic_id="tid",
-        bootstrap_servers="east:9092",
-    )
-    return Plan(pipeline_id=PID, run_seq=run_seq, splits=(split,), planned_at=datetime.now(UTC))
 
 
 def commit(store: StateStore, run_seq: int) -> None:
@@ -306,7 +293,7 @@ def test_the_lease_keeper_renews_and_hands_over_the_latest_version(tmp_path: Pat
     keeper = LeaseKeeper(
         store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.3)
     ).start()
-    time.sleep(1.5)
+    time.sleep(1.5)  # real time: the keeper's thread renews every `every`
     latest = keeper.stop()
 
     assert latest > version
@@ -330,7 +317,7 @@ def test_a_lease_renewal_that_loses_the_state_stops_the_run_from_committing(tmp_
     keeper = LeaseKeeper(
         store, plan, owner, timedelta(seconds=3), version, lambda: datetime.now(UTC), every=timedelta(seconds=0.1)
     ).start()
-    time.sleep(0.6)
+    time.sleep(0.6)  # real time: the keeper's thread renews every `every`
     with pytest.raises(RunInProgressError):
         keeper.stop()
 

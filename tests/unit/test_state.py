@@ -31,6 +31,7 @@ from dynamic_kafka.state import rows as state_rows
 from dynamic_kafka.state import store as store_module
 from dynamic_kafka.state import table as table_module
 from dynamic_kafka.state.store import RecordedBackfill
+from tests.support.builders import a_split
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -51,17 +52,7 @@ def tp(partition: int, topic: str = "orders", cluster: str = "east") -> TopicPar
 
 
 def split(partition: int, start: int, stop: int, topic: str = "orders", cluster: str = "east", **kw: Any) -> Split:
-    return Split(
-        cluster_id=cluster,
-        topic=topic,
-        partition=partition,
-        start_offset=start,
-        stop_offset=stop,
-        stream_ids=("orders",),
-        topic_id="tid-1",
-        bootstrap_servers=f"{cluster}:9092",
-        **kw,
-    )
+    return a_split(partition, start, stop, topic=topic, cluster=cluster, topic_id="tid-1", **kw)
 
 
 def plan(run_seq: int, splits: list[Split], removals: tuple[TopicPartition, ...] = (), **kw: Any) -> Plan:

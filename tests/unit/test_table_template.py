@@ -21,6 +21,7 @@ from dynamic_kafka.sink.commits import AddedFile, RunFiles
 from dynamic_kafka.sink.metrics import WriteResult
 from dynamic_kafka.sink.per_stream import combined, known_streams, run_streams
 from dynamic_kafka.storage import parse_location
+from tests.support.builders import a_split
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,15 +34,7 @@ def project(tmp_path: Path, pipeline_yaml: str) -> Path:
 
 
 def split(stream_ids: tuple[str, ...], topic: str = "t") -> Split:
-    return Split(
-        cluster_id="east",
-        topic=topic,
-        partition=0,
-        start_offset=0,
-        stop_offset=1,
-        stream_ids=stream_ids,
-        bootstrap_servers="127.0.0.1:9092",
-    )
+    return a_split(topic=topic, streams=stream_ids, bootstrap="127.0.0.1:9092")
 
 
 class TestTemplate:
