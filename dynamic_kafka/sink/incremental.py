@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_READ = "read"
+"""The observed count of the rows read before those a backfill landed were left out (a deduplicating write's)."""
 _DECODE_MARKER = "dynamic-kafka-undecodable"
 _DECODE_MARKER_RE = re.compile(_DECODE_MARKER + r"\[(?P<json>\{.*?\})\]" + _DECODE_MARKER)
 
@@ -227,18 +229,20 @@ def write_incremental(
                 sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path)
             )
             counts = [column.alias(name) for name, column in decoding.count_columns()]
-            reading = [sf.count(sf.lit(1)).alias("read"), *read_count_columns(counted_ranges)]
+            reading = read_count_columns(counted_ranges)
 
             def observed_rows() -> Observing:
                 name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
                 metrics = [*metric_columns(planned_pairs, event_time=event_time), *counts]
                 if target.blind:
-                    # Nothing is left out, so the rows read are the rows written: one observation holds both
-                    # (each observed node costs every row a pass through its accumulator).
+                    # Nothing is left out, so the rows read are the rows written: one observation holds both, and
+                    # its ``records`` is the count read (each observed node, and each aggregate, costs every row a
+                    # pass through its accumulator).
                     both = Observation(name)
                     return Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
                 read, written = Observation(f"{name}_read"), Observation(name)
-                kept = skip_backfilled(_SPARK_TABLES, decoded_frame.observe(read, *reading), target)
+                counted = [sf.count(sf.lit(1)).alias(_READ), *reading]
+                kept = skip_backfilled(_SPARK_TABLES, decoded_frame.observe(read, *counted), target)
                 return Observing(kept.observe(written, *metrics), written, read)
 
             try:
@@ -535,9 +539,11 @@ def _outcome(
     # The dead-letter commit may be an earlier attempt's of this run (it died before the sink's): it holds the
     # run's dead letters all the same.
     found = [(target.sink_path, landed.sink), (target.dead_letter_path, landed.dead_letters)]
+    # A blind write observes once: its rows read are the rows written (no separate count).
+    read_total = int(read[_READ]) if _READ in read else result.records
     return result.model_copy(
         update={
-            "deduplicated": max(0, int(read["read"]) - result.records),
+            "deduplicated": max(0, read_total - result.records),
             "read_per_range": read_counts(read, counted_ranges) if counted_ranges else None,
             "landed_files": tuple(f.commit.files_in(table) for table, f in found if f is not None),
         }

@@ -70,9 +70,10 @@ class WriteResult(FrozenModel):
 def metric_columns(
     pairs: Sequence[tuple[str, str]], *, offsets: bool = False, event_time: str | None = None
 ) -> list[Column]:
-    """Aggregates for one pass: totals, per-pair conditional sums (and offset ranges), the Kafka timestamps' range
-    (``min_ts``/``max_ts``: a MERGE's scope), the event-time range (``event_time``, else the Kafka timestamp), dead
-    letters.
+    """Aggregates for one pass: totals, per-pair conditional sums, the event-time range (``event_time``, else the
+    Kafka timestamp), dead letters; with ``offsets`` (a MERGE's scope) also the per-pair offset ranges and the Kafka
+    timestamps' range (``min_ts``/``max_ts``). An append needs no scope: each aggregate costs every row a pass
+    through the observation's accumulator.
     """
     from pyspark.sql import functions as sf
 
@@ -83,11 +84,12 @@ def metric_columns(
         sf.count(sf.lit(1)).alias("records"),
         sf.sum(size.cast("long")).alias("bytes"),
         sf.sum(sf.when(sf.col(DECODE_ERROR).isNotNull(), 1).otherwise(0)).alias("dead_letters"),
-        sf.min(sf.unix_micros("timestamp")).alias("min_ts"),
-        sf.max(sf.unix_micros("timestamp")).alias("max_ts"),
         sf.min(sf.unix_micros(event_time_column(event_time))).alias("min_event"),
         sf.max(sf.unix_micros(event_time_column(event_time))).alias("max_event"),
     ]
+    if offsets:
+        columns.append(sf.min(sf.unix_micros("timestamp")).alias("min_ts"))
+        columns.append(sf.max(sf.unix_micros("timestamp")).alias("max_ts"))
     for i, (cluster_id, topic) in enumerate(pairs):
         match = (sf.col("cluster") == sf.lit(cluster_id)) & (sf.col("topic") == sf.lit(topic))
         columns.append(sf.sum(sf.when(match, 1).otherwise(0)).alias(f"records_{i}"))
