@@ -250,7 +250,7 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
     )
     with _unavailable_as_error(settings):
         try:
-            version = session.version  # one round trip: is the server there?
+            # The one round trip that tells whether the server is there (and holds the session).
             _state_settings(session, settings)
         except PySparkException as e:
             if is_unavailable(e):
@@ -270,9 +270,8 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
                 "(memory, jars, master) on the server's start.",
             ) from e
     logger.info(
-        "connected to Spark Connect at %s (Spark %s)%s",
+        "connected to Spark Connect at %s%s",
         settings.shown_remote,
-        version,
         "" if session_id is None else f", shared session {session_id}",
     )
     return session
