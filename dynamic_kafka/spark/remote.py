@@ -250,7 +250,9 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
     )
     with _unavailable_as_error(settings):
         try:
-            # The one round trip that tells whether the server is there (and holds the session).
+            # One round trip: is the server there, and does it still hold this id? The settings request alone
+            # did not refuse the id of a shared session the server had closed: the run failed at its first analysis.
+            version = session.version
             _state_settings(session, settings)
         except PySparkException as e:
             if is_unavailable(e):
@@ -270,8 +272,9 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
                 "(memory, jars, master) on the server's start.",
             ) from e
     logger.info(
-        "connected to Spark Connect at %s%s",
+        "connected to Spark Connect at %s (Spark %s)%s",
         settings.shown_remote,
+        version,
         "" if session_id is None else f", shared session {session_id}",
     )
     return session

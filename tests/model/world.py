@@ -694,7 +694,7 @@ class ConnectServer:
         self.archive = archive
         self.open: set[str] = set()
         self.closed: set[str] = set()
-        self.attached: list[str] = []  # every session id a client's requests went to, in order
+        self.attached: list[str] = []  # every session id a client attached to, in order
         self._own = itertools.count(1)
         self._url = ""
 
@@ -727,8 +727,8 @@ class _ConfigAnswer:
 
 
 class ModelSession(_ArchiveSpark):
-    """A client's session on the model's ``ConnectServer``: the calls ``spark.remote`` makes on it (``conf.set``,
-    ``client.config``, ``client``, ``stop``), each refused once the server closed the session."""
+    """A client's session on the model's ``ConnectServer``: the calls ``spark.remote`` makes on it (``version``,
+    ``conf.set``, ``client.config``, ``client``, ``stop``), each refused once the server closed the session."""
 
     def __init__(self, server: ConnectServer, session_id: str) -> None:
         super().__init__(server.archive)
@@ -746,6 +746,13 @@ class ModelSession(_ArchiveSpark):
 
     def set_retry_policies(self, policies: object) -> None:
         del policies
+
+    @property
+    def version(self) -> str:
+        self._request()
+        if self.session_id not in self.server.attached[-1:]:
+            self.server.attached.append(self.session_id)
+        return "4.1"
 
     def set(self, name: str, value: str) -> None:
         del name, value
@@ -774,8 +781,6 @@ class ModelSession(_ArchiveSpark):
                 message=f"[INVALID_HANDLE.SESSION_CLOSED] The handle {self.session_id} is invalid. Session was closed."
             )
         self.server.open.add(self.session_id)
-        if self.session_id not in self.server.attached[-1:]:
-            self.server.attached.append(self.session_id)
 
     def fail_job(self, what: str) -> None:
         """A job of this session after the server closed it: the product's own mapping of Spark's error."""
