@@ -86,7 +86,6 @@ class PipelineContext:
         )
         self._spark = spark or self._default_spark
         self._shared_as: str | None = None
-        self._run_session: SparkSession | None = None
 
     @property
     def service(self) -> KafkaMetadataService:
@@ -109,19 +108,14 @@ class PipelineContext:
 
     def spark(self) -> SparkSession:
         """The Spark session (started on first call by the default factory), set up to reach the project's S3
-        buckets (per-bucket S3A settings, whoever built the session). Inside :meth:`shared_spark_session`, the
-        session of the block's first call.
+        buckets (per-bucket S3A settings, whoever built the session).
         """
-        if self._run_session is not None:
-            return self._run_session
         session = self._spark()
         buckets = self.project.object_store_buckets()
         if buckets:
             from dynamic_kafka.spark.session import configure_object_storage
 
             configure_object_storage(session, buckets)
-        if self._shared_as is not None:
-            self._run_session = session
         return session
 
     def check_spark(self) -> None:
@@ -133,7 +127,7 @@ class PipelineContext:
             SparkConnectUnavailableError: the server does not answer.
         """
         if self.project.spark.remote is not None:
-            self.spark()
+            self._spark()
 
     @contextmanager
     def shared_spark_session(self) -> Iterator[None]:
@@ -144,18 +138,12 @@ class PipelineContext:
         Only incremental runs share it: one run of a pipeline writes at a time (its lock and lease), and its
         session settings are the same in every run. A backfill or a replay sets a Delta transaction of its own in
         its session for its MERGE, which must not reach any other writer, so they keep a session of their own.
-
-        The block asks the factory once: every later :meth:`spark` in it returns the same session. Through Spark
-        Connect each ask checks that the server still holds the session (a round trip), which is for a long-lived
-        process between runs; a run's steps follow each other, and a server lost during the run fails it
-        (retriable) either way.
         """
         self._shared_as = self.shared_session_name
         try:
             yield
         finally:
             self._shared_as = None
-            self._run_session = None
 
     @property
     def shared_session_name(self) -> str:

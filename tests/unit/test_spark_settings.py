@@ -248,35 +248,3 @@ def test_a_pipelines_shared_connect_session_is_named_by_pipeline_server_settings
     assert len(others) == 6
     assert shared_session_id(remote, None, token="server-token") is None
     assert shared_session_id(SparkConfig(remote="sc://h:1/;session_id=" + str(uuid.uuid4())), "x", token=None) is None
-
-
-def test_a_runs_steps_share_the_session_of_its_first_ask_and_the_next_run_asks_again(tmp_path: Path) -> None:
-    # Through Spark Connect each ask checks the server still holds the session: a round trip per step otherwise.
-    from dynamic_kafka.config.models import load_project_config
-    from dynamic_kafka.protocol.context import PipelineContext
-
-    (tmp_path / "metadata.yaml").write_text("clusters: {}\nstreams: {}\n")
-    config = tmp_path / "dynamic_kafka.yaml"
-    config.write_text(
-        "metadata_service: {type: file, path: metadata.yaml}\n"
-        "spark: {remote: 'sc://127.0.0.1:1'}\n"
-        "pipelines:\n  - id: orders\n    streams: [orders]\n    sink: {path: sink}\n"
-    )
-    asked: list[object] = []
-
-    def factory() -> object:
-        asked.append(object())
-        return asked[-1]
-
-    context = PipelineContext(load_project_config(config), "orders", spark=factory)  # type: ignore[arg-type]
-    with context.shared_spark_session():
-        context.check_spark()
-        first = context.spark()
-        assert context.spark() is first
-        assert len(asked) == 1
-    with context.shared_spark_session():
-        assert context.spark() is not first
-        assert len(asked) == 2
-    context.spark()
-    context.spark()
-    assert len(asked) == 4  # outside a run, every ask goes to the factory
