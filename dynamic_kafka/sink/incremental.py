@@ -33,7 +33,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dynamic_kafka.config.models import PipelineConfig
@@ -71,6 +71,7 @@ from dynamic_kafka.spark.session import codegen_settings, log_replay_settings, s
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql.types import StructType
 
     from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.model.plan import Split
@@ -95,6 +96,9 @@ class RunTarget:
     overlaps: Sequence[Split]
     before_commit: Callable[[], None] | None = None
     partition_by: Sequence[str] = ()
+    sink_rows_schema: StructType | None = None
+    """The schema of the run's sink rows, analysed once per write: every frame a writer appends to the sink is
+    derived from the same decoded rows (filtered, observed, deduplicated), so it has that schema."""
 
     @classmethod
     def of(
@@ -225,9 +229,9 @@ def write_incremental(
         settings = {**log_replay_settings(files), **codegen_settings(planned_records)}
         with session_settings(df.sparkSession, settings):
             decoded_frame = decoding.decode(df)
-            decoding.check_table(
-                sink_rows(decoded_frame, run_seq).schema, sink_schema(target.sink_path), str(target.sink_path)
-            )
+            written = sink_rows(decoded_frame, run_seq).schema
+            decoding.check_table(written, sink_schema(target.sink_path), str(target.sink_path))
+            target = replace(target, sink_rows_schema=written)
             counts = [column.alias(name) for name, column in decoding.count_columns()]
             reading = read_count_columns(counted_ranges)
 
@@ -436,14 +440,15 @@ class _SparkTables:
         rows.unpersist()
 
     def append(self, rows: DataFrame, table: TableRef, target: RunTarget, *, dead_letters: bool) -> Found:
-        shaped = dead_letter_rows(rows, target.run_seq) if dead_letters else sink_rows(rows, target.run_seq)
-        return _append(shaped, table, target)
+        if dead_letters:
+            return _append(dead_letter_rows(rows, target.run_seq), table, target)
+        return _append(sink_rows(rows, target.run_seq), table, target, schema=target.sink_rows_schema)
 
 
 _SPARK_TABLES = _SparkTables()
 
 
-def _append(rows: DataFrame, table: TableRef, target: RunTarget) -> Found:
+def _append(rows: DataFrame, table: TableRef, target: RunTarget, *, schema: StructType | None = None) -> Found:
     """Appends ``rows`` with the run's txn and a fresh commit id, then finds the commit holding the run in the
     table's log: a run commits its offsets only on what the log says.
 
@@ -465,6 +470,7 @@ def _append(rows: DataFrame, table: TableRef, target: RunTarget) -> Found:
             blind=target.blind,
             before_commit=target.before_commit,
             partition_by=target.partition_by if table is target.sink_path else (),
+            schema=schema,
         )
     except CommitLostError:
         raise

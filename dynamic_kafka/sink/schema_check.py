@@ -41,10 +41,10 @@ def written_schema(
 
     from dynamic_kafka.decoding.prepared import value_column_decoding
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
+    from dynamic_kafka.spark.reader import empty_output
 
     try:
-        empty = spark.createDataFrame([], OUTPUT_SCHEMA_DDL)
+        empty = empty_output(spark)
         return sink_rows((prepared or value_column_decoding(pipeline)).decode(empty), 0).schema
     except ConfigError as e:
         raise SchemaMismatchError(

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 
@@ -192,6 +193,7 @@ def append_idempotent(
     blind: bool = False,
     before_commit: Callable[[], None] | None = None,
     partition_by: Sequence[str] = (),
+    schema: StructType | None = None,
 ) -> None:
     """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
     commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
@@ -204,7 +206,8 @@ def append_idempotent(
 
     ``before_commit`` runs before the commit and may stop it by raising: for a staged append once ``rows`` were
     computed and written as files; for delta-spark's write just before its job (which reads and commits in one).
-    ``partition_by``: the columns a table this write creates is partitioned by.
+    ``partition_by``: the columns a table this write creates is partitioned by. ``schema``: ``rows``' schema when
+    the caller analysed it already (through Spark Connect each analysis is a round trip); else it is asked for.
 
     Raises:
         CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
@@ -212,7 +215,7 @@ def append_idempotent(
     ref = TableRef.of(table)
     if blind:
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
-        if opened is not None and can_stage(opened, _nullable(rows.schema).jsonValue()):
+        if opened is not None and can_stage(opened, _nullable(schema or rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
                 staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit)
             return

@@ -282,7 +282,9 @@ def archive_rows(spark: SparkSession, read: ArchiveRead, dead_letters: TableRef)
     elif read.files:
         frame = reader.load(list(read.files))
     else:  # an archive folder without files: nothing to land
-        return spark.createDataFrame([], schema=", ".join(f"{n} {t}" for n, t in OUTPUT_FIELDS))
+        from dynamic_kafka.spark.reader import empty_output
+
+        return empty_output(spark)
     timestamp = sf.col(read.columns["timestamp"]).cast("timestamp")
     frame = frame.where(timestamp.isNull() | ~_at_or_after_until(timestamp, read))
     defaults = {CLUSTER: read.cluster, STREAM: read.stream}

@@ -55,10 +55,10 @@ def check_event_time(spark: SparkSession, pipeline: PipelineConfig, prepared: Pr
 
     from dynamic_kafka.decoding.prepared import value_column_decoding
     from dynamic_kafka.sink.tables import sink_rows
-    from dynamic_kafka.spark.schema import OUTPUT_SCHEMA_DDL
+    from dynamic_kafka.spark.reader import empty_output
 
     decoding = prepared or value_column_decoding(pipeline)
-    rows = sink_rows(decoding.decode(spark.createDataFrame([], OUTPUT_SCHEMA_DDL)), 0)
+    rows = sink_rows(decoding.decode(empty_output(spark)), 0)
     hint = (
         "Write a Spark SQL expression over the sink's columns (cluster, topic, partition, offset, timestamp, key, "
         "value or the decoded fields) that gives a TIMESTAMP, e.g. 'value.placed_at' or "

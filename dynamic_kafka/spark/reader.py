@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.kafka.java_properties import java_client_properties
 from dynamic_kafka.secrets import guard_py4j_logging
-from dynamic_kafka.spark.schema import CLUSTER, KAFKA_COLUMNS, OUTPUT_SCHEMA_DDL, STREAM
+from dynamic_kafka.spark.schema import CLUSTER, KAFKA_COLUMNS, OUTPUT_FIELDS, STREAM
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.model.plan import Split
@@ -157,7 +158,7 @@ def read_splits(
             hint="Pass the ClusterMetadata of every cluster in the plan.",
         )
     if not by_cluster:
-        return _empty(spark)
+        return empty_output(spark)
 
     total = sum(s.record_count for group in by_cluster.values() for s in group)
     frames = []
@@ -230,5 +231,35 @@ def _mapped(streams: Mapping[str, str], key: Column) -> Column:
     return sf.create_map(*pairs)[key]
 
 
-def _empty(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], schema=OUTPUT_SCHEMA_DDL)
+def empty_output(spark: SparkSession) -> DataFrame:
+    """An empty frame of the reader's output schema: what a run's rows are analysed over before anything is read.
+
+    Its schema is built here, not given as DDL, which a Spark Connect client sends to the server to parse (one
+    round trip per frame).
+    """
+    return spark.createDataFrame([], schema=output_schema())
+
+
+def output_schema() -> StructType:
+    """The reader's output schema (:data:`~dynamic_kafka.spark.schema.OUTPUT_FIELDS`) as a StructType."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    types = {
+        "BINARY": BinaryType(),
+        "STRING": StringType(),
+        "INT": IntegerType(),
+        "BIGINT": LongType(),
+        "TIMESTAMP": TimestampType(),
+        "ARRAY<STRUCT<key: STRING, value: BINARY>>": ArrayType(header),
+    }
+    return StructType([StructField(name, types[ddl]) for name, ddl in OUTPUT_FIELDS])

@@ -250,7 +250,9 @@ def _connect(settings: SparkConfig, session_id: str | None = None) -> SparkSessi
     )
     with _unavailable_as_error(settings):
         try:
-            version = session.version  # one round trip: is the server there?
+            # One round trip: is the server there, and does it still hold this id? The settings request alone
+            # did not refuse the id of a shared session the server had closed: the run failed at its first analysis.
+            version = session.version
             _state_settings(session, settings)
         except PySparkException as e:
             if is_unavailable(e):

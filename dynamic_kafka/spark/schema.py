@@ -40,8 +40,6 @@ RAW_VALUE = "_raw_value"
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (*KAFKA_FIELDS, (CLUSTER, "STRING"), (STREAM, "STRING"))
 KAFKA_COLUMNS: tuple[str, ...] = tuple(name for name, _ in KAFKA_FIELDS)
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(name for name, _ in OUTPUT_FIELDS)
-OUTPUT_SCHEMA_DDL = ", ".join(f"{name} {ddl}" for name, ddl in OUTPUT_FIELDS)
-"""The reader's output schema as Spark DDL."""
 
 SINK_COLUMNS: tuple[str, ...] = (*OUTPUT_COLUMNS, RUN_SEQ)
 # A record's identity in the sink: MERGE matches on it, and overlap checks look it up.

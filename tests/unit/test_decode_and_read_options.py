@@ -15,7 +15,8 @@ from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.sink.incremental import _decode_error_from
 from dynamic_kafka.sink.merge import _merge_scope
 from dynamic_kafka.sink.tables import safe_text
-from dynamic_kafka.spark.reader import kafka_read_options
+from dynamic_kafka.spark.reader import kafka_read_options, output_schema
+from dynamic_kafka.spark.schema import OUTPUT_FIELDS
 from tests.support.builders import a_pipeline, a_split
 
 if TYPE_CHECKING:
@@ -191,6 +192,13 @@ def test_read_options_name_exact_offsets_and_resolve_secrets(monkeypatch: pytest
     assert options["includeHeaders"] == options["failOnDataLoss"] == "true"
     assert options["minPartitions"] == "8"
     assert "resolved-secret" not in repr(cluster)
+
+
+def test_the_readers_output_schema_built_on_the_client_is_the_ddl_of_its_fields() -> None:
+    # Built without asking Spark to parse DDL (a round trip through Spark Connect): it must say what the DDL says.
+    ddl = ",".join(f"{name}:{kind.lower().replace(': ', ':').replace(', ', ',')}" for name, kind in OUTPUT_FIELDS)
+    assert output_schema().simpleString() == f"struct<{ddl}>"
+    assert all(field.nullable for field in output_schema().fields)
 
 
 def test_read_options_reject_splits_of_another_cluster_or_twice_the_same_partition() -> None:
