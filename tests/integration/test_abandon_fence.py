@@ -153,7 +153,7 @@ def test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run(
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
     _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
 
-    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_fence", abandon=2)
+    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.abandon", "after_fence", abandon=2)
 
     assert committed_txn_version(harness.sink_path, "p") == 2
     summary = harness.runner().run()
