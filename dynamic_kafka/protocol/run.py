@@ -22,7 +22,8 @@ The protocol (DESIGN.md section 5):
 
 Example:
     >>> from dynamic_kafka.config.models import load_project_config
-    >>> runner = PipelineRunner(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
+    >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
+    >>> runner = PipelineRunner(context)  # doctest: +SKIP
     >>> runner.run().records  # doctest: +SKIP
     1200
 
@@ -47,8 +48,7 @@ from dynamic_kafka.kafka.group_commit import commit_consumer_group
 from dynamic_kafka.model.summary import RunSummary
 from dynamic_kafka.plan.planner import bootstrap_due, config_pins, first_run_pipeline, plan_run
 from dynamic_kafka.progress import Tracker, tracking
-from dynamic_kafka.protocol.abandon import abandon_run, give_up
-from dynamic_kafka.protocol.context import PipelineContext
+from dynamic_kafka.protocol.abandon import give_up
 from dynamic_kafka.protocol.guard import WriterGuard
 from dynamic_kafka.protocol.prepare import PreparedWrite, prepare_write
 from dynamic_kafka.protocol.realign import check_not_behind, check_tables_not_behind
@@ -59,16 +59,16 @@ from dynamic_kafka.state.owner import RunOwner
 from dynamic_kafka.state.table import FOREIGN_ERRORS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
-    from dynamic_kafka.config.models import PipelineConfig, ProjectConfig
-    from dynamic_kafka.metadata.service import KafkaMetadataService
+    from dynamic_kafka.config.models import PipelineConfig
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
     from dynamic_kafka.model.plan import Plan, Split
     from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
     from dynamic_kafka.model.summary import Completeness
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.sink.metrics import WriteResult
     from dynamic_kafka.sink.per_stream import SinkTable
 
@@ -78,37 +78,29 @@ __all__ = ["PipelineRunner"]
 
 
 class PipelineRunner:
-    """Runs and plans one pipeline. Cheap to build: nothing is contacted until a method is called.
+    """The run protocol over one pipeline's collaborators: plans and runs. Cheap to build: nothing is contacted
+    until a method is called. Users and the integrations hold :class:`dynamic_kafka.pipeline.Pipeline`, which
+    builds one; protocol-level code and tests use it directly.
 
     Args:
-        project: the project config.
-        pipeline_id: which pipeline of the project.
-        metadata_service: a service to use instead of the one the config names (programs and tests).
-        spark: returns the Spark session; called only when a plan has something to read.
+        context: the pipeline's collaborators (config, metadata service, state store, Spark session factory).
         hard_deadline: end the process (exit code 124) when a run past ``max_run_seconds`` does not stop within
             a minute of its Spark job's cancellation (for a process that runs one run: the CLI).
+
+    Attributes:
+        guard: the writer guard of this runner's runs (its owner and clock also take an abandon's lease).
     """
 
-    def __init__(
-        self,
-        project: ProjectConfig,
-        pipeline_id: str,
-        *,
-        metadata_service: KafkaMetadataService | None = None,
-        spark: Callable[[], SparkSession] | None = None,
-        hard_deadline: bool = False,
-    ) -> None:
-        self.context = PipelineContext(project, pipeline_id, metadata_service=metadata_service, spark=spark)
-        self.project = project
-        self.pipeline: PipelineConfig = self.context.pipeline
-        self.store = self.context.store
+    def __init__(self, context: PipelineContext, *, hard_deadline: bool = False) -> None:
+        self.context = context
+        self.pipeline: PipelineConfig = context.pipeline
+        self.store = context.store
         self.owner = RunOwner.current()
-        self.hard_deadline = hard_deadline
         # The clock is looked up at each call: the protocol model moves this module's `_now`.
-        self._guard = WriterGuard(
+        self.guard = WriterGuard(
             self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
         )
-        self._progress = Tracker("run", pipeline_id)  # each run() reports through its own
+        self._progress = Tracker("run", self.pipeline.id)  # each run() reports through its own
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
         """The plan the next run would execute. Reads metadata, state and offsets; writes nothing."""
@@ -146,7 +138,7 @@ class PipelineRunner:
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """
         with (
-            self._guard.entered(),
+            self.guard.entered(),
             self.context.shared_spark_session(),
             tracking("run", self.pipeline.id) as self._progress,
         ):
@@ -163,7 +155,7 @@ class PipelineRunner:
         if state.last_run is not None and state.last_run.status == "planned":
             recovered = recover(
                 self.context,
-                self._guard,
+                self.guard,
                 state,
                 owner=self.owner,
                 progress=self._progress,
@@ -182,7 +174,7 @@ class PipelineRunner:
         check_tables_not_behind(self.pipeline, state, run_streams(plan.read_splits), self.store.path)
         planned = time.monotonic()
         lag = _lag_after(plan, brokers)
-        self._guard.deadline.check()
+        self.guard.deadline.check()
         plan = self._with_archive(plan, state)  # a bootstrap run lands its archive whether Kafka has records or not
         if plan.is_empty:
             summary = RunSummary.of_plan(
@@ -194,16 +186,16 @@ class PipelineRunner:
         # Before the plan is written: a Spark Connect server or a registry that is down, a sink that does not take
         # the rows, fail the run here with nothing written at all. The plan records the decoding's schema inputs.
         self._progress.stage("checking Spark and the sink", planned_offsets=plan.planned_records)
-        prepared = prepare_write(self.context, plan, self._guard.deadline, metadata=metadata)
+        prepared = prepare_write(self.context, plan, self.guard.deadline, metadata=metadata)
         plan = prepared.plan
         version = self.store.begin_run(
             plan,
             expected_version=state.table_version,
             owner=self.owner.text(),
-            lease_expires_at=self._guard.lease_end(),
+            lease_expires_at=self.guard.lease_end(),
         )
         crash_point(CrashPoint.AFTER_PLAN)
-        self._guard.keep_lease(version, plan)
+        self.guard.keep_lease(version, plan)
         summary = self._execute(
             prepared,
             lag=lag,
@@ -260,7 +252,7 @@ class PipelineRunner:
         watching = ExitStack()
         try:
             spark = self.context.spark()
-            self._guard.deadline.attach(spark)
+            self.guard.deadline.attach(spark)
             arm_timer(CrashPoint.DURING_WRITE)
             frame = read_splits(
                 spark,
@@ -277,7 +269,7 @@ class PipelineRunner:
                     archive_rows(spark, plan.bootstrap, self.pipeline.dead_letter_table)
                 )
             crash_point(CrashPoint.BEFORE_READ)
-            self._guard.before_write()  # a run that lost its lease (taken over, or not renewed in time) must not write
+            self.guard.before_write()  # a run that lost its lease (taken over, or not renewed in time) must not write
             ranges = counted(plan.read_splits)
 
             def write(rows: DataFrame, table: SinkTable, own: Sequence[Split]) -> WriteResult:
@@ -308,20 +300,20 @@ class PipelineRunner:
             # before the check after the read could tell: the same check tells now.
             recreated = e if isinstance(e, TopicRecreatedError) else _recreation_behind(prepared, self.context)
             if recreated is None:
-                self._guard.stop_lease(quietly=True)
+                self.guard.stop_lease(quietly=True)
                 raise
-            version = self._guard.stop_lease()
+            version = self.guard.stop_lease()
             if recreated.retriable:
                 give_up(self.pipeline, self.store, plan, str(recreated), version)
             if recreated is e:
                 raise
             raise recreated from e
         except BaseException:
-            self._guard.stop_lease(quietly=True)
+            self.guard.stop_lease(quietly=True)
             raise
         finally:
             watching.close()
-        version = self._guard.stop_lease()
+        version = self.guard.stop_lease()
         crash_point(CrashPoint.RECOVERY_AFTER_SINK if recovered == plan.run_seq else CrashPoint.AFTER_SINK)
         committing = time.monotonic()
         self._progress.stage("committing")
@@ -360,12 +352,6 @@ class PipelineRunner:
                 "pipeline %s: run %d does not account for its records: %s", self.pipeline.id, plan.run_seq, mismatch
             )
         return completeness
-
-    def abandon(self, run_seq: int, reason: str) -> int:
-        """Give up the planned (crashed) run ``run_seq``, recording ``reason``; returns the new state version. See
-        :func:`dynamic_kafka.protocol.abandon.abandon_run`.
-        """
-        return abandon_run(self._guard, run_seq, reason)
 
     def _maintain(self) -> None:
         """Compacts and checkpoints the state now and then. The run is already committed: a failure here (for

@@ -1624,7 +1624,7 @@ class Harness:
                 ],
             }
         )
-        runner = ModelRunner(project, "p", metadata_service=self.service)
+        runner = ModelRunner(context_module.PipelineContext(project, "p", metadata_service=self.service))
         runner.planned = planned
         self.pipeline = runner.pipeline
         self.store: StateStore = runner.store
@@ -1838,17 +1838,17 @@ class Harness:
             return self.runner.run()
 
     def abandon(self, run_seq: int, reason: str) -> int:
-        """``dynamic-kafka abandon``: the real ``PipelineRunner.abandon``."""
+        """``dynamic-kafka abandon``: the real ``abandon_run``, with this harness's runner's guard."""
         self.crasher.arm(None)
         with self.patched():
-            return self.runner.abandon(run_seq, reason)
+            return abandon_module.abandon_run(self.runner.guard, run_seq, reason)
 
     def realign(self) -> Realignment:
         """``dynamic-kafka realign --yes``: the real ``Pipeline.realign`` (with a table per stream it reads the
         tables of the streams the metadata lists now too), over this harness's runner."""
         self.crasher.arm(None)
         pipeline = Pipeline.__new__(Pipeline)
-        pipeline._runner = self.runner
+        pipeline.context, pipeline._runner = self.runner.context, self.runner
         with self.patched():
             return pipeline.realign(apply=True)
 
