@@ -47,7 +47,7 @@ def main(spec_path: str) -> None:
     """Run the state-growth benchmark described by the spec file and print its figures."""
     from confluent_kafka import Producer
 
-    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.config.loader import load_project_config
     from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.protocol.run import PipelineRunner
     from dynamic_kafka.spark.session import build_spark_session

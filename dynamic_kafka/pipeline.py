@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.protocol.abandon import abandon_run
 from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.realign import Realignment, realign
@@ -59,7 +59,7 @@ class Pipeline:
     status).
 
     Args:
-        project: the project config, loaded (:func:`~dynamic_kafka.config.models.load_project_config`).
+        project: the project config, loaded (:func:`~dynamic_kafka.config.loader.load_project_config`).
         pipeline_id: which pipeline of the project.
         metadata_service: a service to use instead of the one the config names (programs and tests).
         spark: returns the Spark session; called only when something has to be read. By default the session the

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.pipeline import Pipeline
 from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.run import PipelineRunner

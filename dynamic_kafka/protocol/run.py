@@ -21,7 +21,7 @@ The protocol (DESIGN.md section 5):
    follow is monitoring only.
 
 Example:
-    >>> from dynamic_kafka.config.models import load_project_config
+    >>> from dynamic_kafka.config.loader import load_project_config
     >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> runner = PipelineRunner(context)  # doctest: +SKIP
     >>> runner.run().records  # doctest: +SKIP

@@ -25,7 +25,7 @@ import yaml
 from devtools.testing.clusters import local_test_clusters
 from devtools.testing.kafka import Record, create_topic, produce
 from dynamic_kafka import Pipeline
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
 
 HERE = Path(__file__).resolve().parent

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from devtools.local_kafka import ClusterEndpoint
 from devtools.testing.kafka import create_topic, produce, wait_for
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError, TopicRecreatedError
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
