@@ -404,7 +404,7 @@ def maintain(sink: Path) -> int:
 
 def backfill(config: Path, start: str, end: str) -> int:
     """A backfill of ``[start, end)`` as a process of its own (the library's ``run_backfill``)."""
-    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.config.loader import load_project_config
     from dynamic_kafka.operations.backfill import run_backfill
     from dynamic_kafka.protocol.context import PipelineContext
 

@@ -47,14 +47,15 @@ def main(spec_path: str) -> None:
     """Run the state-growth benchmark described by the spec file and print its figures."""
     from confluent_kafka import Producer
 
-    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.config.loader import load_project_config
+    from dynamic_kafka.protocol.context import PipelineContext
     from dynamic_kafka.protocol.run import PipelineRunner
     from dynamic_kafka.spark.session import build_spark_session
 
     spec = json.loads(Path(spec_path).read_text())
     project = load_project_config(spec["config"])
     settings = project.spark
-    runner = PipelineRunner(project, "bench", spark=lambda: build_spark_session(settings))
+    runner = PipelineRunner(PipelineContext(project, "bench", spark=lambda: build_spark_session(settings)))
     producers = {c: Producer({"bootstrap.servers": b, "linger.ms": 0}) for c, b in spec["bootstrap"].items()}
     checkpoints = set(spec["checkpoints"])
     state_path = Path(runner.store.path)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the public names, each once: __all__ and the lazy loading below are read from here
+    from dynamic_kafka.config.loader import load_project_config as load_project_config
     from dynamic_kafka.config.models import BackfillConfig as BackfillConfig
     from dynamic_kafka.config.models import PipelineConfig as PipelineConfig
     from dynamic_kafka.config.models import ProjectConfig as ProjectConfig
-    from dynamic_kafka.config.models import load_project_config as load_project_config
     from dynamic_kafka.errors import ConfigError as ConfigError
     from dynamic_kafka.errors import DataLossError as DataLossError
     from dynamic_kafka.errors import DynamicKafkaError as DynamicKafkaError

@@ -1,8 +1,9 @@
 """The one entry object: :class:`Pipeline`, one pipeline of a project and every operation on it.
 
 The command line and the Dagster layer both go through it, so a program that uses the library does what they do,
-with the same guards. Each method is a thin call of the module that implements the operation (the runner, the
-backfill, the status, realign); their docstrings hold the protocol.
+with the same guards. Each method is a thin call of the module that implements the operation (the run protocol's
+:class:`~dynamic_kafka.protocol.run.PipelineRunner`, the abandon, the backfill, the status, realign); their docstrings
+hold the protocol.
 
 Example:
     >>> from dynamic_kafka import Pipeline
@@ -18,8 +19,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.kafka.statistics import collecting
+from dynamic_kafka.protocol.abandon import abandon_run
+from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.realign import Realignment, realign
 from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.per_stream import one_sink
@@ -46,7 +49,6 @@ if TYPE_CHECKING:
     from dynamic_kafka.operations.offsets_reset import OffsetReset
     from dynamic_kafka.operations.replay import ReplayReport
     from dynamic_kafka.operations.status import PipelineStatus
-    from dynamic_kafka.protocol.context import PipelineContext
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +61,16 @@ class Pipeline:
     status).
 
     Args:
-        project: the project config, loaded (:func:`~dynamic_kafka.config.models.load_project_config`).
+        project: the project config, loaded (:func:`~dynamic_kafka.config.loader.load_project_config`).
         pipeline_id: which pipeline of the project.
         metadata_service: a service to use instead of the one the config names (programs and tests).
         spark: returns the Spark session; called only when something has to be read. By default the session the
             project's ``spark`` section describes, started on first use.
         hard_deadline: end the process (exit code 124) when a run past ``max_run_seconds`` does not stop within a
             minute of its Spark job's cancellation. For a process that does one run (the CLI), not for a server.
+
+    Attributes:
+        context: the collaborators every operation shares (metadata service, state store, Spark session factory).
 
     Raises:
         ConfigError: the project has no pipeline ``pipeline_id``.
@@ -80,9 +85,8 @@ class Pipeline:
         spark: Callable[[], SparkSession] | None = None,
         hard_deadline: bool = False,
     ) -> None:
-        self._runner = PipelineRunner(
-            project, pipeline_id, metadata_service=metadata_service, spark=spark, hard_deadline=hard_deadline
-        )
+        self.context = PipelineContext(project, pipeline_id, metadata_service=metadata_service, spark=spark)
+        self._runner = PipelineRunner(self.context, hard_deadline=hard_deadline)
 
     @classmethod
     def from_config(cls, path: str | Path, pipeline_id: str, *, hard_deadline: bool = False) -> Pipeline:
@@ -101,17 +105,12 @@ class Pipeline:
     @property
     def config(self) -> PipelineConfig:
         """The pipeline's config."""
-        return self._runner.pipeline
+        return self.context.pipeline
 
     @property
     def project(self) -> ProjectConfig:
         """The project config the pipeline belongs to."""
-        return self._runner.project
-
-    @property
-    def context(self) -> PipelineContext:
-        """The collaborators every operation shares (metadata service, state store, Spark session factory)."""
-        return self._runner.context
+        return self.context.project
 
     def plan(self) -> Plan:
         """The splits the next run would read. Reads the metadata, the state and the brokers' offsets; writes
@@ -231,9 +230,9 @@ class Pipeline:
 
     def abandon(self, run_seq: int, reason: str) -> int:
         """Give up the planned (crashed) run ``run_seq``, recording ``reason``; returns the new state version. See
-        :meth:`dynamic_kafka.protocol.run.PipelineRunner.abandon`.
+        :func:`dynamic_kafka.protocol.abandon.abandon_run`.
         """
-        return self._runner.abandon(run_seq, reason)
+        return abandon_run(self._runner.guard, run_seq, reason)
 
     def realign(self, *, apply: bool = False) -> Realignment:
         """Realign a state that is behind its sink (restored from a backup or moved). Without ``apply`` it only

@@ -67,8 +67,8 @@ GUARDS = (
     ),
     Guard(
         "live-owner-refused",
-        "dynamic_kafka/protocol/run.py",
-        "    if head.lease_is_fresh(_now()) and not (owner is not None and owner.is_gone()):",
+        "dynamic_kafka/protocol/abandon.py",
+        "    if head.lease_is_fresh(now) and not (owner is not None and owner.is_gone()):",
         "    if False:",
         "tests/unit/test_run_guard_rules.py::test_a_planned_run_with_a_fresh_lease_on_another_host_is_not_recovered",
     ),
@@ -111,9 +111,9 @@ GUARDS = (
     ),
     Guard(
         "config-pins",
-        "dynamic_kafka/protocol/run.py",
-        "        if not in_sink and not fenced:\n            self._check_config(plan)",
-        "        pass",
+        "dynamic_kafka/protocol/recovery.py",
+        "    if not in_sink and not fenced:\n        check_config(context, plan)",
+        "    pass",
         "tests/integration/test_decode_pins.py::"
         "test_json_strict_flipped_under_a_crashed_run_is_refused_and_restored_lands_every_record_once",
     ),
@@ -225,16 +225,16 @@ GUARDS = (
     ),
     Guard(
         "fence-on-abandon",
-        "dynamic_kafka/protocol/run.py",
-        '            if fence_run(sink, "sink", self.pipeline.id, plan.run_seq, reason) == "landed":',
-        "            if False:",
+        "dynamic_kafka/protocol/abandon.py",
+        '        if fence_run(sink, "sink", pipeline.id, plan.run_seq, reason) == "landed":',
+        "        if False:",
         "tests/integration/test_abandon_fence.py::test_no_late_writer_of_an_abandoned_run_lands_anything",
     ),
     Guard(
         "fence-read-by-recovery",
-        "dynamic_kafka/protocol/run.py",
-        "        fenced = self._fenced(plan, [table for table, txn in txns if txn == plan.run_seq])",
-        "        fenced = False",
+        "dynamic_kafka/protocol/recovery.py",
+        "    fenced = holds_fence(pipeline, plan, [table for table, txn in txns if txn == plan.run_seq])",
+        "    fenced = False",
         "tests/integration/test_abandon_fence.py::test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run",
     ),
     Guard(
@@ -246,9 +246,9 @@ GUARDS = (
     ),
     Guard(
         "abandon-raises-frontier",
-        "dynamic_kafka/protocol/run.py",
-        "                    _raise_to(landed, run_frontier(dead_letters, plan.run_seq))\n                else:",
-        "                    pass\n                else:",
+        "dynamic_kafka/protocol/abandon.py",
+        "                _raise_to(landed, run_frontier(dead_letters, plan.run_seq))\n            else:",
+        "                pass\n            else:",
         "tests/integration/test_abandon_fence.py::test_the_dead_letters_of_an_abandoned_run_are_not_landed_again",
     ),
     Guard(

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
+from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.run import PipelineRunner
 
 if TYPE_CHECKING:
@@ -79,7 +81,11 @@ class PipelineHarness:
 
     def runner(self) -> PipelineRunner:
         """Return a runner of the pipeline as the config file says now."""
-        return PipelineRunner(load_project_config(self.config_path), "p", spark=self.spark)
+        return PipelineRunner(PipelineContext(load_project_config(self.config_path), "p", spark=self.spark))
+
+    def face(self) -> Pipeline:
+        """Return the pipeline through the public face (``Pipeline``) as the config file says now."""
+        return Pipeline(load_project_config(self.config_path), "p", spark=self.spark)
 
     @property
     def sink_path(self) -> Path:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from dynamic_kafka.cli._args import CONFIG_ENV, DEFAULT_CONFIG
 from dynamic_kafka.cli.exit_codes import ExitCode
 from dynamic_kafka.cli.failures import UsageError, error_body, library_error, report_error
-from dynamic_kafka.config.models import load_project_config, load_yaml, unknown_id
+from dynamic_kafka.config.loader import load_project_config, load_yaml
+from dynamic_kafka.config.models import unknown_id
 from dynamic_kafka.pipeline import Pipeline
 from dynamic_kafka.secrets import mask_secrets
 

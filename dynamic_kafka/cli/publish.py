@@ -40,7 +40,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _publication(args: argparse.Namespace) -> Publication:
-    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.config.loader import load_project_config
 
     # Imported here: publishing reads tables with pyarrow's datasets, which no other command needs.
     from dynamic_kafka.publish.publisher import Publication

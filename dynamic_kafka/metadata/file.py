@@ -40,13 +40,8 @@ from pydantic import (
     field_validator,
 )
 
-from dynamic_kafka.config.models import (
-    StringProperties,
-    checked_regex,
-    describe_validation_error,
-    expand_references,
-    load_yaml,
-)
+from dynamic_kafka.config.loader import describe_validation_error, expand_references, load_yaml
+from dynamic_kafka.config.models import StringProperties, checked_regex
 from dynamic_kafka.errors import ConfigError, MetadataServiceError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.initializers import StartingOffsets, StoppingOffsets

@@ -20,13 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dynamic_kafka.config.cron import cron_problem
 from dynamic_kafka.config.flink_options import flink_option_findings
-from dynamic_kafka.config.models import (
-    ProjectConfig,
-    SingleClusterMetadataServiceConfig,
-    load_yaml,
-    validate_project_data,
-    validation_problems,
-)
+from dynamic_kafka.config.loader import load_yaml, validate_project_data, validation_problems
+from dynamic_kafka.config.models import ProjectConfig, SingleClusterMetadataServiceConfig
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.references import expand, is_reference, references_in

@@ -8,7 +8,7 @@ plan's warnings (a missing topic under ``on_topic_missing: warn``, a skipped clu
 
 from __future__ import annotations
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import DynamicKafkaError
 from dynamic_kafka.operations.check import CheckReport, Problem
 from dynamic_kafka.pipeline import Pipeline

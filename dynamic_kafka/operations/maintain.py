@@ -14,7 +14,7 @@ changing a row, VACUUM deletes only files no version within the retention period
 started: both steps are delta-rs's (docs/decisions/0055-sink-maintenance.md).
 
 Example:
-    >>> from dynamic_kafka.config.models import load_project_config
+    >>> from dynamic_kafka.config.loader import load_project_config
     >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> maintain_pipeline(context, retention_hours=24).tables[0].after.current.files  # doctest: +SKIP
     1

@@ -6,7 +6,7 @@ plan's clusters). This module is the composition root: it is where the Kafka cli
 single-cluster metadata service, so the ``metadata`` package never imports ``kafka``.
 
 Example:
-    >>> from dynamic_kafka.config.models import load_project_config
+    >>> from dynamic_kafka.config.loader import load_project_config
     >>> context = PipelineContext(load_project_config("dynamic_kafka.yaml"), "orders")  # doctest: +SKIP
     >>> context.resolve().fingerprint  # doctest: +SKIP
     '3f1c...'

@@ -148,6 +148,10 @@ class WriterGuard:
             held.callback(self._end)
             yield self
 
+    def now(self) -> datetime:
+        """Now (UTC) by the guard's clock: the one its leases are measured by."""
+        return self._clock()
+
     def lease_end(self) -> datetime:
         """Until when a lease taken or renewed now lasts."""
         return self._clock() + timedelta(seconds=self.pipeline.run_lease_seconds)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import KafkaClientError, PublicationError, PublicationFencedError
 from dynamic_kafka.frozen import FrozenModel
 from dynamic_kafka.kafka.transactions import TransactionalProducer, is_fenced, is_invalid_timeout

@@ -24,8 +24,8 @@ import yaml
 
 from devtools.testing.clusters import local_test_clusters
 from devtools.testing.kafka import Record, create_topic, produce
-from dynamic_kafka.config.models import load_project_config
-from dynamic_kafka.protocol.run import PipelineRunner
+from dynamic_kafka import Pipeline
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
 
 HERE = Path(__file__).resolve().parent
@@ -92,9 +92,9 @@ def land() -> None:
     pipeline = project.pipeline("orders_history")
     for folder in (pipeline.sink.path, pipeline.resolved_state_path):
         shutil.rmtree(str(folder), ignore_errors=True)
-    first = PipelineRunner(project, "orders_history").run()
+    first = Pipeline(project, "orders_history").run()
     print(f"run 1: {first.records} records, {first.bootstrap_records} of them from {first.bootstrap_source}")
-    second = PipelineRunner(project, "orders_history").run()
+    second = Pipeline(project, "orders_history").run()
     print(f"run 2: {second.status}, {second.records} records")
     sink = open_delta_rs(pipeline.sink_table, doing="reading the example's sink")
     assert sink is not None

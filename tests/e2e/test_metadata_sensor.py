@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import MetadataServiceError
 from dynamic_kafka.metadata.watch import WatchCursor
 from dynamic_kafka.pipeline import Pipeline

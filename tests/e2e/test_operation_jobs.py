@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.protocol.context import PipelineContext
 from tests.support.e2e import Project, Record, create_topic, produce, sink_rows, unique_topic
 

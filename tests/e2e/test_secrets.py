@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from dagster import AssetKey, DagsterInstance
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.sink.tables import open_delta_rs
 from tests.support.e2e import Project, Record, create_topic, produce, sasl_project, sink_rows, unique_topic
 

@@ -71,7 +71,7 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
         # The recovery refuses to finish run 2 under another policy: the operator gives it up instead. Its dead
         # letters stay where they are; none of them may fail the next run or land in the sink too.
         harness.configure(on_decode_error="fail")
-        harness.runner().abandon(2, "on_decode_error was changed on purpose")
+        harness.face().abandon(2, "on_decode_error was changed on purpose")
         summary = harness.runner().run()
         assert summary.recovered_run_seq is None
     else:
@@ -117,7 +117,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
     plan = _planned(harness)
     stale = None if first_run else DeltaTable(str(harness.sink_path))  # a staged writer's read of the sink
 
-    harness.runner().abandon(abandoned, "its cluster is gone for good")
+    harness.face().abandon(abandoned, "its cluster is gone for good")
 
     landed_before = table_coordinates(harness.sink_path)  # a fenced first run's sink has no value column yet
     late = _late_rows(harness, spark, plan)
@@ -153,7 +153,7 @@ def test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run(
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
     _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
 
-    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_fence", abandon=2)
+    _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.abandon", "after_fence", abandon=2)
 
     assert committed_txn_version(harness.sink_path, "p") == 2
     summary = harness.runner().run()
@@ -189,8 +189,9 @@ def _crash_at(
 
     with monkeypatch.context() as patched:
         patched.setattr(f"{module}.crash_point", crash_point)
-        runner = harness.runner()
-        act = runner.run if abandon is None else lambda: runner.abandon(abandon, "its cluster is gone for good")
+        face = harness.face()
+        reason = "its cluster is gone for good"
+        act = harness.runner().run if abandon is None else lambda: face.abandon(abandon, reason)
         with pytest.raises(_Killed):
             act()
     expire_lease(harness)
@@ -229,7 +230,7 @@ def test_abandoning_a_run_killed_after_staging_removes_its_staged_files(
     staged = harness.sink_path / "dk-run-2-p"
     assert list(staged.glob("*/part-*.parquet")), "the killed write staged no file"
 
-    harness.runner().abandon(2, "its cluster is gone for good")
+    harness.face().abandon(2, "its cluster is gone for good")
 
     assert not staged.exists()
     assert committed_txn_version(harness.sink_path, "p") == 2  # the fence

@@ -174,7 +174,7 @@ def test_an_abandoned_bootstrap_runs_archive_dead_letters_land_once_through_the_
     run_killed_at(h, "after_dead_letter", monkeypatch)
     assert dead_letter_values(h) == ARCHIVE_DEAD
 
-    h.runner().abandon(1, "the archive is landed again")
+    h.face().abandon(1, "the archive is landed again")
     again = h.runner().run()
     assert (again.run_seq, again.bootstrap_records, again.dead_letters) == (2, 20, 0)
     assert sink_ids(h) == sorted([*range(20), *range(100, 110)])

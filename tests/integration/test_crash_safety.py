@@ -323,7 +323,7 @@ def _backfill_cli(
         "import sys\n"
         "from datetime import datetime\n"
         "from dynamic_kafka.operations.backfill import run_backfill\n"
-        "from dynamic_kafka.config.models import load_project_config\n"
+        "from dynamic_kafka.config.loader import load_project_config\n"
         "from dynamic_kafka.protocol.context import PipelineContext\n"
         "context = PipelineContext(load_project_config(sys.argv[1]), 'p')\n"
         "run_backfill(context, datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3]))\n"

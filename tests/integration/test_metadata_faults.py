@@ -15,10 +15,11 @@ from confluent_kafka.admin import AdminClient
 from devtools.local_kafka import ClusterEndpoint
 from devtools.testing.kafka import create_topic, produce, wait_for
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, MetadataServiceError, TopicRecreatedError
 from dynamic_kafka.metadata.memory import InMemoryMetadataService
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
+from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.run import PipelineRunner
 from tests.support.metadata_changes import finding_ranges, harness, numbered, orders_stream, positions, rows, state_rows
 
@@ -193,7 +194,8 @@ def test_failing_metadata_service_fails_after_its_retries_and_writes_nothing(
     topic = topics["east"]
     cluster = ClusterMetadata(cluster_id="east", bootstrap_servers=east, topics=frozenset({topic}))
     service = InMemoryMetadataService([KafkaStream(stream_id="orders", clusters={"east": cluster})])
-    runner = PipelineRunner(load_project_config(h.config_path), "p", metadata_service=service, spark=lambda: spark)
+    context = PipelineContext(load_project_config(h.config_path), "p", metadata_service=service, spark=lambda: spark)
+    runner = PipelineRunner(context)
     produced = rows("east", topic, produce(east, topic, numbered(range(5))))
 
     service.fail_next(attempts)

@@ -14,7 +14,7 @@ import yaml
 from devtools.testing.kafka import produce, unique_name
 from dynamic_kafka import Pipeline
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from tests.support.metadata_changes import numbered, orders_stream
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import yaml
 
 from devtools.testing.kafka import create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.protocol.context import build_metadata_service
 from tests.support.metadata_changes import numbered, rows

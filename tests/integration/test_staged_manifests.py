@@ -186,8 +186,8 @@ def test_maintenance_removes_the_staging_folders_of_finished_runs_whatever_their
     expire_lease(harness)
     # Abandoned as before abandoning removed a run's staging folder.
     with monkeypatch.context() as patched:
-        patched.setattr("dynamic_kafka.protocol.run.remove_run_folder", lambda *_: None)
-        harness.runner().abandon(2, "its records are not wanted")
+        patched.setattr("dynamic_kafka.protocol.abandon.remove_run_folder", lambda *_: None)
+        harness.face().abandon(2, "its records are not wanted")
     abandoned = harness.sink_path / "dk-run-2-p"
     assert list(abandoned.glob("*/part-*.parquet"))
     summary = harness.runner().run()

@@ -223,7 +223,7 @@ def test_abandoning_a_run_that_landed_one_of_its_tables_keeps_that_part_and_land
         h.runner().run()
     time.sleep(LEASE_SECONDS + 0.5)
     # orders-eu holds run 1, orders-us does not: the abandon fences orders-us and marks orders-eu's rows landed.
-    h.runner().abandon(1, "test: give the run up")
+    h.face().abandon(1, "test: give the run up")
     assert committed_txn_version(tmp_path / "tables" / "orders-eu", "p") == 1
     head = h.runner().store.load().last_run
     assert head is not None

@@ -858,7 +858,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule()
     def abandon(self) -> None:
-        """`dynamic-kafka abandon` of the planned (crashed) head run, through the real ``PipelineRunner.abandon``."""
+        """`dynamic-kafka abandon` of the planned (crashed) head run, through the real ``abandon_run``."""
         head = self.state.last_run
         if head is None or head.status != "planned":
             return

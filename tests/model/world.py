@@ -97,9 +97,11 @@ from dynamic_kafka.operations import maintain as maintain_module
 from dynamic_kafka.operations import offsets_reset as offset_reset_module
 from dynamic_kafka.operations import replay as dead_letters_module
 from dynamic_kafka.pipeline import Pipeline
+from dynamic_kafka.protocol import abandon as abandon_module
 from dynamic_kafka.protocol import context as context_module
 from dynamic_kafka.protocol import guard as run_guard_module
 from dynamic_kafka.protocol import realign as realign_module
+from dynamic_kafka.protocol import recovery as recovery_module
 from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.sink import compaction as compaction_module
 from dynamic_kafka.sink import incremental as incremental_module
@@ -1622,7 +1624,7 @@ class Harness:
                 ],
             }
         )
-        runner = ModelRunner(project, "p", metadata_service=self.service)
+        runner = ModelRunner(context_module.PipelineContext(project, "p", metadata_service=self.service))
         runner.planned = planned
         self.pipeline = runner.pipeline
         self.store: StateStore = runner.store
@@ -1756,20 +1758,22 @@ class Harness:
                 return self
 
         swaps = [
-            (runner_module, "committed_txn_version", lake.committed_txn_version),
+            (abandon_module, "committed_txn_version", lake.committed_txn_version),
             (runner_module, "_now", lambda: datetime.now(UTC) + skew),
             (run_guard_module, "LeaseKeeper", Keeper),
             (RunDeadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", lake.committed_txn_versions),
             (realign_module, "landed_frontier", lake.landed_frontier),
-            (runner_module, "fence_run", lake.fence_run),
-            (runner_module, "is_fence", lake.is_fence),
-            (runner_module, "run_frontier", lake.run_frontier),
+            (abandon_module, "fence_run", lake.fence_run),
+            (abandon_module, "is_fence", lake.is_fence),
+            (abandon_module, "run_frontier", lake.run_frontier),
             (incremental_module, "landed_from_log", lake.landed_from_log),
-            (runner_module, "remove_run_folder", lambda table, app_id, run_seq: None),
-            (runner_module, "table_exists", lake.table_exists),
+            (abandon_module, "remove_run_folder", lambda table, app_id, run_seq: None),
+            (abandon_module, "table_exists", lake.table_exists),
             (schema_check_module, "check_sink_schema", lambda spark, pipeline, prepared, tables: None),
             (runner_module, "crash_point", self.crasher.point),
+            (recovery_module, "crash_point", self.crasher.point),
+            (abandon_module, "crash_point", self.crasher.point),
             (runner_module, "arm_timer", lambda name: None),
             (context_module, "take_broker_snapshot", self.world.take_broker_snapshot),
             (context_module, "KafkaAdmin", self.world.admin),
@@ -1834,17 +1838,17 @@ class Harness:
             return self.runner.run()
 
     def abandon(self, run_seq: int, reason: str) -> int:
-        """``dynamic-kafka abandon``: the real ``PipelineRunner.abandon``."""
+        """``dynamic-kafka abandon``: the real ``abandon_run``, with this harness's runner's guard."""
         self.crasher.arm(None)
         with self.patched():
-            return self.runner.abandon(run_seq, reason)
+            return abandon_module.abandon_run(self.runner.guard, run_seq, reason)
 
     def realign(self) -> Realignment:
         """``dynamic-kafka realign --yes``: the real ``Pipeline.realign`` (with a table per stream it reads the
         tables of the streams the metadata lists now too), over this harness's runner."""
         self.crasher.arm(None)
         pipeline = Pipeline.__new__(Pipeline)
-        pipeline._runner = self.runner
+        pipeline.context, pipeline._runner = self.runner.context, self.runner
         with self.patched():
             return pipeline.realign(apply=True)
 

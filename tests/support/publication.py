@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import write_deltalake
 
 from devtools.testing.kafka import client_config, create_topic, unique_name
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.publish.publisher import Publication
 
 if TYPE_CHECKING:

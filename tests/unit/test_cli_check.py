@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import ConfigError
 
 if TYPE_CHECKING:

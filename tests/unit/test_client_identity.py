@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.kafka.connection import AdminConnection
 from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.spark.reader import kafka_read_options

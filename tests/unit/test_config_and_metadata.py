@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import ClusterUnreachableError, ConfigError, MetadataServiceError, UnknownStreamError
 from dynamic_kafka.initializers import CommittedOffsets, TimestampOffsets
 from dynamic_kafka.metadata.file import FileMetadataService

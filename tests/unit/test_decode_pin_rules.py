@@ -19,7 +19,8 @@ from dynamic_kafka.errors import ConfigError, UnknownSchemaError
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import DecodePin, PinnedVersion, Plan, Split
 from dynamic_kafka.plan.planner import config_pins
-from dynamic_kafka.protocol.run import PipelineRunner
+from dynamic_kafka.protocol.context import PipelineContext
+from dynamic_kafka.protocol.recovery import check_config
 from dynamic_kafka.registry.client import RegistryClient, WriterSchema
 from dynamic_kafka.registry.config import RegistryConfig
 from tests.support.builders import a_split
@@ -61,7 +62,7 @@ def planned(config: ProjectConfig, *splits: Split, decoding: tuple[DecodePin, ..
 def refusal(config: ProjectConfig, plan: Plan) -> str | None:
     """The ConfigError a recovery of ``plan`` under ``config`` raises before writing anything, if any."""
     try:
-        PipelineRunner(config, "p")._check_config(plan)
+        check_config(PipelineContext(config, "p"), plan)
     except ConfigError as e:
         error = e
     else:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from dynamic_kafka.config.models import ProjectConfig, SparkConfig, load_project_config
+from dynamic_kafka.config.loader import load_project_config
+from dynamic_kafka.config.models import ProjectConfig, SparkConfig
 from dynamic_kafka.errors import ConfigError, ObjectStoreError
 from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 from dynamic_kafka.protocol.guard import run_lock_path as _run_lock_path

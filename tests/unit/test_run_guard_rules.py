@@ -26,6 +26,7 @@ from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 from dynamic_kafka.metadata.resolve import BoundedMetadataService, with_retries
 from dynamic_kafka.model.plan import Plan, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
+from dynamic_kafka.protocol.context import PipelineContext
 from dynamic_kafka.protocol.realign import landed_frontier, realign
 from dynamic_kafka.protocol.run import PipelineRunner
 from dynamic_kafka.sink.tables import backfill_app_id
@@ -67,7 +68,8 @@ def empty_service() -> InMemoryMetadataService:
 
 
 def runner(tmp_path: Path, service: Any = None, **pipeline: Any) -> PipelineRunner:
-    return PipelineRunner(project(tmp_path, **pipeline), PID, metadata_service=service or empty_service())
+    context = PipelineContext(project(tmp_path, **pipeline), PID, metadata_service=service or empty_service())
+    return PipelineRunner(context)
 
 
 def commit(store: StateStore, run_seq: int) -> None:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel
 
 from dynamic_kafka import schemas
-from dynamic_kafka.config.models import load_project_config
+from dynamic_kafka.config.loader import load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.metadata.file import parse_metadata_file
 from dynamic_kafka.schemas.reference import render_reference, sections

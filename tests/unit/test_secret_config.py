@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dynamic_kafka.config.models import ProjectConfig, SparkConfig, load_project_config
+from dynamic_kafka.config.loader import load_project_config
+from dynamic_kafka.config.models import ProjectConfig, SparkConfig
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.initializers import CommittedOffsets
 from dynamic_kafka.metadata.file import ClusterEntry, parse_metadata_file

@@ -136,7 +136,7 @@ def test_a_loopback_client_takes_its_token_only_from_config_url_or_environment(
 
 
 def test_a_wrong_remote_in_the_project_file_is_a_config_error_without_its_token(tmp_path: Path) -> None:
-    from dynamic_kafka.config.models import load_project_config
+    from dynamic_kafka.config.loader import load_project_config
     from dynamic_kafka.errors import ConfigError
 
     config = tmp_path / "dynamic_kafka.yaml"

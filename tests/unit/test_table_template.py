@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dynamic_kafka.cli.backfill import format_backfill
-from dynamic_kafka.config.models import PipelineConfig, load_project_config
+from dynamic_kafka.config.loader import load_project_config
+from dynamic_kafka.config.models import PipelineConfig
 from dynamic_kafka.config.table_template import check_stream_id, fill, placeholders, template_root
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.model.plan import Split, TopicPartition
