@@ -15,7 +15,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from pydantic import ValidationError
 
 from dynamic_kafka._toolchain.process import free_port
-from dynamic_kafka.config.models import MetricsConfig, load_project_config
+from dynamic_kafka.config.loader import load_project_config
+from dynamic_kafka.config.models import MetricsConfig
 from dynamic_kafka.operations.monitoring import Sample
 from dynamic_kafka.operations.otlp import export_otlp
 
