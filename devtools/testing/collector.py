@@ -79,7 +79,11 @@ class LocalCollector:
         found: dict[Point, float] = {}
         lines = self.received.read_text().splitlines() if self.received.is_file() else []
         for line in lines:
-            for resource_metrics in json.loads(line)["resourceMetrics"]:
+            try:
+                document = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the exporter's last line, still being written: read again at the next poll
+            for resource_metrics in document["resourceMetrics"]:
                 resource = _attributes(resource_metrics.get("resource", {}))
                 for scope in resource_metrics.get("scopeMetrics", []):
                     for metric in scope.get("metrics", []):
