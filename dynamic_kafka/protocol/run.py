@@ -39,9 +39,9 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import DynamicKafkaError, KafkaClientError, SparkJobError, TopicRecreatedError
 from dynamic_kafka.faults import CrashPoint, arm_timer, crash_point
 from dynamic_kafka.kafka.group_commit import commit_consumer_group
@@ -96,10 +96,7 @@ class PipelineRunner:
         self.pipeline: PipelineConfig = context.pipeline
         self.store = context.store
         self.owner = RunOwner.current()
-        # The clock is looked up at each call: the protocol model moves this module's `_now`.
-        self.guard = WriterGuard(
-            self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
-        )
+        self.guard = WriterGuard(self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline)
         self._progress = Tracker("run", self.pipeline.id)  # each run() reports through its own
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
@@ -115,7 +112,7 @@ class PipelineRunner:
             state=state,
             brokers=brokers,
             run_seq=state.next_run_seq,
-            now=_now(),
+            now=wall_clock.utc_now(),
         )
         return plan, brokers, metadata
 
@@ -373,10 +370,6 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
         if offsets is not None:
             lag += max(0, offsets.latest - s.stop_offset)
     return lag
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _recreation_behind(prepared: PreparedWrite, context: PipelineContext) -> TopicRecreatedError | None:
