@@ -19,8 +19,8 @@ from dynamic_kafka.errors import ArchiveChangedError, ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
-from tests.support.metadata_changes import harness
 from tests.support.clock import past_the_planned_runs_lease
+from tests.support.metadata_changes import harness
 
 if TYPE_CHECKING:
     from pathlib import Path

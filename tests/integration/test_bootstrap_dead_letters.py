@@ -25,8 +25,8 @@ from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.sink import incremental as incremental_module
-from tests.support.metadata_changes import harness
 from tests.support.clock import past_the_planned_runs_lease
+from tests.support.metadata_changes import harness
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -24,9 +24,9 @@ from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import CommitLostError, DynamicKafkaError
 from dynamic_kafka.sink import committed_txn_version, staged_append, tables
 from dynamic_kafka.storage import TableRef
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets
 from tests.support.foreign_writer import fail_after_appends, race_appends
-from tests.support.clock import past_the_planned_runs_lease
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
 
 def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_the_next_run_lands_it_once(
     kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -31,8 +31,8 @@ from dynamic_kafka.operations.maintain import maintain_pipeline
 from dynamic_kafka.sink import committed_txn_version, staged_append
 from dynamic_kafka.sink.tables import run_commit
 from tests.integration.test_object_storage import s3_stream
-from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, expire_lease
 from tests.support.clock import past_the_planned_runs_lease
+from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, expire_lease
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -23,8 +23,8 @@ from dynamic_kafka.operations.replay import replay_dead_letters
 from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
-from tests.support.metadata_changes import harness, numbered, rows
 from tests.support.clock import past_the_planned_runs_lease
+from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from devtools.testing.pipeline import PipelineHarness, Row
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
 
 class SimulatedCrashError(Exception):
     """Raised at a fault point: the run stops there, as a killed process would, leaving its plan planned."""

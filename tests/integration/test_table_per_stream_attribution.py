@@ -28,8 +28,8 @@ from tests.integration.test_table_per_stream import (
     per_stream_harness,
     table_rows,
 )
-from tests.support.metadata_changes import numbered, rows
 from tests.support.clock import past_the_planned_runs_lease
+from tests.support.metadata_changes import numbered, rows
 
 if TYPE_CHECKING:
     from pathlib import Path

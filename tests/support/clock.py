@@ -36,7 +36,9 @@ def past_the_planned_runs_lease(monkeypatch: pytest.MonkeyPatch, store: StateSto
     another process's run in flight.
     """
     head = store.load().last_run
-    assert head is not None and head.status == "planned" and head.lease_expires_at is not None, head
+    assert head is not None, "no run was planned"
+    assert head.status == "planned", head.status
+    assert head.lease_expires_at is not None, "the planned run holds no lease"
     later = FakeClock()
     later.now = max(later.now, head.lease_expires_at + timedelta(seconds=1))
     monkeypatch.setattr(clock, "utc_now", later)
