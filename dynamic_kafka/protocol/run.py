@@ -220,12 +220,12 @@ class PipelineRunner:
             part = next_archive_part(state, bootstrap.max_files_per_run if bootstrap else None)
             if part is None:
                 return plan
-            part = part.model_copy(update={"abandoned_runs": abandoned})
+            part = part.with_abandoned_runs(abandoned)
             read = counted(self.context.spark(), part, self.pipeline.dead_letter_table)
         # The archive's verdicts split its rows between the sink and the dead letters like Kafka's: its stream's
         # format is pinned even when Kafka gives that stream no range.
         pins = {**plan.config_pins, **config_pins(self.pipeline, [read.stream])}
-        return plan.model_copy(update={"bootstrap": read, "config_pins": pins})
+        return plan.with_bootstrap(read, pins)
 
     def _execute(
         self,
@@ -321,8 +321,9 @@ class PipelineRunner:
             recovered_run_seq=recovered,
             schemas=prepared.decoding.uses(result.schema_counts),
             completeness=self._completeness(plan, result, ranges, overlaps),
+            stream_tables=stream_tables,
             spark_seconds=committing - spark_started,
-        ).model_copy(update={"stream_tables": stream_tables})
+        )
         self.store.commit_run(plan, summary=summary, expected_version=version)
         commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
