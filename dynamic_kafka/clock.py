@@ -1,5 +1,7 @@
 """The library's one reading of the wall clock where time decides something: leases (taken, renewed, judged
-fresh), the run lock's report of a writer lease, and health (idle partitions, stuck transactions).
+fresh), the run lock's report of a writer lease, health (idle partitions, stuck transactions), and the times a
+plan and its broker snapshot carry. File ages (leftovers of killed writes) are measured against the file system's
+own clock instead.
 
 Everything reads it as ``clock.utc_now()`` at call time, so replacing :func:`utc_now` on this module moves time
 for all of them at once (the tests advance it instead of sleeping a lease out). Durations of work are measured

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class FrozenModel(BaseModel):
@@ -18,6 +20,21 @@ class FrozenModel(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def replaced(model: ModelT, **fields: Any) -> ModelT:
+    """``model`` with ``fields`` replaced, for the typed methods of the models (each names its fields once, beside
+    their declarations). ``model_copy(update=...)`` that refuses a name the model does not declare, which
+    ``model_copy`` would set silently where nothing reads it. Like ``model_copy``, the values are not validated
+    again: the typed method that calls this states their types.
+
+    Raises:
+        TypeError: ``fields`` names a field the model does not have (a bug).
+    """
+    unknown = fields.keys() - type(model).model_fields.keys()
+    if unknown:
+        raise TypeError(f"{type(model).__name__} has no field {', '.join(sorted(unknown))}")
+    return model.model_copy(update=fields)
 
 
 @contextlib.contextmanager

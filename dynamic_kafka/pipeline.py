@@ -125,7 +125,7 @@ class Pipeline:
         """
         with collecting() as statistics:
             summary = self._runner.run()
-        summary = summary.model_copy(update={"client_statistics": statistics.result()})
+        summary = summary.with_client_statistics(statistics.result())
         self._push_run(summary)
         return summary
 
@@ -184,7 +184,7 @@ class Pipeline:
 
         with collecting() as statistics:
             report = pipeline_health(self.context)
-        report = report.model_copy(update={"client_statistics": statistics.result()})
+        report = report.with_client_statistics(statistics.result())
         if self.project.metrics is not None:
             from dynamic_kafka.operations.monitoring import health_samples
 

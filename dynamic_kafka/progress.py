@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -128,7 +128,7 @@ class Tracker:
             return
         with self._lock:
             elapsed = time.monotonic() - self._started
-            self._now = self._now.model_copy(update={**fields, "elapsed_seconds": elapsed})
+            self._now = replaced(self._now, **fields, elapsed_seconds=elapsed)
             try:
                 self._listener(self._now)
             except Exception:  # a display that fails must not fail the work it displays

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.initializers import (
     EarliestOffsets,
     Isolation,
@@ -184,6 +184,16 @@ class SparkConfig(_Config):
         """``remote`` without its parameters (after ``/;``, which may hold a token), for logs and errors."""
         return None if self.remote is None else _shown_remote(self.remote)
 
+    def without_class_data_sharing(self) -> SparkConfig:
+        """These settings with the driver's JVM started without a class data sharing archive."""
+        return replaced(self, class_data_sharing=False)
+
+    def attached(self, remote: str, token: str) -> SparkConfig:
+        """These settings as a client of the Spark Connect server at ``remote`` (``token``: its reference): no
+        settings of its own (they went to the server's start), no local server to start.
+        """
+        return replaced(self, remote=remote, token=token, conf={}, local_server=False)
+
 
 def _shown_remote(url: str) -> str:
     return url.split("/;", 1)[0] + ("/;..." if "/;" in url else "")
@@ -254,6 +264,17 @@ class SinkConfig(_Config):
     def resolved_dead_letter_path(self) -> TableLocation:
         """Return the dead-letter table's location: ``dead_letter_path``, else ``<path>_dead_letter``."""
         return self.dead_letter_path or self.path.sibling("_dead_letter")
+
+    def for_stream(self, stream_id: str) -> SinkConfig:
+        """This sink's table and dead-letter table for one stream: ``{stream}`` filled in with ``stream_id``.
+
+        Raises:
+            ConfigError: the stream id cannot name a table
+                (:func:`~dynamic_kafka.config.table_template.check_stream_id`).
+        """
+        return replaced(
+            self, path=fill(self.path, stream_id), dead_letter_path=fill(self.resolved_dead_letter_path, stream_id)
+        )
 
 
 class SensorConfig(_Config):
@@ -729,13 +750,24 @@ class PipelineConfig(_Config):
         """
         if not self.sink.per_stream:
             return self
-        sink = self.sink.model_copy(
-            update={
-                "path": fill(self.sink.path, stream_id),
-                "dead_letter_path": fill(self.sink.resolved_dead_letter_path, stream_id),
-            }
+        return replaced(self, sink=self.sink.for_stream(stream_id), state_path=self.resolved_state_path)
+
+    def starting_at(self, starting: PipelineStartingOffsets) -> PipelineConfig:
+        """The pipeline with ``starting`` where a partition without state starts."""
+        return replaced(self, starting_offsets=starting)
+
+    def for_window(self, starting: PipelineStartingOffsets, stopping: PipelineStoppingOffsets) -> PipelineConfig:
+        """The pipeline as a backfill plans its window: every partition from ``starting`` to ``stopping``, no
+        record cap, and no last read of removed topics (a backfill reads the subscribed ones only).
+        """
+        return replaced(
+            self,
+            starting_offsets=starting,
+            stopping_offsets=stopping,
+            max_records_per_partition=None,
+            max_records_per_run=None,
+            drain_removed=False,
         )
-        return self.model_copy(update={"sink": sink, "state_path": self.resolved_state_path})
 
     @property
     def bootstrap_stream(self) -> str:

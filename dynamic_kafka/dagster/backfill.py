@@ -27,7 +27,7 @@ from dagster import (
     asset,
 )
 
-from dynamic_kafka import PipelineConfig, RunSummary, TopicStats, every, reporting_progress
+from dynamic_kafka import PipelineConfig, RunSummary, every, reporting_progress
 from dynamic_kafka.dagster.errors import dagster_errors
 from dynamic_kafka.dagster.metadata import summary_metadata, table_metadata, table_uri
 from dynamic_kafka.dagster.partitions import backfill_partitions
@@ -53,42 +53,6 @@ def contiguous_windows(windows: Sequence[TimeWindow]) -> list[tuple[datetime, da
         else:
             blocks.append((window.start, window.end))
     return blocks
-
-
-def combined(summaries: Sequence[RunSummary]) -> RunSummary:
-    """One summary for the windows of one run: counts summed, per-topic counts merged, event times widened."""
-    first = summaries[0]
-    if len(summaries) == 1:
-        return first
-    topics: dict[tuple[str, str], tuple[int, int]] = {}
-    for s in summaries:
-        for t in s.topics:
-            records, size = topics.get((t.cluster_id, t.topic), (0, 0))
-            topics[(t.cluster_id, t.topic)] = (records + t.records, size + t.bytes)
-    starts = [s.min_event_time for s in summaries if s.min_event_time is not None]
-    ends = [s.max_event_time for s in summaries if s.max_event_time is not None]
-    versions = [s.sink_version for s in summaries if s.sink_version is not None]
-    return first.model_copy(
-        update={
-            "status": "committed" if any(s.status == "committed" for s in summaries) else "empty",
-            "records": sum(s.records for s in summaries),
-            "bytes": sum(s.bytes for s in summaries),
-            "dead_letters": sum(s.dead_letters for s in summaries),
-            "sink_records": sum(s.sink_records for s in summaries),
-            "topics": tuple(
-                TopicStats(cluster_id=c, topic=t, records=r, bytes=b) for (c, t), (r, b) in sorted(topics.items())
-            ),
-            "clusters": tuple(sorted({c for s in summaries for c in s.clusters})),
-            "findings": tuple(f for s in summaries for f in s.findings),
-            "spark_started": any(s.spark_started for s in summaries),
-            "min_event_time": min(starts) if starts else None,
-            "max_event_time": max(ends) if ends else None,
-            "sink_version": max(versions) if versions else None,
-            "plan_seconds": sum(s.plan_seconds for s in summaries),
-            "spark_seconds": sum(s.spark_seconds for s in summaries),
-            "total_seconds": sum(s.total_seconds for s in summaries),
-        }
-    )
 
 
 def build_backfill_asset(pipeline: PipelineConfig, target: Target) -> AssetsDefinition | None:
@@ -139,7 +103,7 @@ def _backfill_asset(
                 f"{summary.sink_records} rows inserted"
             )
             summaries.append(summary)
-        metadata = summary_metadata(combined(summaries))
+        metadata = summary_metadata(RunSummary.combined(summaries))
         # A backfill has no run_seq of its own and leaves the incremental lag unchanged.
         for name in ("run_seq", "lag_after", "capped"):
             metadata.pop(name, None)

@@ -68,7 +68,7 @@ def run_requests(
             continue
         existing = next((r for r in requests if r.cluster.cluster_id == cluster_id), None)
         if existing is not None:
-            requests[requests.index(existing)] = existing.model_copy(update={"topics": existing.topics | topics})
+            requests[requests.index(existing)] = existing.with_topics(existing.topics | topics)
         else:
             requests.append(
                 ClusterRequest(
@@ -93,7 +93,7 @@ def _with_positions(request: ClusterRequest, state: StateSnapshot) -> ClusterReq
         for key, row in sorted(state.partitions.items(), key=lambda kv: str(kv[0]))
         if key.cluster_id == request.cluster.cluster_id and key.topic in request.topics and row.leader_epoch is not None
     )
-    return request.model_copy(update={"positions": positions}) if positions else request
+    return request.with_positions(positions) if positions else request
 
 
 def status_requests(state: StateSnapshot, service: KafkaMetadataService) -> list[ClusterRequest]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from dynamic_kafka.errors import ClusterUnreachableError, DynamicKafkaError, KafkaClientError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.initializers import (
     CommittedOffsets,
     CustomOffsets,
@@ -83,6 +83,18 @@ class ClusterRequest(FrozenModel):
         description="Committed positions of the requested topics that recorded a leader epoch: each one whose "
         "partition's epoch changed since is checked for a log divergence below it (``diverged_at``).",
     )
+
+    def with_topics(self, topics: frozenset[str]) -> ClusterRequest:
+        """This request asking about ``topics``."""
+        return replaced(self, topics=topics)
+
+    def with_positions(self, positions: tuple[CommittedPosition, ...]) -> ClusterRequest:
+        """This request checking ``positions`` for a log divergence."""
+        return replaced(self, positions=positions)
+
+    def best_effort(self) -> ClusterRequest:
+        """This request for a report: whatever fails gives an unreachable cluster, nothing raises."""
+        return replaced(self, required=False, skip_unreachable=True)
 
 
 def take_broker_snapshot(

@@ -41,7 +41,7 @@ def with_pipeline_properties(
     """
     explicit = translate_flink_options({**properties, **cluster.properties}, cluster_id=cluster.cluster_id)
     merged = {"client.id": client_id(pipeline_id, cluster.cluster_id), **explicit}
-    return cluster.model_copy(update={"properties": merged})
+    return cluster.with_properties(merged)
 
 
 class PipelineClientProperties(KafkaMetadataService):

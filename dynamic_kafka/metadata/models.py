@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from dynamic_kafka.config.models import StringProperties, checked_regex
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.initializers import StartingOffsets, StoppingOffsets
 from dynamic_kafka.registry.config import RegistryConfig
 from dynamic_kafka.secrets import fingerprint_form, masked_repr_args, resolve_properties
@@ -66,11 +66,19 @@ class ClusterMetadata(FrozenModel):
 
     def with_topics(self, topics: frozenset[str]) -> ClusterMetadata:
         """This cluster reading ``topics``."""
-        return self.model_copy(update={"topics": topics})
+        return replaced(self, topics=topics)
+
+    def with_properties(self, properties: Mapping[str, str]) -> ClusterMetadata:
+        """This cluster with its client properties replaced by ``properties``."""
+        return replaced(self, properties=dict(properties))
+
+    def with_offsets(self, starting: StartingOffsets | None, stopping: StoppingOffsets | None) -> ClusterMetadata:
+        """This cluster with its own starting and stopping offsets overrides replaced (None: the pipeline's)."""
+        return replaced(self, starting_offsets=starting, stopping_offsets=stopping)
 
     def connection(self) -> ClusterMetadata:
         """This cluster without stream-specific parts (topics), for grouping clients by cluster."""
-        return self.model_copy(update={"topics": frozenset(), "topic_pattern": None, "partitions": {}})
+        return replaced(self, topics=frozenset(), topic_pattern=None, partitions={})
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         return masked_repr_args(super().__repr_args__())
@@ -92,7 +100,7 @@ class KafkaStream(FrozenModel):
 
     def with_clusters(self, clusters: Mapping[str, ClusterMetadata]) -> KafkaStream:
         """This stream on ``clusters`` (by cluster_id)."""
-        return self.model_copy(update={"clusters": dict(clusters)})
+        return replaced(self, clusters=dict(clusters))
 
     def map_clusters(self, change: Callable[[ClusterMetadata], ClusterMetadata]) -> KafkaStream:
         """This stream with ``change`` applied to each of its clusters."""

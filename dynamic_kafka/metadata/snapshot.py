@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.metadata.models import ClusterMetadata, KafkaStream
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dynamic_kafka.initializers import PipelineStartingOffsets, PipelineStoppingOffsets, StartingOffsets
 
 
@@ -59,6 +61,10 @@ class MetadataSnapshot(FrozenModel):
                 return None
             found |= chosen
         return frozenset(found)
+
+    def map_clusters(self, change: Callable[[ClusterMetadata], ClusterMetadata]) -> MetadataSnapshot:
+        """This snapshot with ``change`` applied to each cluster of each stream."""
+        return replaced(self, streams={sid: s.map_clusters(change) for sid, s in self.streams.items()})
 
     def patterns(self, cluster_id: str) -> list[re.Pattern[str]]:
         """The topic patterns the subscribed streams set on ``cluster_id``."""

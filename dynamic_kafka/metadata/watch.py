@@ -79,7 +79,7 @@ def check_metadata(poll: Callable[[], str], cursor: WatchCursor, *, failure_thre
                 hint="Check the metadata service; the sensor resets after one successful poll.",
             ) from e
         return WatchResult(
-            cursor=cursor.model_copy(update={"consecutive_failures": failures}),
+            cursor=WatchCursor(fingerprint=cursor.fingerprint, consecutive_failures=failures, changes=cursor.changes),
             changed=False,
             reason=f"metadata service failed ({failures} of {failure_threshold} tolerated): {e}",
         )

@@ -8,11 +8,14 @@ will record in the state besides offsets (partitions to mark removed, findings).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class TopicPartition(FrozenModel):
@@ -78,7 +81,11 @@ class Split(FrozenModel):
             raise ValueError(
                 f"[{start_offset}, {stop_offset}) is not within [{self.start_offset}, {self.stop_offset}) of {self.key}"
             )
-        return self.model_copy(update={"start_offset": start_offset, "stop_offset": stop_offset})
+        return replaced(self, start_offset=start_offset, stop_offset=stop_offset)
+
+    def led_by(self, stream_id: str) -> Split:
+        """This split with ``stream_id`` first among its streams (the stream whose table it lands in)."""
+        return replaced(self, stream_ids=(stream_id, *(s for s in self.stream_ids if s != stream_id)))
 
 
 class LostRange(FrozenModel):
@@ -209,6 +216,26 @@ class ArchiveRead(FrozenModel):
         "rows they landed are final, so this run lands none of those rows again (in neither table).",
     )
 
+    def next_part(
+        self, files: tuple[str, ...], remaining: tuple[str, ...], file_pins: dict[str, tuple[int, int]]
+    ) -> ArchiveRead:
+        """The next part of this archive: ``files`` now, ``remaining`` after, with the first plan's ``file_pins``
+        of them; not the switch, its rows not counted yet.
+        """
+        return replaced(self, files=files, remaining=remaining, rows=0, switch=False, file_pins=file_pins)
+
+    def with_file_pins(self, file_pins: dict[str, tuple[int, int]]) -> ArchiveRead:
+        """This read with its files pinned (``file_pins``)."""
+        return replaced(self, file_pins=file_pins)
+
+    def with_rows(self, rows: int) -> ArchiveRead:
+        """This read counted: it lands ``rows`` archive rows."""
+        return replaced(self, rows=rows)
+
+    def with_abandoned_runs(self, abandoned_runs: tuple[int, ...]) -> ArchiveRead:
+        """This read leaving out the rows the ``abandoned_runs`` dead-lettered."""
+        return replaced(self, abandoned_runs=abandoned_runs)
+
 
 class Plan(FrozenModel):
     """Everything one run will do. Written to the state before any read, so a crashed run is finished exactly."""
@@ -263,3 +290,15 @@ class Plan(FrozenModel):
     def capped(self) -> bool:
         """A cap left records behind: the next run has more to read right away."""
         return any(f.kind == "capped" for f in self.findings)
+
+    def with_splits(self, splits: Iterable[Split]) -> Plan:
+        """This plan reading ``splits`` instead."""
+        return replaced(self, splits=tuple(splits))
+
+    def with_bootstrap(self, bootstrap: ArchiveRead, config_pins: dict[str, str]) -> Plan:
+        """This plan landing the archive ``bootstrap`` too, with ``config_pins`` (its stream's settings added)."""
+        return replaced(self, bootstrap=bootstrap, config_pins=config_pins)
+
+    def with_decoding(self, decoding: tuple[DecodePin, ...], event_time: str | None) -> Plan:
+        """This plan with its decode inputs and ``event_time`` expression pinned."""
+        return replaced(self, decoding=decoding, event_time=event_time)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.model.plan import Finding, Plan, Split, TopicPartition
 from dynamic_kafka.model.summary import RunSummary
 
@@ -113,6 +113,17 @@ class PartitionState(FrozenModel):
     def key(self) -> TopicPartition:
         """Return the partition's (cluster, topic, partition)."""
         return TopicPartition(cluster_id=self.cluster_id, topic=self.topic, partition=self.partition)
+
+    def moved_to(self, next_offset: int, run_seq: int) -> PartitionState:
+        """This partition with its offset moved to ``next_offset`` by run (or reset) ``run_seq``: the leader epoch of
+        the old position no longer describes it.
+        """
+        return replaced(self, next_offset=next_offset, leader_epoch=None, updated_run_seq=run_seq)
+
+    def removed(self, at: datetime, run_seq: int) -> PartitionState:
+        """This partition marked removed by run ``run_seq``: since ``at``, or since it was first marked."""
+        removed_at = self.removed_at if self.status == "removed" else at
+        return replaced(self, status="removed", removed_at=removed_at, updated_run_seq=run_seq)
 
 
 RunStatus = Literal["planned", "committed", "abandoned"]

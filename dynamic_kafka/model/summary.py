@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypedDict
 
 from pydantic import Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.model.client_statistics import ClusterClientStatistics
 from dynamic_kafka.model.plan import Finding, Plan, TopicPartition
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 SummaryStatus = Literal["committed", "empty", "abandoned", "reset", "replayed", "realigned"]
 
@@ -380,6 +380,21 @@ class RunSummary(FrozenModel):
         )
 
     @classmethod
+    def found_landed(cls, plan: Plan, landed: Written, stream_tables: tuple[StreamTable, ...]) -> RunSummary:
+        """The summary of a planned run its recovery found in the sink: committed, with what the tables' logs say
+        it landed (``landed``: records, dead letters, the sink version; per table ``stream_tables``).
+        """
+        return cls(
+            **_from_plan(plan, 0),
+            status="committed",
+            recovered_run_seq=plan.run_seq,
+            records=landed.records,
+            dead_letters=landed.dead_letters,
+            sink_version=landed.sink_version,
+            stream_tables=stream_tables,
+        )
+
+    @classmethod
     def committed(
         cls,
         plan: Plan,
@@ -389,11 +404,14 @@ class RunSummary(FrozenModel):
         recovered_run_seq: int | None = None,
         schemas: tuple[DecodedSchema, ...] = (),
         completeness: Completeness | None = None,
+        stream_tables: tuple[StreamTable, ...] = (),
         plan_seconds: float = 0.0,
         spark_seconds: float = 0.0,
         total_seconds: float = 0.0,
     ) -> RunSummary:
-        """The summary of a run (or backfill) that wrote ``plan``'s records, ``written`` saying what landed."""
+        """The summary of a run (or backfill) that wrote ``plan``'s records, ``written`` saying what landed (per
+        table of a table per stream: ``stream_tables``).
+        """
         return cls(
             **_from_plan(plan, lag_after),
             status="committed",
@@ -413,6 +431,7 @@ class RunSummary(FrozenModel):
             max_event_time=written.max_event_time,
             sink_version=written.sink_version,
             completeness=completeness,
+            stream_tables=stream_tables,
             plan_seconds=plan_seconds,
             spark_seconds=spark_seconds,
             total_seconds=total_seconds,
@@ -439,6 +458,41 @@ class RunSummary(FrozenModel):
             return cls.realigned(pipeline_id, realignment)
         return cls.model_validate(document)
 
+    @classmethod
+    def combined(cls, summaries: Sequence[RunSummary]) -> RunSummary:
+        """One summary for the windows of one run: counts summed, per-topic counts merged, event times widened."""
+        first = summaries[0]
+        if len(summaries) == 1:
+            return first
+        topics: dict[tuple[str, str], tuple[int, int]] = {}
+        for s in summaries:
+            for t in s.topics:
+                records, size = topics.get((t.cluster_id, t.topic), (0, 0))
+                topics[(t.cluster_id, t.topic)] = (records + t.records, size + t.bytes)
+        starts = [s.min_event_time for s in summaries if s.min_event_time is not None]
+        ends = [s.max_event_time for s in summaries if s.max_event_time is not None]
+        versions = [s.sink_version for s in summaries if s.sink_version is not None]
+        return replaced(
+            first,
+            status="committed" if any(s.status == "committed" for s in summaries) else "empty",
+            records=sum(s.records for s in summaries),
+            bytes=sum(s.bytes for s in summaries),
+            dead_letters=sum(s.dead_letters for s in summaries),
+            sink_records=sum(s.sink_records for s in summaries),
+            topics=tuple(
+                TopicStats(cluster_id=c, topic=t, records=r, bytes=b) for (c, t), (r, b) in sorted(topics.items())
+            ),
+            clusters=tuple(sorted({c for s in summaries for c in s.clusters})),
+            findings=tuple(f for s in summaries for f in s.findings),
+            spark_started=any(s.spark_started for s in summaries),
+            min_event_time=min(starts) if starts else None,
+            max_event_time=max(ends) if ends else None,
+            sink_version=max(versions) if versions else None,
+            plan_seconds=sum(s.plan_seconds for s in summaries),
+            spark_seconds=sum(s.spark_seconds for s in summaries),
+            total_seconds=sum(s.total_seconds for s in summaries),
+        )
+
     def timed(
         self,
         *,
@@ -454,7 +508,23 @@ class RunSummary(FrozenModel):
             "total_seconds": total_seconds,
             "group_commits": group_commits,
         }
-        return self.model_copy(update={k: v for k, v in given.items() if v is not None})
+        return replaced(self, **{k: v for k, v in given.items() if v is not None})
+
+    def in_table(self, part: StreamTable | None, findings: tuple[Finding, ...]) -> RunSummary:
+        """This run as one stream's table saw it: its rows and dead letters there (``part``; None: it landed none
+        there) and the ``findings`` on that table's topics.
+        """
+        return replaced(
+            self,
+            records=part.records if part is not None else 0,
+            dead_letters=part.dead_letters if part is not None else 0,
+            findings=findings,
+            stream_tables=(part,) if part is not None else (),
+        )
+
+    def with_client_statistics(self, statistics: tuple[ClusterClientStatistics, ...]) -> RunSummary:
+        """This summary with the statistics of the clients the run used."""
+        return replaced(self, client_statistics=statistics)
 
 
 class _PlanFields(TypedDict):

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import CrashPoint, crash_point
 from dynamic_kafka.initializers import TimestampOffsets, to_epoch_ms
@@ -86,10 +87,9 @@ def _window_metadata(metadata: MetadataSnapshot, start_ms: int) -> MetadataSnaps
     def bounded(override: ClusterMetadata) -> ClusterMetadata:
         starting = override.starting_offsets
         handover = starting if isinstance(starting, TimestampOffsets) and starting.timestamp_ms > start_ms else None
-        return override.model_copy(update={"starting_offsets": handover, "stopping_offsets": None})
+        return override.with_offsets(handover, None)
 
-    streams = {sid: s.map_clusters(bounded) for sid, s in metadata.streams.items()}
-    return metadata.model_copy(update={"streams": streams})
+    return metadata.map_clusters(bounded)
 
 
 def offsets_window(pipeline: PipelineConfig, start: datetime, end: datetime) -> tuple[datetime, datetime]:
@@ -141,22 +141,18 @@ def plan_backfill(context: PipelineContext, start: datetime, end: datetime) -> t
     if end <= start:
         raise ValueError(f"backfill window [{start}, {end}) is empty: give an end after the start.")
     first, last = offsets_window(context.pipeline, start, end)
-    window = context.pipeline.model_copy(
-        update={
-            "starting_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(first)),
-            "stopping_offsets": TimestampOffsets(timestamp_ms=to_epoch_ms(last)),
-            "max_records_per_partition": None,
-            "max_records_per_run": None,
-            "drain_removed": False,
-        }
+    window = context.pipeline.for_window(
+        TimestampOffsets(timestamp_ms=to_epoch_ms(first)), TimestampOffsets(timestamp_ms=to_epoch_ms(last))
     )
     metadata = _window_metadata(context.resolve(), to_epoch_ms(first))
     empty = StateSnapshot(pipeline_id=window.id)
     brokers = context.broker_snapshot(metadata, empty, pipeline=window)
-    plan = plan_run(pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=datetime.now(UTC))
+    plan = plan_run(
+        pipeline=window, metadata=metadata, state=empty, brokers=brokers, run_seq=1, now=wall_clock.utc_now()
+    )
     state = context.store.load()
     # Each partition's window merges into the table its incremental runs land it in.
-    plan = plan.model_copy(update={"splits": tuple(as_tables_take(context.pipeline, plan.splits, state))})
+    plan = plan.with_splits(as_tables_take(context.pipeline, plan.splits, state))
     return _above_floors(plan, state), metadata
 
 
@@ -179,9 +175,9 @@ def _above_floors(plan: Plan, state: StateSnapshot) -> Plan:
                 start,
                 floor,
             )
-            split = split.model_copy(update={"start_offset": start})
+            split = split.narrowed(start, split.stop_offset)
         clipped.append(split)
-    return plan.model_copy(update={"splits": tuple(clipped)})
+    return plan.with_splits(clipped)
 
 
 def record_backfill_frontier(
@@ -293,14 +289,14 @@ def _run_backfill(
     with watching_spark(spark, progress):
         result, tables = for_each_table(in_window, context.pipeline, plan.read_splits, merge)
     done = time.monotonic()
-    summary = RunSummary.committed(
+    return RunSummary.committed(
         plan,
         result,
+        stream_tables=tables,
         plan_seconds=planned - began,
         spark_seconds=done - planned,
         total_seconds=done - began,
     )
-    return summary.model_copy(update={"stream_tables": tables})
 
 
 def _before_merge(context: PipelineContext, prepared: PreparedWrite, guard: WriterGuard) -> None:

@@ -23,6 +23,7 @@ from dynamic_kafka.config.flink_options import flink_option_findings
 from dynamic_kafka.config.loader import load_yaml, validate_project_data, validation_problems
 from dynamic_kafka.config.models import ProjectConfig, SingleClusterMetadataServiceConfig
 from dynamic_kafka.errors import ConfigError
+from dynamic_kafka.frozen import replaced
 from dynamic_kafka.metadata.file import MetadataFile
 from dynamic_kafka.references import expand, is_reference, references_in
 from dynamic_kafka.references import location as key_path
@@ -53,6 +54,10 @@ class CheckReport(BaseModel):
     streams: tuple[str, ...] = Field(description="Stream ids the metadata file defines (a file service only).")
     problems: tuple[Problem, ...]
     notes: tuple[str, ...] = Field(description="Things worth knowing that are not errors.")
+
+    def with_online(self, problems: tuple[Problem, ...], notes: tuple[str, ...]) -> CheckReport:
+        """This report after the online checks: their ``problems`` (ok without any) and the ``notes`` so far."""
+        return replaced(self, ok=not problems, problems=problems, notes=notes)
 
 
 def check_project(path: str | Path) -> CheckReport:

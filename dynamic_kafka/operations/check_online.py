@@ -32,4 +32,4 @@ def check_online(report: CheckReport) -> CheckReport:
             problems.append(Problem(file=source, location=f"pipelines[{index}]", message=str(e)))
             continue
         notes += [f"pipeline {pipeline.id!r}: {f.message}" for f in plan.findings if f.is_warning]
-    return report.model_copy(update={"ok": not problems, "problems": tuple(problems), "notes": tuple(notes)})
+    return report.with_online(tuple(problems), tuple(notes))

@@ -33,7 +33,7 @@ from pydantic import Field
 
 from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import KafkaClientError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.kafka import take_broker_snapshot
 from dynamic_kafka.kafka.client import KafkaAdmin
 from dynamic_kafka.kafka.statistics import submit_in_context
@@ -123,6 +123,10 @@ class HealthReport(FrozenModel):
         description="Per cluster, librdkafka's statistics of the clients the check used, when "
         "``register.consumer.metrics`` is on.",
     )
+
+    def with_client_statistics(self, statistics: tuple[ClusterClientStatistics, ...]) -> HealthReport:
+        """This report with the statistics of the clients the check used."""
+        return replaced(self, client_statistics=statistics)
 
     @property
     def passed(self) -> bool:

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, computed_field
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import ConfigError, MetadataServiceError, StateError, TopicRecreatedError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.initializers import EarliestOffsets, LatestOffsets, TimestampOffsets, to_epoch_ms
 from dynamic_kafka.kafka import ClusterRequest, take_broker_snapshot
 from dynamic_kafka.metadata.identity import with_pipeline_properties
@@ -166,6 +167,10 @@ class OffsetReset(FrozenModel):
     applied: bool = Field(description="Whether the state was changed (``--yes``) or only shown.")
     run_seq: int = Field(description="The history entry that records the reset (the run_seq it takes).")
     state_version: int | None = Field(None, description="The state version holding the reset, once applied.")
+
+    def applied_in(self, state_version: int) -> OffsetReset:
+        """This reset, applied: the state's ``state_version`` holds it."""
+        return replaced(self, applied=True, state_version=state_version)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -331,7 +336,7 @@ def _decide(
         len(result.clamps),
         reason,
     )
-    return result.model_copy(update={"applied": True, "state_version": version})
+    return result.applied_in(version)
 
 
 def decide_reset(
@@ -493,7 +498,7 @@ def _broker_offsets(
     return take_broker_snapshot(
         requests,
         isolation_level=context.pipeline.isolation_level,
-        now=datetime.now(UTC),
+        now=wall_clock.utc_now(),
         timeout_s=context.pipeline.kafka_timeout_seconds,
     )
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from dynamic_kafka.errors import MetadataServiceError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.model.summary import DeadLetterReplay, RunSummary
 from dynamic_kafka.operations.offsets_reset import requester
 from dynamic_kafka.protocol.guard import WriterGuard
@@ -58,6 +58,10 @@ class ReplayReport(FrozenModel):
     requested_by: str
     history_run_seq: int | None = Field(None, description="The run of the history that records the replay.")
     state_version: int | None = None
+
+    def recorded(self, history_run_seq: int, state_version: int) -> ReplayReport:
+        """This report once the history recorded the replay as run ``history_run_seq``, in ``state_version``."""
+        return replaced(self, history_run_seq=history_run_seq, state_version=state_version)
 
     def text(self) -> str:
         """What the replay found and did, for people."""
@@ -160,7 +164,7 @@ def _replay(
             replay=report.replay,
         )
         version = store.record_operation(summary, expected_version=version, owner=guard.owner.text())
-        report = report.model_copy(update={"history_run_seq": history, "state_version": version})
+        report = report.recorded(history, version)
     logger.warning(
         "pipeline %s: dead-letter replay %d by %s: %d replayed into the sink, %d found landed already, %d still "
         "undecodable, %d conflicting",

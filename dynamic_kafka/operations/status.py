@@ -5,12 +5,13 @@ and the verdicts an orchestrator's health checks show (:func:`data_loss_verdict`
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka import clock as wall_clock
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.kafka import run_requests, status_requests, take_broker_snapshot
 from dynamic_kafka.model.plan import Finding, LostRange, TopicPartition
 from dynamic_kafka.model.snapshots import PartitionStatus, RunStatus
@@ -103,22 +104,14 @@ class PipelineStatus(BaseModel):
         last = self.last_run
         if last is not None:
             part = next((t for t in last.stream_tables if t.stream_id == stream_id), None)
-            last = last.model_copy(
-                update={
-                    "records": part.records if part is not None else 0,
-                    "dead_letters": part.dead_letters if part is not None else 0,
-                    "findings": tuple(f for f in last.findings if on_table(f)),
-                    "stream_tables": (part,) if part is not None else (),
-                }
-            )
-        return self.model_copy(
-            update={
-                "partitions": rows,
-                "total_lag": table.lag if table is not None else 0,
-                "last_run": last,
-                "warnings": tuple(f for f in self.warnings if on_table(f)),
-                "tables": (table,) if table is not None else (),
-            }
+            last = last.in_table(part, tuple(f for f in last.findings if on_table(f)))
+        return replaced(
+            self,
+            partitions=rows,
+            total_lag=table.lag if table is not None else 0,
+            last_run=last,
+            warnings=tuple(f for f in self.warnings if on_table(f)),
+            tables=(table,) if table is not None else (),
         )
 
     def offsets_text(self) -> str:
@@ -158,7 +151,7 @@ def pipeline_status(context: PipelineContext, *, history: int = 20, timeout_s: f
     brokers = take_broker_snapshot(
         requests,
         isolation_level=context.pipeline.isolation_level,
-        now=datetime.now(UTC),
+        now=wall_clock.utc_now(),
         timeout_s=timeout_s if timeout_s is not None else context.pipeline.kafka_timeout_seconds,
     )
     rows = []
@@ -209,7 +202,7 @@ def report_requests(context: PipelineContext, state: StateSnapshot) -> list[Clus
     """
     if state.last_run is None and not state.partitions:
         first_run = run_requests(context.pipeline, context.resolve(), state, context.service)
-        return [r.model_copy(update={"required": False, "skip_unreachable": True}) for r in first_run]
+        return [r.best_effort() for r in first_run]
     return status_requests(state, context.service)
 
 

@@ -144,7 +144,7 @@ def first_run_pipeline(pipeline: PipelineConfig, state: StateSnapshot) -> Pipeli
     if pipeline.bootstrap is None or not bootstrap_due(pipeline, state):
         return pipeline
     until = TimestampOffsets(timestamp_ms=to_epoch_ms(pipeline.bootstrap.until))
-    return pipeline.model_copy(update={"starting_offsets": until})
+    return pipeline.starting_at(until)
 
 
 def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[str, str]:

@@ -53,8 +53,7 @@ def pinned_to_tables(splits: Iterable[Split], state: StateSnapshot) -> list[Spli
         if table is None or table == split.stream_id:
             pinned.append(split)
             continue
-        rest = tuple(stream for stream in split.stream_ids if stream != table)
-        pinned.append(split.model_copy(update={"stream_ids": (table, *rest)}))
+        pinned.append(split.led_by(table))
     return pinned
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.config.models import (
     FileMetadataServiceConfig,
     MetadataServiceConfig,
@@ -207,7 +207,7 @@ class PipelineContext:
         return take_broker_snapshot(
             requests,
             isolation_level=pipeline.isolation_level,
-            now=datetime.now(UTC),
+            now=wall_clock.utc_now(),
             timeout_s=pipeline.kafka_timeout_seconds,
         )
 
@@ -230,7 +230,7 @@ class PipelineContext:
         return take_broker_snapshot(
             requests,
             isolation_level=self.pipeline.isolation_level,
-            now=datetime.now(UTC),
+            now=wall_clock.utc_now(),
             timeout_s=self.pipeline.kafka_timeout_seconds,
         )
 

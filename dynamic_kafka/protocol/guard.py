@@ -32,7 +32,7 @@ from dynamic_kafka.state.lease import LeaseKeeper
 from dynamic_kafka.state.owner import RunOwner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from datetime import datetime
 
     from dynamic_kafka.config.models import PipelineConfig
@@ -98,7 +98,6 @@ class WriterGuard:
         operation: what writes (the deadline's messages).
         owner: this process, as the lease names it.
         hard_exit: end the process when the work does not stop within the deadline's grace (the CLI's runs).
-        clock: returns "now" (UTC), for the leases.
 
     Example:
         >>> guard = WriterGuard(store, pipeline, "maintenance", owner=RunOwner.current("maintenance"))  # doctest: +SKIP
@@ -115,7 +114,6 @@ class WriterGuard:
         *,
         owner: RunOwner,
         hard_exit: bool = False,
-        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.store = store
         self.pipeline = pipeline
@@ -123,7 +121,6 @@ class WriterGuard:
         self.owner = owner
         self.hard_exit = hard_exit
         self.deadline = RunDeadline.unarmed(pipeline.id)
-        self._clock = clock or (lambda: wall_clock.utc_now())  # looked up at each call: tests move it
         self._keeper: LeaseKeeper | None = None
         self._writer_lease = False
 
@@ -149,12 +146,12 @@ class WriterGuard:
             yield self
 
     def now(self) -> datetime:
-        """Now (UTC) by the guard's clock: the one its leases are measured by."""
-        return self._clock()
+        """Now (UTC) by the library's clock (:mod:`dynamic_kafka.clock`): the one leases are measured by."""
+        return wall_clock.utc_now()
 
     def lease_end(self) -> datetime:
         """Until when a lease taken or renewed now lasts."""
-        return self._clock() + timedelta(seconds=self.pipeline.run_lease_seconds)
+        return self.now() + timedelta(seconds=self.pipeline.run_lease_seconds)
 
     def take_lease(self) -> int:
         """Takes the writer lease (:data:`LEASE_ATTEMPTS` attempts) and renews it while the guard is held; returns
@@ -175,7 +172,7 @@ class WriterGuard:
         or (None) the writer lease, which is then released when the guard is left.
         """
         lease = timedelta(seconds=self.pipeline.run_lease_seconds)
-        self._keeper = LeaseKeeper(self.store, plan, self.owner, lease, version, self._clock).start()
+        self._keeper = LeaseKeeper(self.store, plan, self.owner, lease, version, self.now).start()
         self._writer_lease = plan is None
 
     def before_write(self) -> None:

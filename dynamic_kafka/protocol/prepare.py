@@ -111,7 +111,7 @@ def prepare_write(
     spark = context.spark()
     if not written:
         check_event_time(spark, context.pipeline, decoding)
-        plan = plan.model_copy(update={"decoding": decoding.pins(), "event_time": context.pipeline.event_time})
+        plan = plan.with_decoding(decoding.pins(), context.pipeline.event_time)
     tables = run_tables(context.pipeline, plan.read_splits)
     check_sink_schema(spark, context.pipeline, decoding, [table.pipeline for table in tables])
     context.check_object_store()

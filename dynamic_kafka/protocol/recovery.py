@@ -131,14 +131,7 @@ def recover(
         return None
     if in_sink:
         found, stream_tables = landed(pipeline, plan.read_splits, plan.run_seq)
-        summary = RunSummary.of_plan(plan, "committed", recovered_run_seq=plan.run_seq).model_copy(
-            update={
-                "records": found.records,
-                "dead_letters": found.dead_letters,
-                "sink_version": found.sink_version,
-                "stream_tables": stream_tables,
-            }
-        )
+        summary = RunSummary.found_landed(plan, found, stream_tables)
         store.commit_run(plan, summary=summary, expected_version=version)
         commit_consumer_group(pipeline.consumer_group, plan, context.connections(plan))
         return plan.run_seq

@@ -39,9 +39,9 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from dynamic_kafka import clock as wall_clock
 from dynamic_kafka.errors import DynamicKafkaError, KafkaClientError, SparkJobError, TopicRecreatedError
 from dynamic_kafka.faults import CrashPoint, arm_timer, crash_point
 from dynamic_kafka.kafka.group_commit import commit_consumer_group
@@ -96,10 +96,7 @@ class PipelineRunner:
         self.pipeline: PipelineConfig = context.pipeline
         self.store = context.store
         self.owner = RunOwner.current()
-        # The clock is looked up at each call: the protocol model moves this module's `_now`.
-        self.guard = WriterGuard(
-            self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline, clock=lambda: _now()
-        )
+        self.guard = WriterGuard(self.store, self.pipeline, "run", owner=self.owner, hard_exit=hard_deadline)
         self._progress = Tracker("run", self.pipeline.id)  # each run() reports through its own
 
     def plan(self, state: StateSnapshot | None = None) -> tuple[Plan, BrokerSnapshot, MetadataSnapshot]:
@@ -115,7 +112,7 @@ class PipelineRunner:
             state=state,
             brokers=brokers,
             run_seq=state.next_run_seq,
-            now=_now(),
+            now=wall_clock.utc_now(),
         )
         return plan, brokers, metadata
 
@@ -223,12 +220,12 @@ class PipelineRunner:
             part = next_archive_part(state, bootstrap.max_files_per_run if bootstrap else None)
             if part is None:
                 return plan
-            part = part.model_copy(update={"abandoned_runs": abandoned})
+            part = part.with_abandoned_runs(abandoned)
             read = counted(self.context.spark(), part, self.pipeline.dead_letter_table)
         # The archive's verdicts split its rows between the sink and the dead letters like Kafka's: its stream's
         # format is pinned even when Kafka gives that stream no range.
         pins = {**plan.config_pins, **config_pins(self.pipeline, [read.stream])}
-        return plan.model_copy(update={"bootstrap": read, "config_pins": pins})
+        return plan.with_bootstrap(read, pins)
 
     def _execute(
         self,
@@ -324,8 +321,9 @@ class PipelineRunner:
             recovered_run_seq=recovered,
             schemas=prepared.decoding.uses(result.schema_counts),
             completeness=self._completeness(plan, result, ranges, overlaps),
+            stream_tables=stream_tables,
             spark_seconds=committing - spark_started,
-        ).model_copy(update={"stream_tables": stream_tables})
+        )
         self.store.commit_run(plan, summary=summary, expected_version=version)
         commits = commit_consumer_group(self.pipeline.consumer_group, plan, clusters)
         self._maintain()
@@ -373,10 +371,6 @@ def _lag_after(plan: Plan, brokers: BrokerSnapshot) -> int:
         if offsets is not None:
             lag += max(0, offsets.latest - s.stop_offset)
     return lag
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _recreation_behind(prepared: PreparedWrite, context: PipelineContext) -> TopicRecreatedError | None:

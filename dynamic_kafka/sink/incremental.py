@@ -547,12 +547,10 @@ def _outcome(
     found = [(target.sink_path, landed.sink), (target.dead_letter_path, landed.dead_letters)]
     # A blind write observes once: its rows read are the rows written (no separate count).
     read_total = int(read[_READ]) if _READ in read else result.records
-    return result.model_copy(
-        update={
-            "deduplicated": max(0, read_total - result.records),
-            "read_per_range": read_counts(read, counted_ranges) if counted_ranges else None,
-            "landed_files": tuple(f.commit.files_in(table) for table, f in found if f is not None),
-        }
+    return result.with_read(
+        max(0, read_total - result.records),
+        read_counts(read, counted_ranges) if counted_ranges else None,
+        tuple(f.commit.files_in(table) for table, f in found if f is not None),
     )
 
 

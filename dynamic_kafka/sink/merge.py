@@ -142,7 +142,7 @@ def merge_backfill(
             pairs,
             sink_version=latest_version(sink_path),
             dead_letter_version=dead_letter_version,
-        ).model_copy(update={"sink_records": inserted, "dead_letters": dead_letters})
+        ).with_inserted(inserted, dead_letters)
     logger.info(
         "backfill of pipeline %r%s: %d records read, %d new rows merged into %s (version %s), %d new dead letters",
         pipeline.id,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.sink.commits import RunFiles
 from dynamic_kafka.spark.schema import DECODE_ERROR, RAW_KEY, RAW_VALUE
 
@@ -65,6 +65,23 @@ class WriteResult(FrozenModel):
         description="Per table this write landed rows in (the sink, the dead-letter table), the files of the commit "
         "holding the run: what its completeness counts (empty for a merge, or a run landed by another writer).",
     )
+
+    def with_inserted(self, sink_records: int, dead_letters: int) -> WriteResult:
+        """This merge's result with the rows it inserted: ``sink_records`` into the sink, ``dead_letters`` into
+        the dead-letter table.
+        """
+        return replaced(self, sink_records=sink_records, dead_letters=dead_letters)
+
+    def with_read(
+        self,
+        deduplicated: int,
+        read_per_range: dict[tuple[str, str, int], int] | None,
+        landed_files: tuple[RunFiles, ...],
+    ) -> WriteResult:
+        """This write's result with what its read observed: the records already landed (``deduplicated``), the
+        records per counted range, and the files of the commits holding the run.
+        """
+        return replaced(self, deduplicated=deduplicated, read_per_range=read_per_range, landed_files=landed_files)
 
 
 def metric_columns(

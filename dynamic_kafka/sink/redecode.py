@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from dynamic_kafka.errors import SparkJobError
 from dynamic_kafka.faults import CrashPoint, crash_point
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.model.plan import Split
 from dynamic_kafka.sink.commits import new_commit_id
 from dynamic_kafka.sink.merge import delta_transaction
@@ -88,6 +88,14 @@ class ReplayCounts(FrozenModel):
     conflicting: int = 0
     sink_version: int | None = None
     dead_letter_version: int | None = None
+
+    def with_sink_version(self, version: int | None) -> ReplayCounts:
+        """These counts with the sink version holding the replayed rows (None: nothing appended)."""
+        return replaced(self, sink_version=version)
+
+    def with_dead_letter_version(self, version: int | None) -> ReplayCounts:
+        """These counts with the dead-letter table's version holding the replay's outcomes."""
+        return replaced(self, dead_letter_version=version)
 
 
 def replay(
@@ -149,7 +157,7 @@ def replay(
             counted.unpersist()
     if not write:
         return counts
-    return counts.model_copy(update={"dead_letter_version": latest_version(dead_letters)})
+    return counts.with_dead_letter_version(latest_version(dead_letters))
 
 
 class ReplayTables(Protocol):
@@ -200,7 +208,7 @@ def replay_steps(
     if before_write is not None:
         before_write()
     tables.update_dead_letters(app_id, replay_seq)
-    return counts.model_copy(update={"sink_version": sink_version})
+    return counts.with_sink_version(sink_version)
 
 
 # A dead letter's outcome: the first whose fact holds (see replay_outcome), else "replay".

@@ -151,9 +151,9 @@ def counted(spark: SparkSession, read: ArchiveRead, dead_letters: TableRef) -> A
         check_unchanged(spark, read)
         pinned = read
     else:
-        pinned = read.model_copy(update={"file_pins": _file_pins(spark, read)})
+        pinned = read.with_file_pins(_file_pins(spark, read))
     with spark_failures(f"counting the bootstrap archive {read.location!r}"):
-        return pinned.model_copy(update={"rows": archive_rows(spark, pinned, dead_letters).count()})
+        return pinned.with_rows(archive_rows(spark, pinned, dead_letters).count())
 
 
 def _comparable(path: str) -> str:
@@ -254,9 +254,7 @@ def next_archive_part(state: StateSnapshot, max_files: int | None) -> ArchiveRea
     cut = max_files or len(pending)
     names = {_comparable(name) for name in pending}
     pins = {name: pin for name, pin in previous.file_pins.items() if name in names}
-    return previous.model_copy(
-        update={"files": pending[:cut], "remaining": pending[cut:], "rows": 0, "switch": False, "file_pins": pins}
-    )
+    return previous.next_part(pending[:cut], pending[cut:], pins)
 
 
 def _unknown_parts(pipeline_id: str, known: int, realigned: int, pending: tuple[str, ...]) -> StateError:

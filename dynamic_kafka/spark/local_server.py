@@ -44,7 +44,7 @@ from dynamic_kafka._toolchain import process
 from dynamic_kafka._toolchain.cache import cache_dir
 from dynamic_kafka._toolchain.filelock import exclusive_lock, try_exclusive_lock
 from dynamic_kafka.errors import LocalSparkServerError
-from dynamic_kafka.frozen import FrozenModel
+from dynamic_kafka.frozen import FrozenModel, replaced
 from dynamic_kafka.spark.connect_server import LOG4J_FILE, server_argv, server_env, write_logging_config
 
 if TYPE_CHECKING:
@@ -98,6 +98,10 @@ class LocalServer(FrozenModel):
         """The server's folder."""
         return Path(self.log_file).parent
 
+    def with_idle_minutes(self, idle_minutes: float) -> LocalServer:
+        """This server stopping after ``idle_minutes`` without a run."""
+        return replaced(self, idle_minutes=idle_minutes)
+
 
 class LocalServerStatus(FrozenModel):
     """What ``dynamic-kafka spark-server status`` reports."""
@@ -146,14 +150,7 @@ def local_server_settings(settings: SparkConfig, launch_conf: Mapping[str, str])
         ToolchainError: no Java 17+, or the jars cannot be fetched.
     """
     server = ensure_local_server(settings, launch_conf)
-    return settings.model_copy(
-        update={
-            "remote": server.remote,
-            "token": f"${{file:{server.folder / _TOKEN}}}",
-            "conf": {},
-            "local_server": False,
-        }
-    )
+    return settings.attached(server.remote, f"${{file:{server.folder / _TOKEN}}}")
 
 
 def ensure_local_server(settings: SparkConfig, launch_conf: Mapping[str, str]) -> LocalServer:
@@ -193,7 +190,7 @@ def _reuse_or_start(folder: Path, launch: ServerLaunch, idle_minutes: float) -> 
     decision = reuse_decision(record, launch.fingerprint, running=running, answers=answers)
     if record is not None and decision == "reuse":
         if record.idle_minutes != idle_minutes:
-            record = record.model_copy(update={"idle_minutes": idle_minutes})
+            record = record.with_idle_minutes(idle_minutes)
             _save(folder, record)
         logger.info("using the local Spark server at %s (pid %d)", record.remote, record.pid)
     else:

@@ -293,7 +293,7 @@ def build_spark_session(
     if settings.remote is None and settings.local_server and not (buckets or s3a):
         from dynamic_kafka.spark.local_server import local_server_settings
 
-        launch = SessionLaunch.prepare(settings.model_copy(update={"class_data_sharing": False}))
+        launch = SessionLaunch.prepare(settings.without_class_data_sharing())
         settings = local_server_settings(settings, launch.conf)
     elif settings.remote is None and settings.local_server:
         # A bucket's keys would have to reach a server shared by every project of the user: not done.

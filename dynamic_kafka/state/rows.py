@@ -131,10 +131,7 @@ def apply_plan(plan: Plan, partitions: Mapping[TopicPartition, PartitionState], 
         if current is None:
             logger.warning("run %d removes %s, which has no committed offset: nothing to mark", plan.run_seq, key)
             continue
-        removed_at = current.removed_at if current.status == "removed" else now
-        rows[key] = current.model_copy(
-            update={"status": "removed", "removed_at": removed_at, "updated_run_seq": plan.run_seq}
-        )
+        rows[key] = current.removed(now, plan.run_seq)
     return sorted(rows.values(), key=lambda p: (p.cluster_id, p.topic, p.partition))
 
 

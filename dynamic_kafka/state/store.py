@@ -513,12 +513,7 @@ class StateStore:
         ]
         predicate = f"kind = 'head' OR (kind = 'run' AND run_seq = {run_seq})"
         if offsets:
-            moved = {
-                k: p.model_copy(update={"next_offset": offsets[k], "leader_epoch": None, "updated_run_seq": run_seq})
-                if k in offsets
-                else p
-                for k, p in partitions.items()
-            }
+            moved = {k: p.moved_to(offsets[k], run_seq) if k in offsets else p for k, p in partitions.items()}
             ordered = sorted(moved.items(), key=lambda kv: str(kv[0]))
             rows += [_rows.partition_row(self.pipeline_id, p) for _, p in ordered]
             predicate += " OR kind = 'partition'"

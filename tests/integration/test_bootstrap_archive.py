@@ -5,7 +5,6 @@ commit, on the real broker, Spark and Delta.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from dynamic_kafka.errors import ArchiveChangedError, ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.metadata_changes import harness
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 UNTIL = datetime(2026, 1, 1, tzinfo=UTC)
 UNTIL_MS = int(UNTIL.timestamp() * 1000)
-LEASE_SECONDS = 3
 
 
 class SimulatedCrashError(Exception):
@@ -82,7 +81,6 @@ def crashed_first_run(
         tmp_path,
         kafka_clusters,
         spark,
-        run_lease_seconds=LEASE_SECONDS,
         bootstrap=mapped_bootstrap(tmp_path / "archive"),
     )
     h.set_streams({"orders": {"east": [topic]}})
@@ -112,7 +110,7 @@ def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
 
 
 def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_crash_after_the_sink_commit(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     east, topic = history_topic(kafka_clusters, 2)
     # k0, k1 are older than `until` (the archive holds that time): not read from Kafka; k2..k5 are.
@@ -123,7 +121,7 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
     )
     h = crashed_first_run(tmp_path, kafka_clusters, spark, topic, "after_sink")
     assert committed_txn_version(h.sink_path, "p") == 1  # the sink holds run 1: archive and Kafka rows
-    time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
     recovering = h.runner().run()
     assert recovering.recovered_run_seq == 1
@@ -191,7 +189,7 @@ def test_an_offsets_reset_between_two_parts_of_an_archive_keeps_landing_its_file
 
 
 def test_an_archive_file_rewritten_after_the_plan_is_refused_at_the_recovery_with_nothing_written(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 35 row 10: files are pinned by size and modification time, not by name only."""
     _, topic = history_topic(kafka_clusters, 1)
@@ -204,7 +202,7 @@ def test_an_archive_file_rewritten_after_the_plan_is_refused_at_the_recovery_wit
         }
     )
     pq.write_table(rewritten, tmp_path / "archive" / "part-0.parquet")
-    time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
     with pytest.raises(ArchiveChangedError, match=r"part-0\.parquet \(planned \d+ bytes") as refused:
         h.runner().run()

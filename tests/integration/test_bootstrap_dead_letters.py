@@ -10,7 +10,7 @@ clock then jumps past the killed run's lease), so a crash costs no new JVM.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,6 +25,7 @@ from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.sink import incremental as incremental_module
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.metadata_changes import harness
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def run_killed_at(h: PipelineHarness, point: str, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(Killed):
         h.runner().run()
     monkeypatch.undo()
-    monkeypatch.setattr(runner_module, "_now", lambda: datetime.now(UTC) + timedelta(days=1))
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
 
 def archived(folder: Path) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -31,10 +30,10 @@ from test_registry_formats import KEY_V1, KEY_V2, ORDER_V1, ORDER_V2, register
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import ConfigError
-from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.registry import encode_header
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink import incremental as incremental_module
+from tests.support.clock import past_the_planned_runs_lease
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -62,7 +61,7 @@ def run_killed_at(harness: PipelineHarness, point: str, monkeypatch: pytest.Monk
         patched.setattr(incremental_module, "crash_point", die)
         with pytest.raises(Killed):
             harness.runner().run()
-    monkeypatch.setattr(runner_module, "_now", lambda: datetime.now(UTC) + timedelta(days=1))
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
 
 
 def offsets(table: Path) -> list[int]:

@@ -23,6 +23,7 @@ from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka import Pipeline, load_project_config
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.protocol import run as runner_module
+from tests.support.clock import past_the_planned_runs_lease
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -152,7 +153,7 @@ def test_a_recovery_measures_with_the_planned_expression(
         patched.setattr(runner_module, "crash_point", die)
         with pytest.raises(Killed):
             harness.runner().run()
-    monkeypatch.setattr(runner_module, "_now", lambda: datetime.now(UTC) + timedelta(days=1))
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
     harness.configure(event_time="timestamp_millis(value.shipped_ms + 60000)")
 
     summary = harness.runner().run()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import CommitLostError, DynamicKafkaError
 from dynamic_kafka.sink import committed_txn_version, staged_append, tables
 from dynamic_kafka.storage import TableRef
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets
 from tests.support.foreign_writer import fail_after_appends, race_appends
 
@@ -35,20 +35,12 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-# A run that failed in this process keeps its lease until it expires (the next run then recovers it).
-LEASE_SECONDS = 3
-
-
-def _lease_expires() -> None:
-    time.sleep(LEASE_SECONDS + 0.5)
-
 
 def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_the_next_run_lands_it_once(
     kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
-    harness.configure(run_lease_seconds=LEASE_SECONDS)
     stream.produce("first", east=6, west=4)
     assert harness.runner().run().run_seq == 1
     ends_before = stream.end_offsets()
@@ -70,7 +62,7 @@ def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_th
     assert committed_offsets(harness) == ends_before
     assert committed_txn_version(harness.sink_path, "p") == 1
     assert not set(lost_rows) & set(harness.sink_rows())
-    _lease_expires()
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
 
     recovering = harness.runner().run()
 
@@ -96,7 +88,6 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
         value_format="json",
         value_schema="n INT",
         on_decode_error="dead_letter",
-        run_lease_seconds=LEASE_SECONDS,
     )
     harness.set_streams({"orders": {"east": [topic]}})
     dead_letter_path = tmp_path / "sink_dead_letter"
@@ -127,7 +118,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
     assert raised.value.retriable
     assert committed_txn_version(harness.sink_path, "p") == 1  # the sink was not written after the lost commit
     assert committed_txn_version(dead_letter_path, "p") == 1
-    _lease_expires()
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
     assert harness.runner().run().recovered_run_seq == 2
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
 
@@ -141,7 +132,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
 
     monkeypatch.undo()
     assert committed_txn_version(harness.sink_path, "p") == 2
-    _lease_expires()
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
     assert harness.runner().run().recovered_run_seq == 4
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
     assert_nothing_left(harness)
@@ -204,7 +195,6 @@ def test_a_stray_file_in_a_staging_folder_never_lands_and_the_next_run_removes_t
     next run writes the run into a new folder and removes the earlier attempt's, hidden files included."""
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
     harness = stream.harness
-    harness.configure(run_lease_seconds=LEASE_SECONDS)
     stream.produce("first", east=4, west=2)
     assert harness.runner().run().run_seq == 1
     stream.produce("second", east=5, west=3)
@@ -226,7 +216,7 @@ def test_a_stray_file_in_a_staging_folder_never_lands_and_the_next_run_removes_t
     assert raised.value.retriable
     assert strays[0].name in str(raised.value)
     assert committed_txn_version(harness.sink_path, "p") == 1
-    _lease_expires()
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
     assert harness.runner().run().recovered_run_seq == 2
     assert harness.sink_rows() == stream.expected_rows()
     assert not strays[0].parent.exists()
@@ -244,7 +234,6 @@ def test_a_recovery_that_finds_its_run_in_the_sink_reports_the_records_the_run_l
 ) -> None:
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
     harness = stream.harness
-    harness.configure(run_lease_seconds=LEASE_SECONDS)
     stream.produce("first", east=4, west=2)
     assert harness.runner().run().run_seq == 1
     landed_rows = stream.produce("landed", east=5, west=3)
@@ -257,7 +246,7 @@ def test_a_recovery_that_finds_its_run_in_the_sink_reports_the_records_the_run_l
         patched.setattr("dynamic_kafka.protocol.run.crash_point", killed)
         with pytest.raises(_KilledError):
             harness.runner().run()  # run 2 is in the sink, its offsets are not committed
-    _lease_expires()
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
 
     summary = harness.runner().run()
 

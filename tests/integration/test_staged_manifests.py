@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -32,6 +31,7 @@ from dynamic_kafka.operations.maintain import maintain_pipeline
 from dynamic_kafka.sink import committed_txn_version, staged_append
 from dynamic_kafka.sink.tables import run_commit
 from tests.integration.test_object_storage import s3_stream
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, expire_lease
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from devtools.local_kafka import ClusterEndpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-
-LEASE_SECONDS = 3
 
 
 def _job_manifest_files(folder: Path) -> set[str]:
@@ -93,7 +91,6 @@ def test_a_file_planted_under_the_jobs_own_name_is_refused_and_never_lands(
 ) -> None:
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
-    harness.configure(run_lease_seconds=LEASE_SECONDS)
     stream.produce("first", east=4, west=2)
     assert harness.runner().run().run_seq == 1
     stream.produce("second", east=5, west=3)
@@ -117,7 +114,7 @@ def test_a_file_planted_under_the_jobs_own_name_is_refused_and_never_lands(
     assert planted[0].name in str(raised.value)
     assert "not committed by its job" in str(raised.value)
     assert committed_txn_version(harness.sink_path, "p") == 1
-    time.sleep(LEASE_SECONDS + 0.5)
+    past_the_planned_runs_lease(monkeypatch, harness.runner().store)
     assert harness.runner().run().recovered_run_seq == 2
     assert harness.sink_rows() == stream.expected_rows()
     assert not planted[0].exists()

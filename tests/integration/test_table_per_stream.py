@@ -8,7 +8,6 @@ Delta.
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from dynamic_kafka.operations.replay import replay_dead_letters
 from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import open_delta_rs
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from devtools.testing.pipeline import PipelineHarness, Row
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
-
-LEASE_SECONDS = 3
 
 
 class SimulatedCrashError(Exception):
@@ -82,7 +80,7 @@ def table_rows(h: PipelineHarness, stream: str) -> list[Row]:
 
 
 def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_two_tables_and_a_new_stream_gets_one(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     east = kafka_clusters["east"].bootstrap_servers
     topics = {stream: unique_name(stream) for stream in ("orders-eu", "orders-us", "orders-apac")}
@@ -95,7 +93,6 @@ def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_
         streams=None,
         stream_pattern="orders-.*",
         sink={"path": "tables/{stream}"},
-        run_lease_seconds=LEASE_SECONDS,
     )
     h.set_streams({s: {"east": [topics[s]]} for s in ("orders-eu", "orders-us")})
     eu = produce(east, topics["orders-eu"], numbered(range(4), partitions=2))
@@ -114,7 +111,7 @@ def test_each_stream_lands_in_its_own_table_exactly_once_across_a_crash_between_
         ("orders-eu", True, 1),
         ("orders-us", False, None),
     ]
-    time.sleep(LEASE_SECONDS + 0.5)  # the crashed run's lease expires
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
     # Its recovery writes only the table lacking the run; the state commits once both hold it.
     recovering = h.runner().run()
@@ -212,16 +209,16 @@ def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_st
 
 
 def test_abandoning_a_run_that_landed_one_of_its_tables_keeps_that_part_and_lands_the_rest_once(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     east = kafka_clusters["east"].bootstrap_servers
-    h, topics = two_streams(kafka_clusters, spark, tmp_path, run_lease_seconds=LEASE_SECONDS)
+    h, topics = two_streams(kafka_clusters, spark, tmp_path)
     eu = produce(east, topics["orders-eu"], numbered(range(3)))
     us = produce(east, topics["orders-us"], numbered(range(10, 12)))
 
     with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
         h.runner().run()
-    time.sleep(LEASE_SECONDS + 0.5)
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
     # orders-eu holds run 1, orders-us does not: the abandon fences orders-us and marks orders-eu's rows landed.
     h.face().abandon(1, "test: give the run up")
     assert committed_txn_version(tmp_path / "tables" / "orders-eu", "p") == 1

@@ -7,7 +7,6 @@ Spark and Delta.
 from __future__ import annotations
 
 import shutil
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +23,12 @@ from dynamic_kafka.operations.maintain import maintain_pipeline
 from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.spark.reader import read_splits
 from tests.integration.test_table_per_stream import (
-    LEASE_SECONDS,
     SimulatedCrashError,
     crash,
     per_stream_harness,
     table_rows,
 )
+from tests.support.clock import past_the_planned_runs_lease
 from tests.support.metadata_changes import numbered, rows
 
 if TYPE_CHECKING:
@@ -87,11 +86,11 @@ def test_the_readers_stream_column_is_each_splits_own_stream_when_the_splits_of_
 
 
 def test_a_new_partition_joins_its_topics_table_beside_a_drained_partition_and_lands_once_across_a_crash(
-    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
+    kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     east, topic = east_topic(kafka_clusters, 2)
     other = east_topic(kafka_clusters, 1)[1]
-    h = per_stream_harness(kafka_clusters, spark, tmp_path, drain_removed=True, run_lease_seconds=LEASE_SECONDS)
+    h = per_stream_harness(kafka_clusters, spark, tmp_path, drain_removed=True)
     h.set_streams({"orders-b": {"east": {"topics": {topic: [1]}}}})
     old = rows("east", topic, produce(east, topic, numbered(range(2), partitions=2)))
     assert h.runner().run().records == 1  # partition 1 only, in orders-b's table
@@ -105,7 +104,7 @@ def test_a_new_partition_joins_its_topics_table_beside_a_drained_partition_and_l
     with acting_at("between_tables", crash), pytest.raises(SimulatedCrashError):
         h.runner().run()
     assert table_rows(h, "orders-a") == sorted(a)
-    time.sleep(LEASE_SECONDS + 0.5)
+    past_the_planned_runs_lease(monkeypatch, h.runner().store)
     recovering = h.runner().run()
     assert recovering.recovered_run_seq == 2
     assert table_rows(h, "orders-a") == sorted(a)

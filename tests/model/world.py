@@ -63,6 +63,7 @@ import pyspark.sql as pyspark_sql
 import pyspark.sql.functions as pyspark_functions
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+from dynamic_kafka import clock as clock_module
 from dynamic_kafka import sink as sink_package
 from dynamic_kafka.config.models import PipelineConfig, ProjectConfig
 from dynamic_kafka.errors import (
@@ -1759,7 +1760,7 @@ class Harness:
 
         swaps = [
             (abandon_module, "committed_txn_version", lake.committed_txn_version),
-            (runner_module, "_now", lambda: datetime.now(UTC) + skew),
+            (clock_module, "utc_now", lambda: datetime.now(UTC) + skew),
             (run_guard_module, "LeaseKeeper", Keeper),
             (RunDeadline, "attach", lambda deadline, spark: None),
             (realign_module, "committed_txn_versions", lake.committed_txn_versions),
@@ -1903,7 +1904,7 @@ class Harness:
 class _KilledAtCrash:
     """``RunOwner`` for the operations that take the writer lease (replay, maintenance): the owner names a pid no
     process has, so that a lease left by an operation the model crashed is seen as its dead process's (a real
-    ``kill -9``), as a crashed run's is by the runner's clock jump (``Harness.patched``)."""
+    ``kill -9``), as a crashed run's is by the clock jump (``Harness.patched``)."""
 
     @staticmethod
     def current(operation: OwnerOperation | None = None) -> RunOwner:

@@ -4,6 +4,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from dynamic_kafka import clock
+
+if TYPE_CHECKING:
+    import pytest
+
+    from dynamic_kafka.state import StateStore
 
 
 class FakeClock:
@@ -18,3 +26,19 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         """Moves the clock ``seconds`` forward."""
         self.now += timedelta(seconds=seconds)
+
+
+def past_the_planned_runs_lease(monkeypatch: pytest.MonkeyPatch, store: StateStore) -> None:
+    """Puts the library's clock a second past the lease of the run ``store`` holds planned, and keeps it there.
+
+    A run that crashed in this process leaves its run planned under an owner whose pid is alive (this test's): only
+    its lease's end lets the next run recover it, as a restarted process would be let, instead of refusing it as
+    another process's run in flight.
+    """
+    head = store.load().last_run
+    assert head is not None, "no run was planned"
+    assert head.status == "planned", head.status
+    assert head.lease_expires_at is not None, "the planned run holds no lease"
+    later = FakeClock()
+    later.now = max(later.now, head.lease_expires_at + timedelta(seconds=1))
+    monkeypatch.setattr(clock, "utc_now", later)
