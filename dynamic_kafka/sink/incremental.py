@@ -63,6 +63,7 @@ from dynamic_kafka.sink.tables import (
     run_commit,
     safe_text,
     sink_rows,
+    sink_rows_schema,
     spark_failures,
     table_exists,
 )
@@ -229,7 +230,7 @@ def write_incremental(
         settings = {**log_replay_settings(files), **codegen_settings(planned_records)}
         with session_settings(df.sparkSession, settings):
             decoded_frame = decoding.decode(df)
-            written = sink_rows(decoded_frame, run_seq).schema
+            written = sink_rows_schema(decoded_frame.schema, run_seq)
             decoding.check_table(written, sink_schema(target.sink_path), str(target.sink_path))
             target = replace(target, sink_rows_schema=written)
             counts = [column.alias(name) for name, column in decoding.count_columns()]

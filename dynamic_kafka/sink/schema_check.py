@@ -6,7 +6,8 @@ that every retry repeated. Checked before ``begin_run`` they are a :class:`~dyna
 (not retriable) naming the columns, and nothing is planned.
 
 The sink's schema is read from its Delta log with delta-rs; the schema the pipeline writes is Spark's analysis of
-the real decode and row-shaping code over an empty frame (no job runs), so the check cannot drift from the write.
+the real decode code over an empty frame (no job runs), shaped into the sink's columns as the write shapes its rows
+(:func:`~dynamic_kafka.sink.tables.sink_rows_schema`), so the check cannot drift from the write.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ def written_schema(
     from pyspark.errors import PySparkException
 
     from dynamic_kafka.decoding.prepared import value_column_decoding
-    from dynamic_kafka.sink.tables import sink_rows
+    from dynamic_kafka.sink.tables import sink_rows_schema
     from dynamic_kafka.spark.reader import empty_output
 
     try:
         empty = empty_output(spark)
-        return sink_rows((prepared or value_column_decoding(pipeline)).decode(empty), 0).schema
+        return sink_rows_schema((prepared or value_column_decoding(pipeline)).decode(empty).schema, 0)
     except ConfigError as e:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."

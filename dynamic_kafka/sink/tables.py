@@ -57,11 +57,33 @@ def sink_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
     """
     from pyspark.sql import functions as sf
 
-    present = set(decoded.columns)
+    return decoded.select(*_sink_columns(decoded.columns), sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+
+
+def sink_rows_schema(decoded: StructType, run_seq: int | None) -> StructType:
+    """The schema of :func:`sink_rows` of rows whose schema is ``decoded``, worked out here: through Spark Connect
+    an analysis is a round trip, and of a run's rows it analyses the whole Kafka read's plan again.
+
+    Example:
+        >>> from pyspark.sql.types import BinaryType, StringType, StructType
+        >>> decoded = StructType().add("_raw_value", BinaryType()).add("topic", StringType())
+        >>> sink_rows_schema(decoded, 3).simpleString()
+        'struct<topic:string,_run_seq:bigint>'
+    """
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    fields = {field.name: field for field in decoded.fields}
+    # A literal run_seq is never null; the null literal of a row without a run is.
+    run = StructField(RUN_SEQ, LongType(), nullable=run_seq is None)
+    return StructType([*(fields[name] for name in _sink_columns(decoded.names)), run])
+
+
+def _sink_columns(decoded: Sequence[str]) -> list[str]:
+    """The decoded columns the sink takes, in its order: the reader's, then the decoded fields."""
+    present = set(decoded)
     internal = {RAW_KEY, RAW_VALUE, DECODE_ERROR, RUN_SEQ, *OUTPUT_COLUMNS}
-    fields = [c for c in decoded.columns if c not in internal and not c.startswith("_dk_")]
-    kafka = [c for c in OUTPUT_COLUMNS if c in present]
-    return decoded.select(*kafka, *fields, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+    fields = [c for c in decoded if c not in internal and not c.startswith("_dk_")]
+    return [*(c for c in OUTPUT_COLUMNS if c in present), *fields]
 
 
 def dead_letter_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
