@@ -36,10 +36,11 @@ from dynamic_kafka.spark.schema import (
     RUN_SEQ,
     STATS_COLUMNS,
 )
+from dynamic_kafka.spark.session import session_settings
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -216,6 +217,7 @@ def append_idempotent(
     before_commit: Callable[[], None] | None = None,
     partition_by: Sequence[str] = (),
     schema: StructType | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> None:
     """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
     commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
@@ -230,6 +232,8 @@ def append_idempotent(
     computed and written as files; for delta-spark's write just before its job (which reads and commits in one).
     ``partition_by``: the columns a table this write creates is partitioned by. ``schema``: ``rows``' schema when
     the caller analysed it already (through Spark Connect each analysis is a round trip); else it is asked for.
+    ``settings``: session settings for the write's job only (:func:`~dynamic_kafka.spark.session.session_settings`;
+    a staged append makes them with its own, in the same round trips).
 
     Raises:
         CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
@@ -239,7 +243,9 @@ def append_idempotent(
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
         if opened is not None and can_stage(opened, _nullable(schema or rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
-                staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit)
+                staged_append(
+                    rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit, settings=settings
+                )
             return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     writer = writer.option("userMetadata", user_metadata(commit_id))
@@ -250,9 +256,10 @@ def append_idempotent(
         writer = writer.option(STATS_PROPERTY, stats_columns(partition_by))
         if partition_by:
             writer = writer.partitionBy(*partition_by)
-    if before_commit is not None:
-        before_commit()
-    writer.save(ref.spark_uri)
+    with session_settings(rows.sparkSession, settings or {}):
+        if before_commit is not None:
+            before_commit()
+        writer.save(ref.spark_uri)
 
 
 # --- versions and transactions ----------------------------------------------------------------------------------
