@@ -98,8 +98,9 @@ class RunTarget:
     before_commit: Callable[[], None] | None = None
     partition_by: Sequence[str] = ()
     sink_rows_schema: StructType | None = None
-    """The schema of the run's sink rows, analysed once per write: every frame a writer appends to the sink is
-    derived from the same decoded rows (filtered, observed, deduplicated), so it has that schema."""
+    """The schema of the run's sink rows, known once per write: every frame a writer appends to the sink is
+    derived from the same decoded rows (filtered, observed, deduplicated), so it has that schema, and its columns
+    are not asked of Spark again."""
 
     @classmethod
     def of(
@@ -175,6 +176,7 @@ def write_incremental(
     counted_ranges: Sequence[Split] = (),
     event_time: str | None = None,
     planned_records: int | None = None,
+    rows_schema: StructType | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -197,6 +199,9 @@ def write_incremental(
         event_time: the expression the event-time range measures (the plan's); None: the Kafka timestamp.
         planned_records: how many records ``df`` holds at most (the planned offsets); a small write runs without
             code generation (:func:`~dynamic_kafka.spark.session.codegen_settings`). None: unknown.
+        rows_schema: the schema of ``df``'s sink rows when the caller knows it (the run's schema check analysed the
+            same decoding over an empty frame of the reader's schema,
+            :func:`~dynamic_kafka.sink.schema_check.written_schema`); None: ``df``'s decoded rows are analysed.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -232,7 +237,7 @@ def write_incremental(
         # makes them together with its own.
         tables = _SparkTables({**log_replay_settings(files), **codegen_settings(planned_records)})
         decoded_frame = decoding.decode(df)
-        written = sink_rows_schema(decoded_frame.schema, run_seq)
+        written = rows_schema if rows_schema is not None else sink_rows_schema(decoded_frame.schema, run_seq)
         decoding.check_table(written, sink_schema(target.sink_path), str(target.sink_path))
         target = replace(target, sink_rows_schema=written)
         counts = [column.alias(name) for name, column in decoding.count_columns()]
@@ -452,7 +457,7 @@ class _SparkTables:
     def append(self, rows: DataFrame, table: TableRef, target: RunTarget, *, dead_letters: bool) -> Found:
         if dead_letters:
             return _append(dead_letter_rows(rows, target.run_seq), table, target, settings=self.settings)
-        sinking = sink_rows(rows, target.run_seq)
+        sinking = sink_rows(rows, target.run_seq, target.sink_rows_schema)
         return _append(sinking, table, target, schema=target.sink_rows_schema, settings=self.settings)
 
 

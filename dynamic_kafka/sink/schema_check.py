@@ -111,10 +111,10 @@ def check_sink_schema(
     pipeline: PipelineConfig,
     prepared: PreparedDecoding | None,
     tables: Sequence[PipelineConfig],
-) -> None:
+) -> StructType:
     """Refuses, before anything is planned, a ``value_schema`` that does not parse or a table of ``tables`` (the
     pipeline as each table a run writes sees it, :class:`~dynamic_kafka.sink.per_stream.SinkTable`) whose schema
-    does not take the pipeline's rows.
+    does not take the pipeline's rows; returns the schema of the rows a run appends (:func:`written_schema`).
 
     Raises:
         SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
@@ -122,6 +122,7 @@ def check_sink_schema(
     written = written_schema(spark, pipeline, prepared)
     for table in tables:
         _check_table(table, written)
+    return written
 
 
 def _check_table(pipeline: PipelineConfig, written: StructType) -> None:

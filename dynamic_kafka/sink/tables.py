@@ -52,13 +52,16 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 # --- rows -------------------------------------------------------------------------------------------------------
 
 
-def sink_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
+def sink_rows(decoded: DataFrame, run_seq: int | None, schema: StructType | None = None) -> DataFrame:
     """Decoded rows in the sink's columns: :data:`~dynamic_kafka.spark.schema.SINK_COLUMNS` (without ``value``
     when every stream decodes into fields), then any decoded fields and ``_schema_id``, then ``_run_seq``.
+    ``schema``: the result's schema when known (:func:`sink_rows_schema`), so ``decoded``'s columns are not asked
+    of Spark (through Spark Connect a round trip).
     """
     from pyspark.sql import functions as sf
 
-    return decoded.select(*_sink_columns(decoded.columns), sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+    columns = [c for c in schema.names if c != RUN_SEQ] if schema is not None else _sink_columns(decoded.columns)
+    return decoded.select(*columns, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
 
 
 def sink_rows_schema(decoded: StructType, run_seq: int | None) -> StructType:
