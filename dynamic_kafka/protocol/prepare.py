@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pyspark.sql.types import StructType
+
     from dynamic_kafka.decoding.prepared import PreparedDecoding
     from dynamic_kafka.metadata.models import ClusterMetadata
     from dynamic_kafka.metadata.snapshot import MetadataSnapshot
@@ -50,11 +52,15 @@ class PreparedWrite:
             a plan already in the state is kept exactly as written (it is committed only as written).
         connections: how to reach every cluster of the plan, by cluster id.
         decoding: the writer schemas of the planned ranges.
+        rows_schema: the schema of the sink rows of the plan's Kafka ranges, as the schema check analysed it over
+            an empty frame with ``decoding``: the write need not ask Spark again (through Spark Connect, an
+            analysis of the whole Kafka read's plan). None: unknown.
     """
 
     plan: Plan
     connections: Mapping[str, ClusterMetadata]
     decoding: PreparedDecoding
+    rows_schema: StructType | None = None
 
     def check_topics_unchanged(self, context: PipelineContext, *, backfill: bool = False) -> None:
         """Checks, after the read and before its rows are committed, that every topic read is still the
@@ -113,7 +119,7 @@ def prepare_write(
         check_event_time(spark, context.pipeline, decoding)
         plan = plan.with_decoding(decoding.pins(), context.pipeline.event_time)
     tables = run_tables(context.pipeline, plan.read_splits)
-    check_sink_schema(spark, context.pipeline, decoding, [table.pipeline for table in tables])
+    rows_schema = check_sink_schema(spark, context.pipeline, decoding, [table.pipeline for table in tables])
     context.check_object_store()
     deadline.check()
-    return PreparedWrite(plan=plan, connections=connections, decoding=decoding)
+    return PreparedWrite(plan=plan, connections=connections, decoding=decoding, rows_schema=rows_schema)

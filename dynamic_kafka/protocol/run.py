@@ -285,6 +285,8 @@ class PipelineRunner:
                     event_time=plan.event_time,
                     # An archive's rows are not counted in the plan's offsets: such a write's size is unknown.
                     planned_records=None if plan.bootstrap is not None else sum(s.record_count for s in own),
+                    # An archive's rows join Kafka's by a union, which the check did not analyse.
+                    rows_schema=prepared.rows_schema if plan.bootstrap is None else None,
                 )
 
             self._progress.stage("reading and writing", planned_offsets=plan.planned_records)

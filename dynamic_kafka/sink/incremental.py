@@ -32,7 +32,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -63,6 +63,7 @@ from dynamic_kafka.sink.tables import (
     run_commit,
     safe_text,
     sink_rows,
+    sink_rows_schema,
     spark_failures,
     table_exists,
 )
@@ -97,8 +98,9 @@ class RunTarget:
     before_commit: Callable[[], None] | None = None
     partition_by: Sequence[str] = ()
     sink_rows_schema: StructType | None = None
-    """The schema of the run's sink rows, analysed once per write: every frame a writer appends to the sink is
-    derived from the same decoded rows (filtered, observed, deduplicated), so it has that schema."""
+    """The schema of the run's sink rows, known once per write: every frame a writer appends to the sink is
+    derived from the same decoded rows (filtered, observed, deduplicated), so it has that schema, and its columns
+    are not asked of Spark again."""
 
     @classmethod
     def of(
@@ -174,6 +176,7 @@ def write_incremental(
     counted_ranges: Sequence[Split] = (),
     event_time: str | None = None,
     planned_records: int | None = None,
+    rows_schema: StructType | None = None,
 ) -> WriteResult:
     """Lands one incremental run's records: decoded rows to the sink, undecodable ones per policy.
 
@@ -196,6 +199,9 @@ def write_incremental(
         event_time: the expression the event-time range measures (the plan's); None: the Kafka timestamp.
         planned_records: how many records ``df`` holds at most (the planned offsets); a small write runs without
             code generation (:func:`~dynamic_kafka.spark.session.codegen_settings`). None: unknown.
+        rows_schema: the schema of ``df``'s sink rows when the caller knows it (the run's schema check analysed the
+            same decoding over an empty frame of the reader's schema,
+            :func:`~dynamic_kafka.sink.schema_check.written_schema`); None: ``df``'s decoded rows are analysed.
 
     Returns:
         Counts, bytes, event-time range and the Delta versions. ``already_committed`` when the sink already held
@@ -226,43 +232,45 @@ def write_incremental(
         prior, files = committed_txn_and_files(target.sink_path, target.app_id)
         if holds_run(prior, target):
             return _already_committed(target, run_seq)
-        settings = {**log_replay_settings(files), **codegen_settings(planned_records)}
-        with session_settings(df.sparkSession, settings):
-            decoded_frame = decoding.decode(df)
-            written = sink_rows(decoded_frame, run_seq).schema
-            decoding.check_table(written, sink_schema(target.sink_path), str(target.sink_path))
-            target = replace(target, sink_rows_schema=written)
-            counts = [column.alias(name) for name, column in decoding.count_columns()]
-            reading = read_count_columns(counted_ranges)
+        # The write's session settings are made around each Spark step that plans or runs a job (persist, append),
+        # not around the whole write: through Spark Connect each block costs round trips, and a staged append
+        # makes them together with its own.
+        tables = _SparkTables({**log_replay_settings(files), **codegen_settings(planned_records)})
+        decoded_frame = decoding.decode(df)
+        written = rows_schema if rows_schema is not None else sink_rows_schema(decoded_frame.schema, run_seq)
+        decoding.check_table(written, sink_schema(target.sink_path), str(target.sink_path))
+        target = replace(target, sink_rows_schema=written)
+        counts = [column.alias(name) for name, column in decoding.count_columns()]
+        reading = read_count_columns(counted_ranges)
 
-            def observed_rows() -> Observing:
-                name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
-                metrics = [*metric_columns(planned_pairs, event_time=event_time), *counts]
-                if target.blind:
-                    # Nothing is left out, so the rows read are the rows written: one observation holds both, and
-                    # its ``records`` is the count read (each observed node, and each aggregate, costs every row a
-                    # pass through its accumulator).
-                    both = Observation(name)
-                    return Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
-                read, written = Observation(f"{name}_read"), Observation(name)
-                counted = [sf.count(sf.lit(1)).alias(_READ), *reading]
-                kept = skip_backfilled(_SPARK_TABLES, decoded_frame.observe(read, *counted), target)
-                return Observing(kept.observe(written, *metrics), written, read)
+        def observed_rows() -> Observing:
+            name = f"dynamic_kafka_{target.app_id}_{run_seq}_{uuid.uuid4().hex[:8]}"
+            metrics = [*metric_columns(planned_pairs, event_time=event_time), *counts]
+            if target.blind:
+                # Nothing is left out, so the rows read are the rows written: one observation holds both, and
+                # its ``records`` is the count read (each observed node, and each aggregate, costs every row a
+                # pass through its accumulator).
+                both = Observation(name)
+                return Observing(decoded_frame.observe(both, *reading, *metrics), both, both)
+            read, written = Observation(f"{name}_read"), Observation(name)
+            counted = [sf.count(sf.lit(1)).alias(_READ), *reading]
+            kept = skip_backfilled(tables, decoded_frame.observe(read, *counted), target)
+            return Observing(kept.observe(written, *metrics), written, read)
 
-            try:
-                landed = writer(_SPARK_TABLES, observed_rows, target)
-            except CommitLostError:
-                # Another writer committed a txn of this pipeline between our check and our commit.
-                latest = committed_txn_version(target.sink_path, target.app_id)
-                if latest == run_seq:
-                    return _already_committed(target, latest)
-                raise
-            except Exception as e:
-                incompatible = decoding.incompatible_error(e)
-                if incompatible is not None:
-                    raise incompatible from e
-                raise
-            result = _outcome(target, planned_pairs, landed, counted_ranges)
+        try:
+            landed = writer(tables, observed_rows, target)
+        except CommitLostError:
+            # Another writer committed a txn of this pipeline between our check and our commit.
+            latest = committed_txn_version(target.sink_path, target.app_id)
+            if latest == run_seq:
+                return _already_committed(target, latest)
+            raise
+        except Exception as e:
+            incompatible = decoding.incompatible_error(e)
+            if incompatible is not None:
+                raise incompatible from e
+            raise
+        result = _outcome(target, planned_pairs, landed, counted_ranges)
     logger.info(
         "run %d of pipeline %r: %d records (%d bytes) landed in %s at version %s, %d dead letters, %d already there "
         "from a backfill (%d ranges checked)",
@@ -415,7 +423,12 @@ def _write_both(tables: RunTables, observed_rows: Observed, target: RunTarget) -
 
 
 class _SparkTables:
-    """:class:`RunTables` by Spark: DataFrames, and Delta appends that find their commit (:func:`_append`)."""
+    """:class:`RunTables` by Spark: DataFrames, and Delta appends that find their commit (:func:`_append`), each
+    step that plans or runs a job under the write's session ``settings``.
+    """
+
+    def __init__(self, settings: Mapping[str, str]) -> None:
+        self.settings = settings
 
     def decoded(self, rows: DataFrame, undecodable: bool) -> DataFrame:
         from pyspark.sql import functions as sf
@@ -434,21 +447,28 @@ class _SparkTables:
     def persist(self, rows: DataFrame) -> DataFrame:
         from pyspark import StorageLevel
 
-        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+        # Persisting plans the cached rows' job now (whole-stage code generation decided), so under the settings.
+        with session_settings(rows.sparkSession, self.settings):
+            return rows.persist(StorageLevel.MEMORY_AND_DISK)
 
     def unpersist(self, rows: DataFrame) -> None:
         rows.unpersist()
 
     def append(self, rows: DataFrame, table: TableRef, target: RunTarget, *, dead_letters: bool) -> Found:
         if dead_letters:
-            return _append(dead_letter_rows(rows, target.run_seq), table, target)
-        return _append(sink_rows(rows, target.run_seq), table, target, schema=target.sink_rows_schema)
+            return _append(dead_letter_rows(rows, target.run_seq), table, target, settings=self.settings)
+        sinking = sink_rows(rows, target.run_seq, target.sink_rows_schema)
+        return _append(sinking, table, target, schema=target.sink_rows_schema, settings=self.settings)
 
 
-_SPARK_TABLES = _SparkTables()
-
-
-def _append(rows: DataFrame, table: TableRef, target: RunTarget, *, schema: StructType | None = None) -> Found:
+def _append(
+    rows: DataFrame,
+    table: TableRef,
+    target: RunTarget,
+    *,
+    schema: StructType | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> Found:
     """Appends ``rows`` with the run's txn and a fresh commit id, then finds the commit holding the run in the
     table's log: a run commits its offsets only on what the log says.
 
@@ -471,6 +491,7 @@ def _append(rows: DataFrame, table: TableRef, target: RunTarget, *, schema: Stru
             before_commit=target.before_commit,
             partition_by=target.partition_by if table is target.sink_path else (),
             schema=schema,
+            settings=settings,
         )
     except CommitLostError:
         raise

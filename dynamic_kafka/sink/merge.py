@@ -30,6 +30,7 @@ from dynamic_kafka.sink.tables import (
     ensure_table,
     latest_version,
     sink_rows,
+    sink_rows_schema,
     spark_failures,
     sql_string,
 )
@@ -119,7 +120,8 @@ def merge_backfill(
         if event_time is not None and start is not None and end is not None:
             moment = window_column(event_time)
             decoded_frame = decoded_frame.where((moment >= sf.lit(start)) & (moment < sf.lit(end)))
-        decoding.check_table(sink_rows(decoded_frame, run_seq).schema, sink_schema(sink_path), str(sink_path))
+        written = sink_rows_schema(decoded_frame.schema, run_seq)
+        decoding.check_table(written, sink_schema(sink_path), str(sink_path))
         decoded = decoded_frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # One row of aggregates (not data) over the persisted read, which this action materializes.

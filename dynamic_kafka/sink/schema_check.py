@@ -6,7 +6,8 @@ that every retry repeated. Checked before ``begin_run`` they are a :class:`~dyna
 (not retriable) naming the columns, and nothing is planned.
 
 The sink's schema is read from its Delta log with delta-rs; the schema the pipeline writes is Spark's analysis of
-the real decode and row-shaping code over an empty frame (no job runs), so the check cannot drift from the write.
+the real decode code over an empty frame (no job runs), shaped into the sink's columns as the write shapes its rows
+(:func:`~dynamic_kafka.sink.tables.sink_rows_schema`), so the check cannot drift from the write.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ def written_schema(
     from pyspark.errors import PySparkException
 
     from dynamic_kafka.decoding.prepared import value_column_decoding
-    from dynamic_kafka.sink.tables import sink_rows
+    from dynamic_kafka.sink.tables import sink_rows_schema
     from dynamic_kafka.spark.reader import empty_output
 
     try:
         empty = empty_output(spark)
-        return sink_rows((prepared or value_column_decoding(pipeline)).decode(empty), 0).schema
+        return sink_rows_schema((prepared or value_column_decoding(pipeline)).decode(empty).schema, 0)
     except ConfigError as e:
         raise SchemaMismatchError(
             f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."
@@ -110,10 +111,10 @@ def check_sink_schema(
     pipeline: PipelineConfig,
     prepared: PreparedDecoding | None,
     tables: Sequence[PipelineConfig],
-) -> None:
+) -> StructType:
     """Refuses, before anything is planned, a ``value_schema`` that does not parse or a table of ``tables`` (the
     pipeline as each table a run writes sees it, :class:`~dynamic_kafka.sink.per_stream.SinkTable`) whose schema
-    does not take the pipeline's rows.
+    does not take the pipeline's rows; returns the schema of the rows a run appends (:func:`written_schema`).
 
     Raises:
         SchemaMismatchError: the problem, with the columns named (not retriable: fix the config or the table).
@@ -121,6 +122,7 @@ def check_sink_schema(
     written = written_schema(spark, pipeline, prepared)
     for table in tables:
         _check_table(table, written)
+    return written
 
 
 def _check_table(pipeline: PipelineConfig, written: StructType) -> None:

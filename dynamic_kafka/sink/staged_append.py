@@ -49,7 +49,7 @@ from dynamic_kafka.spark.schema import STATS_COLUMNS
 from dynamic_kafka.spark.session import session_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from deltalake import DeltaTable as DeltaTableRs
     from deltalake.transaction import AddAction, RemoveAction
@@ -118,10 +118,12 @@ def staged_append(
     commit_id: str,
     *,
     before_commit: Callable[[], None] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> None:
     """Writes ``rows`` as Parquet into a new folder of ``table`` and commits those files with txn
     ``(app_id, run_seq)`` and ``commit_id`` on the snapshot ``opened``; ``before_commit`` runs between the two
     (``rows`` are all computed then) and stops the commit by raising (the staged files are left, as by a crash).
+    ``settings``: the caller's session settings for the write's job, made with the staging's own.
 
     The caller checked on ``opened`` that the table does not hold ``run_seq`` yet.
 
@@ -136,7 +138,7 @@ def staged_append(
 
     run_folder = run_folder_name(app_id, run_seq)
     folder = f"{run_folder}/{uuid.uuid4().hex[:12]}"
-    manifests = _write_staged(rows, table, folder)
+    manifests = _write_staged(rows, table, folder, settings or {})
     crash_point(CrashPoint.AFTER_STAGING)
     if before_commit is not None:
         before_commit()
@@ -169,7 +171,7 @@ def staged_append(
     _remove_leftovers(table, run_folder, folder)
 
 
-def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
+def _write_staged(rows: DataFrame, table: TableRef, folder: str, caller: Mapping[str, str]) -> bool:
     """Writes ``rows`` as Parquet into ``folder`` of ``table``; True when through the manifest committer, which
     keeps the manifests of the tasks it committed in ``folder/_manifests/<job id>``, False when through Hadoop's
     file committer (algorithm 1), whose output is only the folder's listing.
@@ -177,19 +179,20 @@ def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
     The file committer serves object stores reached through S3A (Hadoop's manifest committer refuses the ``s3a``
     scheme) and sessions whose Spark lacks the manifest committer's binding (a Connect server started without the
     spark-hadoop-cloud jar). Only the write's own settings change: Hadoop keys are write options (Spark puts them
-    into this job's Hadoop configuration), the Spark settings are put back afterwards.
+    into this job's Hadoop configuration), the Spark settings (the staging's and the ``caller``'s, in one block:
+    through Spark Connect each block costs its round trips) are put back afterwards.
     """
     uri = f"{table.spark_uri.rstrip('/')}/{folder}"
     # Delta's own writer stores timestamps as INT64 microseconds (and so do delta-rs and the other readers'
     # expectations); a plain Parquet write would use INT96, which carries no statistics.
-    timestamps = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    plain = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS", **caller}
     if not uri.startswith("s3a:"):
         # The committer classes first: a Spark without them refuses the first setting (its class must load), and
         # nothing is left set.
         settings = {
             "spark.sql.sources.commitProtocolClass": COMMIT_PROTOCOL,
             "spark.sql.parquet.output.committer.class": PARQUET_COMMITTER,
-            **timestamps,
+            **plain,
         }
         # The job commit moves the task manifests there (after the files, before _SUCCESS names the folder): the
         # complete list of the committed files (_SUCCESS itself names 100 at most).
@@ -211,7 +214,7 @@ def _write_staged(rows: DataFrame, table: TableRef, folder: str) -> bool:
                 COMMIT_PROTOCOL,
                 table,
             )
-    with session_settings(rows.sparkSession, timestamps):
+    with session_settings(rows.sparkSession, plain):
         (
             rows.write.mode("error")
             # No _SUCCESS marker: a hidden file nothing would ever remove.

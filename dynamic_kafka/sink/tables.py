@@ -36,10 +36,11 @@ from dynamic_kafka.spark.schema import (
     RUN_SEQ,
     STATS_COLUMNS,
 )
+from dynamic_kafka.spark.session import session_settings
 from dynamic_kafka.storage import TableLocation, TableRef
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from deltalake import DeltaTable as DeltaTableRs
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -51,17 +52,42 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 # --- rows -------------------------------------------------------------------------------------------------------
 
 
-def sink_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
+def sink_rows(decoded: DataFrame, run_seq: int | None, schema: StructType | None = None) -> DataFrame:
     """Decoded rows in the sink's columns: :data:`~dynamic_kafka.spark.schema.SINK_COLUMNS` (without ``value``
     when every stream decodes into fields), then any decoded fields and ``_schema_id``, then ``_run_seq``.
+    ``schema``: the result's schema when known (:func:`sink_rows_schema`), so ``decoded``'s columns are not asked
+    of Spark (through Spark Connect a round trip).
     """
     from pyspark.sql import functions as sf
 
-    present = set(decoded.columns)
+    columns = [c for c in schema.names if c != RUN_SEQ] if schema is not None else _sink_columns(decoded.columns)
+    return decoded.select(*columns, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+
+
+def sink_rows_schema(decoded: StructType, run_seq: int | None) -> StructType:
+    """The schema of :func:`sink_rows` of rows whose schema is ``decoded``, worked out here: through Spark Connect
+    an analysis is a round trip, and of a run's rows it analyses the whole Kafka read's plan again.
+
+    Example:
+        >>> from pyspark.sql.types import BinaryType, StringType, StructType
+        >>> decoded = StructType().add("_raw_value", BinaryType()).add("topic", StringType())
+        >>> sink_rows_schema(decoded, 3).simpleString()
+        'struct<topic:string,_run_seq:bigint>'
+    """
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    fields = {field.name: field for field in decoded.fields}
+    # A literal run_seq is never null; the null literal of a row without a run is.
+    run = StructField(RUN_SEQ, LongType(), nullable=run_seq is None)
+    return StructType([*(fields[name] for name in _sink_columns(decoded.names)), run])
+
+
+def _sink_columns(decoded: Sequence[str]) -> list[str]:
+    """The decoded columns the sink takes, in its order: the reader's, then the decoded fields."""
+    present = set(decoded)
     internal = {RAW_KEY, RAW_VALUE, DECODE_ERROR, RUN_SEQ, *OUTPUT_COLUMNS}
-    fields = [c for c in decoded.columns if c not in internal and not c.startswith("_dk_")]
-    kafka = [c for c in OUTPUT_COLUMNS if c in present]
-    return decoded.select(*kafka, *fields, sf.lit(run_seq).cast("long").alias(RUN_SEQ))
+    fields = [c for c in decoded if c not in internal and not c.startswith("_dk_")]
+    return [*(c for c in OUTPUT_COLUMNS if c in present), *fields]
 
 
 def dead_letter_rows(decoded: DataFrame, run_seq: int | None) -> DataFrame:
@@ -194,6 +220,7 @@ def append_idempotent(
     before_commit: Callable[[], None] | None = None,
     partition_by: Sequence[str] = (),
     schema: StructType | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> None:
     """Appends ``rows`` with the Delta transaction ``(app_id, run_seq)``, unless the table already holds it; the
     commit carries ``commit_id`` (:mod:`~dynamic_kafka.sink.commits`), so the caller can find it in the log.
@@ -208,6 +235,8 @@ def append_idempotent(
     computed and written as files; for delta-spark's write just before its job (which reads and commits in one).
     ``partition_by``: the columns a table this write creates is partitioned by. ``schema``: ``rows``' schema when
     the caller analysed it already (through Spark Connect each analysis is a round trip); else it is asked for.
+    ``settings``: session settings for the write's job only (:func:`~dynamic_kafka.spark.session.session_settings`;
+    a staged append makes them with its own, in the same round trips).
 
     Raises:
         CommitLostError: a staged append lost its commit to another writer's txn of ``app_id``.
@@ -217,7 +246,9 @@ def append_idempotent(
         opened = open_delta_rs(ref, doing=f"reading the Delta log of {ref}")
         if opened is not None and can_stage(opened, _nullable(schema or rows.schema).jsonValue()):
             if (opened.transaction_version(app_id) or -1) < run_seq:
-                staged_append(rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit)
+                staged_append(
+                    rows, ref, opened, app_id, run_seq, commit_id, before_commit=before_commit, settings=settings
+                )
             return
     writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", run_seq)
     writer = writer.option("userMetadata", user_metadata(commit_id))
@@ -228,9 +259,10 @@ def append_idempotent(
         writer = writer.option(STATS_PROPERTY, stats_columns(partition_by))
         if partition_by:
             writer = writer.partitionBy(*partition_by)
-    if before_commit is not None:
-        before_commit()
-    writer.save(ref.spark_uri)
+    with session_settings(rows.sparkSession, settings or {}):
+        if before_commit is not None:
+            before_commit()
+        writer.save(ref.spark_uri)
 
 
 # --- versions and transactions ----------------------------------------------------------------------------------

@@ -176,10 +176,13 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
 
     A run killed inside the block leaves the settings in its session, and a pipeline's runs share one server
     session (``spark.session_per_pipeline``): so a write states every setting its work depends on, never relying
-    on a session's defaults.
+    on a session's defaults. Nothing to apply: nothing asked.
     """
     from dynamic_kafka.spark.remote import ConnectConf, is_remote
 
+    if not settings:
+        yield
+        return
     conf: _Conf = ConnectConf(spark) if is_remote(spark) else _SessionConf(spark)
     before = conf.get(list(settings))
     conf.set(settings)

@@ -28,7 +28,7 @@ from dynamic_kafka.sink import WriteResult, committed_txn_version, merge_backfil
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.sink import metrics as sink_metrics
 from dynamic_kafka.sink.commits import new_commit_id
-from dynamic_kafka.spark.reader import read_splits
+from dynamic_kafka.spark.reader import empty_output, read_splits
 from dynamic_kafka.spark.schema import DEAD_LETTER_COLUMNS, OUTPUT_COLUMNS, SINK_COLUMNS
 
 if TYPE_CHECKING:
@@ -361,6 +361,15 @@ def test_no_splits_read_as_an_empty_frame_with_the_output_columns(spark: Any) ->
     frame = read_splits(spark, [], {}, isolation_level="read_committed", min_partitions=4)
     assert tuple(frame.columns) == OUTPUT_COLUMNS
     assert frame.isEmpty()
+
+
+@pytest.mark.parametrize("settings", [{"value_format": "json", "value_schema": "id INT, name STRING"}, {}])
+def test_the_sink_rows_schema_worked_out_on_the_client_is_the_one_spark_analyses(
+    spark: Any, tmp_path: Path, settings: dict[str, str]
+) -> None:
+    decoded = value_column_decoding(_pipeline(tmp_path, **settings)).decode(empty_output(spark))
+    for run_seq in (7, None):
+        assert tables.sink_rows_schema(decoded.schema, run_seq) == tables.sink_rows(decoded, run_seq).schema
 
 
 JSON_VALUES: list[bytes | None] = [

@@ -1071,12 +1071,13 @@ class SinkModel:
         counted_ranges: Sequence[Split] = (),
         event_time: str | None = None,
         planned_records: int | None = None,
+        rows_schema: object = None,
     ) -> WriteResult:
         """``incremental.write_incremental`` over the model's tables: the product's own steps (``holds_run``, the
         writer of the decode policy, ``skip_backfilled``, ``_already_committed``) with ``_ModelTables`` for Spark.
         The model's records carry their values (the verdict comes from the config); it counts no ranges for the
-        completeness report, has no event times and no code generation to size."""
-        del prepared, counted_ranges, event_time, planned_records
+        completeness report, has no event times, no code generation to size and no Spark schema."""
+        del prepared, counted_ranges, event_time, planned_records, rows_schema
         self.check_readable()
         target = incremental_module.RunTarget.of(pipeline, run_seq, overlaps, before_commit)
         if incremental_module.holds_run(self.txn.get(pipeline.id), target):
