@@ -29,8 +29,10 @@
 
 The server runs from ``.cache/bench/spark-connect`` on 127.0.0.1:15392 (``local[*]``, 2 GB), started here when it
 does not run and stopped at the end unless ``--keep-clusters``. Before anything is measured it is warmed with
-:data:`WARM_SMALL_RUNS` small runs and :data:`WARM_E2E_RUNS` runs of the e2e data set, whose times are reported
-(``warm_up_*``) so the cold server's figures stay visible.
+:data:`WARM_SMALL_RUNS` small runs and :data:`WARM_E2E_RUNS` runs of the e2e data set, and more of each until the
+server's JIT has settled (:func:`warm_until_steady`: the methods it compiles per run no longer fall), so every
+figure, here, in 8b and in 8c, is measured on a server in the same state; the warm-up runs' walls and the methods
+compiled during each are reported (``warm_up_*``) so the cold server's figures stay visible.
 """
 
 from __future__ import annotations
@@ -42,13 +44,16 @@ import statistics
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.env import BENCH_DIR, CLUSTERS, PORT_SHIFT, BenchEnv, DataSet, fresh_dir, produce_fast, write_project
 from bench.flink import build as build_flink
 from bench.flink import run_flink
 from bench.measure import _status_kb
 from bench.runs import run_available_now, run_baseline, run_ceiling, run_ours
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SERVER_DIR = BENCH_DIR / "spark-connect"
 SERVER_PORT = 15392 + PORT_SHIFT
@@ -59,9 +64,17 @@ SMALL_TARGET_S = 1.2  # issue 29: a 10,000-record run as a fresh process through
 SOAK_TOPIC = "connect-soak-2p"
 # A server's first runs pay the JIT compilation of Spark's, Delta's and the Kafka client's code paths (measured:
 # 1,000,000-record runs took 24, 11, 10, 8, 7.4 s; 10,000-record runs settled from 18 s to ~2.9 s over about 25
-# runs). A "warm" server is one that has run this many of each before anything is measured.
+# runs). A "warm" server has run at least this many of each before anything is measured, and then more, until its
+# JIT has settled (warm_until_steady): 30 small runs left it compiling ~400 methods a run, and benchmark 8's small
+# runs then cost the server 3x the CPU of the same runs on the same server 40 minutes later (bench/RESULTS.md,
+# "The server's age"; docs/decisions/0119-a-warm-server-is-a-settled-jit.md).
 WARM_SMALL_RUNS = 30
 WARM_E2E_RUNS = 2
+WARM_MOST_SMALL_RUNS = 150
+WARM_MOST_E2E_RUNS = 8
+STEADY_RATIO = 0.8
+"""Warm-up goes on while the methods the server's JIT compiled per run (median of the last window of runs) are
+fewer than this fraction of the window before: still falling by a fifth or more."""
 # Issue 42's targets for the 1M run through the warm server: a pipeline's repeated run at most LANDING_TARGET times
 # the landing ceiling's wall and its first run (a new server session) at most FIRST_LANDING_TARGET times; both at
 # most FLINK_TARGET times the Flink peer's (Dynamic Kafka Source, bounded read-and-discard).
@@ -112,6 +125,53 @@ def _heap_after_gc_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
+def compiled_methods(pid: int) -> int | None:
+    """How many methods the JVM ``pid``'s JIT has compiled since it started (``jstat -compiler``), or None without
+    jstat.
+    """
+    jstat = shutil.which("jstat")
+    if jstat is None:
+        return None
+    out = subprocess.run([jstat, "-compiler", str(pid)], capture_output=True, text=True, timeout=60, check=False)
+    lines = out.stdout.split("\n")
+    return int(lines[1].split()[0]) if len(lines) > 1 and lines[1].strip() else None
+
+
+def warm_until_steady(
+    run_once: Callable[[], float], pid: int, *, least: int, most: int, window: int
+) -> list[dict[str, float | int | None]]:
+    """Warm-up runs (``run_once`` returns a run's wall): at least ``least``, then until the server's JIT has
+    settled (:data:`STEADY_RATIO`, over windows of ``window`` runs), at most ``most``. Returns each run's wall and
+    the methods the server compiled during it (None without jstat: then exactly ``least`` runs).
+    """
+    runs: list[dict[str, float | int | None]] = []
+    while len(runs) < most:
+        before = compiled_methods(pid)
+        wall = run_once()
+        after = compiled_methods(pid)
+        runs.append({"wall_s": wall, "compiled": None if before is None or after is None else after - before})
+        if len(runs) >= least and _settled([r["compiled"] for r in runs], window):
+            break
+    return runs
+
+
+def _settled(compiled: list[Any], window: int) -> bool:
+    counts = [c for c in compiled if c is not None]
+    if len(counts) < len(compiled):
+        return True
+    if len(counts) < 2 * window:
+        return False
+    last, before = statistics.median(counts[-window:]), statistics.median(counts[-2 * window : -window])
+    return bool(last >= STEADY_RATIO * before)
+
+
+def warm_up_text(runs: list[dict[str, Any]]) -> str:
+    """Warm-up runs for a progress line: walls, and the methods compiled by the last run."""
+    walls = " ".join(f"{r['wall_s']:.1f}" for r in runs)
+    last = runs[-1]["compiled"] if runs else None
+    return f"{len(runs)} runs: {walls}" + ("" if last is None else f" (the last compiled {last} methods)")
+
+
 def _memory(pid: int, runs: int) -> dict[str, float | None]:
     return {"runs": runs, "server_rss_mb": _rss_mb(pid), "server_heap_after_gc_mb": _heap_after_gc_mb(pid)}
 
@@ -157,10 +217,14 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
 
     first = settings.data_set(sizes[0])
     env.ensure_data_set(first)
-    warm = [_run(config(first), None, first.records)["wall_s"] for _ in range(WARM_E2E_RUNS)]
-    _progress(
-        f"connect sizes warm-up, {WARM_E2E_RUNS} runs of {first.records:,}: " + " ".join(f"{w:.1f}" for w in warm)
+    warm = warm_until_steady(
+        lambda: float(_run(config(first), None, first.records)["wall_s"]),
+        server.pid,
+        least=WARM_E2E_RUNS,
+        most=WARM_MOST_E2E_RUNS if not settings.quick else WARM_E2E_RUNS,
+        window=2,
     )
+    _progress(f"connect sizes warm-up, {first.records:,}: {warm_up_text(warm)}")
     points = []
     for records in sizes:
         data = settings.data_set(records)
@@ -188,7 +252,7 @@ def bench_connect_sizes(env: BenchEnv, settings: Any) -> dict[str, Any]:
     client_ratio = high["client_peak_mb"] / low["client_peak_mb"]
     return {
         "server": {"remote": server.remote, "pid": server.pid, "master": server.master},
-        "warm_up_wall_s": warm,
+        "warm_up": warm,
         "points": points,
         "time_flat_or_falling": high["us_per_record"] <= low["us_per_record"] * 1.10,
         # Bounded: what the server holds after the largest run is what it held after the smallest (the JVM keeps
@@ -241,14 +305,18 @@ def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int
 
     for config in configs.values():  # empty topic: pins every position, starts no Spark
         _run(config, None, 0)
-    warm_small: list[float] = []
-    for _ in range(WARM_SMALL_RUNS):
+
+    def warm_run() -> float:
         produce_small()
-        warm_small.append(_run(configs["connect"], None, SMALL_RECORDS)["wall_s"])
-    _progress(f"connect warm-up, {WARM_SMALL_RUNS} small runs: " + " ".join(f"{w:.1f}" for w in warm_small))
+        return float(_run(configs["connect"], None, SMALL_RECORDS)["wall_s"])
+
+    warm_small = warm_until_steady(
+        warm_run, server_pid, least=WARM_SMALL_RUNS, most=WARM_MOST_SMALL_RUNS if not settings.quick else 10, window=5
+    )
+    _progress(f"connect warm-up, small: {warm_up_text(warm_small)}")
     # The local and probed pipelines read their own state: their first (unmeasured) runs below take the warm-up's
     # records too.
-    backlog = SMALL_RECORDS * WARM_SMALL_RUNS
+    backlog = SMALL_RECORDS * len(warm_small)
     # The pipelines read the same topic, each from its own state: after 10,000 new records, each run reads them.
     small: dict[str, list[dict[str, Any]]] = {"connect": [], "local": [], "probed": []}
     for rep in range(settings.repeats + 1):
@@ -264,7 +332,7 @@ def _small(env: BenchEnv, settings: Any, remote: dict[str, Any], server_pid: int
     no_jvm = not any(r["java_started"] for r in small["connect"])
     probed = small["probed"]
     return {
-        "warm_up_small_wall_s": warm_small,
+        "warm_up_small": warm_small,
         "small": small,
         "small_connect_wall_s": connect_wall,
         "small_local_wall_s": median_of(small["local"], "wall_s"),
@@ -302,8 +370,14 @@ def _e2e(
     def e2e_config() -> Path:
         return write_project(fresh_dir("connect-e2e"), env, {c: [data.topic] for c in CLUSTERS}, spark=remote)
 
-    warm_e2e = [_run(e2e_config(), None, data.records)["wall_s"] for _ in range(WARM_E2E_RUNS)]
-    _progress(f"connect warm-up, {WARM_E2E_RUNS} runs of the e2e set: " + " ".join(f"{w:.1f}" for w in warm_e2e))
+    warm_e2e = warm_until_steady(
+        lambda: float(_run(e2e_config(), None, data.records)["wall_s"]),
+        server_pid,
+        least=WARM_E2E_RUNS,
+        most=WARM_MOST_E2E_RUNS if not settings.quick else WARM_E2E_RUNS,
+        window=2,
+    )
+    _progress(f"connect warm-up, the e2e set: {warm_up_text(warm_e2e)}")
     flink_built_s = build_flink()
     # Unmeasured: the first java process reads Flink's jars from disk into the page cache; the server's warm-up
     # did the same for its own.
@@ -370,7 +444,7 @@ def _e2e(
     first_vs_landing = first_wall / land_wall if first_wall and land_wall else None
     first_vs_flink = first_wall / flink_wall if first_wall and flink_wall else None
     return {
-        "warm_up_e2e_wall_s": warm_e2e,
+        "warm_up_e2e": warm_e2e,
         "warm_up_flink_wall_s": warm_flink,
         "flink_build_s": flink_built_s,
         "e2e_records": data.records,
