@@ -4,7 +4,7 @@ the sink read back as exact record sets (through delta-rs, so checking needs no 
 Example:
     >>> harness = PipelineHarness(tmp_path, clusters={"east": "127.0.0.1:19092"})  # doctest: +SKIP
     >>> harness.set_streams({"orders": {"east": ["orders-abc"]}})  # doctest: +SKIP
-    >>> harness.runner().run().records  # doctest: +SKIP
+    >>> harness.face().run().records  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -80,11 +80,16 @@ class PipelineHarness:
         self.metadata_path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def runner(self) -> PipelineRunner:
-        """Return a runner of the pipeline as the config file says now."""
+        """Return the run protocol's object (``PipelineRunner``) of the pipeline as the config file says now: for
+        protocol-level tests (crash points, injected faults, the state store's rows and leases); a test of what a user
+        sees goes through :meth:`face`.
+        """
         return PipelineRunner(PipelineContext(load_project_config(self.config_path), "p", spark=self.spark))
 
     def face(self) -> Pipeline:
-        """Return the pipeline through the public face (``Pipeline``) as the config file says now."""
+        """Return the pipeline through the public face (``Pipeline``) as the config file says now: what lands, what
+        a run reports, what an operation refuses, read through its public methods.
+        """
         return Pipeline(load_project_config(self.config_path), "p", spark=self.spark)
 
     @property
@@ -96,7 +101,7 @@ class PipelineHarness:
         """Every sink row as (cluster, topic, partition, offset, value), sorted, duplicates kept."""
         from dynamic_kafka.sink.tables import open_delta_rs
 
-        opened = open_delta_rs(self.runner().pipeline.sink_table, doing="reading the sink")
+        opened = open_delta_rs(self.face().config.sink_table, doing="reading the sink")
         if opened is None:
             return []
         table = opened.to_pyarrow_table(columns=["cluster", "topic", "partition", "offset", "value"])

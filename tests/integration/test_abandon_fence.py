@@ -60,7 +60,7 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
     stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 1)
     harness, dead_letter_path = stream.harness, stream.dead_letter_path
     good, bad = stream.send("first", 3, 2)
-    assert harness.runner().run().dead_letters == 2
+    assert harness.face().run().dead_letters == 2
     crashed_good, crashed_bad = stream.send("crashed", 4, 3)
     _crash_at(harness, monkeypatch, "dynamic_kafka.sink.incremental", "after_dead_letter")
     assert committed_txn_version(dead_letter_path, "p") == 2
@@ -72,7 +72,7 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
         # letters stay where they are; none of them may fail the next run or land in the sink too.
         harness.configure(on_decode_error="fail")
         harness.face().abandon(2, "on_decode_error was changed on purpose")
-        summary = harness.runner().run()
+        summary = harness.face().run()
         assert summary.recovered_run_seq is None
     else:
         first_of_run_2 = min(crashed_good)
@@ -80,7 +80,7 @@ def test_the_dead_letters_of_an_abandoned_run_are_not_landed_again(
         (deleted,) = admin.delete_records([TopicPartition(stream.topic, 0, first_of_run_2[1] + 1)]).values()
         deleted.result(timeout=30)
         harness.configure(on_data_loss="skip")
-        summary = harness.runner().run()  # recovers run 2: its range is gone in part, so it is abandoned
+        summary = harness.face().run()  # recovers run 2: its range is gone in part, so it is abandoned
         crashed_good -= {first_of_run_2}
 
     assert (summary.run_seq, summary.status) == (3, "committed")
@@ -110,7 +110,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
     rows = []
     if not first_run:
         rows += _rows(topic, produce(servers, topic, [Record(value=f"a{i}".encode()) for i in range(6)]))
-        assert harness.runner().run().run_seq == 1
+        assert harness.face().run().run_seq == 1
     abandoned = 1 if first_run else 2
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(8)]))
     _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
@@ -121,7 +121,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
 
     landed_before = table_coordinates(harness.sink_path)  # a fenced first run's sink has no value column yet
     late = _late_rows(harness, spark, plan)
-    sink = harness.runner().pipeline.sink_table
+    sink = harness.face().config.sink_table
     append_idempotent(late, sink, "p", abandoned, commit_id=new_commit_id())  # delta-spark's idempotent write
     append_idempotent(
         late, sink, "p", abandoned, commit_id=new_commit_id(), blind=True
@@ -132,7 +132,7 @@ def test_no_late_writer_of_an_abandoned_run_lands_anything(
     assert table_coordinates(harness.sink_path) == landed_before
     assert committed_txn_version(harness.sink_path, "p") == abandoned  # the fence: the run's txn, no rows
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.run_seq, summary.status, summary.records) == (abandoned + 1, "committed", 8)
     assert harness.sink_rows() == sorted(rows)
@@ -149,14 +149,14 @@ def test_an_abandon_interrupted_after_its_fence_is_finished_by_the_next_run(
     landed data, whose offsets it would commit), finishes it, and lands the run's records under the next run_seq."""
     harness, topic, servers = _bytes_pipeline(kafka_clusters, spark, tmp_path)
     rows = _rows(topic, produce(servers, topic, [Record(value=f"a{i}".encode()) for i in range(4)]))
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
     _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.run", "after_plan")
 
     _crash_at(harness, monkeypatch, "dynamic_kafka.protocol.abandon", "after_fence", abandon=2)
 
     assert committed_txn_version(harness.sink_path, "p") == 2
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert summary.recovered_run_seq is None
     assert (summary.run_seq, summary.status, summary.records) == (3, "committed", 5)
@@ -224,7 +224,7 @@ def test_abandoning_a_run_killed_after_staging_removes_its_staged_files(
     files can be committed any more, and removes them."""
     harness, topic, servers = _bytes_pipeline(kafka_clusters, spark, tmp_path)
     rows = _rows(topic, produce(servers, topic, [Record(value=f"a{i}".encode()) for i in range(4)]))
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     rows += _rows(topic, produce(servers, topic, [Record(value=f"b{i}".encode()) for i in range(5)]))
     _crash_at(harness, monkeypatch, "dynamic_kafka.sink.staged_append", "after_staging")
     staged = harness.sink_path / "dk-run-2-p"
@@ -234,6 +234,6 @@ def test_abandoning_a_run_killed_after_staging_removes_its_staged_files(
 
     assert not staged.exists()
     assert committed_txn_version(harness.sink_path, "p") == 2  # the fence
-    summary = harness.runner().run()
+    summary = harness.face().run()
     assert (summary.run_seq, summary.status, summary.records) == (3, "committed", 5)
     assert harness.sink_rows() == sorted(rows)

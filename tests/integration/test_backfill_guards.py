@@ -26,7 +26,6 @@ from dynamic_kafka.errors import (
     TopicRecreatedError,
 )
 from dynamic_kafka.operations import backfill as backfill_module
-from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.protocol import run as runner_module
 from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV, run_lock_path
 from dynamic_kafka.spark.deadline import RunDeadline
@@ -58,13 +57,13 @@ class Orders:
         return produce(self.servers, self.topic, [Record(value=v) for v in values])
 
     def backfill(self) -> Any:
-        return run_backfill(self.harness.runner().context, self.start, datetime.now(UTC) + timedelta(minutes=5))
+        return self.harness.face().backfill(self.start, datetime.now(UTC) + timedelta(minutes=5))
 
     def state_version(self) -> int | None:
         return self.harness.runner().store.load().table_version
 
     def dead_letters(self) -> list[int]:
-        path = self.harness.runner().pipeline.sink.resolved_dead_letter_path
+        path = self.harness.face().config.sink.resolved_dead_letter_path
         return sorted(DeltaTable(str(path)).to_pyarrow_table()["offset"].to_pylist())
 
 
@@ -93,7 +92,7 @@ def test_a_backfill_started_while_a_run_holds_the_pipeline_is_refused_and_writes
 ) -> None:
     orders = Orders(kafka_clusters["east"], tmp_path, spark)
     orders.produce(b"a", b"b")
-    pipeline = orders.harness.runner().pipeline
+    pipeline = orders.harness.face().config
     before = orders.state_version()
 
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:  # as a run holds it
@@ -211,7 +210,7 @@ def test_a_backfill_into_a_sink_that_would_not_take_its_rows_is_refused_before_a
 ) -> None:
     orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="json", value_schema="id INT, name STRING")
     orders.produce(b'{"id": 1, "name": "a"}')
-    assert orders.harness.runner().run().records == 1
+    assert orders.harness.face().run().records == 1
     orders.harness.configure(value_schema="id STRING, name STRING")
     before = orders.harness.runner().store.load()
 

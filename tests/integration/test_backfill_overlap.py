@@ -20,7 +20,6 @@ from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.model.plan import Split, TopicPartition
-from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import WriteResult
 from dynamic_kafka.sink import incremental as sink
 from dynamic_kafka.storage import TableRef
@@ -98,7 +97,7 @@ class Orders:
         return sorted(("east", self.topic, r.partition or 0, r.offset or 0, r.value) for r in records)
 
     def backfill(self, first_minute: int, end_minute: int) -> Any:
-        return run_backfill(self.harness.runner().context, self.t0 + first_minute * M, self.t0 + end_minute * M)
+        return self.harness.face().backfill(self.t0 + first_minute * M, self.t0 + end_minute * M)
 
     def tp(self, partition: int) -> TopicPartition:
         return TopicPartition(cluster_id="east", topic=self.topic, partition=partition)
@@ -112,7 +111,7 @@ class Orders:
 
     def dead_letters(self) -> list[tuple[int, int]]:
         """Every dead letter's (partition, offset), sorted, duplicates kept."""
-        table = DeltaTable(str(self.harness.runner().pipeline.sink.resolved_dead_letter_path)).to_pyarrow_table()
+        table = DeltaTable(str(self.harness.face().config.sink.resolved_dead_letter_path)).to_pyarrow_table()
         return sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
 
     def read_the_sink(self, result: WriteResult) -> bool:
@@ -129,7 +128,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     # Values are strings, so the write dead-letters (and the dedupe covers the dead-letter table too).
     orders = Orders(kafka_clusters["east"], tmp_path, spark_mode, value_format="string")
     first = orders.produce((0, "a0", 1), (0, "a1", 2), (1, "a2", 3))
-    assert orders.harness.runner().run().records == 3
+    assert orders.harness.face().run().records == 3
     window = orders.produce((0, "b0", 10), (1, "b1", 11), (1, b"\xff\xfe-not-utf8", 12))
     after = orders.produce((0, "c0", 40), (1, "c1", 41))
 
@@ -142,7 +141,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     assert {k.partition: p.next_offset for k, p in state.partitions.items()} == {0: 2, 1: 1}  # not moved
     assert state.backfilled == {orders.tp(0): 3, orders.tp(1): 3}
 
-    second = orders.harness.runner().run()
+    second = orders.harness.face().run()
 
     assert (second.run_seq, second.records, second.dead_letters) == (2, 2, 0)  # c0 and c1 only
     assert second.deduplicated == 3  # read again, already landed by the backfill
@@ -155,7 +154,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     assert orders.ranges(overlaps) == [(0, 2, 3), (1, 1, 3)]
     assert (result.records, result.sink_records, result.dead_letters, result.deduplicated) == (2, 2, 0, 3)
     assert orders.read_the_sink(result)
-    assert orders.harness.runner().run().status == "empty"
+    assert orders.harness.face().run().status == "empty"
 
 
 def test_the_first_run_after_a_backfill_on_a_fresh_pipeline_lands_each_record_once(
@@ -171,7 +170,7 @@ def test_the_first_run_after_a_backfill_on_a_fresh_pipeline_lands_each_record_on
     assert (state.last_run, state.partitions) == (None, {})  # no incremental state yet
     assert state.backfilled == {orders.tp(0): 2, orders.tp(1): 1}
 
-    first = orders.harness.runner().run()  # from earliest: reads all four records
+    first = orders.harness.face().run()  # from earliest: reads all four records
 
     assert (first.run_seq, first.records, first.deduplicated) == (1, 1, 3)
     assert orders.harness.sink_rows() == orders.rows(window + later)
@@ -182,7 +181,7 @@ def test_the_first_run_after_a_backfill_on_a_fresh_pipeline_lands_each_record_on
 
     # Past the frontier, runs are plain blind appends again.
     more = orders.produce((0, "f0", 55), (1, "f1", 56))
-    assert orders.harness.runner().run().records == 2
+    assert orders.harness.face().run().records == 2
     assert orders.harness.sink_rows() == orders.rows(window + later + more)
     overlaps, result = writes[1]
     assert (overlaps, result.sink_records, result.deduplicated) == ((), 2, 0)
@@ -194,10 +193,10 @@ def test_without_a_backfill_runs_append_blindly_and_dedupe_nothing(
 ) -> None:
     orders = Orders(kafka_clusters["east"], tmp_path, spark)
     first = orders.produce((0, "g0", 1), (1, "g1", 2))
-    assert orders.harness.runner().run().records == 2
+    assert orders.harness.face().run().records == 2
     second = orders.produce((0, "h0", 3), (0, "h1", 4), (1, "h2", 5))
 
-    assert orders.harness.runner().run().records == 3
+    assert orders.harness.face().run().records == 3
 
     assert orders.harness.sink_rows() == orders.rows(first + second)
     assert orders.harness.runner().store.load().backfilled == {}
@@ -210,7 +209,7 @@ def test_a_recovered_run_dedupes_like_the_run_it_finishes(
 ) -> None:
     orders = Orders(kafka_clusters["east"], tmp_path, spark)
     first = orders.produce((0, "i0", 1))
-    assert orders.harness.runner().run().records == 1
+    assert orders.harness.face().run().records == 1
     window = orders.produce((0, "j0", 10), (1, "j1", 11))
     assert orders.backfill(5, 30).records == 2
     after = orders.produce((1, "k0", 40))
@@ -222,7 +221,7 @@ def test_a_recovered_run_dedupes_like_the_run_it_finishes(
     assert planned is not None
     assert (planned.run_seq, planned.status) == (2, "planned")
 
-    summary = orders.harness.runner().run()  # re-executes run 2 exactly, then finds nothing more
+    summary = orders.harness.face().run()  # re-executes run 2 exactly, then finds nothing more
 
     assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
     assert orders.harness.sink_rows() == orders.rows(first + window + after)
@@ -246,7 +245,7 @@ def test_a_dead_letter_an_orphaned_backfill_merge_lands_during_the_runs_write_la
     assert orders.harness.runner().run().records == 1
     window = orders.produce((0, "n0", 10), (1, b"\xff\xfe-not-utf8", 11))
     assert (orders.backfill(5, 30).records, orders.dead_letters()) == (2, [(1, 0)])
-    dead_letters = str(orders.harness.runner().pipeline.sink.resolved_dead_letter_path)
+    dead_letters = str(orders.harness.face().config.sink.resolved_dead_letter_path)
     merged = DeltaTable(dead_letters).to_pyarrow_table()
     DeltaTable(dead_letters).delete()  # the frontier is recorded; the orphaned MERGE's dead letter not landed yet
 

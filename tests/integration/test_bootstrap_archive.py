@@ -102,7 +102,7 @@ def assert_run_1_planned(h: PipelineHarness) -> None:
 
 def landed(h: PipelineHarness) -> list[tuple[Any, ...]]:
     """Every sink row as (value, cluster, stream, topic, offset is null), sorted, duplicates kept."""
-    opened = open_delta_rs(h.runner().pipeline.sink_table, doing="reading the sink")
+    opened = open_delta_rs(h.face().config.sink_table, doing="reading the sink")
     assert opened is not None
     table = opened.to_pyarrow_table(columns=["value", "cluster", "stream", "topic", "offset"])
     rows = zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True)
@@ -123,14 +123,14 @@ def test_first_run_lands_archive_then_kafka_from_until_exactly_once_across_a_cra
     assert committed_txn_version(h.sink_path, "p") == 1  # the sink holds run 1: archive and Kafka rows
     past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
-    recovering = h.runner().run()
+    recovering = h.face().run()
     assert recovering.recovered_run_seq == 1
     archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
     kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in range(2, 6)]
     assert landed(h) == sorted(archive_rows + kafka_rows)
 
     produce(east, topic, [Record(value=b"k6", partition=0)])
-    later = h.runner().run()
+    later = h.face().run()
     assert later.records == 1
     assert later.bootstrap_source is None  # the archive is landed by the first run only
     assert landed(h) == sorted([*archive_rows, *kafka_rows, (b"k6", "east", "orders", topic, False)])
@@ -146,21 +146,21 @@ def test_unmappable_columns_are_refused_before_anything_is_written_and_an_archiv
     h.set_streams({"orders": {"east": [topic]}})
 
     with pytest.raises(ConfigError) as refused:
-        h.runner().run()
+        h.face().run()
     message = str(refused.value)
     assert "no archive column is mapped to `timestamp`" in message
     assert "archive column(s) event_time, note map to no sink column" in message
     assert not h.sink_path.exists()
-    assert h.runner().store.load().last_run is None
+    assert h.face().status().last_run_status is None
 
     mapped = {"columns": {"value": "payload", "timestamp": "event_time"}, "ignore": ["note"]}
     h.configure(bootstrap={**bootstrap, **mapped, "max_files_per_run": 1})
-    first = h.runner().run()
+    first = h.face().run()
     assert (first.bootstrap_records, first.records) == (2, 2)  # the first file: a0, a1
     assert first.bootstrap_source == f"parquet {tmp_path / 'archive'}"
-    second = h.runner().run()
+    second = h.face().run()
     assert (second.bootstrap_records, second.records) == (2, 2)  # the second: a2, a3 (a4 is not before until)
-    third = h.runner().run()
+    third = h.face().run()
     assert (third.status, third.bootstrap_source) == ("empty", None)
     assert landed(h) == [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
 
@@ -177,12 +177,12 @@ def test_an_offsets_reset_between_two_parts_of_an_archive_keeps_landing_its_file
     )
     h.set_streams({"orders": {"east": [topic]}})
 
-    assert h.runner().run().bootstrap_records == 2  # a0, a1 and k0..k2
+    assert h.face().run().bootstrap_records == 2  # a0, a1 and k0..k2
     reset = ["offsets", "reset", "--to", "earliest", "--reason", "rewind", "--yes"]
     assert main([*reset, "--config", str(h.config_path), "--pipeline", "p"]) == 0
-    second = h.runner().run()
+    second = h.face().run()
     assert second.bootstrap_records == 2  # a2, a3: the chain goes on past the reset
-    assert h.runner().run().bootstrap_source is None
+    assert h.face().run().bootstrap_source is None
     archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
     kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in range(3)]
     assert landed(h) == sorted(archive_rows + kafka_rows)
@@ -205,7 +205,7 @@ def test_an_archive_file_rewritten_after_the_plan_is_refused_at_the_recovery_wit
     past_the_planned_runs_lease(monkeypatch, h.runner().store)
 
     with pytest.raises(ArchiveChangedError, match=r"part-0\.parquet \(planned \d+ bytes") as refused:
-        h.runner().run()
+        h.face().run()
     assert "Nothing was written" in str(refused.value)
     assert committed_txn_version(h.sink_path, "p") is None
     assert_run_1_planned(h)
@@ -222,13 +222,13 @@ def test_a_kafka_record_after_the_switch_offset_with_a_timestamp_before_until_la
     h = harness(tmp_path, kafka_clusters, spark, bootstrap=mapped_bootstrap(tmp_path / "archive"))
     h.set_streams({"orders": {"east": [topic]}})
 
-    first = h.runner().run()
+    first = h.face().run()
     archive_rows = [(f"a{n}".encode(), "archive", "orders", None, True) for n in range(4)]
     kafka_rows = [(f"k{i}".encode(), "east", "orders", topic, False) for i in (0, 2)]
     assert landed(h) == sorted(archive_rows + kafka_rows)
     assert first.records == 6
     produce(east, topic, [Record(value=b"late", timestamp_ms=UNTIL_MS - 500)])  # produced after the bootstrap
-    assert h.runner().run().records == 1, "a record newer than the archive is Kafka's, whatever its timestamp"
+    assert h.face().run().records == 1, "a record newer than the archive is Kafka's, whatever its timestamp"
 
 
 def test_a_cluster_skipped_by_the_bootstrap_run_starts_at_until_when_it_comes_back(
@@ -264,10 +264,10 @@ def test_a_cluster_skipped_by_the_bootstrap_run_starts_at_until_when_it_comes_ba
     h.set_cluster("west", bootstrap_servers=f"127.0.0.1:{free_port()}")  # nothing listens there
     h.set_streams({"orders": {name: [topic] for name, topic in topics.items()}})
 
-    first = h.runner().run()
+    first = h.face().run()
     assert first.skipped_clusters == ("west",)
     h.set_cluster("west", bootstrap_servers=west)
-    back = h.runner().run()
+    back = h.face().run()
 
     assert back.records == 2
     values = sorted(bytes(row[0]).decode() for row in landed(h))

@@ -139,11 +139,11 @@ def test_archive_values_that_do_not_decode_land_as_dead_letters_once_across_a_cr
     assert dead_letter_values(h) == ARCHIVE_DEAD  # committed before the sink, which the crash stopped
     assert sink_ids(h) == []
 
-    recovered = h.runner().run()
+    recovered = h.face().run()
     assert recovered.recovered_run_seq == 1
     assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
     assert dead_letter_values(h) == ARCHIVE_DEAD
-    assert h.runner().run().status == "empty"
+    assert h.face().run().status == "empty"
     assert sink_ids(h) == sorted([*range(20), *range(100, 110)])
     assert dead_letter_values(h) == ARCHIVE_DEAD
 
@@ -159,11 +159,11 @@ def test_the_archive_streams_decode_inputs_are_pinned_when_kafka_has_no_range_of
     # The schema that decodes the dead letters too: the recovery would land them in the sink as well.
     h.configure(formats={"orders": {"value_format": "json", "value_schema": "id INT, note STRING"}})
     with pytest.raises(ConfigError, match="the value format of stream 'orders'"):
-        h.runner().run()
+        h.face().run()
     assert sink_ids(h) == []
 
     h.configure(formats=strict)
-    assert h.runner().run().recovered_run_seq == 1
+    assert h.face().run().recovered_run_seq == 1
     assert sink_ids(h) == list(range(20))
     assert dead_letter_values(h) == ARCHIVE_DEAD
 

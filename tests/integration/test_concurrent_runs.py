@@ -100,7 +100,7 @@ def test_on_two_hosts_two_runs_started_at_the_same_moment_one_lands_the_records_
     stream.produce("first", east=30, west=20)
     harness = stream.harness
     envs = host_envs(tmp_path, 2)
-    first = harness.runner().run()
+    first = harness.face().run()
     assert (first.run_seq, first.status, first.records, first.recovered_run_seq) == (1, "committed", 50, None)
     stream.produce("second", east=7, west=5)
 

@@ -38,7 +38,6 @@ import pytest
 from devtools.testing.kafka import wait_for
 from dynamic_kafka.faults import ENV as FAULT_ENV
 from dynamic_kafka.model.summary import RunSummary
-from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     DeadLetterStream,
@@ -79,7 +78,7 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
     first_rows = stream.produce("first", east=12, west=8)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     ends_before_crash = stream.end_offsets()
     crashed_rows = stream.produce("crashed", east=10, west=6)
     planned_ranges = {k: (ends_before_crash.get(k, 0), stop) for k, stop in stream.end_offsets().items()}
@@ -112,7 +111,7 @@ def test_a_run_killed_at_any_step_is_recovered_by_the_next_run_exactly_once(
         assert unreferenced_data_files(harness.sink_path), "no partial files: the kill did not land mid-write"
 
     later_rows = stream.produce("later", east=5, west=3)
-    recovering = harness.runner().run()
+    recovering = harness.face().run()
 
     assert recovering.recovered_run_seq == 2
     assert (recovering.run_seq, recovering.status, recovering.records) == (3, "committed", len(later_rows))
@@ -201,7 +200,7 @@ def test_a_recovery_killed_midway_is_recovered_by_the_next_run_exactly_once(
     )
     harness = stream.harness
     stream.produce("first", east=6, west=4)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     ends_after_first = stream.end_offsets()
     stream.produce("crashed", east=5, west=3)
     crash = _cli_run_with_fault(harness, "after_plan")
@@ -221,7 +220,7 @@ def test_a_recovery_killed_midway_is_recovered_by_the_next_run_exactly_once(
     assert committed_offsets(harness) == ends_after_first
     assert committed_txn_version(harness.sink_path, "p") == (2 if fault == "recovery_after_sink" else 1)
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert summary.recovered_run_seq == 2
     assert (summary.run_seq, summary.status, summary.records) == (3, "committed", len(later_rows))
@@ -242,7 +241,7 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
     stream = DeadLetterStream(kafka_clusters["east"].bootstrap_servers, tmp_path, spark, 2, spark_config=remote)
     harness, send = stream.harness, stream.send
     good, bad = send("first", 3, 2)
-    assert harness.runner().run().dead_letters == 2
+    assert harness.face().run().dead_letters == 2
     crashed_good, crashed_bad = send("crashed", 4, 3)
 
     crash = _cli_run_with_fault(harness, "after_dead_letter")
@@ -254,7 +253,7 @@ def test_a_run_killed_between_the_dead_letter_and_the_sink_commits_lands_both_ex
     assert table_coordinates(dead_letter_path) == sorted(bad | crashed_bad)
     assert table_coordinates(harness.sink_path) == sorted(good)
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.recovered_run_seq, summary.run_seq, summary.status) == (2, 3, "empty")
     # The recovery's completeness counts its own sink commit and the crashed attempt's dead-letter commit.
@@ -292,7 +291,7 @@ def test_a_backfill_killed_between_its_frontier_and_its_merge_leaves_every_recor
         return [("east", topic, r.partition or 0, r.offset or 0, r.value) for r in produce(servers, topic, records)]
 
     first = send(("a0", 1), ("a1", 2))
-    assert harness.runner().run().records == 2
+    assert harness.face().run().records == 2
     window = send(("b0", 10), ("b1", 11), ("b2", 12))
     start, end = (t0 + timedelta(minutes=5)).isoformat(), (t0 + timedelta(minutes=30)).isoformat()
 
@@ -305,11 +304,11 @@ def test_a_backfill_killed_between_its_frontier_and_its_merge_leaves_every_recor
     assert (state.last_run.run_seq, state.last_run.status) == (1, "committed")
     assert harness.sink_rows() == sorted(first)
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.run_seq, summary.records, summary.deduplicated) == (2, 3, 0)
     assert harness.sink_rows() == sorted(first + window)
-    again = run_backfill(harness.runner().context, datetime.fromisoformat(start), datetime.fromisoformat(end))
+    again = harness.face().backfill(datetime.fromisoformat(start), datetime.fromisoformat(end))
     assert (again.records, again.sink_version is not None) == (3, True)
     assert harness.sink_rows() == sorted(first + window)
     assert_nothing_left(harness)

@@ -46,7 +46,7 @@ def landed(harness: PipelineHarness) -> list[tuple[int, Any]]:
 
 def dead_letters(harness: PipelineHarness) -> list[tuple[int, str]]:
     """(offset, error) of every dead letter, sorted."""
-    table = harness.runner().pipeline.dead_letter_table
+    table = harness.face().config.dead_letter_table
     rows = DeltaTable(table.delta_rs_uri).to_pyarrow_table(columns=["offset", "error"]).to_pylist()
     return sorted((r["offset"], r["error"]) for r in rows)
 
@@ -119,7 +119,7 @@ def test_replay_lands_what_decodes_now_once_even_after_a_crash_in_the_middle(
     assert landed(harness) == [(0, 1), (1, 2), (2, 3), (4, 4)]
 
     # Never beside a run: refused while the run lock is held.
-    pipeline = harness.runner().pipeline
+    pipeline = harness.face().config
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         assert taken
         assert cli(harness, "dead-letters", "replay", "--yes", "--json") == 1

@@ -101,7 +101,7 @@ def killed_between_the_two_commits(
 
 def assert_refused_with_nothing_written(harness: PipelineHarness, changed: str, dead_letters: list[int]) -> None:
     with pytest.raises(ConfigError, match=rf"run 1 was planned \(and crashed\) with other settings .*{changed}"):
-        harness.runner().run()
+        harness.face().run()
     assert committed_txn_version(harness.sink_path, "p") is None
     assert offsets(harness.sink_path) == []
     assert offsets(harness.folder / "sink_dead_letter") == dead_letters
@@ -128,13 +128,13 @@ def test_json_strict_flipped_under_a_crashed_run_is_refused_and_restored_lands_e
     assert_refused_with_nothing_written(harness, "json_strict changed", dead_letters=[2])
 
     harness.configure(json_strict=False)
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.recovered_run_seq, summary.status) == (1, "empty")
     assert offsets(harness.sink_path) == [0, 1]
     assert offsets(tmp_path / "sink_dead_letter") == [2]
     harness.configure(json_strict=True)  # with the run finished, the setting applies to the next ones
-    assert harness.runner().run().status == "empty"
+    assert harness.face().run().status == "empty"
 
 
 def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_lands_every_record_once(
@@ -162,7 +162,7 @@ def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_
     assert_refused_with_nothing_written(harness, "the contents of value_schema_file", dead_letters=[1])
 
     schema_file.write_text(json.dumps(ITEM))
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.recovered_run_seq, summary.status) == (1, "empty")
     assert offsets(harness.sink_path) == [0]
@@ -204,7 +204,7 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     assert client.get_versions(subject) == [2]
     assert v2 != v1
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.recovered_run_seq, summary.status) == (1, "empty")
     landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()
@@ -233,7 +233,7 @@ def test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids(
     register(registry, f"{topic}-key", KEY_V2)
     SchemaRegistryClient({"url": registry.url}).delete_version(f"{topic}-key", 1)  # k1 is no listed version now
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.recovered_run_seq, summary.status) == (1, "empty")
     landed = DeltaTable(str(harness.sink_path)).to_pyarrow_table().to_pylist()

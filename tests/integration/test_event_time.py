@@ -75,7 +75,7 @@ def test_a_runs_event_times_come_from_the_expression(
         [order(1, placed), order(2, placed + timedelta(hours=3)), Record(value=b"not json")],
     )
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.records, summary.dead_letters) == (3, 1)
     assert (summary.min_event_time, summary.max_event_time) == (placed, placed + timedelta(hours=3))
@@ -89,7 +89,7 @@ def test_a_runs_event_times_come_from_the_expression(
 
     harness.configure(event_time=None)
     produce(kafka_clusters["east"].bootstrap_servers, topic, [order(3, placed)])
-    summary = harness.runner().run()
+    summary = harness.face().run()
     assert summary.event_time is None
     assert summary.min_event_time is not None
     assert summary.min_event_time > datetime.now(UTC) - timedelta(minutes=10), "the Kafka timestamp by default"
@@ -104,7 +104,7 @@ def test_a_table_per_stream_runs_event_times_come_from_the_expression(
     placed = datetime(2026, 11, 3, 7, 0, tzinfo=UTC)
     produce(kafka_clusters["east"].bootstrap_servers, topic, [order(1, placed), order(2, placed + timedelta(hours=2))])
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert [t.stream_id for t in summary.stream_tables] == ["orders"]
     assert (summary.min_event_time, summary.max_event_time) == (placed, placed + timedelta(hours=2))
@@ -128,14 +128,13 @@ def test_an_unusable_expression_is_refused_before_anything_is_written(
     produce(kafka_clusters["east"].bootstrap_servers, topic, [order(1, datetime.now(UTC))])
 
     with pytest.raises(ConfigError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     message = str(raised.value)
     assert f"pipeline 'p': event_time {expression!r} {said}" in message
     assert "timestamp_millis(value.ts_ms)" in (raised.value.hint or "")
     assert not harness.sink_path.exists()
-    state = harness.runner().store.load()
-    assert (state.last_run, dict(state.partitions)) == (None, {}), "nothing planned"
+    assert harness.face().status().never_ran, "nothing planned"
 
 
 def test_a_recovery_measures_with_the_planned_expression(

@@ -30,13 +30,13 @@ def test_flinks_client_id_prefix_is_translated_and_a_meaningless_option_stops_th
     east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
     expected = rows("east", topic, produce(east, topic, numbered(range(4), partitions=2)))
 
-    assert harness.runner().run().records == 4
+    assert harness.face().run().records == 4
     assert harness.sink_rows() == sorted(expected)
 
     harness.set_cluster("east", bootstrap_servers=east, properties={"commit.offsets.on.checkpoint": "true"})
     produce(east, topic, numbered(range(4, 6), partitions=2))
     with pytest.raises(FlinkOptionError) as caught:
-        harness.runner().run()
+        harness.face().run()
 
     assert (caught.value.key, caught.value.cluster_id) == ("commit.offsets.on.checkpoint", "east")
     assert "`consumer_group`" in str(caught.value)

@@ -95,7 +95,7 @@ def test_a_truncation_refilled_past_the_committed_offset_fails_or_is_read_and_a_
     harness = PipelineHarness(tmp_path, clusters={"epochs": broker.bootstrap}, spark=lambda: spark, on_data_loss="fail")
     harness.set_streams({"orders": {"epochs": [lost, kept]}})
     first = {t: produce(broker.bootstrap, t, numbered("a", 5)) for t in (lost, kept)}
-    harness.runner().run()
+    harness.face().run()
     assert harness.sink_rows() == sorted(sink(lost, first[lost]) + sink(kept, first[kept]))
     epochs_before = {t: broker.latest(t)[1] for t in (lost, kept)}
     assert None not in epochs_before.values()
@@ -112,7 +112,7 @@ def test_a_truncation_refilled_past_the_committed_offset_fails_or_is_read_and_a_
 
     rows_before = harness.sink_rows()
     with pytest.raises(DataLossError) as raised:
-        harness.runner().run()
+        harness.face().run()
     # Only the diverged log is named; the clean leader change of ``kept`` is checked and not flagged.
     assert raised.value.truncated == (
         LostRange(cluster_id="epochs", topic=lost, partition=0, from_offset=0, to_offset=5),
@@ -121,7 +121,7 @@ def test_a_truncation_refilled_past_the_committed_offset_fails_or_is_read_and_a_
     assert harness.sink_rows() == rows_before
 
     harness.configure(on_data_loss="skip")
-    refilled = harness.runner().run()
+    refilled = harness.face().run()
     assert [(f.kind, f.topic, f.from_offset, f.to_offset) for f in refilled.warnings] == [("truncated", lost, 0, 5)]
     # Every record landed exactly once: the first five of ``lost`` at offsets 0..4, then the nine new ones at 0..8.
     assert harness.sink_rows() == sorted(

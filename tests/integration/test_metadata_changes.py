@@ -24,7 +24,6 @@ from devtools.testing.kafka import (
     unique_name,
     wait_for,
 )
-from dynamic_kafka.operations.status import pipeline_status
 from tests.support.metadata_changes import (
     finding_ranges,
     harness,
@@ -68,17 +67,17 @@ def migrate(h: PipelineHarness, clusters: Clusters, *, left_on_a: range = range(
 
     h.set_streams({"orders": {"east": [topic_a]}})
     read = rows("east", topic_a, produce(east, topic_a, numbered(range(15), partitions=2)))
-    assert h.runner().run().records == 15
+    assert h.face().run().records == 15
 
     h.set_streams({"orders": {"east": [topic_a], "west": [topic_b]}})
     read += rows("east", topic_a, produce(east, topic_a, numbered(range(15, 30), partitions=2)))
-    assert h.runner().run().records == 15
+    assert h.face().run().records == 15
     assert h.sink_rows() == sorted(read)
 
     read += rows("west", topic_b, produce(west, topic_b, numbered(range(30, 45), partitions=2)))
     left = produce(east, topic_a, numbered(left_on_a, partitions=2))
     h.set_streams({"orders": {"west": [topic_b]}})
-    last = h.runner().run()
+    last = h.face().run()
     return Migration(topic_a, topic_b, read, left, last)
 
 
@@ -121,7 +120,7 @@ def test_migration_with_drain_removed_reads_what_the_old_cluster_got_after_its_l
     assert positions(h, "east") == {(c, t, p): ("removed", stop) for c, t, p, _, stop in drained}
 
     # Drained and removed: the next run neither reads east again nor starts Spark.
-    again = h.runner().run()
+    again = h.face().run()
     assert again.status == "empty"
     assert not again.spark_started
     assert h.sink_rows() == sorted(m.read + rows("east", m.topic_a, m.left_on_a))
@@ -141,7 +140,7 @@ def test_migration_reports_records_left_unread_on_the_removed_cluster(
     assert set(m.last.warnings) >= {f for f in m.last.findings if f.kind == "removed_unread"}
     assert positions(h, "east") == {(c, t, p): ("removed", start) for c, t, p, start, _ in unread}
 
-    status = pipeline_status(h.runner().context)
+    status = h.face().status()
     assert finding_ranges(status.warnings, "removed_unread") == unread
     lag = {(p.cluster_id, p.topic, p.partition): (p.status, p.next_offset, p.latest_offset) for p in status.partitions}
     assert {k: v for k, v in lag.items() if k[0] == "east"} == {
@@ -160,11 +159,11 @@ def test_removed_then_readded_topic_resumes_where_it_stopped(
     h.set_streams({"orders": {"east": [moving, staying]}})
     expected = rows("east", moving, produce(east, moving, numbered(range(10), partitions=2)))
     expected += rows("east", staying, produce(east, staying, numbered(range(100, 105))))
-    assert h.runner().run().records == 15
+    assert h.face().run().records == 15
 
     before_removal = produce(east, moving, numbered(range(10, 14), partitions=2))
     h.set_streams({"orders": {"east": [staying]}})
-    removal = h.runner().run()
+    removal = h.face().run()
     assert removal.status == "empty"
     assert finding_ranges(removal.findings, "removed_unread") == unread_ranges("east", moving, before_removal)
     assert positions(h) == {
@@ -175,7 +174,7 @@ def test_removed_then_readded_topic_resumes_where_it_stopped(
     while_absent = produce(east, moving, numbered(range(14, 20), partitions=2))
 
     h.set_streams({"orders": {"east": [moving, staying]}})
-    back = h.runner().run()
+    back = h.face().run()
 
     resumed = before_removal + while_absent
     assert back.records == len(resumed)
@@ -203,17 +202,17 @@ def test_cluster_flapping_in_the_metadata_loses_and_duplicates_nothing(
         expected += rows("west", t_west, produce(west, t_west, numbered(numbers, partitions=2)))
 
     produce_both(range(6))
-    assert h.runner().run().records == 12
+    assert h.face().run().records == 12
 
     produce_both(range(6, 12))
     h.set_streams({"orders": {"east": [t_east]}})
-    absent = h.runner().run()
+    absent = h.face().run()
     assert {t.cluster_id: t.records for t in absent.topics} == {"east": 6}
     assert {(c, s) for (c, _, _), (s, _) in positions(h).items()} == {("east", "active"), ("west", "removed")}
 
     produce_both(range(12, 18))
     h.set_streams(both)
-    present = h.runner().run()
+    present = h.face().run()
 
     assert {t.cluster_id: t.records for t in present.topics} == {"east": 6, "west": 12}
     assert h.sink_rows() == sorted(expected)
@@ -240,13 +239,13 @@ def test_new_stream_matching_the_pattern_is_read_from_the_starting_initializer(
     )
     h.set_streams({"orders-eu": {"east": [t_eu]}})
     eu = produce(east, t_eu, numbered(range(5)))
-    assert h.runner().run().records == 5
+    assert h.face().run().records == 5
 
     eu += produce(east, t_eu, numbered(range(5, 8)))
     us = produce(west, t_us, numbered(range(100, 110)))
     produce(west, t_old, numbered(range(200, 205)))
     h.set_streams({"orders-eu": {"east": [t_eu]}, "orders-us": {"west": [t_us]}, "old-orders-x": {"west": [t_old]}})
-    second = h.runner().run()
+    second = h.face().run()
 
     assert second.records == 3 + 7
     assert finding_ranges(second.findings, "new_topic") == {("west", t_us, -1, None, None)}
@@ -265,7 +264,7 @@ def test_partitions_added_between_runs_are_read_from_earliest(
     h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1}, starting_offsets="latest")
     topic = topics["east"]
     produce(east, topic, numbered(range(5)))
-    first = h.runner().run()
+    first = h.face().run()
     assert first.status == "empty"
     assert positions(h) == {("east", topic, 0): ("active", 5)}, "latest pins partition 0 after the 5 old records"
 
@@ -280,7 +279,7 @@ def test_partitions_added_between_runs_are_read_from_earliest(
     wait_for(grown, what=f"3 partitions with leaders for {topic}")
     before_discovery = produce(east, topic, [Record(value=str(i).encode(), partition=1 + i % 2) for i in range(8, 14)])
 
-    second = h.runner().run()
+    second = h.face().run()
 
     assert second.records == 9
     assert finding_ranges(second.findings, "new_partition") == {("east", topic, p, None, None) for p in (1, 2)}
@@ -303,20 +302,20 @@ def test_topic_recreated_with_fewer_partitions_is_reset_once(
     h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2}, on_topic_recreated="reset")
     topic = topics["east"]
     old = produce(east, topic, numbered(range(4), partitions=2))
-    assert h.runner().run().records == 4
+    assert h.face().run().records == 4
 
     _recreate(east, topic, 1)
     new = produce(east, topic, numbered(range(10, 13)))
-    reset = h.runner().run()
+    reset = h.face().run()
     assert reset.records == 3
     assert {f.kind for f in reset.findings} >= {"topic_recreated"}
     assert positions(h) == {("east", topic, 0): ("active", 3), ("east", topic, 1): ("removed", 2)}
 
     newer = produce(east, topic, numbered(range(13, 15)))
-    after = h.runner().run()
+    after = h.face().run()
     assert after.records == 2
     assert "topic_recreated" not in {f.kind for f in after.findings}
-    assert h.runner().run().status == "empty"
+    assert h.face().run().status == "empty"
     assert h.sink_rows() == sorted(rows("east", topic, old) + rows("east", topic, new + newer))
 
 
@@ -330,11 +329,11 @@ def test_topic_added_to_a_stream_with_state_is_read_from_earliest(
     old_topic, new_topic = topics["east"], unique_name("orders-new")
     create_topic(west, new_topic, 1)
     produce(east, old_topic, numbered(range(3)))
-    assert h.runner().run().status == "empty"  # latest: the first run pins the old records as read
+    assert h.face().run().status == "empty"  # latest: the first run pins the old records as read
 
     before_discovery = produce(west, new_topic, numbered(range(100, 104)))
     h.set_streams({"orders": {"east": [old_topic], "west": [new_topic]}})
-    discovered = h.runner().run()
+    discovered = h.face().run()
 
     assert discovered.records == 4
     assert {(f.cluster_id, f.topic) for f in discovered.findings if f.kind == "new_topic"} == {("west", new_topic)}
@@ -357,14 +356,14 @@ def test_topic_pattern_picks_up_a_matching_topic_from_earliest_and_a_partition_s
     create_topic(west, split, 3)
     h = harness(tmp_path, kafka_clusters, spark, starting_offsets="latest")
     h.set_streams({"orders": {"east": {"pattern": f"{prefix}-.*"}, "west": {"topics": {split: [0, 2]}}}})
-    assert h.runner().run().status == "empty"  # latest: pins the (empty) topics
+    assert h.face().run().status == "empty"  # latest: pins the (empty) topics
 
     landed = produce(east, first, numbered(range(3)))
     produce(east, other, numbered(range(10, 12)))
     in_set = produce(west, split, numbered(range(20, 26), partitions=3))
     create_topic(east, later, 1)
     before_discovery = produce(east, later, numbered(range(30, 33)))
-    summary = h.runner().run()
+    summary = h.face().run()
 
     wanted = [r for r in in_set if r.partition in (0, 2)]
     assert summary.records == 3 + 3 + len(wanted)

@@ -54,14 +54,14 @@ def test_changed_bootstrap_servers_of_a_cluster_keep_its_offsets(
     h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 2})
     topic = topics["east"]
     expected = rows("east", topic, produce(east, topic, numbered(range(6), partitions=2)))
-    assert h.runner().run().records == 6
+    assert h.face().run().records == 6
 
     for step, bootstrap in enumerate((renamed, f"{renamed},{east}"), start=1):
         h.set_cluster("east", bootstrap_servers=bootstrap)
         more = produce(east, topic, numbered(range(6 * step, 6 * step + 6), partitions=2))
         expected += rows("east", topic, more)
 
-        summary = h.runner().run()
+        summary = h.face().run()
 
         assert summary.records == 6, f"only the records produced since the last run, with {bootstrap}"
         assert h.sink_rows() == sorted(expected)
@@ -96,14 +96,14 @@ def test_recreated_topic_fails_the_run_unless_reset_reads_it_from_earliest(
     h, topics = orders_stream(tmp_path, kafka_clusters, spark, {"east": 1})
     topic = topics["east"]
     old = rows("east", topic, produce(east, topic, numbered(range(5))))
-    assert h.runner().run().records == 5
+    assert h.face().run().records == 5
     old_topic_id = state_rows(h)[("east", topic, 0)].topic_id
 
     recreate_topic(east, topic)
     new = rows("east", topic, produce(east, topic, numbered(range(100, 103))))
 
     with pytest.raises(TopicRecreatedError) as failed:
-        h.runner().run()
+        h.face().run()
     assert (failed.value.cluster_id, failed.value.topic) == ("east", topic)
     assert topic in str(failed.value)
     assert h.sink_rows() == sorted(old)
@@ -111,7 +111,7 @@ def test_recreated_topic_fails_the_run_unless_reset_reads_it_from_earliest(
     assert positions(h) == {("east", topic, 0): ("active", 5)}
 
     h.configure(on_topic_recreated="reset")
-    reset = h.runner().run()
+    reset = h.face().run()
 
     assert reset.records == 3
     assert finding_ranges(reset.findings, "topic_recreated") == {("east", topic, -1, None, None)}
@@ -129,7 +129,7 @@ def test_unreachable_active_cluster_fails_the_run_or_is_skipped_with_its_offsets
     t_east, t_west = topics["east"], topics["west"]
     expected = rows("east", t_east, produce(east, t_east, numbered(range(4))))
     expected += rows("west", t_west, produce(west, t_west, numbered(range(4))))
-    assert h.runner().run().records == 8
+    assert h.face().run().records == 8
     west_before = positions(h, "west")
 
     # Nothing listens on a port just found free: the metadata now sends "west" to a dead address, given up on after
@@ -140,13 +140,13 @@ def test_unreachable_active_cluster_fails_the_run_or_is_skipped_with_its_offsets
     produce(west, t_west, numbered(range(4, 9)))
 
     with pytest.raises(ClusterUnreachableError) as failed:
-        h.runner().run()
+        h.face().run()
     assert failed.value.cluster_id == "west"
     assert h.sink_rows() == sorted(expected)
     assert last_run_seq(h) == 1
 
     h.configure(skip_unreachable_clusters=True)
-    skipping = h.runner().run()
+    skipping = h.face().run()
 
     assert skipping.skipped_clusters == ("west",)
     assert finding_ranges(skipping.warnings, "cluster_skipped") == {("west", "", -1, None, None)}
@@ -173,7 +173,7 @@ def test_metadata_resolving_to_nothing_is_a_successful_empty_run(
     h = harness(tmp_path, kafka_clusters, spark=None, **subscription)
     h.set_streams(streams)
 
-    summary = h.runner().run()
+    summary = h.face().run()
 
     assert summary.status == "empty"
     assert not summary.spark_started

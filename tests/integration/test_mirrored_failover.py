@@ -17,7 +17,6 @@ import pytest
 
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from dynamic_kafka.cli.main import main
-from dynamic_kafka.operations.backfill import run_backfill
 from tests.support.metadata_changes import harness, numbered, rows
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
     h.set_streams({"orders": {"east": [topic]}})
     first_ms = int(time.time() * 1000) - 60_000
     history = produce(east, topic, stamped(numbered(range(40), partitions=2), first_ms))
-    assert h.runner().run().records == 40
+    assert h.face().run().records == 40
 
     produce(west, topic, history)  # the mirror: same partitions, same timestamps
     switch_ms = first_ms + 40  # producers move to west: from here on, records go to west only
@@ -59,7 +58,7 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
 
     # What docs/failover.md tells an operator to check before the run: each partition of the mirror starts after
     # its 20 mirrored records, at the first record at or after the switch time.
-    plan, _, _ = h.runner().plan()
+    plan = h.face().plan()
     assert {(s.cluster_id, s.partition): (s.start_offset, s.stop_offset) for s in plan.splits} == {
         ("west", 0): (20, 25),
         ("west", 1): (20, 25),
@@ -70,7 +69,7 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
         if f.kind == "new_topic"
     )
 
-    failover = h.runner().run()
+    failover = h.face().run()
 
     assert failover.records == 10
     assert h.sink_rows() == sorted(rows("east", topic, history) + rows("west", topic, after))
@@ -79,7 +78,7 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
     # A backfill of the whole history after the failover reads the mirror from its handover on: west's copies of
     # east's records (same timestamps, other offsets) are not merged again (docs/failover.md, "Backfills").
     start = datetime.fromtimestamp(first_ms / 1000, tz=UTC)
-    backfill = run_backfill(h.runner().context, start, datetime.now(UTC))
+    backfill = h.face().backfill(start, datetime.now(UTC))
 
     assert backfill.records == 10  # the records produced to west after the switch, already landed
     assert sorted(int(v) for v in h.sink_values()) == list(range(50))
@@ -91,5 +90,5 @@ def test_failover_to_a_mirror_by_timestamp_lands_no_mirrored_record_twice_and_lo
     out = capsys.readouterr().out
     assert f"west/{topic}[0] stops at 20, not at 0: the first offset at or after {iso(switch_ms)}" in out
     assert "the handover of cluster 'west'" in out
-    assert h.runner().run().sink_records == 0  # the post-switch records read again are in the sink already
+    assert h.face().run().sink_records == 0  # the post-switch records read again are in the sink already
     assert sorted(int(v) for v in h.sink_values()) == list(range(50))

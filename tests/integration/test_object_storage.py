@@ -22,7 +22,6 @@ import pytest
 from devtools.testing.clusters import distinct_free_ports
 from dynamic_kafka.errors import ObjectStoreError
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.protocol.guard import RUN_LOCK_DIR_ENV
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, summary_of, tail
@@ -57,17 +56,17 @@ def test_runs_status_and_a_backfill_land_on_s3_exactly_once(
     harness = stream.harness
     first_rows = stream.produce("first", east=12, west=8)
 
-    first = harness.runner().run()
+    first = harness.face().run()
 
     assert (first.run_seq, first.status, first.records) == (1, "committed", 20)
     assert first.completeness is not None  # the run's files read from S3 with the pipeline's credentials
     assert (first.completeness.landed, first.completeness.matches) == (20, True)
     assert harness.sink_rows() == first_rows
-    pipeline = harness.runner().pipeline
+    pipeline = harness.face().config
     assert pipeline.resolved_state_path.uri.startswith("s3://lake/")
     assert not any(tmp_path.glob("sink*")), "nothing may land on local disk"
     assert committed_txn_version(pipeline.sink_table, "p") == 1
-    assert harness.runner().run().status == "empty"
+    assert harness.face().run().status == "empty"
 
     status = harness.cli("status", "--json")
     assert status.returncode == 0, tail(status.stderr)
@@ -81,12 +80,12 @@ def test_runs_status_and_a_backfill_land_on_s3_exactly_once(
     # A backfill over the last hour MERGEs into the S3 sink: records it lacks are inserted, the rest matched.
     later_rows = stream.produce("later", east=3, west=2)
     now = datetime.now(UTC)
-    backfill = run_backfill(harness.runner().context, now - timedelta(hours=1), now + timedelta(minutes=5))
+    backfill = harness.face().backfill(now - timedelta(hours=1), now + timedelta(minutes=5))
     assert backfill.records == 25
     assert harness.sink_rows() == sorted(first_rows + later_rows)
 
     # The next run reads the later records again and lands none of them twice.
-    after = harness.runner().run()
+    after = harness.face().run()
     assert (after.records, after.deduplicated) == (0, 5)
     assert after.completeness is not None  # the backfill's rows found in the S3 sink's overlapping ranges
     assert (after.completeness.landed, after.completeness.deduplicated, after.completeness.matches) == (0, 5, True)
@@ -100,7 +99,7 @@ def test_two_runs_on_two_hosts_one_wins_at_the_state_commit_and_every_record_lan
     stream = s3_stream(kafka_clusters, tmp_path, s3_storage, spark)
     harness = stream.harness
     stream.produce("first", east=4, west=4)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     stream.produce("raced", east=20, west=10)
     barrier = threading.Barrier(2)
     results: list[Any] = [None, None]
@@ -138,7 +137,7 @@ def test_a_run_killed_at_a_fault_point_on_s3_is_finished_exactly_once(
     stream = s3_stream(kafka_clusters, tmp_path, s3_storage, spark)
     harness = stream.harness
     first_rows = stream.produce("first", east=6, west=4)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     crashed_rows = stream.produce("crashed", east=5, west=3)
 
     crash = harness.cli("run", "--json", env={FAULT_ENV: fault})
@@ -147,7 +146,7 @@ def test_a_run_killed_at_a_fault_point_on_s3_is_finished_exactly_once(
     head = harness.runner().store.load().last_run
     assert head is not None
     assert (head.run_seq, head.status) == (2, "planned")
-    sink = harness.runner().pipeline.sink_table
+    sink = harness.face().config.sink_table
     if fault == "after_sink":
         assert committed_txn_version(sink, "p") == 2
         assert harness.sink_rows() == sorted(first_rows + crashed_rows)
@@ -156,7 +155,7 @@ def test_a_run_killed_at_a_fault_point_on_s3_is_finished_exactly_once(
         assert harness.sink_rows() == first_rows
 
     later_rows = stream.produce("later", east=2, west=2)
-    recovering = harness.runner().run()
+    recovering = harness.face().run()
 
     assert recovering.recovered_run_seq == 2
     assert (recovering.run_seq, recovering.records) == (3, len(later_rows))
@@ -176,12 +175,12 @@ def test_a_missing_bucket_or_an_unreachable_store_fails_before_anything_is_writt
     # The state on a bucket that does not exist: the first read of the state says so.
     harness.configure(sink={"path": "s3://no-such-bucket/orders"}, storage=s3_storage)
     with pytest.raises(ObjectStoreError, match=r"bucket 'no-such-bucket' of s3://no-such-bucket/orders_state"):
-        harness.runner().run()
+        harness.face().run()
 
     # Local state, the sink on a missing bucket: refused before the plan is written.
     harness.configure(sink={"path": "s3://no-such-bucket/orders"}, state_path="state", storage=s3_storage)
     with pytest.raises(ObjectStoreError, match=r"bucket 'no-such-bucket' of s3://no-such-bucket/orders does not"):
-        harness.runner().run()
+        harness.face().run()
     assert harness.runner().store.load().table_version is None
 
     (closed,) = distinct_free_ports(1)
@@ -191,6 +190,6 @@ def test_a_missing_bucket_or_an_unreachable_store_fails_before_anything_is_writt
         storage={**s3_storage, "endpoint": f"http://127.0.0.1:{closed}"},
     )
     with pytest.raises(ObjectStoreError, match=rf"object store at http://127.0.0.1:{closed} is unreachable") as caught:
-        harness.runner().run()
+        harness.face().run()
     assert caught.value.retriable
     assert secret not in str(caught.value)

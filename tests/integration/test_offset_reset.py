@@ -56,7 +56,7 @@ def test_reset_moves_the_next_run_to_exactly_the_new_range(
     harness.set_streams({"orders": {"east": [topic]}})
     base = int(time.time() * 1000) - 60_000
     produce(bootstrap, topic, [Record(value=f"v{i}".encode(), timestamp_ms=base + i * 1000) for i in range(5)])
-    assert harness.runner().run().records == 5
+    assert harness.face().run().records == 5
 
     # Without --yes: what would change, and nothing changes.
     assert cli(harness, "offsets", "reset", "--to", "earliest", "--reason", "bad deploy") == 0
@@ -81,7 +81,7 @@ def test_reset_moves_the_next_run_to_exactly_the_new_range(
     assert (row["next_offset"], row["reset"], row["updated_run_seq"]) == (0, True, 2)
     DeltaTable(str(harness.sink_path)).delete("`offset` IN (1, 2)")
 
-    rerun = harness.runner().run()
+    rerun = harness.face().run()
 
     assert (rerun.run_seq, rerun.records, rerun.deduplicated) == (3, 2, 3)
     assert landed_offsets(harness) == [0, 1, 2, 3, 4], "every record once: the rewind lands only what was missing"
@@ -93,7 +93,7 @@ def test_reset_moves_the_next_run_to_exactly_the_new_range(
     assert "reset 1 partition(s) to latest (recorded as run 4): 0 offsets read again, 3 skipped" in (
         capsys.readouterr().out
     )
-    assert harness.runner().run().status == "empty"
+    assert harness.face().run().status == "empty"
     assert landed_offsets(harness) == [0, 1, 2, 3, 4]
 
 
@@ -107,19 +107,19 @@ def test_reset_to_a_timestamp_or_an_offset_plans_the_next_run_from_there(
     harness.set_streams({"orders": {"east": [topic]}})
     base = int(time.time() * 1000) - 60_000
     produce(bootstrap, topic, [Record(value=f"v{i}".encode(), timestamp_ms=base + i * 1000) for i in range(5)])
-    assert harness.runner().run().status == "empty", "starting at latest: nothing read, offset 5 committed"
+    assert harness.face().run().status == "empty", "starting at latest: nothing read, offset 5 committed"
 
     # To a timestamp: the first offset at or after it (record 3 has base + 3 s).
     assert cli(harness, "offsets", "reset", "--to", f"timestamp:{base + 2500}", "--reason", "replay", "--yes") == 0
     capsys.readouterr()
-    ((start, stop),) = [(s.start_offset, s.stop_offset) for s in harness.runner().plan()[0].read_splits]
+    ((start, stop),) = [(s.start_offset, s.stop_offset) for s in harness.face().plan().read_splits]
     assert (start, stop) == (3, 5)
 
     # To an offset; one outside the broker's range is refused, naming it, and changes nothing.
     assert cli(harness, "offsets", "reset", "--to", "offset:9", "--reason", "typo", "--yes") == 1
     assert f"east/{topic}[0]: offset 9 is outside [0, 5]" in capsys.readouterr().err
     assert cli(harness, "offsets", "reset", "--to", "offset:1", "--reason", "from one", "--yes") == 0
-    plan = harness.runner().plan()[0]
+    plan = harness.face().plan()
     assert [(s.start_offset, s.stop_offset) for s in plan.read_splits] == [(1, 5)]
     assert harness.runner().store.load().backfilled == {
         TopicPartition(cluster_id="east", topic=topic, partition=0): 5
@@ -136,10 +136,10 @@ def test_reset_places_the_kept_offset_of_a_cluster_the_stream_no_longer_lists(
     create_topic(west, topic)
     harness.set_streams({"orders": {"east": [topic], "west": [topic]}})
     produce(west, topic, [Record(value=f"west-before-{i}".encode()) for i in range(2)])
-    assert harness.runner().run().records == 2
+    assert harness.face().run().records == 2
     # Failover: west leaves the stream; its offset is kept. Mirrored records reach west meanwhile.
     harness.set_streams({"orders": {"east": [topic]}})
-    assert harness.runner().run().status == "empty"
+    assert harness.face().run().status == "empty"
     produce(west, topic, [Record(value=f"west-stale-{i}".encode()) for i in range(2)])
     switched = int(time.time() * 1000)
     time.sleep(0.01)
@@ -155,7 +155,7 @@ def test_reset_places_the_kept_offset_of_a_cluster_the_stream_no_longer_lists(
     assert (kept.status, kept.next_offset) == ("removed", 4)
 
     harness.set_streams({"orders": {"east": [topic], "west": [topic]}})
-    assert harness.runner().run().records == 2
+    assert harness.face().run().records == 2
     assert sorted(v for c, *_, v in harness.sink_rows() if c == "west") == [
         b"west-after-0",
         b"west-after-1",
@@ -173,8 +173,8 @@ def test_reset_is_refused_while_a_run_holds_the_lock(
     create_topic(bootstrap, topic)
     harness.set_streams({"orders": {"east": [topic]}})
     produce(bootstrap, topic, [Record(value=b"a")])
-    assert harness.runner().run().records == 1
-    pipeline = harness.runner().pipeline
+    assert harness.face().run().records == 1
+    pipeline = harness.face().config
 
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         assert taken

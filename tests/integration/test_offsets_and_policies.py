@@ -23,7 +23,7 @@ from devtools.testing.pipeline import PipelineHarness, Row
 from dynamic_kafka.decoding.formats import VALUE_NOT_JSON, VALUE_NOT_UTF8, value_type_mismatch
 from dynamic_kafka.errors import DataLossError, PlanningError
 from dynamic_kafka.model.plan import LostRange
-from dynamic_kafka.operations.status import completeness_verdict, pipeline_status
+from dynamic_kafka.operations.status import completeness_verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -161,13 +161,13 @@ def test_starting_initializer_selects_exactly_the_expected_records(
     harness = harness_for(tmp_path, kafka_clusters, spark, starting_offsets=starting(seeded))
     harness.set_streams({"orders": {"east": [seeded.topic]}})
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert harness.sink_rows() == seeded.from_offsets(first)
     assert summary.records == len(seeded.from_offsets(first))
-    positions = {p.partition: p.next_offset for p in harness.runner().store.load().partitions.values()}
+    positions = {p.partition: p.next_offset for p in harness.face().offsets().partitions}
     assert positions == {0: END, 1: END}
-    assert harness.runner().run().status == "empty"
+    assert harness.face().run().status == "empty"
 
 
 def test_committed_with_reset_none_fails_for_a_partition_the_group_never_committed(
@@ -179,7 +179,7 @@ def test_committed_with_reset_none_fails_for_a_partition_the_group_never_committ
     harness.set_streams({"orders": {"east": [seeded.topic]}})
 
     with pytest.raises(PlanningError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     assert f"east/{seeded.topic}[1]" in str(raised.value)
     assert repr(seeded.partial) in str(raised.value)
@@ -201,18 +201,18 @@ def test_latest_reads_only_newer_records_and_a_cluster_override_beats_the_pipeli
     harness.set_cluster("west", bootstrap_servers=west, starting_offsets="earliest")
     harness.set_streams({"orders": {"east": [t_east], "west": [t_west]}})
 
-    first = harness.runner().run()
+    first = harness.face().run()
 
     assert harness.sink_rows() == rows("west", t_west, old_west)
     assert first.records == len(old_west)
     # East's records were not read, but its partitions are pinned at latest: the next run must not skip ahead.
-    pinned = {(p.cluster_id, p.partition): p.next_offset for p in harness.runner().store.load().partitions.values()}
+    pinned = {(p.cluster_id, p.partition): p.next_offset for p in harness.face().offsets().partitions}
     east_latest = {("east", p): sum(1 for r in old_east if r.partition == p) for p in (0, 1)}
     assert pinned == {**east_latest, ("west", 0): len(old_west)}
 
     new_east = produce(east, t_east, numbered("e-new", 3))
     new_west = produce(west, t_west, numbered("w-new", 2))
-    second = harness.runner().run()
+    second = harness.face().run()
 
     assert second.records == len(new_east) + len(new_west)
     assert harness.sink_rows() == sorted(rows("west", t_west, old_west + new_west) + rows("east", t_east, new_east))
@@ -238,7 +238,7 @@ def test_each_cluster_gets_its_own_group_commit_and_a_refusing_cluster_does_not_
         member.poll(0.2)
     assert member.assignment(), "the group member never got its partition"
     try:
-        summary = harness.runner().run()
+        summary = harness.face().run()
     finally:
         member.close()
 
@@ -285,7 +285,7 @@ def test_a_capped_backlog_drains_over_several_runs_without_gap_or_duplicate(
     while sum(pending.values()):
         runs += 1
         assert runs <= 4, "the backlog should drain in 3 runs"
-        summary = harness.runner().run()
+        summary = harness.face().run()
 
         got = harness.sink_rows()
         assert len(got) == len(set(got)), "a record landed twice"
@@ -306,7 +306,7 @@ def test_a_capped_backlog_drains_over_several_runs_without_gap_or_duplicate(
 
     assert runs == 3
     assert harness.sink_rows() == rows("east", topic, sent)
-    final = harness.runner().run()
+    final = harness.face().run()
     assert (final.status, final.spark_started, final.capped) == ("empty", False, False)
 
 
@@ -318,7 +318,7 @@ def test_deleted_records_below_the_committed_offset_fail_the_run_or_are_skipped_
 ) -> None:
     east, topic, harness = east_pipeline(kafka_clusters, spark, tmp_path, "retention", 2)
     first = produce(east, topic, numbered("a", 5, partition=0) + numbered("b", 5, partition=1))
-    harness.runner().run()
+    harness.face().run()
     second = produce(east, topic, numbered("c", 5, partition=0) + numbered("d", 5, partition=1))
     # Partition 0's committed offset is 5; deleting below 7 loses offsets 5 and 6 before they were read.
     admin = AdminClient({"bootstrap.servers": east})  # referenced until its future is done
@@ -327,7 +327,7 @@ def test_deleted_records_below_the_committed_offset_fail_the_run_or_are_skipped_
     sink_before, state_before, rows_before = sink_version(harness), state_version(harness), harness.sink_rows()
 
     with pytest.raises(DataLossError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     assert raised.value.losses == (LostRange(cluster_id="east", topic=topic, partition=0, from_offset=5, to_offset=7),)
     assert f"east/{topic}[0] lost offsets [5, 7)" in str(raised.value)
@@ -336,7 +336,7 @@ def test_deleted_records_below_the_committed_offset_fail_the_run_or_are_skipped_
     assert harness.sink_rows() == rows_before == rows("east", topic, first)
 
     harness.configure(on_data_loss="skip")
-    skipped = harness.runner().run()
+    skipped = harness.face().run()
 
     survivors = [r for r in second if r.partition == 1 or (r.offset is not None and r.offset >= 7)]
     assert harness.sink_rows() == rows("east", topic, first + survivors)
@@ -389,7 +389,7 @@ def test_aborted_transactions_are_skipped_and_a_trailing_commit_marker_is_not_re
     assert [r.offset for r in committed] == [0, 1, 2, 8, 9]
     assert [r.offset for r in aborted] == [4, 5, 6]
 
-    first = harness.runner().run()
+    first = harness.face().run()
 
     assert first.status == "committed"
     assert harness.sink_rows() == rows("east", topic, committed)
@@ -399,14 +399,14 @@ def test_aborted_transactions_are_skipped_and_a_trailing_commit_marker_is_not_re
     assert first.completeness is not None
     (counted,) = first.completeness.partitions
     assert (counted.planned, counted.read, counted.landed, counted.skipped, counted.matches) == (11, 5, 5, 6, True)
-    verdict = completeness_verdict(pipeline_status(harness.runner().context))
+    verdict = completeness_verdict(harness.face().status())
     assert verdict.passed
     assert "planned 11 offsets in 1 range(s), read 5, landed 5, deduplicated 0, skipped by Kafka 6" in (
         verdict.description
     )
     # The next offset is the planned stop, past the trailing commit marker (not max(offset) + 1 = 10).
-    assert [p.next_offset for p in harness.runner().store.load().partitions.values()] == [11]
-    second = harness.runner().run()
+    assert [p.next_offset for p in harness.face().offsets().partitions] == [11]
+    second = harness.face().run()
     assert (second.status, second.spark_started, second.records) == ("empty", False, 0)
     assert harness.sink_rows() == rows("east", topic, committed)
 
@@ -458,7 +458,7 @@ def test_offsets_compacted_away_are_skipped_by_kafka_and_every_keys_latest_value
         lambda: records_in(east, topic) == [8, 9, 10, 11, 12], timeout_s=30, what=f"the log cleaner to compact {topic}"
     )
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert summary.status == "committed"
     assert harness.sink_rows() == rows("east", topic, latest)  # once each: no key's older version, nothing twice
@@ -466,7 +466,7 @@ def test_offsets_compacted_away_are_skipped_by_kafka_and_every_keys_latest_value
     (counted,) = summary.completeness.partitions
     # Of the 13 planned offsets Kafka returned the 5 the cleaner kept; the 8 older versions are skipped, not missing.
     assert (counted.planned, counted.read, counted.landed, counted.skipped, counted.matches) == (13, 5, 5, 8, True)
-    verdict = completeness_verdict(pipeline_status(harness.runner().context))
+    verdict = completeness_verdict(harness.face().status())
     assert verdict.passed
     assert "planned 13 offsets in 1 range(s), read 5, landed 5, deduplicated 0, skipped by Kafka 8" in (
         verdict.description
@@ -496,7 +496,7 @@ def test_json_values_are_parsed_and_undecodable_ones_land_in_the_dead_letter_tab
     values = [*valid, *invalid]
     sent = produce(east, topic, [Record(value=v, partition=i % 2) for i, v in enumerate(values)])
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     good = [r for r in sent if r.value in valid]
     bad = [r for r in sent if r.value in invalid]

@@ -34,7 +34,7 @@ def test_a_clusters_own_stopping_offsets_bound_its_reads_and_the_others_read_to_
     on_west = rows("west", topics["west"], produce(west, topics["west"], numbered(range(5, 9))))
     h.set_cluster("east", bootstrap_servers=east, stopping_offsets={"timestamp": cut})
 
-    first = h.runner().run()
+    first = h.face().run()
 
     by_topic = {(t.cluster_id, t.topic): t.records for t in first.topics}
     assert by_topic == {("east", topics["east"]): 3, ("west", topics["west"]): 4}
@@ -42,7 +42,7 @@ def test_a_clusters_own_stopping_offsets_bound_its_reads_and_the_others_read_to_
 
     # Without the override east reads on from where its stop left it, each record once.
     h.set_cluster("east", bootstrap_servers=east)
-    assert h.runner().run().records == 2
+    assert h.face().run().records == 2
     assert h.sink_rows() == sorted(on_east + on_west)
 
 
@@ -57,11 +57,11 @@ def test_committed_offsets_as_a_stopping_point_never_read_past_the_group(
     commit_group(east, group, {(topic, 0): 2})
 
     # Partition 0 stops at the group's offset 2; partition 1, which the group has no offset for, reads nothing.
-    assert h.runner().run().records == 2
+    assert h.face().run().records == 2
     assert h.sink_rows() == sorted(r for r in produced if r[2] == 0 and r[3] < 2)
 
     commit_group(east, group, {(topic, 0): 4, (topic, 1): 1})
-    assert h.runner().run().records == 3
+    assert h.face().run().records == 3
     assert h.sink_rows() == sorted(r for r in produced if r[3] < (4 if r[2] == 0 else 1))
 
 
@@ -76,7 +76,7 @@ def test_specific_offsets_place_the_rest_at_the_groups_offsets_then_the_fallback
     h.configure(starting_offsets={"specific": {"offsets": {topic: {0: 2}}, "group_id": group, "fallback": "latest"}})
 
     # Partition 0 from its listed offset 2, partition 1 from the group's 3, partition 2 (neither) from latest.
-    assert h.runner().run().records == 2 + 1
+    assert h.face().run().records == 2 + 1
     assert h.sink_rows() == sorted(r for r in produced if (r[2], r[3]) in {(0, 2), (0, 3), (1, 3)})
 
 
@@ -97,7 +97,7 @@ def test_a_custom_initializer_asks_the_brokers_and_places_each_partitions_first_
     h.configure(starting_offsets={"custom": {"function": function, "args": {"group_id": group, "since_ms": cut}}})
 
     # Partition 0 from the group's offset 4; partition 1 (no group offset) from its first record at ``cut``, 3.
-    assert h.runner().run().records == 1 + 2
+    assert h.face().run().records == 1 + 2
     assert h.sink_rows() == sorted(r for r in produced if r[3] >= (4 if r[2] == 0 else 3))
 
 
@@ -110,11 +110,11 @@ def test_a_custom_stopping_initializer_stops_every_run_where_the_function_says(
     produced = rows("east", topic, produce(east, topic, numbered(range(10), partitions=2)))
 
     # Offsets 0..4 on each partition: each run stops two before the end, the second where the first left off.
-    first = h.runner().run()
+    first = h.face().run()
     assert (first.records, first.lag_after) == (6, 4)
     assert h.sink_rows() == sorted(r for r in produced if r[3] < 3)
-    assert h.runner().run().records == 0
+    assert h.face().run().records == 0
 
     more = rows("east", topic, produce(east, topic, numbered(range(10, 12), partitions=2)))
-    assert h.runner().run().records == 2
+    assert h.face().run().records == 2
     assert h.sink_rows() == sorted(r for r in produced + more if r[3] < 4)

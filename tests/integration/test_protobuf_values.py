@@ -112,7 +112,7 @@ def test_two_protobuf_versions_land_once_with_the_union_schema(
 
     harness = harness_of(tmp_path, east, schema_registries["east"].url, spark_mode.session, spark_mode.config)
     harness.set_streams({"orders": {"east": [topic]}})
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.records, summary.dead_letters) == (23, 3)  # records read, dead letters included
     assert sorted((s.subject, s.version, s.records) for s in summary.schemas) == [
@@ -146,7 +146,7 @@ def test_a_proto_text_schema_is_refused_before_anything_is_written(
     harness.set_streams({"orders": {"east": [topic]}})
 
     with pytest.raises(ConfigError) as refused:
-        harness.runner().run()
+        harness.face().run()
 
     assert f"stream 'orders': subject '{topic}-value' version 1 is not a base64 serialized" in str(refused.value)
     assert "Register the schema in descriptor form" in str(refused.value)
@@ -159,10 +159,9 @@ def assert_nothing_written(harness: PipelineHarness) -> None:
     # Delta may leave an empty _delta_log/_staged_commits folder behind, never a commit file.
     assert not list(harness.folder.glob("sink/_delta_log/*.json"))
     assert not list(harness.folder.glob("sink_dead_letter/_delta_log/*.json"))
-    state = harness.runner().store.load()
-    assert state.last_run is not None
-    assert state.last_run.status == "planned"
-    assert not state.partitions
+    status = harness.face().status()
+    assert status.last_run_status == "planned"
+    assert not status.partitions
 
 
 def test_a_field_changing_its_type_between_protobuf_versions_fails_the_run_with_nothing_written(
@@ -181,7 +180,7 @@ def test_a_field_changing_its_type_between_protobuf_versions_fails_the_run_with_
     harness.set_streams({"orders": {"east": [topic]}})
 
     with pytest.raises(SchemaIncompatibleError) as refused:
-        harness.runner().run()
+        harness.face().run()
 
     message = str(refused.value)
     assert "stream 'orders'" in message
@@ -214,7 +213,7 @@ def test_on_decode_error_fail_names_the_undecodable_protobuf_record_with_nothing
     harness.set_streams({"orders": {"east": [topic]}})
 
     with pytest.raises(UndecodableRecordError) as refused:
-        harness.runner().run()
+        harness.face().run()
 
     error = refused.value
     assert (error.cluster_id, error.topic, error.partition, error.offset) == (

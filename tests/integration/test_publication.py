@@ -145,7 +145,7 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
     # caught up; a duplicate or a lost record still fails the comparison.
     deadline = time.monotonic() + 30
     while True:
-        assert reader.runner().run().status in ("committed", "empty")
+        assert reader.face().run().status in ("committed", "empty")
         if len(reader.sink_values()) >= len(expected) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -198,7 +198,7 @@ def test_avro_values_from_the_driver_and_from_spark_tasks_are_read_back_exactly_
     reader.set_streams({"orders": {"east": [world.topics["east"]]}})
     deadline = None  # until the reader is past the last transaction's markers (see above)
     while True:
-        assert reader.runner().run().status in ("committed", "empty")
+        assert reader.face().run().status in ("committed", "empty")
         rows = DeltaTable(str(reader.sink_path)).to_pyarrow_table(columns=["id", "name", "ts"]).to_pylist()
         deadline = deadline or time.monotonic() + 30  # counted after the first run, whose Spark start is slow
         if len(rows) >= len(ids) or time.monotonic() > deadline:

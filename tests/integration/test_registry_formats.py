@@ -178,7 +178,7 @@ def test_an_incompatible_version_is_refused_with_nothing_written(
     # In process: the refusal is the library's error; how the CLI prints errors is the business of the CLI tests.
     harness = in_process(tmp_path, east, topic, spark, value_format="avro", schema_registry={"url": registry.url})
     with pytest.raises(SchemaIncompatibleError) as refused:
-        harness.runner().run()
+        harness.face().run()
     message = str(refused.value)
     assert "incompatible schema change" in message
     assert f"subject '{topic}-value'" in message
@@ -242,7 +242,7 @@ def test_avro_keys_land_as_a_struct_and_bad_keys_are_dead_letters(
     harness = in_process(
         tmp_path, east, topic, spark, value_format="avro", key_format="avro", schema_registry={"url": registry.url}
     )
-    harness.runner().run()
+    harness.face().run()
 
     landed = {r["offset"]: (r["key"], r["id"]) for r in rows(harness.sink_path)}
     assert landed == {
@@ -272,7 +272,7 @@ def test_topics_whose_keys_decode_to_different_types_are_refused_with_nothing_wr
     harness.set_streams({"orders": {"east": [topic, other]}})
 
     with pytest.raises(ConfigError, match="the keys of one pipeline decode to different types") as refused:
-        harness.runner().run()
+        harness.face().run()
 
     assert f"{topic}-key" in str(refused.value)
     assert f"{other}-key" in str(refused.value)
@@ -316,7 +316,7 @@ def test_record_name_strategies_fetch_the_subjects_confluents_serializers_regist
         key_record_name=key_name,
         schema_registry={"url": registry.url},
     )
-    harness.runner().run()
+    harness.face().run()
 
     assert [(r["key"], r["id"], r["amount"]) for r in rows(harness.sink_path)] == [({"region": "eu"}, 7, 2.5)]
     dead_letters = tmp_path / "sink_dead_letter"

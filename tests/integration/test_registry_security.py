@@ -91,8 +91,9 @@ def test_an_avro_stream_decodes_through_a_tls_basic_auth_registry_and_the_passwo
     monkeypatch.setenv(PASSWORD_VAR, registry_password)
     caplog.set_level(logging.DEBUG)
 
-    plan, _broker, metadata = harness.runner().plan()
-    summary = harness.runner().run()
+    face = harness.face()
+    plan, metadata = face.plan(), face.resolve()
+    summary = face.run()
 
     assert secured_registry.url.startswith("https://")
     assert summary.records == 3
@@ -123,7 +124,7 @@ def test_a_wrong_registry_password_fails_naming_the_cluster_and_shows_no_secret(
     caplog.set_level(logging.DEBUG)
 
     with pytest.raises(SchemaRegistryError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     error = raised.value
     assert (error.status, error.retriable) == (401, False)
@@ -150,7 +151,7 @@ def test_an_untrusted_registry_certificate_says_to_set_ca_location(
     monkeypatch.setenv(PASSWORD_VAR, registry_password)
 
     with pytest.raises(SchemaRegistryError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     assert raised.value.retriable is False
     assert "schema_registry.ca_location of cluster 'east'" in (raised.value.hint or "")

@@ -21,8 +21,6 @@ import pytest
 from devtools.testing.kafka import Record, create_topic, produce, unique_name
 from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import SchemaMismatchError
-from dynamic_kafka.operations.backfill import run_backfill
-from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
 from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
@@ -45,7 +43,7 @@ def backed_up_after_run_1(
     stream = TwoClusterStream(kafka_clusters, tmp_path / "p", spark=lambda: spark)
     state_path = stream.harness.folder / "sink_state"
     first = stream.produce("first", east=6, west=4)
-    assert stream.harness.runner().run().run_seq == 1
+    assert stream.harness.face().run().run_seq == 1
     shutil.copytree(state_path, tmp_path / "backup")
 
     def restore() -> None:
@@ -61,7 +59,7 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     stream, first, restore = backed_up_after_run_1(kafka_clusters, spark, tmp_path)
     harness = stream.harness
     second = stream.produce("second", east=5, west=3)
-    assert harness.runner().run().run_seq == 2
+    assert harness.face().run().run_seq == 2
     third = stream.produce("third", east=4, west=2)
     restore()
 
@@ -86,13 +84,13 @@ def test_a_restored_state_is_refused_then_realigned_and_the_next_run_lands_every
     assert harness.runner().store.load().next_run_seq == 3
     # The realign is run 2 of the history now, a typed summary every reader of the history understands (it was a
     # JSON of its own shape, and `status` failed to parse it).
-    realigned = pipeline_status(harness.runner().context).last_run
+    realigned = harness.face().status().last_run
     assert realigned is not None
     assert (realigned.run_seq, realigned.status) == (2, "realigned")
     assert realigned.realign is not None
     assert (realigned.realign.state_run_seq, realigned.realign.sink_txn) == (1, 2)
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.run_seq, summary.status) == (3, "committed")
     assert summary.records == len(third)  # what the sink lacked
@@ -115,7 +113,7 @@ def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_n
     harness = stream.harness
     window_start = datetime.now(UTC) - timedelta(seconds=1)
     second = stream.produce("second", east=5, west=2)
-    merged = run_backfill(harness.runner().context, window_start, datetime.now(UTC) + timedelta(minutes=1))
+    merged = harness.face().backfill(window_start, datetime.now(UTC) + timedelta(minutes=1))
     assert merged.records == len(second)
     assert committed_txn_version(harness.sink_path, backfill_app_id("p")) == 1  # the MERGE's own transaction
     restore()
@@ -131,7 +129,7 @@ def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_n
     assert done.returncode == 0, tail(done.stderr)
     assert json.loads(done.stdout)["sink_backfill"] == 1
     third = stream.produce("third", east=1, west=1)
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert (summary.run_seq, summary.status) == (2, "committed")
     assert summary.records == len(third)
@@ -171,7 +169,7 @@ def test_a_value_schema_that_does_not_parse_is_refused_before_anything_is_planne
     orders.produce(b'{"id": 1, "name": "a"}')
 
     with pytest.raises(SchemaMismatchError) as caught:
-        orders.harness.runner().run()
+        orders.harness.face().run()
 
     assert not caught.value.retriable
     assert "value_schema" in str(caught.value)
@@ -184,12 +182,12 @@ def test_a_sink_that_would_not_take_the_rows_is_refused_with_the_columns_named(
 ) -> None:
     orders = JsonTopic(kafka_clusters["east"], tmp_path, spark, "id INT, name STRING")
     orders.produce(b'{"id": 1, "name": "a"}', b'{"id": 2, "name": "b"}')
-    assert orders.harness.runner().run().records == 2
+    assert orders.harness.face().run().records == 2
     orders.harness.configure(value_schema="id STRING, name STRING, added DOUBLE")
     orders.produce(b'{"id": "3", "name": "c", "added": 1.5}')
 
     with pytest.raises(SchemaMismatchError) as caught:
-        orders.harness.runner().run()
+        orders.harness.face().run()
 
     assert not caught.value.retriable
     # The new column is not a mismatch: the sink's schema evolves to take it (only a changed type is refused).

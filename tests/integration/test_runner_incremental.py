@@ -37,7 +37,7 @@ def test_one_stream_on_two_clusters_lands_exactly_once(
     harness.set_streams({"orders": {"east": [t_east], "west": [t_west]}})
     sent = produce(east, t_east, values("e", range(30))) + produce(west, t_west, values("w", range(20)))
 
-    first = harness.runner().run()
+    first = harness.face().run()
 
     assert first.records == 50
     assert first.spark_started
@@ -58,14 +58,14 @@ def test_one_stream_on_two_clusters_lands_exactly_once(
     # later read of the sink and every snapshot Delta rebuilds for the next idempotent append.
     assert len(DeltaTable(str(harness.sink_path)).file_uris()) == 1
 
-    second = harness.runner().run()
+    second = harness.face().run()
     assert second.status == "empty"
     assert not second.spark_started
     assert second.records == 0
     assert harness.sink_rows() == expected
 
     more = produce(east, t_east, values("e", range(30, 35))) + produce(west, t_west, values("w", range(20, 27)))
-    third = harness.runner().run()
+    third = harness.face().run()
     assert third.records == 12
     assert third.run_seq == second.run_seq + 1
     assert harness.sink_values() == sorted([r.value for r in sent + more if r.value is not None])
@@ -87,7 +87,7 @@ def test_a_write_above_the_interpreted_limit_lands_with_code_generation(
     sent = produce(east, topic, values("e", range(25)))
     before = spark.conf.get("spark.sql.codegen.wholeStage")
 
-    summary = harness.runner().run()
+    summary = harness.face().run()
 
     assert summary.records == 25
     assert harness.sink_values() == sorted(r.value for r in sent if r.value is not None)

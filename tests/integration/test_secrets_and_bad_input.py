@@ -120,14 +120,14 @@ def test_a_wrong_password_fails_with_an_authentication_error_that_shows_no_passw
     harness = sasl_harness(tmp_path, sasl_cluster, topic)
     harness.spark = lambda: spark
     monkeypatch.setenv(PASSWORD_VAR, sasl_password)
-    assert harness.runner().run().records == len(sent)  # a state whose partitions `status` asks the cluster about
+    assert harness.face().run().records == len(sent)  # a state whose partitions `status` asks the cluster about
     produce(sasl_cluster.client_config(sasl_password), topic, [Record(value=b"later")])
     wrong = "wrong-" + sasl_password[::-1]
     monkeypatch.setenv(PASSWORD_VAR, wrong)
     state_before = harness.runner().store.load().table_version
 
     with pytest.raises(KafkaAuthenticationError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     assert raised.value.cluster_id == "secured"
     assert not raised.value.retriable
@@ -186,12 +186,12 @@ def test_a_literal_password_with_debug_logging_everywhere_and_the_read_plan_expl
             logger.setLevel(logging.DEBUG)
         # py4j (whose DEBUG dumps of JVM commands would carry the JAAS line), the library and Spark's client.
         debug_on = [logging.getLogger(name).isEnabledFor(logging.DEBUG) for name in DEBUG_CONTROLS]
-        runner = harness.runner()
-        plan, _broker, metadata = runner.plan()
+        face = harness.face()
+        plan, metadata = face.plan(), face.resolve()
         explained = explain(
             read_splits(spark, plan.splits, metadata.clusters(), isolation_level="read_committed", min_partitions=None)
         )
-        summary = runner.run()
+        summary = face.run()
     finally:
         for logger, level in levels:
             logger.setLevel(level)
@@ -381,13 +381,13 @@ def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
         result = harness.cli(*command)
         assert result.returncode == 0, result.stderr
         outputs[f"{' '.join(command)} output"] = result.stdout + result.stderr
-    summary = harness.runner().run()  # in process: the shared Spark session gets the bucket's settings live
+    summary = harness.face().run()  # in process: the shared Spark session gets the bucket's settings live
     assert summary.records == len(sent)
-    sink = harness.runner().pipeline.sink_table
+    sink = harness.face().config.sink_table
     plan = spark.read.format("delta").load(sink.spark_uri).where("offset > 1")._jdf.queryExecution().toString()
     assert "s3a://lake/" in plan
     outputs["explain(extended)"] = plan
-    outputs["repr(pipeline)"] = repr(harness.runner().pipeline) + str(harness.runner().pipeline.model_dump())
+    outputs["repr(pipeline)"] = repr(harness.face().config) + str(harness.face().config.model_dump())
     outputs["logs"] = caplog.text
     outputs.update(s3_table_texts(local_s3, prefix))
     state = harness.runner().store
@@ -397,7 +397,7 @@ def test_s3_keys_appear_in_no_output_log_plan_state_row_or_object(
     # An error from the store (a missing bucket) names the location, never a key.
     harness.configure(sink={"path": f"s3://missing-{prefix}/orders"})
     with pytest.raises(ObjectStoreError) as caught:
-        harness.runner().run()
+        harness.face().run()
     assert_absent(secrets, {"error": exception_texts(caught.value)})
 
 
@@ -440,13 +440,13 @@ def test_wrong_s3_credentials_fail_before_anything_is_written_and_leak_nothing(
 
     # State beside the sink on S3: reading the state is refused.
     with pytest.raises(ObjectStoreError) as on_state:
-        harness.runner().run()
+        harness.face().run()
     assert_refused(on_state.value, "reading the state of pipeline 'p'", "orders_state")
 
     # State on local disk, the sink on S3: the first read of the sink refuses it, before the plan is written.
     harness.configure(state_path="state")
     with pytest.raises(ObjectStoreError) as on_sink:
-        harness.runner().run()
+        harness.face().run()
     assert_refused(on_sink.value, f"pipeline 'p', reading the Delta log of s3://lake/{prefix}/orders", "orders")
     assert harness.runner().store.load().table_version is None, "a plan was written"
 
@@ -506,10 +506,10 @@ def test_over_spark_connect_the_password_appears_in_no_log_error_plan_ui_page_or
     # password that fails in the server.
     monkeypatch.setenv(PASSWORD_VAR, sasl_password)
     produce(sasl_cluster.client_config(sasl_password), topic, [Record(value=b"later")])
-    runner = harness.runner()
-    summary = runner.run()
+    summary = harness.face().run()
     assert summary.records == 1
     outputs["dagster metadata"] = repr(summary_metadata(summary))
+    runner = harness.runner()  # the read of the run again: its planned splits and connections
     last = runner.store.load().last_run
     assert last is not None
     plan = last.plan

@@ -75,7 +75,7 @@ def _assert_group_committed(
     """
     assert {c.cluster_id: c.error for c in summary.group_commits if not c.committed} == {}
     assert sorted(c.cluster_id for c in summary.group_commits) == sorted(topics)
-    group = harness.runner().pipeline.consumer_group
+    group = harness.face().config.consumer_group
     assert group is not None
     for cluster_id, topic in topics.items():
         entry = harness.clusters[cluster_id]
@@ -103,9 +103,10 @@ def test_one_stream_reads_every_security_mode_in_process_and_no_secret_shows(
     harness.spark = lambda: spark
     caplog.set_level(logging.DEBUG)
 
-    plan, _broker, metadata = harness.runner().plan()
+    face = harness.face()
+    plan, metadata = face.plan(), face.resolve()
     assert sum(s.stop_offset - s.start_offset for s in plan.splits) == len(expected)
-    summary = harness.runner().run()
+    summary = face.run()
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
@@ -131,7 +132,7 @@ def test_a_missing_client_certificate_is_refused_naming_the_cluster(
     harness.spark = lambda: spark
 
     with pytest.raises(DynamicKafkaError) as raised:
-        harness.runner().plan()
+        harness.face().plan()
     assert "mtls-no-cert" in str(raised.value)
 
 
@@ -157,12 +158,12 @@ def test_secured_clusters_read_over_spark_connect(
     )
     caplog.set_level(logging.DEBUG)
 
-    runner = harness.runner()
-    summary = runner.run()
+    summary = harness.face().run()
 
     assert summary.records == len(expected)
     assert harness.sink_rows() == expected
     _assert_group_committed(harness, summary, topics, expected)
+    runner = harness.runner()  # the read of the run again: its planned splits and connections
     last = runner.store.load().last_run
     assert last is not None
     frame = read_splits(

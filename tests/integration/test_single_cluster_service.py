@@ -52,5 +52,5 @@ def test_single_cluster_service_lists_each_topic_as_a_stream_and_a_run_reads_it(
     assert service.describe_cluster("west") is None
 
     expected = rows("east", topic, produce(east, topic, numbered(range(6), partitions=2)))
-    assert harness.runner().run().records == 6
+    assert harness.face().run().records == 6
     assert harness.sink_rows() == sorted(expected)

@@ -42,13 +42,13 @@ def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_th
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
     stream.produce("first", east=6, west=4)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     ends_before = stream.end_offsets()
     lost_rows = stream.produce("lost", east=5, west=3)
     foreign = race_appends(monkeypatch, harness.sink_path)
 
     with pytest.raises(DynamicKafkaError) as raised:
-        harness.runner().run()
+        harness.face().run()
 
     monkeypatch.undo()
     assert raised.value.retriable
@@ -64,7 +64,7 @@ def test_a_run_whose_sink_commit_another_process_replaced_fails_retriably_and_th
     assert not set(lost_rows) & set(harness.sink_rows())
     past_the_planned_runs_lease(monkeypatch, harness.runner().store)
 
-    recovering = harness.runner().run()
+    recovering = harness.face().run()
 
     assert (recovering.recovered_run_seq, recovering.run_seq) == (2, 3)
     assert harness.sink_rows() == stream.expected_rows()
@@ -107,19 +107,19 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
         return sorted(opened.to_pyarrow_table(columns=["offset"]).column("offset").to_pylist())
 
     send("first", 3, 2)
-    assert harness.runner().run().dead_letters == 2
+    assert harness.face().run().dead_letters == 2
     send("second", 2, 2)
     race_appends(monkeypatch, dead_letter_path)
 
     with pytest.raises(DynamicKafkaError, match="no version of its log holds the run") as raised:
-        harness.runner().run()
+        harness.face().run()
 
     monkeypatch.undo()
     assert raised.value.retriable
     assert committed_txn_version(harness.sink_path, "p") == 1  # the sink was not written after the lost commit
     assert committed_txn_version(dead_letter_path, "p") == 1
     past_the_planned_runs_lease(monkeypatch, harness.runner().store)
-    assert harness.runner().run().recovered_run_seq == 2
+    assert harness.face().run().recovered_run_seq == 2
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
 
     # Change data feed is a table feature: delta-rs does not stage into such a table, delta-spark appends.
@@ -128,12 +128,12 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
     race_appends(monkeypatch, harness.sink_path)
 
     with pytest.raises(DynamicKafkaError, match="no version of its log holds the run"):
-        harness.runner().run()
+        harness.face().run()
 
     monkeypatch.undo()
     assert committed_txn_version(harness.sink_path, "p") == 2
     past_the_planned_runs_lease(monkeypatch, harness.runner().store)
-    assert harness.runner().run().recovered_run_seq == 4
+    assert harness.face().run().recovered_run_seq == 4
     assert (landed(harness.sink_path), landed(dead_letter_path)) == (sorted(good), sorted(bad))
     assert_nothing_left(harness)
 
@@ -144,7 +144,7 @@ def test_a_write_that_raised_after_its_commit_landed_is_confirmed_and_reports_it
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark)
     harness = stream.harness
     stream.produce("first", east=4, west=2)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     ambiguous_rows = stream.produce("ambiguous", east=5, west=3)
     committed = fail_after_appends(monkeypatch, harness.sink_path, lambda: RuntimeError("connection reset"))
     # The caller's own session settings, which a run's writes change for themselves only.
@@ -155,7 +155,7 @@ def test_a_write_that_raised_after_its_commit_landed_is_confirmed_and_reports_it
     for name, value in settings.items():
         spark.conf.set(name, value)
     try:
-        summary = harness.runner().run()
+        summary = harness.face().run()
         assert {name: spark.conf.get(name) for name in settings} == settings
     finally:
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

@@ -45,7 +45,7 @@ def three_runs(kafka_clusters: dict[str, ClusterEndpoint], spark: Any, folder: P
     stream = TwoClusterStream(kafka_clusters, folder, spark=lambda: spark, partitions=1)
     for tag in ("a", "b", "c"):
         stream.produce(tag, east=3, west=2)
-        assert stream.harness.runner().run().status == "committed"
+        assert stream.harness.face().run().status == "committed"
     return stream
 
 
@@ -68,12 +68,12 @@ def test_maintenance_compacts_the_runs_files_and_clears_killed_writes_leaving_ev
     stream = three_runs(kafka_clusters, spark, tmp_path)
     harness = stream.harness
     leftovers = killed_write_leftovers(harness.sink_path)
-    before = table_files(harness.runner().pipeline.sink_table)
+    before = table_files(harness.face().config.sink_table)
     assert before is not None
     assert before.current.files >= 3  # a file per run and partition at least
     offsets = committed_offsets(harness)
 
-    summary = maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+    summary = harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
 
     sink, dead_letters = summary.tables
     assert (sink.role, dead_letters.role, dead_letters.before) == ("sink", "dead_letter", None)
@@ -97,7 +97,7 @@ def test_maintenance_compacts_the_runs_files_and_clears_killed_writes_leaving_ev
     assert state.backfill_owner is None  # the lease was released
 
     stream.produce("d", east=1, west=1)
-    assert harness.runner().run().status == "committed"
+    assert harness.face().run().status == "committed"
     assert harness.sink_rows() == stream.expected_rows()
 
 
@@ -107,13 +107,13 @@ def test_recent_leftovers_stay_within_the_retention_period(
     # A write that may still be running (on another host whose lease ran out) must keep its task folder.
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
     stream.produce("a", east=2, west=1)
-    stream.harness.runner().run()
+    stream.harness.face().run()
     temporary, _ = killed_write_leftovers(stream.harness.sink_path)
     recent = temporary / "0" / "_temporary" / "attempt_1" / "part-00000-x.snappy.parquet"
     os.utime(recent, None)
 
-    floor = stream.harness.runner().pipeline.vacuum_retention_floor_hours  # the least taken without the override
-    summary = maintain_pipeline(stream.harness.runner().context, retention_hours=floor)
+    floor = stream.harness.face().config.vacuum_retention_floor_hours  # the least taken without the override
+    summary = stream.harness.face().maintain(vacuum_retention_hours=floor)
 
     assert recent.exists()
     assert summary.tables[0].leftovers_removed == 1  # the day-old checksum only
@@ -125,30 +125,29 @@ def test_maintenance_refuses_while_the_run_lock_is_held_a_run_is_planned_or_anot
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=lambda: spark, partitions=1)
     stream.produce("a", east=2, west=1)
     harness = stream.harness
-    harness.runner().run()
-    pipeline = harness.runner().pipeline
+    harness.face().run()
+    pipeline = harness.face().config
     before = table_files(pipeline.sink_table)
 
     with try_exclusive_lock(run_lock_path(pipeline.resolved_state_path, pipeline.id)) as taken:
         assert taken
         with pytest.raises(RunInProgressError) as locked:
-            maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+            harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
     assert locked.value.retriable
     assert "another run is in progress for pipeline 'p'" in str(locked.value)
 
     store = harness.runner().store
     store.record_backfill({}, owner="another-host 1 x", lease_expires_at=datetime.now(UTC) + timedelta(minutes=5))
     with pytest.raises(RunInProgressError, match="held by another-host"):
-        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+        harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
     store.release_backfill_lease(owner="another-host 1 x")
 
     stream.produce("b", east=1, west=1)
-    runner = harness.runner()
-    plan, _, _ = runner.plan()
+    plan = harness.face().plan()
     state = store.load()
     store.begin_run(plan, expected_version=state.table_version, owner="gone", lease_expires_at=datetime.now(UTC))
     with pytest.raises(RunInProgressError, match=f"planned run_seq {plan.run_seq} first"):
-        maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+        harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
 
     assert table_files(pipeline.sink_table) == before
 
@@ -163,7 +162,7 @@ def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_p
     harness.configure(sink={"path": "sink", "partition_by": ["cluster"]})
     for tag in ("a", "b"):
         stream.produce(tag, east=2, west=1)
-        run = harness.runner().run()
+        run = harness.face().run()
         assert run.status == "committed"  # the second is appended by delta-spark, not staged
         # Counted in the run's files, whose `cluster` is a partition value in the log, not a column of the files.
         assert run.completeness is not None
@@ -173,7 +172,7 @@ def test_a_new_sink_is_partitioned_by_the_configured_columns_and_compacted_per_p
     assert sorted(p.name for p in harness.sink_path.glob("cluster=*")) == ["cluster=east", "cluster=west"]
     assert harness.sink_rows() == stream.expected_rows()
 
-    summary = maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+    summary = harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
 
     after = summary.tables[0].after
     assert after is not None
@@ -189,7 +188,7 @@ def test_a_maintenance_past_max_run_seconds_stops_before_its_next_step_and_gives
         write_deltalake(str(harness.sink_path), pa.table({"offset": [len(value)], "value": [value]}), mode="append")
     store = harness.runner().store
     store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))  # the pipeline's state exists
-    before = table_files(harness.runner().pipeline.sink_table)
+    before = table_files(harness.face().config.sink_table)
     steps: list[float] = []
 
     def slow_step() -> None:
@@ -204,7 +203,7 @@ def test_a_maintenance_past_max_run_seconds_stops_before_its_next_step_and_gives
     assert caught.value.retriable
     assert "the maintenance of pipeline 'p' exceeded max_run_seconds (1s)" in str(caught.value)
     assert len(steps) == 1  # stopped before its first step: nothing compacted
-    assert table_files(harness.runner().pipeline.sink_table) == before
+    assert table_files(harness.face().config.sink_table) == before
     assert store.load().backfill_owner is None  # its lease was given up
     done = maintain_pipeline(
         harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True
@@ -221,10 +220,10 @@ def test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_f
     harness.runner().store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))
     in_flight = harness.sink_path / "part-00000-5d1e2c7a-0b1f-4f55-9a9e-3c2b1a0f9e8d-c000.snappy.parquet"
     pq.write_table(pa.table({"offset": [2], "value": [b"late"]}), in_flight)
-    before = table_files(harness.runner().pipeline.sink_table)
+    before = table_files(harness.face().config.sink_table)
 
     with pytest.raises(ConfigError) as refused:
-        maintain_pipeline(harness.runner().context, retention_hours=0)
+        harness.face().maintain(vacuum_retention_hours=0)
 
     assert not refused.value.retriable
     message = str(refused.value)
@@ -234,9 +233,9 @@ def test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_f
     assert "2 hours" in message  # the floor: max_run_seconds (1 hour) plus an hour
     assert "unsafe_vacuum_retention" in message
     assert in_flight.exists()
-    assert table_files(harness.runner().pipeline.sink_table) == before
+    assert table_files(harness.face().config.sink_table) == before
 
-    at_floor = maintain_pipeline(harness.runner().context, retention_hours=2)
+    at_floor = harness.face().maintain(vacuum_retention_hours=2)
     assert in_flight.exists()  # younger than the floor
     assert at_floor.tables[0].after is not None
     assert at_floor.tables[0].after.current.files == 1
@@ -246,7 +245,7 @@ def test_a_vacuum_retention_below_the_floor_is_refused_so_an_in_flight_writers_f
     assert "below the floor of 2 hours" in cli.stderr
     assert in_flight.exists()
 
-    maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+    harness.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
     assert not in_flight.exists()  # the explicit override deletes it, as documented
 
 
@@ -258,7 +257,7 @@ def test_a_maintenance_whose_lease_was_taken_stops_before_its_next_step(tmp_path
         write_deltalake(str(harness.sink_path), pa.table({"offset": [len(value)], "value": [value]}), mode="append")
     store = harness.runner().store
     store.record_backfill({}, owner="creator", lease_expires_at=datetime.now(UTC))
-    before = table_files(harness.runner().pipeline.sink_table)
+    before = table_files(harness.face().config.sink_table)
     other = "another-host 1 x"
 
     def taken_over() -> None:
@@ -271,5 +270,5 @@ def test_a_maintenance_whose_lease_was_taken_stops_before_its_next_step(tmp_path
         maintain_pipeline(harness.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
 
     assert lost.value.retriable
-    assert table_files(harness.runner().pipeline.sink_table) == before  # nothing compacted or vacuumed
+    assert table_files(harness.face().config.sink_table) == before  # nothing compacted or vacuumed
     assert store.load().backfill_owner == other

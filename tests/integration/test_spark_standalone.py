@@ -32,7 +32,6 @@ from devtools.local_spark_cluster.cluster import master_state
 from devtools.testing.kafka import wait_for
 from dynamic_kafka._toolchain.process import free_port
 from dynamic_kafka.faults import ENV as FAULT_ENV
-from dynamic_kafka.operations.backfill import run_backfill
 from dynamic_kafka.sink import committed_txn_version
 from tests.support.exactly_once import (
     TwoClusterStream,
@@ -255,11 +254,11 @@ def test_a_run_killed_after_staging_on_the_cluster_is_recovered_once_and_a_backf
     # would leave that record (and its cluster's whole burst) before the window.
     start = datetime.now(UTC) - timedelta(seconds=1)
     stream.produce("window", east=4, west=4)
-    backfill = run_backfill(harness.runner().context, start, datetime.now(UTC) + timedelta(minutes=1))
+    backfill = harness.face().backfill(start, datetime.now(UTC) + timedelta(minutes=1))
 
     assert backfill.records == 8
     assert harness.sink_rows() == stream.expected_rows()
-    after = harness.runner().run()
+    after = harness.face().run()
     assert (after.run_seq, after.records, after.deduplicated) == (4, 0, 8)
     assert harness.sink_rows() == stream.expected_rows()
     assert committed_offsets(harness) == stream.end_offsets()

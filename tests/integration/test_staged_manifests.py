@@ -215,12 +215,12 @@ def test_a_staged_commit_on_s3_adds_the_file_committers_files_and_leaves_no_hidd
     stream = s3_stream(kafka_clusters, tmp_path, s3_storage, spark)
     harness = stream.harness
     stream.produce("first", east=3, west=2)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     stream.produce("second", east=4, west=1)
 
-    assert harness.runner().run().run_seq == 2
+    assert harness.face().run().run_seq == 2
 
-    sink = harness.runner().pipeline.sink_table
+    sink = harness.face().config.sink_table
     commit = run_commit(sink, "p", 2)
     assert commit is not None
     assert commit.info.get("dynamic_kafka.commit_id")  # a staged (delta-rs) commit
@@ -241,12 +241,12 @@ def test_a_spark_without_the_committer_binding_stages_through_the_file_committer
     stream = TwoClusterStream(kafka_clusters, tmp_path, spark=spark_mode.session, spark_config=spark_mode.config)
     harness = stream.harness
     stream.produce("first", east=3, west=2)
-    assert harness.runner().run().run_seq == 1
+    assert harness.face().run().run_seq == 1
     stream.produce("second", east=4, west=1)
 
-    assert harness.runner().run().run_seq == 2
+    assert harness.face().run().run_seq == 2
 
-    commit = run_commit(harness.runner().pipeline.sink_table, "p", 2)
+    commit = run_commit(harness.face().config.sink_table, "p", 2)
     assert commit is not None
     assert commit.info.get("dynamic_kafka.commit_id")  # staged (delta-rs)
     assert all(path.startswith("dk-run-2-p/") for path in commit.added_paths)

@@ -68,7 +68,7 @@ def two_streams(
 
 def table_rows(h: PipelineHarness, stream: str) -> list[Row]:
     """Every row of one stream's table as (cluster, topic, partition, offset, value), sorted, duplicates kept."""
-    opened = open_delta_rs(h.runner().pipeline.for_stream(stream).sink_table, doing="reading a stream table")
+    opened = open_delta_rs(h.face().config.for_stream(stream).sink_table, doing="reading a stream table")
     if opened is None:
         return []
     table = opened.to_pyarrow_table(columns=["cluster", "topic", "partition", "offset", "value", "stream"])
@@ -191,7 +191,7 @@ def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_st
     eu = produce(east, topics["orders-eu"], numbered(range(3)))
     us = produce(east, topics["orders-us"], numbered(range(10, 12)))
 
-    first = h.runner().run()
+    first = h.face().run()
 
     assert (first.status, first.records) == ("committed", 5)
     assert first.completeness is not None  # counted from each S3 table's added files
@@ -202,7 +202,7 @@ def test_stream_tables_on_object_storage_each_hold_their_stream_once_with_the_st
     ]
     assert table_rows(h, "orders-eu") == sorted(rows("east", topics["orders-eu"], eu))
     assert table_rows(h, "orders-us") == sorted(rows("east", topics["orders-us"], us))
-    pipeline = h.runner().pipeline
+    pipeline = h.face().config
     assert pipeline.resolved_state_path.uri == f"{prefix}/_p_state"
     assert all(committed_txn_version(pipeline.for_stream(s).sink_table, "p") == 1 for s in topics)
     assert not any(tmp_path.glob("orders*")), "nothing may land on local disk"
@@ -292,7 +292,7 @@ def test_a_dead_letter_replay_lands_each_streams_dead_letters_in_its_table_once_
     assert (first.records, first.dead_letters) == (4, 3)
 
     def ids(stream: str, dead: bool = False) -> list[tuple[int, Any]]:
-        view = h.runner().pipeline.for_stream(stream)
+        view = h.face().config.for_stream(stream)
         opened = open_delta_rs(view.dead_letter_table if dead else view.sink_table, doing="reading a stream table")
         if opened is None:
             return []

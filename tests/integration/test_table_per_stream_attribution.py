@@ -18,9 +18,6 @@ from dynamic_kafka.errors import StateBehindSinkError
 from dynamic_kafka.faults import acting_at
 from dynamic_kafka.metadata.models import ClusterMetadata
 from dynamic_kafka.model.plan import Split
-from dynamic_kafka.operations.backfill import run_backfill
-from dynamic_kafka.operations.maintain import maintain_pipeline
-from dynamic_kafka.operations.status import pipeline_status
 from dynamic_kafka.spark.reader import read_splits
 from tests.integration.test_table_per_stream import (
     SimulatedCrashError,
@@ -119,12 +116,12 @@ def test_a_topic_a_backfill_merged_before_its_first_run_keeps_that_table_when_a_
     east, topic, h = listed_by_orders_b(kafka_clusters, spark, tmp_path)
     first = rows("east", topic, produce(east, topic, numbered(range(2))))
     now = datetime.now(UTC)
-    run_backfill(h.runner().context, now - timedelta(hours=1), now + timedelta(minutes=1))  # before any run
+    h.face().backfill(now - timedelta(hours=1), now + timedelta(minutes=1))  # before any run
     assert table_rows(h, "orders-b") == sorted(first)
 
     h.set_streams({"orders-a": {"east": [topic]}, "orders-b": {"east": [topic]}})
     second = rows("east", topic, produce(east, topic, numbered(range(2, 3))))
-    run = h.runner().run()
+    run = h.face().run()
 
     assert [t.stream_id for t in run.stream_tables] == ["orders-b"]
     assert table_rows(h, "orders-b") == sorted(first + second)
@@ -148,21 +145,21 @@ def test_a_partition_keeps_its_table_when_a_stream_sorting_first_lists_its_topic
         )
 
     first = send(1, 2)
-    assert h.runner().run().records == 2
+    assert h.face().run().records == 2
 
     # orders-a, sorting first, lists the topic too: its partition keeps landing in orders-b's table.
     h.set_streams({"orders-a": {"east": [topic]}, "orders-b": {"east": [topic]}})
     second = send(3)
-    later = h.runner().run()
+    later = h.face().run()
     assert [(t.stream_id, t.records) for t in later.stream_tables] == [("orders-b", 1)]
     # A backfill over every record merges into the same table, so it adds none twice.
-    run_backfill(h.runner().context, t0, t0 + timedelta(minutes=30))
+    h.face().backfill(t0, t0 + timedelta(minutes=30))
     assert table_rows(h, "orders-b") == sorted(first + second)
     assert table_rows(h, "orders-a") == []
 
     # The table stays looked after: status, maintenance (and realign and replay, which take the same tables).
-    assert [t.stream_id for t in pipeline_status(h.runner().context).tables] == ["orders-b"]
-    maintained = maintain_pipeline(h.runner().context, retention_hours=0, unsafe_vacuum_retention=True)
+    assert [t.stream_id for t in h.face().status().tables] == ["orders-b"]
+    maintained = h.face().maintain(vacuum_retention_hours=0, unsafe_vacuum_retention=True)
     assert {t.table for t in maintained.tables if t.role == "sink"} == {str(tmp_path / "tables" / "orders-b")}
 
 
@@ -174,27 +171,27 @@ def test_a_run_after_a_state_restore_refuses_a_stream_table_the_state_never_knew
     h = per_stream_harness(kafka_clusters, spark, tmp_path)
     h.set_streams({"orders-a": {"east": [topics["orders-a"]]}})
     a = rows("east", topics["orders-a"], produce(east, topics["orders-a"], numbered(range(2))))
-    assert h.runner().run().run_seq == 1
+    assert h.face().run().run_seq == 1
     state = tmp_path / "tables" / "_p_state"
     shutil.copytree(state, tmp_path / "backup")
 
     # Run 2 lands only the new stream orders-b; then the state of run 1 is put back.
     h.set_streams({s: {"east": [t]} for s, t in topics.items()})
     b = rows("east", topics["orders-b"], produce(east, topics["orders-b"], numbered(range(10, 13))))
-    assert [(t.stream_id, t.records) for t in h.runner().run().stream_tables] == [("orders-b", 3)]
+    assert [(t.stream_id, t.records) for t in h.face().run().stream_tables] == [("orders-b", 3)]
     shutil.rmtree(state)
     shutil.copytree(tmp_path / "backup", state)
     b += rows("east", topics["orders-b"], produce(east, topics["orders-b"], numbered(range(13, 15))))
 
     # Run 2 again would be skipped in orders-b as already committed (a run 3, duplicated): refused, nothing written.
     with pytest.raises(StateBehindSinkError, match=r"orders-b holds run 2 of this pipeline") as refused:
-        h.runner().run()
+        h.face().run()
     assert (refused.value.sink_txn, refused.value.state_run_seq) == (2, 1)
     assert len(table_rows(h, "orders-b")) == 3
 
     realigned = Pipeline(load_project_config(h.config_path), "p", spark=lambda: spark).realign(apply=True)
     assert (realigned.needed, realigned.next_run_seq) == (True, 3)
-    after = h.runner().run()
+    after = h.face().run()
     assert (after.run_seq, after.status) == (3, "committed")
     assert table_rows(h, "orders-a") == sorted(a)
     assert table_rows(h, "orders-b") == sorted(b)

@@ -73,8 +73,8 @@ def test_reset_gives_the_run_up_and_the_next_run_lands_the_new_topic_once(
     assert state.last_run is not None
     assert (state.last_run.run_seq, state.last_run.status) == (2, "abandoned")
 
-    after = h.runner().run()
+    after = h.face().run()
     assert after.records == 10
-    assert h.runner().run().status == "empty"
+    assert h.face().run().status == "empty"
     # The old topic's records 4-7 went with it; each of the new topic's records landed once.
     assert h.sink_rows() == sorted(rows("east", topic, old) + rows("east", topic, new))

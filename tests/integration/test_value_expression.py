@@ -47,7 +47,7 @@ def test_an_expression_decodes_values_with_their_headers_and_a_null_result_is_a_
         ],
     )
 
-    assert h.runner().run().records == 4
+    assert h.face().run().records == 4
 
     landed = DeltaTable(str(h.sink_path)).to_pyarrow_table(columns=["offset", "value"]).to_pylist()
     assert sorted((r["offset"], r["value"]) for r in landed) == [(0, 7), (1, 50), (3, None)]

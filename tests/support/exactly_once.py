@@ -132,7 +132,7 @@ def committed_offsets(harness: PipelineHarness) -> dict[Coordinates, int]:
 
 def assert_nothing_left(harness: PipelineHarness) -> None:
     """The next run finds everything committed: nothing to recover, nothing to read, no Spark started."""
-    summary = harness.runner().run()
+    summary = harness.face().run()
     assert summary.recovered_run_seq is None
     assert summary.status == "empty"
     assert summary.records == 0
@@ -207,7 +207,7 @@ def first_run_then_more(stream: TwoClusterStream, *, east: int, west: int) -> di
     """Lands 12 + 8 records with a committed run 1 (in process), then produces ``east`` + ``west`` more for the run
     a test crashes; returns the offsets run 1 committed."""
     stream.produce("first", east=12, west=8)
-    assert stream.harness.runner().run().run_seq == 1
+    assert stream.harness.face().run().run_seq == 1
     committed = stream.end_offsets()
     stream.produce("crashed", east=east, west=west)
     return committed
@@ -217,7 +217,7 @@ def assert_recovered_once(stream: TwoClusterStream) -> None:
     """Run 2 crashed: 5 + 3 more records, then the next run (in process) finishes run 2 once and lands them as run
     3, and the sink and the committed offsets hold every record produced, once."""
     stream.produce("later", east=5, west=3)
-    recovering = stream.harness.runner().run()
+    recovering = stream.harness.face().run()
     assert (recovering.recovered_run_seq, recovering.run_seq, recovering.status) == (2, 3, "committed")
     assert recovering.records == 8
     assert stream.harness.sink_rows() == stream.expected_rows()
