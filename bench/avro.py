@@ -122,7 +122,7 @@ def _run_ours(work: Path, bootstrap: str, url: str, topic: str, policy: str) -> 
             }
         )
     )
-    pipeline = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, "value_format": "avro",
+    pipeline = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, "value": {"format": "avro"},
                 "on_decode_error": policy}  # fmt: skip
     config: dict[str, Any] = {
         "metadata_service": {"type": "file", "path": "metadata.yaml"},

@@ -156,7 +156,7 @@ def _write_project(folder: Path, env: BenchEnv, remote: str) -> Path:
     pipelines = [{"id": p, "streams": [stream], "sink": {"path": str(folder / p)}} for p, stream in STREAMS.items()]
     for pipeline in pipelines:
         if pipeline["id"] in SCHEDULES:
-            pipeline["schedule"] = SCHEDULES[pipeline["id"]]
+            pipeline["orchestration"] = {"schedule": SCHEDULES[pipeline["id"]]}
     config = {
         "metadata_service": {"type": "file", "path": str(folder / "metadata.yaml")},
         "spark": {"remote": remote},

@@ -36,14 +36,11 @@ KAFKA_PORT = 19592
 PARTITIONS = 8
 SCHEMA = "id BIGINT, amount DOUBLE, customer STRING, note STRING"
 SPARK = {"master": "local[2]", "conf": {"spark.driver.memory": "2g"}}
-# Each variant's value settings; json is the reference the others are divided by.
+# Each variant's `value` section; json is the reference the others are divided by.
 VARIANTS: dict[str, dict[str, str]] = {
-    "json": {"value_format": "json", "value_schema": SCHEMA},
-    "expression": {
-        "value_format": "expression",
-        "value_expression": f"from_json(CAST(value AS STRING), '{SCHEMA}')",
-    },
-    "bytes": {"value_format": "bytes"},
+    "json": {"format": "json", "schema": SCHEMA},
+    "expression": {"format": "expression", "expression": f"from_json(CAST(value AS STRING), '{SCHEMA}')"},
+    "bytes": {"format": "bytes"},
 }
 
 
@@ -73,7 +70,7 @@ def _run(work: Path, bootstrap: str, topic: str, values: dict[str, str]) -> tupl
     """``dynamic-kafka run --json`` in a fresh process with the variant's value settings; wall, CPU, summary."""
     metadata = {"clusters": {"east": {"bootstrap_servers": bootstrap}}, "streams": {"orders": {"east": [topic]}}}
     (work / "metadata.yaml").write_text(json.dumps(metadata))
-    pipeline = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, **values}
+    pipeline = {"id": "p", "streams": ["orders"], "sink": {"path": "sink"}, "value": values}
     config = {"metadata_service": {"type": "file", "path": "metadata.yaml"}, "spark": SPARK, "pipelines": [pipeline]}
     (work / "dynamic_kafka.yaml").write_text(json.dumps(config))
     command = [sys.executable, "-m", "dynamic_kafka.cli.main", "run", "--json"]

@@ -101,7 +101,7 @@ class Soak:
             spark_config={"remote": server.remote},
             streams=["orders", "mirrored"],
             drain_removed=True,
-            key_format="string",
+            key={"format": "string"},
             run_lease_seconds=30,
         )
         self.publish()

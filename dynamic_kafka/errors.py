@@ -489,11 +489,11 @@ class CommitOverwrittenError(SparkJobError):
 
 
 class SchemaMismatchError(ConfigError):
-    """The pipeline's ``value_schema`` is invalid, or the sink's existing schema does not match what the pipeline
+    """The pipeline's ``value.schema`` is invalid, or the sink's existing schema does not match what the pipeline
     would write. Found before anything is planned; not retriable until the config or the table changes.
 
     Attributes:
-        columns: the columns that differ (empty for an invalid ``value_schema``).
+        columns: the columns that differ (empty for an invalid ``value.schema``).
     """
 
     def __init__(self, message: str, *, columns: Sequence[str] = (), hint: str | None = None) -> None:
@@ -535,7 +535,7 @@ class UndecodableRecordError(DecodeError):
         self.timestamp = timestamp
         super().__init__(
             f"undecodable record at {self.where}: {reason}; nothing was written.",
-            hint="Fix the producer or the pipeline's value_format/value_schema/key_format, or set "
+            hint="Fix the producer or the pipeline's value and key formats (value, formats, key), or set "
             "`on_decode_error: dead_letter` to land such records in the dead-letter table.",
         )
 

@@ -2,17 +2,18 @@
 
 Per pipeline ``<id>``:
 
-- ``<id>``: the incremental run on the pipeline's ``schedule`` (none: triggered only), then the checks after it.
+- ``<id>``: the incremental run on the pipeline's ``orchestration.schedule`` (none: triggered only), then the
+  checks after it.
   One run at a time (``max_active_runs=1``); the run task takes a slot of the Spark Connect pool and declares the
   sink and dead-letter tables as Airflow Assets, so downstream DAGs can be scheduled on them.
-- ``<id>_backfill`` (with ``backfill``): one task merging the DAG run's data interval, on the backfill's
-  granularity (``@hourly`` / ``@daily``) from ``backfill.start``, never catching up by itself: ``airflow backfill
-  create`` over a date range runs one backfill per interval, each window merged exactly once beside the incremental
-  runs (the library's backfill never moves the incremental offsets).
+- ``<id>_backfill`` (with ``orchestration.backfill``): one task merging the DAG run's data interval, on the
+  backfill's granularity (``@hourly`` / ``@daily``) from its ``start``, never catching up by itself: ``airflow
+  backfill create`` over a date range runs one backfill per interval, each window merged exactly once beside the
+  incremental runs (the library's backfill never moves the incremental offsets).
 - ``<id>_health``: the checks between runs on ``health.schedule`` (none: triggered only).
 - ``<id>_offsets``: ``offsets show``, triggered only.
 - ``<id>_watch``: a deferrable wait for a metadata change, then a trigger of ``<id>``; continuous, paused at creation
-  unless ``automation_default_status`` is ``running``.
+  unless ``orchestration.automation_default_status`` is ``running``.
 
 Reading the config file is the only I/O at parse time; nothing contacts Kafka, Spark or the metadata service.
 """
@@ -48,7 +49,8 @@ SPARK_POOL = "dynamic_kafka_spark"
 """The default pool of the tasks that run Spark (runs and backfills): size it to what the Spark Connect server
 takes at once (``airflow pools set dynamic_kafka_spark 1 "Spark Connect"``)."""
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
-"""The start date of the DAGs with a schedule (they never catch up); a backfill DAG starts at ``backfill.start``."""
+"""The start date of the DAGs with a schedule (they never catch up); a backfill DAG starts at
+``orchestration.backfill.start``."""
 TAGS = ("dynamic_kafka",)
 
 
@@ -110,13 +112,13 @@ def _pipeline_dags(pipeline: PipelineConfig, path: str, pool: str, default_args:
     pid = pipeline.id
     verb: dict[str, Any] = {"config_path": path, "pipeline_id": pid}
     with _dag(
-        pid, f"One incremental run of pipeline {pid!r}, then its checks.", pipeline.schedule, default_args
+        pid, f"One incremental run of pipeline {pid!r}, then its checks.", pipeline.orchestration.schedule, default_args
     ) as run:
         landed = IncrementalRunOperator(task_id="run", pool=pool, outlets=sink_assets(pipeline), **verb)
         landed >> ChecksOperator(task_id="checks", **verb)
     dags = [run]
-    if pipeline.backfill is not None:
-        backfill = pipeline.backfill
+    if pipeline.orchestration.backfill is not None:
+        backfill = pipeline.orchestration.backfill
         with _dag(
             f"{pid}_backfill",
             f"Merges {backfill.granularity} windows of record timestamps into the sink of {pid!r} (airflow backfill "
@@ -139,7 +141,7 @@ def _pipeline_dags(pipeline: PipelineConfig, path: str, pool: str, default_args:
         f"Runs {pid!r} when its resolved metadata fingerprint changes.",
         "@continuous",
         default_args,
-        is_paused_upon_creation=pipeline.automation_default_status == "stopped",
+        is_paused_upon_creation=pipeline.orchestration.automation_default_status == "stopped",
     ) as watch:
         changed = MetadataChangeOperator(task_id="wait_for_metadata_change", **verb)
         changed >> TriggerDagRunOperator(task_id="trigger_run", trigger_dag_id=pid)

@@ -2,12 +2,12 @@
 triggerer, and the deferrable operator that waits on it without holding a worker slot.
 
 The trigger polls the library's :meth:`~dynamic_kafka.Pipeline.check_metadata` (the function the Dagster sensor
-calls) every ``sensor.interval_seconds``, tolerating ``sensor.failure_threshold`` consecutive metadata service
-failures, and fires once the fingerprint differs from the cursor's. The cursor (the library's ``WatchCursor``) is
-kept in the Airflow variable ``dynamic_kafka/<pipeline>/metadata_cursor`` between waits, so the last fingerprint
-survives restarts; without one, the first wait fires at once and its run records the baseline, as the Dagster
-sensor's first tick does. The trigger resolves no ``${airflow:...}`` reference: the metadata it reads names them,
-the tasks resolve them.
+calls) every ``orchestration.sensor.interval_seconds``, tolerating ``orchestration.sensor.failure_threshold``
+consecutive metadata service failures, and fires once the fingerprint differs from the cursor's. The cursor (the
+library's ``WatchCursor``) is kept in the Airflow variable ``dynamic_kafka/<pipeline>/metadata_cursor`` between
+waits, so the last fingerprint survives restarts; without one, the first wait fires at once and its run records
+the baseline, as the Dagster sensor's first tick does. The trigger resolves no ``${airflow:...}`` reference: the
+metadata it reads names them, the tasks resolve them.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class MetadataChangeTrigger(BaseTrigger):
     def poll(self, cursor: WatchCursor) -> tuple[WatchResult, int]:
         """One poll against the config file as it is now; returns the result and the seconds to the next poll."""
         pipeline = Pipeline(load_project_config(self.config_path), self.pipeline_id)
-        settings = pipeline.config.sensor
+        settings = pipeline.config.orchestration.sensor
         result = pipeline.check_metadata(cursor, failure_threshold=settings.failure_threshold)
         return result, settings.interval_seconds
 

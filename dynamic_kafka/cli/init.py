@@ -61,10 +61,12 @@ pipelines:
     sink:
       path: data/events            # a Delta table; also s3://bucket/events
     # The state (committed offsets, run history) is a Delta table beside the sink: data/events_state.
-    value_format: string           # bytes (the default), string, json (with value_schema), avro, protobuf, json_schema
-    # value_schema: "id BIGINT, amount DECIMAL(12,2), placed_at TIMESTAMP"   # for value_format: json
+    value:
+      format: string               # bytes (the default), string, json (with schema), avro, protobuf, json_schema
+      # schema: "id BIGINT, amount DECIMAL(12,2), placed_at TIMESTAMP"   # for format: json
     # starting_offsets: {{kind: earliest}}   # where the first run starts (the default)
-    # schedule: "*/15 * * * *"             # the Dagster schedule
+    # orchestration:
+    #   schedule: "*/15 * * * *"           # the Dagster (or Airflow) schedule
 """
 
 

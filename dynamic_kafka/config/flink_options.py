@@ -42,11 +42,13 @@ client's close)."""
 
 REFUSED: dict[str, str] = {
     "partition.discovery.interval.ms": "every run discovers topics and partitions when it plans, and between runs "
-    "the pipeline's `sensor.interval_seconds` sets how often the Dagster sensor looks for metadata changes",
+    "the pipeline's `orchestration.sensor.interval_seconds` sets how often the Dagster sensor looks for metadata "
+    "changes",
     "commit.offsets.on.checkpoint": "offsets are committed to the pipeline's `consumer_group` after each run's sink "
     "commit (monitoring only); set `consumer_group: null` to commit to no group",
-    "stream-metadata-discovery-interval-ms": "the pipeline's `sensor.interval_seconds` (the Dagster sensor's poll)",
-    "stream-metadata-discovery-failure-threshold": "the pipeline's `sensor.failure_threshold`",
+    "stream-metadata-discovery-interval-ms": "the pipeline's `orchestration.sensor.interval_seconds` (the Dagster "
+    "sensor's poll)",
+    "stream-metadata-discovery-failure-threshold": "the pipeline's `orchestration.sensor.failure_threshold`",
 }
 """Flink's options with no client meaning here -> the product's key (or command) that does their job."""
 

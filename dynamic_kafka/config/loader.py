@@ -7,18 +7,24 @@ The models it validates against are :mod:`dynamic_kafka.config.models`; every pr
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dynamic_kafka.config.models import ProjectConfig
+from dynamic_kafka.config.models import MOVED_KEYS_CONTEXT, ProjectConfig
 from dynamic_kafka.config.validation_text import plain_message, suggest_key
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.references import expand
 from dynamic_kafka.secrets import is_sensitive_key, mask_secrets
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+logger = logging.getLogger("dynamic_kafka.config")
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
@@ -221,15 +227,13 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
                     p["state_path"] = rebase(p["state_path"])
                 if isinstance(p.get("bootstrap"), dict) and "path" in p["bootstrap"]:
                     p["bootstrap"] = {**p["bootstrap"], "path": rebase(p["bootstrap"]["path"])}
-                if "value_schema_file" in p:
+                if "value_schema_file" in p:  # its old place (config.moved_keys)
                     p["value_schema_file"] = rebase(p["value_schema_file"])
+                if isinstance(p.get("value"), dict):
+                    p["value"] = _rebase_schema_file(p["value"], rebase)
                 if isinstance(p.get("formats"), dict):
                     p["formats"] = {
-                        stream: (
-                            {k: (rebase(v) if k == "value_schema_file" else v) for k, v in entry.items()}
-                            if isinstance(entry, dict)
-                            else entry
-                        )
+                        stream: _rebase_schema_file(entry, rebase) if isinstance(entry, dict) else entry
                         for stream, entry in p["formats"].items()
                     }
             rebased.append(p)
@@ -241,6 +245,11 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> dict[str, Any]:
             for p in publications
         ]
     return data
+
+
+def _rebase_schema_file(value_format: dict[str, Any], rebase: Callable[[Any], Any]) -> dict[str, Any]:
+    # `value_schema_file` is the old name of a `formats` entry's `schema_file` (config.moved_keys).
+    return {k: (rebase(v) if k in ("schema_file", "value_schema_file") else v) for k, v in value_format.items()}
 
 
 def load_project_config(path: str | Path) -> ProjectConfig:
@@ -268,12 +277,24 @@ def load_project_config(path: str | Path) -> ProjectConfig:
         raise describe_validation_error(e, str(path), ProjectConfig) from None
 
 
-def validate_project_data(raw: dict[str, Any], path: Path) -> ProjectConfig:
+def validate_project_data(raw: dict[str, Any], path: Path, moved_keys: list[str] | None = None) -> ProjectConfig:
     """The project config of ``raw``, the parsed content of the file ``path`` (relative paths in it resolved
     against the file's folder).
+
+    A key in its old place (:mod:`dynamic_kafka.config.moved_keys`) is read in its new one, and what to write
+    instead goes to ``moved_keys`` when given; else each is logged once, as a warning of the
+    ``dynamic_kafka.config`` logger.
 
     Raises:
         ValidationError: pydantic's, with every problem (see :func:`validation_problems`).
     """
     data = _resolve_relative(dict(raw), path.resolve().parent)
-    return ProjectConfig.model_validate({**data, "source": str(path)})
+    found: list[str] = []
+    try:
+        return ProjectConfig.model_validate({**data, "source": str(path)}, context={MOVED_KEYS_CONTEXT: found})
+    finally:
+        if moved_keys is not None:
+            moved_keys += dict.fromkeys(found)
+        else:
+            for message in dict.fromkeys(found):
+                logger.warning("%s: %s", path, message)

@@ -11,13 +11,14 @@ bottom like the file itself.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from dynamic_kafka.errors import ConfigError
 from dynamic_kafka.frozen import FrozenModel, replaced
@@ -42,10 +43,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 
+from dynamic_kafka.config.moved_keys import lift_moved_keys
 from dynamic_kafka.config.table_template import check_stream_id, default_state, fill, is_template, placeholders
 from dynamic_kafka.spark.schema import OUTPUT_COLUMNS
 from dynamic_kafka.storage import StorageConfig, TableLocation, TableRef, uncreatable
 from dynamic_kafka.storage import parsed_location as _location
+
+logger = logging.getLogger("dynamic_kafka.config")
+
+MOVED_KEYS_CONTEXT = "moved_keys"
+"""The validation context's key for a list that collects what to write instead of each moved key
+(:mod:`dynamic_kafka.config.moved_keys`); without it, each is logged as a warning."""
 
 
 class _HasId(Protocol):
@@ -447,14 +455,14 @@ class RetryConfig(_Config):
 
 
 ValueFormat = Literal["bytes", "string", "json", "avro", "protobuf", "json_schema", "expression"]
-# Formats whose values become a ``value`` column (bytes, text, a JSON struct, or what a value_expression gives); the
+# Formats whose values become a ``value`` column (bytes, text, a JSON struct, or what an expression gives); the
 # others land their decoded fields as top-level columns.
 VALUE_COLUMN_FORMATS = frozenset({"bytes", "string", "json", "expression"})
 ValueExpression = Annotated[
     str | None,
     Field(
         min_length=1,
-        description="value_format expression: a Spark SQL expression over the record's columns (key, value, "
+        description="format expression: a Spark SQL expression over the record's columns (key, value, "
         "headers, topic, partition, offset, timestamp) giving the value column; a non-null value it turns into "
         "null is a dead letter. Use try_ functions (try_cast, try_to_number, ...) where it could fail.",
     ),
@@ -464,53 +472,128 @@ KeyFormat = Literal["bytes", "string", "avro", "protobuf", "json_schema"]
 REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf", "json_schema"})
 
 
-class ValueFormatConfig(_Config):
-    """How one stream's values are encoded: a pipeline's default, or a ``formats`` entry for one stream.
+_STRATEGY = (
+    "Registry formats: the subject the writer schemas are under: topic (<topic>-value, or <topic>-key for keys), "
+    "record (record_name) or topic_record (<topic>-<record_name>), as Confluent's serializers name it."
+)
 
-    - ``bytes`` / ``string`` / ``json`` (with ``value_schema``, Spark DDL): one ``value`` column.
+
+class ValueFormatConfig(_Config):
+    """How values are encoded: a pipeline's ``value`` (every stream without an entry of its own), or a ``formats``
+    entry for one stream.
+
+    - ``bytes`` / ``string`` / ``json`` (with ``schema``, Spark DDL): one ``value`` column.
     - ``avro``: Confluent wire format (magic byte, schema id), writer schemas from the cluster's Schema Registry;
-      with ``value_schema_file`` instead: plain Avro binary (no header) written with that one schema, no registry.
+      with ``schema_file`` instead: plain Avro binary (no header) written with that one schema, no registry.
     - ``protobuf`` / ``json_schema``: Confluent wire format, schemas from the registry.
+    - ``expression``: what ``expression`` computes from the record's columns.
 
     Registry formats land the decoded fields as top-level columns beside ``cluster``, ``stream``, ``topic``, ...
+
+    Example:
+        >>> ValueFormatConfig(format="json", schema="id INT, name STRING").schema_ddl
+        'id INT, name STRING'
     """
 
-    value_format: ValueFormat = "bytes"
-    value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
-    value_schema_file: Path | None = Field(
-        None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
+    # Dumped as the file writes it (`schema`), so a dumped pipeline validates again.
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    format: ValueFormat = Field(
+        "bytes",
+        description="How values are decoded: bytes (default), string, json (with schema), avro (from the registry, "
+        "or plain Avro with schema_file), protobuf, json_schema, or expression (with expression).",
     )
-    value_expression: ValueExpression = None
-    value_subject_name_strategy: SubjectNameStrategy = Field(
-        "topic",
-        description="Registry formats: the subject the writer schemas are under: topic (<topic>-value), record "
-        "(value_record_name) or topic_record (<topic>-<value_record_name>), as Confluent's serializers name it.",
+    # `schema` in the file: the attribute has another name, since pydantic's BaseModel already has a `schema`.
+    schema_ddl: str | None = Field(
+        None, alias="schema", description="format json: the values' Spark DDL schema, e.g. 'id INT, name STRING'."
     )
-    value_record_name: RecordName = None
+    schema_file: Path | None = Field(
+        None, description="format avro: an Avro schema file (.avsc); values are plain Avro binary, no registry."
+    )
+    expression: ValueExpression = None
+    subject_name_strategy: SubjectNameStrategy = Field("topic", description=_STRATEGY)
+    record_name: RecordName = None
 
     @model_validator(mode="after")
     def _subject_naming(self) -> ValueFormatConfig:
-        registry = self.value_format not in VALUE_COLUMN_FORMATS and self.value_schema_file is None
         require_subject_naming(
-            "value_subject_name_strategy", self.value_subject_name_strategy, self.value_record_name, registry
+            "subject_name_strategy", self.subject_name_strategy, self.record_name, self.uses_registry
         )
         return self
 
-    def value_subject(self, topic: str) -> str:
-        """The registry subject of ``topic``'s values."""
-        return subject_name(self.value_subject_name_strategy, topic, "value", self.value_record_name)
-
     @model_validator(mode="after")
     def _schema_fits_format(self) -> ValueFormatConfig:
-        if self.value_format == "json" and not self.value_schema:
-            raise ValueError("value_format json needs `value_schema` (a Spark DDL string, e.g. 'id INT, name STRING')")
-        if self.value_schema is not None and self.value_format != "json":
-            raise ValueError(f"`value_schema` is for value_format json, not {self.value_format}")
-        if self.value_schema_file is not None and self.value_format != "avro":
-            raise ValueError(f"`value_schema_file` is for value_format avro, not {self.value_format}")
-        if (self.value_expression is None) == (self.value_format == "expression"):
-            raise ValueError("`value_expression` (a Spark SQL expression) goes with value_format expression, and only")
+        if self.format == "json" and not self.schema_ddl:
+            raise ValueError("format json needs `schema` (a Spark DDL string, e.g. 'id INT, name STRING')")
+        if self.schema_ddl is not None and self.format != "json":
+            raise ValueError(f"`schema` is for format json, not {self.format}")
+        if self.schema_file is not None and self.format != "avro":
+            raise ValueError(f"`schema_file` is for format avro, not {self.format}")
+        if (self.expression is None) == (self.format == "expression"):
+            raise ValueError("`expression` (a Spark SQL expression) goes with format expression, and only")
         return self
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether the values are decoded with writer schemas from a Schema Registry."""
+        return self.format not in VALUE_COLUMN_FORMATS and self.schema_file is None
+
+    def subject(self, topic: str) -> str:
+        """The registry subject of ``topic``'s values."""
+        return subject_name(self.subject_name_strategy, topic, "value", self.record_name)
+
+
+class KeyFormatConfig(_Config):
+    """How keys are encoded: ``bytes`` (as they are), ``string`` (UTF-8), or a registry format decoded with the
+    writer schemas of the key subject (by default ``<topic>-key``) into a ``key`` struct.
+    """
+
+    format: KeyFormat = Field(
+        "bytes",
+        description="How keys land: bytes (default), string (UTF-8), or avro, protobuf or json_schema (decoded "
+        "with the key subject, by default `<topic>-key`, into a `key` struct).",
+    )
+    subject_name_strategy: SubjectNameStrategy = Field("topic", description=_STRATEGY)
+    record_name: RecordName = None
+
+    @model_validator(mode="after")
+    def _subject_naming(self) -> KeyFormatConfig:
+        require_subject_naming(
+            "subject_name_strategy", self.subject_name_strategy, self.record_name, self.uses_registry
+        )
+        return self
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether the keys are decoded with writer schemas from a Schema Registry."""
+        return self.format in REGISTRY_KEY_FORMATS
+
+    def subject(self, topic: str) -> str:
+        """The registry subject of ``topic``'s keys."""
+        return subject_name(self.subject_name_strategy, topic, "key", self.record_name)
+
+
+class OrchestrationConfig(_Config):
+    """What Dagster and Airflow deploy for the pipeline: the run schedule, the metadata-change sensor, whether both
+    start running, and the backfill partitions. The ``dynamic-kafka`` commands do not read it.
+    """
+
+    schedule: str | None = Field(None, description="Cron expression (UTC) of the incremental runs' schedule.")
+    sensor: SensorConfig = Field(
+        default_factory=SensorConfig,
+        description="The sensor (Dagster) or deferrable trigger (Airflow) that requests a run when the metadata "
+        "changes.",
+    )
+    automation_default_status: Literal["running", "stopped"] = Field(
+        "stopped",
+        description="Whether the pipeline's schedule and metadata-change sensor start running or stopped when "
+        "Dagster first loads them (a toggle in the UI overrides it afterwards); in Airflow, whether the DAGs are "
+        "created paused. Default stopped: a new deployment runs nothing until someone turns it on. The catch-up "
+        "sensor always starts running.",
+    )
+    backfill: BackfillConfig | None = Field(
+        None, description="Time-window partitions for backfills (hourly or daily); unset: no backfill asset or DAG."
+    )
 
 
 DEFAULT_GROUP_PREFIX = "dynamic-kafka."
@@ -545,36 +628,28 @@ class PipelineConfig(_Config):
     storage: StorageConfig | None = Field(
         None, description="How the tables on object storage are reached (endpoint, region, credentials)."
     )
-    value_format: ValueFormat = "bytes"
-    value_schema: str | None = Field(None, description="Spark DDL schema of JSON values (value_format: json).")
-    value_schema_file: Path | None = Field(
-        None, description="An Avro schema file (.avsc): values are plain Avro binary, no registry (value_format: avro)."
+    value: ValueFormatConfig = Field(
+        default_factory=ValueFormatConfig,
+        description="How values are decoded (every stream without a `formats` entry): format, and the schema, "
+        "schema_file, expression or subject naming it takes.",
     )
-    value_expression: ValueExpression = None
     formats: dict[str, ValueFormatConfig] = Field(
         default_factory=dict,
-        description="Value formats of single streams, by stream id; other streams use the pipeline's value_format.",
+        description="Value formats of single streams, by stream id, each written like `value`; other streams use "
+        "`value`.",
+    )
+    key: KeyFormatConfig = Field(
+        default_factory=KeyFormatConfig, description="How keys land: format, and the subject naming it takes."
     )
     schema_registry: RegistryConfig | None = Field(
         None,
         description="The Schema Registry of clusters whose metadata names none (registry formats only).",
     )
-    value_subject_name_strategy: SubjectNameStrategy = Field(
-        "topic", description="The values' subject name strategy (see the formats entries' field of that name)."
-    )
-    value_record_name: RecordName = None
-    key_format: KeyFormat = "bytes"
-    key_subject_name_strategy: SubjectNameStrategy = Field(
-        "topic",
-        description="Registry key formats: the keys' subject: topic (<topic>-key), record (key_record_name) or "
-        "topic_record (<topic>-<key_record_name>).",
-    )
-    key_record_name: RecordName = None
     on_decode_error: Literal["dead_letter", "fail"] = "dead_letter"
     json_strict: bool = Field(
         False,
-        description="value_format json: also treat as undecodable (dead letter, or fail) a value with top-level "
-        "fields not in value_schema or with data after the JSON object. Default false: such fields and data are "
+        description="value.format json: also treat as undecodable (dead letter, or fail) a value with top-level "
+        "fields not in value.schema or with data after the JSON object. Default false: such fields and data are "
         "ignored, as Spark's from_json does.",
     )
     on_data_loss: Literal["fail", "skip"] = "fail"
@@ -607,15 +682,11 @@ class PipelineConfig(_Config):
         "shows the lag). Default 'dynamic-kafka.<id>'; null turns it off.",
     )
     min_partitions: int | None = Field(None, ge=1, description="Spark Kafka source minPartitions.")
-    schedule: str | None = Field(None, description="Cron expression for the Dagster schedule.")
-    sensor: SensorConfig = Field(default_factory=SensorConfig)
-    automation_default_status: Literal["running", "stopped"] = Field(
-        "stopped",
-        description="Whether the pipeline's schedule and metadata-change sensor start running or stopped when "
-        "Dagster first loads them (a toggle in the UI overrides it afterwards). Default stopped: a new deployment "
-        "runs nothing until someone turns it on. The catch-up sensor always starts running.",
+    orchestration: OrchestrationConfig = Field(
+        default_factory=OrchestrationConfig,
+        description="What Dagster and Airflow deploy: the run schedule, the metadata-change sensor, their default "
+        "status and the backfill partitions.",
     )
-    backfill: BackfillConfig | None = None
     bootstrap: BootstrapConfig | None = Field(
         None, description="An archive the first run lands before reading Kafka from its `until` (docs/bootstrap.md)."
     )
@@ -664,6 +735,22 @@ class PipelineConfig(_Config):
     )
 
     _parse_state = field_validator("state_path", mode="before")(_location)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_moved_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        # The old flat shape loads into the same model; each moved key is reported (the loader logs the reports,
+        # `check` lists them), and one given both ways is refused.
+        if not isinstance(data, dict):
+            return data
+        lifted, messages = lift_moved_keys(data)
+        found = info.context.get(MOVED_KEYS_CONTEXT) if isinstance(info.context, dict) else None
+        if isinstance(found, list):
+            found += messages
+        else:
+            for message in messages:
+                logger.warning("%s", message)
+        return lifted
 
     @model_validator(mode="before")
     @classmethod
@@ -781,33 +868,11 @@ class PipelineConfig(_Config):
             raise ValueError("set exactly one of `streams` (a list of stream ids) or `stream_pattern` (a regex)")
         if self.streams is not None and not self.streams:
             raise ValueError("`streams` is empty; list at least one stream id")
-        # Validates the pipeline-level format fields exactly like a `formats` entry.
-        self._own_format()
-        require_subject_naming(
-            "key_subject_name_strategy",
-            self.key_subject_name_strategy,
-            self.key_record_name,
-            self.key_format in REGISTRY_KEY_FORMATS,
-        )
         return self
 
-    def _own_format(self) -> ValueFormatConfig:
-        return ValueFormatConfig(
-            value_format=self.value_format,
-            value_schema=self.value_schema,
-            value_schema_file=self.value_schema_file,
-            value_expression=self.value_expression,
-            value_subject_name_strategy=self.value_subject_name_strategy,
-            value_record_name=self.value_record_name,
-        )
-
     def value_format_of(self, stream_id: str) -> ValueFormatConfig:
-        """The value format of ``stream_id``: its ``formats`` entry, else the pipeline's."""
-        return self.formats.get(stream_id) or self._own_format()
-
-    def key_subject(self, topic: str) -> str:
-        """The registry subject of ``topic``'s keys (registry key formats)."""
-        return subject_name(self.key_subject_name_strategy, topic, "key", self.key_record_name)
+        """The value format of ``stream_id``: its ``formats`` entry, else the pipeline's ``value``."""
+        return self.formats.get(stream_id) or self.value
 
     @property
     def resolved_state_path(self) -> TableLocation:

@@ -57,9 +57,9 @@ def contiguous_windows(windows: Sequence[TimeWindow]) -> list[tuple[datetime, da
 
 def build_backfill_asset(pipeline: PipelineConfig, target: Target) -> AssetsDefinition | None:
     """The partitioned backfill asset, or None when the pipeline has no ``backfill`` config."""
-    if pipeline.backfill is None:
+    if pipeline.orchestration.backfill is None:
         return None
-    partitions = backfill_partitions(pipeline.backfill)
+    partitions = backfill_partitions(pipeline.orchestration.backfill)
 
     with warnings.catch_warnings():
         # BackfillPolicy on @asset is marked beta in Dagster 1.13; its warning would print on every load.
@@ -71,12 +71,13 @@ def _backfill_asset(
     pipeline: PipelineConfig, partitions: TimeWindowPartitionsDefinition, target: Target
 ) -> AssetsDefinition:
     pipeline_id, translator = pipeline.id, target.translator
-    assert pipeline.backfill is not None
+    assert pipeline.orchestration.backfill is not None
+    granularity = pipeline.orchestration.backfill.granularity
 
     @asset(
         key=translator.backfill_asset_key(pipeline_id),
         **translator.table_attributes(),
-        description=f"{pipeline.backfill.granularity.capitalize()} windows of record timestamps merged into "
+        description=f"{granularity.capitalize()} windows of record timestamps merged into "
         f"the sink of {pipeline_id!r} by backfills (without duplicates, without moving the incremental offsets). "
         "A backfill of any number of windows is one run.",
         kinds=set(translator.kinds),

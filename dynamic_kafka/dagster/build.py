@@ -11,8 +11,9 @@ Per pipeline ``<id>`` (Dagster names use ``<name>``, the id with ``-`` replaced 
 - jobs ``<name>_offsets_show``, ``<name>_offsets_reset`` and ``<name>_dead_letter_replay``, launched with run
   config (operations between runs);
 - sensors ``<name>_metadata_sensor`` (metadata fingerprint changed) and ``<name>_catch_up_sensor`` (capped run);
-- when ``backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by ``backfill.granularity`` from
-  ``backfill.start`` with a single-run backfill policy, and job ``<name>_backfill`` that materializes it;
+- when ``orchestration.backfill`` is set: asset ``dynamic_kafka/<id>_backfill``, partitioned by its
+  ``granularity`` from its ``start`` with a single-run backfill policy, and job ``<name>_backfill`` that
+  materializes it;
 - job ``<name>_maintenance`` (compaction and vacuum of both tables, :mod:`dynamic_kafka.dagster.maintenance`), and
   schedule ``<name>_maintenance_schedule`` when ``maintenance.schedule`` is set;
 - with a table per stream (``sink.path`` with ``{stream}``): asset ``dynamic_kafka/<id>_tables`` (a dynamic

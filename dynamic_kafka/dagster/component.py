@@ -83,7 +83,8 @@ class DynamicKafkaComponent(dg.Component, dg.Resolvable):
         tags: the tables' tags.
         kinds: the kinds shown on the sink and backfill assets.
         retry_policy: the incremental and backfill steps' retry policy (None: the built-in bounded retry).
-        automation_condition: materializes the sinks by declarative automation instead of their ``schedule``.
+        automation_condition: materializes the sinks by declarative automation instead of their
+            ``orchestration.schedule``.
     """
 
     config_path: Annotated[

@@ -162,8 +162,8 @@ def build_health_job(pipeline: PipelineConfig, target: Target) -> AssetJob:
 def build_health_schedule(
     pipeline: PipelineConfig, job: AssetJob, *, source: str | None = None
 ) -> ScheduleDefinition | None:
-    """The health job on ``health.schedule`` (UTC), starting as ``automation_default_status`` says; None when the
-    schedule is null.
+    """The health job on ``health.schedule`` (UTC), starting as ``orchestration.automation_default_status`` says;
+    None when the schedule is null.
 
     Raises:
         ConfigError: the cron expression is invalid; names the pipeline and the value.

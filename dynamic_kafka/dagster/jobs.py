@@ -75,13 +75,13 @@ def build_backfill_job(pipeline: PipelineConfig, target: Target) -> AssetJob | N
     Returns:
         None when the pipeline has no ``backfill`` config.
     """
-    if pipeline.backfill is None:
+    if pipeline.orchestration.backfill is None:
         return None
     return define_asset_job(
         name=backfill_job_name(pipeline.id),
         selection=AssetSelection.assets(target.translator.backfill_asset_key(pipeline.id)),
-        description=f"Merges {pipeline.backfill.granularity} windows of record timestamps into the sink of "
-        f"{pipeline.id!r}, without duplicates and without moving the incremental offsets.",
+        description=f"Merges {pipeline.orchestration.backfill.granularity} windows of record timestamps into the "
+        f"sink of {pipeline.id!r}, without duplicates and without moving the incremental offsets.",
         tags={PIPELINE_TAG: pipeline.id, KIND_TAG: "backfill"},
         executor_def=in_process_executor,
     )

@@ -110,8 +110,8 @@ def _metadata(table: TableMaintenance) -> dict[str, MetadataValue]:
 def build_maintenance_schedule(
     pipeline: PipelineConfig, maintenance: JobDefinition, *, source: str | None = None
 ) -> ScheduleDefinition | None:
-    """The maintenance job on ``maintenance.schedule`` (UTC), starting as ``automation_default_status`` says; None
-    when no schedule is set.
+    """The maintenance job on ``maintenance.schedule`` (UTC), starting as
+    ``orchestration.automation_default_status`` says; None when no schedule is set.
 
     Raises:
         ConfigError: the cron expression is invalid; names the pipeline and the value.

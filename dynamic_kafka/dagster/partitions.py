@@ -1,4 +1,4 @@
-"""Time-window partitions for backfills: hourly or daily in UTC, from the pipeline's ``backfill.start``.
+"""Time-window partitions for backfills: hourly or daily in UTC, from the pipeline's ``orchestration.backfill.start``.
 
 A partition ``[start, end)`` is a window of record timestamps; the backfill job reads it with the library's
 timestamp offsets initializers. Only complete windows exist (the current hour or day is not a partition yet).
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 
 def backfill_partitions(backfill: BackfillConfig) -> TimeWindowPartitionsDefinition:
-    """The partitions definition for one pipeline's backfill job (``backfill.start`` was validated, as aware UTC,
-    when the config was loaded).
+    """The partitions definition for one pipeline's backfill job (``orchestration.backfill.start`` was validated,
+    as aware UTC, when the config was loaded).
     """
     start = backfill.start
     if backfill.granularity == "hourly":

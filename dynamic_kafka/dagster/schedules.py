@@ -1,6 +1,6 @@
 """Per pipeline with a ``schedule`` (cron, UTC): the incremental job on that cron. Pipelines without one get none.
 
-It starts running or stopped as the pipeline's ``automation_default_status`` says (default stopped).
+It starts running or stopped as the pipeline's ``orchestration.automation_default_status`` says (default stopped).
 """
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ if TYPE_CHECKING:
 
 
 def build_schedule(pipeline: PipelineConfig, job: AssetJob, *, source: str | None = None) -> ScheduleDefinition | None:
-    """The pipeline's schedule, or None when it has no ``schedule``.
+    """The pipeline's schedule, or None when it has no ``orchestration.schedule``.
 
     Raises:
         ConfigError: the cron expression is invalid; names the pipeline and the value.
     """
-    if pipeline.schedule is None:
+    if pipeline.orchestration.schedule is None:
         return None
     return cron_schedule(
         pipeline,
         schedule_name(pipeline.id),
         job,
-        key="schedule",
-        cron=pipeline.schedule,
-        description=f"Incremental runs of {pipeline.id!r} on '{pipeline.schedule}' (UTC).",
+        key="orchestration.schedule",
+        cron=pipeline.orchestration.schedule,
+        description=f"Incremental runs of {pipeline.id!r} on '{pipeline.orchestration.schedule}' (UTC).",
         example="*/15 * * * *",
         source=source,
     )
@@ -50,7 +50,8 @@ def cron_schedule(
     example: str,
     source: str | None,
 ) -> ScheduleDefinition:
-    """A schedule of one of the pipeline's jobs on ``cron`` (UTC), starting as ``automation_default_status`` says.
+    """A schedule of one of the pipeline's jobs on ``cron`` (UTC), starting as
+    ``orchestration.automation_default_status`` says.
 
     Raises:
         ConfigError: ``cron`` (the config's ``key``) is not a valid cron expression; names the pipeline and the
@@ -63,7 +64,7 @@ def cron_schedule(
             job=job,
             execution_timezone="UTC",
             tags={TRIGGER_TAG: "schedule"},
-            default_status=DefaultScheduleStatus(pipeline.automation_default_status.upper()),
+            default_status=DefaultScheduleStatus(pipeline.orchestration.automation_default_status.upper()),
             description=description,
         )
     except DagsterInvalidDefinitionError as e:

@@ -4,11 +4,11 @@ Metadata sensor: each tick asks the library (``Pipeline.check_metadata``) whethe
 cursor is the library's ``WatchCursor`` as JSON, so the last fingerprint and the count of consecutive metadata
 service failures survive daemon restarts. A change requests one run keyed by the new fingerprint and the count of
 changes seen (Dagster never launches two runs with one key, so a repeated tick cannot duplicate it, while a layout
-that comes back, A -> B -> A, is a new key); once a tick has succeeded, up to ``sensor.failure_threshold``
+that comes back, A -> B -> A, is a new key); once a tick has succeeded, up to ``orchestration.sensor.failure_threshold``
 consecutive failures are skipped ticks that say why, and the next one fails the tick until the service answers again;
 a failure before any tick succeeded fails the tick (Flink's first discovery). The first successful tick (no cursor)
 requests a run, which records the baseline fingerprint. It starts running or stopped as
-the pipeline's ``automation_default_status`` says (default stopped).
+the pipeline's ``orchestration.automation_default_status`` says (default stopped).
 
 Catch-up sensor: after a successful incremental run whose materialization says ``capped`` (a per-run or
 per-partition cap left records behind), it requests the next run at once instead of waiting for the schedule.
@@ -68,13 +68,13 @@ def read_cursor(raw: str | None) -> WatchCursor:
 def build_metadata_sensor(pipeline: PipelineConfig, job: "AssetJob", target: "Target") -> SensorDefinition:
     """Requests an incremental run when the pipeline's resolved clusters/topics/properties change."""
     pipeline_id = pipeline.id
-    threshold = pipeline.sensor.failure_threshold
+    threshold = pipeline.orchestration.sensor.failure_threshold
 
     @sensor(
         name=metadata_sensor_name(pipeline_id),
         job=job,
-        minimum_interval_seconds=pipeline.sensor.interval_seconds,
-        default_status=DefaultSensorStatus(pipeline.automation_default_status.upper()),
+        minimum_interval_seconds=pipeline.orchestration.sensor.interval_seconds,
+        default_status=DefaultSensorStatus(pipeline.orchestration.automation_default_status.upper()),
         description=f"Runs {pipeline_id!r} when its resolved metadata fingerprint changes "
         f"(tolerates {threshold} consecutive metadata service failure(s)).",
     )

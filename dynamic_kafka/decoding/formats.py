@@ -8,7 +8,7 @@ Invariants:
   ``json``, which must be UTF-8 per RFC 8259) values and ``string`` keys are checked with Spark's
   ``is_valid_utf8`` first.
 - ``json`` values are parsed with ``from_json`` into one ``value`` struct column with the pipeline's
-  ``value_schema`` (kept nested rather than flattened, so a JSON field named like a Kafka column, e.g.
+  ``value.schema`` (kept nested rather than flattened, so a JSON field named like a Kafka column, e.g.
   ``topic`` or ``offset``, cannot collide; select ``value.*`` to flatten). A value is undecodable when it is not
   valid UTF-8, when ``from_json`` returns null for it (e.g. an empty value), or when Spark's corrupt-record marker
   is set (not JSON, not an object, or a field whose value does not fit its type, e.g. ``"x"`` for an INT: then the
@@ -46,12 +46,12 @@ VALUE_EXPRESSION_NULL = "value_expression gave null for a non-null value"
 
 _CORRUPT_FIELD = "_dk_corrupt_record"
 EXPRESSION_VALUE = "_dk_expression_value"
-"""The column ``value_expression``'s result is computed into while the record's own ``key`` and ``value`` are still
+"""The column ``value.expression``'s result is computed into while the record's own ``key`` and ``value`` are still
 named so (the sink leaves ``_dk_`` columns out)."""
 
 
 def value_type_mismatch(field: str, data_type: str) -> str:
-    """The dead-letter reason of a JSON object whose top-level ``field`` does not fit its ``value_schema`` type
+    """The dead-letter reason of a JSON object whose top-level ``field`` does not fit its ``value.schema`` type
     (Spark's simple string, e.g. ``int`` or ``struct<a:int>``).
 
     Example:
@@ -63,12 +63,12 @@ def value_type_mismatch(field: str, data_type: str) -> str:
 
 def can_fail(pipeline: PipelineConfig) -> bool:
     """Whether any record can be undecodable under this pipeline's formats (``bytes`` never fails)."""
-    formats = (pipeline.value_format_of(""), *pipeline.formats.values())
-    return any(f.value_format != "bytes" for f in formats) or pipeline.key_format != "bytes"
+    formats = (pipeline.value, *pipeline.formats.values())
+    return any(f.format != "bytes" for f in formats) or pipeline.key.format != "bytes"
 
 
 def json_schema(value_schema: str) -> StructType:
-    """Parses the pipeline's ``value_schema`` (Spark DDL) into a struct type. Needs a Spark session.
+    """Parses the pipeline's ``value.schema`` (Spark DDL) into a struct type. Needs a Spark session.
 
     Raises:
         ConfigError: the DDL does not parse or is not a struct; the message says what Spark said.
@@ -81,12 +81,12 @@ def json_schema(value_schema: str) -> StructType:
     except PySparkException as e:
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(
-            f"value_schema {value_schema!r} is not a valid Spark DDL schema: {first_line}",
+            f"value schema {value_schema!r} is not a valid Spark DDL schema: {first_line}",
             hint="Write it like 'id BIGINT, name STRING, tags ARRAY<STRING>'.",
         ) from e
     if not isinstance(parsed, StructType):
         raise ConfigError(
-            f"value_schema {value_schema!r} is a {parsed.simpleString()}, not a list of fields.",
+            f"value schema {value_schema!r} is a {parsed.simpleString()}, not a list of fields.",
             hint="JSON values must be objects; write the schema as 'field TYPE, ...'.",
         )
     return parsed
@@ -99,20 +99,20 @@ def value_column(
     An expression's result must already be in :data:`EXPRESSION_VALUE` (:func:`with_expression_value`).
 
     Raises:
-        ConfigError: ``value_schema`` is invalid (json).
+        ConfigError: ``value.schema`` is invalid (json).
     """
     from pyspark.sql import functions as sf
 
-    if fmt.value_format == "bytes":
+    if fmt.format == "bytes":
         return raw_value, []
-    if fmt.value_format == "expression":
+    if fmt.format == "expression":
         result = sf.col(EXPRESSION_VALUE)
         return result, [(raw_value.isNotNull() & result.isNull(), VALUE_EXPRESSION_NULL)]
     text, utf8_bad = utf8_text(raw_value)
-    if fmt.value_format == "string":
+    if fmt.format == "string":
         return text, [(utf8_bad, VALUE_NOT_UTF8)]
-    assert fmt.value_schema is not None  # guaranteed by ValueFormatConfig's validator
-    schema = json_schema(fmt.value_schema)
+    assert fmt.schema_ddl is not None  # guaranteed by ValueFormatConfig's validator
+    schema = json_schema(fmt.schema_ddl)
     field = _CORRUPT_FIELD
     while field in schema.fieldNames():
         field = "_" + field
@@ -147,16 +147,16 @@ def value_column(
 
 
 def with_expression_value(frame: DataFrame, fmt: ValueFormatConfig) -> DataFrame:
-    """``frame`` with ``value_expression``'s result as :data:`EXPRESSION_VALUE` (unchanged for other formats).
+    """``frame`` with ``value.expression``'s result as :data:`EXPRESSION_VALUE` (unchanged for other formats).
 
     Evaluated in the same projection as every other column, so it is part of the run's one read: nothing is read
     twice and a record it cannot turn into a value is routed like any undecodable one.
     """
     from pyspark.sql import functions as sf
 
-    if fmt.value_expression is None:
+    if fmt.expression is None:
         return frame
-    return frame.withColumn(EXPRESSION_VALUE, sf.expr(fmt.value_expression))
+    return frame.withColumn(EXPRESSION_VALUE, sf.expr(fmt.expression))
 
 
 def _corrupt_alone(text: Column, struct_field: StructField, corrupt: str) -> Column:

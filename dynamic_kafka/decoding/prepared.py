@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dynamic_kafka.config.models import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS
+from dynamic_kafka.config.models import VALUE_COLUMN_FORMATS
 from dynamic_kafka.decoding.formats import KEY_NOT_UTF8, can_fail, utf8_text, value_column, with_expression_value
 from dynamic_kafka.decoding.registry_formats import (
     SCHEMA_ID,
@@ -54,10 +54,10 @@ class PreparedDecoding:
     """Everything the executors need to decode one run's keys and values, fetched once on the driver.
 
     Attributes:
-        pipeline: the formats and policies (``key_format``, ``json_strict``, ``value_format`` per stream).
+        pipeline: the formats and policies (``key.format``, ``json_strict``, ``value.format`` per stream).
         sources: the registry / fixed-schema sources of the planned ranges.
         legacy: the value format of the other streams (bytes, string or json), if any stream uses one.
-        key_sources: the planned topics' key subjects under a registry ``key_format``.
+        key_sources: the planned topics' key subjects under a registry ``key.format``.
     """
 
     pipeline: PipelineConfig
@@ -79,7 +79,7 @@ class PreparedDecoding:
         :func:`dynamic_kafka.sink.tables.sink_rows` picks the table's columns.
 
         Raises:
-            ConfigError: ``value_schema`` is invalid (json).
+            ConfigError: ``value.schema`` is invalid (json).
             SchemaIncompatibleError: two sources give one field two types.
         """
         from pyspark.sql import functions as sf
@@ -92,7 +92,7 @@ class PreparedDecoding:
         if self.key_sources:
             staged, key, key_reason = registry_key(staged, self.key_sources, RAW_KEY)
             key_bad = key_reason.isNotNull()
-        elif self.pipeline.key_format == "string":
+        elif self.pipeline.key.format == "string":
             key, key_bad = utf8_text(raw_key)
         else:
             key, key_bad = raw_key, sf.lit(False)
@@ -205,7 +205,7 @@ def prepare_decoding(
 ) -> PreparedDecoding:
     """Fetches and checks the writer schemas of the planned ranges' registry streams
     (:func:`~dynamic_kafka.decoding.registry_formats.prepare_sources`, where the arguments are described) and, under a
-    registry ``key_format``, of their key subjects
+    registry ``key.format``, of their key subjects
     (:func:`~dynamic_kafka.decoding.registry_formats.prepare_key_sources`). JVM-free.
 
     Raises:
@@ -228,8 +228,8 @@ def value_column_decoding(pipeline: PipelineConfig) -> PreparedDecoding:
         ValueError: a stream uses a registry format or a schema file, or the keys a registry format: use
             :func:`prepare_decoding`.
     """
-    if pipeline.key_format in REGISTRY_KEY_FORMATS or any(
-        f.value_format not in VALUE_COLUMN_FORMATS for f in (pipeline.value_format_of(""), *pipeline.formats.values())
+    if pipeline.key.uses_registry or any(
+        f.format not in VALUE_COLUMN_FORMATS for f in (pipeline.value, *pipeline.formats.values())
     ):
         raise ValueError("this pipeline reads registry/Avro keys or values: use prepare_decoding()")
-    return PreparedDecoding(pipeline=pipeline, legacy=pipeline.value_format_of(""))
+    return PreparedDecoding(pipeline=pipeline, legacy=pipeline.value)

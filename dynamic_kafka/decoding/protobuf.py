@@ -1,4 +1,4 @@
-"""``value_format: protobuf``: registered descriptors -> Spark types on the driver, and the Arrow UDF that decodes.
+"""``value.format: protobuf``: registered descriptors -> Spark types on the driver, and the Arrow UDF that decodes.
 
 Driver: each registered version's schema must be the *descriptor form*, a base64 serialized
 ``FileDescriptorProto`` (what confluent-kafka's Python ``ProtobufSerializer`` registers). A ``.proto`` text schema

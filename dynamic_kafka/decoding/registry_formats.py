@@ -2,8 +2,8 @@
 column expressions in the run's one pass.
 
 Driver (:func:`prepare_sources`, before the plan is written and before Spark starts): for every planned
-``(cluster, topic)`` of a stream whose ``value_format`` uses a registry, every version of its subject (by default
-``<topic>-value``, Confluent's TopicNameStrategy; ``value_subject_name_strategy`` picks the record strategies,
+``(cluster, topic)`` of a stream whose ``value.format`` uses a registry, every version of its subject (by default
+``<topic>-value``, Confluent's TopicNameStrategy; ``subject_name_strategy`` picks the record strategies,
 :func:`~dynamic_kafka.config.models.subject_name`) is fetched from that cluster's registry (the metadata's
 ``schema_registry``, else the pipeline's): a handful of HTTP calls per run, none per record, and no scan of the
 data to find which ids occur. The latest version is the *reader* schema; every older version is checked against it
@@ -26,7 +26,7 @@ returns it null exactly when the bytes did not decode. A record is routed, never
 
 Decoded fields land as top-level columns (beside ``cluster``, ``stream``, ``topic``...) plus ``_schema_id``.
 
-Keys under a registry ``key_format`` are sources too (role ``key``, by default subject ``<topic>-key``): the same
+Keys under a registry ``key.format`` are sources too (role ``key``, by default subject ``<topic>-key``): the same
 checks and error chain, decoded by :func:`registry_key` into one ``key`` struct column instead of top-level fields.
 
 Why one module of this size: the driver half and the executor half share one contract, the sources
@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from dynamic_kafka.config.models import REGISTRY_KEY_FORMATS, VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
+from dynamic_kafka.config.models import VALUE_COLUMN_FORMATS, PipelineConfig, ValueFormatConfig
 from dynamic_kafka.errors import ConfigError, SchemaIncompatibleError
 from dynamic_kafka.registry.protobuf_codec import OK_FIELD, WHY_FIELD
 from dynamic_kafka.spark.schema import DECODE_ERROR, OUTPUT_COLUMNS, RAW_KEY, RAW_VALUE, RUN_SEQ
@@ -144,27 +144,27 @@ def prepare_sources(
     legacy: ValueFormatConfig | None = None
     for (cluster_id, topic), stream_id in _planned_topics(splits):
         fmt = pipeline.value_format_of(stream_id)
-        if fmt.value_format in VALUE_COLUMN_FORMATS:
+        if fmt.format in VALUE_COLUMN_FORMATS:
             if legacy is not None and legacy != fmt:
                 raise ConfigError(
                     f"pipeline {pipeline.id!r}: streams with different value formats that land in the `value` "
-                    f"column ({legacy.value_format} and {fmt.value_format}, stream {stream_id!r}) cannot share a "
+                    f"column ({legacy.format} and {fmt.format}, stream {stream_id!r}) cannot share a "
                     "table.",
-                    hint="Give them the same value_format/value_schema, or put them in separate pipelines.",
+                    hint="Give them the same value format and schema, or put them in separate pipelines.",
                 )
             legacy = fmt
-        elif fmt.value_schema_file is not None:
-            source = _fixed_schema_source(stream_id, cluster_id, topic, fmt.value_schema_file)
-            _check_schema_file_pin(source, fmt.value_schema_file, pinned.get((cluster_id, topic)))
+        elif fmt.schema_file is not None:
+            source = _fixed_schema_source(stream_id, cluster_id, topic, fmt.schema_file)
+            _check_schema_file_pin(source, fmt.schema_file, pinned.get((cluster_id, topic)))
             sources.append(source)
         else:
             registry = _registry_of(
-                pipeline, stream_id, f"value_format {fmt.value_format}", clusters.get(cluster_id), cluster_id
+                pipeline, stream_id, f"value format {fmt.format}", clusters.get(cluster_id), cluster_id
             )
             client = _client(clients, registry, cluster_id)
-            subject = fmt.value_subject(topic)
+            subject = fmt.subject(topic)
             registered = _registered(client, pinned.get((cluster_id, topic)), subject)
-            sources.append(_registry_source(stream_id, cluster_id, topic, fmt.value_format, subject, registered))
+            sources.append(_registry_source(stream_id, cluster_id, topic, fmt.format, subject, registered))
     for source in sources:
         _check_field_names(source)
     if sources:
@@ -188,26 +188,26 @@ def prepare_key_sources(
     clients: dict[RegistryConfig, RegistryClient] | None = None,
     pins: Sequence[DecodePin] = (),
 ) -> tuple[SourceDecoding, ...]:
-    """The key sources of the planned ranges under a registry ``key_format``: per ``(cluster, topic)`` the writer
-    schemas of its key subject (:meth:`~dynamic_kafka.config.models.PipelineConfig.key_subject`), pinned as
+    """The key sources of the planned ranges under a registry ``key.format``: per ``(cluster, topic)`` the writer
+    schemas of its key subject (:meth:`~dynamic_kafka.config.models.KeyFormatConfig.subject`), pinned as
     :func:`prepare_sources` pins the values'. Empty for the ``bytes`` and ``string`` key formats. JVM-free.
 
     Raises:
         ConfigError: a cluster has no registry, or a pinned schema id is gone from the registry.
         SchemaRegistryError: a registry is unreachable (retriable) or refused the call.
     """
-    if pipeline.key_format not in REGISTRY_KEY_FORMATS:
+    if not pipeline.key.uses_registry:
         return ()
     clients = {} if clients is None else clients
     pinned = {(pin.cluster_id, pin.topic): pin for pin in pins if pin.role == "key"}
     sources = []
     for (cluster_id, topic), stream_id in _planned_topics(splits):
         registry = _registry_of(
-            pipeline, stream_id, f"key_format {pipeline.key_format}", clusters.get(cluster_id), cluster_id
+            pipeline, stream_id, f"key format {pipeline.key.format}", clusters.get(cluster_id), cluster_id
         )
-        subject = pipeline.key_subject(topic)
+        subject = pipeline.key.subject(topic)
         registered = _registered(_client(clients, registry, cluster_id), pinned.get((cluster_id, topic)), subject)
-        source = _registry_source(stream_id, cluster_id, topic, pipeline.key_format, subject, registered)
+        source = _registry_source(stream_id, cluster_id, topic, pipeline.key.format, subject, registered)
         sources.append(dataclasses.replace(source, role="key"))
     return tuple(sources)
 
@@ -251,10 +251,10 @@ def _fixed_schema_source(stream_id: str, cluster_id: str, topic: str, path: Path
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(
-            f"stream {stream_id!r}: cannot read value_schema_file {str(path)!r} ({e.strerror}).",
+            f"stream {stream_id!r}: cannot read schema_file {str(path)!r} ({e.strerror}).",
             hint="Check the path (relative paths are relative to the config file).",
         ) from e
-    _parse_avro(text, f"value_schema_file {str(path)!r}")
+    _parse_avro(text, f"schema_file {str(path)!r}")
     version = SchemaVersion(version=1, schema_id=-1, schema_str=text)
     return SourceDecoding(
         stream_id=stream_id,
@@ -263,12 +263,12 @@ def _fixed_schema_source(stream_id: str, cluster_id: str, topic: str, path: Path
         value_format="avro_file",
         subject=None,
         versions=(version,),
-        reader=_with_sentinel(text, f"value_schema_file {str(path)!r}"),
+        reader=_with_sentinel(text, f"schema_file {str(path)!r}"),
     )
 
 
 def schema_digest(text: str) -> str:
-    """The hash a ``value_schema_file``'s contents are pinned by."""
+    """The hash a ``schema_file``'s contents are pinned by."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -277,7 +277,7 @@ def _check_schema_file_pin(source: SourceDecoding, path: Path, pin: DecodePin | 
         return
     if schema_digest(source.versions[0].schema_str) != pin.schema_file_sha256:
         raise ConfigError(
-            f"stream {source.stream_id!r}: value_schema_file {str(path)!r} was edited since the run being "
+            f"stream {source.stream_id!r}: schema_file {str(path)!r} was edited since the run being "
             "finished was planned; its records are decoded only with the schema they were planned with.",
             hint="Restore the file's contents until the run has finished, or give the run up with "
             "`dynamic-kafka abandon`.",
@@ -444,7 +444,7 @@ def _check_field_names(source: SourceDecoding) -> None:
     reserved = {*OUTPUT_COLUMNS, RUN_SEQ, SCHEMA_ID, *_INTERNAL}
     clashes = sorted(n for n in names if n in reserved or n.startswith(("_dk_", "__dk_")))
     if clashes:
-        where = f"subject {source.subject!r}" if source.subject else "the value_schema_file"
+        where = f"subject {source.subject!r}" if source.subject else "the schema_file"
         raise ConfigError(
             f"stream {source.stream_id!r}: field(s) {', '.join(clashes)} of {where} collide with dynamic-kafka's "
             f"columns ({', '.join(OUTPUT_COLUMNS)}, {SCHEMA_ID}, {RUN_SEQ}).",
@@ -761,7 +761,7 @@ def _flattened(
 def _describe(source: SourceDecoding) -> str:
     latest = source.latest
     if source.subject is None:
-        return f"the value_schema_file of stream {source.stream_id!r}"
+        return f"the schema_file of stream {source.stream_id!r}"
     version = f" version {latest.version}" if latest is not None else ""
     return f"subject {source.subject!r}{version} on cluster {source.cluster_id!r}"
 
@@ -813,5 +813,5 @@ def check_table_schema(
     column = conflict.split()[1].split(".")[0] if conflict.startswith("field ") else ""
     culprit = next((s for s in sources if s.reader and column in _reader_field_names(s)), None)
     stream = culprit.stream_id if culprit else "(value)"
-    where = _describe(culprit) if culprit else "value_schema"
+    where = _describe(culprit) if culprit else "value.schema"
     raise SchemaIncompatibleError(stream, f"{where} does not fit the table {table}: {conflict} (table first)")

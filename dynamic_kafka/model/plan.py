@@ -168,7 +168,7 @@ class DecodePin(FrozenModel):
     """The schema input one planned ``(cluster, topic)`` of a registry or fixed-schema stream was prepared with.
 
     A recovery decodes with exactly these: the pinned registry versions fetched by id (ids are immutable, and a
-    soft-deleted version's id still resolves), or the ``value_schema_file`` only if its contents still hash alike.
+    soft-deleted version's id still resolves), or the ``schema_file`` only if its contents still hash alike.
     """
 
     cluster_id: str

@@ -21,7 +21,7 @@ A backfill is guarded like a run (:func:`run_backfill`): it holds the pipeline's
 (no run or backfill of the pipeline on this machine beside it), takes the state's backfill lease in the commit that
 records its frontier (no run is planned or taken over beside it on any host, and it waits for none: a planned run
 refuses it), renews the lease while it merges, is bounded by ``max_run_seconds``, and makes a run's checks before
-anything is recorded (:func:`~dynamic_kafka.protocol.prepare.prepare_write`: Spark, the writer schemas, ``value_schema``
+anything is recorded (:func:`~dynamic_kafka.protocol.prepare.prepare_write`: Spark, the writer schemas, ``value.schema``
 and the sink's schema, the object store). Before each MERGE it checks its lease, and that every topic it read is still
 the incarnation it planned, as a run does before its commit.
 
@@ -215,7 +215,7 @@ def run_backfill(context: PipelineContext, start: datetime, end: datetime) -> Ru
         RunInProgressError: a run or backfill of the pipeline holds the run lock on this machine, a run is planned
             (in flight, or crashed: the next run recovers it), or another backfill holds the lease; nothing was
             written.
-        SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows; nothing was
+        SchemaMismatchError: ``value.schema`` is invalid or the sink's schema does not take the rows; nothing was
             written.
         StateBehindSinkError: the state is behind its sink (restored or moved); nothing was written.
         RunTimeoutError: the backfill exceeded ``max_run_seconds`` and was cancelled (retriable).

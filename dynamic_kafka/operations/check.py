@@ -76,10 +76,12 @@ def check_project(path: str | Path) -> CheckReport:
         problems += _literal_secret_problems(raw, str(path))
     problems += _cron_problems(raw, str(path))
     project: ProjectConfig | None = None
+    moved: list[str] = []
     try:
-        project = validate_project_data(raw, path)
+        project = validate_project_data(raw, path, moved_keys=moved)
     except ValidationError as e:
         problems += _validation_problems(e, ProjectConfig, str(path), problems)
+    notes += moved
     metadata, metadata_path = _metadata(raw, path, problems, notes, literals_allowed=literals_allowed)
     if metadata_path is not None:
         files.append(str(metadata_path))
@@ -225,14 +227,11 @@ def _cron_problems(raw: dict[str, Any], source: str) -> list[Problem]:
     for index, pipeline in enumerate(pipelines if isinstance(pipelines, list) else []):
         if not isinstance(pipeline, dict):
             continue
-        maintenance = pipeline.get("maintenance")
-        schedules = {
-            "schedule": pipeline.get("schedule"),
-            "maintenance.schedule": maintenance.get("schedule") if isinstance(maintenance, dict) else None,
-        }
-        health = pipeline.get("health")
-        if isinstance(health, dict):
-            schedules["health.schedule"] = health.get("schedule")
+        # `schedule` is the old place of orchestration.schedule (config.moved_keys), still read.
+        schedules = {"schedule": pipeline.get("schedule")}
+        for section in ("orchestration", "maintenance", "health"):
+            if isinstance(pipeline.get(section), dict):
+                schedules[f"{section}.schedule"] = pipeline[section].get("schedule")
         for key, schedule in schedules.items():
             problem = cron_problem(schedule) if isinstance(schedule, str) else None
             if problem:
@@ -364,8 +363,8 @@ def _publication_problems(project: ProjectConfig, metadata: MetadataFile, source
 def _schema_file_problems(project: ProjectConfig, source: str) -> list[Problem]:
     found = []
     for index, pipeline in enumerate(project.pipelines):
-        entries = [(f"pipelines[{index}]", pipeline.value_schema_file)]
-        entries += [(f"pipelines[{index}].formats.{s}", f.value_schema_file) for s, f in pipeline.formats.items()]
+        entries = [(f"pipelines[{index}].value", pipeline.value.schema_file)]
+        entries += [(f"pipelines[{index}].formats.{s}", f.schema_file) for s, f in pipeline.formats.items()]
         for location, schema_file in entries:
             if schema_file is None:
                 continue
@@ -377,5 +376,5 @@ def _schema_file_problems(project: ProjectConfig, source: str) -> list[Problem]:
                 message = f"the Avro schema file {str(schema_file)!r} is not JSON ({e}); an .avsc file is JSON"
             else:
                 continue
-            found.append(Problem(file=source, location=f"{location}.value_schema_file", message=message))
+            found.append(Problem(file=source, location=f"{location}.schema_file", message=message))
     return found

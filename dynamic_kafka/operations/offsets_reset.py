@@ -17,7 +17,7 @@ Invariants:
 * The sink keeps each record at most once. A reset backwards raises the backfill frontier of each rewound
   partition to its previous offset in the same commit, so the next run reads ``[new, previous)`` again and lands
   only the records the sink (and dead-letter table) do not hold, compared by coordinates, as after a backfill.
-  To land records again that landed wrongly (a bad ``value_schema``), delete them from the sink first, then
+  To land records again that landed wrongly (a bad ``value.schema``), delete them from the sink first, then
   rewind: exactly the deleted ones land again. Dead letters are not landed again by a rewind either: that is
   ``dead-letters replay``. A reset below a partition's floor (the sink holds an earlier incarnation of a recreated
   topic there, at the same coordinates) is refused: those records could not be told apart.

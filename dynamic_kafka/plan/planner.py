@@ -153,31 +153,31 @@ def config_pins(pipeline: PipelineConfig, streams: Iterable[str] = ()) -> dict[s
     record undecodable only under the new format would go to a dead-letter transaction that may already exist).
 
     ``streams``: the streams whose records the plan reads (a split's first stream decides its format); each gets a
-    ``format:<stream>`` pin of its resolved value format. A ``value_schema_file`` is pinned by its contents, once
+    ``format:<stream>`` pin of its resolved value format. A ``schema_file`` is pinned by its contents, once
     prepared (:attr:`Plan.decoding`), not by its path here: a moved file with the same schema decodes alike.
     """
     values: dict[str, object] = {
         "sink": [str(pipeline.sink.path), str(pipeline.sink.resolved_dead_letter_path)],
-        "key_format": pipeline.key_format,
-        "value_format": pipeline.value_format
-        if isinstance(pipeline.value_format, str)
-        else repr(pipeline.value_format),
-        "value_schema": pipeline.value_schema,
+        # The pins keep the names of the keys before the `value:` and `key:` sections: plans written then
+        # still compare alike.
+        "key_format": pipeline.key.format,
+        "value_format": pipeline.value.format,
+        "value_schema": pipeline.value.schema_ddl,
         "isolation_level": pipeline.isolation_level,
         "on_decode_error": pipeline.on_decode_error,
         "json_strict": pipeline.json_strict,
     }
     # A record subject name strategy and a value expression are pinned only when set, so plans written before they
     # existed keep their pins.
-    if pipeline.key_subject_name_strategy != "topic":
-        values["key_subject_name_strategy"] = [pipeline.key_subject_name_strategy, pipeline.key_record_name]
+    if pipeline.key.subject_name_strategy != "topic":
+        values["key_subject_name_strategy"] = [pipeline.key.subject_name_strategy, pipeline.key.record_name]
     for stream_id in sorted(streams):
         fmt = pipeline.value_format_of(stream_id)
-        pinned: list[object] = [fmt.value_format, fmt.value_schema, fmt.value_schema_file is not None]
-        if fmt.value_subject_name_strategy != "topic":
-            pinned += [fmt.value_subject_name_strategy, fmt.value_record_name]
-        if fmt.value_expression is not None:
-            pinned.append(fmt.value_expression)
+        pinned: list[object] = [fmt.format, fmt.schema_ddl, fmt.schema_file is not None]
+        if fmt.subject_name_strategy != "topic":
+            pinned += [fmt.subject_name_strategy, fmt.record_name]
+        if fmt.expression is not None:
+            pinned.append(fmt.expression)
         values[f"{FORMAT_PIN_PREFIX}{stream_id}"] = pinned
     return {
         name: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]

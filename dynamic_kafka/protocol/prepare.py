@@ -9,7 +9,7 @@ written already, makes them before it writes again:
 2. every cluster of the plan has a connection (:meth:`~dynamic_kafka.protocol.context.PipelineContext.connections`);
 3. the writer schemas of the plan's registry and schema-file streams are fetched and checked (a registry that is
    down fails here, retriable); a plan already written is decoded with exactly the schema inputs it pinned;
-4. ``value_schema`` and the sink's schema take the rows, and the ``event_time`` expression is a timestamp over
+4. ``value.schema`` and the sink's schema take the rows, and the ``event_time`` expression is a timestamp over
    them (not retriable);
 5. the sink's and dead-letter table's object store answers;
 6. the writer's ``max_run_seconds`` has not passed.
@@ -97,7 +97,7 @@ def prepare_write(
         ConfigError: a registry stream has no registry, a schema file cannot be read or changed since it was
             pinned, a decoded field collides with dynamic-kafka's columns, or ``event_time`` is not a timestamp
             expression over the rows.
-        SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows.
+        SchemaMismatchError: ``value.schema`` is invalid or the sink's schema does not take the rows.
         ObjectStoreError: the sink's or dead-letter table's object store cannot be used.
         RunTimeoutError: ``max_run_seconds`` passed meanwhile (retriable).
     """

@@ -150,7 +150,7 @@ def recover(
 
 def check_config(context: PipelineContext, plan: Plan) -> None:
     """Refuses to execute a planned run again under other semantic settings than it was planned with: a
-    setting pinned in the plan whose value now hashes differently, or a pinned ``value_schema_file`` whose
+    setting pinned in the plan whose value now hashes differently, or a pinned Avro ``schema_file`` whose
     contents changed. Settings a plan did not pin (written by an older version) are not checked.
     """
     pipeline = context.pipeline
@@ -229,30 +229,39 @@ def _decided_streams(plan: Plan) -> set[str]:
     return streams if plan.bootstrap is None else {*streams, plan.bootstrap.stream}
 
 
+# Pins keep the names of the flat keys the settings had when plans first pinned them (config_pins).
+_PIN_KEYS = {
+    "key_format": "key.format",
+    "key_subject_name_strategy": "key.subject_name_strategy",
+    "value_format": "value.format",
+    "value_schema": "value.schema",
+}
+
+
 def _pin_label(key: str) -> str:
     """How a config pin is named to the user: the setting's key, or a stream's resolved value format."""
     if key.startswith(FORMAT_PIN_PREFIX):
         return f"the value format of stream {key.removeprefix(FORMAT_PIN_PREFIX)!r}"
-    return key
+    return _PIN_KEYS.get(key, key)
 
 
 def _edited_schema_files(pipeline: PipelineConfig, plan: Plan) -> list[str]:
-    """The pinned ``value_schema_file`` contents that differ now (or cannot be read), named by stream and path."""
+    """The pinned ``schema_file`` contents that differ now (or cannot be read), named by stream and path."""
     from dynamic_kafka.decoding.registry_formats import schema_digest
 
     edited: list[str] = []
     files = {(p.stream_id, p.schema_file_sha256) for p in plan.decoding if p.schema_file_sha256 is not None}
     for stream_id, pinned in sorted(files):
-        path = pipeline.value_format_of(stream_id).value_schema_file
+        path = pipeline.value_format_of(stream_id).schema_file
         if path is None:
             continue  # no file now: the stream's format pin names that change
         try:
             digest = schema_digest(path.read_text(encoding="utf-8"))
         except OSError as e:
-            edited.append(f"value_schema_file {str(path)!r} of stream {stream_id!r} (unreadable: {e.strerror})")
+            edited.append(f"schema_file {str(path)!r} of stream {stream_id!r} (unreadable: {e.strerror})")
             continue
         if digest != pinned:
-            edited.append(f"the contents of value_schema_file {str(path)!r} of stream {stream_id!r}")
+            edited.append(f"the contents of schema_file {str(path)!r} of stream {stream_id!r}")
     return edited
 
 

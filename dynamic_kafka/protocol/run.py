@@ -12,7 +12,7 @@ The protocol (DESIGN.md section 5):
 2. the metadata is resolved once (bounded retries) and every cluster's offsets are snapshotted in one batch;
 3. the pure planner makes the plan; an empty plan is committed without starting Spark;
 4. for a plan with something to read, the checks every writer makes are made (:mod:`dynamic_kafka.protocol.prepare`:
-   Spark, the writer schemas, ``value_schema`` and the sink's schema, the object store); the plan
+   Spark, the writer schemas, ``value.schema`` and the sink's schema, the object store); the plan
    is written as ``planned``, with this process as owner and a lease renewed in the background, against the exact
    state version read (a concurrent run loses here);
 5. Spark reads exactly the planned ranges and appends them to the sink idempotently (txnAppId/txnVersion),
@@ -130,7 +130,7 @@ class PipelineRunner:
             RunInProgressError: another run of this pipeline holds the lock, the lease, or planned first; nothing
                 written.
             StateBehindSinkError: the sink holds a later run than the state (restored or moved); nothing written.
-            SchemaMismatchError: ``value_schema`` is invalid or the sink's schema does not take the rows.
+            SchemaMismatchError: ``value.schema`` is invalid or the sink's schema does not take the rows.
             RunTimeoutError: the run exceeded ``max_run_seconds`` (retriable; the next run recovers).
             DynamicKafkaError: any other failure; nothing is half written, and the next run recovers.
         """

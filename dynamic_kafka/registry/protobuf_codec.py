@@ -1,4 +1,4 @@
-"""Protobuf values decoded in Python, one Arrow batch at a time: the executor half of ``value_format: protobuf``.
+"""Protobuf values decoded in Python, one Arrow batch at a time: the executor half of ``value.format: protobuf``.
 
 No ``spark-protobuf`` jar is served from Maven Central for Spark 4.1 (docs/formats.md section 3), so Spark's
 ``from_protobuf`` is unavailable; a Python UDF on the executors decodes instead. This module is self-contained on

@@ -71,10 +71,6 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "stopping_offsets": "Where each run stops: latest (default), {timestamp: ...}, {committed: ...}, "
         "{specific: ...} or {custom: {function, args}} (a Python function of yours, asked at every run).",
         "sink": "The Delta table rows land in, and its dead-letter table.",
-        "value_format": "How values are decoded: bytes (default), string, json (with value_schema), avro, "
-        "protobuf, json_schema, or expression (with value_expression).",
-        "key_format": "How keys land: bytes (default), string (UTF-8), or avro, protobuf or json_schema (decoded "
-        "with the key subject, by default `<topic>-key`, into a `key` struct).",
         "on_decode_error": "A value that cannot be decoded goes to the dead-letter table (default) or fails the run.",
         "on_data_loss": "Offsets lost to retention or truncation: fail the run (default) or skip them and record "
         "the gap.",
@@ -82,11 +78,8 @@ FALLBACK_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "topic's earliest offsets, once.",
         "isolation_level": "read_committed (default: stop at the last stable offset, skip aborted transactions) "
         "or read_uncommitted.",
-        "sensor": "The Dagster sensor that requests a run when the metadata changes.",
-        "backfill": "Time-window partitions for Dagster backfills (hourly or daily); unset: no backfill asset.",
         "metadata_retries": "Retries and deadline of each metadata-service call.",
     },
-    "ValueFormatConfig": {"value_format": "How this stream's values are decoded (as the pipeline's value_format)."},
     "BackfillConfig": {"granularity": "Partition size: hourly (default) or daily."},
     "RetryConfig": {
         "attempts": "Attempts of a metadata-service call before the run fails (at least 1).",

@@ -1,4 +1,4 @@
-"""Schema checks made before a run is planned: the pipeline's ``value_schema`` parses, and the sink's existing
+"""Schema checks made before a run is planned: the pipeline's ``value.schema`` parses, and the sink's existing
 schema takes what the pipeline writes.
 
 Both problems used to appear only in the Spark write, after the plan was in the state, as a retriable failure
@@ -35,7 +35,7 @@ def written_schema(
     """The schema of the rows an incremental run of ``pipeline`` appends to its sink (no Spark job).
 
     Raises:
-        SchemaMismatchError: ``value_schema`` is not a valid Spark DDL list of fields, or ``value_expression`` does
+        SchemaMismatchError: ``value.schema`` is not a valid Spark DDL list of fields, or ``value.expression`` does
             not parse or names what a record does not have.
     """
     from pyspark.errors import PySparkException
@@ -49,19 +49,20 @@ def written_schema(
         return sink_rows_schema((prepared or value_column_decoding(pipeline)).decode(empty).schema, 0)
     except ConfigError as e:
         raise SchemaMismatchError(
-            f"pipeline {pipeline.id!r}: {e}", hint="Fix value_schema; nothing was planned or written."
+            f"pipeline {pipeline.id!r}: {e}",
+            hint="Fix value.schema (or the schema of the stream's formats entry); nothing was planned or written.",
         ) from e
     except PySparkException as e:
-        formats = (pipeline.value_format_of(""), *pipeline.formats.values())
-        expressions = {f.value_expression for f in formats if f.value_expression is not None}
+        formats = (pipeline.value, *pipeline.formats.values())
+        expressions = {f.expression for f in formats if f.expression is not None}
         if not expressions:
             raise
         said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SchemaMismatchError(
-            f"pipeline {pipeline.id!r}: value_expression {', '.join(map(repr, sorted(expressions)))} is not a "
+            f"pipeline {pipeline.id!r}: value expression {', '.join(map(repr, sorted(expressions)))} is not a "
             f"Spark SQL expression over the record's columns: {said}",
-            hint="Fix value_expression (it sees key, value, headers, topic, partition, offset, timestamp); nothing "
-            "was planned or written.",
+            hint="Fix value.expression, or the formats entry's (it sees key, value, headers, topic, partition, offset, "
+            "timestamp); nothing was planned or written.",
         ) from e
 
 
@@ -112,7 +113,7 @@ def check_sink_schema(
     prepared: PreparedDecoding | None,
     tables: Sequence[PipelineConfig],
 ) -> StructType:
-    """Refuses, before anything is planned, a ``value_schema`` that does not parse or a table of ``tables`` (the
+    """Refuses, before anything is planned, a ``value.schema`` that does not parse or a table of ``tables`` (the
     pipeline as each table a run writes sees it, :class:`~dynamic_kafka.sink.per_stream.SinkTable`) whose schema
     does not take the pipeline's rows; returns the schema of the rows a run appends (:func:`written_schema`).
 
@@ -144,6 +145,6 @@ def _check_table(pipeline: PipelineConfig, written: StructType) -> None:
             + "; ".join(problems)
             + ".",
             columns=[p.split(":", 1)[0] for p in problems],
-            hint="Nothing was planned or written. Restore the pipeline's value_format/value_schema/key_format, or "
-            "migrate the table (e.g. ALTER TABLE ... ADD COLUMNS, or a new sink path), then run again.",
+            hint="Nothing was planned or written. Restore the pipeline's value and key formats (value, formats, "
+            "key), or migrate the table (e.g. ALTER TABLE ... ADD COLUMNS, or a new sink path), then run again.",
         )

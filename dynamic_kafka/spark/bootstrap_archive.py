@@ -352,11 +352,12 @@ def with_archive_decoding(prepared: PreparedDecoding, pipeline: PipelineConfig, 
             its format differs from the Kafka streams' that land in ``value``.
     """
     fmt = pipeline.value_format_of(stream)
-    if fmt.value_format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
+    if fmt.format not in VALUE_COLUMN_FORMATS or (prepared.legacy is not None and prepared.legacy != fmt):
         raise ConfigError(
             f"pipeline {pipeline.id!r}: the bootstrap archive's stream {stream!r} is decoded as "
-            f"{fmt.value_format}, which archive values cannot use here (bytes, string or json, the same as the "
+            f"{fmt.format}, which archive values cannot use here (bytes, string or json, the same as the "
             "Kafka values landing in `value`). Nothing was written.",
-            hint="Give the stream a bytes, string or json value_format, or set bootstrap.stream to such a stream.",
+            hint="Give the stream a bytes, string or json value format (value.format, or its formats entry), or set "
+            "bootstrap.stream to such a stream.",
         )
     return dataclasses.replace(prepared, legacy=fmt)

@@ -2,8 +2,8 @@
 
 - The reader's output (:data:`OUTPUT_FIELDS`): Spark's Kafka source columns (:data:`KAFKA_FIELDS`) plus
   ``cluster`` (the logical ``cluster_id``) and ``stream`` (the split's ``stream_id``).
-- The sink (:data:`SINK_COLUMNS`): the output columns, with ``key`` binary, string or a struct per ``key_format`` and
-  ``value`` binary, string or a struct per ``value_schema``, then ``_run_seq`` (bigint; null for backfill rows
+- The sink (:data:`SINK_COLUMNS`): the output columns, with ``key`` binary, string or a struct per ``key.format`` and
+  ``value`` binary, string or a struct per ``value.schema``, then ``_run_seq`` (bigint; null for backfill rows
   unless the caller gives one).
 - The dead-letter table (:data:`DEAD_LETTER_COLUMNS`): where the record came from, its raw ``key``/``value``
   bytes and headers, the decode ``error`` and ``_run_seq``.

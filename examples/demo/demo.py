@@ -110,15 +110,16 @@ class Demo:
                     "id": PIPELINE,
                     "streams": ["orders"],
                     "starting_offsets": "earliest",
-                    "key_format": "string",
-                    "value_format": "json",
-                    "value_schema": "order INT, placed_on STRING",
+                    "key": {"format": "string"},
+                    "value": {"format": "json", "schema": "order INT, placed_on STRING"},
                     "sink": {"path": "data/orders"},
                     "drain_removed": True,
-                    "schedule": "*/15 * * * *",
-                    "sensor": {"interval_seconds": 30, "failure_threshold": 2},
-                    # A week of daily partitions: the UI's partition view shows the backfilled days among them.
-                    "backfill": {"start": (TODAY - timedelta(days=7)).isoformat(), "granularity": "daily"},
+                    "orchestration": {
+                        "schedule": "*/15 * * * *",
+                        "sensor": {"interval_seconds": 30, "failure_threshold": 2},
+                        # A week of daily partitions: the UI's partition view shows the backfilled days among them.
+                        "backfill": {"start": (TODAY - timedelta(days=7)).isoformat(), "granularity": "daily"},
+                    },
                     "max_lag_records": 10000,
                 }
             ],

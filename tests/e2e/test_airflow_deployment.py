@@ -91,9 +91,11 @@ def test_an_airflow_deployment_backfills_schedules_watches_and_recovers_a_killed
         PID,
         ["orders"],
         # Once a year: unpausing the DAG starts one scheduled run (its latest tick, no catch-up), and no other.
-        schedule="0 0 1 1 *",
-        backfill={"start": (hour - 24 * H).isoformat(), "granularity": "hourly"},
-        sensor={"interval_seconds": 2},
+        orchestration={
+            "schedule": "0 0 1 1 *",
+            "backfill": {"start": (hour - 24 * H).isoformat(), "granularity": "hourly"},
+            "sensor": {"interval_seconds": 2},
+        },
     )
     airflow = AirflowDeployment.create(
         tmp_path / "airflow-home",

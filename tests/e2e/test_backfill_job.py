@@ -42,7 +42,9 @@ class Clicks:
         project.write_metadata({"clicks": {"east": [self.east_topic], "west": [self.west_topic]}})
         self.hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 5 * H
         start = (self.hour - 24 * H).isoformat()
-        project.add_pipeline("clicks", ["clicks"], backfill={"start": start, "granularity": "hourly"})
+        project.add_pipeline(
+            "clicks", ["clicks"], orchestration={"backfill": {"start": start, "granularity": "hourly"}}
+        )
         defs: Definitions = project.definitions()
         self.incremental = defs.resolve_job_def("clicks_incremental")
         self.backfill = defs.resolve_job_def("clicks_backfill")

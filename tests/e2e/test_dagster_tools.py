@@ -92,11 +92,11 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
     # Per pipeline its sink and dead-letter tables, its backfill windows, and the Kafka streams upstream of them.
     assets = {("dynamic_kafka", p.id) for p in project.pipelines}
     assets |= {("dynamic_kafka", f"{p.id}_dead_letter") for p in project.pipelines}
-    assets |= {("dynamic_kafka", f"{p.id}_backfill") for p in project.pipelines if p.backfill}
+    assets |= {("dynamic_kafka", f"{p.id}_backfill") for p in project.pipelines if p.orchestration.backfill}
     assets |= {("dynamic_kafka", f"{p.id}_tables") for p in project.pipelines if p.sink.per_stream}
     assets |= {("kafka", stream) for p in project.pipelines for stream in p.streams or ()}
     jobs = {incremental_job_name(p.id) for p in project.pipelines}
-    jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.backfill}
+    jobs |= {backfill_job_name(p.id) for p in project.pipelines if p.orchestration.backfill}
     jobs |= {table_checks_job_name(p.id) for p in project.pipelines if p.sink.per_stream}
     jobs |= {
         name(p.id)
@@ -109,7 +109,7 @@ def expected_names() -> tuple[set[tuple[str, ...]], set[str], set[str], set[str]
             health_job_name,
         )
     }
-    schedules = {schedule_name(p.id) for p in project.pipelines if p.schedule}
+    schedules = {schedule_name(p.id) for p in project.pipelines if p.orchestration.schedule}
     schedules |= {maintenance_schedule_name(p.id) for p in project.pipelines if p.maintenance.schedule}
     schedules |= {health_schedule_name(p.id) for p in project.pipelines if p.health.schedule}
     sensors = {metadata_sensor_name(p.id) for p in project.pipelines}

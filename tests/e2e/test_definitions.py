@@ -50,7 +50,9 @@ def test_every_pipeline_gets_its_asset_jobs_schedule_and_sensors(project: Projec
         schedule="*/15 * * * *",
         backfill={"start": "2026-01-01T00:00:00Z", "granularity": "hourly"},
     )
-    project.add_pipeline("pay-ments", ["payments"], backfill={"start": "2026-01-01T00:00:00Z", "granularity": "daily"})
+    project.add_pipeline(
+        "pay-ments", ["payments"], orchestration={"backfill": {"start": "2026-01-01T00:00:00Z", "granularity": "daily"}}
+    )
     project.add_pipeline("plain", ["orders"])
 
     repo = project.definitions().get_repository_def()
@@ -170,7 +172,7 @@ def test_the_concurrency_settings_the_docs_show_are_the_demo_instance_s() -> Non
 def test_loading_definitions_reads_only_the_config_file(project: Project) -> None:
     # The metadata file does not exist and its clusters would be unreachable: loading must not care, and must not
     # import pyspark (let alone start a JVM).
-    project.add_pipeline("orders", ["orders"], schedule="0 * * * *")
+    project.add_pipeline("orders", ["orders"], orchestration={"schedule": "0 * * * *"})
     env = {**os.environ, "DYNAMIC_KAFKA_CONFIG": str(project.config_path)}
     code = (
         "import sys; from pipelines.definitions import defs; "
@@ -186,9 +188,10 @@ def test_loading_definitions_reads_only_the_config_file(project: Project) -> Non
 
 
 def test_a_bad_schedule_fails_loading_with_the_pipeline_and_file_named(project: Project) -> None:
-    project.add_pipeline("orders", ["orders"], schedule="every hour")
+    project.add_pipeline("orders", ["orders"], orchestration={"schedule": "every hour"})
 
-    with pytest.raises(ConfigError, match=r"pipeline 'orders': schedule 'every hour' is not a valid cron") as caught:
+    not_cron = r"pipeline 'orders': orchestration\.schedule 'every hour' is not a valid cron"
+    with pytest.raises(ConfigError, match=not_cron) as caught:
         project.definitions()
 
     assert caught.value.source == str(project.config_path)
@@ -286,8 +289,10 @@ def test_library_warnings_land_in_the_run_event_log_with_the_demo_instance(tmp_p
 
 
 def test_the_schedule_and_metadata_sensor_start_as_the_config_says(project: Project) -> None:
-    project.add_pipeline("orders", ["orders"], schedule="*/15 * * * *")
-    project.add_pipeline("live", ["orders"], schedule="0 * * * *", automation_default_status="running")
+    project.add_pipeline("orders", ["orders"], orchestration={"schedule": "*/15 * * * *"})
+    project.add_pipeline(
+        "live", ["orders"], orchestration={"schedule": "0 * * * *", "automation_default_status": "running"}
+    )
 
     repo = project.definitions().get_repository_def()
 

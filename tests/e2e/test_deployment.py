@@ -70,7 +70,9 @@ def deployment_project(
     )
     project.write_metadata({})
     # The sensor daemon evaluates sensors every 5 s at best; an interval of 1 s means "every daemon loop".
-    project.add_pipeline(MIGRATION, ["migrating"], starting_offsets="earliest", sensor={"interval_seconds": 1})
+    project.add_pipeline(
+        MIGRATION, ["migrating"], starting_offsets="earliest", orchestration={"sensor": {"interval_seconds": 1}}
+    )
     project.add_pipeline(CRASH, ["crashing"], starting_offsets="earliest")
     project.add_pipeline(
         BACKFILL, ["history"], backfill={"start": (HOUR - 24 * H).isoformat(), "granularity": "hourly"}

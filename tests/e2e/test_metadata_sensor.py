@@ -29,7 +29,9 @@ def test_metadata_sensor_requests_one_run_per_change_and_tolerates_failures(
     project: Project, instance: DagsterInstance
 ) -> None:
     project.write_metadata(EAST_ONLY)
-    project.add_pipeline("orders", ["orders"], sensor={"interval_seconds": 7, "failure_threshold": 2})
+    project.add_pipeline(
+        "orders", ["orders"], orchestration={"sensor": {"interval_seconds": 7, "failure_threshold": 2}}
+    )
     sensor = project.definitions().resolve_sensor_def("orders_metadata_sensor")
     assert sensor.minimum_interval_seconds == 7
     cursor: str | None = None

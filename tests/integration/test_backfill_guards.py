@@ -193,14 +193,14 @@ def test_a_run_whose_deadline_passed_before_its_spark_job_began_is_cancelled_and
 def test_a_backfill_with_a_value_schema_that_does_not_parse_is_refused_before_anything_is_recorded(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="json", value_schema="id INT, name STRIN G")
+    orders = Orders(kafka_clusters["east"], tmp_path, spark, value={"format": "json", "schema": "id INT, name STRIN G"})
     orders.produce(b'{"id": 1, "name": "a"}')
 
     with pytest.raises(SchemaMismatchError) as caught:
         orders.backfill()
 
     assert not caught.value.retriable
-    assert "value_schema" in str(caught.value)
+    assert "value schema" in str(caught.value)
     assert orders.state_version() is None  # no frontier recorded
     assert orders.harness.sink_rows() == []
 
@@ -208,10 +208,10 @@ def test_a_backfill_with_a_value_schema_that_does_not_parse_is_refused_before_an
 def test_a_backfill_into_a_sink_that_would_not_take_its_rows_is_refused_before_anything_is_recorded(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
-    orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="json", value_schema="id INT, name STRING")
+    orders = Orders(kafka_clusters["east"], tmp_path, spark, value={"format": "json", "schema": "id INT, name STRING"})
     orders.produce(b'{"id": 1, "name": "a"}')
     assert orders.harness.face().run().records == 1
-    orders.harness.configure(value_schema="id STRING, name STRING")
+    orders.harness.configure(value={"format": "json", "schema": "id STRING, name STRING"})
     before = orders.harness.runner().store.load()
 
     with pytest.raises(SchemaMismatchError) as caught:
@@ -229,8 +229,7 @@ def test_a_backfill_run_again_over_the_same_window_lands_no_dead_letter_twice(
         kafka_clusters["east"],
         tmp_path,
         spark,
-        value_format="json",
-        value_schema="id INT",
+        value={"format": "json", "schema": "id INT"},
         on_decode_error="dead_letter",
     )
     bad = orders.produce(b'{"id": 1}', b"not json", b'{"id": 2}', b"{broken")

@@ -126,7 +126,7 @@ def test_an_incremental_run_skips_what_a_backfill_landed_beyond_its_offsets(
     kafka_clusters: dict[str, ClusterEndpoint], spark_mode: Any, tmp_path: Path, writes: list[Write]
 ) -> None:
     # Values are strings, so the write dead-letters (and the dedupe covers the dead-letter table too).
-    orders = Orders(kafka_clusters["east"], tmp_path, spark_mode, value_format="string")
+    orders = Orders(kafka_clusters["east"], tmp_path, spark_mode, value={"format": "string"})
     first = orders.produce((0, "a0", 1), (0, "a1", 2), (1, "a2", 3))
     assert orders.harness.face().run().records == 3
     window = orders.produce((0, "b0", 10), (1, "b1", 11), (1, b"\xff\xfe-not-utf8", 12))
@@ -240,7 +240,7 @@ def test_a_dead_letter_an_orphaned_backfill_merge_lands_during_the_runs_write_la
     (a count), so the landing falls in it. The MERGE is another writer (delta-rs here, a Connect server or another
     process in life): a MERGE through this very session would make Spark recompute the persisted rows.
     """
-    orders = Orders(kafka_clusters["east"], tmp_path, spark, value_format="string")
+    orders = Orders(kafka_clusters["east"], tmp_path, spark, value={"format": "string"})
     first = orders.produce((0, "m0", 1))
     assert orders.harness.runner().run().records == 1
     window = orders.produce((0, "n0", 10), (1, b"\xff\xfe-not-utf8", 11))

@@ -91,8 +91,7 @@ def bootstrapped(
     produce(east, topic, [Record(value=v, timestamp_ms=UNTIL_MS + i) for i, v in enumerate(kafka)])
     archived(tmp_path / "archive")
     settings: dict[str, Any] = {
-        "value_format": "json",
-        "value_schema": "id INT",
+        "value": {"format": "json", "schema": "id INT"},
         "json_strict": True,
         "on_decode_error": "dead_letter",
         "bootstrap": {
@@ -151,13 +150,13 @@ def test_archive_values_that_do_not_decode_land_as_dead_letters_once_across_a_cr
 def test_the_archive_streams_decode_inputs_are_pinned_when_kafka_has_no_range_of_it(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    strict = {"orders": {"value_format": "json", "value_schema": "id INT"}}
-    h = bootstrapped(tmp_path, kafka_clusters, spark, [], value_format="bytes", value_schema=None, formats=strict)
+    strict = {"orders": {"format": "json", "schema": "id INT"}}
+    h = bootstrapped(tmp_path, kafka_clusters, spark, [], value={"format": "bytes"}, formats=strict)
     run_killed_at(h, "after_dead_letter", monkeypatch)
     assert dead_letter_values(h) == ARCHIVE_DEAD
 
     # The schema that decodes the dead letters too: the recovery would land them in the sink as well.
-    h.configure(formats={"orders": {"value_format": "json", "value_schema": "id INT, note STRING"}})
+    h.configure(formats={"orders": {"format": "json", "schema": "id INT, note STRING"}})
     with pytest.raises(ConfigError, match="the value format of stream 'orders'"):
         h.face().run()
     assert sink_ids(h) == []
@@ -185,7 +184,7 @@ def test_an_abandoned_bootstrap_runs_archive_dead_letters_land_once_through_the_
 
     # The decode setting fixed: the archive's dead letters replay into the sink once, though the replay dies
     # between its sink write and its dead-letter update and runs again.
-    h.configure(value_schema="id INT, note STRING")
+    h.configure(value={"format": "json", "schema": "id INT, note STRING"})
     with acting_at("replay_after_sink", crash), pytest.raises(SimulatedCrashError):
         main(["dead-letters", "replay", "--yes", "--config", str(h.config_path), "--pipeline", "p"])
     assert sink_ids(h) == sorted([*range(23), *range(100, 110)])

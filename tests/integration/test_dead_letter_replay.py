@@ -68,8 +68,7 @@ def test_replay_lands_what_decodes_now_once_even_after_a_crash_in_the_middle(
         tmp_path,
         clusters={"east": bootstrap},
         spark=lambda: spark,
-        value_format="json",
-        value_schema="id INT",
+        value={"format": "json", "schema": "id INT"},
         json_strict=True,
         on_decode_error="dead_letter",
     )
@@ -83,7 +82,7 @@ def test_replay_lands_what_decodes_now_once_even_after_a_crash_in_the_middle(
     assert landed(harness) == [(0, 1)]
 
     # The schema is fixed: the field the producers added joins it.
-    harness.configure(value_schema="id INT, note STRING")
+    harness.configure(value={"format": "json", "schema": "id INT, note STRING"})
     assert cli(harness, "dead-letters", "replay", "--json") == 0
     counted = json.loads(capsys.readouterr().out)
     assert (counted["dead_letters"], counted["applied"]) == (3, False)
@@ -134,8 +133,7 @@ def test_a_replay_past_max_run_seconds_is_cancelled_records_nothing_and_the_next
         tmp_path,
         clusters={"east": bootstrap},
         spark=lambda: spark,
-        value_format="json",
-        value_schema="id INT",
+        value={"format": "json", "schema": "id INT"},
         json_strict=True,
         on_decode_error="dead_letter",
     )
@@ -144,7 +142,7 @@ def test_a_replay_past_max_run_seconds_is_cancelled_records_nothing_and_the_next
     harness.set_streams({"orders": {"east": [topic]}})
     produce(bootstrap, topic, [Record(value=v) for v in (b'{"id": 1}', b'{"id": 2, "note": "a"}')])
     assert harness.runner().run().dead_letters == 1
-    harness.configure(value_schema="id INT, note STRING", max_run_seconds=1)
+    harness.configure(value={"format": "json", "schema": "id INT, note STRING"}, max_run_seconds=1)
     monkeypatch.setattr(RunDeadline, "_RECANCEL_SECONDS", 3600.0)  # one cancellation: wherever it lands
 
     # Slow between its two writes (or already past its deadline in a Spark job): it stops there, retriably. Real

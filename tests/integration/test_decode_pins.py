@@ -9,7 +9,7 @@ raised at the crash point; the clock then jumps past the killed run's lease, as 
 real restart), so the crash costs no new JVM.
 
 - ``json_strict`` flipped: the recovery is refused naming ``json_strict``; restored, every record lands once;
-- ``value_schema_file`` edited: refused naming the file; restored, every record lands once;
+- an Avro ``schema_file`` edited: refused naming the file; restored, every record lands once;
 - the registry subject changed (a new version registered, the planned one soft-deleted): the recovery decodes
   with the schema ids its plan pinned, fetched by id, and lands the record the new latest would have lost.
 """
@@ -119,8 +119,7 @@ def test_json_strict_flipped_under_a_crashed_run_is_refused_and_restored_lands_e
         tmp_path,
         monkeypatch,
         [b'{"id": 1, "extra": 1}', b'{"id": 2}', b"not json"],
-        value_format="json",
-        value_schema="id INT",
+        value={"format": "json", "schema": "id INT"},
     )
     assert offsets(tmp_path / "sink_dead_letter") == [2]
 
@@ -137,7 +136,7 @@ def test_json_strict_flipped_under_a_crashed_run_is_refused_and_restored_lands_e
     assert harness.face().run().status == "empty"
 
 
-def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_lands_every_record_once(
+def test_an_avro_schema_file_edited_under_a_crashed_run_is_refused_and_restored_lands_every_record_once(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schema_file = tmp_path / "item.avsc"
@@ -149,17 +148,16 @@ def test_a_value_schema_file_edited_under_a_crashed_run_is_refused_and_restored_
         tmp_path,
         monkeypatch,
         [avro(ITEM, {"sku": "A-1", "qty": 3}), truncated],
-        value_format="avro",
-        value_schema_file="item.avsc",
+        value={"format": "avro", "schema_file": "item.avsc"},
     )
     assert offsets(tmp_path / "sink_dead_letter") == [1]
 
     # A field without a default: offset 0, written without it, would no longer decode.
     schema_file.write_text(json.dumps({**ITEM, "fields": [*ITEM["fields"], {"name": "price", "type": "double"}]}))
-    assert_refused_with_nothing_written(harness, "the contents of value_schema_file .*item.avsc", dead_letters=[1])
+    assert_refused_with_nothing_written(harness, "the contents of schema_file .*item.avsc", dead_letters=[1])
 
     schema_file.write_text(json.dumps(ITEM, indent=2))  # the same schema, but not the same bytes: still refused
-    assert_refused_with_nothing_written(harness, "the contents of value_schema_file", dead_letters=[1])
+    assert_refused_with_nothing_written(harness, "the contents of schema_file", dead_letters=[1])
 
     schema_file.write_text(json.dumps(ITEM))
     summary = harness.face().run()
@@ -190,7 +188,7 @@ def test_a_recovery_decodes_with_the_pinned_schema_ids_after_a_new_version_and_a
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     registry = schema_registries["east"]
-    servers, topic, harness = registry_pipeline(kafka_clusters, registry, spark, tmp_path, value_format="avro")
+    servers, topic, harness = registry_pipeline(kafka_clusters, registry, spark, tmp_path, value={"format": "avro"})
     subject = f"{topic}-value"
     v1 = register(registry, subject, ORDER_V1)
     bad_magic = b"\x01" + encode_header(v1)[1:] + avro(ORDER_V1, {"id": 2, "amount": 2.5})
@@ -222,7 +220,7 @@ def test_a_recovery_decodes_keys_with_the_pinned_key_schema_ids(
 ) -> None:
     registry = schema_registries["east"]
     servers, topic, harness = registry_pipeline(
-        kafka_clusters, registry, spark, tmp_path, key_format="avro", value_format="string"
+        kafka_clusters, registry, spark, tmp_path, key={"format": "avro"}, value={"format": "string"}
     )
     k1 = register(registry, f"{topic}-key", KEY_V1)
     key = encode_header(k1) + avro(KEY_V1, {"region": "eu"})

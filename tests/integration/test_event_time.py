@@ -47,8 +47,7 @@ def orders_pipeline(
         folder,
         clusters={"east": bootstrap},
         spark=lambda: spark,
-        value_format="json",
-        value_schema=SCHEMA,
+        value={"format": "json", "schema": SCHEMA},
         **settings,
     )
     topic = unique_name("orders")

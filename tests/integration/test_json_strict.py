@@ -48,8 +48,7 @@ def decoded_errors(spark: Any, strict: bool) -> dict[str, str | None]:
             "id": "p",
             "streams": ["s"],
             "sink": {"path": str(Path("/nonexistent/sink"))},
-            "value_format": "json",
-            "value_schema": "id INT, n STRUCT<a: INT>",
+            "value": {"format": "json", "schema": "id INT, n STRUCT<a: INT>"},
             "json_strict": strict,
         }
     )

@@ -77,7 +77,7 @@ def test_a_kerberos_cluster_is_planned_read_and_committed_with_a_keytab_in_proce
                 },
             }
         },
-        value_format="string",
+        value={"format": "string"},
         consumer_group="kerberos-readers",
         spark_config={
             "master": "local[1]",

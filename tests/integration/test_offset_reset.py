@@ -50,7 +50,7 @@ def test_reset_moves_the_next_run_to_exactly_the_new_range(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bootstrap = kafka_clusters["east"].bootstrap_servers
-    harness = PipelineHarness(tmp_path, clusters={"east": bootstrap}, spark=lambda: spark, value_format="string")
+    harness = PipelineHarness(tmp_path, clusters={"east": bootstrap}, spark=lambda: spark, value={"format": "string"})
     topic = unique_name("orders")
     create_topic(bootstrap, topic)
     harness.set_streams({"orders": {"east": [topic]}})

@@ -480,7 +480,7 @@ def test_json_values_are_parsed_and_undecodable_ones_land_in_the_dead_letter_tab
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
     east, topic, harness = east_pipeline(
-        kafka_clusters, spark, tmp_path, "json", 2, value_format="json", value_schema="id INT, name STRING"
+        kafka_clusters, spark, tmp_path, "json", 2, value={"format": "json", "schema": "id INT, name STRING"}
     )
     valid = {
         b'{"id": 1, "name": "ann"}': {"id": 1, "name": "ann"},

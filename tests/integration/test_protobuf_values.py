@@ -57,13 +57,13 @@ def harness_of(
     spark_config: Mapping[str, Any] | None = None,
     **pipeline: Any,
 ) -> PipelineHarness:
-    """A ``value_format: protobuf`` pipeline on east (with east's registry); its streams are set by the test."""
+    """A ``value: {format: protobuf}`` pipeline on east (with east's registry); its streams are set by the test."""
     return PipelineHarness(
         folder,
         clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": url}}},
         spark=session,
         spark_config=spark_config,
-        value_format="protobuf",
+        value={"format": "protobuf"},
         **pipeline,
     )
 

@@ -132,7 +132,10 @@ def test_the_projects_own_pipeline_reads_back_exactly_the_rows_after_a_killed_ru
     assert world.cli("publish").returncode == 0
 
     reader = PipelineHarness(
-        world.folder / "reader", clusters={"east": world.bootstrap["east"]}, spark=lambda: spark, value_format="string"
+        world.folder / "reader",
+        clusters={"east": world.bootstrap["east"]},
+        spark=lambda: spark,
+        value={"format": "string"},
     )
     reader.set_streams({"orders": {"east": [world.topics["east"]]}})
     expected = [
@@ -193,7 +196,7 @@ def test_avro_values_from_the_driver_and_from_spark_tasks_are_read_back_exactly_
         tmp_path / "reader",
         clusters={"east": {"bootstrap_servers": east, "schema_registry": {"url": registry}}},
         spark=lambda: spark,
-        value_format="avro",
+        value={"format": "avro"},
     )
     reader.set_streams({"orders": {"east": [world.topics["east"]]}})
     deadline = None  # until the reader is past the last transaction's markers (see above)

@@ -208,9 +208,9 @@ def _landing(
 
 
 def _one_bad_string(cluster: ClusterEndpoint, prefix: str, tmp_path: Path) -> _Landing:
-    """``value_format: string`` over three records, the second not UTF-8."""
+    """``value: {format: string}`` over three records, the second not UTF-8."""
     records = [Record(value=v) for v in (b"ok", b"\xc3\x28", b"fine")]
-    return _landing(cluster, prefix, records, tmp_path, value_format="string")
+    return _landing(cluster, prefix, records, tmp_path, value={"format": "string"})
 
 
 def _decoded(value: Any) -> Any:
@@ -390,7 +390,7 @@ JSON_VALUES: list[bytes | None] = [
     ("settings", "partitions", "records", "landed", "dead"),
     [
         pytest.param(
-            {"value_format": "json", "value_schema": "id INT, name STRING"},
+            {"value": {"format": "json", "schema": "id INT, name STRING"}},
             1,
             [Record(value=v, key=f"k{i}".encode(), timestamp_ms=BASE_TS_MS + i) for i, v in enumerate(JSON_VALUES)],
             {
@@ -409,7 +409,7 @@ JSON_VALUES: list[bytes | None] = [
             id="json-values",
         ),
         pytest.param(
-            {"value_format": "string", "key_format": "string"},
+            {"value": {"format": "string"}, "key": {"format": "string"}},
             2,
             [
                 Record(value="héllo ✓".encode(), key=b"plain", partition=0),
@@ -428,7 +428,7 @@ def test_undecodable_records_go_to_dead_letters_with_exact_coordinates(
     kafka_clusters: dict[str, ClusterEndpoint],
     spark: Any,
     tmp_path: Path,
-    settings: dict[str, str],
+    settings: dict[str, Any],
     partitions: int,
     records: list[Record],
     landed: dict[int, tuple[Any, Any]],
@@ -528,7 +528,7 @@ def test_on_decode_error_fail_raises_with_coordinates_and_writes_nothing(
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
     records = [Record(value=v) for v in (b'{"id": 1}', b"{oops", b'{"id": 2}')]
-    settings = {"value_format": "json", "value_schema": "id BIGINT", "on_decode_error": "fail"}
+    settings = {"value": {"format": "json", "schema": "id BIGINT"}, "on_decode_error": "fail"}
     landing = _landing(kafka_clusters["west"], "strict", records, tmp_path, **settings)
     sent, topic, pipeline = landing.sent, landing.topic, landing.pipeline
 
@@ -568,7 +568,7 @@ def test_overlapping_backfills_and_incremental_runs_never_duplicate(
     west_topic = _topic(west.bootstrap_servers, "backfill-west", 1)
     east_sent = produce(east.bootstrap_servers, east_topic, _records("e", [0, 1], 3, BASE_TS_MS))
     west_sent = produce(west.bootstrap_servers, west_topic, _records("w", [0], 4, BASE_TS_MS))
-    pipeline = _pipeline(tmp_path, value_format="string")
+    pipeline = _pipeline(tmp_path, value={"format": "string"})
     clusters = _metadata(east, west)
     # The incremental run landed the first half of each partition.
     first_half = [r for r in east_sent + west_sent if (r.offset or 0) < 2]
@@ -637,7 +637,7 @@ def test_sasl_credentials_are_translated_for_spark_and_redacted_everywhere(
         },
     )
     splits = _splits(sasl_cluster, topic, sent, stream="orders")
-    pipeline = _pipeline(tmp_path, value_format="string")
+    pipeline = _pipeline(tmp_path, value={"format": "string"})
     caplog.set_level(logging.DEBUG, logger="dynamic_kafka")
 
     frame = _read(spark, splits, clusters)

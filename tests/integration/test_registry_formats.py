@@ -4,7 +4,7 @@ One pipeline lands, in one run: an Avro stream on two clusters, each with its ow
 versions, the second adds a field with a default), a JSON Schema stream, a fixed-schema Avro topic (no registry),
 and two undecodable records (a bad magic byte, an unknown schema id) into the dead-letter table. Then: an
 incompatible version is refused with nothing written, and a registry that is down fails the run, retriable,
-before anything is written. Keys under ``key_format: avro`` land as a ``key`` struct, bad keys as dead letters.
+before anything is written. Keys under ``key: {format: avro}`` land as a ``key`` struct, bad keys as dead letters.
 The registry password (a ``${env:...}`` reference) appears in no output.
 """
 
@@ -103,10 +103,10 @@ def test_avro_json_schema_and_fixed_avro_land_in_one_table(
             "west": {"bootstrap_servers": west, "schema_registry": {"url": schema_registries["west"].url}},
         },
         streams=["orders", "clicks", "items"],
-        value_format="avro",
+        value={"format": "avro"},
         formats={
-            "clicks": {"value_format": "json_schema"},
-            "items": {"value_format": "avro", "value_schema_file": "item.avsc"},
+            "clicks": {"format": "json_schema"},
+            "items": {"format": "avro", "schema_file": "item.avsc"},
         },
     )
     harness.set_streams({"orders": {"east": [orders_e], "west": [orders_w]}, "clicks": {"east": [clicks]},
@@ -176,7 +176,7 @@ def test_an_incompatible_version_is_refused_with_nothing_written(
         ],
     )
     # In process: the refusal is the library's error; how the CLI prints errors is the business of the CLI tests.
-    harness = in_process(tmp_path, east, topic, spark, value_format="avro", schema_registry={"url": registry.url})
+    harness = in_process(tmp_path, east, topic, spark, value={"format": "avro"}, schema_registry={"url": registry.url})
     with pytest.raises(SchemaIncompatibleError) as refused:
         harness.face().run()
     message = str(refused.value)
@@ -200,7 +200,7 @@ def test_a_registry_that_is_down_fails_the_run_before_anything_is_written(
     harness = PipelineHarness(
         tmp_path,
         clusters={"east": {"bootstrap_servers": east}},
-        value_format="avro",
+        value={"format": "avro"},
         schema_registry={"url": f"http://127.0.0.1:{port}", "username": "svc", "password": f"${{env:{PASSWORD_VAR}}}"},
     )
     harness.set_streams({"orders": {"east": [topic]}})
@@ -217,7 +217,7 @@ def test_a_registry_that_is_down_fails_the_run_before_anything_is_written(
 def test_avro_keys_land_as_a_struct_and_bad_keys_are_dead_letters(
     tmp_path: Path, east_topic: tuple[str, str], schema_registries: dict[str, LocalRegistry], spark: Any
 ) -> None:
-    """``key_format: avro`` decodes keys with the ``<topic>-key`` subject into a ``key`` struct; a key that does not
+    """``key: {format: avro}`` decodes keys with the ``<topic>-key`` subject into a ``key`` struct; a key that does not
     decode is a dead letter with its reason, and a null key stays null."""
     east, topic = east_topic
     registry = schema_registries["east"]
@@ -240,7 +240,13 @@ def test_avro_keys_land_as_a_struct_and_bad_keys_are_dead_letters(
         ],
     )
     harness = in_process(
-        tmp_path, east, topic, spark, value_format="avro", key_format="avro", schema_registry={"url": registry.url}
+        tmp_path,
+        east,
+        topic,
+        spark,
+        value={"format": "avro"},
+        key={"format": "avro"},
+        schema_registry={"url": registry.url},
     )
     harness.face().run()
 
@@ -268,7 +274,7 @@ def test_topics_whose_keys_decode_to_different_types_are_refused_with_nothing_wr
     o1 = register(registry, f"{other}-key", ORDER_V1)
     produce(east, topic, [Record(b"a", key=encode_header(k1) + avro(KEY_V1, {"region": "eu"}))])
     produce(east, other, [Record(b"b", key=encode_header(o1) + avro(ORDER_V1, {"id": 1, "amount": 1.0}))])
-    harness = in_process(tmp_path, east, topic, spark, key_format="avro", schema_registry={"url": registry.url})
+    harness = in_process(tmp_path, east, topic, spark, key={"format": "avro"}, schema_registry={"url": registry.url})
     harness.set_streams({"orders": {"east": [topic, other]}})
 
     with pytest.raises(ConfigError, match="the keys of one pipeline decode to different types") as refused:
@@ -308,12 +314,8 @@ def test_record_name_strategies_fetch_the_subjects_confluents_serializers_regist
         east,
         topic,
         spark,
-        value_format="avro",
-        value_subject_name_strategy="topic_record",
-        value_record_name="acme.Order",
-        key_format="avro",
-        key_subject_name_strategy="record",
-        key_record_name=key_name,
+        value={"format": "avro", "subject_name_strategy": "topic_record", "record_name": "acme.Order"},
+        key={"format": "avro", "subject_name_strategy": "record", "record_name": key_name},
         schema_registry={"url": registry.url},
     )
     harness.face().run()

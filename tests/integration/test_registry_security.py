@@ -68,7 +68,7 @@ def _harness(folder: Path, bootstrap: str, registry: LocalRegistry, topic: str, 
     harness = PipelineHarness(
         folder,
         clusters={"east": {"bootstrap_servers": bootstrap, "schema_registry": schema_registry}},
-        value_format="avro",
+        value={"format": "avro"},
     )
     harness.set_streams({"orders": {"east": [topic]}})
     return harness

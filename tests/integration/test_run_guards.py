@@ -3,7 +3,7 @@
 - A state restored from a backup (behind its sink) is refused through the CLI, ``realign`` repairs it, and the next
   run lands every record exactly once (before the guard, runs reused the sink's run_seqs: Delta skipped their
   appends and the runs reported success with nothing landed). Likewise a state restored from before a backfill.
-- A ``value_schema`` that does not parse, or a sink whose schema does not take the pipeline's rows, is refused
+- A value ``schema`` that does not parse, or a sink whose schema does not take the pipeline's rows, is refused
   before the plan is written (before, both failed inside the Spark write, with a planned run left behind and a
   retriable error every retry repeated).
 """
@@ -153,8 +153,7 @@ class JsonTopic:
             folder,
             clusters={"east": self.servers},
             spark=lambda: spark,
-            value_format="json",
-            value_schema=value_schema,
+            value={"format": "json", "schema": value_schema},
         )
         self.harness.set_streams({"orders": {"east": [self.topic]}})
 
@@ -172,7 +171,7 @@ def test_a_value_schema_that_does_not_parse_is_refused_before_anything_is_planne
         orders.harness.face().run()
 
     assert not caught.value.retriable
-    assert "value_schema" in str(caught.value)
+    assert "value schema" in str(caught.value)
     assert orders.harness.runner().store.load().table_version is None  # no plan written
     assert not (orders.harness.sink_path / "_delta_log").exists()
 
@@ -183,7 +182,7 @@ def test_a_sink_that_would_not_take_the_rows_is_refused_with_the_columns_named(
     orders = JsonTopic(kafka_clusters["east"], tmp_path, spark, "id INT, name STRING")
     orders.produce(b'{"id": 1, "name": "a"}', b'{"id": 2, "name": "b"}')
     assert orders.harness.face().run().records == 2
-    orders.harness.configure(value_schema="id STRING, name STRING, added DOUBLE")
+    orders.harness.configure(value={"format": "json", "schema": "id STRING, name STRING, added DOUBLE"})
     orders.produce(b'{"id": "3", "name": "c", "added": 1.5}')
 
     with pytest.raises(SchemaMismatchError) as caught:

@@ -54,7 +54,7 @@ def _harness(folder: Path, broker: LocalCluster, modes: dict[str, tuple[str, Sec
         }
         for cluster_id, (mode, form) in modes.items()
     }
-    harness = PipelineHarness(folder, clusters=clusters, value_format="string", **kwargs)
+    harness = PipelineHarness(folder, clusters=clusters, value={"format": "string"}, **kwargs)
     # Topics are made and filled over the broker's PLAINTEXT listener; each cluster id reads its own.
     topics = {cluster_id: unique_name(cluster_id.replace("-", "_")) for cluster_id in modes}
     expected: list[Row] = []

@@ -85,8 +85,7 @@ def test_replaced_commits_of_the_dead_letter_table_and_of_a_delta_spark_append_a
         tmp_path,
         clusters={"east": servers},
         spark=lambda: spark,
-        value_format="json",
-        value_schema="n INT",
+        value={"format": "json", "schema": "n INT"},
         on_decode_error="dead_letter",
     )
     harness.set_streams({"orders": {"east": [topic]}})

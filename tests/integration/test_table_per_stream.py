@@ -281,8 +281,7 @@ def test_a_dead_letter_replay_lands_each_streams_dead_letters_in_its_table_once_
         kafka_clusters,
         spark,
         tmp_path,
-        value_format="json",
-        value_schema="id INT",
+        value={"format": "json", "schema": "id INT"},
         json_strict=True,
         on_decode_error="dead_letter",
     )
@@ -300,7 +299,8 @@ def test_a_dead_letter_replay_lands_each_streams_dead_letters_in_its_table_once_
         return sorted((r["offset"], r["error"] if dead else r["value"]["id"]) for r in found)
 
     assert (ids("orders-eu"), ids("orders-us")) == ([(0, 1)], [])
-    h.configure(value_schema="id INT, note STRING")  # the field the producers added joins the schema
+    # The field the producers added joins the schema.
+    h.configure(value={"format": "json", "schema": "id INT, note STRING"})
 
     # The first table's replay dies between its sink write and its dead-letter update; orders-us is not reached.
     with acting_at("replay_after_sink", crash), pytest.raises(SimulatedCrashError):

@@ -1,4 +1,4 @@
-"""``value_format: expression``: a user's Spark SQL expression over the record's columns is the value decoder, part
+"""``value: {format: expression}``: a user's Spark SQL expression over the record's columns is the value decoder, part
 of the run's one read; a non-null value it cannot decode (a null result) is a dead letter with its reason."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_an_expression_decodes_values_with_their_headers_and_a_null_result_is_a_
     kafka_clusters: dict[str, ClusterEndpoint], spark: Any, tmp_path: Path
 ) -> None:
     h, topics = orders_stream(
-        tmp_path / "run", kafka_clusters, spark, {"east": 1}, value_format="expression", value_expression=SCALED
+        tmp_path / "run", kafka_clusters, spark, {"east": 1}, value={"format": "expression", "expression": SCALED}
     )
     east, topic = kafka_clusters["east"].bootstrap_servers, topics["east"]
     produce(
@@ -61,9 +61,8 @@ def test_an_expression_that_names_what_a_record_lacks_is_refused_before_anything
             "id": "p",
             "streams": ["s"],
             "sink": {"path": "/nonexistent/sink"},
-            "value_format": "expression",
-            "value_expression": "cast(payload AS STRING)",
+            "value": {"format": "expression", "expression": "cast(payload AS STRING)"},
         }
     )
-    with pytest.raises(SchemaMismatchError, match=r"value_expression 'cast\(payload AS STRING\)' is not a Spark SQL"):
+    with pytest.raises(SchemaMismatchError, match=r"value expression 'cast\(payload AS STRING\)' is not a Spark SQL"):
         written_schema(spark, pipeline)

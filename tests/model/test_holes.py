@@ -155,14 +155,14 @@ def test_recovery_refuses_a_plan_made_under_other_settings() -> None:
         r.produce(cid="c1", topic="a", partition=0, count=2, txn=False, bad=False)
         r.run(crash_at=0)  # killed right after the plan was written
         m = r.m
-        changed = Harness(m.root, m.world, {"key_format": "string", "on_topic_recreated": "reset"})
+        changed = Harness(m.root, m.world, {"key": {"format": "string"}, "on_topic_recreated": "reset"})
         changed.streams = m.harness.streams
         changed.publish_metadata()
-        with pytest.raises(ConfigError, match=r"run 1 was planned .* key_format changed") as info:
+        with pytest.raises(ConfigError, match=r"run 1 was planned .* key\.format changed") as info:
             changed.run(None)
         assert "dynamic-kafka abandon" in str(info.value)
         assert changed.sink.rows == []
-        changed.store.abandon_run(1, reason="key_format changed to string")
+        changed.store.abandon_run(1, reason="key.format changed to string")
         changed.run(None)
         assert len(changed.sink.rows) == 2
         assert [(run.run_seq, run.status) for run in changed.store.run_history()] == [

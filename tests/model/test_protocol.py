@@ -70,7 +70,7 @@ from dynamic_kafka.initializers import CommittedOffsets, CustomOffsets, Specific
 from dynamic_kafka.model.snapshots import BrokerSnapshot, StateSnapshot
 from dynamic_kafka.operations.offsets_reset import ResetSelection, ResetTarget
 from dynamic_kafka.sink.tables import backfill_app_id
-from tests.model.world import KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
+from tests.model.world import JSON_VALUE, KNOWN_HOLES, Archive, Crash, Harness, Orphan, Record, World, new_day
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -469,7 +469,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     def produce(
         self, cid: str, topic: str, partition: int, count: int, txn: bool, bad: bool, lax: bool = False
     ) -> None:
-        """``bad``: the first record is not JSON; ``lax``: the last has a field value_schema lacks."""
+        """``bad``: the first record is not JSON; ``lax``: the last has a field the value schema lacks."""
         if topic in self.world.clusters[cid].topics:
             self.world.produce(cid, topic, partition, count, txn=txn, bad=bad, lax=lax)
             STATS["records"] += count
@@ -884,14 +884,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         STATS["realigns"] += 1
         self._after_state_change()
 
-    @rule(setting=st.sampled_from(["json_strict", "json_strict", "on_decode_error", "value_format"]))
+    @rule(setting=st.sampled_from(["json_strict", "json_strict", "on_decode_error", "value"]))
     def edit_config(self, setting: str) -> None:
         """An operator flips a decode setting, maybe between a crash and its recovery."""
         now = self.harness.pipeline
         value = {
             "json_strict": not now.json_strict,
             "on_decode_error": "fail" if now.on_decode_error == "dead_letter" else "dead_letter",
-            "value_format": "string" if now.value_format == "json" else "json",
+            "value": {"format": "string"} if now.value.format == "json" else JSON_VALUE,
         }[setting]
         self.harness.reconfigure(**{setting: value})
         self.edited_under_plan = self.edited_under_plan or self.pending

@@ -27,7 +27,7 @@ What is simulated, and how closely:
   over ``_ModelMerges``; ``merge_table`` inserts rows whose coordinates are absent), a replay (``replay.replay_steps``
   over ``_ModelReplay``) and maintenance (``compaction.maintain_table`` with the lake's ``compact``/``vacuum``).
   The decode verdict is the
-  config's at write time (value_format json: a record that is not JSON, and under ``json_strict`` one with an extra
+  config's at write time (value format json: a record that is not JSON, and under ``json_strict`` one with an extra
   field). Other writers: a foreign commit (OPTIMIZE, DELETE, VACUUM, a MERGE) may take the version of the next run
   append, which then vanishes (delta-spark's check-then-write log stores); an append whose client was killed while
   it ran is an ``Orphan`` the server may still commit at any later step (as may a stalled backfill MERGE).
@@ -147,6 +147,9 @@ _INVOCATIONS = itertools.count(1)
 # removes the name, and the model then drives the hole's scenario and checks the fixed behaviour.
 KNOWN_HOLES: frozenset[str] = frozenset()
 
+JSON_VALUE = {"format": "json", "schema": "id INT"}
+"""The pipeline's value format unless a rule edits it: JSON of one INT field (see ``Record.bad`` and ``lax``)."""
+
 
 def new_day() -> int:
     """A new invocation's day (see ``Harness.patched``); two processes running at once share one."""
@@ -169,9 +172,9 @@ class Record:
     partition: int
     offset: int
     ts_ms: int
-    bad: bool = False  # not JSON at all: undecodable under value_format json
+    bad: bool = False  # not JSON at all: undecodable under value format json
     gone: str | None = None  # why it left the log: retention, compacted, deleted
-    lax: bool = False  # JSON with a field value_schema lacks: undecodable only under json_strict
+    lax: bool = False  # JSON with a field the value schema lacks: undecodable only under json_strict
     identity: int = 0  # the record a mirrored copy was copied from (MirrorMaker keeps value and timestamp)
 
     def __post_init__(self) -> None:
@@ -871,10 +874,10 @@ class Orphan:
 
 
 def is_undecodable(r: Record, pipeline: PipelineConfig) -> bool:
-    """The decode verdict of the CURRENT config, as ``dynamic_kafka.decoding.formats`` gives it: under value_format json
-    a value that is not JSON, and with json_strict also one with a field ``value_schema`` lacks; nothing under
+    """The decode verdict of the CURRENT config, as ``dynamic_kafka.decoding.formats`` gives it: under value format
+    json a value that is not JSON, and with json_strict also one with a field its ``schema`` lacks; nothing under
     string."""
-    return pipeline.value_format == "json" and (r.bad or (r.lax and pipeline.json_strict))
+    return pipeline.value.format == "json" and (r.bad or (r.lax and pipeline.json_strict))
 
 
 def decode_error(r: Record) -> UndecodableRecordError:
@@ -1088,7 +1091,7 @@ class SinkModel:
             rows = incremental_module.skip_backfilled(tables, frame, target)
             return incremental_module.Observing(rows, None, None)  # type: ignore[arg-type]  # no observations
 
-        writer = incremental_module.writer_for(pipeline, can_fail=pipeline.value_format == "json")
+        writer = incremental_module.writer_for(pipeline, can_fail=pipeline.value.format == "json")
         landed = writer(tables, observed_rows, target)
         if not landed.sink.ours:
             return incremental_module._already_committed(target, run_seq)  # another writer of this run landed it
@@ -1616,8 +1619,7 @@ class Harness:
                         "stream_pattern": "s[0-9]",
                         "sink": {"path": str(self.root / "sink")},
                         "state_path": str(self.root / "state"),
-                        "value_format": "json",
-                        "value_schema": "id INT",
+                        "value": JSON_VALUE,
                         "metadata_retries": {"attempts": 1, "backoff_seconds": 0},
                         # The group commit is monitoring only and talks to real brokers; the model has none.
                         "consumer_group": None,
@@ -1636,10 +1638,6 @@ class Harness:
     def reconfigure(self, **changes: Any) -> None:
         """An operator edits the pipeline's config; the next invocation is a new process reading it."""
         self.settings.update(changes)
-        if self.settings.get("value_format") == "string":
-            self.settings["value_schema"] = None
-        elif self.settings.get("value_format") == "json":
-            self.settings["value_schema"] = "id INT"
         self.runner = self._build(self.settings, self.runner.planned)
 
     def on_other_machine(self, host: str) -> Harness:

@@ -147,7 +147,7 @@ class Project:
             {
                 "id": pipeline_id,
                 "streams": streams,
-                "value_format": "string",
+                "value": {"format": "string"},
                 "sink": {"path": f"data/{pipeline_id}"},
                 # One attempt: tests that break the metadata file should not wait for backoffs.
                 "metadata_retries": {"attempts": 1, "backoff_seconds": 0},

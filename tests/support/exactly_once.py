@@ -75,9 +75,9 @@ class TwoClusterStream:
 
 
 class DeadLetterStream:
-    """A JSON pipeline ``p`` (``value_schema: n INT``, ``on_decode_error: dead_letter``) on a fresh topic of
-    ``servers``, in ``folder``; :meth:`send` produces good and undecodable records. In-process runs use ``spark``;
-    CLI runs the project's ``spark`` section, ``spark_config``."""
+    """A JSON pipeline ``p`` (``value: {format: json, schema: n INT}``, ``on_decode_error: dead_letter``) on a fresh
+    topic of ``servers``, in ``folder``; :meth:`send` produces good and undecodable records. In-process runs use
+    ``spark``; CLI runs the project's ``spark`` section, ``spark_config``."""
 
     def __init__(
         self,
@@ -95,8 +95,7 @@ class DeadLetterStream:
             clusters={"east": servers},
             spark=lambda: spark,
             spark_config=spark_config,
-            value_format="json",
-            value_schema="n INT",
+            value={"format": "json", "schema": "n INT"},
             on_decode_error="dead_letter",
         )
         self.harness.set_streams({"orders": {"east": [self.topic]}})

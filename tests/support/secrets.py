@@ -32,7 +32,7 @@ def sasl_harness(folder: Path, cluster: LocalCluster, topic: str, **pipeline: An
                 },
             }
         },
-        value_format="string",
+        value={"format": "string"},
         **pipeline,
     )
     harness.set_streams({"orders": {"secured": [topic]}})

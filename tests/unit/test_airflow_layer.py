@@ -54,7 +54,9 @@ def test_an_os_error_fails_the_task_as_a_host_error_naming_the_path_and_a_reset_
     assert not isinstance(retried.value, AirflowFailException)
 
 
-def write_project(root: Path, *, interval: int = 30, **settings: Any) -> Path:
+def write_project(
+    root: Path, *, interval: int = 30, orchestration: dict[str, Any] | None = None, **settings: Any
+) -> Path:
     (root / "metadata.yaml").write_text(
         yaml.safe_dump(
             {"clusters": {"east": {"bootstrap_servers": "127.0.0.1:1"}}, "streams": {"orders": {"east": ["orders"]}}}
@@ -64,7 +66,7 @@ def write_project(root: Path, *, interval: int = 30, **settings: Any) -> Path:
         "id": "orders",
         "streams": ["orders"],
         "sink": {"path": "data/orders"},
-        "sensor": {"interval_seconds": interval},
+        "orchestration": {"sensor": {"interval_seconds": interval}, **(orchestration or {})},
         **settings,
     }
     config = {"metadata_service": {"type": "file", "path": "metadata.yaml"}, "pipelines": [pipeline]}
@@ -75,8 +77,10 @@ def write_project(root: Path, *, interval: int = 30, **settings: Any) -> Path:
 def test_the_factory_builds_the_dags_of_a_pipeline_with_one_run_at_a_time(tmp_path: Path) -> None:
     path = write_project(
         tmp_path,
-        schedule="*/10 * * * *",
-        backfill={"start": "2026-01-01T00:00:00Z", "granularity": "daily"},
+        orchestration={
+            "schedule": "*/10 * * * *",
+            "backfill": {"start": "2026-01-01T00:00:00Z", "granularity": "daily"},
+        },
         health={"schedule": "0 * * * *"},
     )
 

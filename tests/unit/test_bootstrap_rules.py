@@ -308,10 +308,10 @@ class TestArchiveDecoding:
 
     def test_archive_values_decode_with_their_stream_format_even_when_kafka_has_nothing_to_read(self) -> None:
         """The first run of an idle topic reads no Kafka range: the archive's format alone keeps `value`."""
-        p = pipeline().model_copy(update={"value_format": "string"})
+        p = PipelineConfig.model_validate({**pipeline().model_dump(mode="json"), "value": {"format": "string"}})
         prepared = with_archive_decoding(PreparedDecoding(p), p, self.read().stream)
         assert prepared.legacy is not None
-        assert prepared.legacy.value_format == "string"
+        assert prepared.legacy.format == "string"
 
     def test_a_registry_stream_cannot_be_bootstrapped(self) -> None:
         p = PipelineConfig.model_validate(
@@ -319,7 +319,7 @@ class TestArchiveDecoding:
                 "id": "p",
                 "streams": ["orders"],
                 "sink": {"path": "/tmp/s"},
-                "value_format": "avro",
+                "value": {"format": "avro"},
                 "schema_registry": {"url": "http://127.0.0.1:1"},
                 "bootstrap": {"path": "/tmp/a", "format": "json", "until": "2026-01-01T00:00:00Z"},
             }

@@ -32,7 +32,7 @@ pipelines:
   - id: orders
     streams: [orders]
     sink: {path: data/orders}
-    schedule: "*/15 * * * *"
+    orchestration: {schedule: "*/15 * * * *"}
 """
 
 # Mistakes in both files; `check` must list every one of them in one go.
@@ -44,11 +44,11 @@ pipelines:
     sink: {path: data/orders}
     max_records_per_partiton: 5
     on_data_loss: ignore
-    schedule: "0 24 * * *"
+    orchestration: {schedule: "0 24 * * *"}
   - id: payments
     streams: [paymnts]
     sink: {path: data/payments}
-    schedule: every hour
+    schedule: every hour  # the old place of orchestration.schedule, checked all the same
 """
 BAD_METADATA = """
 clusters:
@@ -98,7 +98,10 @@ def test_check_lists_every_problem_of_both_files_in_plain_words(
             "unknown key; did you mean `max_records_per_partition`?"
         ),
         ("dynamic_kafka.yaml", "pipelines[0].on_data_loss"): "write 'fail' or 'skip' (got 'ignore')",
-        ("dynamic_kafka.yaml", "pipelines[0].schedule"): "the hour field '24' is out of range: write 0-23",
+        (
+            "dynamic_kafka.yaml",
+            "pipelines[0].orchestration.schedule",
+        ): "the hour field '24' is out of range: write 0-23",
         ("dynamic_kafka.yaml", "pipelines[1].schedule"): (
             "'every hour' has 2 fields; write five fields: minute hour day-of-month month day-of-week, "
             "e.g. '*/15 * * * *' or '0 6 * * mon-fri'"

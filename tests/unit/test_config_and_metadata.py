@@ -82,12 +82,13 @@ class TestProjectConfig:
             ("  - id: o\n    streams: [a]\n    sink: {path: s}\n    max_records_per_run: 0\n", r"max_records_per_run"),
             ("  - id: o\n    streams: [a]\n", r"pipelines\[0\]\.sink: required key is missing"),
             (
-                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    backfill: {start: 'first of may'}\n",
-                r"pipelines\[0\]\.backfill\.start: .*not an ISO-8601 timestamp",
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n"
+                "    orchestration: {backfill: {start: 'first of may'}}\n",
+                r"pipelines\[0\]\.orchestration\.backfill\.start: .*not an ISO-8601 timestamp",
             ),
             (
-                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    backfill: {start: 2026}\n",
-                r"pipelines\[0\]\.backfill\.start: .*not an ISO-8601 timestamp",
+                "  - id: o\n    streams: [a]\n    sink: {path: s}\n    orchestration: {backfill: {start: 2026}}\n",
+                r"pipelines\[0\]\.orchestration\.backfill\.start: .*not an ISO-8601 timestamp",
             ),
             (  # the floor: max_run_seconds (default 4 hours) plus an hour
                 "  - id: o\n    streams: [a]\n    sink: {path: s}\n    maintenance: {vacuum_retention_hours: 4}\n",
@@ -112,9 +113,11 @@ class TestProjectConfig:
     )
     def test_backfill_start_is_aware_utc_at_load(self, tmp_path: Path, start: str, expected: datetime) -> None:
         path = project(
-            tmp_path, f"  - id: o\n    streams: [a]\n    sink: {{path: s}}\n    backfill: {{start: '{start}'}}\n"
+            tmp_path,
+            f"  - id: o\n    streams: [a]\n    sink: {{path: s}}\n"
+            f"    orchestration: {{backfill: {{start: '{start}'}}}}\n",
         )
-        backfill = load_project_config(path).pipeline("o").backfill
+        backfill = load_project_config(path).pipeline("o").orchestration.backfill
         assert backfill is not None
         assert backfill.start == expected
         assert backfill.start.tzinfo is UTC

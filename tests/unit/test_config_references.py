@@ -31,7 +31,7 @@ CONFIG = """
 metadata_service: {type: file, path: metadata.yaml}
 pipelines:
   - {id: orders, streams: [orders], sink: {path: "${env:DK_TEST_LAKE}/orders"},
-     schedule: "${env:DK_TEST_SCHEDULE:-*/15 * * * *}"}
+     orchestration: {schedule: "${env:DK_TEST_SCHEDULE:-*/15 * * * *}"}}
 """
 
 
@@ -55,7 +55,7 @@ def test_a_sink_path_and_a_schedule_take_references_resolved_when_loaded(tmp_pat
 
     pipeline = config.pipeline("orders")
     assert pipeline.sink.path.uri == str(tmp_path / "lake-staging" / "orders")
-    assert pipeline.schedule == "*/15 * * * *"
+    assert pipeline.orchestration.schedule == "*/15 * * * *"
 
 
 def test_bootstrap_servers_resolve_and_a_secret_stays_a_reference_until_a_client_is_built(

@@ -214,9 +214,9 @@ def test_read_options_reject_splits_of_another_cluster_or_twice_the_same_partiti
 
 def test_only_bytes_keys_and_values_can_never_fail_to_decode() -> None:
     assert not can_fail(_pipeline())
-    assert can_fail(_pipeline(value_format="string"))
-    assert can_fail(_pipeline(key_format="string"))
-    assert can_fail(_pipeline(value_format="json", value_schema="id INT"))
+    assert can_fail(_pipeline(value={"format": "string"}))
+    assert can_fail(_pipeline(key={"format": "string"}))
+    assert can_fail(_pipeline(value={"format": "json", "schema": "id INT"}))
 
 
 def test_undecodable_record_error_carries_its_coordinates() -> None:

@@ -1,5 +1,5 @@
 """Every decode input of a run is pinned in its plan (issue 24, item 4): ``json_strict``, each read stream's resolved
-value format, a ``value_schema_file``'s contents and a registry subject's versions (by their immutable ids). A
+value format, a ``schema_file``'s contents and a registry subject's versions (by their immutable ids). A
 recovery decodes with the pinned inputs or refuses naming what changed; plans written before the pins recover.
 
 No JVM, no broker, no registry: the registry client is a stand-in holding schemas by id and by subject."""
@@ -75,7 +75,7 @@ def refusal(config: ProjectConfig, plan: Plan) -> str | None:
 
 
 def test_a_json_strict_flip_under_a_crashed_run_is_refused_naming_json_strict(tmp_path: Path) -> None:
-    json_pipeline = {"value_format": "json", "value_schema": "id INT", "on_decode_error": "dead_letter"}
+    json_pipeline = {"value": {"format": "json", "schema": "id INT"}, "on_decode_error": "dead_letter"}
     plan = planned(project(tmp_path, **json_pipeline), split())
 
     error = refusal(project(tmp_path, **json_pipeline, json_strict=True), plan)
@@ -86,23 +86,21 @@ def test_a_json_strict_flip_under_a_crashed_run_is_refused_naming_json_strict(tm
 
 
 def test_each_read_streams_resolved_format_is_pinned_not_the_other_streams(tmp_path: Path) -> None:
-    base = {"value_format": "json", "value_schema": "id INT"}
+    base = {"value": {"format": "json", "schema": "id INT"}}
     plan = planned(project(tmp_path, **base), split("orders"), split("clicks", topic="c", stop=0))
     assert "format:orders" in plan.config_pins
     assert "format:clicks" not in plan.config_pins  # nothing of it is read: its format decides nothing
 
     # The read stream's own entry changes its schema, the pipeline's default stays: still refused, by name.
-    error = refusal(
-        project(tmp_path, **base, formats={"orders": {"value_format": "json", "value_schema": "n INT"}}), plan
-    )
+    error = refusal(project(tmp_path, **base, formats={"orders": {"format": "json", "schema": "n INT"}}), plan)
     assert error is not None
     assert "the value format of stream 'orders' changed" in error
     # The stream that reads nothing may change.
-    assert refusal(project(tmp_path, **base, formats={"clicks": {"value_format": "string"}}), plan) is None
+    assert refusal(project(tmp_path, **base, formats={"clicks": {"format": "string"}}), plan) is None
 
 
 def test_a_plan_written_before_pins_existed_still_recovers(tmp_path: Path) -> None:
-    old = project(tmp_path, value_format="json", value_schema="id INT")
+    old = project(tmp_path, value={"format": "json", "schema": "id INT"})
     pins = config_pins(old.pipeline("p"))
     older_keys = ("sink", "key_format", "value_format", "value_schema", "isolation_level", "on_decode_error")
     document = json.loads(planned(old, split()).model_dump_json(exclude={"decoding"}))
@@ -110,25 +108,25 @@ def test_a_plan_written_before_pins_existed_still_recovers(tmp_path: Path) -> No
     plan = Plan.model_validate(document)  # as an older version wrote it: no decoding, fewer pins
     assert plan.decoding == ()
 
-    assert refusal(project(tmp_path, value_format="json", value_schema="id INT", json_strict=True), plan) is None
-    assert refusal(project(tmp_path, value_format="string"), plan) is not None  # what it pinned is still checked
+    assert refusal(project(tmp_path, value={"format": "json", "schema": "id INT"}, json_strict=True), plan) is None
+    assert refusal(project(tmp_path, value={"format": "string"}), plan) is not None  # what it pinned is still checked
 
 
-def test_a_value_schema_file_is_pinned_by_contents_not_path(tmp_path: Path) -> None:
+def test_an_avro_schema_file_is_pinned_by_contents_not_path(tmp_path: Path) -> None:
     first, moved = tmp_path / "item.avsc", tmp_path / "moved.avsc"
     first.write_text(json.dumps(V1))
     moved.write_text(json.dumps(V1))
-    config = project(tmp_path, value_format="avro", value_schema_file=str(first))
+    config = project(tmp_path, value={"format": "avro", "schema_file": str(first)})
     prepared = prepare_decoding(config.pipeline("p"), [split()], {})
     plan = planned(config, split(), decoding=prepared.pins())
     assert [(p.value_format, p.subject, p.versions) for p in plan.decoding] == [("avro_file", None, ())]
 
-    assert refusal(project(tmp_path, value_format="avro", value_schema_file=str(moved)), plan) is None
+    assert refusal(project(tmp_path, value={"format": "avro", "schema_file": str(moved)}), plan) is None
 
     first.write_text(json.dumps(V2))
     error = refusal(config, plan)
     assert error is not None
-    assert f"the contents of value_schema_file {str(first)!r} of stream 'orders' changed" in error
+    assert f"the contents of schema_file {str(first)!r} of stream 'orders' changed" in error
     with pytest.raises(ConfigError, match="was edited since the run being finished was planned"):
         prepare_decoding(config.pipeline("p"), [split()], {}, pins=plan.decoding)
 
@@ -167,7 +165,7 @@ class Registry:
 
 def prepare(registry: Registry, pins: tuple[DecodePin, ...] = ()) -> PreparedDecoding:
     """The decoding of one planned range of stream ``orders`` (topic ``t``, Avro from ``registry``)."""
-    config = project(Path("/nonexistent"), value_format="avro", schema_registry={"url": REGISTRY})
+    config = project(Path("/nonexistent"), value={"format": "avro"}, schema_registry={"url": REGISTRY})
     clients = {RegistryConfig(url=REGISTRY): cast("RegistryClient", registry)}
     clusters = {"east": ClusterMetadata(cluster_id="east", bootstrap_servers="east:9092")}
     return prepare_decoding(config.pipeline("p"), [split()], clusters, clients=clients, pins=pins)

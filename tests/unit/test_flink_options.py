@@ -60,7 +60,7 @@ def test_check_refuses_flink_options_with_no_meaning_here_naming_the_products_ke
         ("metadata.yaml", "clusters.east.properties.stream-metadata-discovery-interval-ms"),
     }
     assert (
-        "`sensor.interval_seconds`"
+        "`orchestration.sensor.interval_seconds`"
         in found[("dynamic_kafka.yaml", "pipelines[0].properties.partition.discovery.interval.ms")]
     )
     assert "`consumer_group`" in found[("dynamic_kafka.yaml", "pipelines[0].properties.commit.offsets.on.checkpoint")]
@@ -106,7 +106,7 @@ def test_check_reads_a_single_cluster_services_properties_too(tmp_path: Path) ->
     (problem,) = check_project(path).problems
 
     assert problem.location == "metadata_service.properties.stream-metadata-discovery-failure-threshold"
-    assert "`sensor.failure_threshold`" in problem.message
+    assert "`orchestration.sensor.failure_threshold`" in problem.message
 
 
 def test_a_clusters_properties_get_client_id_from_flinks_prefix_unless_client_id_is_set() -> None:

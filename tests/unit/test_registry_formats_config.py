@@ -30,19 +30,19 @@ V3 = {**V1, "fields": [{"name": "id", "type": "string"}]}
 
 def test_formats_per_stream_and_a_registry_per_cluster() -> None:
     p = pipeline(
-        value_format="avro",
+        value={"format": "avro"},
         schema_registry={"url": "http://r", "username": "u", "password": "${env:PW}"},
         formats={
-            "clicks": {"value_format": "json_schema"},
-            "items": {"value_format": "avro", "value_schema_file": "i"},
+            "clicks": {"format": "json_schema"},
+            "items": {"format": "avro", "schema_file": "i"},
         },
     )
-    assert (p.value_format_of("orders").value_format, p.value_format_of("orders").value_schema_file) == ("avro", None)
-    assert p.value_format_of("clicks").value_format == "json_schema"
-    assert p.value_format_of("items").value_schema_file is not None
+    assert (p.value_format_of("orders").format, p.value_format_of("orders").schema_file) == ("avro", None)
+    assert p.value_format_of("clicks").format == "json_schema"
+    assert p.value_format_of("items").schema_file is not None
     assert "${env:PW}" not in repr(p.schema_registry)
-    with pytest.raises(ValidationError, match="value_schema_file` is for value_format avro"):
-        pipeline(value_format="json_schema", value_schema_file="x.avsc")
+    with pytest.raises(ValidationError, match="schema_file` is for format avro"):
+        pipeline(value={"format": "json_schema", "schema_file": "x.avsc"})
     cluster = MetadataFile.model_validate(
         {"clusters": {"east": {"bootstrap_servers": "b:1", "schema_registry": {"url": "http://e"}}}, "streams": {}}
     ).cluster("east")
@@ -58,7 +58,7 @@ def test_a_registry_stream_without_a_registry_is_a_config_error() -> None:
         stop_offset=1,
     )  # fmt: skip
     with pytest.raises(ConfigError, match="names no schema_registry"):
-        prepare_decoding(pipeline(value_format="avro"), [split], {})
+        prepare_decoding(pipeline(value={"format": "avro"}), [split], {})
 
 
 def test_older_versions_are_checked_against_the_latest() -> None:
@@ -104,31 +104,30 @@ def test_a_type_change_against_the_table_is_refused(tmp_path: Path) -> None:
 
 def test_subject_name_strategies_name_the_subject_a_batch_read_fetches() -> None:
     p = pipeline(
-        value_format="avro",
-        value_subject_name_strategy="topic_record",
-        value_record_name="com.acme.Order",
-        key_format="avro",
-        key_subject_name_strategy="record",
-        key_record_name="com.acme.OrderKey",
-        formats={"clicks": {"value_format": "protobuf"}},
+        value={"format": "avro", "subject_name_strategy": "topic_record", "record_name": "com.acme.Order"},
+        key={"format": "avro", "subject_name_strategy": "record", "record_name": "com.acme.OrderKey"},
+        formats={"clicks": {"format": "protobuf"}},
     )
-    assert p.value_format_of("orders").value_subject("orders") == "orders-com.acme.Order"
-    assert p.value_format_of("clicks").value_subject("clicks") == "clicks-value"  # its own entry: topic strategy
-    assert p.key_subject("orders") == "com.acme.OrderKey"
-    assert pipeline(key_format="avro").key_subject("orders") == "orders-key"
+    assert p.value_format_of("orders").subject("orders") == "orders-com.acme.Order"
+    assert p.value_format_of("clicks").subject("clicks") == "clicks-value"  # its own entry: topic strategy
+    assert p.key.subject("orders") == "com.acme.OrderKey"
+    assert pipeline(key={"format": "avro"}).key.subject("orders") == "orders-key"
 
 
 @pytest.mark.parametrize(
     ("settings", "complaint"),
     [
-        ({"value_format": "avro", "value_subject_name_strategy": "record"}, "fully-qualified name in value_rec"),
-        ({"value_format": "avro", "value_record_name": "a.B"}, "value_record_name is for the record and topic_record"),
-        ({"value_format": "json", "value_schema": "id INT", "value_subject_name_strategy": "record",
-          "value_record_name": "a.B"}, "value_subject_name_strategy is for formats read with a Schema Registry"),
-        ({"key_subject_name_strategy": "topic_record", "key_record_name": "a.B"}, "key_subject_name_strategy is for"),
-        ({"key_format": "avro", "key_subject_name_strategy": "record"}, "give its fully-qualified name in key_record"),
-        ({"formats": {"s": {"value_format": "avro", "value_schema_file": "x.avsc",
-                            "value_subject_name_strategy": "record", "value_record_name": "a.B"}}}, "Schema Registry"),
+        ({"value": {"format": "avro", "subject_name_strategy": "record"}},
+         r"value\n.*fully-qualified name in record_name"),
+        ({"value": {"format": "avro", "record_name": "a.B"}}, r"value\n.*record_name is for the record and topic_rec"),
+        ({"value": {"format": "json", "schema": "id INT", "subject_name_strategy": "record", "record_name": "a.B"}},
+         r"value\n.*subject_name_strategy is for formats read with a Schema Registry"),
+        ({"key": {"subject_name_strategy": "topic_record", "record_name": "a.B"}},
+         r"key\n.*subject_name_strategy is for"),
+        ({"key": {"format": "avro", "subject_name_strategy": "record"}},
+         r"key\n.*give its fully-qualified name in record_name"),
+        ({"formats": {"s": {"format": "avro", "schema_file": "x.avsc", "subject_name_strategy": "record",
+                            "record_name": "a.B"}}}, r"formats\.s\n.*Schema Registry"),
     ],
 )  # fmt: skip
 def test_a_subject_name_strategy_that_cannot_name_a_subject_is_refused(
@@ -141,14 +140,13 @@ def test_a_subject_name_strategy_that_cannot_name_a_subject_is_refused(
 def test_a_record_strategy_is_pinned_only_when_set() -> None:
     from dynamic_kafka.plan.planner import config_pins
 
-    plain = config_pins(pipeline(value_format="avro", key_format="avro"), ["orders"])
+    avro = {"format": "avro"}
+    plain = config_pins(pipeline(value=avro, key=avro), ["orders"])
     named = config_pins(
-        pipeline(value_format="avro", value_subject_name_strategy="record", value_record_name="a.B", key_format="avro"),
-        ["orders"],
+        pipeline(value={**avro, "subject_name_strategy": "record", "record_name": "a.B"}, key=avro), ["orders"]
     )
     keyed = config_pins(
-        pipeline(value_format="avro", key_format="avro", key_subject_name_strategy="record", key_record_name="a.K"),
-        ["orders"],
+        pipeline(value=avro, key={**avro, "subject_name_strategy": "record", "record_name": "a.K"}), ["orders"]
     )
     assert "key_subject_name_strategy" not in plain
     assert named["format:orders"] != plain["format:orders"]
@@ -159,10 +157,10 @@ def test_a_record_strategy_is_pinned_only_when_set() -> None:
 def test_a_value_expression_goes_with_the_expression_format_only_and_is_pinned() -> None:
     from dynamic_kafka.plan.planner import config_pins
 
-    p = pipeline(value_format="expression", value_expression="upper(cast(value AS STRING))")
-    assert p.value_format_of("orders").value_expression == "upper(cast(value AS STRING))"
-    for settings in ({"value_format": "expression"}, {"value_format": "string", "value_expression": "value"}):
-        with pytest.raises(ValidationError, match=r"`value_expression` .* goes with value_format expression"):
-            pipeline(**settings)
-    other = pipeline(value_format="expression", value_expression="lower(cast(value AS STRING))")
+    p = pipeline(value={"format": "expression", "expression": "upper(cast(value AS STRING))"})
+    assert p.value_format_of("orders").expression == "upper(cast(value AS STRING))"
+    for value in ({"format": "expression"}, {"format": "string", "expression": "value"}):
+        with pytest.raises(ValidationError, match=r"`expression` .* goes with format expression"):
+            pipeline(value=value)
+    other = pipeline(value={"format": "expression", "expression": "lower(cast(value AS STRING))"})
     assert config_pins(p, ["orders"])["format:orders"] != config_pins(other, ["orders"])["format:orders"]

@@ -86,7 +86,7 @@ pipelines:
     sink: {path: "s3://lake/orders"}
     storage: {access_key_id: "${env:AWS_ACCESS_KEY_ID}", secret_access_key: "${file:/run/secrets/s3}",
               session_token: "${env:AWS_SESSION_TOKEN}"}
-    value_format: avro
+    value: {format: avro}
     schema_registry: {url: "http://127.0.0.1:8081", username: "${env:SR_USER}", password: "${env:SR_PW}"}
 """
 
@@ -121,10 +121,14 @@ AGREEMENT = [
     ("starting_offsets: newest", False),
     ("starting_offsets: {committed: {reset: earliest}}", False),
     ("stopping_offsets: earliest", False),
-    ("value_format: avro, formats: {clicks: {value_format: json_schema}}", True),
-    ("value_format: yaml", False),
-    ('backfill: {start: "2026-01-01T00:00:00", granularity: daily}', True),
-    ("backfill: {start: '2026-01-01', granularity: weekly}", False),
+    ("value: {format: avro}, formats: {clicks: {format: json_schema}}", True),
+    ("value: {format: yaml}", False),
+    (
+        "value: {format: json, schema: 'id INT'}, key: {format: avro, subject_name_strategy: record, record_name: a.K}",
+        True,
+    ),
+    ('orchestration: {backfill: {start: "2026-01-01T00:00:00", granularity: daily}}', True),
+    ("orchestration: {backfill: {start: '2026-01-01', granularity: weekly}}", False),
     ("consumer_group: null, max_lag_records: 10", True),
     ("max_records_per_run: 0", False),
     ("sink: {path: t, dead_letter: u}", False),
@@ -205,7 +209,10 @@ def test_configuration_reference_lists_every_field_of_every_model() -> None:
     missing = []
     for root in (schemas.ProjectConfig, schemas.MetadataFile):
         for model in reachable_models(root):
-            for name in set(model.model_fields) - schemas.LOADER_FIELDS.get(model, frozenset()):
+            for field, info in model.model_fields.items():
+                if field in schemas.LOADER_FIELDS.get(model, frozenset()):
+                    continue
+                name = info.alias or field  # as the file writes it (ValueFormatConfig.schema_ddl is `schema`)
                 if model.__name__.endswith("Offsets"):
                     kind = model.model_fields["kind"].default
                     ok = ("Offsets initializers", kind) in rows and (name == "kind" or f"`{name}`" in page)

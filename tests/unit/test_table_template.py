@@ -126,10 +126,10 @@ class TestTemplate:
         path = project(
             tmp_path,
             "  - id: p\n    stream_pattern: 'orders-.*'\n    sink: {path: 'd/{stream}'}\n"
-            "    backfill: {start: '2026-01-01T00:00:00Z', granularity: daily}\n",
+            "    orchestration: {backfill: {start: '2026-01-01T00:00:00Z', granularity: daily}}\n",
         )
         pipeline = load_project_config(path).pipeline("p")
-        assert pipeline.backfill is not None
+        assert pipeline.orchestration.backfill is not None
         assert pipeline.sink.per_stream
 
     def test_listed_streams_that_cannot_name_a_folder_are_refused_when_the_config_is_loaded(

@@ -79,7 +79,12 @@ def test_threshold_zero_tolerates_no_failure() -> None:
         check_metadata(failing, WatchCursor(fingerprint="a"), failure_threshold=0)
     assert (
         PipelineConfig.model_validate(
-            {"id": "p", "streams": ["s"], "sink": {"path": "/tmp/s"}, "sensor": {"failure_threshold": 0}}
-        ).sensor.failure_threshold
+            {
+                "id": "p",
+                "streams": ["s"],
+                "sink": {"path": "/tmp/s"},
+                "orchestration": {"sensor": {"failure_threshold": 0}},
+            }
+        ).orchestration.sensor.failure_threshold
         == 0
     )
