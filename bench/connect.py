@@ -66,8 +66,8 @@ SOAK_TOPIC = "connect-soak-2p"
 # 1,000,000-record runs took 24, 11, 10, 8, 7.4 s; 10,000-record runs settled from 18 s to ~2.9 s over about 25
 # runs). A "warm" server has run at least this many of each before anything is measured, and then more, until its
 # JIT has settled (warm_until_steady): 30 small runs left it compiling ~400 methods a run, and benchmark 8's small
-# runs then cost the server 3x the CPU of the same runs on the same server 40 minutes later (bench/RESULTS.md,
-# "The server's age"; docs/decisions/0119-a-warm-server-is-a-settled-jit.md).
+# runs then cost the server 3x the CPU of the same runs on the same server 40 minutes later
+# (docs/decisions/0119-a-warm-server-is-a-settled-jit.md).
 WARM_SMALL_RUNS = 30
 WARM_E2E_RUNS = 2
 WARM_MOST_SMALL_RUNS = 150
