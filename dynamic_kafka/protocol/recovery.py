@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from dynamic_kafka.config.moved_keys import MOVED
 from dynamic_kafka.errors import (
     ClusterUnreachableError,
     ConfigError,
@@ -229,20 +230,17 @@ def _decided_streams(plan: Plan) -> set[str]:
     return streams if plan.bootstrap is None else {*streams, plan.bootstrap.stream}
 
 
-# Pins keep the names of the flat keys the settings had when plans first pinned them (config_pins).
-_PIN_KEYS = {
-    "key_format": "key.format",
-    "key_subject_name_strategy": "key.subject_name_strategy",
-    "value_format": "value.format",
-    "value_schema": "value.schema",
-}
-
-
 def _pin_label(key: str) -> str:
-    """How a config pin is named to the user: the setting's key, or a stream's resolved value format."""
+    """How a config pin is named to the user: the setting's key, or a stream's resolved value format. Pins keep
+    the flat names the settings had when plans first pinned them (config_pins): a moved one is named where it
+    is written now.
+    """
     if key.startswith(FORMAT_PIN_PREFIX):
         return f"the value format of stream {key.removeprefix(FORMAT_PIN_PREFIX)!r}"
-    return _PIN_KEYS.get(key, key)
+    if key in MOVED:
+        section, name = MOVED[key]
+        return f"{section}.{name}"
+    return key
 
 
 def _edited_schema_files(pipeline: PipelineConfig, plan: Plan) -> list[str]:
