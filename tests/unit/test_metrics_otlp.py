@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -55,7 +55,9 @@ class _Receiver(BaseHTTPRequestHandler):
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
     handler = type("Handler", (_Receiver,), {"got": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    # One thread serves every request: a threading server's per-request thread can outlive the response and would
+    # count as a thread the export left behind.
+    server = HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
