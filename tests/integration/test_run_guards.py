@@ -23,7 +23,13 @@ from devtools.testing.pipeline import PipelineHarness
 from dynamic_kafka.errors import SchemaMismatchError
 from dynamic_kafka.sink import committed_txn_version
 from dynamic_kafka.sink.tables import backfill_app_id
-from tests.support.exactly_once import TwoClusterStream, assert_nothing_left, committed_offsets, tail
+from tests.support.exactly_once import (
+    TwoClusterStream,
+    assert_nothing_left,
+    committed_offsets,
+    tail,
+    window_start_now,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -111,7 +117,7 @@ def test_a_state_restored_from_before_a_backfill_is_refused_then_realigned_and_n
     # backfill made after the backup, so the next run appended blind what the backfill had merged (duplicates).
     stream, first, restore = backed_up_after_run_1(kafka_clusters, spark, tmp_path)
     harness = stream.harness
-    window_start = datetime.now(UTC) - timedelta(seconds=1)
+    window_start = window_start_now()
     second = stream.produce("second", east=5, west=2)
     merged = harness.face().backfill(window_start, datetime.now(UTC) + timedelta(minutes=1))
     assert merged.records == len(second)

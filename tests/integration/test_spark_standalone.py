@@ -44,6 +44,7 @@ from tests.support.exactly_once import (
     summary_of,
     tail,
     unreferenced_data_files,
+    window_start_now,
 )
 from tests.support.secrets import PASSWORD_VAR, assert_absent, sasl_harness, secured_topic
 
@@ -250,9 +251,7 @@ def test_a_run_killed_after_staging_on_the_cluster_is_recovered_once_and_a_backf
 
     assert_recovered_once(stream)
 
-    # Kafka timestamps are whole milliseconds: a start taken inside the millisecond of the first produced record
-    # would leave that record (and its cluster's whole burst) before the window.
-    start = datetime.now(UTC) - timedelta(seconds=1)
+    start = window_start_now()
     stream.produce("window", east=4, west=4)
     backfill = harness.face().backfill(start, datetime.now(UTC) + timedelta(minutes=1))
 

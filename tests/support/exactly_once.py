@@ -169,6 +169,13 @@ def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return summary
 
 
+def window_start_now() -> datetime:
+    """Now, floored to Kafka's whole milliseconds: a record produced after this call has a timestamp inside a
+    window starting here, and one produced by an earlier step (a run lasts well over a millisecond) has not."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
 def tail(text: str, lines: int = 40) -> str:
     """The last ``lines`` lines of a process's output, for assertion messages."""
     return "\n".join(text.splitlines()[-lines:])
