@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from devtools.errors import LocalKafkaError
 from devtools.local_kafka import ClusterEndpoint, LocalCluster, start_clusters, stop_clusters
 from devtools.local_kafka.security import SecurityModes, store_password
+from devtools.testing.kafka import drop_producers_of
 from dynamic_kafka._toolchain.process import free_port
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def local_test_clusters(
     try:
         yield clusters
     finally:
+        drop_producers_of(c.bootstrap_servers for c in clusters.values())
         stop_clusters(list(clusters), base_dir=base_dir, purge=True, stop_timeout_s=THROWAWAY_STOP_S)
 
 

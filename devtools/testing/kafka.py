@@ -7,7 +7,9 @@ Every function takes either bootstrap servers (``"127.0.0.1:19092"``) or a full 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -100,6 +102,8 @@ def delete_topics(client: Client, topics: list[str], *, timeout_s: float = 90.0)
     admin = AdminClient(admin_config)
     for future in admin.delete_topics(topics, operation_timeout=60).values():
         future.result(timeout=timeout_s)
+    # A topic made again under the same name is a new topic: its partitions start without this producer's state.
+    drop_producer(client)
     wait_for(
         lambda: not set(topics) & set(admin.list_topics(timeout=10).topics),
         timeout_s=timeout_s,
@@ -152,13 +156,64 @@ def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]
         consumer.close()
 
 
+# A new idempotent producer waits about half a second for its producer id before it sends anything, and the tests
+# produce well over a thousand times: one producer per client config is kept for the process instead.
+_producers: dict[str, Producer] = {}
+_producers_lock = threading.Lock()
+
+
+def _producer_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(dict(config), sort_keys=True, default=repr)
+
+
+def kept_producer(client: Client) -> Producer:
+    """The process's idempotent producer (acks=all) for this client config, made on first use."""
+    config = client_config(client)
+    key = _producer_key(config)
+    with _producers_lock:
+        producer = _producers.get(key)
+        if producer is None:
+            producer = Producer({**config, "enable.idempotence": True, "linger.ms": 5, "logger": logger})
+            _producers[key] = producer
+        return producer
+
+
+def drop_producer(client: Client) -> None:
+    """Forgets the kept producer of this client config (after it failed: the next produce starts a new one)."""
+    with _producers_lock:
+        _producers.pop(_producer_key(client_config(client)), None)
+
+
+def drop_producers_of(bootstrap_servers: Iterable[str]) -> None:
+    """Forgets every kept producer of clusters that stop, so none keeps reconnecting to a port that is gone."""
+    gone = set(bootstrap_servers)
+    with _producers_lock:
+        for key in [k for k in _producers if json.loads(k).get("bootstrap.servers") in gone]:
+            del _producers[key]
+
+
+def send(producer: Producer, topic: str, *, timeout_s: float = 30.0, **fields: Any) -> None:
+    """``producer.produce(topic, **fields)``, refreshing the topic's metadata first where the producer does not know
+    the partition yet: a kept producer outlives partitions added to its topics.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            producer.produce(topic, **fields)
+            return
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise
+        producer.list_topics(topic, timeout=timeout_s)
+
+
 def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s: float = 30.0) -> list[Record]:
     """Produce records in order (idempotent producer, acks=all) and return them with partition, offset, timestamp.
 
     Raises:
         KafkaException: a record was not delivered before ``timeout_s``.
     """
-    producer = Producer({**client_config(client), "enable.idempotence": True, "linger.ms": 5, "logger": logger})
+    producer = kept_producer(client)
     sent = list(records)
     delivered: dict[int, Record] = {}
     errors: list[str] = []
@@ -180,8 +235,10 @@ def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s:
             extra["partition"] = record.partition
         if record.timestamp_ms is not None:
             extra["timestamp"] = record.timestamp_ms
-        producer.produce(
+        send(
+            producer,
             topic,
+            timeout_s=timeout_s,
             value=record.value,
             key=record.key,
             headers=list(record.headers),
@@ -191,6 +248,7 @@ def produce(client: Client, topic: str, records: Iterable[Record], *, timeout_s:
         producer.poll(0)
     remaining = producer.flush(timeout_s)
     if errors or remaining or len(delivered) != len(sent):
+        drop_producer(client)
         raise KafkaException(
             f"produced {len(delivered)} of {len(sent)} records to {topic}; errors: {errors[:5] or 'timed out'}"
         )

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devtools.testing.kafka import drop_producer, kept_producer, send
 from dynamic_kafka.dagster.build import build_definitions
 from dynamic_kafka.dagster.names import RESOURCE_KEY
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
@@ -66,7 +66,7 @@ class Landed:
 
 def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, records: Iterable[Record]) -> list[Landed]:
     """Produces ``records`` in order, waits for every ack, and returns where each landed."""
-    producer = Producer({**_client(cluster), "enable.idempotence": True, "linger.ms": 0})
+    producer = kept_producer(_client(cluster))
     landed: list[Landed] = []
     errors: list[str] = []
 
@@ -82,10 +82,12 @@ def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, recor
             kwargs["key"] = r.key.encode()
         if r.timestamp_ms is not None:
             kwargs["timestamp"] = r.timestamp_ms
-        producer.produce(topic, **kwargs)
+        send(producer, topic, **kwargs)
         # One record in flight at a time keeps the offsets in the order given (idempotence keeps it anyway).
         producer.flush(TIMEOUT_S)
     remaining = producer.flush(TIMEOUT_S)
+    if errors or remaining:
+        drop_producer(_client(cluster))
     assert not errors, f"produce failed: {errors}"
     assert remaining == 0, f"{remaining} record(s) not acknowledged"
     return landed
