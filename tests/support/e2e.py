@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devtools.testing.kafka import drop_producer, kept_producer, send
+from devtools.testing.kafka import client_config, drop_producer, kept_producer, send
 from dynamic_kafka.dagster.build import build_definitions
 from dynamic_kafka.dagster.names import RESOURCE_KEY
 from dynamic_kafka.dagster.resources import DynamicKafkaResource
@@ -32,13 +32,8 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def _client(cluster: str | Mapping[str, str]) -> dict[str, str]:
-    """Bootstrap servers, or a whole confluent-kafka config (SASL clusters), as a client config."""
-    return {"bootstrap.servers": cluster} if isinstance(cluster, str) else dict(cluster)
-
-
 def create_topic(cluster: str | Mapping[str, str], topic: str, partitions: int) -> None:
-    admin = AdminClient(_client(cluster))
+    admin = AdminClient(client_config(cluster))
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     futures[topic].result(timeout=TIMEOUT_S)
 
@@ -66,7 +61,7 @@ class Landed:
 
 def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, records: Iterable[Record]) -> list[Landed]:
     """Produces ``records`` in order, waits for every ack, and returns where each landed."""
-    producer = kept_producer(_client(cluster))
+    producer = kept_producer(cluster)
     landed: list[Landed] = []
     errors: list[str] = []
 
@@ -87,7 +82,7 @@ def produce(cluster_id: str, cluster: str | Mapping[str, str], topic: str, recor
         producer.flush(TIMEOUT_S)
     remaining = producer.flush(TIMEOUT_S)
     if errors or remaining:
-        drop_producer(_client(cluster))
+        drop_producer(cluster)
     assert not errors, f"produce failed: {errors}"
     assert remaining == 0, f"{remaining} record(s) not acknowledged"
     return landed
